@@ -1,0 +1,34 @@
+"""Tessera's dialects and passes, registered lazily for ``tessera-opt`` and ``xdsl-opt``.
+
+Stock ``xdsl-opt`` finds this universe through the ``xdsl.universe`` entry point
+in ``pyproject.toml``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.ir import Dialect
+from xdsl.universe import Universe
+
+from tessera.passes import ALL_PASSES
+
+
+def _tessera() -> Dialect:
+    from tessera.ir.attrs import Tessera
+
+    return Tessera
+
+
+def _graph() -> Dialect:
+    from tessera.ir.graph import Graph
+
+    return Graph
+
+
+ALL_DIALECTS: dict[str, Callable[[], Dialect]] = {
+    "tessera": _tessera,
+    "tgraph": _graph,
+}
+
+TESSERA_UNIVERSE = Universe(all_dialects=ALL_DIALECTS, all_passes=ALL_PASSES)

@@ -1,0 +1,52 @@
+"""Tessera: operator graphs and tile kernels compiled through xDSL dialects to PTX.
+
+The public API follows the Tessera guide::
+
+    import tessera as ts
+    from tessera import op, graph, dist
+"""
+
+from tessera.ir.dtypes import (
+    DType,
+    bf16,
+    bool_,
+    fp4_e2m1,
+    fp6_e2m3,
+    fp6_e3m2,
+    fp8_e4m3,
+    fp8_e5m2,
+    fp16,
+    fp32,
+    fp64,
+    int8,
+    int32,
+    int64,
+)
+from tessera.ir.policy import (
+    NumericPolicy,
+    accum,
+    deterministic,
+    loss_scale,
+    nondeterministic,
+    saturate,
+    stochastic_round,
+)
+
+# Short spellings used throughout the guide.
+f64, f32, f16 = fp64, fp32, fp16
+fp6, fp4 = fp6_e2m3, fp4_e2m1
+i8, i32, i64 = int8, int32, int64
+
+__all__ = [
+    "DType", "NumericPolicy",
+    "bf16", "bool_", "fp4_e2m1", "fp6_e2m3", "fp6_e3m2", "fp8_e4m3", "fp8_e5m2", "fp16",
+    "fp32", "fp64", "int8", "int32", "int64", "f64", "f32", "f16", "fp6", "fp4", "i8", "i32",
+    "i64",
+    "accum", "deterministic", "loss_scale", "nondeterministic", "saturate", "stochastic_round",
+]
+
+# --- front end (operator graphs, @jit, @graph.module, Tensor annotations) ---
+# --- tile kernels (@kernel, ts.tile) ---
+# --- autodiff (grad, value_and_grad, jvp, autodiff, custom_vjp) ---
+# --- numerics (precision_policy) ---
+# --- distributed (dist, ShardSpec) ---

@@ -14,7 +14,7 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 from xdsl.parser import Parser
-from xdsl.utils.exceptions import DiagnosticException, ParseError
+from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
 
@@ -27,7 +27,12 @@ class LocatingParser(Parser):
 
     def parse_operation(self) -> Operation:
         tok = self._current_token
-        op = super().parse_operation()
+        try:
+            op = super().parse_operation()
+        except VerifyException as e:
+            # An attribute or type failed its verifier while being parsed: report it at
+            # the op that contains it rather than without a location.
+            raise ParseError(tok.span, _verify_message(e)) from None
         self.op_spans[id(op)] = tok.span
         return op
 

@@ -26,9 +26,16 @@ def _graph() -> Dialect:
     return Graph
 
 
+def _tile() -> Dialect:
+    from tessera.ir.tile import Tile
+
+    return Tile
+
+
 ALL_DIALECTS: dict[str, Callable[[], Dialect]] = {
     "tessera": _tessera,
     "tgraph": _graph,
+    "ttile": _tile,
 }
 
 TESSERA_UNIVERSE = Universe(all_dialects=ALL_DIALECTS, all_passes=ALL_PASSES)

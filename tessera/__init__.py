@@ -49,4 +49,8 @@ __all__ = [
 # --- tile kernels (@kernel, ts.tile) ---
 # --- autodiff (grad, value_and_grad, jvp, autodiff, custom_vjp) ---
 # --- numerics (precision_policy) ---
+from tessera.numerics.api import abs, round  # noqa: E402, A004
+from tessera.numerics.policy_classes import precision_policy  # noqa: E402
+
+__all__ += ["abs", "precision_policy", "round"]
 # --- distributed (dist, ShardSpec) ---

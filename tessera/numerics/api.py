@@ -1,8 +1,12 @@
-"""``ts.round`` and ``ts.abs``: numpy values eagerly, traced tensors through Graph IR."""
+"""``ts.round`` and ``ts.abs``: numpy values eagerly, traced tensors through Graph IR.
+
+On numpy arrays and scalars they run at once (:mod:`tessera.numerics.eager`); on
+anything else they defer to the front end's operator functions
+(:mod:`tessera.frontend.ops`), which emit Graph IR.
+"""
 
 from __future__ import annotations
 
-import builtins
 from typing import Any
 
 import numpy as np
@@ -18,18 +22,15 @@ def abs(x: Any) -> Any:  # noqa: A001 - the guide's ts.abs
     """Elementwise absolute value of a numpy array or a traced tensor."""
     if _is_numpy_value(x):
         return eager.unwrap(eager.abs(x))
-    return builtins.abs(x)
+    from tessera.frontend import ops
+
+    return ops.abs(x)
 
 
 def round(x: Any) -> Any:  # noqa: A001 - the guide's ts.round
-    """Round to the nearest integer, ties to even, keeping the dtype.
-
-    Numpy values only for now: Graph IR has no rounding op yet, so a traced tensor
-    raises TypeError (convert with ``x.astype(ts.int32)``, which rounds to nearest-even).
-    """
+    """Round to the nearest integer, ties to even, keeping the dtype."""
     if _is_numpy_value(x):
         return eager.unwrap(eager.round(x))
-    raise TypeError(
-        "ts.round: Graph IR has no round op yet; inside @ts.jit use x.astype(ts.int32) "
-        "(nearest-even) and cast back"
-    )
+    from tessera.frontend import ops
+
+    return ops.round(x)

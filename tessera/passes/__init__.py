@@ -10,5 +10,13 @@ from collections.abc import Callable
 
 from xdsl.passes import ModulePass
 
-
 ALL_PASSES: dict[str, Callable[[], type[ModulePass]]] = {}
+
+
+def _autodiff() -> type[ModulePass]:
+    from tessera.passes.autodiff import AutodiffPass
+
+    return AutodiffPass
+
+
+ALL_PASSES["autodiff"] = _autodiff

@@ -1,0 +1,331 @@
+"""A small builder of Graph IR used by the adjoint and tangent rules.
+
+:class:`GraphEmitter` appends ``tgraph`` ops at the end of a block and infers
+each result type from its operands (numpy broadcasting, reductions, matmul
+shapes), so that a rule reads like the math it implements::
+
+    e = GraphEmitter(block)
+    dx = e.mul(g, e.sub(e.const(1.0, y), e.mul(y, y)))   # tanh: g * (1 - y*y)
+
+Intermediate values carry plain ``tensor<shape x elem>`` types; numeric-policy
+encodings are not propagated into the derivative computation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.builder import Builder, InsertPoint
+from xdsl.dialects.builtin import (
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from tessera.ir import graph as g
+from tessera.ir.graph import broadcast_shapes, elem_of, shape_of
+
+
+def tensor(shape: Sequence[int], elem: Attribute) -> TensorType:
+    """A plain ranked tensor type."""
+    return TensorType(elem, list(shape))
+
+
+def numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+Operand = SSAValue | float
+
+
+class GraphEmitter:
+    """Appends Graph IR ops to a block, inferring result types."""
+
+    def __init__(self, block: Block):
+        self.builder = Builder(InsertPoint.at_end(block))
+
+    # ------------------------------------------------------------------ basics
+
+    def insert(self, op: Operation) -> SSAValue:
+        self.builder.insert(op)
+        return op.results[0]
+
+    def const(self, value: float, like: SSAValue | Attribute, shape: Sequence[int] = ()) -> SSAValue:
+        """A splat constant ``value`` with the element type of ``like`` (a value or a type)."""
+        elem = elem_of(like) if isinstance(like, SSAValue) else like
+        if isinstance(elem, TensorType):
+            elem = elem.element_type
+        if isinstance(elem, IntegerType):
+            attr = DenseIntOrFPElementsAttr.from_list(tensor((), elem), [int(value)])
+        else:
+            attr = DenseIntOrFPElementsAttr.from_list(tensor((), elem), [float(value)])
+        return self.insert(g.ConstantOp(attr, tensor(shape, elem)))
+
+    def zeros_like(self, v: SSAValue) -> SSAValue:
+        return self.const(0.0, v, shape_of(v))
+
+    def bool_const(self, values: Sequence[bool], shape: Sequence[int]) -> SSAValue:
+        """A dense ``i1`` constant (row-major ``values``)."""
+        attr = DenseIntOrFPElementsAttr.from_list(tensor(shape, i1), [int(b) for b in values])
+        return self.insert(g.ConstantOp(attr, tensor(shape, i1)))
+
+    def _lift(self, a: Operand, b: Operand) -> tuple[SSAValue, SSAValue]:
+        if not isinstance(a, SSAValue):
+            assert isinstance(b, SSAValue)
+            a = self.const(a, b)
+        if not isinstance(b, SSAValue):
+            b = self.const(b, a)
+        return a, b
+
+    # ------------------------------------------------------------------ elementwise
+
+    def binary(self, cls: type[g.ElementwiseBinaryOp], a: Operand, b: Operand) -> SSAValue:
+        a, b = self._lift(a, b)
+        shape = broadcast_shapes(shape_of(a), shape_of(b))
+        assert shape is not None, f"{cls.name}: {shape_of(a)} and {shape_of(b)}"
+        elem = i1 if cls.RESULT_IS_BOOL else elem_of(a)
+        return self.insert(cls(a, b, tensor(shape, elem)))
+
+    def add(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(g.AddOp, a, b)
+
+    def sub(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(g.SubOp, a, b)
+
+    def mul(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(g.MulOp, a, b)
+
+    def div(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(g.DivOp, a, b)
+
+    def pow(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(g.PowOp, a, b)
+
+    def gt(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(g.GtOp, a, b)
+
+    def lt(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(g.LtOp, a, b)
+
+    def ge(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(g.GeOp, a, b)
+
+    def eq(self, a: Operand, b: Operand) -> SSAValue:
+        return self.binary(g.EqOp, a, b)
+
+    def select(self, cond: SSAValue, a: Operand, b: Operand) -> SSAValue:
+        a, b = self._lift(a, b)
+        shape = broadcast_shapes(shape_of(a), shape_of(b))
+        assert shape is not None
+        shape = broadcast_shapes(shape, shape_of(cond))
+        assert shape is not None
+        return self.insert(
+            g.SelectOp(operands=[cond, a, b], result_types=[tensor(shape, elem_of(a))])
+        )
+
+    def unary(self, cls: type[g.ElementwiseUnaryOp], x: SSAValue) -> SSAValue:
+        return self.insert(cls(x, tensor(shape_of(x), elem_of(x))))
+
+    def neg(self, x: SSAValue) -> SSAValue:
+        return self.unary(g.NegOp, x)
+
+    def exp(self, x: SSAValue) -> SSAValue:
+        return self.unary(g.ExpOp, x)
+
+    def log(self, x: SSAValue) -> SSAValue:
+        return self.unary(g.LogOp, x)
+
+    def tanh(self, x: SSAValue) -> SSAValue:
+        return self.unary(g.TanhOp, x)
+
+    def sigmoid(self, x: SSAValue) -> SSAValue:
+        return self.unary(g.SigmoidOp, x)
+
+    def rsqrt(self, x: SSAValue) -> SSAValue:
+        return self.unary(g.RsqrtOp, x)
+
+    def cast(self, x: SSAValue, to: Attribute) -> SSAValue:
+        """Cast ``x`` to the element type (or full tensor type) ``to``; no-op if equal."""
+        t = to if isinstance(to, TensorType) else tensor(shape_of(x), to)
+        if x.type == t:
+            return x
+        return self.insert(g.CastOp(x, t))
+
+    # ------------------------------------------------------------------ reductions
+
+    def reduce(
+        self,
+        cls: type[g.ReductionOp],
+        x: SSAValue,
+        axes: Sequence[int],
+        keepdims: bool = False,
+    ) -> SSAValue:
+        s = shape_of(x)
+        ax = sorted(a % len(s) for a in axes) if axes else list(range(len(s)))
+        if keepdims:
+            out = [1 if i in ax else d for i, d in enumerate(s)]
+        else:
+            out = [d for i, d in enumerate(s) if i not in ax]
+        return self.insert(cls(x, ax, keepdims, tensor(out, elem_of(x))))
+
+    def sum(self, x: SSAValue, axes: Sequence[int], keepdims: bool = False) -> SSAValue:
+        return self.reduce(g.SumOp, x, axes, keepdims)
+
+    def mean(self, x: SSAValue, axes: Sequence[int], keepdims: bool = False) -> SSAValue:
+        return self.reduce(g.MeanOp, x, axes, keepdims)
+
+    def max(self, x: SSAValue, axes: Sequence[int], keepdims: bool = False) -> SSAValue:
+        return self.reduce(g.MaxOp, x, axes, keepdims)
+
+    # ------------------------------------------------------------------ shapes
+
+    def reshape(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+        if tuple(shape_of(x)) == tuple(shape):
+            return x
+        return self.insert(
+            g.ReshapeOp(operands=[x], result_types=[tensor(shape, elem_of(x))])
+        )
+
+    def broadcast_to(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+        if tuple(shape_of(x)) == tuple(shape):
+            return x
+        return self.insert(
+            g.BroadcastOp(operands=[x], result_types=[tensor(shape, elem_of(x))])
+        )
+
+    def transpose(self, x: SSAValue, perm: Sequence[int]) -> SSAValue:
+        s = shape_of(x)
+        return self.insert(g.TransposeOp(x, perm, tensor([s[p] for p in perm], elem_of(x))))
+
+    def swap_last(self, x: SSAValue) -> SSAValue:
+        r = len(shape_of(x))
+        return self.transpose(x, [*range(r - 2), r - 1, r - 2])
+
+    def slice(
+        self, x: SSAValue, start: Sequence[int], limit: Sequence[int], stride: Sequence[int]
+    ) -> SSAValue:
+        out = [(b - a + c - 1) // c for a, b, c in zip(start, limit, stride)]
+        props = {
+            "start": DenseArrayBase.from_list(i64, list(start)),
+            "limit": DenseArrayBase.from_list(i64, list(limit)),
+            "stride": DenseArrayBase.from_list(i64, list(stride)),
+        }
+        return self.insert(
+            g.SliceOp(operands=[x], result_types=[tensor(out, elem_of(x))], properties=props)
+        )
+
+    def concat(self, xs: Sequence[SSAValue], axis: int) -> SSAValue:
+        if len(xs) == 1:
+            return xs[0]
+        s = list(shape_of(xs[0]))
+        s[axis] = sum(shape_of(x)[axis] for x in xs)
+        return self.insert(
+            g.ConcatOp(
+                operands=[list(xs)],
+                result_types=[tensor(s, elem_of(xs[0]))],
+                properties={"axis": IntegerAttr(axis, i64)},
+            )
+        )
+
+    def matmul(
+        self,
+        a: SSAValue,
+        b: SSAValue,
+        *,
+        transpose_lhs: bool = False,
+        transpose_rhs: bool = False,
+    ) -> SSAValue:
+        if elem_of(b) != elem_of(a):
+            b = self.cast(b, elem_of(a))
+        shape = g.MatmulOp.infer_shape(shape_of(a), shape_of(b), transpose_lhs, transpose_rhs)
+        assert not isinstance(shape, str), shape
+        return self.insert(
+            g.MatmulOp(
+                a,
+                b,
+                tensor(shape, elem_of(a)),
+                transpose_lhs=transpose_lhs,
+                transpose_rhs=transpose_rhs,
+            )
+        )
+
+    def unbroadcast(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+        """Sum ``x`` over the dims along which ``shape`` was broadcast to ``x``'s shape."""
+        s = shape_of(x)
+        if tuple(s) == tuple(shape):
+            return x
+        lead = len(s) - len(shape)
+        axes = list(range(lead)) + [
+            lead + i for i, d in enumerate(shape) if d == 1 and s[lead + i] != 1
+        ]
+        if axes:
+            x = self.sum(x, axes)
+        return self.reshape(x, shape)
+
+    def expand_reduced(
+        self, x: SSAValue, in_shape: Sequence[int], axes: Sequence[int]
+    ) -> SSAValue:
+        """Broadcast a reduction result (kept dims or not) back to ``in_shape``."""
+        kept = [1 if i in axes else d for i, d in enumerate(in_shape)]
+        return self.broadcast_to(self.reshape(x, kept), in_shape)
+
+    def pad(
+        self, x: SSAValue, shape: Sequence[int], start: Sequence[int], stride: Sequence[int]
+    ) -> SSAValue:
+        """The transpose of a strided slice: place ``x`` at ``start + i*stride`` in zeros of
+        ``shape``."""
+        for d, (full, st, sr) in enumerate(zip(shape, start, stride)):
+            cur = list(shape_of(x))
+            n = cur[d]
+            if n == full:
+                continue
+            if sr > 1 and n > 0:
+                # interleave: [.., n, ..] -> [.., n, sr, ..] with zeros -> [.., n*sr, ..]
+                col = self.reshape(x, [*cur[: d + 1], 1, *cur[d + 1 :]])
+                zshape = [*cur[: d + 1], sr - 1, *cur[d + 1 :]]
+                z = self.const(0.0, x, zshape)
+                x = self.reshape(self.concat([col, z], d + 1), [*cur[:d], n * sr, *cur[d + 1 :]])
+                keep = min(n * sr, full - st)
+                if keep != n * sr:
+                    lim = list(shape_of(x))
+                    lim[d] = keep
+                    x = self.slice(x, [0] * len(cur), lim, [1] * len(cur))
+            parts = []
+            cur = list(shape_of(x))
+            if st:
+                parts.append(self.const(0.0, x, [*cur[:d], st, *cur[d + 1 :]]))
+            parts.append(x)
+            after = full - st - cur[d]
+            if after:
+                parts.append(self.const(0.0, x, [*cur[:d], after, *cur[d + 1 :]]))
+            x = self.concat(parts, d)
+        return x
+
+    # ------------------------------------------------------------------ collectives
+
+    def collective(
+        self, cls: type[g.CollectiveOp], x: SSAValue, out_shape: Sequence[int], **props: object
+    ) -> SSAValue:
+        p: dict[str, Attribute] = {}
+        for k, v in props.items():
+            if isinstance(v, bool):
+                if v:
+                    p[k] = UnitAttr()
+            elif isinstance(v, int):
+                p[k] = IntegerAttr(v, i64)
+            else:
+                assert isinstance(v, str)
+                p[k] = StringAttr(v)
+        return self.insert(
+            cls(operands=[x], result_types=[tensor(out_shape, elem_of(x))], properties=p)
+        )

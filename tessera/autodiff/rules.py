@@ -1,0 +1,516 @@
+"""Adjoint (vector-Jacobian product) rules for Graph IR ops.
+
+A rule receives the op (already placed in the gradient function, so its
+operands and results are the primal values there), the cotangent of each of
+its results (``None`` where a result has none) and, per operand, whether that
+operand needs a cotangent. It emits Graph IR with a :class:`GraphEmitter` and
+returns one cotangent (or ``None``) per operand, with the operand's shape.
+
+Conventions chosen to agree with ``torch.autograd``:
+
+* ``relu``, ``abs``: the derivative at 0 is 0.
+* ``maximum`` / ``minimum``: on ties the cotangent is split evenly.
+* ``max`` / ``min`` reductions: the cotangent is split evenly among the
+  elements equal to the extremum (as ``torch.amax``).
+* ``pow``: ``d/da`` is 0 where the exponent is 0; ``d/db`` is 0 where the base is
+  0 and the exponent is non-negative.
+* ``poisson``: the samples are piecewise constant in the rate, so the
+  gradient with respect to ``lam`` is zero.
+* Collectives are transposed: ``all_gather`` <-> ``reduce_scatter(sum)``,
+  ``all_reduce(sum|mean)`` -> ``all_reduce`` of the cotangent with the same op,
+  ``all_to_all`` -> ``all_to_all`` with split and concat dims exchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from xdsl.dialects.builtin import IntegerType
+from xdsl.ir import Operation, SSAValue
+from xdsl.utils.exceptions import PassFailedException
+
+from tessera.autodiff.emitter import GraphEmitter, numel
+from tessera.ir import graph as g
+from tessera.ir.graph import elem_of, shape_of
+
+Cot = SSAValue | None
+Rule = Callable[[GraphEmitter, Operation, Sequence[Cot], Sequence[bool]], list[Cot]]
+
+VJP_RULES: dict[str, Rule] = {}
+
+GELU_C = math.sqrt(2.0 / math.pi)
+GELU_K = 0.044715
+
+
+class AutodiffError(PassFailedException):
+    """An op or program that cannot be differentiated; the message names the op."""
+
+
+def vjp_rule(*ops: type[Operation]) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        for op in ops:
+            VJP_RULES[op.name] = fn
+        return fn
+
+    return register
+
+
+def is_float(v: SSAValue) -> bool:
+    return not isinstance(elem_of(v), IntegerType)
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+def _binary_parts(op: Operation) -> tuple[SSAValue, SSAValue, SSAValue]:
+    return op.operands[0], op.operands[1], op.results[0]
+
+
+@vjp_rule(g.AddOp, g.SubOp)
+def _add_sub(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    a, b, _ = _binary_parts(op)
+    ct = cts[0]
+    assert ct is not None
+    da = e.unbroadcast(ct, shape_of(a)) if needs[0] else None
+    db = None
+    if needs[1]:
+        db = ct if isinstance(op, g.AddOp) else e.neg(ct)
+        db = e.unbroadcast(db, shape_of(b))
+    return [da, db]
+
+
+@vjp_rule(g.MulOp)
+def _mul(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    a, b, _ = _binary_parts(op)
+    ct = cts[0]
+    assert ct is not None
+    da = e.unbroadcast(e.mul(ct, b), shape_of(a)) if needs[0] else None
+    db = e.unbroadcast(e.mul(ct, a), shape_of(b)) if needs[1] else None
+    return [da, db]
+
+
+@vjp_rule(g.DivOp)
+def _div(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    a, b, y = _binary_parts(op)
+    ct = cts[0]
+    assert ct is not None
+    da = db = None
+    if needs[0] or needs[1]:
+        q = e.div(ct, b)
+        if needs[0]:
+            da = e.unbroadcast(q, shape_of(a))
+        if needs[1]:
+            db = e.unbroadcast(e.neg(e.mul(q, y)), shape_of(b))
+    return [da, db]
+
+
+@vjp_rule(g.PowOp)
+def _pow(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    a, b, y = _binary_parts(op)
+    ct = cts[0]
+    assert ct is not None
+    da = db = None
+    if needs[0]:
+        d = e.mul(b, e.pow(a, e.sub(b, 1.0)))
+        d = e.select(e.eq(b, 0.0), 0.0, d)
+        da = e.unbroadcast(e.mul(ct, d), shape_of(a))
+    if needs[1]:
+        d = e.mul(y, e.log(a))
+        d = e.select(e.eq(a, 0.0), e.select(e.ge(b, 0.0), 0.0, d), d)
+        db = e.unbroadcast(e.mul(ct, d), shape_of(b))
+    return [da, db]
+
+
+@vjp_rule(g.MaximumOp, g.MinimumOp)
+def _max_min(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    a, b, _ = _binary_parts(op)
+    ct = cts[0]
+    assert ct is not None
+    wins = e.gt(a, b) if isinstance(op, g.MaximumOp) else e.lt(a, b)
+    tie = e.eq(a, b)
+    half = e.mul(ct, 0.5)
+    da = db = None
+    if needs[0]:
+        da = e.unbroadcast(e.select(wins, ct, e.select(tie, half, 0.0)), shape_of(a))
+    if needs[1]:
+        loses = e.lt(a, b) if isinstance(op, g.MaximumOp) else e.gt(a, b)
+        db = e.unbroadcast(e.select(loses, ct, e.select(tie, half, 0.0)), shape_of(b))
+    return [da, db]
+
+
+@vjp_rule(g.SelectOp)
+def _select(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    c, t, f = op.operands
+    ct = cts[0]
+    assert ct is not None
+    dt = e.unbroadcast(e.select(c, ct, 0.0), shape_of(t)) if needs[1] else None
+    df = e.unbroadcast(e.select(c, 0.0, ct), shape_of(f)) if needs[2] else None
+    return [None, dt, df]
+
+
+def _unary(fn: Callable[[GraphEmitter, SSAValue, SSAValue, SSAValue], SSAValue]) -> Rule:
+    def rule(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+        ct = cts[0]
+        assert ct is not None
+        return [fn(e, ct, op.operands[0], op.results[0]) if needs[0] else None]
+
+    return rule
+
+
+def _sign(e: GraphEmitter, x: SSAValue) -> SSAValue:
+    return e.select(e.gt(x, 0.0), 1.0, e.select(e.lt(x, 0.0), -1.0, e.const(0.0, x)))
+
+
+def _gelu_grad(e: GraphEmitter, x: SSAValue) -> SSAValue:
+    x2 = e.mul(x, x)
+    inner = e.mul(e.mul(x, e.add(e.mul(x2, GELU_K), 1.0)), GELU_C)
+    t = e.tanh(inner)
+    dinner = e.mul(e.add(e.mul(x2, 3.0 * GELU_K), 1.0), GELU_C)
+    left = e.mul(e.add(t, 1.0), 0.5)
+    right = e.mul(e.mul(e.mul(x, 0.5), e.sub(1.0, e.mul(t, t))), dinner)
+    return e.add(left, right)
+
+
+VJP_RULES.update(
+    {
+        g.NegOp.name: _unary(lambda e, ct, x, y: e.neg(ct)),
+        g.AbsOp.name: _unary(lambda e, ct, x, y: e.mul(ct, _sign(e, x))),
+        g.ExpOp.name: _unary(lambda e, ct, x, y: e.mul(ct, y)),
+        g.LogOp.name: _unary(lambda e, ct, x, y: e.div(ct, x)),
+        g.SqrtOp.name: _unary(lambda e, ct, x, y: e.div(e.mul(ct, 0.5), y)),
+        g.RsqrtOp.name: _unary(
+            lambda e, ct, x, y: e.mul(e.mul(ct, -0.5), e.mul(y, e.mul(y, y)))
+        ),
+        g.TanhOp.name: _unary(lambda e, ct, x, y: e.mul(ct, e.sub(1.0, e.mul(y, y)))),
+        g.ReluOp.name: _unary(lambda e, ct, x, y: e.select(e.gt(x, 0.0), ct, 0.0)),
+        g.SigmoidOp.name: _unary(lambda e, ct, x, y: e.mul(ct, e.mul(y, e.sub(1.0, y)))),
+        g.SiluOp.name: _unary(
+            lambda e, ct, x, y: e.mul(
+                ct, _silu_grad(e, x)
+            )
+        ),
+        g.GeluOp.name: _unary(lambda e, ct, x, y: e.mul(ct, _gelu_grad(e, x))),
+    }
+)
+
+
+def _silu_grad(e: GraphEmitter, x: SSAValue) -> SSAValue:
+    s = e.sigmoid(x)
+    return e.mul(s, e.add(e.mul(x, e.sub(1.0, s)), 1.0))
+
+
+@vjp_rule(g.CastOp)
+def _cast(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    ct = cts[0]
+    assert ct is not None
+    x = op.operands[0]
+    return [e.cast(ct, elem_of(x)) if needs[0] and is_float(x) else None]
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+def _reduce_parts(op: g.ReductionOp) -> tuple[SSAValue, list[int], SSAValue]:
+    return op.input, op.axis_list(), op.result
+
+
+@vjp_rule(g.SumOp, g.MeanOp)
+def _sum_mean(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.ReductionOp)
+    x, axes, _ = _reduce_parts(op)
+    ct = cts[0]
+    assert ct is not None
+    s = shape_of(x)
+    if isinstance(op, g.MeanOp):
+        ct = e.div(ct, float(numel([s[a] for a in axes])))
+    return [e.expand_reduced(ct, s, axes)]
+
+
+@vjp_rule(g.MaxOp, g.MinOp)
+def _max_min_reduce(
+    e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]
+):
+    assert isinstance(op, g.ReductionOp)
+    x, axes, y = _reduce_parts(op)
+    ct = cts[0]
+    assert ct is not None
+    s = shape_of(x)
+    hit = e.select(e.eq(x, e.expand_reduced(y, s, axes)), 1.0, e.const(0.0, x))
+    count = e.sum(hit, axes, keepdims=True)
+    share = e.div(e.reshape(ct, shape_of(count)), count)
+    return [e.mul(hit, share)]
+
+
+# --------------------------------------------------------------------------- nn ops
+
+
+@vjp_rule(g.SoftmaxOp)
+def _softmax(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.SoftmaxOp)
+    ct = cts[0]
+    assert ct is not None
+    y = op.result
+    axis = op.axis.value.data % len(shape_of(y))
+    dot = e.sum(e.mul(ct, y), [axis], keepdims=True)
+    return [e.mul(y, e.sub(ct, dot))]
+
+
+def _norm_slots(op: Operation) -> dict[str, int]:
+    slots = {"input": 0}
+    i = 1
+    for name in ("weight", "bias"):
+        if getattr(op, name, None) is not None:
+            slots[name] = i
+            i += 1
+    return slots
+
+
+@vjp_rule(g.LayerNormOp, g.RMSNormOp)
+def _norm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.LayerNormOp | g.RMSNormOp)
+    ct = cts[0]
+    assert ct is not None
+    x = op.input
+    eps = op.eps.value.data
+    s = shape_of(x)
+    last = len(s) - 1
+    lead = list(range(last))
+    if isinstance(op, g.LayerNormOp):
+        xc = e.sub(x, e.mean(x, [last], keepdims=True))
+    else:
+        xc = x
+    r = e.rsqrt(e.add(e.mean(e.mul(xc, xc), [last], keepdims=True), eps))
+    xhat = e.mul(xc, r)
+    slots = _norm_slots(op)
+    out: list[Cot] = [None] * len(op.operands)
+    if needs[0]:
+        gy = e.mul(ct, op.weight) if op.weight is not None else ct
+        inner = e.sub(gy, e.mul(xhat, e.mean(e.mul(gy, xhat), [last], keepdims=True)))
+        if isinstance(op, g.LayerNormOp):
+            inner = e.sub(inner, e.mean(gy, [last], keepdims=True))
+        out[0] = e.mul(r, inner)
+    if "weight" in slots and needs[slots["weight"]]:
+        d = e.mul(ct, xhat)
+        out[slots["weight"]] = e.sum(d, lead) if lead else d
+    if "bias" in slots and needs[slots["bias"]]:
+        out[slots["bias"]] = e.sum(ct, lead) if lead else ct
+    return out
+
+
+@vjp_rule(g.MatmulOp)
+def _matmul(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.MatmulOp)
+    ct = cts[0]
+    assert ct is not None
+    a, b = op.lhs, op.rhs
+    ta, tb = op.transpose_lhs is not None, op.transpose_rhs is not None
+    da = db = None
+    if needs[0]:
+        if ta:
+            da = e.matmul(b, ct, transpose_lhs=tb, transpose_rhs=True)
+        else:
+            da = e.matmul(ct, b, transpose_rhs=not tb)
+        da = e.unbroadcast(da, shape_of(a))
+    if needs[1]:
+        if tb:
+            db = e.matmul(ct, a, transpose_lhs=True, transpose_rhs=ta)
+        else:
+            db = e.matmul(a, ct, transpose_lhs=not ta)
+        db = e.unbroadcast(db, shape_of(b))
+    return [da, db]
+
+
+def attention_probs(e: GraphEmitter, op: g.FlashAttentionOp) -> tuple[SSAValue, float]:
+    """``softmax(scale * q kᵀ [+ causal mask])`` of a flash_attention op, and the scale."""
+    q, k = op.q, op.k
+    d = shape_of(q)[-1]
+    scale = op.scale.value.data if op.scale is not None else 1.0 / math.sqrt(d)
+    s = e.mul(e.matmul(q, k, transpose_rhs=True), scale)
+    if op.causal is not None:
+        sq, sk = shape_of(q)[-2], shape_of(k)[-2]
+        keep = e.bool_const([j <= i for i in range(sq) for j in range(sk)], [sq, sk])
+        s = e.select(keep, s, -math.inf)
+    p = e.insert(g.SoftmaxOp(s, len(shape_of(s)) - 1))
+    return p, scale
+
+
+@vjp_rule(g.FlashAttentionOp)
+def _attention(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.FlashAttentionOp)
+    ct = cts[0]
+    assert ct is not None
+    p, scale = attention_probs(e, op)
+    dq = dk = dv = None
+    if needs[2]:
+        dv = e.matmul(p, ct, transpose_lhs=True)
+    if needs[0] or needs[1]:
+        dp = e.matmul(ct, op.v, transpose_rhs=True)
+        ds = e.mul(e.mul(p, e.sub(dp, e.sum(e.mul(dp, p), [-1], keepdims=True))), scale)
+        if needs[0]:
+            dq = e.matmul(ds, op.k)
+        if needs[1]:
+            dk = e.matmul(ds, op.q, transpose_lhs=True)
+    return [dq, dk, dv]
+
+
+@vjp_rule(g.MSEOp)
+def _mse(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    ct = cts[0]
+    assert ct is not None
+    p, t = op.operands
+    diff = e.sub(p, t)
+    d = e.mul(diff, e.mul(ct, 2.0 / numel(shape_of(diff))))
+    dp = e.unbroadcast(d, shape_of(p)) if needs[0] else None
+    dt = e.unbroadcast(e.neg(d), shape_of(t)) if needs[1] else None
+    return [dp, dt]
+
+
+# --------------------------------------------------------------------------- shape ops
+
+
+@vjp_rule(g.TransposeOp)
+def _transpose(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.TransposeOp)
+    ct = cts[0]
+    assert ct is not None
+    perm = list(op.permutation.get_values())
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return [e.transpose(ct, inv)]
+
+
+@vjp_rule(g.ReshapeOp)
+def _reshape(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    ct = cts[0]
+    assert ct is not None
+    return [e.reshape(ct, shape_of(op.operands[0]))]
+
+
+@vjp_rule(g.BroadcastOp)
+def _broadcast(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    ct = cts[0]
+    assert ct is not None
+    return [e.unbroadcast(ct, shape_of(op.operands[0]))]
+
+
+@vjp_rule(g.SliceOp)
+def _slice(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.SliceOp)
+    ct = cts[0]
+    assert ct is not None
+    return [
+        e.pad(
+            ct,
+            shape_of(op.input),
+            list(op.start.get_values()),
+            list(op.stride.get_values()),
+        )
+    ]
+
+
+@vjp_rule(g.ConcatOp)
+def _concat(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.ConcatOp)
+    ct = cts[0]
+    assert ct is not None
+    s = shape_of(ct)
+    axis = op.axis.value.data % len(s)
+    out: list[Cot] = []
+    at = 0
+    for x, need in zip(op.inputs, needs):
+        n = shape_of(x)[axis]
+        if need:
+            start = [0] * len(s)
+            limit = list(s)
+            start[axis], limit[axis] = at, at + n
+            out.append(e.slice(ct, start, limit, [1] * len(s)))
+        else:
+            out.append(None)
+        at += n
+    return out
+
+
+@vjp_rule(g.PoissonOp)
+def _poisson(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    return [None]
+
+
+# --------------------------------------------------------------------------- collectives
+
+
+@vjp_rule(g.AllReduceOp)
+def _all_reduce(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.AllReduceOp)
+    ct = cts[0]
+    assert ct is not None
+    red = op.op.data
+    if red not in ("sum", "mean"):
+        raise AutodiffError(
+            f"autodiff: tgraph.all_reduce with op = {red} has no adjoint rule "
+            "(only sum and mean are differentiable)"
+        )
+    return [
+        e.collective(
+            g.AllReduceOp,
+            ct,
+            shape_of(ct),
+            op=red,
+            axis=op.axis.data,
+            nondeterministic=op.nondeterministic is not None,
+        )
+    ]
+
+
+@vjp_rule(g.AllGatherOp)
+def _all_gather(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.AllGatherOp)
+    ct = cts[0]
+    assert ct is not None
+    return [
+        e.collective(
+            g.ReduceScatterOp,
+            ct,
+            shape_of(op.input),
+            op="sum",
+            axis=op.axis.data,
+            dim=op.dim.value.data,
+        )
+    ]
+
+
+@vjp_rule(g.ReduceScatterOp)
+def _reduce_scatter(
+    e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]
+):
+    assert isinstance(op, g.ReduceScatterOp)
+    ct = cts[0]
+    assert ct is not None
+    if op.op.data != "sum":
+        raise AutodiffError(
+            f"autodiff: tgraph.reduce_scatter with op = {op.op.data} has no adjoint rule "
+            "(only sum is differentiable)"
+        )
+    return [
+        e.collective(
+            g.AllGatherOp, ct, shape_of(op.input), axis=op.axis.data, dim=op.dim.value.data
+        )
+    ]
+
+
+@vjp_rule(g.AllToAllOp)
+def _all_to_all(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.AllToAllOp)
+    ct = cts[0]
+    assert ct is not None
+    return [
+        e.collective(
+            g.AllToAllOp,
+            ct,
+            shape_of(op.input),
+            axis=op.axis.data,
+            split_dim=op.concat_dim.value.data,
+            concat_dim=op.split_dim.value.data,
+        )
+    ]

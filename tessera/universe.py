@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from xdsl.ir import Dialect
 from xdsl.universe import Universe
+from xdsl.utils.target import Target
 
 from tessera.passes import ALL_PASSES
 
@@ -32,10 +33,29 @@ def _tile() -> Dialect:
     return Tile
 
 
+def _target() -> Dialect:
+    from tessera.ir.target import Target
+
+    return Target
+
+
+def _ptx_target() -> type[Target]:
+    from tessera.passes.emit_ptx import PtxTarget
+
+    return PtxTarget
+
+
 ALL_DIALECTS: dict[str, Callable[[], Dialect]] = {
     "tessera": _tessera,
     "tgraph": _graph,
     "ttile": _tile,
+    "ttarget": _target,
 }
 
-TESSERA_UNIVERSE = Universe(all_dialects=ALL_DIALECTS, all_passes=ALL_PASSES)
+ALL_TARGETS: dict[str, Callable[[], type[Target]]] = {
+    "ptx": _ptx_target,
+}
+
+TESSERA_UNIVERSE = Universe(
+    all_dialects=ALL_DIALECTS, all_passes=ALL_PASSES, all_targets=ALL_TARGETS
+)

@@ -1,0 +1,407 @@
+"""Deterministic collectives over torch.distributed.
+
+Every reduction here has a fixed order that does not depend on NCCL's (or
+gloo's) algorithm, protocol or channel count:
+
+1. ``all_to_all``: rank ``j`` receives chunk ``j`` of every rank's flattened input,
+2. a rank-ordered local fold ``((x_0 op x_1) op x_2) ...`` of those chunks,
+3. ``all_gather`` of the reduced chunks.
+
+Each element is therefore reduced exactly as ``x_0 + x_1 + ... + x_{n-1}`` left
+to right, whatever the transport does, and the same inputs give bitwise-identical
+outputs on every run and on every rank. ``deterministic=False`` uses
+``torch.distributed.all_reduce`` instead.
+
+The transport moves raw bytes, so any element type travels (bf16, fp8, fp6 ...);
+the local fold runs in the caller's array library: numpy (with ml_dtypes) for
+numpy arrays, torch for torch tensors (on their device).
+
+The group of a collective is given by ``mesh`` + ``axis`` (a mesh axis), by an
+explicit ``group``, or by the mesh made current with ``with mesh:``. On a group of one rank, or a mesh axis of size 1 without any
+process group, every collective is the identity (a concatenation of one block,
+a reduction of one value).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tessera.dist.mesh import Mesh, MeshError, current_mesh
+from tessera.ir.attrs import REDUCTIONS
+
+
+class CollectiveError(RuntimeError):
+    """A collective that cannot run as asked (no process group, bad shape, ...)."""
+
+
+# --------------------------------------------------------------------------- groups
+
+
+class _Group:
+    """A resolved communication group: the torch group (None = world), its size, my index."""
+
+    def __init__(self, pg: Any, size: int, index: int, device: Any):
+        self.pg = pg
+        self.size = size
+        self.index = index
+        self.device = device
+
+
+def _resolve(
+    what: str, axis: str | None, mesh: Mesh | None, group: Any
+) -> _Group:
+    import torch
+    import torch.distributed as tdist
+
+    if group is not None:
+        n = tdist.get_world_size(group)
+        dev = torch.device("cuda", torch.cuda.current_device()) if (
+            tdist.get_backend(group) == "nccl"
+        ) else torch.device("cpu")
+        return _Group(group, n, tdist.get_rank(group), dev)
+    if mesh is None:
+        mesh = current_mesh()
+    if mesh is None:
+        if axis is not None:
+            raise CollectiveError(
+                f"{what}: axis '{axis}' given without a mesh; pass mesh=, or run inside "
+                "`with mesh:`"
+            )
+        if not (tdist.is_available() and tdist.is_initialized()):
+            return _Group(None, 1, 0, torch.device("cpu"))
+        n = tdist.get_world_size()
+        dev = torch.device("cuda", torch.cuda.current_device()) if (
+            tdist.get_backend() == "nccl"
+        ) else torch.device("cpu")
+        return _Group(None, n, tdist.get_rank(), dev)
+    if axis is None:
+        raise CollectiveError(f"{what}: name the mesh axis (axes: {', '.join(mesh.axes)})")
+    try:
+        n = mesh.axis_size(axis)
+    except MeshError as e:
+        raise CollectiveError(f"{what}: {e}") from None
+    if not mesh.is_initialized():
+        if n == 1:
+            return _Group(None, 1, 0, torch.device("cpu"))
+        raise CollectiveError(
+            f"{what} over mesh axis '{axis}' (size {n}) needs an initialized torch.distributed "
+            "process group: run one process per rank (torchrun, or tessera.dist.executor)"
+        )
+    rank = mesh.check_world()
+    if n == 1:
+        return _Group(None, 1, 0, mesh.device_of(rank))
+    return _Group(mesh.group(axis), n, mesh.coords(rank)[axis], mesh.device_of(rank))
+
+
+# --------------------------------------------------------------------------- array helpers
+
+
+def _is_torch(x: Any) -> bool:
+    import torch
+
+    return isinstance(x, torch.Tensor)
+
+
+def _bytes(x: Any, device: Any) -> Any:
+    """A flat uint8 torch tensor with the bytes of contiguous ``x``, on ``device``."""
+    import torch
+
+    if _is_torch(x):
+        t = x.contiguous().reshape(-1)
+        return t.view(torch.uint8).to(device)
+    a = np.ascontiguousarray(x).reshape(-1)
+    return torch.from_numpy(a.view(np.uint8).copy()).to(device)
+
+
+def _from_bytes(b: Any, like: Any, shape: Sequence[int]) -> Any:
+    """Typed array (numpy or torch like ``like``) of ``shape`` from uint8 tensor ``b``."""
+    if _is_torch(like):
+        return b.to(like.device).view(like.dtype).reshape(tuple(shape))
+    dt = np.asarray(like).dtype
+    return b.cpu().numpy().view(dt).reshape(tuple(shape))
+
+
+def _fold(rows: Sequence[Any], op: str) -> Any:
+    """Rank-ordered left fold of ``rows`` with reduction ``op`` (numpy or torch)."""
+    if op not in REDUCTIONS:
+        raise CollectiveError(f"unknown reduction '{op}'; valid: {', '.join(REDUCTIONS)}")
+    torchy = _is_torch(rows[0])
+    if torchy:
+        import torch
+
+        mx, mn = torch.maximum, torch.minimum
+        acc = rows[0].clone()
+    else:
+        mx, mn = np.maximum, np.minimum
+        acc = np.array(rows[0], copy=True)
+    for r in rows[1:]:
+        if op in ("sum", "mean"):
+            acc = acc + r
+        elif op == "prod":
+            acc = acc * r
+        elif op == "max":
+            acc = mx(acc, r)
+        else:
+            acc = mn(acc, r)
+    if op == "mean":
+        acc = acc / len(rows)
+        acc = acc.to(rows[0].dtype) if torchy else acc.astype(rows[0].dtype)
+    return acc
+
+
+def _a2a_bytes(send: Any, g: _Group) -> Any:
+    import torch
+    import torch.distributed as tdist
+
+    recv = torch.empty_like(send)
+    tdist.all_to_all_single(recv, send, group=g.pg)
+    return recv
+
+
+def _gather_bytes(b: Any, g: _Group) -> Any:
+    import torch
+    import torch.distributed as tdist
+
+    out = torch.empty(b.numel() * g.size, dtype=torch.uint8, device=b.device)
+    gather = getattr(tdist, "all_gather_single", None) or tdist.all_gather_into_tensor
+    gather(out, b, group=g.pg)
+    return out
+
+
+def _stack(parts: Sequence[Any]) -> Any:
+    if _is_torch(parts[0]):
+        import torch
+
+        return torch.stack(list(parts))
+    return np.stack(parts)
+
+
+def _concat(parts: Sequence[Any], dim: int) -> Any:
+    if _is_torch(parts[0]):
+        import torch
+
+        return torch.cat(list(parts), dim=dim)
+    return np.concatenate(parts, axis=dim)
+
+
+def _split(x: Any, n: int, dim: int, what: str) -> list[Any]:
+    size = x.shape[dim]
+    if size % n:
+        raise CollectiveError(
+            f"{what}: dim {dim} of size {size} does not split over {n} ranks"
+        )
+    k = size // n
+    idx: list[Any] = [slice(None)] * x.ndim
+    out = []
+    for i in range(n):
+        idx[dim] = slice(i * k, (i + 1) * k)
+        out.append(x[tuple(idx)])
+    return out
+
+
+def _norm_dim(dim: int, ndim: int, what: str) -> int:
+    if not -ndim <= dim < ndim:
+        raise CollectiveError(f"{what}: dim {dim} out of range for rank {ndim}")
+    return dim % ndim
+
+
+# --------------------------------------------------------------------------- collectives
+
+
+def all_reduce(
+    x: Any,
+    op: str = "sum",
+    axis: str | None = None,
+    *,
+    mesh: Mesh | None = None,
+    group: Any = None,
+    deterministic: bool = True,
+) -> Any:
+    """Reduce ``x`` over the group; every rank gets the result (a new array/tensor).
+
+    Deterministic by default: all_to_all, rank-ordered local fold, all_gather.
+    """
+    if op not in REDUCTIONS:
+        raise CollectiveError(
+            f"all_reduce: unknown reduction '{op}'; valid: {', '.join(REDUCTIONS)}"
+        )
+    g = _resolve("all_reduce", axis, mesh, group)
+    if g.size == 1:
+        return x.clone() if _is_torch(x) else np.array(x, copy=True)
+    if not deterministic:
+        return _all_reduce_torch(x, op, g)
+    shape = tuple(x.shape)
+    n = math.prod(shape)
+    chunk = -(-n // g.size)
+    flat = x.reshape(-1)
+    pad = chunk * g.size - n
+    if pad:
+        if _is_torch(x):
+            import torch
+
+            flat = torch.cat([flat, torch.zeros(pad, dtype=x.dtype, device=x.device)])
+        else:
+            flat = np.concatenate([flat, np.zeros(pad, dtype=flat.dtype)])
+    recv = _a2a_bytes(_bytes(flat, g.device), g)
+    rows = _from_bytes(recv, x, (g.size, chunk))
+    red = _fold([rows[i] for i in range(g.size)], op)
+    full = _from_bytes(_gather_bytes(_bytes(red, g.device), g), x, (g.size * chunk,))
+    return full[:n].reshape(shape)
+
+
+def _all_reduce_torch(x: Any, op: str, g: _Group) -> Any:
+    import torch
+    import torch.distributed as tdist
+
+    ops = {
+        "sum": tdist.ReduceOp.SUM, "mean": tdist.ReduceOp.SUM, "prod": tdist.ReduceOp.PRODUCT,
+        "max": tdist.ReduceOp.MAX, "min": tdist.ReduceOp.MIN,
+    }
+    if _is_torch(x):
+        t = x.clone()
+    else:
+        a = np.ascontiguousarray(x)
+        try:
+            t = torch.from_numpy(a.copy())
+        except TypeError:
+            raise CollectiveError(
+                f"all_reduce(deterministic=False): torch has no type for {a.dtype}"
+            ) from None
+    t = t.to(g.device)
+    tdist.all_reduce(t, op=ops[op], group=g.pg)
+    if op == "mean":
+        t = (t / g.size).to(t.dtype)
+    return t.to(x.device) if _is_torch(x) else t.cpu().numpy()
+
+
+def all_gather(
+    x: Any, axis: str | None = None, dim: int = 0, *, mesh: Mesh | None = None, group: Any = None
+) -> Any:
+    """Concatenate every rank's ``x`` along ``dim``, in rank order."""
+    g = _resolve("all_gather", axis, mesh, group)
+    dim = _norm_dim(dim, x.ndim, "all_gather")
+    if g.size == 1:
+        return x.clone() if _is_torch(x) else np.array(x, copy=True)
+    out = _from_bytes(_gather_bytes(_bytes(x, g.device), g), x, (g.size, *x.shape))
+    return _concat([out[i] for i in range(g.size)], dim)
+
+
+def reduce_scatter(
+    x: Any,
+    op: str = "sum",
+    axis: str | None = None,
+    dim: int = 0,
+    *,
+    mesh: Mesh | None = None,
+    group: Any = None,
+    deterministic: bool = True,
+) -> Any:
+    """Reduce over the group; rank ``r`` keeps block ``r`` of ``dim``.
+
+    Deterministic: block ``r`` of every rank goes to rank ``r`` (all_to_all), which
+    folds them in rank order.
+    """
+    g = _resolve("reduce_scatter", axis, mesh, group)
+    dim = _norm_dim(dim, x.ndim, "reduce_scatter")
+    if op not in REDUCTIONS:
+        raise CollectiveError(
+            f"reduce_scatter: unknown reduction '{op}'; valid: {', '.join(REDUCTIONS)}"
+        )
+    blocks = _split(x, g.size, dim, "reduce_scatter")
+    if g.size == 1:
+        return _fold([blocks[0]], op)
+    if not deterministic:
+        return _split(_all_reduce_torch(x, op, g), g.size, dim, "reduce_scatter")[g.index]
+    send = _stack(blocks)
+    recv = _from_bytes(_a2a_bytes(_bytes(send, g.device), g), x, tuple(send.shape))
+    return _fold([recv[i] for i in range(g.size)], op)
+
+
+def all_to_all(
+    x: Any,
+    axis: str | None = None,
+    split_dim: int = 0,
+    concat_dim: int = 0,
+    *,
+    mesh: Mesh | None = None,
+    group: Any = None,
+) -> Any:
+    """Split ``split_dim`` into one block per rank, send block ``j`` to rank ``j``, and
+    concatenate the received blocks along ``concat_dim`` in rank order."""
+    g = _resolve("all_to_all", axis, mesh, group)
+    split_dim = _norm_dim(split_dim, x.ndim, "all_to_all")
+    concat_dim = _norm_dim(concat_dim, x.ndim, "all_to_all")
+    blocks = _split(x, g.size, split_dim, "all_to_all")
+    if g.size == 1:
+        return x.clone() if _is_torch(x) else np.array(x, copy=True)
+    send = _stack(blocks)
+    recv = _from_bytes(_a2a_bytes(_bytes(send, g.device), g), x, tuple(send.shape))
+    return _concat([recv[i] for i in range(g.size)], concat_dim)
+
+
+def all_slice(
+    x: Any, axis: str | None = None, dim: int = 0, *, mesh: Mesh | None = None, group: Any = None
+) -> Any:
+    """This rank's block ``r`` of ``dim`` (no communication): replicated -> sharded."""
+    g = _resolve("all_slice", axis, mesh, group)
+    dim = _norm_dim(dim, x.ndim, "all_slice")
+    b = _split(x, g.size, dim, "all_slice")[g.index]
+    return b.clone() if _is_torch(b) else np.array(b, copy=True)
+
+
+def _peer(what: str, mesh: Mesh | None, axis: str, peer: int) -> int:
+    mesh = mesh or current_mesh()
+    if mesh is None:
+        raise CollectiveError(f"{what}: axis '{axis}' given without a mesh")
+    rank = mesh.check_world()
+    c = mesh.coords(rank)
+    n = mesh.axis_size(axis)
+    to = c[axis] + peer
+    if not 0 <= to < n:
+        raise CollectiveError(
+            f"{what}: rank {rank} is at {axis}={c[axis]}; peer {peer:+d} is outside the axis "
+            f"(size {n})"
+        )
+    return mesh.rank_of({**c, axis: to})
+
+
+def send(x: Any, axis: str, peer: int = 1, *, mesh: Mesh | None = None) -> None:
+    """Send ``x`` to the rank ``peer`` steps along mesh axis ``axis`` (blocking)."""
+    import torch.distributed as tdist
+
+    dst = _peer("send", mesh, axis, peer)
+    m = mesh or current_mesh()
+    assert m is not None
+    tdist.send(_bytes(x, m.device_of(m.rank)), dst=dst)
+
+
+def recv(
+    shape: Sequence[int], dtype: Any, axis: str, peer: int = -1, *, mesh: Mesh | None = None,
+    like: Any = None,
+) -> Any:
+    """Receive a tensor of ``shape``/``dtype`` from the rank ``peer`` steps along ``axis``.
+
+    ``dtype`` is a numpy dtype (the result is a numpy array) unless ``like`` is a torch
+    tensor, whose type and device the result takes.
+    """
+    import torch
+    import torch.distributed as tdist
+
+    src = _peer("recv", mesh, axis, peer)
+    m = mesh or current_mesh()
+    assert m is not None
+    if like is None:
+        like = np.empty((0,), dtype=dtype)
+    itemsize = like.element_size() if _is_torch(like) else np.dtype(like.dtype).itemsize
+    buf = torch.empty(math.prod(shape) * itemsize, dtype=torch.uint8, device=m.device_of(m.rank))
+    tdist.recv(buf, src=src)
+    return _from_bytes(buf, like, shape)
+
+
+def rank_ordered_reduce(values: Sequence[Any], op: str = "sum") -> Any:
+    """The reference result of a deterministic all_reduce: the rank-ordered left fold."""
+    return _fold(list(values), op)

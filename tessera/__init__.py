@@ -46,6 +46,25 @@ __all__ = [
 ]
 
 # --- front end (operator graphs, @jit, @graph.module, Tensor annotations) ---
+from tessera.frontend import graph, op  # noqa: E402
+from tessera.frontend.annotations import Tensor, TensorAnnotation  # noqa: E402
+from tessera.frontend.errors import (  # noqa: E402
+    ShapeError,
+    TesseraError,
+    TesseraTypeError,
+    TraceError,
+)
+from tessera.frontend.jit import CompiledFunction, jit  # noqa: E402
+from tessera.frontend.ops import *  # noqa: E402, F403, A004
+from tessera.frontend.ops import OP_FUNCTIONS as _OP_FUNCTIONS  # noqa: E402
+from tessera.frontend.ops import e, inf, pi  # noqa: E402
+from tessera.frontend.tracing import TracedTensor  # noqa: E402
+
+__all__ += [
+    "graph", "op", "Tensor", "TensorAnnotation", "TracedTensor", "CompiledFunction", "jit",
+    "TesseraError", "ShapeError", "TesseraTypeError", "TraceError", "pi", "e", "inf",
+    *_OP_FUNCTIONS,
+]
 # --- tile kernels (@kernel, ts.tile) ---
 # --- autodiff (grad, value_and_grad, jvp, autodiff, custom_vjp) ---
 # --- numerics (precision_policy) ---

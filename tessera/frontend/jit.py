@@ -1,0 +1,373 @@
+"""``@ts.jit`` and ``@graph.module``: compiled functions of tensors.
+
+A :class:`CompiledFunction` traces its Python function into Graph IR once per
+argument signature (each tensor's shape and dtype/policy, plus the values of
+static Python arguments) and caches the result. Calling it with numpy arrays
+or CPU torch tensors runs the Graph IR on the numpy reference interpreter; a
+CUDA tensor goes to :func:`tessera.runtime.dispatch.run_on_gpu`.
+
+Argument rules: a parameter annotated ``ts.Tensor[...]`` must get an array
+whose dims fit the annotation (symbolic dims agree across parameters) and
+whose dtype is the annotation's storage dtype; the annotation's policy then
+becomes the parameter's type. Python ``int``/``float``/``bool``/``str``/``None``
+arguments are static: they are passed to the function as they are and are part
+of the cache key. Anything else is an error.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from tessera.frontend.annotations import (
+    TensorAnnotation,
+    bind_shape,
+    shape_from_annotation,
+)
+from tessera.frontend.errors import ShapeError, TesseraError, TesseraTypeError
+from tessera.frontend.tracing import Trace, TracedTensor, tracing
+from tessera.ir.attrs import tensor_type
+from tessera.ir.dtypes import dtype_of
+from tessera.ir.policy import NumericPolicy
+
+LEVELS: tuple[str, ...] = ("traced", "graph", "tile", "target", "ptx")
+"""The IR levels ``inspect_ir`` can print, in pipeline order."""
+
+LOWERINGS: dict[str, Callable[[Any], Any]] = {}
+"""Lowering from the previous level: ``LOWERINGS["tile"](graph_module) -> tile module``,
+``LOWERINGS["target"](tile_module)``, ``LOWERINGS["ptx"](target_module) -> str``.
+Filled by the lowering passes; a level without an entry raises NotImplementedError."""
+
+_STATIC_TYPES = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
+
+
+@dataclass
+class Specialization:
+    """One compiled signature: its IR at each level and how to call it."""
+
+    key: tuple[Any, ...]
+    name: str
+    traced: ModuleOp
+    tensor_params: list[str]
+    returns_tuple: bool
+    levels: dict[str, Any] = field(default_factory=dict)
+
+    def ir(self, level: str) -> Any:
+        """The module (or PTX text) at ``level``, computed on first use."""
+        if level == "traced":
+            return self.traced
+        if level in self.levels:
+            return self.levels[level]
+        if level == "graph":
+            from tessera.passes.pipelines import run_graph_pipeline
+
+            self.levels["graph"] = run_graph_pipeline(self.traced.clone())
+            return self.levels["graph"]
+        prev = LEVELS[LEVELS.index(level) - 1]
+        lower = LOWERINGS.get(level)
+        if lower is None:
+            raise NotImplementedError(
+                f"inspect_ir('{level}'): the {prev} -> {level} lowering is not available yet "
+                "(no GPU lowering registered in tessera.frontend.jit.LOWERINGS)"
+            )
+        self.levels[level] = lower(self.ir(prev))
+        return self.levels[level]
+
+
+@dataclass(frozen=True)
+class _ArgInfo:
+    param: str
+    kind: str  # "tensor" or "static"
+    shape: tuple[int, ...] = ()
+    policy: NumericPolicy | None = None
+    static: Any = None
+
+
+def _resolve_annotations(fn: Callable[..., Any]) -> dict[str, TensorAnnotation]:
+    """The parameters annotated with ``ts.Tensor[...]`` (string annotations evaluated)."""
+    try:
+        sig = inspect.signature(fn, eval_str=True)
+    except Exception:
+        sig = inspect.signature(fn)
+    out = {}
+    for name, p in sig.parameters.items():
+        if isinstance(p.annotation, TensorAnnotation):
+            out[name] = p.annotation
+    return out
+
+
+class CompiledFunction:
+    """A Python function of tensors compiled to Graph IR (see the module docstring)."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        *,
+        mesh: Any = None,
+    ):
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "fn")
+        self.__name__ = self.name
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.__wrapped__ = fn
+        self.mesh = _mesh_sizes(mesh)
+        self.signature = inspect.signature(fn)
+        self.annotations = _resolve_annotations(fn)
+        self._cache: dict[tuple[Any, ...], Specialization] = {}
+        self._last: Specialization | None = None
+
+    def __repr__(self) -> str:
+        return f"<tessera compiled function {self.name}>"
+
+    # ------------------------------------------------------------ signatures
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> inspect.BoundArguments:
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TesseraTypeError(f"{self.name}: {e}") from None
+        bound.apply_defaults()
+        return bound
+
+    def _arg_infos(self, bound: inspect.BoundArguments, arrays: dict[str, np.ndarray]) -> list[_ArgInfo]:
+        infos: list[_ArgInfo] = []
+        symbols: dict[str, tuple[int, str]] = {}
+        for pname, value in bound.arguments.items():
+            ann = self.annotations.get(pname)
+            if pname in arrays:
+                arr = arrays[pname]
+                try:
+                    dt = dtype_of(arr.dtype)
+                except TypeError:
+                    raise TesseraTypeError(
+                        f"{self.name}: argument '{pname}' has unsupported dtype {arr.dtype}"
+                    ) from None
+                policy = NumericPolicy(dt)
+                if ann is not None:
+                    try:
+                        bind_shape(ann, arr.shape, symbols, pname)
+                    except ShapeError as e:
+                        raise ShapeError(f"{self.name}: {e}") from None
+                    apol = ann.policy
+                    if apol is not None:
+                        if apol.storage != dt:
+                            raise TesseraTypeError(
+                                f"{self.name}: argument '{pname}' has dtype {dt!r}, but its "
+                                f"annotation says {ann.dtype!r}; convert it before the call"
+                            )
+                        policy = apol
+                infos.append(_ArgInfo(pname, "tensor", tuple(arr.shape), policy))
+            elif isinstance(value, _STATIC_TYPES):
+                if ann is not None:
+                    raise TesseraTypeError(
+                        f"{self.name}: argument '{pname}' is annotated {ann!r} but got "
+                        f"{type(value).__name__} {value!r}"
+                    )
+                infos.append(_ArgInfo(pname, "static", static=value))
+            else:
+                raise TesseraTypeError(
+                    f"{self.name}: argument '{pname}' has unsupported type "
+                    f"{type(value).__name__}; expected a numpy array, a torch tensor or a "
+                    "Python scalar"
+                )
+        return infos
+
+    def _annotation_infos(self, sizes: dict[str, int]) -> list[_ArgInfo]:
+        infos = []
+        for pname, p in self.signature.parameters.items():
+            ann = self.annotations.get(pname)
+            if ann is None:
+                if p.default is not inspect.Parameter.empty and isinstance(
+                    p.default, _STATIC_TYPES
+                ):
+                    infos.append(_ArgInfo(pname, "static", static=p.default))
+                    continue
+                raise TesseraError(
+                    f"{self.name}: parameter '{pname}' has no ts.Tensor annotation and the "
+                    "function was never called; call it once with arguments or annotate it"
+                )
+            pol = ann.policy
+            if pol is None:
+                raise TesseraError(
+                    f"{self.name}: the annotation of '{pname}' has no dtype; add one "
+                    f"(e.g. ts.Tensor[..., ts.f32]) or call the function once"
+                )
+            try:
+                shape = shape_from_annotation(ann, sizes, pname)
+            except TesseraTypeError as e:
+                raise TesseraError(f"{self.name}: {e}") from None
+            infos.append(_ArgInfo(pname, "tensor", shape, pol))
+        return infos
+
+    # ------------------------------------------------------------ tracing
+    def _specialize(self, infos: list[_ArgInfo]) -> Specialization:
+        key = tuple(
+            (i.param, i.kind, i.shape, i.policy, _static_key(i.static)) for i in infos
+        )
+        spec = self._cache.get(key)
+        if spec is None:
+            spec = self._trace(key, infos)
+            self._cache[key] = spec
+        self._last = spec
+        return spec
+
+    def _trace(self, key: tuple[Any, ...], infos: list[_ArgInfo]) -> Specialization:
+        trace = Trace(self.name, self.mesh)
+        call_args: dict[str, Any] = {}
+        for i in infos:
+            if i.kind == "tensor":
+                assert i.policy is not None
+                call_args[i.param] = trace.add_argument(tensor_type(i.shape, i.policy))
+            else:
+                call_args[i.param] = i.static
+        bound = self.signature.bind_partial()
+        bound.arguments.update(call_args)
+        with tracing(trace):
+            out = self.fn(*bound.args, **bound.kwargs)
+        returns_tuple = isinstance(out, tuple | list)
+        outs = list(out) if returns_tuple else [out]
+        for k, o in enumerate(outs):
+            if not isinstance(o, TracedTensor):
+                raise TesseraTypeError(
+                    f"{self.name}: result {k} is {type(o).__name__} {o!r}; a traced function "
+                    "must return tensors"
+                )
+            if o.trace is not trace:
+                raise TesseraTypeError(f"{self.name}: result {k} comes from another trace")
+        module = trace.finish(outs)
+        return Specialization(
+            key=key,
+            name=self.name,
+            traced=module,
+            tensor_params=[i.param for i in infos if i.kind == "tensor"],
+            returns_tuple=returns_tuple,
+        )
+
+    def specialize(self, *args: Any, **kwargs: Any) -> Specialization:
+        """The compiled specialization for these arguments (traced on first use)."""
+        bound = self._bind(args, kwargs)
+        arrays = _arrays_of(bound, self.name)
+        return self._specialize(self._arg_infos(bound, arrays))
+
+    def trace(self, *args: Any, **kwargs: Any) -> ModuleOp:
+        """The traced (unoptimized) Graph IR module for these arguments."""
+        return self.specialize(*args, **kwargs).traced
+
+    # ------------------------------------------------------------ calling
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from tessera.runtime import convert, dispatch
+        from tessera.runtime.graph_interpreter import run_function
+
+        bound = self._bind(args, kwargs)
+        values = list(bound.arguments.values())
+        if any(convert.is_cuda_tensor(v) for v in values):
+            spec = self._specialize(self._arg_infos(bound, _arrays_of(bound, self.name, meta=True)))
+            return dispatch.run_on_gpu(spec, [bound.arguments[p] for p in spec.tensor_params])
+        arrays = _arrays_of(bound, self.name)
+        spec = self._specialize(self._arg_infos(bound, arrays))
+        results = run_function(spec.ir("graph"), spec.name, [arrays[p] for p in spec.tensor_params])
+        if any(convert.is_torch_tensor(v) for v in values):
+            results = [convert.to_torch(r) for r in results]
+        return tuple(results) if spec.returns_tuple else results[0]
+
+    # ------------------------------------------------------------ inspection
+    def inspect_ir(self, level: str = "graph", **sizes: int) -> str:
+        """The IR at ``level`` ("traced", "graph", "tile", "target", "ptx") as text.
+
+        Uses the signature of the last call; before any call (or with ``sizes``
+        for symbolic dims), the parameters' ``ts.Tensor`` annotations.
+        """
+        if level not in LEVELS:
+            raise ValueError(
+                f"inspect_ir: unknown level '{level}'; valid levels: {', '.join(LEVELS)}"
+            )
+        spec = self._last
+        if spec is None or sizes:
+            spec = self._specialize(self._annotation_infos(dict(sizes)))
+        return str(spec.ir(level))
+
+
+def _static_key(v: Any) -> Any:
+    return (type(v).__name__, v) if v is not None else None
+
+
+def _arrays_of(
+    bound: inspect.BoundArguments, name: str, meta: bool = False
+) -> dict[str, np.ndarray]:
+    """The array arguments as numpy (or, with ``meta``, shape/dtype stand-ins for GPU tensors)."""
+    from tessera.runtime import convert
+
+    out: dict[str, np.ndarray] = {}
+    for pname, v in bound.arguments.items():
+        if isinstance(v, np.ndarray):
+            out[pname] = v
+        elif convert.is_torch_tensor(v):
+            if meta and convert.is_cuda_tensor(v):
+                from tessera.ir.dtypes import dtype_of as _dt
+
+                d = _dt(v.dtype, where=f"{name} argument '{pname}'")
+                out[pname] = np.empty(tuple(v.shape), dtype=d.np_dtype)
+            else:
+                out[pname] = convert.to_numpy(v, where=f"{name} argument '{pname}'")
+    return out
+
+
+def _mesh_sizes(mesh: Any) -> dict[str, int] | None:
+    """Axis sizes of a mesh given as a dict, a ``#tessera.mesh`` attribute or a mesh object."""
+    if mesh is None:
+        return None
+    if isinstance(mesh, dict):
+        return {str(k): int(v) for k, v in mesh.items()}
+    if hasattr(mesh, "as_dict"):
+        return {str(k): int(v) for k, v in mesh.as_dict().items()}
+    axes = getattr(mesh, "axes", None) or getattr(mesh, "axis_names", None)
+    shape = getattr(mesh, "shape", None) or getattr(mesh, "mesh_shape", None)
+    if axes is not None and shape is not None:
+        return {str(a): int(s) for a, s in zip(axes, tuple(shape))}
+    raise TesseraTypeError(
+        f"mesh: expected a dict of axis sizes or a mesh with axes and shape, got {mesh!r}"
+    )
+
+
+class _JitDecorator:
+    """``ts.jit``: ``@ts.jit``, ``@ts.jit(mesh=...)``, and ``@jit @autodiff`` stacking."""
+
+    def __init__(self, inner: Callable[[Any], Any] | None = None, **options: Any):
+        self._inner = inner
+        self._options = options
+
+    def __call__(self, fn: Any = None, /, **options: Any) -> Any:
+        if fn is None:
+            return _JitDecorator(self._inner, **{**self._options, **options})
+        if self._inner is not None:
+            fn = self._inner(fn)
+        return CompiledFunction(fn, **{**self._options, **options})
+
+    def __matmul__(self, other: Callable[[Any], Any]) -> _JitDecorator:
+        """``@jit @autodiff``: apply ``other`` first, then compile."""
+        inner = self._inner
+        return _JitDecorator(
+            (lambda f: inner(other(f))) if inner is not None else other, **self._options
+        )
+
+    def __repr__(self) -> str:
+        return "ts.jit"
+
+
+jit = _JitDecorator()
+
+
+def module(name: str | None = None, *, mesh: Any = None) -> Callable[[Any], CompiledFunction]:
+    """``@graph.module("attention")``: compile a function as the named Graph IR function."""
+    if callable(name):
+        return CompiledFunction(name)  # type: ignore[return-value]
+
+    def wrap(fn: Callable[..., Any]) -> CompiledFunction:
+        return CompiledFunction(fn, name, mesh=mesh)
+
+    return wrap

@@ -1,0 +1,1054 @@
+"""The operator functions of the guide (``ts.matmul``, ``op.softmax``, ``ts.all_reduce`` ...).
+
+Each function appends one Graph IR op (a few for composites such as
+:func:`split_qkv`) to the active trace and returns :class:`TracedTensor`
+results. Shapes are checked by the ops' own verifiers (or their
+``infer_shape`` helpers), so the rules live in :mod:`tessera.ir.graph`.
+
+Result-dtype rules:
+
+* Elementwise ops need operands of one element type; there is no implicit
+  promotion (``ts.cast`` converts). A Python scalar becomes a ``tgraph.constant``
+  splat (rank 0) of the other operand's type, policy included. The result
+  keeps the left operand's numeric policy (the right one's if the left has the
+  default policy). Comparisons give ``bool`` (``i1``).
+* ``matmul``/``gemm`` return ``out_dtype`` if given; else the accumulate dtype
+  when the operands' policy declares one (``fp8_e4m3 @accum(f32)`` -> ``f32``);
+  else the operands' own type and policy (``bf16 x bf16 -> bf16``, accumulated
+  in f32).
+* Reductions, normalizations, softmax, attention and shape ops keep the input type.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from xdsl.dialects.builtin import (
+    ComplexType,
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    NoneAttr,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+    f32,
+    f64,
+    i1,
+    i64,
+)
+from xdsl.ir import Attribute
+
+from tessera.frontend.annotations import as_policy_or_none
+from tessera.frontend.errors import ShapeError, TesseraTypeError, located
+from tessera.frontend.tracing import Trace, TracedTensor, current_trace, result_type
+from tessera.ir import graph as g
+from tessera.ir.attrs import REDUCTIONS, tensor_type
+from tessera.ir.dtypes import bool_, dtype_of, fp32, int64
+from tessera.ir.policy import NumericPolicy
+
+pi = math.pi
+e = math.e
+inf = math.inf
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _emit(opcls: type[g.IRDLOperation], trace: Trace, **kw: Any) -> TracedTensor:
+    op = trace.add(opcls.build(**kw))
+    return TracedTensor(op.results[0], trace)
+
+
+def _dense_props(name: str, values: Sequence[int]) -> dict[str, Attribute]:
+    return {name: DenseArrayBase.from_list(i64, [int(v) for v in values])}
+
+
+def _is_scalar(x: Any) -> bool:
+    return isinstance(x, numbers.Number) and not isinstance(x, np.ndarray)
+
+
+def _is_array(x: Any) -> bool:
+    if isinstance(x, np.ndarray):
+        return True
+    mod = type(x).__module__
+    return mod.startswith("torch") and hasattr(x, "detach")
+
+
+def constant(value: Any, dtype: Any = None, *, like: TracedTensor | None = None) -> TracedTensor:
+    """A ``tgraph.constant`` from a Python scalar or a numpy array / CPU torch tensor.
+
+    ``dtype`` (a dtype or policy) gives the result type; by default a scalar takes
+    ``like``'s type (policy included) and an array its own dtype.
+    """
+    trace = like.trace if like is not None else current_trace("constant")
+    if _is_array(value):
+        from tessera.runtime.convert import to_numpy
+
+        arr = to_numpy(value, where="constant")
+    elif _is_scalar(value):
+        arr = np.asarray(value)
+    else:
+        raise TesseraTypeError(
+            located(f"cannot make a tensor constant from {type(value).__name__} {value!r}")
+        )
+    if np.iscomplexobj(arr):
+        raise TesseraTypeError(located("complex constants are not supported"))
+    if dtype is not None:
+        pol = as_policy_or_none(dtype, "constant")
+        assert pol is not None
+        rtype: TensorType = tensor_type(arr.shape, pol)
+    elif like is not None and _is_scalar(value):
+        rtype = result_type((), like.type)
+    else:
+        try:
+            rtype = tensor_type(arr.shape, dtype_of(arr.dtype))
+        except TypeError as err:
+            raise TesseraTypeError(located(f"constant: {err}")) from None
+    elem = rtype.element_type
+    if isinstance(elem, IntegerType):
+        if elem == i1:
+            vals: list[Any] = [bool(v) for v in arr.reshape(-1)]
+            attr_elem: Attribute = i1
+        else:
+            flat = arr.reshape(-1)
+            if flat.dtype.kind == "f" and not np.all(np.equal(np.floor(flat), flat)):
+                raise TesseraTypeError(
+                    located(f"constant {value!r} is not an integer but the tensor type is {elem}")
+                )
+            vals = [int(v) for v in flat]
+            attr_elem = i64
+    else:
+        vals = [float(v) for v in arr.astype(np.float64).reshape(-1)]
+        attr_elem = f32 if elem == f32 else f64
+    attr = DenseIntOrFPElementsAttr.from_list(TensorType(attr_elem, list(arr.shape)), vals)
+    return _emit(g.ConstantOp, trace, result_types=[rtype], properties={"value": attr})
+
+
+def _as_tensor(x: Any, opname: str, like: TracedTensor | None = None) -> TracedTensor:
+    if isinstance(x, TracedTensor):
+        if like is not None and x.trace is not like.trace:
+            raise TesseraTypeError(located(f"{opname}: operands come from different traces"))
+        return x
+    if _is_scalar(x) and like is not None:
+        if isinstance(x, bool) or like.dtype == bool_:
+            if like.dtype != bool_ or not isinstance(x, bool | np.bool_):
+                raise TesseraTypeError(
+                    located(f"{opname}: cannot combine {x!r} with a {like.dtype!r} tensor")
+                )
+        return constant(x, like=like)
+    if _is_array(x):
+        return constant(x, like=like)
+    raise TesseraTypeError(
+        located(
+            f"{opname}: unsupported operand {type(x).__name__} {x!r}; expected a tensor, "
+            "a Python number or a numpy array"
+        )
+    )
+
+
+def _operands(opname: str, *xs: Any) -> list[TracedTensor]:
+    like = next((x for x in xs if isinstance(x, TracedTensor)), None)
+    if like is None:
+        current_trace(opname)
+        raise TesseraTypeError(located(f"{opname}: needs at least one tensor operand"))
+    return [_as_tensor(x, opname, like) for x in xs]
+
+
+def _check_same_elem(opname: str, *xs: TracedTensor) -> None:
+    types = [x.type.element_type for x in xs]
+    if any(t != types[0] for t in types):
+        raise TesseraTypeError(
+            located(
+                f"{opname}: element types differ: {', '.join(str(t) for t in types)}; "
+                "convert with ts.cast"
+            )
+        )
+
+
+def _broadcast(opname: str, *xs: TracedTensor) -> tuple[int, ...]:
+    shape: tuple[int, ...] | None = xs[0].shape
+    for x in xs[1:]:
+        shape = g.broadcast_shapes(shape, x.shape) if shape is not None else None
+    if shape is None:
+        raise ShapeError(
+            located(
+                f"{opname} shapes {' and '.join(g.fmt_shape(x.shape) for x in xs)} do not broadcast"
+            )
+        )
+    return shape
+
+
+def _norm_axis(opname: str, axis: int, rank: int) -> int:
+    if not -rank <= axis < builtins.max(rank, 1):
+        raise ShapeError(located(f"{opname}: axis {axis} out of range for rank {rank}"))
+    return axis % builtins.max(rank, 1)
+
+
+def _result_like(a: TracedTensor, b: TracedTensor, shape: Sequence[int]) -> TensorType:
+    """The result type of a binary op: the left operand's policy, else the right one's."""
+    src = b if (not _has_encoding(a) and _has_encoding(b)) else a
+    return result_type(shape, src.type)
+
+
+def _has_encoding(x: TracedTensor) -> bool:
+    return not isinstance(x.type.encoding, NoneAttr)
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+def _binary(opcls: type[g.ElementwiseBinaryOp], opname: str, a: Any, b: Any) -> TracedTensor:
+    x, y = _operands(opname, a, b)
+    _check_same_elem(opname, x, y)
+    shape = _broadcast(opname, x, y)
+    if opcls.RESULT_IS_BOOL:
+        rt: TensorType = TensorType(i1, list(shape))
+    else:
+        rt = _result_like(x, y, shape)
+    return _emit(opcls, x.trace, operands=[x.value, y.value], result_types=[rt])
+
+
+def add(a: Any, b: Any) -> TracedTensor:
+    """Elementwise ``a + b`` with broadcasting."""
+    return _binary(g.AddOp, "add", a, b)
+
+
+def sub(a: Any, b: Any) -> TracedTensor:
+    """Elementwise ``a - b`` with broadcasting."""
+    return _binary(g.SubOp, "sub", a, b)
+
+
+def mul(a: Any, b: Any) -> TracedTensor:
+    """Elementwise ``a * b`` with broadcasting."""
+    return _binary(g.MulOp, "mul", a, b)
+
+
+def div(a: Any, b: Any) -> TracedTensor:
+    """Elementwise ``a / b`` with broadcasting."""
+    return _binary(g.DivOp, "div", a, b)
+
+
+def pow(a: Any, b: Any) -> TracedTensor:  # noqa: A001
+    """Elementwise ``a ** b`` with broadcasting."""
+    return _binary(g.PowOp, "pow", a, b)
+
+
+def maximum(a: Any, b: Any) -> TracedTensor:
+    """Elementwise maximum (NaN-propagating)."""
+    return _binary(g.MaximumOp, "maximum", a, b)
+
+
+def minimum(a: Any, b: Any) -> TracedTensor:
+    """Elementwise minimum (NaN-propagating)."""
+    return _binary(g.MinimumOp, "minimum", a, b)
+
+
+def lt(a: Any, b: Any) -> TracedTensor:
+    """Elementwise ``a < b`` (bool result)."""
+    return _binary(g.LtOp, "lt", a, b)
+
+
+def le(a: Any, b: Any) -> TracedTensor:
+    """Elementwise ``a <= b`` (bool result)."""
+    return _binary(g.LeOp, "le", a, b)
+
+
+def gt(a: Any, b: Any) -> TracedTensor:
+    """Elementwise ``a > b`` (bool result)."""
+    return _binary(g.GtOp, "gt", a, b)
+
+
+def ge(a: Any, b: Any) -> TracedTensor:
+    """Elementwise ``a >= b`` (bool result)."""
+    return _binary(g.GeOp, "ge", a, b)
+
+
+def eq(a: Any, b: Any) -> TracedTensor:
+    """Elementwise ``a == b`` (bool result)."""
+    return _binary(g.EqOp, "eq", a, b)
+
+
+def ne(a: Any, b: Any) -> TracedTensor:
+    """Elementwise ``a != b`` (bool result)."""
+    return _binary(g.NeOp, "ne", a, b)
+
+
+def where(cond: Any, a: Any, b: Any) -> TracedTensor:
+    """Elementwise ``cond ? a : b`` (``tgraph.select``) with broadcasting of all three."""
+    if not isinstance(cond, TracedTensor):
+        raise TesseraTypeError(located("where: the condition must be a bool tensor"))
+    x, y = _operands("where", a, b)
+    if cond.type.element_type != i1:
+        raise TesseraTypeError(
+            located(f"where: the condition must be a bool tensor, got {cond.type.element_type}")
+        )
+    _check_same_elem("where", x, y)
+    shape = _broadcast("where", cond, x, y)
+    rt = _result_like(x, y, shape)
+    return _emit(g.SelectOp, x.trace, operands=[cond.value, x.value, y.value], result_types=[rt])
+
+
+select = where
+
+
+def _unary(opcls: type[g.ElementwiseUnaryOp], opname: str, x: Any) -> TracedTensor:
+    if not isinstance(x, TracedTensor):
+        current_trace(opname)
+        raise TesseraTypeError(
+            located(f"{opname}: expected a tensor, got {type(x).__name__} {x!r}")
+        )
+    return _emit(opcls, x.trace, operands=[x.value], result_types=[x.type])
+
+
+def neg(x: Any) -> TracedTensor:
+    """Elementwise ``-x``."""
+    return _unary(g.NegOp, "neg", x)
+
+
+def abs(x: Any) -> TracedTensor:  # noqa: A001
+    """Elementwise ``|x|``."""
+    return _unary(g.AbsOp, "abs", x)
+
+
+def exp(x: Any) -> TracedTensor:
+    """Elementwise ``e**x``."""
+    return _unary(g.ExpOp, "exp", x)
+
+
+def log(x: Any) -> TracedTensor:
+    """Elementwise natural logarithm."""
+    return _unary(g.LogOp, "log", x)
+
+
+def sqrt(x: Any) -> TracedTensor:
+    """Elementwise square root."""
+    return _unary(g.SqrtOp, "sqrt", x)
+
+
+def rsqrt(x: Any) -> TracedTensor:
+    """Elementwise ``1/sqrt(x)``."""
+    return _unary(g.RsqrtOp, "rsqrt", x)
+
+
+def tanh(x: Any) -> TracedTensor:
+    """Elementwise hyperbolic tangent."""
+    return _unary(g.TanhOp, "tanh", x)
+
+
+def relu(x: Any) -> TracedTensor:
+    """Elementwise ``max(x, 0)``."""
+    return _unary(g.ReluOp, "relu", x)
+
+
+def gelu(x: Any) -> TracedTensor:
+    """Elementwise GELU (tanh approximation)."""
+    return _unary(g.GeluOp, "gelu", x)
+
+
+def silu(x: Any) -> TracedTensor:
+    """Elementwise ``x * sigmoid(x)``."""
+    return _unary(g.SiluOp, "silu", x)
+
+
+def sigmoid(x: Any) -> TracedTensor:
+    """Elementwise logistic sigmoid."""
+    return _unary(g.SigmoidOp, "sigmoid", x)
+
+
+def round(x: Any) -> TracedTensor:  # noqa: A001
+    """Round to the nearest integer, ties to even, keeping the dtype.
+
+    Built from casts: values below ``2**nmant`` in magnitude (the only ones
+    with a fraction) go through int64 and back; larger ones, inf and NaN pass.
+    """
+    x = _tensor_arg(x, "round")
+    if not x.dtype.is_float:
+        return x
+    big = float(2 ** int(ml_dtypes.finfo(x.dtype.np_dtype).nmant))
+    as_int = cast(cast(x, int64), x.policy)
+    return where(lt(abs(x), big), as_int, x)
+
+
+def cast(x: Any, dtype: Any, *, seed: int | None = None) -> TracedTensor:
+    """Convert ``x`` to ``dtype`` (a dtype or a numeric policy), with the policy's
+    rounding (``seed`` fixes the stream of stochastic rounding)."""
+    if not isinstance(x, TracedTensor):
+        current_trace("cast")
+        raise TesseraTypeError(located(f"cast: expected a tensor, got {type(x).__name__}"))
+    pol = as_policy_or_none(dtype, "cast")
+    assert pol is not None
+    props: dict[str, Attribute] = {}
+    if seed is not None:
+        props["seed"] = IntegerAttr(int(seed), i64)
+    elif pol.rounding == "stochastic":
+        props["seed"] = IntegerAttr(x.trace.next_seed(), i64)
+    return _emit(
+        g.CastOp,
+        x.trace,
+        operands=[x.value],
+        result_types=[tensor_type(x.shape, pol)],
+        properties=props,
+    )
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+def _reduce(
+    opcls: type[g.ReductionOp], opname: str, x: Any, axis: Any, keepdims: bool
+) -> TracedTensor:
+    if not isinstance(x, TracedTensor):
+        current_trace(opname)
+        raise TesseraTypeError(located(f"{opname}: expected a tensor, got {type(x).__name__}"))
+    rank = x.ndim
+    if axis is None:
+        axes = list(range(rank))
+    else:
+        raw = [axis] if isinstance(axis, int) else list(axis)
+        axes = [_norm_axis(opname, int(a), rank) for a in raw]
+        if len(set(axes)) != len(axes):
+            raise ShapeError(located(f"{opname}: repeated axis in {raw}"))
+    if keepdims:
+        shape = [1 if i in axes else d for i, d in enumerate(x.shape)]
+    else:
+        shape = [d for i, d in enumerate(x.shape) if i not in axes]
+    props = _dense_props("axes", sorted(axes) if axis is not None else [])
+    if keepdims:
+        props["keepdims"] = UnitAttr()
+    return _emit(
+        opcls,
+        x.trace,
+        operands=[x.value],
+        result_types=[result_type(shape, x.type)],
+        properties=props,
+    )
+
+
+def sum(x: Any, axis: Any = None, keepdims: bool = False) -> TracedTensor:  # noqa: A001
+    """Sum over ``axis`` (an int, a tuple, or None for all), in a fixed order."""
+    return _reduce(g.SumOp, "sum", x, axis, keepdims)
+
+
+def max(x: Any, axis: Any = None, keepdims: bool = False) -> TracedTensor:  # noqa: A001
+    """Maximum over ``axis`` (None: all axes)."""
+    return _reduce(g.MaxOp, "max", x, axis, keepdims)
+
+
+def min(x: Any, axis: Any = None, keepdims: bool = False) -> TracedTensor:  # noqa: A001
+    """Minimum over ``axis`` (None: all axes)."""
+    return _reduce(g.MinOp, "min", x, axis, keepdims)
+
+
+def mean(x: Any, axis: Any = None, keepdims: bool = False) -> TracedTensor:
+    """Arithmetic mean over ``axis`` (None: all axes)."""
+    return _reduce(g.MeanOp, "mean", x, axis, keepdims)
+
+
+# --------------------------------------------------------------------------- nn ops
+
+
+def _tensor_arg(x: Any, opname: str, what: str = "operand") -> TracedTensor:
+    if not isinstance(x, TracedTensor):
+        current_trace(opname)
+        raise TesseraTypeError(
+            located(f"{opname}: {what} must be a tensor, got {type(x).__name__}")
+        )
+    return x
+
+
+def softmax(x: Any, axis: int = -1) -> TracedTensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
+    x = _tensor_arg(x, "softmax")
+    ax = _norm_axis("softmax", axis, x.ndim)
+    return _emit(
+        g.SoftmaxOp,
+        x.trace,
+        operands=[x.value],
+        result_types=[x.type],
+        properties={"axis": IntegerAttr(ax, i64)},
+    )
+
+
+def layernorm(
+    x: Any, weight: Any = None, bias: Any = None, *, eps: float = 1e-5
+) -> TracedTensor:
+    """Layer normalization over the last dim, optional ``weight`` and ``bias`` of size [D]."""
+    x = _tensor_arg(x, "layernorm")
+    w = _as_tensor(weight, "layernorm", x) if weight is not None else None
+    b = _as_tensor(bias, "layernorm", x) if bias is not None else None
+    return _emit(
+        g.LayerNormOp,
+        x.trace,
+        operands=[x.value, w.value if w else None, b.value if b else None],
+        result_types=[x.type],
+        properties={"eps": FloatAttr(float(eps), f64)},
+    )
+
+
+def rmsnorm(x: Any, weight: Any = None, *, eps: float = 1e-6) -> TracedTensor:
+    """RMS normalization over the last dim, optional ``weight`` of size [D]."""
+    x = _tensor_arg(x, "rmsnorm")
+    w = _as_tensor(weight, "rmsnorm", x) if weight is not None else None
+    return _emit(
+        g.RMSNormOp,
+        x.trace,
+        operands=[x.value, w.value if w else None],
+        result_types=[x.type],
+        properties={"eps": FloatAttr(float(eps), f64)},
+    )
+
+
+layernorm_safe = layernorm
+rmsnorm_safe = rmsnorm
+
+
+def matmul_result_policy(
+    a: NumericPolicy, b: NumericPolicy, out_dtype: Any = None
+) -> NumericPolicy:
+    """The result policy of ``matmul(a, b)`` (see the module docstring)."""
+    if out_dtype is not None:
+        pol = as_policy_or_none(out_dtype, "matmul out_dtype")
+        assert pol is not None
+        return pol
+    acc = a.accum or b.accum
+    if acc is not None:
+        return NumericPolicy(acc)
+    return a
+
+
+def matmul(
+    a: Any,
+    b: Any,
+    *,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    tile_shape: Sequence[int] | None = None,
+    out_dtype: Any = None,
+) -> TracedTensor:
+    """Matrix product with batch broadcasting; ``tile_shape=(BM, BN, BK)`` is a lowering hint."""
+    x, y = _operands("matmul", a, b)
+    _check_same_elem("matmul", x, y)
+    r = g.MatmulOp.infer_shape(x.shape, y.shape, transpose_a, transpose_b)
+    if isinstance(r, str):
+        raise ShapeError(located(f"matmul {r}"))
+    pol = matmul_result_policy(x.policy, y.policy, out_dtype)
+    props: dict[str, Attribute] = {}
+    if transpose_a:
+        props["transpose_lhs"] = UnitAttr()
+    if transpose_b:
+        props["transpose_rhs"] = UnitAttr()
+    if tile_shape is not None:
+        props.update(_dense_props("tile_shape", tile_shape))
+    return _emit(
+        g.MatmulOp,
+        x.trace,
+        operands=[x.value, y.value],
+        result_types=[tensor_type(r, pol)],
+        properties=props,
+    )
+
+
+def gemm(a: Any, b: Any, **kw: Any) -> TracedTensor:
+    """``matmul`` under its BLAS name (same op, same keywords)."""
+    return matmul(a, b, **kw)
+
+
+def flash_attention(
+    q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False
+) -> TracedTensor:
+    """Fused ``softmax(scale * q kᵀ [+ causal mask]) v`` (scale defaults to 1/sqrt(D))."""
+    q, k, v = _operands("flash_attention", q, k, v)
+    props: dict[str, Attribute] = {}
+    if scale is not None:
+        props["scale"] = FloatAttr(float(scale), f64)
+    if causal:
+        props["causal"] = UnitAttr()
+    shape = (*q.shape[:-1], v.shape[-1]) if q.ndim >= 1 and v.ndim >= 1 else q.shape
+    return _emit(
+        g.FlashAttentionOp,
+        q.trace,
+        operands=[q.value, k.value, v.value],
+        result_types=[result_type(shape, q.type)],
+        properties=props,
+    )
+
+
+def conv2d(
+    x: Any,
+    weight: Any,
+    bias: Any = None,
+    *,
+    stride: int | Sequence[int] = 1,
+    padding: int | Sequence[int] = 0,
+) -> TracedTensor:
+    """2-D cross-correlation: NCHW input, OIHW weight, optional bias [O]."""
+    x, w = _operands("conv2d", x, weight)
+    b = _as_tensor(bias, "conv2d", x) if bias is not None else None
+    st = [stride, stride] if isinstance(stride, int) else list(stride)
+    pd = [padding, padding] if isinstance(padding, int) else list(padding)
+    _check_same_elem("conv2d", x, w)
+    if len(st) != 2 or len(pd) != 2 or builtins.min(st) < 1 or builtins.min(pd) < 0:
+        raise ShapeError(
+            located("conv2d stride needs two sizes >= 1 and padding two sizes >= 0")
+        )
+    r = g.Conv2dOp.infer_shape(x.shape, w.shape, st, pd)
+    if isinstance(r, str):
+        raise ShapeError(located(f"conv2d {r}"))
+    props = _dense_props("stride", st)
+    props.update(_dense_props("padding", pd))
+    return _emit(
+        g.Conv2dOp,
+        x.trace,
+        operands=[x.value, w.value, b.value if b else None],
+        result_types=[result_type(r, x.type)],
+        properties=props,
+    )
+
+
+def mse(pred: Any, target: Any) -> TracedTensor:
+    """Mean squared error ``mean((pred - target)**2)`` (rank 0)."""
+    x, y = _operands("mse", pred, target)
+    _check_same_elem("mse", x, y)
+    _broadcast("mse", x, y)
+    return _emit(
+        g.MSEOp, x.trace, operands=[x.value, y.value], result_types=[result_type((), x.type)]
+    )
+
+
+# --------------------------------------------------------------------------- shape ops
+
+
+def transpose(x: Any, *dims: Any) -> TracedTensor:
+    """Permute dims.
+
+    ``transpose(x)`` swaps the last two dims; ``transpose(x, d0, d1)`` swaps two
+    dims (torch style); ``transpose(x, perm)`` or ``transpose(x, *perm)`` with a
+    full permutation reorders all dims (numpy style).
+    """
+    x = _tensor_arg(x, "transpose")
+    rank = x.ndim
+    if len(dims) == 1 and isinstance(dims[0], tuple | list):
+        perm = [int(d) for d in dims[0]]
+    elif not dims:
+        if rank < 2:
+            raise ShapeError(located(f"transpose: needs rank >= 2, got {g.fmt_shape(x.shape)}"))
+        perm = [*range(rank - 2), rank - 1, rank - 2]
+    elif len(dims) == 2 and rank != 2:
+        a, b = (_norm_axis("transpose", int(d), rank) for d in dims)
+        perm = list(range(rank))
+        perm[a], perm[b] = perm[b], perm[a]
+    else:
+        perm = [int(d) for d in dims]
+    if sorted(p % builtins.max(rank, 1) for p in perm) != list(range(rank)) or len(perm) != rank:
+        raise ShapeError(
+            located(f"transpose permutation {perm} is not a permutation of {rank} dims")
+        )
+    perm = [p % rank for p in perm]
+    shape = [x.shape[p] for p in perm]
+    return _emit(
+        g.TransposeOp,
+        x.trace,
+        operands=[x.value],
+        result_types=[result_type(shape, x.type)],
+        properties=_dense_props("permutation", perm),
+    )
+
+
+def reshape(x: Any, shape: Sequence[int]) -> TracedTensor:
+    """Same elements in row-major order, new ``shape`` (one dim may be -1)."""
+    x = _tensor_arg(x, "reshape")
+    shape = [int(d) for d in shape]
+    n = int(np.prod(x.shape, dtype=np.int64))
+    if shape.count(-1) > 1 or any(d < -1 for d in shape):
+        raise ShapeError(located(f"reshape: bad target shape {shape}"))
+    if -1 in shape:
+        known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+        if known == 0 or n % known:
+            raise ShapeError(
+                located(f"reshape cannot reshape {g.fmt_shape(x.shape)} ({n} elements) to {shape}")
+            )
+        shape[shape.index(-1)] = n // known
+    return _emit(g.ReshapeOp, x.trace, operands=[x.value], result_types=[result_type(shape, x.type)])
+
+
+def broadcast_to(x: Any, shape: Sequence[int]) -> TracedTensor:
+    """Broadcast ``x`` to ``shape`` with numpy rules."""
+    x = _tensor_arg(x, "broadcast_to")
+    return _emit(
+        g.BroadcastOp,
+        x.trace,
+        operands=[x.value],
+        result_types=[result_type([int(d) for d in shape], x.type)],
+    )
+
+
+def slice(  # noqa: A001
+    x: Any, start: Sequence[int], limit: Sequence[int], stride: Sequence[int] | None = None
+) -> TracedTensor:
+    """Static strided slice ``x[start:limit:stride]`` per dimension."""
+    x = _tensor_arg(x, "slice")
+    stride = [1] * len(start) if stride is None else list(stride)
+    shape = [
+        builtins.max(0, (b - a + c - 1) // c) if c > 0 else 0
+        for a, b, c in zip(start, limit, stride)
+    ]
+    if len(shape) != x.ndim or len(limit) != x.ndim or len(stride) != x.ndim:
+        raise ShapeError(located(f"slice: start/limit/stride need {x.ndim} entries each"))
+    props = _dense_props("start", start)
+    props.update(_dense_props("limit", limit))
+    props.update(_dense_props("stride", stride))
+    return _emit(
+        g.SliceOp,
+        x.trace,
+        operands=[x.value],
+        result_types=[result_type(shape, x.type)],
+        properties=props,
+    )
+
+
+def getitem(x: TracedTensor, index: Any) -> TracedTensor:
+    """``x[...]`` with ints, slices (positive steps) and one Ellipsis: slice, then reshape."""
+    idx = index if isinstance(index, tuple) else (index,)
+    if builtins.sum(1 for i in idx if i is Ellipsis) > 1:
+        raise TesseraTypeError(located("index: at most one Ellipsis"))
+    if Ellipsis in idx:
+        k = idx.index(Ellipsis)
+        fill = x.ndim - (len(idx) - 1)
+        idx = idx[:k] + (builtins.slice(None),) * fill + idx[k + 1 :]
+    if len(idx) > x.ndim:
+        raise ShapeError(located(f"index: too many indices for rank {x.ndim}"))
+    idx = idx + (builtins.slice(None),) * (x.ndim - len(idx))
+    start, limit, stride, keep = [], [], [], []
+    for d, (i, n) in enumerate(zip(idx, x.shape)):
+        if isinstance(i, builtins.slice):
+            a, b, c = i.indices(n)
+            if c < 1:
+                raise TesseraTypeError(located("index: negative slice steps are not supported"))
+            b = builtins.max(a, b)
+            start.append(a), limit.append(b), stride.append(c)
+            keep.append((b - a + c - 1) // c)
+        elif isinstance(i, numbers.Integral):
+            j = int(i) + n if i < 0 else int(i)
+            if not 0 <= j < n:
+                raise ShapeError(located(f"index {int(i)} out of range for dim {d} of size {n}"))
+            start.append(j), limit.append(j + 1), stride.append(1)
+        else:
+            raise TesseraTypeError(
+                located(f"index: unsupported index {i!r}; use ints, slices or ...")
+            )
+    y = slice(x, start, limit, stride)
+    return y if list(y.shape) == keep else reshape(y, keep)
+
+
+def concat(xs: Sequence[Any], axis: int = 0) -> TracedTensor:
+    """Concatenate tensors along ``axis``."""
+    if not isinstance(xs, list | tuple) or not xs:
+        current_trace("concat")
+        raise TesseraTypeError(located("concat: expects a non-empty list of tensors"))
+    ts_ = _operands("concat", *xs)
+    _check_same_elem("concat", *ts_)
+    ax = _norm_axis("concat", axis, ts_[0].ndim)
+    shape = list(ts_[0].shape)
+    for i, t in enumerate(ts_):
+        if t.ndim != len(shape) or any(
+            a != b for j, (a, b) in enumerate(zip(t.shape, ts_[0].shape)) if j != ax
+        ):
+            raise ShapeError(
+                located(
+                    f"concat operand {i} has shape {g.fmt_shape(t.shape)}, incompatible with "
+                    f"{g.fmt_shape(ts_[0].shape)} outside axis {ax}"
+                )
+            )
+    shape[ax] = builtins.sum(t.shape[ax] for t in ts_)
+    return _emit(
+        g.ConcatOp,
+        ts_[0].trace,
+        operands=[[t.value for t in ts_]],
+        result_types=[result_type(shape, ts_[0].type)],
+        properties={"axis": IntegerAttr(ax, i64)},
+    )
+
+
+def split_qkv(qkv: Any, heads: int) -> tuple[TracedTensor, TracedTensor, TracedTensor]:
+    """Split a fused ``[..., S, 3*H*Dh]`` projection into q, k, v of shape ``[..., H, S, Dh]``."""
+    x = _tensor_arg(qkv, "split_qkv")
+    if x.ndim < 2:
+        raise ShapeError(located(f"split_qkv needs rank >= 2, got {g.fmt_shape(x.shape)}"))
+    *batch, s, f = x.shape
+    if heads < 1 or f % (3 * heads):
+        raise ShapeError(
+            located(f"split_qkv last dim {f} is not divisible by 3 * heads = {3 * heads}")
+        )
+    width = f // 3
+    dh = width // heads
+    out = []
+    for part in range(3):
+        start = [0] * x.ndim
+        limit = list(x.shape)
+        start[-1], limit[-1] = part * width, (part + 1) * width
+        p = slice(x, start, limit)
+        p = reshape(p, [*batch, s, heads, dh])
+        r = len(batch)
+        p = transpose(p, [*range(r), r + 1, r, r + 2])
+        out.append(p)
+    return out[0], out[1], out[2]
+
+
+# --------------------------------------------------------------------------- scientific ops
+
+
+def _complex_type(x: TracedTensor, opname: str) -> Attribute:
+    el = x.type.element_type
+    if isinstance(el, ComplexType):
+        return el
+    if el in (f32, f64):
+        return ComplexType(el)
+    raise TesseraTypeError(located(f"{opname}: needs f32, f64 or complex input, got {el}"))
+
+
+def fft(x: Any, *, inverse: bool = False) -> TracedTensor:
+    """Discrete Fourier transform along the last dim (complex result)."""
+    x = _tensor_arg(x, "fft")
+    rt = TensorType(_complex_type(x, "fft"), list(x.shape))
+    return _emit(
+        g.FFTOp, x.trace, operands=[x.value], result_types=[rt],
+        properties={"inverse": UnitAttr()} if inverse else {},
+    )
+
+
+def ifft(x: Any) -> TracedTensor:
+    """Inverse DFT along the last dim (normalized by 1/n)."""
+    return fft(x, inverse=True)
+
+
+def fft2d(x: Any, *, inverse: bool = False) -> TracedTensor:
+    """2-D DFT over the last two dims (complex result)."""
+    x = _tensor_arg(x, "fft2d")
+    rt = TensorType(_complex_type(x, "fft2d"), list(x.shape))
+    return _emit(
+        g.FFT2dOp, x.trace, operands=[x.value], result_types=[rt],
+        properties={"inverse": UnitAttr()} if inverse else {},
+    )
+
+
+def ifft2d(x: Any) -> TracedTensor:
+    """Inverse 2-D DFT (normalized)."""
+    return fft2d(x, inverse=True)
+
+
+def cholesky(x: Any) -> TracedTensor:
+    """Lower Cholesky factor of symmetric positive-definite matrices [..., n, n]."""
+    x = _tensor_arg(x, "cholesky")
+    return _emit(g.CholeskyOp, x.trace, operands=[x.value], result_types=[x.type])
+
+
+def svd(x: Any) -> tuple[TracedTensor, TracedTensor, TracedTensor]:
+    """Reduced SVD: returns (U, S, Vh) with ``x = U diag(S) Vh``."""
+    x = _tensor_arg(x, "svd")
+    if x.ndim < 2:
+        raise ShapeError(located(f"svd needs rank >= 2, got {g.fmt_shape(x.shape)}"))
+    *b, m, n = x.shape
+    k = builtins.min(m, n)
+    op = x.trace.add(
+        g.SVDOp.build(
+            operands=[x.value],
+            result_types=[
+                result_type((*b, m, k), x.type),
+                result_type((*b, k), x.type),
+                result_type((*b, k, n), x.type),
+            ],
+        )
+    )
+    u, s, vh = (TracedTensor(r, x.trace) for r in op.results)
+    return u, s, vh
+
+
+def spmm(
+    indptr: Any, indices: Any, values: Any, dense: Any, sparse_shape: Sequence[int]
+) -> TracedTensor:
+    """CSR sparse [M, K] (``indptr``, ``indices``, ``values``) times ``dense`` [K, N]."""
+    ts_ = _operands("spmm", indptr, indices, values, dense)
+    m, _ = (int(d) for d in sparse_shape)
+    d = ts_[3]
+    shape = (m, d.shape[1] if d.ndim == 2 else 0)
+    return _emit(
+        g.SpMMOp,
+        d.trace,
+        operands=[t.value for t in ts_],
+        result_types=[result_type(shape, d.type)],
+        properties=_dense_props("sparse_shape", sparse_shape),
+    )
+
+
+# --------------------------------------------------------------------------- random
+
+
+def randn(
+    shape: Sequence[int], dtype: Any = fp32, *, seed: int = 0, offset: int | None = None
+) -> TracedTensor:
+    """Standard-normal samples; ``(seed, offset)`` fix the stream (offset defaults to a
+    per-function counter, so two calls give different values)."""
+    trace = current_trace("randn")
+    pol = as_policy_or_none(dtype, "randn")
+    assert pol is not None
+    off = trace.next_seed() if offset is None else int(offset)
+    return _emit(
+        g.RandnOp,
+        trace,
+        result_types=[tensor_type([int(d) for d in shape], pol)],
+        properties={"seed": IntegerAttr(int(seed), i64), "offset": IntegerAttr(off, i64)},
+    )
+
+
+def poisson(lam: Any, *, seed: int = 0, offset: int | None = None) -> TracedTensor:
+    """Poisson samples with rates ``lam`` (result has ``lam``'s type)."""
+    x = _tensor_arg(lam, "poisson", "lam")
+    off = x.trace.next_seed() if offset is None else int(offset)
+    return _emit(
+        g.PoissonOp,
+        x.trace,
+        operands=[x.value],
+        result_types=[x.type],
+        properties={"seed": IntegerAttr(int(seed), i64), "offset": IntegerAttr(off, i64)},
+    )
+
+
+# --------------------------------------------------------------------------- collectives
+
+
+def _reduction_name(op: str, opname: str) -> str:
+    if op not in REDUCTIONS:
+        raise TesseraTypeError(
+            located(f"{opname}: unknown reduction '{op}'; valid: {', '.join(REDUCTIONS)}")
+        )
+    return op
+
+
+def all_reduce(
+    x: Any, op: str = "sum", axis: str = "dp", *, nondeterministic: bool = False
+) -> TracedTensor:
+    """Reduce over mesh axis ``axis``; every rank gets the result."""
+    x = _tensor_arg(x, "all_reduce")
+    _reduction_name(op, "all_reduce")
+    x.trace.axis_size(axis, "all_reduce")
+    props: dict[str, Attribute] = {"op": StringAttr(op), "axis": StringAttr(axis)}
+    if nondeterministic:
+        props["nondeterministic"] = UnitAttr()
+    return _emit(g.AllReduceOp, x.trace, operands=[x.value], result_types=[x.type], properties=props)
+
+
+def all_gather(x: Any, axis: str = "tp", dim: int = -1) -> TracedTensor:
+    """Concatenate every rank's block along ``dim`` (default: the last), in rank order."""
+    x = _tensor_arg(x, "all_gather")
+    d = _norm_axis("all_gather", dim, x.ndim)
+    size = x.trace.axis_size(axis, "all_gather")
+    shape = list(x.shape)
+    shape[d] *= size
+    return _emit(
+        g.AllGatherOp,
+        x.trace,
+        operands=[x.value],
+        result_types=[result_type(shape, x.type)],
+        properties={"axis": StringAttr(axis), "dim": IntegerAttr(d, i64)},
+    )
+
+
+def reduce_scatter(x: Any, op: str = "sum", axis: str = "tp", dim: int = -1) -> TracedTensor:
+    """Reduce over ``axis``, then rank r keeps block r of ``dim`` (default: the last)."""
+    x = _tensor_arg(x, "reduce_scatter")
+    _reduction_name(op, "reduce_scatter")
+    d = _norm_axis("reduce_scatter", dim, x.ndim)
+    size = x.trace.axis_size(axis, "reduce_scatter")
+    shape = list(x.shape)
+    if shape[d] % size:
+        raise ShapeError(
+            located(f"reduce_scatter dim {d} of size {shape[d]} does not split over {size} ranks")
+        )
+    shape[d] //= size
+    return _emit(
+        g.ReduceScatterOp,
+        x.trace,
+        operands=[x.value],
+        result_types=[result_type(shape, x.type)],
+        properties={"op": StringAttr(op), "axis": StringAttr(axis), "dim": IntegerAttr(d, i64)},
+    )
+
+
+def all_to_all(x: Any, axis: str = "tp", split_dim: int = 0, concat_dim: int = 0) -> TracedTensor:
+    """Split ``split_dim`` into one block per rank, exchange, concatenate along ``concat_dim``."""
+    x = _tensor_arg(x, "all_to_all")
+    sd = _norm_axis("all_to_all", split_dim, x.ndim)
+    cd = _norm_axis("all_to_all", concat_dim, x.ndim)
+    size = x.trace.axis_size(axis, "all_to_all")
+    shape = list(x.shape)
+    if shape[sd] % size:
+        raise ShapeError(
+            located(f"all_to_all dim {sd} of size {shape[sd]} does not split over {size} ranks")
+        )
+    shape[sd] //= size
+    shape[cd] *= size
+    return _emit(
+        g.AllToAllOp,
+        x.trace,
+        operands=[x.value],
+        result_types=[result_type(shape, x.type)],
+        properties={
+            "axis": StringAttr(axis),
+            "split_dim": IntegerAttr(sd, i64),
+            "concat_dim": IntegerAttr(cd, i64),
+        },
+    )
+
+
+def send(x: Any, axis: str = "pp", peer: int = 1) -> None:
+    """Send ``x`` to the rank ``peer`` steps along mesh axis ``axis``."""
+    x = _tensor_arg(x, "send")
+    x.trace.axis_size(axis, "send")
+    x.trace.add(
+        g.SendOp.build(
+            operands=[x.value],
+            properties={"axis": StringAttr(axis), "peer": IntegerAttr(int(peer), i64)},
+        )
+    )
+
+
+def recv(shape: Sequence[int], dtype: Any, axis: str = "pp", peer: int = -1) -> TracedTensor:
+    """Receive a tensor of ``shape``/``dtype`` from the rank ``peer`` steps along ``axis``."""
+    trace = current_trace("recv")
+    trace.axis_size(axis, "recv")
+    pol = as_policy_or_none(dtype, "recv")
+    assert pol is not None
+    return _emit(
+        g.RecvOp,
+        trace,
+        result_types=[tensor_type([int(d) for d in shape], pol)],
+        properties={"axis": StringAttr(axis), "peer": IntegerAttr(int(peer), i64)},
+    )
+
+
+OP_FUNCTIONS: tuple[str, ...] = (
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum",
+    "lt", "le", "gt", "ge", "eq", "ne", "where", "select",
+    "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "relu", "gelu", "silu", "sigmoid",
+    "round", "cast",
+    "sum", "max", "min", "mean",
+    "softmax", "layernorm", "rmsnorm", "layernorm_safe", "rmsnorm_safe",
+    "matmul", "gemm", "flash_attention", "conv2d", "mse",
+    "transpose", "reshape", "broadcast_to", "slice", "concat", "constant", "split_qkv",
+    "fft", "ifft", "fft2d", "ifft2d", "cholesky", "svd", "spmm",
+    "randn", "poisson",
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv",
+)
+"""The operator functions exported as ``ts.<name>`` and ``op.<name>``."""
+
+
+__all__ = [*OP_FUNCTIONS, "pi", "e", "inf", "matmul_result_policy", "getitem"]

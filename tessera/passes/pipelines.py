@@ -1,0 +1,96 @@
+"""Named pass pipelines.
+
+``graph_pipeline()`` is what a traced function goes through before
+``inspect_ir("graph")``, execution and lowering: xDSL's canonicalize, cse and
+dce, with Tessera's graph-level passes added through
+:func:`register_graph_pass`. ``GraphPipelinePass`` (``tessera-graph-pipeline``
+in ``tessera-opt``) runs the same list over IR text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.transforms.canonicalize import CanonicalizePass
+from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
+from xdsl.transforms.dead_code_elimination import DeadCodeElimination
+
+GRAPH_PASSES: list[tuple[str, Callable[[], ModulePass]]] = [
+    ("canonicalize", CanonicalizePass),
+    ("cse", CommonSubexpressionElimination),
+    ("dce", DeadCodeElimination),
+]
+"""The graph pipeline, in order: (name, factory) pairs."""
+
+
+def register_graph_pass(
+    name: str,
+    factory: Callable[[], ModulePass],
+    *,
+    before: str | None = None,
+    after: str | None = None,
+) -> None:
+    """Add a pass to the graph pipeline (at the end, or next to the pass named
+    ``before``/``after``). Registering a name twice replaces the earlier entry."""
+    for i, (n, _) in enumerate(GRAPH_PASSES):
+        if n == name:
+            del GRAPH_PASSES[i]
+            break
+    names = [n for n, _ in GRAPH_PASSES]
+    anchor = before or after
+    if anchor is not None and anchor not in names:
+        raise KeyError(f"graph pipeline has no pass '{anchor}' (passes: {', '.join(names)})")
+    if before is not None:
+        pos = names.index(before)
+    elif after is not None:
+        pos = names.index(after) + 1
+    else:
+        pos = len(GRAPH_PASSES)
+    GRAPH_PASSES.insert(pos, (name, factory))
+
+
+def graph_pipeline() -> list[ModulePass]:
+    """Fresh instances of the graph pipeline's passes, in order."""
+    return [factory() for _, factory in GRAPH_PASSES]
+
+
+def default_context() -> Context:
+    """A context with every Tessera dialect and xDSL's builtin/func/arith/scf loaded."""
+    from xdsl.dialects.arith import Arith
+    from xdsl.dialects.builtin import Builtin
+    from xdsl.dialects.func import Func
+    from xdsl.dialects.scf import Scf
+
+    from tessera.universe import ALL_DIALECTS
+
+    ctx = Context()
+    for d in (Builtin, Func, Arith, Scf):
+        ctx.load_dialect(d)
+    for name, factory in ALL_DIALECTS.items():
+        if name not in ctx.registered_dialect_names:
+            ctx.register_dialect(name, factory)
+    return ctx
+
+
+def run_graph_pipeline(module: ModuleOp, ctx: Context | None = None) -> ModuleOp:
+    """Run the graph pipeline over ``module`` in place and verify the result."""
+    ctx = ctx or default_context()
+    for p in graph_pipeline():
+        p.apply(ctx, module)
+    module.verify()
+    return module
+
+
+@dataclass(frozen=True)
+class GraphPipelinePass(ModulePass):
+    """The graph pipeline as one pass: ``tessera-opt -p tessera-graph-pipeline``."""
+
+    name = "tessera-graph-pipeline"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for p in graph_pipeline():
+            p.apply(ctx, op)

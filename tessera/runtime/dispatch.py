@@ -1,0 +1,25 @@
+"""Where a compiled call runs: the CPU reference interpreter or a GPU backend.
+
+The GPU path is installed by the lowering/runtime code as :data:`GPU_BACKEND`;
+until then a CUDA tensor argument raises ``NotImplementedError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+GPU_BACKEND: Callable[[Any, list[Any]], Any] | None = None
+"""``backend(specialization, tensor_args) -> result(s)``: runs a compiled specialization
+(:class:`tessera.frontend.jit.Specialization`) on CUDA torch tensors."""
+
+
+def run_on_gpu(spec: Any, args: list[Any]) -> Any:
+    """Run ``spec`` on CUDA tensors through the installed GPU backend."""
+    if GPU_BACKEND is None:
+        raise NotImplementedError(
+            f"{spec.name}: CUDA tensor arguments need the GPU lowering, which is not "
+            "available yet; pass numpy arrays or CPU torch tensors to run on the "
+            "reference interpreter"
+        )
+    return GPU_BACKEND(spec, args)

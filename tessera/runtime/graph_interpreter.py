@@ -1,0 +1,651 @@
+"""Numpy reference semantics of Graph IR, on xDSL's interpreter framework.
+
+Values are numpy arrays in their storage dtype (``ml_dtypes`` for bf16, fp8,
+fp6 and fp4). Each op widens its operands to a compute dtype (float32, or
+float64 when the tensor is f64), computes, and rounds its result to the
+storage dtype of the result type with :func:`tessera.numerics.cast_array`
+(rounding and saturation of the result's policy; a loss scale is applied only
+by an explicit ``tgraph.cast``). ``matmul`` and reductions accumulate in the
+policy's accumulate dtype: the declared ``@accum`` type, else float32 for
+floats narrower than 32 bits (float64 for f64, int64 for integers).
+
+Collectives on a mesh axis of size 1 (or with no mesh) are the identity;
+larger groups need a backend installed in :data:`COLLECTIVE_BACKEND` (the
+distributed executor), else they raise ``NotImplementedError``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ComplexType, ModuleOp, TensorType
+from xdsl.interpreter import (
+    Interpreter,
+    InterpreterFunctions,
+    ReturnedValues,
+    impl,
+    impl_terminator,
+    register_impls,
+)
+from xdsl.interpreters.func import FuncFunctions
+from xdsl.ir import Attribute, Operation
+
+from tessera.frontend.errors import ShapeError, TesseraTypeError
+from tessera.ir import graph as g
+from tessera.ir.attrs import policy_of
+from tessera.ir.dtypes import fp64
+from tessera.ir.policy import NumericPolicy
+from tessera.numerics import cast_array
+
+COLLECTIVE_BACKEND: Callable[[Operation, list[np.ndarray], int], np.ndarray | None] | None = None
+"""Runs a collective (or send/recv) over a group larger than one rank:
+``backend(op, operand_values, group_size) -> result`` (None for send)."""
+
+# --------------------------------------------------------------------------- typing helpers
+
+
+def np_dtype_of(t: Attribute) -> np.dtype:
+    """The numpy storage dtype of a tensor type."""
+    assert isinstance(t, TensorType)
+    el = t.element_type
+    if isinstance(el, ComplexType):
+        inner = el.element_type
+        return np.dtype(np.complex128 if inner == fp64.ir_type else np.complex64)
+    return policy_of(t).storage.np_dtype
+
+
+def _policy(t: Attribute) -> NumericPolicy:
+    return policy_of(t)
+
+
+def compute_dtype(t: Attribute) -> np.dtype:
+    """The dtype elementwise math runs in for values of tensor type ``t``."""
+    assert isinstance(t, TensorType)
+    if isinstance(t.element_type, ComplexType):
+        return np_dtype_of(t)
+    p = _policy(t)
+    if p.storage.kind != "float":
+        return np.dtype(np.int64)
+    return np.dtype(np.float64 if p.storage == fp64 else np.float32)
+
+
+def accum_dtype(t: Attribute) -> np.dtype:
+    """The dtype matmuls and reductions accumulate in for operands of type ``t``."""
+    assert isinstance(t, TensorType)
+    if isinstance(t.element_type, ComplexType):
+        return np_dtype_of(t)
+    p = _policy(t)
+    acc = p.accum_dtype
+    if acc.kind != "float":
+        return np.dtype(np.int64)
+    if acc == fp64 or p.storage == fp64:
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
+
+
+def load(x: np.ndarray, t: Attribute, dtype: np.dtype | None = None) -> np.ndarray:
+    """Widen a stored value of type ``t`` to its compute dtype (or ``dtype``)."""
+    return np.asarray(x).astype(dtype or compute_dtype(t))
+
+
+def store(x: Any, t: Attribute, *, with_scale: bool = False, seed: int | None = None) -> np.ndarray:
+    """Round ``x`` to the storage dtype of tensor type ``t`` with ``cast_array``.
+
+    The result's policy supplies rounding and saturation; its loss scale is
+    applied only when ``with_scale`` (``tgraph.cast``).
+    """
+    assert isinstance(t, TensorType)
+    shape = tuple(t.get_shape())
+    arr = np.asarray(x)
+    if isinstance(t.element_type, ComplexType):
+        return arr.astype(np_dtype_of(t)).reshape(shape)
+    p = _policy(t)
+    if not with_scale and p.loss_scale is not None:
+        p = replace(p, loss_scale=None)
+    out = cast_array(arr, p, seed)
+    return np.asarray(out).reshape(shape)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    c = np.asarray(math.sqrt(2.0 / math.pi), dtype=x.dtype)
+    return 0.5 * x * (1.0 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x**3)))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division truncating toward zero (as ``arith.divsi``)."""
+    if np.any(b == 0):
+        raise ZeroDivisionError("tgraph.div: integer division by zero")
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q)
+
+
+_BINARY: dict[type, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    g.AddOp: np.add,
+    g.SubOp: np.subtract,
+    g.MulOp: np.multiply,
+    g.DivOp: np.divide,
+    g.PowOp: np.power,
+    g.MaximumOp: np.maximum,
+    g.MinimumOp: np.minimum,
+    g.LtOp: np.less,
+    g.LeOp: np.less_equal,
+    g.GtOp: np.greater,
+    g.GeOp: np.greater_equal,
+    g.EqOp: np.equal,
+    g.NeOp: np.not_equal,
+}
+
+_UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
+    g.NegOp: np.negative,
+    g.AbsOp: np.abs,
+    g.ExpOp: np.exp,
+    g.LogOp: np.log,
+    g.SqrtOp: np.sqrt,
+    g.RsqrtOp: lambda x: 1.0 / np.sqrt(x),
+    g.TanhOp: np.tanh,
+    g.ReluOp: lambda x: np.maximum(x, 0),
+    g.GeluOp: _gelu,
+    g.SiluOp: lambda x: x * _sigmoid(x),
+    g.SigmoidOp: _sigmoid,
+}
+
+_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "relu": _UNARY[g.ReluOp],
+    "gelu": _gelu,
+    "silu": _UNARY[g.SiluOp],
+}
+
+
+def _matmul(op: Any, a: np.ndarray, b: np.ndarray, acc: np.dtype) -> np.ndarray:
+    x = a.astype(acc)
+    y = b.astype(acc)
+    if op.transpose_lhs is not None:
+        x = np.swapaxes(x, -1, -2)
+    if op.transpose_rhs is not None:
+        y = np.swapaxes(y, -1, -2)
+    return np.matmul(x, y)
+
+
+def _reduce_axes(op: g.ReductionOp) -> tuple[int, ...]:
+    return tuple(op.axis_list())
+
+
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    m = np.max(x, axis=axis, keepdims=True)
+    e = np.exp(x - m)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _group_size(op: Operation, axis: str, implied: int = 1) -> int:
+    size = g._mesh_axis_size(op, axis)
+    return implied if size is None else size
+
+
+def _collective(op: Operation, args: Sequence[np.ndarray], group: int) -> Any:
+    if COLLECTIVE_BACKEND is None:
+        raise NotImplementedError(
+            f"{op.name} over a group of {group} ranks needs the distributed executor "
+            "(tessera.dist); the single-process reference runs groups of size 1 only"
+        )
+    return COLLECTIVE_BACKEND(op, list(args), group)
+
+
+@register_impls
+class GraphFunctions(InterpreterFunctions):
+    """Numpy implementations of every ``tgraph`` op."""
+
+    # ------------------------------------------------------------ elementwise
+    def _binary(self, op: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        a, b = args
+        t = op.lhs.type
+        fn = _BINARY[type(op)]
+        x, y = load(a, t), load(b, t)
+        if isinstance(op, g.DivOp) and compute_dtype(t).kind == "i":
+            fn = _int_div
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            r = fn(x, y)
+        if isinstance(op, g.CompareOp):
+            return (np.asarray(r, dtype=np.bool_),)
+        return (store(r, op.result.type),)
+
+    @impl(g.AddOp)
+    def run_add(self, interp: Interpreter, op: g.AddOp, args: tuple[Any, ...]):
+        return self._binary(op, args)
+
+    @impl(g.SubOp)
+    def run_sub(self, interp: Interpreter, op: g.SubOp, args: tuple[Any, ...]):
+        return self._binary(op, args)
+
+    @impl(g.MulOp)
+    def run_mul(self, interp: Interpreter, op: g.MulOp, args: tuple[Any, ...]):
+        return self._binary(op, args)
+
+    @impl(g.DivOp)
+    def run_div(self, interp: Interpreter, op: g.DivOp, args: tuple[Any, ...]):
+        return self._binary(op, args)
+
+    @impl(g.PowOp)
+    def run_pow(self, interp: Interpreter, op: g.PowOp, args: tuple[Any, ...]):
+        return self._binary(op, args)
+
+    @impl(g.MaximumOp)
+    def run_maximum(self, interp: Interpreter, op: g.MaximumOp, args: tuple[Any, ...]):
+        return self._binary(op, args)
+
+    @impl(g.MinimumOp)
+    def run_minimum(self, interp: Interpreter, op: g.MinimumOp, args: tuple[Any, ...]):
+        return self._binary(op, args)
+
+    @impl(g.LtOp)
+    def run_lt(self, interp: Interpreter, op: g.LtOp, args: tuple[Any, ...]):
+        return self._binary(op, args)
+
+    @impl(g.LeOp)
+    def run_le(self, interp: Interpreter, op: g.LeOp, args: tuple[Any, ...]):
+        return self._binary(op, args)
+
+    @impl(g.GtOp)
+    def run_gt(self, interp: Interpreter, op: g.GtOp, args: tuple[Any, ...]):
+        return self._binary(op, args)
+
+    @impl(g.GeOp)
+    def run_ge(self, interp: Interpreter, op: g.GeOp, args: tuple[Any, ...]):
+        return self._binary(op, args)
+
+    @impl(g.EqOp)
+    def run_eq(self, interp: Interpreter, op: g.EqOp, args: tuple[Any, ...]):
+        return self._binary(op, args)
+
+    @impl(g.NeOp)
+    def run_ne(self, interp: Interpreter, op: g.NeOp, args: tuple[Any, ...]):
+        return self._binary(op, args)
+
+    @impl(g.SelectOp)
+    def run_select(self, interp: Interpreter, op: g.SelectOp, args: tuple[Any, ...]):
+        c, a, b = args
+        t = op.result.type
+        return (store(np.where(c, load(a, t), load(b, t)), t),)
+
+    def _unary(self, op: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        (a,) = args
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            r = _UNARY[type(op)](load(a, op.input.type))
+        return (store(r, op.result.type),)
+
+    @impl(g.NegOp)
+    def run_neg(self, interp: Interpreter, op: g.NegOp, args: tuple[Any, ...]):
+        return self._unary(op, args)
+
+    @impl(g.AbsOp)
+    def run_abs(self, interp: Interpreter, op: g.AbsOp, args: tuple[Any, ...]):
+        return self._unary(op, args)
+
+    @impl(g.ExpOp)
+    def run_exp(self, interp: Interpreter, op: g.ExpOp, args: tuple[Any, ...]):
+        return self._unary(op, args)
+
+    @impl(g.LogOp)
+    def run_log(self, interp: Interpreter, op: g.LogOp, args: tuple[Any, ...]):
+        return self._unary(op, args)
+
+    @impl(g.SqrtOp)
+    def run_sqrt(self, interp: Interpreter, op: g.SqrtOp, args: tuple[Any, ...]):
+        return self._unary(op, args)
+
+    @impl(g.RsqrtOp)
+    def run_rsqrt(self, interp: Interpreter, op: g.RsqrtOp, args: tuple[Any, ...]):
+        return self._unary(op, args)
+
+    @impl(g.TanhOp)
+    def run_tanh(self, interp: Interpreter, op: g.TanhOp, args: tuple[Any, ...]):
+        return self._unary(op, args)
+
+    @impl(g.ReluOp)
+    def run_relu(self, interp: Interpreter, op: g.ReluOp, args: tuple[Any, ...]):
+        return self._unary(op, args)
+
+    @impl(g.GeluOp)
+    def run_gelu(self, interp: Interpreter, op: g.GeluOp, args: tuple[Any, ...]):
+        return self._unary(op, args)
+
+    @impl(g.SiluOp)
+    def run_silu(self, interp: Interpreter, op: g.SiluOp, args: tuple[Any, ...]):
+        return self._unary(op, args)
+
+    @impl(g.SigmoidOp)
+    def run_sigmoid(self, interp: Interpreter, op: g.SigmoidOp, args: tuple[Any, ...]):
+        return self._unary(op, args)
+
+    @impl(g.CastOp)
+    def run_cast(self, interp: Interpreter, op: g.CastOp, args: tuple[Any, ...]):
+        (a,) = args
+        seed = op.seed.value.data if op.seed is not None else None
+        return (store(a, op.result.type, with_scale=True, seed=seed),)
+
+    # ------------------------------------------------------------ reductions
+    def _reduce(self, op: Any, args: tuple[Any, ...], fn: Callable[..., Any], acc: bool) -> Any:
+        (a,) = args
+        t = op.input.type
+        x = load(a, t, accum_dtype(t) if acc else None)
+        r = fn(x, axis=_reduce_axes(op), keepdims=op.keepdims is not None)
+        return (store(r, op.result.type),)
+
+    @impl(g.SumOp)
+    def run_sum(self, interp: Interpreter, op: g.SumOp, args: tuple[Any, ...]):
+        return self._reduce(op, args, np.sum, True)
+
+    @impl(g.MeanOp)
+    def run_mean(self, interp: Interpreter, op: g.MeanOp, args: tuple[Any, ...]):
+        return self._reduce(op, args, np.mean, True)
+
+    @impl(g.MaxOp)
+    def run_max(self, interp: Interpreter, op: g.MaxOp, args: tuple[Any, ...]):
+        return self._reduce(op, args, np.max, False)
+
+    @impl(g.MinOp)
+    def run_min(self, interp: Interpreter, op: g.MinOp, args: tuple[Any, ...]):
+        return self._reduce(op, args, np.min, False)
+
+    # ------------------------------------------------------------ nn ops
+    @impl(g.SoftmaxOp)
+    def run_softmax(self, interp: Interpreter, op: g.SoftmaxOp, args: tuple[Any, ...]):
+        (a,) = args
+        r = _softmax(load(a, op.input.type), op.axis.value.data)
+        return (store(r, op.result.type),)
+
+    @impl(g.LayerNormOp)
+    def run_layernorm(self, interp: Interpreter, op: g.LayerNormOp, args: tuple[Any, ...]):
+        t = op.input.type
+        x = load(args[0], t)
+        rest = list(args[1:])
+        mu = np.mean(x, axis=-1, keepdims=True)
+        var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
+        y = (x - mu) / np.sqrt(var + np.asarray(op.eps.value.data, x.dtype))
+        if op.weight is not None:
+            y = y * load(rest.pop(0), t)
+        if op.bias is not None:
+            y = y + load(rest.pop(0), t)
+        return (store(y, op.result.type),)
+
+    @impl(g.RMSNormOp)
+    def run_rmsnorm(self, interp: Interpreter, op: g.RMSNormOp, args: tuple[Any, ...]):
+        t = op.input.type
+        x = load(args[0], t)
+        ms = np.mean(x * x, axis=-1, keepdims=True)
+        y = x / np.sqrt(ms + np.asarray(op.eps.value.data, x.dtype))
+        if op.weight is not None:
+            y = y * load(args[1], t)
+        return (store(y, op.result.type),)
+
+    @impl(g.MatmulOp)
+    def run_matmul(self, interp: Interpreter, op: g.MatmulOp, args: tuple[Any, ...]):
+        a, b = args
+        r = _matmul(op, a, b, accum_dtype(op.lhs.type))
+        return (store(r, op.result.type),)
+
+    @impl(g.MatmulEpilogueOp)
+    def run_matmul_epilogue(
+        self, interp: Interpreter, op: g.MatmulEpilogueOp, args: tuple[Any, ...]
+    ):
+        a, b = args[0], args[1]
+        pt = op.product_type
+        r = store(_matmul(op, a, b, accum_dtype(op.lhs.type)), pt)
+        if op.bias is not None:
+            r = store(load(r, pt) + load(args[2], pt), pt)
+        if op.activation is not None:
+            r = store(_ACTIVATIONS[op.activation.data](load(r, pt)), pt)
+        if op.compute_type is not None:
+            r = store(r, op.result.type, with_scale=True)
+        return (r,)
+
+    @impl(g.FlashAttentionOp)
+    def run_flash_attention(
+        self, interp: Interpreter, op: g.FlashAttentionOp, args: tuple[Any, ...]
+    ):
+        t = op.q.type
+        acc = accum_dtype(t)
+        q, k, v = (load(x, t, acc) for x in args)
+        d = q.shape[-1]
+        scale = op.scale.value.data if op.scale is not None else 1.0 / math.sqrt(d)
+        s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, acc)
+        if op.causal is not None:
+            sq, sk = s.shape[-2], s.shape[-1]
+            mask = np.arange(sk)[None, :] > np.arange(sq)[:, None]
+            s = np.where(mask, -np.inf, s)
+        p = _softmax(s, -1)
+        return (store(np.matmul(p, v), op.result.type),)
+
+    @impl(g.Conv2dOp)
+    def run_conv2d(self, interp: Interpreter, op: g.Conv2dOp, args: tuple[Any, ...]):
+        t = op.input.type
+        acc = accum_dtype(t)
+        x, w = load(args[0], t, acc), load(args[1], t, acc)
+        sh, sw = op.stride.get_values()
+        ph, pw = op.padding.get_values()
+        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        kh, kw = w.shape[2], w.shape[3]
+        win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))
+        win = win[:, :, ::sh, ::sw]
+        y = np.einsum("nchwij,ocij->nohw", win, w)
+        if op.bias is not None:
+            y = y + load(args[2], t, acc)[None, :, None, None]
+        return (store(y, op.result.type),)
+
+    @impl(g.MSEOp)
+    def run_mse(self, interp: Interpreter, op: g.MSEOp, args: tuple[Any, ...]):
+        t = op.pred.type
+        acc = accum_dtype(t)
+        d = load(args[0], t, acc) - load(args[1], t, acc)
+        return (store(np.mean(d * d), op.result.type),)
+
+    # ------------------------------------------------------------ shape ops
+    @impl(g.TransposeOp)
+    def run_transpose(self, interp: Interpreter, op: g.TransposeOp, args: tuple[Any, ...]):
+        perm = tuple(op.permutation.get_values())
+        return (np.ascontiguousarray(np.transpose(args[0], perm)),)
+
+    @impl(g.ReshapeOp)
+    def run_reshape(self, interp: Interpreter, op: g.ReshapeOp, args: tuple[Any, ...]):
+        return (np.reshape(args[0], tuple(op.result.type.get_shape())).copy(),)
+
+    @impl(g.BroadcastOp)
+    def run_broadcast(self, interp: Interpreter, op: g.BroadcastOp, args: tuple[Any, ...]):
+        return (np.broadcast_to(args[0], tuple(op.result.type.get_shape())).copy(),)
+
+    @impl(g.SliceOp)
+    def run_slice(self, interp: Interpreter, op: g.SliceOp, args: tuple[Any, ...]):
+        idx = tuple(
+            slice(a, b, c)
+            for a, b, c in zip(
+                op.start.get_values(), op.limit.get_values(), op.stride.get_values()
+            )
+        )
+        return (np.ascontiguousarray(args[0][idx]),)
+
+    @impl(g.ConcatOp)
+    def run_concat(self, interp: Interpreter, op: g.ConcatOp, args: tuple[Any, ...]):
+        return (np.concatenate(args, axis=op.axis.value.data),)
+
+    @impl(g.ConstantOp)
+    def run_constant(self, interp: Interpreter, op: g.ConstantOp, args: tuple[Any, ...]):
+        attr = op.value
+        vals = np.asarray(attr.get_values())
+        vals = vals.reshape(tuple(attr.get_shape()))
+        shape = tuple(op.result.type.get_shape())
+        if vals.shape != shape:
+            vals = np.broadcast_to(vals.reshape(()) if vals.size == 1 else vals, shape)
+        return (store(vals, op.result.type),)
+
+    # ------------------------------------------------------------ scientific ops
+    def _fft(self, op: Any, args: tuple[Any, ...], two_d: bool) -> tuple[Any, ...]:
+        (a,) = args
+        x = np.asarray(a)
+        if x.dtype.kind != "c":
+            x = x.astype(np.float64)
+        inv = op.inverse is not None
+        if two_d:
+            r = np.fft.ifft2(x) if inv else np.fft.fft2(x)
+        else:
+            r = np.fft.ifft(x) if inv else np.fft.fft(x)
+        return (store(r, op.result.type),)
+
+    @impl(g.FFTOp)
+    def run_fft(self, interp: Interpreter, op: g.FFTOp, args: tuple[Any, ...]):
+        return self._fft(op, args, False)
+
+    @impl(g.FFT2dOp)
+    def run_fft2d(self, interp: Interpreter, op: g.FFT2dOp, args: tuple[Any, ...]):
+        return self._fft(op, args, True)
+
+    @impl(g.CholeskyOp)
+    def run_cholesky(self, interp: Interpreter, op: g.CholeskyOp, args: tuple[Any, ...]):
+        t = op.input.type
+        try:
+            r = np.linalg.cholesky(load(args[0], t))
+        except np.linalg.LinAlgError as e:
+            raise ValueError(f"tgraph.cholesky: matrix is not positive definite ({e})") from None
+        return (store(r, op.result.type),)
+
+    @impl(g.SVDOp)
+    def run_svd(self, interp: Interpreter, op: g.SVDOp, args: tuple[Any, ...]):
+        u, s, vh = np.linalg.svd(load(args[0], op.input.type), full_matrices=False)
+        return (store(u, op.u.type), store(s, op.s.type), store(vh, op.vh.type))
+
+    @impl(g.SpMMOp)
+    def run_spmm(self, interp: Interpreter, op: g.SpMMOp, args: tuple[Any, ...]):
+        indptr, indices, values, dense = args
+        t = op.dense.type
+        acc = accum_dtype(t)
+        v, d = load(values, t, acc), load(dense, t, acc)
+        m, k = op.sparse_shape.get_values()
+        ip = np.asarray(indptr, dtype=np.int64)
+        ix = np.asarray(indices, dtype=np.int64)
+        if ip[0] != 0 or np.any(np.diff(ip) < 0) or ip[-1] != ix.size or np.any(ix >= k):
+            raise ValueError("tgraph.spmm: malformed CSR operands (indptr/indices)")
+        out = np.zeros((m, d.shape[1]), dtype=acc)
+        rows = np.repeat(np.arange(m), np.diff(ip))
+        np.add.at(out, rows, v[:, None] * d[ix])
+        return (store(out, op.result.type),)
+
+    # ------------------------------------------------------------ random
+    @staticmethod
+    def _generator(op: Any) -> np.random.Generator:
+        seed = op.seed.value.data
+        offset = op.offset.value.data if op.offset is not None else 0
+        bits = np.random.Philox(key=seed % (1 << 64))
+        bits.advance(offset << 64 if offset >= 0 else 0)
+        return np.random.Generator(bits)
+
+    @impl(g.RandnOp)
+    def run_randn(self, interp: Interpreter, op: g.RandnOp, args: tuple[Any, ...]):
+        gen = self._generator(op)
+        r = gen.standard_normal(tuple(op.result.type.get_shape()))
+        return (store(r, op.result.type),)
+
+    @impl(g.PoissonOp)
+    def run_poisson(self, interp: Interpreter, op: g.PoissonOp, args: tuple[Any, ...]):
+        gen = self._generator(op)
+        lam = np.asarray(args[0]).astype(np.float64)
+        if np.any(lam < 0) or not np.all(np.isfinite(lam)):
+            raise ValueError("tgraph.poisson: rates must be finite and >= 0")
+        return (store(gen.poisson(lam).astype(np.float64), op.result.type),)
+
+    # ------------------------------------------------------------ collectives
+    @impl(g.AllReduceOp)
+    def run_all_reduce(self, interp: Interpreter, op: g.AllReduceOp, args: tuple[Any, ...]):
+        n = _group_size(op, op.axis.data)
+        return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
+
+    @impl(g.AllGatherOp)
+    def run_all_gather(self, interp: Interpreter, op: g.AllGatherOp, args: tuple[Any, ...]):
+        d = op.dim.value.data % len(args[0].shape)
+        implied = op.result.type.get_shape()[d] // max(args[0].shape[d], 1)
+        n = _group_size(op, op.axis.data, implied)
+        return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
+
+    @impl(g.ReduceScatterOp)
+    def run_reduce_scatter(
+        self, interp: Interpreter, op: g.ReduceScatterOp, args: tuple[Any, ...]
+    ):
+        d = op.dim.value.data % len(args[0].shape)
+        implied = args[0].shape[d] // max(op.result.type.get_shape()[d], 1)
+        n = _group_size(op, op.axis.data, implied)
+        return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
+
+    @impl(g.AllToAllOp)
+    def run_all_to_all(self, interp: Interpreter, op: g.AllToAllOp, args: tuple[Any, ...]):
+        n = _group_size(op, op.axis.data)
+        return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
+
+    @impl(g.SendOp)
+    def run_send(self, interp: Interpreter, op: g.SendOp, args: tuple[Any, ...]):
+        _collective(op, args, _group_size(op, op.axis.data))
+        return ()
+
+    @impl(g.RecvOp)
+    def run_recv(self, interp: Interpreter, op: g.RecvOp, args: tuple[Any, ...]):
+        return (_collective(op, args, _group_size(op, op.axis.data)),)
+
+    # ------------------------------------------------------------ fusion
+    @impl(g.FusedOp)
+    def run_fused(self, interp: Interpreter, op: g.FusedOp, args: tuple[Any, ...]):
+        return interp.run_ssacfg_region(op.body, args, "tgraph.fused")
+
+    @impl_terminator(g.YieldOp)
+    def run_yield(self, interp: Interpreter, op: g.YieldOp, args: tuple[Any, ...]):
+        return ReturnedValues(args), ()
+
+
+def make_interpreter(module: ModuleOp) -> Interpreter:
+    """An interpreter for ``module`` with the func and tgraph implementations."""
+    interp = Interpreter(module)
+    interp.register_implementations(FuncFunctions())
+    interp.register_implementations(GraphFunctions())
+    return interp
+
+
+def _find_func(module: ModuleOp, name: str) -> func.FuncOp:
+    for op in module.walk():
+        if isinstance(op, func.FuncOp) and op.sym_name.data == name:
+            return op
+    names = [op.sym_name.data for op in module.walk() if isinstance(op, func.FuncOp)]
+    raise KeyError(f"no function '{name}' in the module (functions: {', '.join(names)})")
+
+
+def check_arguments(fn: func.FuncOp, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Check ``args`` against ``fn``'s parameter types; return them as numpy arrays."""
+    types = fn.function_type.inputs.data
+    name = fn.sym_name.data
+    if len(args) != len(types):
+        raise TesseraTypeError(f"{name}: takes {len(types)} arguments, got {len(args)}")
+    out = []
+    for i, (a, t) in enumerate(zip(args, types)):
+        arr = np.asarray(a)
+        assert isinstance(t, TensorType)
+        want = tuple(t.get_shape())
+        if arr.shape != want:
+            raise ShapeError(f"{name}: argument {i} has shape {list(arr.shape)}, expected {list(want)}")
+        if arr.dtype != np_dtype_of(t):
+            raise TesseraTypeError(
+                f"{name}: argument {i} has dtype {arr.dtype}, expected {np_dtype_of(t)} ({t})"
+            )
+        out.append(arr)
+    return out
+
+
+def run_function(module: ModuleOp, name: str, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run Graph IR function ``name`` of ``module`` on numpy ``args``; return its results."""
+    fn = _find_func(module, name)
+    arrays = check_arguments(fn, args)
+    results = make_interpreter(module).call_op(name, tuple(arrays))
+    return [np.asarray(r) for r in results]

@@ -20,3 +20,49 @@ def _autodiff() -> type[ModulePass]:
 
 
 ALL_PASSES["autodiff"] = _autodiff
+
+
+def _graph_pipeline() -> type[ModulePass]:
+    from tessera.passes.pipelines import GraphPipelinePass
+
+    return GraphPipelinePass
+
+
+ALL_PASSES["tessera-graph-pipeline"] = _graph_pipeline
+
+
+def _algebraic_simplify() -> type[ModulePass]:
+    from tessera.passes.algebraic_simplify import AlgebraicSimplifyPass
+
+    return AlgebraicSimplifyPass
+
+
+def _fuse_elementwise() -> type[ModulePass]:
+    from tessera.passes.fuse_elementwise import FuseElementwisePass
+
+    return FuseElementwisePass
+
+
+def _fuse_matmul_epilogue() -> type[ModulePass]:
+    from tessera.passes.fuse_matmul_epilogue import FuseMatmulEpiloguePass
+
+    return FuseMatmulEpiloguePass
+
+
+def _fuse_attention() -> type[ModulePass]:
+    from tessera.passes.fuse_attention import FuseAttentionPass
+
+    return FuseAttentionPass
+
+
+def _graph_optimize() -> type[ModulePass]:
+    from tessera.passes.graph_optimize import GraphOptimizePass
+
+    return GraphOptimizePass
+
+
+ALL_PASSES["algebraic-simplify"] = _algebraic_simplify
+ALL_PASSES["fuse-elementwise"] = _fuse_elementwise
+ALL_PASSES["fuse-matmul-epilogue"] = _fuse_matmul_epilogue
+ALL_PASSES["fuse-attention"] = _fuse_attention
+ALL_PASSES["graph-optimize"] = _graph_optimize

@@ -38,12 +38,17 @@ from typing import ClassVar
 
 from xdsl.dialects.builtin import (
     I64,
+    DenseArrayBase,
     Float32Type,
     Float64Type,
     FloatAttr,
+    IndexType,
     IntAttr,
     IntegerAttr,
+    IntegerType,
+    MemRefType,
     StringAttr,
+    SymbolRefAttr,
     UnitAttr,
     i64,
 )
@@ -74,7 +79,7 @@ from xdsl.irdl import (
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
-from xdsl.traits import IsolatedFromAbove, NoTerminator, Pure, SymbolOpInterface
+from xdsl.traits import IsolatedFromAbove, NoTerminator, Pure, SymbolOpInterface, SymbolTable
 from xdsl.utils.exceptions import VerifyException
 
 # --------------------------------------------------------------------------- PTX facts
@@ -1385,6 +1390,8 @@ class CvtOp(PtxOp):
         _, dty, sty = self._types()
         if dty in ("e4m3x2", "e5m2x2"):
             return (7, 8)
+        if sty == "bf16":
+            return (7, 8)
         if "bf16" in (dty, sty) or dty == "bf16x2":
             return (7, 0)
         return (6, 0)
@@ -1393,6 +1400,8 @@ class CvtOp(PtxOp):
         _, dty, sty = self._types()
         if dty in ("e4m3x2", "e5m2x2"):
             return 89
+        if sty == "bf16":
+            return 90
         if "bf16" in (dty, sty) or dty == "bf16x2":
             return 80
         return 30
@@ -1740,6 +1749,78 @@ class FuncOp(IRDLOperation):
         printer.print_region(self.body, print_entry_block_args=False)
 
 
+@irdl_op_definition
+class LaunchOp(IRDLOperation):
+    """Host side: run a kernel over a grid of CTAs of ``maxntid`` threads each::
+
+        ttarget.launch @k(%x, %n) grid = [4, 1, 1] : (memref<512xf32>, index)
+
+    Memref arguments are passed as ``.u64`` device pointers, scalars by value;
+    the argument list must match the kernel's parameters.
+    """
+
+    name = "ttarget.launch"
+
+    callee = prop_def(SymbolRefAttr)
+    args = var_operand_def()
+    grid = prop_def(DenseArrayBase.constr(i64))
+    assembly_format = "$callee `(` $args `)` `grid` `=` $grid attr-dict `:` `(` type($args) `)`"
+
+    def __init__(self, callee: str, args: Sequence[SSAValue], grid: Sequence[int]):
+        super().__init__(
+            operands=[list(args)],
+            properties={
+                "callee": SymbolRefAttr(callee),
+                "grid": DenseArrayBase.from_list(i64, list(grid)),
+            },
+        )
+
+    def grid_value(self) -> tuple[int, int, int]:
+        g = tuple(self.grid.get_values())
+        return (g + (1, 1, 1))[:3]  # type: ignore[return-value]
+
+    def kernel(self) -> FuncOp | None:
+        found = SymbolTable.lookup_symbol(self, self.callee)
+        return found if isinstance(found, FuncOp) else None
+
+    def verify_(self) -> None:
+        g = tuple(self.grid.get_values())
+        if not 1 <= len(g) <= 3 or any(x < 1 for x in g):
+            raise VerifyException(f"ttarget.launch: grid must be 1 to 3 positive sizes, got {list(g)}")
+        if any(x > 65535 for x in g[1:]) or g[0] > 2**31 - 1:
+            raise VerifyException(f"ttarget.launch: grid {list(g)} exceeds the CUDA limits")
+        k = self.kernel()
+        if k is None:
+            raise VerifyException(f"ttarget.launch: no ttarget.func named {self.callee}")
+        params = k.block.args
+        if len(params) != len(self.args):
+            raise VerifyException(
+                f"ttarget.launch: kernel {self.callee} takes {len(params)} parameters, "
+                f"got {len(self.args)} arguments"
+            )
+        for i, (p, a) in enumerate(zip(params, self.args)):
+            assert isinstance(p.type, ParamType)
+            want = host_param_type(a.type)
+            if want is None or TYPE_BITS[want] != TYPE_BITS[p.type.ty.data]:
+                raise VerifyException(
+                    f"ttarget.launch: argument {i} of type {a.type} cannot be passed as "
+                    f".param .{p.type.ty.data} to {self.callee}"
+                )
+
+
+def host_param_type(t: Attribute) -> str | None:
+    """The ``.param`` type a host value of type ``t`` is passed as (None if it cannot be)."""
+    if isinstance(t, MemRefType) or isinstance(t, IndexType):
+        return "u64"
+    if isinstance(t, IntegerType):
+        return {1: "u32", 8: "u32", 16: "u32", 32: "s32", 64: "s64"}.get(t.width.data)
+    if isinstance(t, Float32Type):
+        return "f32"
+    if isinstance(t, Float64Type):
+        return "f64"
+    return None
+
+
 Target = Dialect(
     "ttarget",
     [
@@ -1748,6 +1829,7 @@ Target = Dialect(
         AddOp, SubOp, MulOp, DivOp, RemOp, MinOp, MaxOp, AndOp, OrOp, XorOp, CopysignOp,
         ShlOp, ShrOp, NegOp, AbsOp, NotOp, RcpOp, SqrtOp, RsqrtOp, Ex2Op, Lg2Op, SinOp, CosOp,
         TanhOp, FmaOp, MadOp, SelpOp, SetpOp, CvtOp, ShflOp, MmaOp, LabelOp, BraOp, RetOp,
+        LaunchOp,
     ],
     [RegisterType, ParamType],
 )

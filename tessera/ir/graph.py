@@ -1180,6 +1180,29 @@ class AllToAllOp(CollectiveOp):
 
 
 @irdl_op_definition
+class AllSliceOp(CollectiveOp):
+    """Keep this rank's block ``r`` of ``dim`` along the mesh axis, without communication
+    (a replicated value becomes a sharded one; the inverse of ``all_gather``)."""
+
+    name = "tgraph.all_slice"
+    dim = prop_def(IntegerAttr[I64])
+    assembly_format = "$input `axis` `=` $axis `dim` `=` $dim " + _FN
+
+    def verify_(self) -> None:
+        _check_same_elem(self, self.input, self.result)
+        s = list(shape_of(self.input))
+        (d,) = _norm_axes([self.dim.value.data], len(s), self.name)
+        g = self._group()
+        if g is not None:
+            if s[d] % g:
+                raise VerifyException(
+                    f"{self.name}: dim {d} of size {s[d]} does not split over {g} ranks"
+                )
+            s[d] //= g
+            _check_shape(self, "result", shape_of(self.result), s)
+
+
+@irdl_op_definition
 class SendOp(IRDLOperation):
     """Send a tensor to the rank ``peer`` steps along mesh axis ``axis`` (pipeline stages)."""
 
@@ -1439,7 +1462,7 @@ GRAPH_OPS: list[type[IRDLOperation]] = [
     TransposeOp, ReshapeOp, BroadcastOp, SliceOp, ConcatOp, ConstantOp,
     FFTOp, FFT2dOp, CholeskyOp, SVDOp, SpMMOp,
     RandnOp, PoissonOp,
-    AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, SendOp, RecvOp,
+    AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, AllSliceOp, SendOp, RecvOp,
     FusedOp, YieldOp, MatmulEpilogueOp,
 ]
 

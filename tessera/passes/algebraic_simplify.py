@@ -1,0 +1,293 @@
+"""``algebraic-simplify``: exact algebraic rewrites on Graph IR.
+
+Each rewrite keeps the program's meaning exactly (bit for bit on the
+reference interpreter), and each can be switched off by a pass option:
+
+* ``fold-transposes``: ``transpose(transpose(x, p), q)`` becomes one transpose
+  (or ``x`` when the composition is the identity); an identity transpose is ``x``.
+* ``fold-transpose-into-matmul``: a transpose of the last two dims feeding a
+  matmul operand becomes the matmul's ``transpose_lhs`` / ``transpose_rhs``.
+* ``fold-arith-identities``: ``x * 1``, ``1 * x``, ``x / 1``, ``x - (+0.0)``,
+  ``x + (-0.0)``, ``(-0.0) + x`` (and integer ``x + 0``, ``x - 0``) are ``x`` when
+  the result has ``x``'s type. ``x + 0.0`` is ``x`` only up to the sign of a zero
+  (``-0.0 + 0.0 = +0.0``), so for floats it is folded only with ``no-signed-zeros``.
+* ``fold-reshapes``: ``reshape(reshape(x))`` is one reshape; a reshape to the
+  same type is ``x``.
+* ``fold-casts``: ``cast(cast(x : A) : B) : C`` is ``cast(x : A) : C`` when every
+  value of A is exact in B (a widening), so ``A -> B -> A`` is ``x``; a cast to
+  the same type is ``x``. Types carrying a numeric policy are left alone.
+* ``fold-constants``: a tgraph op whose operands are all constants becomes a
+  constant, computed by the reference interpreter (the semantics of record),
+  when the result has at most ``max-fold-elements`` elements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects import builtin
+from xdsl.dialects.builtin import TensorType, UnitAttr
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+    op_type_rewrite_pattern,
+)
+from xdsl.transforms.dead_code_elimination import region_dce
+
+from tessera.ir import graph as g
+from tessera.passes.algebra_utils import (
+    array_to_attr,
+    constant_op,
+    embeds_exactly,
+    has_encoding,
+    is_last_two_swap,
+    is_zero,
+    reference_interpreter,
+    splat_value,
+)
+
+
+def _perm(op: g.TransposeOp) -> list[int]:
+    return list(op.permutation.get_values())
+
+
+class FoldTransposeOfTranspose(RewritePattern):
+    """``transpose(transpose(x, p), q)`` -> ``transpose(x, p∘q)``, or ``x`` if that is
+    the identity. Result dim i of the outer op is dim ``p[q[i]]`` of ``x``."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.TransposeOp, rewriter: PatternRewriter) -> None:
+        inner = op.input.owner
+        if not isinstance(inner, g.TransposeOp):
+            return
+        p, q = _perm(inner), _perm(op)
+        combined = [p[i] for i in q]
+        if combined == list(range(len(combined))) and inner.input.type == op.result.type:
+            rewriter.replace(op, [], [inner.input])
+            return
+        rewriter.replace(op, g.TransposeOp(inner.input, combined, op.result.type))
+
+
+class FoldIdentityTranspose(RewritePattern):
+    """``transpose(x, [0, 1, ..., n-1])`` -> ``x``."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.TransposeOp, rewriter: PatternRewriter) -> None:
+        if _perm(op) == list(range(len(_perm(op)))) and op.input.type == op.result.type:
+            rewriter.replace(op, [], [op.input])
+
+
+class FoldTransposeIntoMatmul(RewritePattern):
+    """``matmul(transpose(a, swap last two), b)`` -> ``matmul(a, b) transpose_lhs`` (the
+    flag toggles), and likewise for the right operand; also for
+    ``tgraph.matmul_epilogue``."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, g.MatmulOp | g.MatmulEpilogueOp):
+            return
+        operands = list(op.operands)
+        props = dict(op.properties)
+        changed = False
+        for i, flag in ((0, "transpose_lhs"), (1, "transpose_rhs")):
+            t = operands[i].owner
+            if not isinstance(t, g.TransposeOp) or not is_last_two_swap(_perm(t)):
+                continue
+            operands[i] = t.input
+            if flag in props:
+                del props[flag]
+            else:
+                props[flag] = UnitAttr()
+            changed = True
+        if not changed:
+            return
+        new = type(op).create(
+            operands=operands,
+            result_types=[r.type for r in op.results],
+            properties=props,
+            attributes=dict(op.attributes),
+        )
+        rewriter.replace(op, new)
+
+
+def _elem_is_float(t: Attribute) -> bool:
+    assert isinstance(t, TensorType)
+    return not isinstance(t.element_type, builtin.IntegerType)
+
+
+class FoldArithIdentity(RewritePattern):
+    """``x * 1``, ``1 * x``, ``x / 1``, ``x - 0``, ``x + 0``, ``0 + x`` -> ``x``, with the
+    sign of a float zero respected unless ``no_signed_zeros``.
+
+    Only when the result type is ``x``'s type (the constant does not broadcast
+    ``x`` to a larger shape).
+    """
+
+    def __init__(self, no_signed_zeros: bool = False):
+        self.no_signed_zeros = no_signed_zeros
+
+    def _zero(self, v: SSAValue, *, negative: bool) -> bool:
+        return is_zero(splat_value(v), negative=None if self.no_signed_zeros else negative)
+
+    @staticmethod
+    def _one(v: SSAValue) -> bool:
+        c = splat_value(v)
+        return c is not None and not isinstance(c, bool) and c == 1
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, g.MulOp | g.DivOp | g.AddOp | g.SubOp):
+            return
+        lhs, rhs = op.lhs, op.rhs
+        keep: SSAValue | None = None
+        if isinstance(op, g.MulOp):
+            keep = lhs if self._one(rhs) else rhs if self._one(lhs) else None
+        elif isinstance(op, g.DivOp):
+            keep = lhs if self._one(rhs) else None
+        elif isinstance(op, g.SubOp):
+            keep = lhs if self._zero(rhs, negative=False) else None
+        else:
+            keep = (
+                lhs if self._zero(rhs, negative=True)
+                else rhs if self._zero(lhs, negative=True)
+                else None
+            )
+        if keep is not None and keep.type == op.result.type:
+            rewriter.replace(op, [], [keep])
+
+
+class FoldReshapeChain(RewritePattern):
+    """``reshape(reshape(x))`` -> ``reshape(x)``; a reshape to ``x``'s own type -> ``x``."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.ReshapeOp, rewriter: PatternRewriter) -> None:
+        if op.input.type == op.result.type:
+            rewriter.replace(op, [], [op.input])
+            return
+        inner = op.input.owner
+        if isinstance(inner, g.ReshapeOp):
+            src = inner.input
+            if src.type == op.result.type:
+                rewriter.replace(op, [], [src])
+            else:
+                rewriter.replace(
+                    op, g.ReshapeOp.create(operands=[src], result_types=[op.result.type])
+                )
+
+
+class FoldCastChain(RewritePattern):
+    """``cast(cast(x : A) : B) : C`` -> ``cast(x) : C`` when A embeds exactly in B;
+    -> ``x`` when moreover C is A. A cast to its operand's type -> ``x``.
+
+    Types with a numeric policy encoding (scaling, saturation, stochastic
+    rounding) are never involved, and the outer cast keeps its seed.
+    """
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.CastOp, rewriter: PatternRewriter) -> None:
+        if (
+            op.input.type == op.result.type
+            and not has_encoding(op.result.type)
+            and op.seed is None
+        ):
+            rewriter.replace(op, [], [op.input])
+            return
+        inner = op.input.owner
+        if not isinstance(inner, g.CastOp):
+            return
+        a_t, b_t = inner.input.type, inner.result.type
+        if has_encoding(a_t) or has_encoding(b_t):
+            return
+        assert isinstance(a_t, TensorType) and isinstance(b_t, TensorType)
+        if not embeds_exactly(a_t.element_type, b_t.element_type):
+            return
+        if a_t == op.result.type and op.seed is None:
+            rewriter.replace(op, [], [inner.input])
+            return
+        seed = op.seed.value.data if op.seed is not None else None
+        rewriter.replace(op, g.CastOp(inner.input, op.result.type, seed))
+
+
+FOLDABLE_OPS: tuple[type[Operation], ...] = (
+    *g.FUSIBLE_ELEMENTWISE_OPS, *g.FUSIBLE_REDUCTION_OPS,
+    g.SoftmaxOp, g.MatmulOp, g.TransposeOp, g.ReshapeOp, g.BroadcastOp, g.SliceOp, g.ConcatOp,
+)
+"""Ops that constant folding evaluates (deterministic, one result, no regions)."""
+
+
+class FoldConstantOp(RewritePattern):
+    """An op of :data:`FOLDABLE_OPS` whose operands are all ``tgraph.constant`` becomes a
+    ``tgraph.constant`` holding the reference interpreter's result for it."""
+
+    def __init__(self, max_elements: int = 4096):
+        self.max_elements = max_elements
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, FOLDABLE_OPS) or len(op.results) != 1 or not op.operands:
+            return
+        rt = op.results[0].type
+        if not isinstance(rt, TensorType) or has_encoding(rt):
+            return
+        n = 1
+        for d in rt.get_shape():
+            n *= d
+        if n > self.max_elements:
+            return
+        consts = [constant_op(v) for v in op.operands]
+        if any(c is None or has_encoding(c.result.type) for c in consts):
+            return
+        interp = reference_interpreter()
+        try:
+            args = tuple(interp.run_op(c, ())[0] for c in consts if c is not None)
+            out = np.asarray(interp.run_op(op, args)[0])
+        except Exception:
+            return
+        attr = array_to_attr(out, rt)
+        if attr is None:
+            return
+        rewriter.replace(op, g.ConstantOp(attr, rt))
+
+
+@dataclass(frozen=True)
+class AlgebraicSimplifyPass(ModulePass):
+    """Exact algebraic simplification of Graph IR; every rewrite has an on/off option."""
+
+    name = "algebraic-simplify"
+
+    fold_transposes: bool = True
+    fold_transpose_into_matmul: bool = True
+    fold_arith_identities: bool = True
+    no_signed_zeros: bool = False
+    fold_reshapes: bool = True
+    fold_casts: bool = True
+    fold_constants: bool = True
+    max_fold_elements: int = 4096
+
+    def patterns(self) -> Sequence[RewritePattern]:
+        ps: list[RewritePattern] = []
+        if self.fold_transposes:
+            ps += [FoldTransposeOfTranspose(), FoldIdentityTranspose()]
+        if self.fold_transpose_into_matmul:
+            ps.append(FoldTransposeIntoMatmul())
+        if self.fold_arith_identities:
+            ps.append(FoldArithIdentity(self.no_signed_zeros))
+        if self.fold_reshapes:
+            ps.append(FoldReshapeChain())
+        if self.fold_casts:
+            ps.append(FoldCastChain())
+        if self.fold_constants:
+            ps.append(FoldConstantOp(self.max_fold_elements))
+        return ps
+
+    def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
+        ps = self.patterns()
+        if not ps:
+            return
+        PatternRewriteWalker(
+            GreedyRewritePatternApplier(list(ps)), post_walk_func=region_dce
+        ).rewrite_module(op)

@@ -19,9 +19,25 @@ from xdsl.transforms.canonicalize import CanonicalizePass
 from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
 from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
+
+def _algebra(name: str) -> Callable[[], ModulePass]:
+    """A lazy factory for one of the algebra passes (docs/ALGEBRA.md)."""
+
+    def make() -> ModulePass:
+        from tessera.passes import ALL_PASSES
+
+        return ALL_PASSES[name]()()
+
+    return make
+
+
 GRAPH_PASSES: list[tuple[str, Callable[[], ModulePass]]] = [
     ("canonicalize", CanonicalizePass),
+    ("algebraic-simplify", _algebra("algebraic-simplify")),
     ("cse", CommonSubexpressionElimination),
+    ("fuse-attention", _algebra("fuse-attention")),
+    ("fuse-matmul-epilogue", _algebra("fuse-matmul-epilogue")),
+    ("fuse-elementwise", _algebra("fuse-elementwise")),
     ("dce", DeadCodeElimination),
 ]
 """The graph pipeline, in order: (name, factory) pairs."""

@@ -539,6 +539,9 @@ class LayerNormOp(_NormOp):
     ``(x - mean) / sqrt(var + eps) * weight + bias`` (weight, bias optional)."""
 
     name = "tgraph.layernorm"
+    # restated so that the operand order is (input, weight, bias)
+    input = operand_def(TensorT)
+    weight = opt_operand_def(TensorT)
     bias = opt_operand_def(TensorT)
     assembly_format = (
         "$input (`weight` $weight^ `:` type($weight))? (`bias` $bias^ `:` type($bias))? "

@@ -66,3 +66,12 @@ ALL_PASSES["fuse-elementwise"] = _fuse_elementwise
 ALL_PASSES["fuse-matmul-epilogue"] = _fuse_matmul_epilogue
 ALL_PASSES["fuse-attention"] = _fuse_attention
 ALL_PASSES["graph-optimize"] = _graph_optimize
+
+
+def _lower_tile_to_target() -> type[ModulePass]:
+    from tessera.passes.lower_tile_to_target import LowerTileToTargetPass
+
+    return LowerTileToTargetPass
+
+
+ALL_PASSES["lower-tile-to-target"] = _lower_tile_to_target

@@ -1,0 +1,94 @@
+"""Validate PTX with ``ptxas`` in a subprocess.
+
+``check(ptx)`` assembles the text for ``sm_90a`` and raises :class:`PtxasError`
+with ptxas's own message when it is rejected. The assembler runs in a child
+process, so a crash there cannot take the caller down. ``assemble(ptx)`` returns
+the cubin bytes (used by the disk cache when the driver's JIT is not wanted).
+
+ptxas is looked up as ``$TESSERA_PTXAS``, then on ``PATH``, then in the
+``nvidia-cuda-nvcc`` wheel.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+
+class PtxasError(RuntimeError):
+    """ptxas rejected the PTX; the message is ptxas's."""
+
+
+class PtxasNotFound(RuntimeError):
+    """No ptxas executable could be found."""
+
+
+@functools.cache
+def find_ptxas() -> str | None:
+    """Path of the ptxas executable, or None."""
+    env = os.environ.get("TESSERA_PTXAS")
+    if env:
+        return env if os.path.exists(env) else None
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    try:
+        import nvidia.cuda_nvcc as nvcc  # type: ignore[import-not-found]
+
+        for base in getattr(nvcc, "__path__", []):
+            cand = Path(base) / "bin" / "ptxas"
+            if cand.exists():
+                return str(cand)
+    except ImportError:
+        pass
+    return None
+
+
+@functools.cache
+def version() -> str:
+    """ptxas's version line (part of the disk cache key)."""
+    exe = find_ptxas()
+    if exe is None:
+        raise PtxasNotFound("ptxas not found (set TESSERA_PTXAS or put ptxas on PATH)")
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
+    return lines[-1] if lines else "unknown"
+
+
+def _run(ptx: str, arch: str, output: Path, timeout: float) -> None:
+    exe = find_ptxas()
+    if exe is None:
+        raise PtxasNotFound("ptxas not found (set TESSERA_PTXAS or put ptxas on PATH)")
+    with tempfile.TemporaryDirectory(prefix="tessera-ptxas-") as d:
+        src = Path(d) / "kernel.ptx"
+        src.write_text(ptx)
+        try:
+            res = subprocess.run(
+                [exe, f"-arch={arch}", str(src), "-o", str(output)],
+                capture_output=True, text=True, timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise PtxasError(f"ptxas timed out after {timeout:.0f} s") from None
+    if res.returncode != 0:
+        msg = (res.stderr or res.stdout).strip().replace(str(src), "kernel.ptx")
+        if res.returncode < 0:
+            msg = f"ptxas was killed by signal {-res.returncode}. {msg}"
+        raise PtxasError(f"ptxas -arch={arch} rejected the PTX:\n{msg}")
+
+
+def check(ptx: str, arch: str = "sm_90a", timeout: float = 120.0) -> None:
+    """Assemble ``ptx`` for ``arch``; raise :class:`PtxasError` with ptxas's message if invalid."""
+    with tempfile.TemporaryDirectory(prefix="tessera-ptxas-") as d:
+        _run(ptx, arch, Path(d) / "kernel.cubin", timeout)
+
+
+def assemble(ptx: str, arch: str = "sm_90a", timeout: float = 120.0) -> bytes:
+    """The cubin ptxas makes from ``ptx`` for ``arch``."""
+    with tempfile.TemporaryDirectory(prefix="tessera-ptxas-") as d:
+        out = Path(d) / "kernel.cubin"
+        _run(ptx, arch, out, timeout)
+        return out.read_bytes()

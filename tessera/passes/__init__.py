@@ -75,3 +75,19 @@ def _lower_tile_to_target() -> type[ModulePass]:
 
 
 ALL_PASSES["lower-tile-to-target"] = _lower_tile_to_target
+
+
+def _shard_propagation() -> type[ModulePass]:
+    from tessera.passes.shard_propagation import ShardPropagationPass
+
+    return ShardPropagationPass
+
+
+def _spmd_partition() -> type[ModulePass]:
+    from tessera.passes.spmd_partition import SPMDPartitionPass
+
+    return SPMDPartitionPass
+
+
+ALL_PASSES["shard-propagation"] = _shard_propagation
+ALL_PASSES["spmd-partition"] = _spmd_partition

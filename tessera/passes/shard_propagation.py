@@ -306,7 +306,7 @@ def _keep_last_dims(op: Operation, ins: list[Sharding], n: int) -> Decision:
 
 
 def _mse(op: g.MSEOp, ins: list[Sharding], mesh: MeshInfo) -> Decision:
-    p, t = ins[0].resolved(), ins[1].resolved()
+    p = ins[0].resolved()
     if shape(op.pred) != shape(op.target):
         return _replicate_all(op, ins, mesh)
     ax = tuple(a for d in p.splits for a in d)

@@ -42,7 +42,6 @@ from xdsl.rewriter import InsertPoint, Rewriter
 
 from tessera.ir import graph as g
 from tessera.passes.shard_propagation import (
-    SHARD,
     STAGE,
     MeshInfo,
     Sharding,

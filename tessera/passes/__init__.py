@@ -91,3 +91,12 @@ def _spmd_partition() -> type[ModulePass]:
 
 ALL_PASSES["shard-propagation"] = _shard_propagation
 ALL_PASSES["spmd-partition"] = _spmd_partition
+
+
+def _lower_graph_to_tile() -> type[ModulePass]:
+    from tessera.passes.lower_graph_to_tile import LowerGraphToTile
+
+    return LowerGraphToTile
+
+
+ALL_PASSES["lower-graph-to-tile"] = _lower_graph_to_tile

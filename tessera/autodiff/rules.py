@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 
 from xdsl.dialects.builtin import IntegerType
 from xdsl.ir import Operation, SSAValue
+from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import PassFailedException
 
 from tessera.autodiff.emitter import GraphEmitter, numel
@@ -256,13 +257,14 @@ def _softmax(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence
     return [e.mul(y, e.sub(ct, dot))]
 
 
-def _norm_slots(op: Operation) -> dict[str, int]:
-    slots = {"input": 0}
-    i = 1
-    for name in ("weight", "bias"):
+def operand_slots(op: Operation) -> dict[str, int]:
+    """Position in ``op.operands`` of each present operand, by its definition name
+    (definition order, optional operands skipped when absent)."""
+    assert isinstance(op, IRDLOperation)
+    slots: dict[str, int] = {}
+    for name, _ in type(op).get_irdl_definition().operands:
         if getattr(op, name, None) is not None:
-            slots[name] = i
-            i += 1
+            slots[name] = len(slots)
     return slots
 
 
@@ -282,14 +284,14 @@ def _norm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bo
         xc = x
     r = e.rsqrt(e.add(e.mean(e.mul(xc, xc), [last], keepdims=True), eps))
     xhat = e.mul(xc, r)
-    slots = _norm_slots(op)
+    slots = operand_slots(op)
     out: list[Cot] = [None] * len(op.operands)
-    if needs[0]:
+    if needs[slots["input"]]:
         gy = e.mul(ct, op.weight) if op.weight is not None else ct
         inner = e.sub(gy, e.mul(xhat, e.mean(e.mul(gy, xhat), [last], keepdims=True)))
         if isinstance(op, g.LayerNormOp):
             inner = e.sub(inner, e.mean(gy, [last], keepdims=True))
-        out[0] = e.mul(r, inner)
+        out[slots["input"]] = e.mul(r, inner)
     if "weight" in slots and needs[slots["weight"]]:
         d = e.mul(ct, xhat)
         out[slots["weight"]] = e.sum(d, lead) if lead else d

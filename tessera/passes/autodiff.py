@@ -253,7 +253,7 @@ def jvp_function(
     mapping: dict[SSAValue, SSAValue] = {}
     for i in range(n_in):
         mapping[hblock.args[i]] = block.args[i]
-    for j, i in enumerate(u_idx):
+    for i in u_idx:
         mapping[hblock.args[i]] = e.zeros_like(hblock.args[i])
     for j in range(len(wrt_idx)):
         mapping[hblock.args[len(u_idx) + n_in + j]] = block.args[n_in + j]

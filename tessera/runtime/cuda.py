@@ -1,0 +1,422 @@
+"""Run Target IR programs on an NVIDIA GPU through the CUDA driver (cuda.bindings).
+
+* :func:`load_module` turns PTX into a loaded ``CUmodule`` with
+  ``cuModuleLoadDataEx``, passing the JIT error/info log buffers so a rejected
+  PTX raises :class:`CudaError` with the assembler's message. Loaded modules are
+  kept per process (:class:`tessera.runtime.cache.ModuleCache`). When ptxas is
+  available the cubin is built by ptxas in a subprocess and cached on disk
+  (:mod:`tessera.runtime.cache`, keyed by PTX hash, arch, ptxas and driver
+  versions); otherwise the driver JIT-compiles the PTX.
+* :func:`launch` runs one kernel on ``torch.cuda.current_stream()``.
+* :func:`run_host` runs the host ``func.func`` of a lowered module (``memref.alloc``,
+  ``memref.get_global``, ``arith.constant``, ``ttarget.launch``, ``func.return``) on
+  torch CUDA tensors and returns torch tensors.
+
+Arguments: torch tensors on the current CUDA device, with the dtype and shape of
+the memref parameter. A CPU tensor, a tensor on another device, or a wrong
+dtype/shape raises :class:`LaunchError`. A non-contiguous input is copied to a
+contiguous one first (inputs are only read, so the copy is invisible). Outputs
+are ``torch.empty`` on the same device; with ``poison=True`` float outputs are
+filled with NaN before any kernel runs (tests use this to catch unwritten
+elements). Every driver call is checked; a failure raises :class:`CudaError`
+with the ``CUresult`` name and message. Set ``TESSERA_CUDA_SYNC=1`` to
+synchronize after each launch so that an asynchronous fault is reported at the
+launch that caused it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from xdsl.dialects import arith, func, memref
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from tessera.ir import target as tt
+from tessera.runtime import cache
+
+LOG_SIZE = 1 << 16
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed; the message names the call and the CUresult."""
+
+
+class LaunchError(ValueError):
+    """The arguments cannot be passed to the kernel (device, dtype, shape, count)."""
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def _driver() -> Any:
+    try:
+        from cuda.bindings import driver
+    except ImportError as e:  # pragma: no cover - cuda-python is a dependency
+        raise CudaError(f"cuda-python is not installed: {e}") from None
+    return driver
+
+
+def check(result: Any, what: str) -> Any:
+    """Unpack a cuda.bindings ``(CUresult, value...)`` tuple, raising :class:`CudaError`."""
+    d = _driver()
+    err = result[0] if isinstance(result, tuple) else result
+    if err != d.CUresult.CUDA_SUCCESS:
+        _, name = d.cuGetErrorName(err)
+        _, msg = d.cuGetErrorString(err)
+        name = name.decode() if isinstance(name, bytes) else str(err)
+        msg = msg.decode() if isinstance(msg, bytes) else ""
+        raise CudaError(f"{what} failed: {name}: {msg}")
+    if isinstance(result, tuple):
+        rest = result[1:]
+        return rest[0] if len(rest) == 1 else (rest or None)
+    return None
+
+
+_initialized = False
+
+
+def init() -> None:
+    """Initialize the driver (once); raise :class:`CudaError` if there is no driver or GPU."""
+    global _initialized
+    if _initialized:
+        return
+    try:
+        check(_driver().cuInit(0), "cuInit")
+    except CudaError:
+        raise
+    except Exception as e:  # the driver library itself is missing
+        raise CudaError(f"cuInit failed: no usable CUDA driver ({type(e).__name__}: {e})") from None
+    _initialized = True
+
+
+def driver_version() -> str:
+    init()
+    return str(check(_driver().cuDriverGetVersion(), "cuDriverGetVersion"))
+
+
+def _set_context(device: int) -> None:
+    """Make the device's primary context (the one torch uses) current on this thread."""
+    d = _driver()
+    init()
+    dev = check(d.cuDeviceGet(device), "cuDeviceGet")
+    ctx = check(d.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+def device_arch(device: int) -> str:
+    """``sm_XY`` (``sm_90a`` for Hopper) of a device."""
+    d = _driver()
+    init()
+    dev = check(d.cuDeviceGet(device), "cuDeviceGet")
+    attr = d.CUdevice_attribute
+    major = check(
+        d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+        "cuDeviceGetAttribute",
+    )
+    minor = check(
+        d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+        "cuDeviceGetAttribute",
+    )
+    arch = f"sm_{major}{minor}"
+    return arch + "a" if arch == "sm_90" else arch
+
+
+# --------------------------------------------------------------------------- modules
+
+_MODULES = cache.ModuleCache()
+
+
+def _load_image(image: bytes, what: str) -> Any:
+    """``cuModuleLoadDataEx`` with JIT logs; a failure carries the JIT error log."""
+    d = _driver()
+    errors = bytearray(LOG_SIZE)
+    info = bytearray(LOG_SIZE)
+    opt = d.CUjit_option
+    options = [
+        opt.CU_JIT_ERROR_LOG_BUFFER,
+        opt.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        opt.CU_JIT_INFO_LOG_BUFFER,
+        opt.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+        opt.CU_JIT_LOG_VERBOSE,
+    ]
+    values = [errors, LOG_SIZE, info, LOG_SIZE, 1]
+    res = d.cuModuleLoadDataEx(image, len(options), options, values)
+    try:
+        return check(res, f"cuModuleLoadDataEx ({what})")
+    except CudaError as e:
+        log = errors.split(b"\0", 1)[0].decode(errors="replace").strip()
+        raise CudaError(f"{e}\n{log}" if log else str(e)) from None
+
+
+def load_module(ptx: str, device: int = 0) -> Any:
+    """The loaded ``CUmodule`` for ``ptx`` on ``device`` (cached per process)."""
+    _set_context(device)
+    found = _MODULES.get(ptx, device)
+    if found is not None:
+        return found
+    module = None
+    from tessera.runtime import ptxas
+
+    if ptxas.find_ptxas() is not None and not os.environ.get("TESSERA_NO_DISK_CACHE"):
+        arch = device_arch(device)
+        try:
+            cubin = cache.cubin_for(
+                ptx, arch, ptxas.version(), driver_version(), lambda: ptxas.assemble(ptx, arch)
+            )
+            module = _load_image(cubin, "cubin")
+        except CudaError as e:
+            warnings.warn(
+                f"tessera: cached cubin did not load ({e}); loading the PTX through the driver JIT",
+                stacklevel=2,
+            )
+    if module is None:
+        module = _load_image(ptx.encode() + b"\0", "PTX")
+    _MODULES.put(ptx, device, module)
+    return module
+
+
+def get_function(module: Any, name: str) -> Any:
+    return check(_driver().cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
+
+
+# --------------------------------------------------------------------------- arguments
+
+_CTYPES = {
+    "u64": ctypes.c_uint64, "s64": ctypes.c_int64, "b64": ctypes.c_uint64,
+    "u32": ctypes.c_uint32, "s32": ctypes.c_int32, "b32": ctypes.c_uint32,
+    "f32": ctypes.c_float, "f64": ctypes.c_double,
+}
+
+
+def torch_dtype(t: Attribute) -> Any:
+    """The torch dtype storing elements of IR type ``t``."""
+    import torch
+
+    if isinstance(t, Float32Type):
+        return torch.float32
+    if isinstance(t, Float64Type):
+        return torch.float64
+    if isinstance(t, BFloat16Type):
+        return torch.bfloat16
+    if isinstance(t, Float16Type):
+        return torch.float16
+    if isinstance(t, IntegerType):
+        w = t.width.data
+        table = {1: torch.bool, 8: torch.int8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
+        if w in table:
+            return table[w]
+    if isinstance(t, IndexType):
+        return torch.int64
+    name = str(t)
+    if name == "f8E4M3FN":
+        return torch.float8_e4m3fn
+    if name == "f8E5M2":
+        return torch.float8_e5m2
+    raise LaunchError(f"no torch dtype for element type {t}")
+
+
+def check_tensor(x: Any, t: MemRefType, where: str, device: int) -> Any:
+    """Validate a tensor argument for a memref parameter; returns a contiguous tensor."""
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        raise LaunchError(f"{where}: expected a torch CUDA tensor, got {type(x).__name__}")
+    if x.device.type != "cuda":
+        raise LaunchError(f"{where}: tensor is on {x.device}, expected a CUDA tensor (cuda:{device})")
+    if x.device.index != device:
+        raise LaunchError(f"{where}: tensor is on {x.device}, expected cuda:{device}")
+    want = torch_dtype(t.element_type)
+    if x.dtype != want:
+        raise LaunchError(f"{where}: dtype {x.dtype}, expected {want}")
+    shape = tuple(t.get_shape())
+    if tuple(x.shape) != shape:
+        raise LaunchError(f"{where}: shape {tuple(x.shape)}, expected {shape}")
+    return x if x.is_contiguous() else x.contiguous()
+
+
+def pack_params(kernel: tt.FuncOp, values: Sequence[Any]) -> tuple[int, list[Any]]:
+    """The ``void**`` array for ``cuLaunchKernel`` and the ctypes objects it points to."""
+    import torch
+
+    keep: list[Any] = []
+    for p, v in zip(kernel.block.args, values, strict=True):
+        assert isinstance(p.type, tt.ParamType)
+        cty = _CTYPES[p.type.ty.data]
+        if isinstance(v, torch.Tensor):
+            keep.append(ctypes.c_uint64(v.data_ptr()))
+        elif isinstance(v, bool):
+            keep.append(cty(int(v)))
+        else:
+            keep.append(cty(v))
+    array = (ctypes.c_void_p * max(1, len(keep)))(*[ctypes.addressof(k) for k in keep])
+    keep.append(array)
+    return ctypes.addressof(array), keep
+
+
+def launch(
+    function: Any, kernel: tt.FuncOp, grid: Sequence[int], values: Sequence[Any],
+    stream: int | None = None,
+) -> None:
+    """Launch ``function`` (the loaded ``kernel``) on ``grid`` with ``values``."""
+    import torch
+
+    d = _driver()
+    if stream is None:
+        stream = torch.cuda.current_stream().cuda_stream
+    params, keep = pack_params(kernel, values)
+    gx, gy, gz = (tuple(grid) + (1, 1, 1))[:3]
+    check(
+        d.cuLaunchKernel(
+            function, gx, gy, gz, kernel.maxntid.data, 1, 1, 0, d.CUstream(stream), params, 0
+        ),
+        f"cuLaunchKernel({kernel.sym_name.data})",
+    )
+    del keep
+    if os.environ.get("TESSERA_CUDA_SYNC"):
+        check(d.cuStreamSynchronize(d.CUstream(stream)), f"kernel {kernel.sym_name.data}")
+
+
+# --------------------------------------------------------------------------- host programs
+
+
+def _global_tensor(module: ModuleOp, op: memref.GetGlobalOp, device: Any) -> Any:
+    import numpy as np
+    import torch
+
+    sym = op.name_.root_reference.data
+    for g in module.walk():
+        if isinstance(g, memref.GlobalOp) and g.sym_name.data == sym:
+            init = g.initial_value
+            if not isinstance(init, DenseIntOrFPElementsAttr):
+                raise LaunchError(f"memref.global @{sym} has no constant initial value")
+            t = op.memref.type
+            assert isinstance(t, MemRefType)
+            vals = np.array(init.get_values(), dtype=np.float64 if _is_float(t.element_type) else np.int64)
+            shape = tuple(t.get_shape())
+            vals = np.broadcast_to(vals, shape) if vals.size == 1 else vals.reshape(shape)
+            return torch.tensor(vals, device=device).to(torch_dtype(t.element_type)).contiguous()
+    raise LaunchError(f"memref.get_global: no memref.global @{sym}")
+
+
+def _is_float(t: Attribute) -> bool:
+    return isinstance(t, Float16Type | BFloat16Type | Float32Type | Float64Type) or str(t).startswith("f")
+
+
+def run_host(
+    module: ModuleOp, name: str, args: Sequence[Any], poison: bool = False, ptx: str | None = None
+) -> list[Any]:
+    """Run the host function ``name`` of a Target-level module on torch CUDA tensors."""
+    import torch
+
+    from tessera.passes.emit_ptx import emit_ptx
+
+    host = None
+    for op in module.walk():
+        if isinstance(op, func.FuncOp) and op.sym_name.data == name:
+            host = op
+    if host is None:
+        raise LaunchError(f"run_host: no host function @{name} in the module")
+    params = host.body.block.args
+    if len(args) != len(params):
+        raise LaunchError(f"@{name}: takes {len(params)} arguments, got {len(args)}")
+    device = torch.cuda.current_device()
+    dev = torch.device("cuda", device)
+    env: dict[SSAValue, Any] = {}
+    for i, (p, a) in enumerate(zip(params, args)):
+        if isinstance(p.type, MemRefType):
+            env[p] = check_tensor(a, p.type, f"@{name} argument {i}", device)
+        else:
+            env[p] = a
+    kernels = {k.sym_name.data: k for k in module.walk() if isinstance(k, tt.FuncOp)}
+    cu_module = load_module(ptx if ptx is not None else emit_ptx(module), device) if kernels else None
+    functions: dict[str, Any] = {}
+    for op in host.body.block.ops:
+        _run_host_op(op, env, module, kernels, functions, cu_module, dev, poison, name)
+        if isinstance(op, func.ReturnOp):
+            return [env[v] for v in op.arguments]
+    raise LaunchError(f"@{name}: host function has no func.return")
+
+
+def _run_host_op(
+    op: Operation, env: dict[SSAValue, Any], module: ModuleOp, kernels: dict[str, tt.FuncOp],
+    functions: dict[str, Any], cu_module: Any, dev: Any, poison: bool, name: str,
+) -> None:
+    import torch
+
+    if isinstance(op, memref.AllocOp):
+        t = op.memref.type
+        assert isinstance(t, MemRefType)
+        out = torch.empty(tuple(t.get_shape()), dtype=torch_dtype(t.element_type), device=dev)
+        if poison and out.is_floating_point():
+            out.fill_(float("nan"))
+        env[op.memref] = out
+    elif isinstance(op, memref.GetGlobalOp):
+        env[op.memref] = _global_tensor(module, op, dev)
+    elif isinstance(op, arith.ConstantOp):
+        v = op.value
+        if not isinstance(v, IntegerAttr | FloatAttr):
+            raise LaunchError(f"@{name}: host constant {v} is not a scalar")
+        env[op.result] = v.value.data
+    elif isinstance(op, tt.LaunchOp):
+        kname = op.callee.root_reference.data
+        kernel = kernels.get(kname)
+        if kernel is None:
+            raise LaunchError(f"@{name}: ttarget.launch of unknown kernel @{kname}")
+        if kname not in functions:
+            functions[kname] = get_function(cu_module, kname)
+        launch(functions[kname], kernel, op.grid_value(), [env[a] for a in op.args])
+    elif isinstance(op, memref.DeallocOp | func.ReturnOp):
+        pass
+    else:
+        raise LaunchError(f"@{name}: host op {op.name} cannot run on the GPU runtime")
+
+
+# --------------------------------------------------------------------------- front-end hook
+
+
+def lower_to_target(tile_module: ModuleOp) -> ModuleOp:
+    """Tile-level module → Target-level module (a copy; the input is unchanged)."""
+    from xdsl.context import Context
+
+    from tessera.passes.lower_tile_to_target import LowerTileToTargetPass
+
+    m = tile_module.clone()
+    LowerTileToTargetPass().apply(Context(), m)
+    return m
+
+
+def run_specialization(spec: Any, args: list[Any]) -> Any:
+    """``tessera.runtime.dispatch.GPU_BACKEND``: run a compiled specialization on CUDA tensors."""
+    target = spec.ir("target")
+    ptx = spec.ir("ptx")
+    results = run_host(target, spec.name, args, ptx=ptx)
+    return tuple(results) if spec.returns_tuple else results[0]
+
+
+def install() -> None:
+    """Register the Target lowering, PTX emission and this GPU backend with the front end."""
+    from tessera.frontend import jit
+    from tessera.passes.emit_ptx import emit_ptx
+    from tessera.runtime import dispatch
+
+    jit.LOWERINGS.setdefault("target", lower_to_target)
+    jit.LOWERINGS.setdefault("ptx", emit_ptx)
+    if dispatch.GPU_BACKEND is None:
+        dispatch.GPU_BACKEND = run_specialization

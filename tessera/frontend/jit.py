@@ -10,7 +10,7 @@ Argument rules: a parameter annotated ``ts.Tensor[...]`` must get an array
 whose dims fit the annotation (symbolic dims agree across parameters) and
 whose dtype is the annotation's storage dtype; the annotation's policy then
 becomes the parameter's type. Python ``int``/``float``/``bool``/``str``/``None``
-arguments are static: they are passed to the function as they are and are part
+arguments (and tuples of them) are static: they are passed to the function as they are and are part
 of the cache key. Anything else is an error.
 """
 
@@ -44,6 +44,13 @@ LOWERINGS: dict[str, Callable[[Any], Any]] = {}
 Filled by the lowering passes; a level without an entry raises NotImplementedError."""
 
 _STATIC_TYPES = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
+
+
+def _is_static(v: Any) -> bool:
+    """Python scalars, strings, None and tuples of them are static (compile-time) values."""
+    if isinstance(v, tuple):
+        return all(_is_static(x) for x in v)
+    return isinstance(v, _STATIC_TYPES)
 
 
 @dataclass
@@ -89,15 +96,34 @@ class _ArgInfo:
 
 
 def _resolve_annotations(fn: Callable[..., Any]) -> dict[str, TensorAnnotation]:
-    """The parameters annotated with ``ts.Tensor[...]`` (string annotations evaluated)."""
-    try:
-        sig = inspect.signature(fn, eval_str=True)
-    except Exception:
-        sig = inspect.signature(fn)
+    """The parameters annotated with ``ts.Tensor[...]``.
+
+    String annotations (``from __future__ import annotations``) are evaluated in
+    the function's globals and closure; one that cannot be evaluated is an error
+    rather than being ignored.
+    """
+    sig = inspect.signature(fn)
+    namespace: dict[str, Any] = dict(getattr(fn, "__globals__", {}))
+    code, closure = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
+    if code is not None and closure:
+        for var, cell in zip(code.co_freevars, closure):
+            try:
+                namespace[var] = cell.cell_contents
+            except ValueError:
+                pass
     out = {}
     for name, p in sig.parameters.items():
-        if isinstance(p.annotation, TensorAnnotation):
-            out[name] = p.annotation
+        ann = p.annotation
+        if isinstance(ann, str):
+            try:
+                ann = eval(ann, namespace)  # noqa: S307 - the user's own annotation text
+            except Exception as e:
+                raise TesseraTypeError(
+                    f"{getattr(fn, '__name__', 'fn')}: cannot evaluate the annotation "
+                    f"{p.annotation!r} of parameter '{name}': {type(e).__name__}: {e}"
+                ) from None
+        if isinstance(ann, TensorAnnotation):
+            out[name] = ann
     return out
 
 
@@ -162,7 +188,7 @@ class CompiledFunction:
                             )
                         policy = apol
                 infos.append(_ArgInfo(pname, "tensor", tuple(arr.shape), policy))
-            elif isinstance(value, _STATIC_TYPES):
+            elif _is_static(value):
                 if ann is not None:
                     raise TesseraTypeError(
                         f"{self.name}: argument '{pname}' is annotated {ann!r} but got "
@@ -182,9 +208,7 @@ class CompiledFunction:
         for pname, p in self.signature.parameters.items():
             ann = self.annotations.get(pname)
             if ann is None:
-                if p.default is not inspect.Parameter.empty and isinstance(
-                    p.default, _STATIC_TYPES
-                ):
+                if p.default is not inspect.Parameter.empty and _is_static(p.default):
                     infos.append(_ArgInfo(pname, "static", static=p.default))
                     continue
                 raise TesseraError(

@@ -68,6 +68,11 @@ def _emit(opcls: type[g.IRDLOperation], trace: Trace, **kw: Any) -> TracedTensor
     return TracedTensor(op.results[0], trace)
 
 
+def _named_operands(opcls: type[g.IRDLOperation], **values: Any) -> list[Any]:
+    """Operands in the op definition's order, from keyword values (None: absent optional)."""
+    return [values[name] for name, _ in opcls.get_irdl_definition().operands]
+
+
 def _dense_props(name: str, values: Sequence[int]) -> dict[str, Attribute]:
     return {name: DenseArrayBase.from_list(i64, [int(v) for v in values])}
 
@@ -488,7 +493,12 @@ def layernorm(
     return _emit(
         g.LayerNormOp,
         x.trace,
-        operands=[x.value, w.value if w else None, b.value if b else None],
+        operands=_named_operands(
+            g.LayerNormOp,
+            input=x.value,
+            weight=w.value if w is not None else None,
+            bias=b.value if b is not None else None,
+        ),
         result_types=[x.type],
         properties={"eps": FloatAttr(float(eps), f64)},
     )
@@ -501,7 +511,9 @@ def rmsnorm(x: Any, weight: Any = None, *, eps: float = 1e-6) -> TracedTensor:
     return _emit(
         g.RMSNormOp,
         x.trace,
-        operands=[x.value, w.value if w else None],
+        operands=_named_operands(
+            g.RMSNormOp, input=x.value, weight=w.value if w is not None else None
+        ),
         result_types=[x.type],
         properties={"eps": FloatAttr(float(eps), f64)},
     )
@@ -608,7 +620,9 @@ def conv2d(
     return _emit(
         g.Conv2dOp,
         x.trace,
-        operands=[x.value, w.value, b.value if b else None],
+        operands=_named_operands(
+            g.Conv2dOp, input=x.value, weight=w.value, bias=b.value if b is not None else None
+        ),
         result_types=[result_type(r, x.type)],
         properties=props,
     )

@@ -186,6 +186,11 @@ def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+def _by_operand(op: Operation, args: Sequence[Any]) -> dict[Any, Any]:
+    """Operand SSA value -> its runtime value (optional operands shift positions)."""
+    return dict(zip(op.operands, args))
+
+
 def _group_size(op: Operation, axis: str, implied: int = 1) -> int:
     size = g._mesh_axis_size(op, axis)
     return implied if size is None else size
@@ -366,25 +371,26 @@ class GraphFunctions(InterpreterFunctions):
     @impl(g.LayerNormOp)
     def run_layernorm(self, interp: Interpreter, op: g.LayerNormOp, args: tuple[Any, ...]):
         t = op.input.type
-        x = load(args[0], t)
-        rest = list(args[1:])
+        vals = _by_operand(op, args)
+        x = load(vals[op.input], t)
         mu = np.mean(x, axis=-1, keepdims=True)
         var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
         y = (x - mu) / np.sqrt(var + np.asarray(op.eps.value.data, x.dtype))
         if op.weight is not None:
-            y = y * load(rest.pop(0), t)
+            y = y * load(vals[op.weight], t)
         if op.bias is not None:
-            y = y + load(rest.pop(0), t)
+            y = y + load(vals[op.bias], t)
         return (store(y, op.result.type),)
 
     @impl(g.RMSNormOp)
     def run_rmsnorm(self, interp: Interpreter, op: g.RMSNormOp, args: tuple[Any, ...]):
         t = op.input.type
-        x = load(args[0], t)
+        vals = _by_operand(op, args)
+        x = load(vals[op.input], t)
         ms = np.mean(x * x, axis=-1, keepdims=True)
         y = x / np.sqrt(ms + np.asarray(op.eps.value.data, x.dtype))
         if op.weight is not None:
-            y = y * load(args[1], t)
+            y = y * load(vals[op.weight], t)
         return (store(y, op.result.type),)
 
     @impl(g.MatmulOp)
@@ -397,11 +403,11 @@ class GraphFunctions(InterpreterFunctions):
     def run_matmul_epilogue(
         self, interp: Interpreter, op: g.MatmulEpilogueOp, args: tuple[Any, ...]
     ):
-        a, b = args[0], args[1]
+        vals = _by_operand(op, args)
         pt = op.product_type
-        r = store(_matmul(op, a, b, accum_dtype(op.lhs.type)), pt)
+        r = store(_matmul(op, vals[op.lhs], vals[op.rhs], accum_dtype(op.lhs.type)), pt)
         if op.bias is not None:
-            r = store(load(r, pt) + load(args[2], pt), pt)
+            r = store(load(r, pt) + load(vals[op.bias], pt), pt)
         if op.activation is not None:
             r = store(_ACTIVATIONS[op.activation.data](load(r, pt)), pt)
         if op.compute_type is not None:
@@ -429,7 +435,8 @@ class GraphFunctions(InterpreterFunctions):
     def run_conv2d(self, interp: Interpreter, op: g.Conv2dOp, args: tuple[Any, ...]):
         t = op.input.type
         acc = accum_dtype(t)
-        x, w = load(args[0], t, acc), load(args[1], t, acc)
+        vals = _by_operand(op, args)
+        x, w = load(vals[op.input], t, acc), load(vals[op.weight], t, acc)
         sh, sw = op.stride.get_values()
         ph, pw = op.padding.get_values()
         x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
@@ -438,7 +445,7 @@ class GraphFunctions(InterpreterFunctions):
         win = win[:, :, ::sh, ::sw]
         y = np.einsum("nchwij,ocij->nohw", win, w)
         if op.bias is not None:
-            y = y + load(args[2], t, acc)[None, :, None, None]
+            y = y + load(vals[op.bias], t, acc)[None, :, None, None]
         return (store(y, op.result.type),)
 
     @impl(g.MSEOp)

@@ -110,3 +110,17 @@ class GraphPipelinePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for p in graph_pipeline():
             p.apply(ctx, op)
+
+
+def ptx_pipeline() -> list[ModulePass]:
+    """Graph IR to Target IR: the graph pipeline, lower-graph-to-tile, lower-tile-to-target.
+
+    ``tessera.passes.emit_ptx.emit_ptx`` prints the result as PTX.
+    """
+    from tessera.passes import ALL_PASSES
+
+    return [
+        *graph_pipeline(),
+        ALL_PASSES["lower-graph-to-tile"]()(),
+        ALL_PASSES["lower-tile-to-target"]()(),
+    ]

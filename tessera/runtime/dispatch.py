@@ -17,6 +17,10 @@ GPU_BACKEND: Callable[[Any, list[Any]], Any] | None = None
 def run_on_gpu(spec: Any, args: list[Any]) -> Any:
     """Run ``spec`` on CUDA tensors through the installed GPU backend."""
     if GPU_BACKEND is None:
+        from tessera.runtime import cuda
+
+        cuda.install()
+    if GPU_BACKEND is None:
         raise NotImplementedError(
             f"{spec.name}: CUDA tensor arguments need the GPU lowering, which is not "
             "available yet; pass numpy arrays or CPU torch tensors to run on the "

@@ -66,6 +66,11 @@ __all__ += [
     *_OP_FUNCTIONS,
 ]
 # --- tile kernels (@kernel, ts.tile) ---
+from tessera import tile  # noqa: E402
+from tessera.frontend.kernel_api import kernel  # noqa: E402
+from tessera.tile import cp_async, mut, tbarrier, tshared  # noqa: E402
+
+__all__ += ["kernel", "tile", "tshared", "tbarrier", "cp_async", "mut"]
 # --- autodiff (grad, value_and_grad, jvp, autodiff, custom_vjp) ---
 # --- numerics (precision_policy) ---
 from tessera.numerics.api import abs, round  # noqa: E402, A004

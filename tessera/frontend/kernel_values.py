@@ -41,6 +41,7 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 INDEX = IndexType()
 
@@ -152,6 +153,12 @@ class ScalarBuilder:
         self.block = block
 
     def emit(self, op: Operation) -> Operation:
+        """Append ``op``; ``ttile`` ops are verified at once so errors point at the line."""
+        if op.name.startswith("ttile."):
+            try:
+                op.verify(verify_nested_ops=False)
+            except VerifyException as e:
+                raise KernelTypeError(str(e).splitlines()[0]) from None
         self.block.add_op(op)
         return op
 

@@ -1,0 +1,266 @@
+"""``@kernel.autotune(space=dict(BM=[128, 256], stages=[2, 3]))``: pick a config per shape.
+
+Every point of the space (the product of the lists, in order) is a set of
+compile-time constants; a ``group_size`` entry sets the launch group size.
+On the first call for a new shape signature (argument shapes and dtypes, the
+other constants, the device) every config is compiled and run on copies of the
+arguments:
+
+* with CUDA tensors, each config is timed with CUDA events (``warmup`` runs,
+  then the median of ``rep``) and the fastest wins;
+* on the CPU interpreter, timings mean nothing: each config is checked to
+  compile, run and agree with the first config that ran, and the first such
+  config is picked; a line on stderr says so.
+
+Winners are kept in memory and in ``$TESSERA_CACHE_DIR/autotune.json``
+(default ``~/.cache/tessera/autotune.json``), so later processes skip the
+search. A progress bar is drawn on stderr only when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from tessera.frontend.errors import TesseraError
+from tessera.frontend.kernel import BoundCall, Kernel
+
+
+def cache_path() -> Path:
+    """Where tuned configs are stored."""
+    root = os.environ.get("TESSERA_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "tessera"
+    )
+    return Path(root) / "autotune.json"
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _store(path: Path, key: str, entry: dict[str, Any]) -> None:
+    """Add one entry to the JSON cache (read-modify-write, replaced atomically)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = _load(path)
+    data[key] = entry
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".autotune.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+class Progress:
+    """A minimal tqdm-style bar on ``stream``, drawn only when it is a terminal."""
+
+    def __init__(self, total: int, desc: str, stream: TextIO | None = None):
+        self.total, self.desc, self.n = total, desc, 0
+        self.stream = stream or sys.stderr
+        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.start = time.perf_counter()
+        self._draw()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self._draw()
+
+    def _draw(self) -> None:
+        if not self.enabled:
+            return
+        width = 24
+        filled = int(width * self.n / max(1, self.total))
+        elapsed = time.perf_counter() - self.start
+        self.stream.write(
+            f"\r{self.desc}: {100 * self.n // max(1, self.total):3d}%|{'#' * filled}"
+            f"{' ' * (width - filled)}| {self.n}/{self.total} [{elapsed:.1f}s]"
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+@dataclass
+class TrialResult:
+    """How one config did: ``ok``, its time in ms (GPU), or the error."""
+
+    config: dict[str, Any]
+    ok: bool
+    ms: float | None = None
+    error: str = ""
+
+
+class AutotunedKernel(Kernel):
+    """A kernel whose compile-time constants are chosen from ``space`` per shape."""
+
+    def __init__(
+        self,
+        fn: Any = None,
+        *,
+        space: dict[str, list[Any]],
+        warmup: int = 2,
+        rep: int = 10,
+        **kw: Any,
+    ):
+        super().__init__(fn, **kw)
+        if not space or not all(isinstance(v, list | tuple) and v for v in space.values()):
+            raise TesseraError("autotune: space must map names to non-empty lists of values")
+        self.space = {k: list(v) for k, v in space.items()}
+        self.warmup, self.rep = warmup, rep
+        self.best: dict[str, dict[str, Any]] = {}
+        self.last_trials: list[TrialResult] = []
+        text = "\n".join(self.source.lines)
+        self._src_hash = hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def configs(self) -> list[dict[str, Any]]:
+        keys = list(self.space)
+        return [dict(zip(keys, vals)) for vals in itertools.product(*self.space.values())]
+
+    def signature(self, call: BoundCall, fixed: dict[str, Any]) -> str:
+        """The cache key: kernel, source, device, shapes/dtypes, other constants."""
+        parts = []
+        for p in self.params:
+            v = call.values[p.name]
+            if hasattr(v, "shape") and not isinstance(v, np.generic):
+                parts.append(f"{p.name}:{tuple(v.shape)}:{v.dtype}")
+        device = "cpu"
+        if call.on_gpu:
+            import torch
+
+            device = torch.cuda.get_device_name()
+        return (
+            f"{self.__name__}:{self._src_hash}:{device}:{','.join(parts)}:"
+            f"{json.dumps(fixed, sort_keys=True, default=str)}"
+        )
+
+    def __call__(
+        self, *args: Any, grid: Any = None, group_size: int | None = None, **kwargs: Any
+    ) -> Any:
+        call = self.bind(args, kwargs)
+        fixed = {k: v for k, v in call.constexprs.items() if k not in self.space}
+        key = self.signature(call, fixed)
+        cfg = self.best.get(key)
+        if cfg is None:
+            entry = _load(cache_path()).get(key)
+            cfg = entry["config"] if entry else None
+        if cfg is None:
+            cfg = self.tune(args, kwargs, grid, group_size, call, key)
+        self.best[key] = cfg
+        return self._run(args, kwargs, cfg, grid, group_size)
+
+    def _run(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], cfg: dict[str, Any],
+        grid: Any, group_size: int | None,
+    ) -> Any:
+        consts = {k: v for k, v in cfg.items() if k != "group_size"}
+        gs = cfg.get("group_size", group_size)
+        return Kernel.__call__(self, *args, grid=grid, group_size=gs, **{**kwargs, **consts})
+
+    def _copies(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple, dict]:
+        def cp(v: Any) -> Any:
+            if hasattr(v, "clone"):
+                return v.clone()
+            if isinstance(v, np.ndarray):
+                return v.copy()
+            return v
+
+        return tuple(cp(a) for a in args), {k: cp(v) for k, v in kwargs.items()}
+
+    def _outputs(self, args: tuple, kwargs: dict, ret: Any) -> list[np.ndarray]:
+        from tessera.runtime.convert import to_numpy
+
+        names = [p.name for p in self.params]
+        vals = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
+        outs = [np.asarray(to_numpy(vals[p.name]), np.float64) for p in self.params
+                if getattr(p, "mutable", False)]
+        if ret is not None:
+            outs.append(np.asarray(ret, np.float64))
+        return outs
+
+    def tune(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
+        group_size: int | None, call: BoundCall, key: str,
+    ) -> dict[str, Any]:
+        """Try every config; return the winner and record it in the caches."""
+        configs = self.configs()
+        trials: list[TrialResult] = []
+        bar = Progress(len(configs), f"autotune {self.__name__}")
+        reference: list[np.ndarray] | None = None
+        for cfg in configs:
+            a, kw = self._copies(args, kwargs)
+            try:
+                if call.on_gpu:
+                    ms = self._time_gpu(a, kw, cfg, grid, group_size)
+                    trials.append(TrialResult(cfg, True, ms))
+                else:
+                    ret = self._run(a, kw, cfg, grid, group_size)
+                    outs = self._outputs(a, kw, ret)
+                    if reference is None:
+                        reference = outs
+                        trials.append(TrialResult(cfg, True))
+                    else:
+                        agree = all(
+                            o.shape == r.shape and np.allclose(o, r, rtol=1e-2, atol=1e-2,
+                                                               equal_nan=True)
+                            for o, r in zip(outs, reference)
+                        )
+                        trials.append(TrialResult(cfg, agree, error="" if agree else
+                                                  "results differ from the first config"))
+            except TesseraError as e:
+                trials.append(TrialResult(cfg, False, error=str(e).splitlines()[0]))
+            bar.update()
+        bar.close()
+        self.last_trials = trials
+        good = [t for t in trials if t.ok]
+        if not good:
+            details = "; ".join(f"{t.config}: {t.error}" for t in trials)
+            raise TesseraError(f"autotune {self.__name__}: no config of the space works ({details})")
+        if call.on_gpu:
+            win = min(good, key=lambda t: t.ms or 0.0)
+            how = "gpu-timed"
+        else:
+            win = good[0]
+            how = "cpu-first"
+            sys.stderr.write(
+                f"tessera autotune {self.__name__}: no GPU, so no timings; checked "
+                f"{len(trials)} configs on the CPU interpreter ({len(good)} ran and agreed), "
+                f"picked the first: {win.config}\n"
+            )
+        _store(cache_path(), key, {
+            "config": win.config, "how": how,
+            "trials": [{"config": t.config, "ok": t.ok, "ms": t.ms, "error": t.error}
+                       for t in trials],
+        })
+        return win.config
+
+    def _time_gpu(
+        self, args: tuple, kwargs: dict, cfg: dict[str, Any], grid: Any, group_size: int | None
+    ) -> float:
+        import torch
+
+        for _ in range(self.warmup):
+            self._run(args, kwargs, cfg, grid, group_size)
+        times = []
+        for _ in range(self.rep):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            self._run(args, kwargs, cfg, grid, group_size)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times)

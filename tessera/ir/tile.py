@@ -885,7 +885,7 @@ class ReduceOp(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> ReduceOp:
-        v = parser.parse_operand()
+        uv = parser.parse_unresolved_operand()
         parser.parse_keyword("kind")
         parser.parse_punctuation("=")
         kind = parser.parse_keyword_in(REDUCE_KINDS, " (ttile.reduce kind)")
@@ -895,9 +895,7 @@ class ReduceOp(IRDLOperation):
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         t = parser.parse_type()
-        if v.type != t:
-            parser.raise_error(f"ttile.reduce: operand has type {v.type}, expected {t}")
-        op = cls(v, kind, scope)
+        op = cls(parser.resolve_operand(uv, t), kind, scope)
         op.attributes.update(attrs)
         return op
 

@@ -232,6 +232,17 @@ def _tile_or_lane_indices(
     return arr, tuple(lane_idx), shape
 
 
+def _scatter(
+    st: LaunchState, arr: np.ndarray, lidx: tuple[np.ndarray, ...], value: Any, active: np.ndarray
+) -> None:
+    v = st.lanes_scalar(np.asarray(value, arr.dtype))
+    if not lidx:
+        if active.any():
+            arr[()] = v[active][-1]
+        return
+    arr[tuple(i[active] for i in lidx)] = v[active]
+
+
 def _flat_offset(idx: Sequence[np.ndarray], shape: Sequence[int]) -> np.ndarray:
     off = np.zeros_like(idx[0])
     for i, d in zip(idx, shape):
@@ -352,8 +363,7 @@ class TileFunctions(InterpreterFunctions):
         if op.mask is not None:
             active = active & st.lanes_scalar(rest[n])
         arr, lidx, _ = _tile_or_lane_indices(st, op, ref, rest[:n], active)
-        v = st.lanes_scalar(np.asarray(value, arr.dtype))
-        arr[tuple(i[active] for i in lidx)] = v[active]
+        _scatter(st, arr, lidx, value, active)
         return ()
 
     @impl(tt.LoadVectorOp)
@@ -983,9 +993,7 @@ class LockstepMemrefFunctions(InterpreterFunctions):
         st = _state(interpreter)
         value, ref, *idx = args
         arr, lidx, _ = _tile_or_lane_indices(st, op, ref, idx, st.mask)
-        v = st.lanes_scalar(np.asarray(value, arr.dtype))
-        active = st.mask
-        arr[tuple(i[active] for i in lidx)] = v[active]
+        _scatter(st, arr, lidx, value, st.mask)
         return ()
 
     @impl(memref.DimOp)

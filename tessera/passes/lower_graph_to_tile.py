@@ -1,0 +1,738 @@
+"""``lower-graph-to-tile``: Graph IR functions to Tile IR kernels plus a host function.
+
+Every ``func.func`` that works on tensors is rewritten into a host
+``func.func`` of the same name taking and returning memrefs. Each ``tgraph``
+op becomes one or more ``ttile.kernel`` ops (named ``<func>_<op>_<n>``) and
+``ttile.launch``es of them on freshly allocated buffers (``memref.alloc``).
+Ragged edges are masked. Tile shapes and lane counts follow the heuristics
+documented in docs/TILE_IR.md. An op without a lowering raises
+``NotImplementedError`` naming it.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith, func, math, memref
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    IntegerType,
+    MemRefType,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+    f32,
+    i1,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from tessera.ir import graph as g
+from tessera.ir import tile as tt
+from tessera.ir.attrs import NumericPolicyAttr
+from tessera.passes.tile_builder import Idx, KernelEmitter, compute_type, is_float
+
+ELEMENTWISE_GROUP = 256
+ROW_GROUP = 128
+
+IndexFn = Callable[[KernelEmitter, list[Idx], Idx], list[Idx]]
+
+
+def _prod(xs: Sequence[int]) -> int:
+    n = 1
+    for x in xs:
+        n *= x
+    return n
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def memref_of(t: Attribute) -> Attribute:
+    """The memref type holding a tensor of type ``t`` (scalars pass through)."""
+    if isinstance(t, TensorType):
+        return MemRefType(t.element_type, list(t.get_shape()))
+    return t
+
+
+def _bcast_index(in_shape: Sequence[int], out_shape: Sequence[int]) -> IndexFn:
+    off = len(out_shape) - len(in_shape)
+
+    def fn(e: KernelEmitter, idx: list[Idx], lin: Idx) -> list[Idx]:
+        return [idx[k + off] if d != 1 else 0 for k, d in enumerate(in_shape)]
+
+    return fn
+
+
+def _identity_index(e: KernelEmitter, idx: list[Idx], lin: Idx) -> list[Idx]:
+    return idx
+
+
+def _not_lowered(op: Operation, why: str = "") -> NotImplementedError:
+    return NotImplementedError(
+        f"lower-graph-to-tile: {op.name} has no Tile IR lowering" + (f" ({why})" if why else "")
+    )
+
+
+def _reduce_init(kind: str, t: Attribute) -> float | int:
+    if kind == "sum":
+        return 0
+    if is_float(t):
+        return -pymath.inf if kind == "max" else pymath.inf
+    assert isinstance(t, IntegerType)
+    w = t.width.data
+    return -(2 ** (w - 1)) if kind == "max" else 2 ** (w - 1) - 1
+
+
+def _combine(e: KernelEmitter, kind: str, a: SSAValue, b: SSAValue) -> SSAValue:
+    f = is_float(a.type)
+    if kind == "sum":
+        return e.op(arith.AddfOp(a, b) if f else arith.AddiOp(a, b))
+    if kind == "max":
+        return e.op(arith.MaximumfOp(a, b) if f else arith.MaxSIOp(a, b))
+    return e.op(arith.MinimumfOp(a, b) if f else arith.MinSIOp(a, b))
+
+
+def _accum_type(t: Attribute, op: Operation) -> Attribute:
+    if t == i1:
+        raise _not_lowered(op, "boolean operands")
+    if isinstance(t, Float64Type):
+        return t
+    if is_float(t):
+        if not isinstance(t, Float32Type | Float16Type | BFloat16Type):
+            raise _not_lowered(op, f"element type {t}")
+        return f32
+    return t
+
+
+@dataclass
+class _Row:
+    """Rows for reductions: kept dims (one tile each) and reduced dims (strided by lanes)."""
+
+    shape: tuple[int, ...]
+    axes: list[int]
+
+    @property
+    def kept(self) -> list[int]:
+        return [d for k, d in enumerate(self.shape) if k not in self.axes]
+
+    @property
+    def red(self) -> list[int]:
+        return [d for k, d in enumerate(self.shape) if k in self.axes]
+
+    def index(self, e: KernelEmitter, o: Idx, r: Idx) -> list[Idx]:
+        oi = iter(e.unravel(o, self.kept))
+        ri = iter(e.unravel(r, self.red))
+        return [next(ri) if k in self.axes else next(oi) for k in range(len(self.shape))]
+
+    def group(self) -> tuple[int, str]:
+        n = _prod(self.red)
+        return (32, "warp") if n <= 32 else (ROW_GROUP, "group")
+
+
+class _FunctionLowering:
+    """Lowers one Graph IR ``func.func`` into kernels and a host function."""
+
+    def __init__(self, module: ModuleOp, fn: func.FuncOp):
+        self.module = module
+        self.fn = fn
+        self.name = fn.sym_name.data
+        ins = [memref_of(t) for t in fn.function_type.inputs.data]
+        outs = [memref_of(t) for t in fn.function_type.outputs.data]
+        self.host = func.FuncOp(self.name, (ins, outs))
+        self.hb = self.host.body.block
+        for old, new in zip(fn.body.block.args, self.hb.args):
+            new.name_hint = old.name_hint
+        self.env: dict[SSAValue, SSAValue] = dict(zip(fn.body.block.args, self.hb.args))
+        self.counter: dict[str, int] = {}
+        self.globals: set[SSAValue] = set()
+
+    # ------------------------------------------------------------------ host helpers
+    def host_op(self, o: Operation) -> SSAValue:
+        self.hb.add_op(o)
+        return o.results[0] if o.results else None  # type: ignore[return-value]
+
+    def alloc(self, t: Attribute) -> SSAValue:
+        mt = memref_of(t)
+        return self.host_op(memref.AllocOp([], [], mt))
+
+    def kernel(
+        self,
+        tag: str,
+        args: Sequence[SSAValue],
+        group: int,
+        grid: Sequence[int],
+        build: Callable[[KernelEmitter, list[SSAValue]], None],
+    ) -> None:
+        """Create a kernel over host values ``args`` and launch it (unless the grid is empty)."""
+        if min(grid) < 1:
+            return
+        n = self.counter.get(tag, 0)
+        self.counter[tag] = n + 1
+        name = f"{self.name}_{tag}_{n}"
+        k = tt.KernelOp(name, [a.type for a in args], group)
+        e = KernelEmitter(k.body.block)
+        build(e, list(k.body.block.args))
+        e.emit(tt.ReturnOp())
+        self.module.body.block.insert_op_before(k, self.fn)
+        self.hb.add_op(tt.LaunchOp(name, list(args), list(grid)))
+
+    def mem(self, v: SSAValue) -> SSAValue:
+        return self.env[v]
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> None:
+        for op in list(self.fn.body.block.ops):
+            if isinstance(op, func.ReturnOp):
+                outs: list[SSAValue] = []
+                for v in op.arguments:
+                    m = self.env[v]
+                    if m in self.hb.args or m in self.globals or m in outs:
+                        m = self.copy(v, m)
+                    outs.append(m)
+                self.hb.add_op(func.ReturnOp(*outs))
+                continue
+            method = _LOWERINGS.get(type(op))
+            if method is None:
+                raise _not_lowered(op)
+            for r in op.results:
+                if isinstance(r.type, TensorType) and isinstance(
+                    r.type.encoding, NumericPolicyAttr
+                ) and not r.type.encoding.to_policy().is_default():
+                    raise _not_lowered(op, "non-default numeric policy on the result")
+            method(self, op)
+        self.module.body.block.insert_op_after(self.host, self.fn)
+        self.fn.detach()
+        self.fn.erase()
+
+    # ------------------------------------------------------------------ generic map kernel
+    def map_kernel(
+        self,
+        tag: str,
+        domain: Sequence[int],
+        out: SSAValue,
+        inputs: Sequence[tuple[SSAValue, IndexFn]],
+        body: Callable[[KernelEmitter, list[SSAValue]], SSAValue],
+        out_index: IndexFn = _identity_index,
+    ) -> None:
+        """One lane per element of ``domain``: load inputs, compute ``body``, store."""
+        n = _prod(domain)
+        group = ELEMENTWISE_GROUP
+        host_args = [out, *(m for m, _ in inputs)]
+
+        def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+            o, ins = args[0], args[1:]
+            lin = e.linear_id()
+            ok = e.lt(lin, n)
+            idx = e.unravel(lin, domain)
+            vals = [
+                e.load(ref, fn(e, idx, lin), mask=ok) for ref, (_, fn) in zip(ins, inputs)
+            ]
+            r = body(e, vals)
+            e.store(r, o, out_index(e, idx, lin), mask=ok)
+
+        self.kernel(tag, host_args, group, [_cdiv(n, group), 1, 1], build)
+
+    def copy(self, v: SSAValue, m: SSAValue) -> SSAValue:
+        out = self.alloc(v.type)
+        shape = g.shape_of(v)
+        self.map_kernel("copy", shape, out, [(m, _identity_index)], lambda e, xs: xs[0])
+        return out
+
+    # ------------------------------------------------------------------ elementwise
+    def lower_binary(self, op: g.ElementwiseBinaryOp) -> None:
+        t = g.elem_of(op.lhs)
+        out_shape = g.shape_of(op.result)
+        kind = type(op)
+        if t == i1 and not isinstance(op, g.EqOp | g.NeOp):
+            raise _not_lowered(op, "boolean operands")
+        ct = compute_type(t)
+        rt = g.elem_of(op.result)
+
+        def body(e: KernelEmitter, xs: list[SSAValue]) -> SSAValue:
+            a, b = (e.convert(x, ct) for x in xs)
+            r = _binary_scalar(e, op, kind, a, b)
+            return e.convert(r, rt)
+
+        out = self.alloc(op.result.type)
+        ins = [
+            (self.mem(op.lhs), _bcast_index(g.shape_of(op.lhs), out_shape)),
+            (self.mem(op.rhs), _bcast_index(g.shape_of(op.rhs), out_shape)),
+        ]
+        self.map_kernel(op.name.split(".")[1], out_shape, out, ins, body)
+        self.env[op.result] = out
+
+    def lower_unary(self, op: g.ElementwiseUnaryOp) -> None:
+        t = g.elem_of(op.input)
+        ct = compute_type(t)
+        shape = g.shape_of(op.result)
+
+        def body(e: KernelEmitter, xs: list[SSAValue]) -> SSAValue:
+            x = e.convert(xs[0], ct)
+            return e.convert(_unary_scalar(e, op, x), t)
+
+        out = self.alloc(op.result.type)
+        self.map_kernel(
+            op.name.split(".")[1], shape, out, [(self.mem(op.input), _identity_index)], body
+        )
+        self.env[op.result] = out
+
+    def lower_select(self, op: g.SelectOp) -> None:
+        shape = g.shape_of(op.result)
+        ins = [
+            (self.mem(v), _bcast_index(g.shape_of(v), shape))
+            for v in (op.cond, op.on_true, op.on_false)
+        ]
+        out = self.alloc(op.result.type)
+        self.map_kernel("select", shape, out, ins, lambda e, xs: e.vselect(*xs))
+        self.env[op.result] = out
+
+    def lower_cast(self, op: g.CastOp) -> None:
+        src, dst = g.elem_of(op.input), g.elem_of(op.result)
+        ok = (Float64Type, Float32Type, Float16Type, BFloat16Type, IntegerType)
+        for t in (src, dst):
+            if not isinstance(t, ok):
+                raise _not_lowered(op, f"casts involving {t}")
+        shape = g.shape_of(op.result)
+        out = self.alloc(op.result.type)
+        self.map_kernel(
+            "cast", shape, out, [(self.mem(op.input), _identity_index)],
+            lambda e, xs: e.convert(xs[0], dst),
+        )
+        self.env[op.result] = out
+
+    def lower_constant(self, op: g.ConstantOp) -> None:
+        rt = op.result.type
+        assert isinstance(rt, TensorType)
+        et = rt.element_type
+        vals = list(op.value.get_values())
+        shape = g.shape_of(op.result)
+        if len(vals) == 1:
+            out = self.alloc(rt)
+            v0 = vals[0]
+            self.map_kernel("constant", shape, out, [], lambda e, xs: e.const(v0, et))
+            self.env[op.result] = out
+            return
+        n = self.counter.get("cst", 0)
+        self.counter["cst"] = n + 1
+        sym = f"{self.name}_cst_{n}"
+        mt = memref_of(rt)
+        if is_float(et):
+            data = DenseIntOrFPElementsAttr.from_list(rt, [float(x) for x in vals])
+        else:
+            data = DenseIntOrFPElementsAttr.from_list(rt, [int(x) for x in vals])
+        gl = memref.GlobalOp.get(StringAttr(sym), mt, data, constant=UnitAttr())
+        self.module.body.block.insert_op_before(gl, self.fn)
+        m = self.host_op(memref.GetGlobalOp(sym, mt))
+        self.globals.add(m)
+        self.env[op.result] = m
+
+    # ------------------------------------------------------------------ shape ops
+    def lower_transpose(self, op: g.TransposeOp) -> None:
+        perm = list(op.permutation.get_values())
+        shape = g.shape_of(op.result)
+
+        def in_index(e: KernelEmitter, idx: list[Idx], lin: Idx) -> list[Idx]:
+            src: list[Idx] = [0] * len(perm)
+            for i, p in enumerate(perm):
+                src[p] = idx[i]
+            return src
+
+        out = self.alloc(op.result.type)
+        self.map_kernel(
+            "transpose", shape, out, [(self.mem(op.input), in_index)], lambda e, xs: xs[0]
+        )
+        self.env[op.result] = out
+
+    def lower_reshape(self, op: g.ReshapeOp) -> None:
+        in_shape = g.shape_of(op.input)
+        out = self.alloc(op.result.type)
+        self.map_kernel(
+            "reshape", g.shape_of(op.result), out,
+            [(self.mem(op.input), lambda e, idx, lin: e.unravel(lin, in_shape))],
+            lambda e, xs: xs[0],
+        )
+        self.env[op.result] = out
+
+    def lower_broadcast(self, op: g.BroadcastOp) -> None:
+        shape = g.shape_of(op.result)
+        out = self.alloc(op.result.type)
+        self.map_kernel(
+            "broadcast", shape, out,
+            [(self.mem(op.input), _bcast_index(g.shape_of(op.input), shape))],
+            lambda e, xs: xs[0],
+        )
+        self.env[op.result] = out
+
+    def lower_slice(self, op: g.SliceOp) -> None:
+        start = list(op.start.get_values())
+        stride = list(op.stride.get_values())
+
+        def in_index(e: KernelEmitter, idx: list[Idx], lin: Idx) -> list[Idx]:
+            return [e.add(s, e.mul(i, st)) for i, s, st in zip(idx, start, stride)]
+
+        out = self.alloc(op.result.type)
+        self.map_kernel(
+            "slice", g.shape_of(op.result), out, [(self.mem(op.input), in_index)],
+            lambda e, xs: xs[0],
+        )
+        self.env[op.result] = out
+
+    def lower_concat(self, op: g.ConcatOp) -> None:
+        rank = len(g.shape_of(op.result))
+        ax = op.axis.value.data % rank
+        out = self.alloc(op.result.type)
+        offset = 0
+        for v in op.inputs:
+            s = g.shape_of(v)
+            off = offset
+
+            def out_index(e: KernelEmitter, idx: list[Idx], lin: Idx, off: int = off) -> list[Idx]:
+                return [e.add(i, off) if k == ax else i for k, i in enumerate(idx)]
+
+            self.map_kernel(
+                "concat", s, out, [(self.mem(v), _identity_index)], lambda e, xs: xs[0],
+                out_index=out_index,
+            )
+            offset += s[ax]
+        self.env[op.result] = out
+
+    # ------------------------------------------------------------------ rows
+    def row_loop(
+        self,
+        e: KernelEmitter,
+        n: int,
+        group: int,
+        lane: SSAValue,
+        carried: list[SSAValue],
+        body: Callable[[KernelEmitter, Idx, SSAValue, list[SSAValue]], list[SSAValue]],
+    ) -> list[SSAValue]:
+        """Lanes stride over ``n`` row elements: ``body(e, r, valid, carried)``."""
+
+        def step(ie: KernelEmitter, k: SSAValue, c: list[SSAValue]) -> list[SSAValue]:
+            r = ie.add(ie.mul(k, group), lane)
+            return body(ie, r, ie.lt(r, n), c)
+
+        return e.for_(0, _cdiv(n, group), 1, carried, step)
+
+    def row_reduce(
+        self,
+        e: KernelEmitter,
+        row: _Row,
+        o: Idx,
+        lane: SSAValue,
+        kind: str,
+        acc_t: Attribute,
+        value: Callable[[KernelEmitter, list[Idx], SSAValue], SSAValue],
+    ) -> SSAValue:
+        """Reduce ``value(e, index, valid)`` over a row; every lane gets the result."""
+        group, scope = row.group()
+        init = e.const(_reduce_init(kind, acc_t), acc_t)
+
+        def body(ie: KernelEmitter, r: Idx, ok: SSAValue, c: list[SSAValue]) -> list[SSAValue]:
+            v = value(ie, row.index(ie, o, r), ok)
+            v = ie.vselect(ok, v, ie.const(_reduce_init(kind, acc_t), acc_t))
+            return [_combine(ie, kind, c[0], v)]
+
+        (acc,) = self.row_loop(e, _prod(row.red), group, lane, [init], body)
+        return e.op(tt.ReduceOp(acc, kind, scope))
+
+    def lower_reduction(self, op: g.ReductionOp) -> None:
+        t = g.elem_of(op.input)
+        acc_t = _accum_type(t, op)
+        kind = {g.SumOp: "sum", g.MaxOp: "max", g.MinOp: "min", g.MeanOp: "sum"}[type(op)]
+        if isinstance(op, g.MeanOp) and not is_float(t):
+            raise _not_lowered(op, "integer mean")
+        row = _Row(g.shape_of(op.input), op.axis_list())
+        n = _prod(row.red)
+        out = self.alloc(op.result.type)
+        out_shape = g.shape_of(op.result)
+        keep = op.keepdims is not None
+        group, _ = row.group()
+
+        def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+            o_ref, x = args
+            o = e.tile_id("x")
+            lane = e.local_id()
+
+            def value(ie: KernelEmitter, idx: list[Idx], ok: SSAValue) -> SSAValue:
+                return ie.convert(ie.load(x, idx, mask=ok), acc_t)
+
+            total = self.row_reduce(e, row, o, lane, kind, acc_t, value)
+            if isinstance(op, g.MeanOp):
+                total = e.fdiv(total, e.const(float(n), acc_t))
+            oidx = e.unravel(o, row.kept)
+            if keep:
+                it = iter(oidx)
+                oidx = [0 if k in row.axes else next(it) for k in range(len(row.shape))]
+            assert len(oidx) == len(out_shape)
+            e.store(e.convert(total, t), o_ref, oidx, mask=e.eq(lane, 0))
+
+        self.kernel(
+            op.name.split(".")[1], [out, self.mem(op.input)], group,
+            [_prod(row.kept), 1, 1], build,
+        )
+        self.env[op.result] = out
+
+    def lower_softmax(self, op: g.SoftmaxOp) -> None:
+        t = g.elem_of(op.input)
+        acc_t = _accum_type(t, op)
+        shape = g.shape_of(op.input)
+        row = _Row(shape, [op.axis.value.data % len(shape)])
+        group, _ = row.group()
+        out = self.alloc(op.result.type)
+
+        def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+            o_ref, x = args
+            o = e.tile_id("x")
+            lane = e.local_id()
+
+            def load(ie: KernelEmitter, idx: list[Idx], ok: SSAValue) -> SSAValue:
+                return ie.convert(ie.load(x, idx, mask=ok), acc_t)
+
+            mx = self.row_reduce(e, row, o, lane, "max", acc_t, load)
+            sm = self.row_reduce(
+                e, row, o, lane, "sum", acc_t,
+                lambda ie, idx, ok: ie.exp(ie.fsub(load(ie, idx, ok), mx)),
+            )
+            inv = e.fdiv(e.const(1.0, acc_t), sm)
+
+            def write(ie: KernelEmitter, r: Idx, ok: SSAValue, c: list[SSAValue]) -> list:
+                idx = row.index(ie, o, r)
+                y = ie.fmul(ie.exp(ie.fsub(load(ie, idx, ok), mx)), inv)
+                ie.store(ie.convert(y, t), o_ref, idx, mask=ok)
+                return []
+
+            self.row_loop(e, _prod(row.red), group, lane, [], write)
+
+        self.kernel("softmax", [out, self.mem(op.input)], group, [_prod(row.kept), 1, 1], build)
+        self.env[op.result] = out
+
+    def lower_norm(self, op: g.RMSNormOp | g.LayerNormOp) -> None:
+        t = g.elem_of(op.input)
+        acc_t = _accum_type(t, op)
+        shape = g.shape_of(op.input)
+        row = _Row(shape, [len(shape) - 1])
+        d = shape[-1]
+        group, _ = row.group()
+        eps = op.eps.value.data
+        is_ln = isinstance(op, g.LayerNormOp)
+        w = op.weight
+        b = op.bias if isinstance(op, g.LayerNormOp) else None
+        out = self.alloc(op.result.type)
+        host_args = [out, self.mem(op.input)]
+        if w is not None:
+            host_args.append(self.mem(w))
+        if b is not None:
+            host_args.append(self.mem(b))
+
+        def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+            o_ref, x = args[0], args[1]
+            w_ref = args[2] if w is not None else None
+            b_ref = args[-1] if b is not None else None
+            o = e.tile_id("x")
+            lane = e.local_id()
+
+            def load(ie: KernelEmitter, idx: list[Idx], ok: SSAValue) -> SSAValue:
+                return ie.convert(ie.load(x, idx, mask=ok), acc_t)
+
+            n = e.const(float(d), acc_t)
+            if is_ln:
+                mean = e.fdiv(self.row_reduce(e, row, o, lane, "sum", acc_t, load), n)
+
+                def centered(ie: KernelEmitter, idx: list[Idx], ok: SSAValue) -> SSAValue:
+                    c = ie.fsub(load(ie, idx, ok), mean)
+                    return ie.fmul(c, c)
+
+                var = e.fdiv(self.row_reduce(e, row, o, lane, "sum", acc_t, centered), n)
+                inv = e.rsqrt(e.fadd(var, e.const(eps, acc_t)))
+            else:
+
+                def square(ie: KernelEmitter, idx: list[Idx], ok: SSAValue) -> SSAValue:
+                    v = load(ie, idx, ok)
+                    return ie.fmul(v, v)
+
+                ms = e.fdiv(self.row_reduce(e, row, o, lane, "sum", acc_t, square), n)
+                inv = e.rsqrt(e.fadd(ms, e.const(eps, acc_t)))
+                mean = None
+
+            def write(ie: KernelEmitter, r: Idx, ok: SSAValue, c: list[SSAValue]) -> list:
+                idx = row.index(ie, o, r)
+                y = load(ie, idx, ok)
+                if mean is not None:
+                    y = ie.fsub(y, mean)
+                y = ie.fmul(y, inv)
+                if w_ref is not None:
+                    y = ie.fmul(y, ie.convert(ie.load(w_ref, [idx[-1]], mask=ok), acc_t))
+                if b_ref is not None:
+                    y = ie.fadd(y, ie.convert(ie.load(b_ref, [idx[-1]], mask=ok), acc_t))
+                ie.store(ie.convert(y, t), o_ref, idx, mask=ok)
+                return []
+
+            self.row_loop(e, d, group, lane, [], write)
+
+        self.kernel(
+            op.name.split(".")[1], host_args, group, [_prod(row.kept), 1, 1], build
+        )
+        self.env[op.result] = out
+
+    def lower_mse(self, op: g.MSEOp) -> None:
+        t = g.elem_of(op.pred)
+        acc_t = _accum_type(t, op)
+        shape = g.broadcast_shapes(g.shape_of(op.pred), g.shape_of(op.target))
+        assert shape is not None
+        row = _Row(tuple(shape), list(range(len(shape))))
+        group, _ = row.group()
+        n = _prod(shape)
+        pi = _bcast_index(g.shape_of(op.pred), shape)
+        ti = _bcast_index(g.shape_of(op.target), shape)
+        out = self.alloc(op.result.type)
+
+        def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+            o_ref, p, q = args
+            lane = e.local_id()
+
+            def sq(ie: KernelEmitter, idx: list[Idx], ok: SSAValue) -> SSAValue:
+                a = ie.convert(ie.load(p, pi(ie, idx, 0), mask=ok), acc_t)
+                b = ie.convert(ie.load(q, ti(ie, idx, 0), mask=ok), acc_t)
+                dlt = ie.fsub(a, b)
+                return ie.fmul(dlt, dlt)
+
+            total = self.row_reduce(e, row, 0, lane, "sum", acc_t, sq)
+            mean = e.fdiv(total, e.const(float(n), acc_t)) if n else total
+            e.store(e.convert(mean, t), o_ref, [], mask=e.eq(lane, 0))
+
+        self.kernel("mse", [out, self.mem(op.pred), self.mem(op.target)], group, [1, 1, 1], build)
+        self.env[op.result] = out
+
+    # ------------------------------------------------------------------ matmul
+    def lower_matmul(self, op: g.MatmulOp) -> None:
+        from tessera.passes.tile_gemm import lower_matmul
+
+        lower_matmul(self, op)
+
+    def lower_flash_attention(self, op: g.FlashAttentionOp) -> None:
+        from tessera.passes.tile_gemm import lower_flash_attention
+
+        lower_flash_attention(self, op)
+
+
+def _binary_scalar(
+    e: KernelEmitter, op: Operation, kind: type, a: SSAValue, b: SSAValue
+) -> SSAValue:
+    f = is_float(a.type)
+    if issubclass(kind, g.CompareOp):
+        fpred = {g.LtOp: "olt", g.LeOp: "ole", g.GtOp: "ogt", g.GeOp: "oge",
+                 g.EqOp: "oeq", g.NeOp: "une"}[kind]
+        ipred = {g.LtOp: "slt", g.LeOp: "sle", g.GtOp: "sgt", g.GeOp: "sge",
+                 g.EqOp: "eq", g.NeOp: "ne"}[kind]
+        return e.op(arith.CmpfOp(a, b, fpred) if f else arith.CmpiOp(a, b, ipred))
+    if f:
+        table: dict[type, Callable[[SSAValue, SSAValue], Operation]] = {
+            g.AddOp: arith.AddfOp, g.SubOp: arith.SubfOp, g.MulOp: arith.MulfOp,
+            g.DivOp: arith.DivfOp, g.PowOp: math.PowFOp, g.MaximumOp: arith.MaximumfOp,
+            g.MinimumOp: arith.MinimumfOp,
+        }
+    else:
+        table = {
+            g.AddOp: arith.AddiOp, g.SubOp: arith.SubiOp, g.MulOp: arith.MuliOp,
+            g.DivOp: arith.DivSIOp, g.MaximumOp: arith.MaxSIOp, g.MinimumOp: arith.MinSIOp,
+        }
+    if kind not in table:
+        raise _not_lowered(op, f"on {a.type} operands")
+    return e.op(table[kind](a, b))
+
+
+def _unary_scalar(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    t = x.type
+    if not is_float(t):
+        if isinstance(op, g.NegOp):
+            return e.op(arith.SubiOp(e.const(0, t), x))
+        if isinstance(op, g.AbsOp):
+            return e.op(math.AbsIOp(x))
+        raise _not_lowered(op, f"on {t} operands")
+    one = e.const(1.0, t)
+    if isinstance(op, g.NegOp):
+        return e.op(arith.NegfOp(x))
+    if isinstance(op, g.AbsOp):
+        return e.op(math.AbsFOp(x))
+    simple = {g.ExpOp: math.ExpOp, g.LogOp: math.LogOp, g.SqrtOp: math.SqrtOp,
+              g.RsqrtOp: math.RsqrtOp, g.TanhOp: math.TanhOp}
+    for k, ctor in simple.items():
+        if isinstance(op, k):
+            return e.op(ctor(x))
+    if isinstance(op, g.ReluOp):
+        return e.fmax(x, e.const(0.0, t))
+    if isinstance(op, g.SigmoidOp | g.SiluOp):
+        s = e.fdiv(one, e.fadd(one, e.exp(e.op(arith.NegfOp(x)))))
+        return s if isinstance(op, g.SigmoidOp) else e.fmul(x, s)
+    if isinstance(op, g.GeluOp):
+        c = e.const(pymath.sqrt(2.0 / pymath.pi), t)
+        x3 = e.fmul(e.fmul(x, x), x)
+        inner = e.fmul(c, e.fadd(x, e.fmul(e.const(0.044715, t), x3)))
+        return e.fmul(e.fmul(e.const(0.5, t), x), e.fadd(one, e.op(math.TanhOp(inner))))
+    raise _not_lowered(op)
+
+
+_LOWERINGS: dict[type, Callable[[_FunctionLowering, Operation], None]] = {}
+for _k in (g.AddOp, g.SubOp, g.MulOp, g.DivOp, g.PowOp, g.MaximumOp, g.MinimumOp,
+           g.LtOp, g.LeOp, g.GtOp, g.GeOp, g.EqOp, g.NeOp):
+    _LOWERINGS[_k] = _FunctionLowering.lower_binary  # type: ignore[assignment]
+for _k in (g.NegOp, g.AbsOp, g.ExpOp, g.LogOp, g.SqrtOp, g.RsqrtOp, g.TanhOp, g.ReluOp,
+           g.GeluOp, g.SiluOp, g.SigmoidOp):
+    _LOWERINGS[_k] = _FunctionLowering.lower_unary  # type: ignore[assignment]
+for _k in (g.SumOp, g.MaxOp, g.MinOp, g.MeanOp):
+    _LOWERINGS[_k] = _FunctionLowering.lower_reduction  # type: ignore[assignment]
+_LOWERINGS.update({
+    g.SelectOp: _FunctionLowering.lower_select,  # type: ignore[dict-item]
+    g.CastOp: _FunctionLowering.lower_cast,  # type: ignore[dict-item]
+    g.ConstantOp: _FunctionLowering.lower_constant,  # type: ignore[dict-item]
+    g.TransposeOp: _FunctionLowering.lower_transpose,  # type: ignore[dict-item]
+    g.ReshapeOp: _FunctionLowering.lower_reshape,  # type: ignore[dict-item]
+    g.BroadcastOp: _FunctionLowering.lower_broadcast,  # type: ignore[dict-item]
+    g.SliceOp: _FunctionLowering.lower_slice,  # type: ignore[dict-item]
+    g.ConcatOp: _FunctionLowering.lower_concat,  # type: ignore[dict-item]
+    g.SoftmaxOp: _FunctionLowering.lower_softmax,  # type: ignore[dict-item]
+    g.RMSNormOp: _FunctionLowering.lower_norm,  # type: ignore[dict-item]
+    g.LayerNormOp: _FunctionLowering.lower_norm,  # type: ignore[dict-item]
+    g.MSEOp: _FunctionLowering.lower_mse,  # type: ignore[dict-item]
+    g.MatmulOp: _FunctionLowering.lower_matmul,  # type: ignore[dict-item]
+    g.FlashAttentionOp: _FunctionLowering.lower_flash_attention,  # type: ignore[dict-item]
+})
+
+LOWERED_OPS: tuple[str, ...] = tuple(sorted(k.name for k in _LOWERINGS))
+"""Names of the tgraph ops this pass lowers."""
+
+
+def _is_graph_function(fn: func.FuncOp) -> bool:
+    types = [*fn.function_type.inputs.data, *fn.function_type.outputs.data]
+    if any(isinstance(t, TensorType) for t in types):
+        return True
+    return any(op.dialect_name() == "tgraph" for op in fn.walk())
+
+
+class LowerGraphToTile(ModulePass):
+    """Lower every Graph IR ``func.func`` to ``ttile.kernel``s and a host function."""
+
+    name = "lower-graph-to-tile"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for fn in [f for f in op.body.block.ops if isinstance(f, func.FuncOp)]:
+            if fn.body.blocks and _is_graph_function(fn):
+                if len(fn.body.blocks) != 1:
+                    raise NotImplementedError(
+                        f"lower-graph-to-tile: func.func @{fn.sym_name.data} has more than one "
+                        "block"
+                    )
+                _FunctionLowering(op, fn).run()
+
+

@@ -276,8 +276,9 @@ class GraphEmitter:
         self, x: SSAValue, in_shape: Sequence[int], axes: Sequence[int]
     ) -> SSAValue:
         """Broadcast a reduction result (kept dims or not) back to ``in_shape``."""
-        kept = [1 if i in axes else d for i, d in enumerate(in_shape)]
-        return self.broadcast_to(self.reshape(x, kept), in_shape)
+        if shape_of(x):
+            x = self.reshape(x, [1 if i in axes else d for i, d in enumerate(in_shape)])
+        return self.broadcast_to(x, in_shape)
 
     def pad(
         self, x: SSAValue, shape: Sequence[int], start: Sequence[int], stride: Sequence[int]

@@ -239,6 +239,8 @@ CASES: list[Case] = [
          lambda: [rnd(3, 5)], 0, 0),
     Case("all_to_all", lambda x: ts.all_to_all(x, axis="tp", split_dim=1, concat_dim=0),
          lambda x: t64(x), lambda: [rnd(3, 5)], 0, 0),
+    Case("all_slice", lambda x: ts.all_slice(x, axis="tp"), lambda x: t64(x),
+         lambda: [rnd(3, 5)], 0, 0),
 ]
 
 

@@ -163,8 +163,8 @@ class CompiledFunction:
     def _arg_infos(self, bound: inspect.BoundArguments, arrays: dict[str, np.ndarray]) -> list[_ArgInfo]:
         infos: list[_ArgInfo] = []
         symbols: dict[str, tuple[int, str]] = {}
-        for pname, value in bound.arguments.items():
-            ann = self.annotations.get(pname)
+        for pname, value in _flatten(bound):
+            ann = self.annotations.get(pname.split("[")[0].split(".")[0])
             if pname in arrays:
                 arr = arrays[pname]
                 try:
@@ -206,6 +206,8 @@ class CompiledFunction:
     def _annotation_infos(self, sizes: dict[str, int]) -> list[_ArgInfo]:
         infos = []
         for pname, p in self.signature.parameters.items():
+            if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                continue
             ann = self.annotations.get(pname)
             if ann is None:
                 if p.default is not inspect.Parameter.empty and _is_static(p.default):
@@ -249,10 +251,9 @@ class CompiledFunction:
                 call_args[i.param] = trace.add_argument(tensor_type(i.shape, i.policy))
             else:
                 call_args[i.param] = i.static
-        bound = self.signature.bind_partial()
-        bound.arguments.update(call_args)
+        pos, kw = _unflatten(self.signature, call_args)
         with tracing(trace):
-            out = self.fn(*bound.args, **bound.kwargs)
+            out = self.fn(*pos, **kw)
         returns_tuple = isinstance(out, tuple | list)
         outs = list(out) if returns_tuple else [out]
         for k, o in enumerate(outs):
@@ -288,10 +289,11 @@ class CompiledFunction:
         from tessera.runtime.graph_interpreter import run_function
 
         bound = self._bind(args, kwargs)
-        values = list(bound.arguments.values())
+        values = [v for _, v in _flatten(bound)]
         if any(convert.is_cuda_tensor(v) for v in values):
             spec = self._specialize(self._arg_infos(bound, _arrays_of(bound, self.name, meta=True)))
-            return dispatch.run_on_gpu(spec, [bound.arguments[p] for p in spec.tensor_params])
+            by_key = dict(_flatten(bound))
+            return dispatch.run_on_gpu(spec, [by_key[p] for p in spec.tensor_params])
         arrays = _arrays_of(bound, self.name)
         spec = self._specialize(self._arg_infos(bound, arrays))
         results = run_function(spec.ir("graph"), spec.name, [arrays[p] for p in spec.tensor_params])
@@ -316,6 +318,41 @@ class CompiledFunction:
         return str(spec.ir(level))
 
 
+def _flatten(bound: inspect.BoundArguments) -> list[tuple[str, Any]]:
+    """(key, value) per argument; ``*args``/``**kwargs`` items get keys ``args[i]``/``kw.k``."""
+    items: list[tuple[str, Any]] = []
+    params = bound.signature.parameters
+    for pname, value in bound.arguments.items():
+        kind = params[pname].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            items += [(f"{pname}[{i}]", v) for i, v in enumerate(value)]
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            items += [(f"{pname}.{k}", v) for k, v in value.items()]
+        else:
+            items.append((pname, value))
+    return items
+
+
+def _unflatten(
+    sig: inspect.Signature, values: dict[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """Positional and keyword arguments for calling the function from flattened values."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for pname, p in sig.parameters.items():
+        if p.kind is inspect.Parameter.VAR_POSITIONAL:
+            args += [v for k, v in values.items() if k.startswith(f"{pname}[")]
+        elif p.kind is inspect.Parameter.VAR_KEYWORD:
+            kwargs.update(
+                {k[len(pname) + 1 :]: v for k, v in values.items() if k.startswith(f"{pname}.")}
+            )
+        elif p.kind is inspect.Parameter.KEYWORD_ONLY:
+            kwargs[pname] = values[pname]
+        else:
+            args.append(values[pname])
+    return args, kwargs
+
+
 def _static_key(v: Any) -> Any:
     return (type(v).__name__, v) if v is not None else None
 
@@ -327,7 +364,7 @@ def _arrays_of(
     from tessera.runtime import convert
 
     out: dict[str, np.ndarray] = {}
-    for pname, v in bound.arguments.items():
+    for pname, v in _flatten(bound):
         if isinstance(v, np.ndarray):
             out[pname] = v
         elif convert.is_torch_tensor(v):

@@ -6,6 +6,7 @@ from tessera.frontend.ops import (  # noqa: F401, A004
     add,
     all_gather,
     all_reduce,
+    all_slice,
     all_to_all,
     broadcast_to,
     cast,

@@ -1023,6 +1023,27 @@ def all_to_all(x: Any, axis: str = "tp", split_dim: int = 0, concat_dim: int = 0
     )
 
 
+def all_slice(x: Any, axis: str = "tp", dim: int = -1) -> TracedTensor:
+    """Keep this rank's block of ``dim`` (default: the last) along ``axis``, without
+    communication: the inverse of ``all_gather``."""
+    x = _tensor_arg(x, "all_slice")
+    d = _norm_axis("all_slice", dim, x.ndim)
+    size = x.trace.axis_size(axis, "all_slice")
+    shape = list(x.shape)
+    if shape[d] % size:
+        raise ShapeError(
+            located(f"all_slice dim {d} of size {shape[d]} does not split over {size} ranks")
+        )
+    shape[d] //= size
+    return _emit(
+        g.AllSliceOp,
+        x.trace,
+        operands=[x.value],
+        result_types=[result_type(shape, x.type)],
+        properties={"axis": StringAttr(axis), "dim": IntegerAttr(d, i64)},
+    )
+
+
 def send(x: Any, axis: str = "pp", peer: int = 1) -> None:
     """Send ``x`` to the rank ``peer`` steps along mesh axis ``axis``."""
     x = _tensor_arg(x, "send")
@@ -1060,7 +1081,7 @@ OP_FUNCTIONS: tuple[str, ...] = (
     "transpose", "reshape", "broadcast_to", "slice", "concat", "constant", "split_qkv",
     "fft", "ifft", "fft2d", "ifft2d", "cholesky", "svd", "spmm",
     "randn", "poisson",
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv",
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_slice", "send", "recv",
 )
 """The operator functions exported as ``ts.<name>`` and ``op.<name>``."""
 

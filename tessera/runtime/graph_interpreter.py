@@ -594,6 +594,13 @@ class GraphFunctions(InterpreterFunctions):
         n = _group_size(op, op.axis.data)
         return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
 
+    @impl(g.AllSliceOp)
+    def run_all_slice(self, interp: Interpreter, op: g.AllSliceOp, args: tuple[Any, ...]):
+        d = op.dim.value.data % len(args[0].shape)
+        implied = args[0].shape[d] // max(op.result.type.get_shape()[d], 1)
+        n = _group_size(op, op.axis.data, implied)
+        return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
+
     @impl(g.SendOp)
     def run_send(self, interp: Interpreter, op: g.SendOp, args: tuple[Any, ...]):
         _collective(op, args, _group_size(op, op.axis.data))

@@ -69,6 +69,7 @@ class CompiledKernel:
     group_size: int
     constexprs: dict[str, Any]
     has_return: bool
+    scalar_dtypes: dict[str, DType] = field(default_factory=dict)
 
     def tile_ir(self) -> str:
         return str(self.module)
@@ -133,12 +134,14 @@ class Kernel:
         group_size: int | None = None,
         arg_dtypes: dict[str, DType] | None = None,
         static_sizes: dict[str, int] | None = None,
+        ret_len: int | None = None,
         **constexprs: Any,
     ) -> CompiledKernel:
         """Compile (or fetch from the cache) the specialization for these constants.
 
-        ``static_sizes`` fixes symbolic dims in the memref types (the GPU lowering
-        needs static shapes); without it, dims stay dynamic (``?``).
+        ``static_sizes`` fixes symbolic dims in the memref types and ``ret_len`` the
+        length of the hidden return buffer (the GPU lowering needs static shapes);
+        without them, dims stay dynamic (``?``).
         """
         gs = group_size or self.group_size
         key = (
@@ -146,15 +149,22 @@ class Kernel:
             _freeze(constexprs),
             _freeze({k: v.name for k, v in (arg_dtypes or {}).items()}),
             _freeze(static_sizes or {}),
+            ret_len if static_sizes is not None else None,
         )
         if key not in self._cache:
             cg = KernelCodegen(
                 self.source, self.params, self.ret, group_size=gs, constexprs=constexprs,
                 arg_dtypes=arg_dtypes, static_sizes=static_sizes,
+                ret_len=ret_len if static_sizes is not None else None,
             )
             module, layout, lane_ops = cg.compile()
+            scalars = {
+                p.name: p.dtype for p in self.params
+                if isinstance(p, ScalarParam) and p.dtype is not None
+            }
             self._cache[key] = CompiledKernel(
-                module, self.__name__, layout, lane_ops, gs, dict(constexprs), self.ret is not None
+                module, self.__name__, layout, lane_ops, gs, dict(constexprs),
+                self.ret is not None, scalars,
             )
         return self._cache[key]
 
@@ -177,7 +187,7 @@ class Kernel:
                     f"static shapes; give the symbolic dims, e.g. inspect_ir('{level}', "
                     + ", ".join(f"{m}=1024" for m in missing) + ")"
                 )
-            ck = self.compile(group_size=group_size, static_sizes=sizes, **kw)
+            ck = self.compile(group_size=group_size, static_sizes=sizes, ret_len=1, **kw)
             from tessera.frontend.kernel_target import lower_to_ptx, lower_to_target
 
             return str(lower_to_target(ck.module)) if level == "target" else lower_to_ptx(ck.module)
@@ -220,9 +230,10 @@ class Kernel:
         if call.on_gpu:
             from tessera.frontend.kernel_target import launch_gpu
 
-            ck = self.compile(group_size=gs, arg_dtypes=call.arg_dtypes,
-                              static_sizes=call.sizes, **call.constexprs)
-            g = self.grid_for(ck, call.sizes, grid)
+            probe = self.compile(group_size=gs, arg_dtypes=call.arg_dtypes, **call.constexprs)
+            g = self.grid_for(probe, call.sizes, grid)
+            ck = self.compile(group_size=gs, arg_dtypes=call.arg_dtypes, static_sizes=call.sizes,
+                              ret_len=g[0] * g[1] * g[2], **call.constexprs)
             return launch_gpu(ck, call, g)
         ck = self.compile(group_size=gs, arg_dtypes=call.arg_dtypes, **call.constexprs)
         g = self.grid_for(ck, call.sizes, grid)
@@ -332,7 +343,7 @@ def kernel_args(ck: CompiledKernel, call: BoundCall, grid: tuple[int, int, int],
     types = ck.layout.types
     for (kind, name), t in zip(ck.layout.entries, types):
         if kind == "param":
-            out.append(to_array(name, call.values[name]))
+            out.append(to_array(name, _narrow(ck, name, call.values[name])))
         elif kind == "dim":
             out.append(call.sizes[name])
         else:
@@ -341,6 +352,14 @@ def kernel_args(ck: CompiledKernel, call: BoundCall, grid: tuple[int, int, int],
             ret = np.zeros(grid[0] * grid[1] * grid[2], np_dtype(t.element_type))  # type: ignore[union-attr]
             out.append(ret)
     return out, ret
+
+
+def _narrow(ck: CompiledKernel, name: str, v: Any) -> Any:
+    """A 16-bit float scalar argument rounded to its dtype (it is passed as f32)."""
+    dt = ck.scalar_dtypes.get(name)
+    if dt is not None and dt.is_float and dt.bits < 32 and not hasattr(v, "shape"):
+        return np.float32(np.asarray(v, np.float64).astype(dt.np_dtype))
+    return v
 
 
 def run_cpu(ck: CompiledKernel, call: BoundCall, grid: tuple[int, int, int]) -> Any:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from xdsl.dialects import scf
-from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType, ModuleOp
+from xdsl.dialects.builtin import DYNAMIC_INDEX, MemRefType, ModuleOp, f32
 from xdsl.ir import Attribute, Block, Region
 from xdsl.utils.exceptions import VerifyException
 
@@ -120,6 +120,7 @@ class KernelCodegen:
         constexprs: dict[str, Any] | None = None,
         arg_dtypes: dict[str, DType] | None = None,
         static_sizes: dict[str, int] | None = None,
+        ret_len: int | None = None,
         name: str | None = None,
     ):
         self.source = source
@@ -129,6 +130,7 @@ class KernelCodegen:
         self.constexprs = dict(constexprs or {})
         self.arg_dtypes = dict(arg_dtypes or {})
         self.static_sizes = dict(static_sizes or {})
+        self.ret_len = ret_len
         self.name = name or source.fn_def.name
         self.explicit_commit = _calls_named(source.fn_def, "cp_commit_group")
         self.uses_async_copy = _uses_async_copy(source.fn_def)
@@ -167,6 +169,8 @@ class KernelCodegen:
                 ]
                 types.append(MemRefType(dtype.ir_type, shape))
                 symbols += [d for d in p.dims if isinstance(d, str) and d not in symbols]
+            elif p.dtype is not None and p.dtype.is_float and p.dtype.bits < 32:
+                types.append(f32)  # 16-bit scalars travel as f32 (exact) and narrow on entry
             else:
                 types.append(p.ir_type)
         names = {p.name for p in self.params}
@@ -179,7 +183,7 @@ class KernelCodegen:
             types.append(INDEX)
         if self.ret is not None:
             entries.append(("ret", ""))
-            types.append(MemRefType(self.ret.ir_type, [DYNAMIC_INDEX]))
+            types.append(MemRefType(self.ret.ir_type, [self.ret_len or DYNAMIC_INDEX]))
         return ArgLayout(entries, types)
 
     def compile(self) -> tuple[ModuleOp, ArgLayout, set[str]]:
@@ -206,12 +210,12 @@ class KernelCodegen:
                     )
                     env[nm] = Ref.whole(arg, sizes, nm, p.mutable)
                 else:
-                    env[nm] = Scalar(arg)
+                    env[nm] = self.em.cast(Scalar(arg), p.ir_type)
             elif kind == "dim":
                 env[nm] = dim_values[nm]
             else:
                 arg.name_hint = "result"
-                ret_ref = Ref.whole(arg, (Scalar(arg),), "return value", True)
+                ret_ref = Ref.whole(arg, (self.ret_len or 1,), "return value", True)
         self._ret = _ReturnState(ret_ref)
         body = self.source.fn_def.body
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
@@ -556,8 +560,10 @@ class KernelCodegen:
                 benv[var] = iv
                 for n, v in zip(carried, vals):
                     benv[n] = self._rewrap(env[n], v.ssa)
+                entry = [benv[n] for n in carried]
                 self.block(node.body, benv)
                 nxt = [self._final(node, n, benv) for n in carried]
+                self._unchanged = [n for n, a, b in zip(carried, entry, nxt) if a is b]
                 out["types"] = [self._type_of(node, n, v) for n, v in zip(carried, nxt)]
                 if out["types"] != types:
                     return []
@@ -567,8 +573,7 @@ class KernelCodegen:
             with self.em.at(scratch):
                 inits = [Scalar(self._carry(node, n, env[n], t)) for n, t in zip(carried, types)]
                 self.em.for_loop(lo, hi, st, inits, body, attrs)
-            if out["types"] == types:
-                self._adopt(scratch)
+            self._scratch = scratch if out["types"] == types else None
             return out["types"]
 
         types = [self._type_of(node, n, env[n]) for n in carried]
@@ -596,10 +601,19 @@ class KernelCodegen:
         env: dict[str, Any],
     ) -> None:
         got = types
-        for _ in range(4):
+        for _ in range(8):
             self._loop_results: list[Any] | None = None
+            self._unchanged: list[str] = []
             got = build(types)
+            if self._unchanged and len(got) == len(types):
+                # values the body never reassigns need not be carried: build again without
+                keep = [i for i, n in enumerate(carried) if n not in self._unchanged]
+                carried[:] = [carried[i] for i in keep]
+                types = [types[i] for i in keep]
+                continue
             if got == types:
+                assert self._scratch is not None
+                self._adopt(self._scratch)
                 for n, r in zip(carried, self._loop_results or []):
                     env[n] = self._rewrap(env[n], r)
                 return
@@ -637,17 +651,20 @@ class KernelCodegen:
                 aenv = dict(env)
                 for n, a in zip(carried, after.args):
                     aenv[n] = self._rewrap(env[n], a)
+                entry = [aenv[n] for n in carried]
                 self.block(node.body, aenv)
                 nxt = [self._final(node, n, aenv) for n in carried]
+                self._unchanged = [n for n, a, b in zip(carried, entry, nxt) if a is b]
                 got = [self._type_of(node, n, v) for n, v in zip(carried, nxt)]
                 if got == types:
                     self.em.emit(scf.YieldOp(*[
                         self._carry(node, n, v, t) for n, v, t in zip(carried, nxt, types)
                     ]))
+            self._scratch = None
             if got == types:
                 with self.em.at(scratch):
                     self.em.emit(scf.WhileOp(inits, types, Region(before), Region(after)))
-                self._adopt(scratch)
+                self._scratch = scratch
             return got
 
         types = [self._type_of(node, n, env[n]) for n in carried]

@@ -198,8 +198,8 @@ def _split(em: Emitter, q: Scalar, shape: tuple[int, ...]) -> list[Scalar]:
     out: list[Scalar] = []
     rest = q
     for k in range(len(shape) - 1, 0, -1):
-        out.append(em.binary("%", rest, shape[k]))
-        rest = em.binary("//", rest, shape[k])
+        out.append(em.div_nonneg("%", rest, shape[k]))
+        rest = em.div_nonneg("//", rest, shape[k])
     out.append(rest)
     return list(reversed(out))
 
@@ -345,7 +345,7 @@ def _aligned_runtime(em: Emitter, src: Ref, nbytes: int) -> Scalar | bool | None
             if c % per:
                 return False
             continue
-        ok = em.compare("==", em.binary("%", c, per), 0)
+        ok = em.compare("==", em.div_nonneg("%", c, per), 0)
         result = ok if result is None else em.binary("&", result, ok)
     return result
 
@@ -485,7 +485,7 @@ def _elem(em: Emitter, ref: Ref, r: Any, c: Any) -> Scalar:
 
 def _mma_fma(em: Emitter, p: MmaProduct, m: int, n: int, k: int, put: Any) -> None:
     def body(q: Scalar) -> None:
-        r, c = em.binary("//", q, n), em.binary("%", q, n)
+        r, c = em.div_nonneg("//", q, n), em.div_nonneg("%", q, n)
 
         def step(kk: Scalar, acc: list[Scalar]) -> list[Scalar]:
             x = em.cast(_elem(em, p.a, r, kk), f32)
@@ -501,8 +501,8 @@ def _mma_fma(em: Emitter, p: MmaProduct, m: int, n: int, k: int, put: Any) -> No
 def _mma_tensor_core(em: Emitter, p: MmaProduct, m: int, n: int, k: int, put: Any) -> None:
     et = p.a.element_type
     lane = em.lane("lane_id")
-    g = em.binary("//", lane, 4)
-    t = em.binary("%", lane, 4)
+    g = em.div_nonneg("//", lane, 4)
+    t = em.div_nonneg("%", lane, 4)
     tiles_n = n // ttile.MMA_N
     n_tiles = (m // ttile.MMA_M) * tiles_n
     warps = em.group_size // ttile.WARP_SIZE
@@ -512,8 +512,8 @@ def _mma_tensor_core(em: Emitter, p: MmaProduct, m: int, n: int, k: int, put: An
         return em.emit(vector.BroadcastOp(z.ssa, VectorType(elem, [width]))).results[0]
 
     def frag_tile(tid: Scalar, _: list[Scalar]) -> list[Scalar]:
-        mi = em.binary("*", em.binary("//", tid, tiles_n), ttile.MMA_M)
-        ni = em.binary("*", em.binary("%", tid, tiles_n), ttile.MMA_N)
+        mi = em.binary("*", em.div_nonneg("//", tid, tiles_n), ttile.MMA_M)
+        ni = em.binary("*", em.div_nonneg("%", tid, tiles_n), ttile.MMA_N)
 
         def kstep(kk: Scalar, acc: list[Scalar]) -> list[Scalar]:
             a = zero_vec(et, 8)

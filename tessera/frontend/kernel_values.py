@@ -271,14 +271,46 @@ class ScalarBuilder:
         ops = {
             "+": arith.AddiOp, "-": arith.SubiOp, "*": arith.MuliOp,
             "&": arith.AndIOp, "|": arith.OrIOp, "^": arith.XOrIOp,
-            "<<": arith.ShLIOp, ">>": arith.ShRSIOp, "//": arith.FloorDivSIOp,
+            "<<": arith.ShLIOp, ">>": arith.ShRSIOp,
         }
         if op in ops:
             return Scalar(self.emit(ops[op](x.ssa, y.ssa)).results[0])
-        if op == "%":  # Python's floor modulo: a - (a // b) * b
-            q = self.binary("//", x, y)
-            return self.binary("-", x, self.binary("*", q, y))
+        if op in ("//", "%"):
+            return self.floor_divmod(op, x, y, b)
         raise KernelTypeError(f"operator {op} is not defined on {t}")
+
+    def floor_divmod(self, op: str, x: Scalar, y: Scalar, divisor: Any) -> Scalar:
+        """Python's ``//`` / ``%`` on integers (rounding toward minus infinity).
+
+        A positive power-of-two constant divisor is a shift / mask; otherwise the
+        truncating ``divsi`` / ``remsi`` are corrected when the remainder's sign
+        differs from the divisor's.
+        """
+        if isinstance(divisor, int) and divisor > 0 and divisor & (divisor - 1) == 0:
+            k = divisor.bit_length() - 1
+            if op == "//":
+                return self.binary(">>", x, self.const(k, x.type))
+            return self.binary("&", x, self.const(divisor - 1, x.type))
+        q = Scalar(self.emit(arith.DivSIOp(x.ssa, y.ssa)).results[0])
+        r = Scalar(self.emit(arith.RemSIOp(x.ssa, y.ssa)).results[0])
+        zero = self.const(0, x.type)
+        if isinstance(divisor, int) and divisor > 0:
+            fix = self.compare("<", r, zero)
+        else:
+            nonzero = self.compare("!=", r, zero)
+            signs = self.binary("^", self.compare("<", r, zero), self.compare("<", y, zero))
+            fix = self.binary("&", nonzero, signs)
+        if op == "//":
+            return self.select(fix, self.binary("-", q, self.const(1, x.type)), q)
+        return self.select(fix, self.binary("+", r, y), r)
+
+    def div_nonneg(self, op: str, a: Any, b: int) -> Scalar:
+        """``a // b`` or ``a % b`` for a non-negative index ``a`` and a constant ``b > 0``."""
+        x = self.materialize(a, INDEX)
+        if b & (b - 1) == 0:
+            return self.floor_divmod(op, x, x, b)
+        cls = arith.DivSIOp if op == "//" else arith.RemSIOp
+        return Scalar(self.emit(cls(x.ssa, self.const(b, INDEX).ssa)).results[0])
 
     def power(self, a: Any, b: Any) -> Scalar:
         if isinstance(b, int) and not isinstance(b, bool) and 0 <= b <= 8:

@@ -72,6 +72,15 @@ from tessera.tile import cp_async, mut, tbarrier, tshared  # noqa: E402
 
 __all__ += ["kernel", "tile", "tshared", "tbarrier", "cp_async", "mut"]
 # --- autodiff (grad, value_and_grad, jvp, autodiff, custom_vjp) ---
+from tessera.autodiff.api import (  # noqa: E402
+    autodiff,
+    custom_vjp,
+    grad,
+    jvp,
+    value_and_grad,
+)
+
+__all__ += ["autodiff", "custom_vjp", "grad", "jvp", "value_and_grad"]
 # --- numerics (precision_policy) ---
 from tessera.numerics.api import abs, round  # noqa: E402, A004
 from tessera.numerics.policy_classes import precision_policy  # noqa: E402

@@ -34,11 +34,12 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import FunctionType, IntegerType, ModuleOp, TensorType
+from xdsl.dialects.builtin import FunctionType, IntegerType, ModuleOp, StringAttr, TensorType
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.transforms.dead_code_elimination import region_dce
 
+from tessera.autodiff.custom import ATTR, CUSTOM_VJPS
 from tessera.autodiff.emitter import GraphEmitter, numel
 from tessera.autodiff.rules import VJP_RULES, AutodiffError
 from tessera.ir.graph import elem_of, shape_of
@@ -168,6 +169,22 @@ def vjp_function(
         op = forward[index]
         out_cts = [cts.get(r) for r in op.results]
         if all(c is None for c in out_cts):
+            continue
+        custom = op.attributes.get(ATTR)
+        if isinstance(custom, StringAttr):
+            record = CUSTOM_VJPS.get(custom.data)
+            if record is None:
+                raise AutodiffError(
+                    f"autodiff: {_describe(op, index, fname)} refers to custom_vjp rule "
+                    f"'{custom.data}', which is not defined in this process"
+                )
+            inputs = [mapping.get(v, v) for v in record.inputs]
+            needs = [v in active for v in inputs]
+            ct = out_cts[0]
+            assert ct is not None
+            for v, c in zip(inputs, record.apply(new_block, mapping, ct, needs)):
+                if c is not None:
+                    accumulate(v, e.unbroadcast(c, shape_of(v)))
             continue
         needs = [v in active for v in op.operands]
         if not any(needs):

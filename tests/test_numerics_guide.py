@@ -115,7 +115,9 @@ def test_numerically_stable_softmax_error_bound(scale: float) -> None:
 
 def test_stochastic_cast_in_jit_matches_cast_array() -> None:
     @ts.jit
-    def to_bf16_sr(x: ts.Tensor["N", ts.f32]) -> ts.Tensor["N", ts.bf16]:  # noqa: F821
+    def to_bf16_sr(
+        x: ts.Tensor["N", ts.f32],  # noqa: F821
+    ) -> ts.Tensor["N", ts.bf16 @ ts.stochastic_round]:  # noqa: F821
         return ts.cast(x, ts.bf16 @ ts.stochastic_round, seed=11)
 
     x = np.full(20_000, 1.0 + 2.0**-9, dtype=np.float32)  # a quarter of the bf16 step above 1

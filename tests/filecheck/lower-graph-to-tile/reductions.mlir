@@ -17,7 +17,7 @@ func.func @f(%x: tensor<5x300xbf16>, %y: tensor<4x7xf32>) -> (tensor<5xbf16>, te
 // CHECK:        %[[B:.*]] = arith.truncf %[[T]] : f32 to bf16
 // CHECK:        ttile.store %[[B]], %{{.*}}[%{{.*}}] mask %{{.*}} : bf16, memref<5xbf16>
 // CHECK:      ttile.kernel @f_max_0(%{{.*}}: memref<4x1xf32>, %{{.*}}: memref<4x7xf32>) group_size = 32 {
-// CHECK:        arith.constant 0xFF800000 : f32
+// CHECK:        arith.constant 0xff800000 : f32
 // CHECK:        arith.maximumf
 // CHECK:        ttile.reduce %{{.*}} kind = max scope = warp : f32
 // CHECK:      ttile.kernel @f_softmax_0(%{{.*}}: memref<5x300xbf16>, %{{.*}}: memref<5x300xbf16>) group_size = 128 {

@@ -2,6 +2,10 @@
 path of ``ts.jit``, checked against float64 references with bounds from the formats' epsilons."""
 
 
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -12,6 +16,19 @@ from tessera.frontend.errors import TesseraTypeError
 from tessera.numerics import cast_array
 
 U32 = 2.0**-24  # unit roundoff of float32
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def load_example(name: str) -> ModuleType:
+    """Import ``examples/<name>.py`` (the front end's copy of a guide example)."""
+    path = EXAMPLES / f"{name}.py"
+    if not path.exists():
+        pytest.skip(f"examples/{name}.py is missing")
+    spec = importlib.util.spec_from_file_location(f"guide_example_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def unit_roundoff(d: ts.DType) -> float:
@@ -42,12 +59,21 @@ def make_gemm(d: ts.DType):  # noqa: ANN201 - a jitted function
     ids=lambda v: getattr(v, "name", str(v)),
 )
 def test_mixed_precision_gemm_error_bound(d: ts.DType, spread: float) -> None:
+    check_gemm(make_gemm(d), d, spread)
+
+
+def test_guide_example_mixed_precision_gemm() -> None:
+    check_gemm(load_example("mixed_precision_gemm").mixed_precision_gemm, ts.fp8_e4m3, 1.0)
+
+
+def check_gemm(gemm: ts.CompiledFunction, d: ts.DType, spread: float) -> None:
+    """Run ``gemm`` on inputs rounded to ``d`` and check it against float64 references."""
     m, k, n = 24, 64, 16
     rng = np.random.default_rng(17)
     a = rng.standard_normal((m, k)) * spread
     b = rng.standard_normal((k, n)) * spread
     a_q, b_q = cast_array(a, d), cast_array(b, d)
-    c = make_gemm(d)(a_q, b_q)
+    c = gemm(a_q, b_q)
     assert c.dtype == np.float32 and c.shape == (m, n)
     a_h, b_h = a_q.astype(np.float64), b_q.astype(np.float64)
     assert np.isfinite(a_h).all() and np.isfinite(b_h).all()
@@ -88,13 +114,19 @@ def numerically_stable_softmax(
     return ts.cast(softmax, ts.bf16)
 
 
+@pytest.mark.parametrize("source", ["test", "example"])
 @pytest.mark.parametrize("scale", [1.0, 30.0, 1e4])
-def test_numerically_stable_softmax_error_bound(scale: float) -> None:
+def test_numerically_stable_softmax_error_bound(scale: float, source: str) -> None:
     """bf16 output of an f32 computation: |y - ref| <= (u_bf16 + c S u32) ref + bf16 underflow."""
+    softmax = (
+        numerically_stable_softmax
+        if source == "test"
+        else load_example("stable_softmax").numerically_stable_softmax
+    )
     b, s = 6, 96
     rng = np.random.default_rng(3)
     x = cast_array(rng.standard_normal((b, s)) * scale, ts.bf16)  # large scales: no overflow
-    y = numerically_stable_softmax(x)
+    y = softmax(x)
     assert y.dtype == ts.bf16.np_dtype and y.shape == (b, s)
     xf = x.astype(np.float64)
     z = np.exp(xf - xf.max(axis=-1, keepdims=True))

@@ -41,31 +41,53 @@ def lower_to_ptx(module: ModuleOp) -> str:
 
 
 def launch_gpu(ck: CompiledKernel, call: BoundCall, grid: tuple[int, int, int]) -> Any:
-    """Run a specialization on CUDA torch tensors through ``tessera.runtime.cuda``."""
+    """Run a static-shape specialization on CUDA torch tensors (``tessera.runtime.cuda``).
+
+    Tensors are updated in place; the loaded module is kept on ``ck``.
+    """
     cuda = _optional("tessera.runtime.cuda", "the CUDA runtime")
-    launch = getattr(cuda, "launch_tile_kernel", None)
-    if launch is None:
-        raise NotImplementedError(
-            "tessera.runtime.cuda has no launch_tile_kernel(ptx, name, args, grid, group_size)"
-        )
     import torch
+    from xdsl.dialects.builtin import MemRefType
 
     from tessera.frontend.kernel import kernel_args
+    from tessera.ir import target as tt
 
-    ptx = lower_to_ptx(ck.module)
-    ret_holder: dict[str, Any] = {}
+    device = next(v.device for v in call.values.values() if isinstance(v, torch.Tensor))
+    loaded = getattr(ck, "_gpu", None)
+    if loaded is None or loaded[0] != device.index:
+        target = lower_to_target(ck.module)
+        ptx = _optional("tessera.passes.emit_ptx", "PTX emission").emit_ptx(target)
+        func = next(
+            op for op in target.walk() if isinstance(op, tt.FuncOp) and op.sym_name.data == ck.name
+        )
+        with torch.cuda.device(device):
+            module = cuda.load_module(ptx, device.index)
+            loaded = (device.index, func, cuda.get_function(module, ck.name), module)
+        ck._gpu = loaded  # type: ignore[attr-defined]
+    _, func, function, _ = loaded
 
     def to_dev(name: str, v: Any) -> Any:
         return v
 
     args, ret = kernel_args(ck, call, grid, to_dev)
+    out_ret = None
     if ret is not None:
-        dev = next(v.device for v in call.values.values() if hasattr(v, "device"))
-        t = torch.from_numpy(ret).to(dev)
-        args[-1] = t  # the hidden return buffer is the last kernel argument
-        ret_holder["t"] = t
-    launch(ptx, ck.name, args, grid, ck.group_size)
-    if "t" not in ret_holder:
+        out_ret = torch.from_numpy(ret).to(device)
+        args[-1] = out_ret  # the hidden return buffer is the last kernel argument
+    values: list[Any] = []
+    copies: list[tuple[Any, Any]] = []
+    for k, (a, t) in enumerate(zip(args, ck.layout.types)):
+        if isinstance(t, MemRefType):
+            c = cuda.check_tensor(a, t, f"kernel '{ck.name}' argument {k}", device.index)
+            if c is not a:
+                copies.append((a, c))
+            values.append(c)
+        else:
+            values.append(a.item() if hasattr(a, "item") else a)
+    with torch.cuda.device(device):
+        cuda.launch(function, func, grid, values)
+    for orig, c in copies:
+        orig.copy_(c)
+    if out_ret is None:
         return None
-    out = ret_holder["t"]
-    return out[0] if out.numel() == 1 else out
+    return out_ret[0] if out_ret.numel() == 1 else out_ret

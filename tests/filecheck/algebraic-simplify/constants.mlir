@@ -20,9 +20,8 @@ func.func @fold() -> (tensor<2x2xf32>, tensor<2xf32>, tensor<2x2xbf16>) {
 // CHECK-NEXT:    %{{.*}} = tgraph.constant dense<5.000000e-01> : tensor<2x2xbf16> -> tensor<2x2xbf16>
 // CHECK-NEXT:    func.return
 // OFF-LABEL: func.func @fold
-// OFF:         tgraph.mul
-// OFF:         tgraph.transpose
-// OFF:         tgraph.matmul
+// OFF:         tgraph.mul %a, %b
+// OFF-NEXT:    tgraph.matmul %0, %a transpose_lhs
 // SMALL-LABEL: func.func @fold
 // SMALL:         %0 = tgraph.mul %a, %b
 // SMALL-NEXT:    %1 = tgraph.matmul %0, %a transpose_lhs

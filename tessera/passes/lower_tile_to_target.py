@@ -1361,7 +1361,7 @@ def _while(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.LabelOp(head))
     for inner in before.ops:
         if isinstance(inner, scf.ConditionOp):
-            _copy_in(lw, aregs, list(inner.arguments), atypes)
+            _copy_in(lw, aregs, list(inner.args), atypes)
             lw.emit(tt.BraOp(end, lw.one(inner.condition), negate=True))
         else:
             lw.lower_op(inner)

@@ -23,6 +23,8 @@ B_KN = ts.Tensor["K", "N", FP8_ACC]
 F32_MK = ts.Tensor["M", "K", ts.f32]
 F32_KN = ts.Tensor["K", "N", ts.f32]
 F32_4x3 = ts.Tensor[4, 3, ts.f32]
+F32_MN = ts.Tensor["M", "N", ts.f32]
+BF16_MN = ts.Tensor["M", "N", ts.bf16]
 
 
 def rnd(*shape, dtype=np.float32):
@@ -299,3 +301,25 @@ def test_getitem_and_methods():
     np.testing.assert_allclose(c, x.sum(axis=1), rtol=1e-6)
     np.testing.assert_allclose(d, x.mean(), rtol=1e-6)
     assert e.dtype == np.float64
+
+
+def test_return_annotation_is_checked():
+    @ts.jit
+    def good(x: F32_MK, y: F32_KN) -> F32_MN:
+        return x @ y
+
+    assert good(rnd(2, 3), rnd(3, 4)).shape == (2, 4)
+
+    @ts.jit
+    def wrong_dtype(x: F32_MK, y: F32_KN) -> BF16_MN:
+        return x @ y
+
+    with pytest.raises(ts.TesseraTypeError, match="return annotation says ts.bf16"):
+        wrong_dtype(rnd(2, 3), rnd(3, 4))
+
+    @ts.jit
+    def wrong_dims(x: F32_MK, y: F32_KN) -> F32_MN:
+        return (x @ y).T
+
+    with pytest.raises(ts.ShapeError, match="symbolic dim 'M' bound to two sizes"):
+        wrong_dims(rnd(2, 3), rnd(3, 4))

@@ -127,6 +127,13 @@ def _resolve_annotations(fn: Callable[..., Any]) -> dict[str, TensorAnnotation]:
     return out
 
 
+def _resolve_return(fn: Callable[..., Any], text: str) -> Any:
+    try:
+        return eval(text, dict(getattr(fn, "__globals__", {})))  # noqa: S307
+    except Exception:
+        return None
+
+
 class CompiledFunction:
     """A Python function of tensors compiled to Graph IR (see the module docstring)."""
 
@@ -264,6 +271,8 @@ class CompiledFunction:
                 )
             if o.trace is not trace:
                 raise TesseraTypeError(f"{self.name}: result {k} comes from another trace")
+        if not returns_tuple:
+            self._check_return(outs[0], infos)
         module = trace.finish(outs)
         return Specialization(
             key=key,
@@ -272,6 +281,30 @@ class CompiledFunction:
             tensor_params=[i.param for i in infos if i.kind == "tensor"],
             returns_tuple=returns_tuple,
         )
+
+    def _check_return(self, out: TracedTensor, infos: list[_ArgInfo]) -> None:
+        """Check a single result against a ``-> ts.Tensor[...]`` return annotation."""
+        ann = self.signature.return_annotation
+        if isinstance(ann, str):
+            ann = _resolve_return(self.fn, ann)
+        if not isinstance(ann, TensorAnnotation):
+            return
+        symbols: dict[str, tuple[int, str]] = {}
+        for i in infos:
+            a = self.annotations.get(i.param.split("[")[0].split(".")[0])
+            if i.kind == "tensor" and a is not None:
+                bind_shape(a, i.shape, symbols, i.param)
+        try:
+            bind_shape(ann, out.shape, symbols, "the result")
+        except ShapeError as e:
+            raise ShapeError(f"{self.name}: {e}") from None
+        pol = ann.policy
+        if pol is not None and (out.is_complex or out.policy != pol):
+            got = out.type.element_type if out.is_complex else out.policy
+            raise TesseraTypeError(
+                f"{self.name}: the result is {got!r}, but the return annotation says "
+                f"{ann.dtype!r}"
+            )
 
     def specialize(self, *args: Any, **kwargs: Any) -> Specialization:
         """The compiled specialization for these arguments (traced on first use)."""

@@ -93,7 +93,7 @@ def test_cooperative_reduction_per_tile_results():
     assert got.shape == (3,)
     # tile t's lanes start at t * 128 + local_id and stride by the group size
     for t in range(3):
-        want = sum(float(np.sum(d[t * 128 + l::128], dtype=np.float64)) for l in range(128))
+        want = sum(float(np.sum(d[t * 128 + lane::128], dtype=np.float64)) for lane in range(128))
         np.testing.assert_allclose(got[t], want, rtol=1e-5, atol=1e-4)
 
 

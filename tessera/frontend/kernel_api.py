@@ -89,7 +89,10 @@ class KernelDecorator:
         source = KernelSource.from_text(text, ns, file=file)
         for dec in source.fn_def.decorator_list:
             if isinstance(dec, ast.Call) and getattr(dec.func, "attr", "") == "autotune":
-                kw = {k.arg: ast.literal_eval(k.value) for k in dec.keywords if k.arg}
+                kw = {
+                    k.arg: eval(compile(ast.Expression(k.value), file, "eval"), ns)  # noqa: S307
+                    for k in dec.keywords if k.arg
+                }
                 return AutotunedKernel(source=source, group_size=group_size, grid=grid, **kw)
         return Kernel(source=source, group_size=group_size, grid=grid)
 

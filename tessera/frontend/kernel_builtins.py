@@ -82,6 +82,11 @@ def _dtype(v: Any, where: str) -> DType:
 
 
 def _ref(v: Any, what: str) -> Ref:
+    if isinstance(v, Intrinsic) and v.name == "shared_alloc":
+        raise KernelTypeError(
+            f"{what}: a bare tshared.alloc has no shape or dtype; allocate with "
+            "tshared.alloc[f16](128) or tile.alloc_shared((128,), f16)"
+        )
     if not isinstance(v, Ref):
         raise KernelTypeError(f"{what} must be a tensor or shared buffer, got {type_name(v)}")
     return v

@@ -737,30 +737,34 @@ def _maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.maximum(a, b)
 
 
+def _constant_value(op: arith.ConstantOp) -> Any:
+    v = op.value
+    t = op.result.type
+    if isinstance(v, DenseIntOrFPElementsAttr):
+        vals = np.asarray(v.get_values(), np_dtype(scalar_type(t)))
+        shape = tuple(v.get_shape())
+        if vals.size == 1:
+            return np.broadcast_to(vals.reshape(()), shape).copy()
+        return vals.reshape(shape)
+    if isinstance(v, IntegerAttr):
+        d = np_dtype(t)
+        if d == np.bool_:
+            return np.bool_(v.value.data & 1)
+        return np.asarray(v.value.data).astype(d)[()]
+    value = getattr(v, "value", None)
+    data = getattr(value, "data", None)
+    if isinstance(data, float | int):
+        return np_dtype(t).type(data)
+    raise InterpretationError(f"arith.constant: unsupported value {v}")
+
+
 @register_impls
 class LockstepArithFunctions(InterpreterFunctions):
     """``arith`` on per-lane numpy arrays."""
 
     @impl(arith.ConstantOp)
     def run_constant(self, interpreter: Interpreter, op: arith.ConstantOp, args: PythonValues):
-        v = op.value
-        t = op.result.type
-        if isinstance(v, DenseIntOrFPElementsAttr):
-            vals = np.asarray(v.get_values(), np_dtype(scalar_type(t)))
-            shape = tuple(v.get_shape())
-            if vals.size == 1:
-                return (np.broadcast_to(vals.reshape(()), shape).copy(),)
-            return (vals.reshape(shape),)
-        if isinstance(v, IntegerAttr):
-            d = np_dtype(t)
-            if d == np.bool_:
-                return (np.bool_(v.value.data & 1),)
-            return (np.asarray(v.value.data).astype(d)[()],)
-        value = getattr(v, "value", None)
-        data = getattr(value, "data", None)
-        if isinstance(data, float | int):
-            return (np_dtype(t).type(data),)
-        raise InterpretationError(f"arith.constant: unsupported value {v}")
+        return (_constant_value(op),)
 
     run_addf = impl(arith.AddfOp)(_binary_float(np.add))
     run_subf = impl(arith.SubfOp)(_binary_float(np.subtract))
@@ -1131,7 +1135,7 @@ class HostFunctions(InterpreterFunctions):
 
     @impl(arith.ConstantOp)
     def run_constant(self, interpreter: Interpreter, op: arith.ConstantOp, args: PythonValues):
-        return LockstepArithFunctions.run_constant(self, interpreter, op, args)  # type: ignore[arg-type]
+        return (_constant_value(op),)
 
     @impl(tt.LaunchOp)
     def run_launch(self, interpreter: Interpreter, op: tt.LaunchOp, args: PythonValues):

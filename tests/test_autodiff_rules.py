@@ -105,6 +105,20 @@ CASES: list[Case] = [
     Case("div_bcast", [(S, F2), ((3, 1), P2)], S, _bin("div", S, (3, 1), S), lambda a, b: a / b),
     Case("pow", [(S, P2), (S, F2)], S, _bin("pow", S, S, S), lambda a, b: a**b),
     Case("pow_bcast", [(S, P2), ((), F2)], S, _bin("pow", S, (), S), lambda a, b: a**b),
+    Case(
+        "pow_const_exponents",
+        [(S, F2)],
+        S,
+        "\n".join(
+            f"  %c{i} = tgraph.constant dense<{c}> : tensor<f64> -> tensor<f64>\n"
+            f"  %p{i} = tgraph.pow %a0, %c{i} : ({ty(S)}, {ty(())}) -> {ty(S)}"
+            for i, c in enumerate(["0.0", "1.0", "2.0", "3.0"])
+        )
+        + f"\n  %s0 = tgraph.add %p0, %p1 : ({ty(S)}, {ty(S)}) -> {ty(S)}"
+        + f"\n  %s1 = tgraph.add %s0, %p2 : ({ty(S)}, {ty(S)}) -> {ty(S)}"
+        + f"\n  %r = tgraph.add %s1, %p3 : ({ty(S)}, {ty(S)}) -> {ty(S)}",
+        lambda x: x**0.0 + x**1.0 + x**2.0 + x**3.0,
+    ),
     Case("maximum", [(S, F2), ((4,), F2)], S, _bin("maximum", S, (4,), S), torch.maximum),
     Case("minimum", [(S, F2), ((4,), F2)], S, _bin("minimum", S, (4,), S), torch.minimum),
     Case(

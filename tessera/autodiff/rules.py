@@ -106,13 +106,32 @@ def _div(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[boo
     return [da, db]
 
 
+def splat_value(v: SSAValue) -> float | None:
+    """The value of a splat ``tgraph.constant`` (or None)."""
+    op = v.owner
+    if isinstance(op, g.ConstantOp):
+        vals = op.value.get_values()
+        if len(set(vals)) == 1 and not isinstance(elem_of(v), IntegerType):
+            return float(vals[0])
+    return None
+
+
 @vjp_rule(g.PowOp)
 def _pow(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     a, b, y = _binary_parts(op)
     ct = cts[0]
     assert ct is not None
     da = db = None
-    if needs[0]:
+    c = splat_value(b)
+    if needs[0] and c is not None:  # constant exponent: c * a**(c-1), folded
+        if c == 0.0:
+            da = None
+        elif c == 1.0:
+            da = e.unbroadcast(ct, shape_of(a))
+        else:
+            d = e.mul(a, c) if c == 2.0 else e.mul(e.pow(a, c - 1.0), c)
+            da = e.unbroadcast(e.mul(ct, d), shape_of(a))
+    elif needs[0]:
         d = e.mul(b, e.pow(a, e.sub(b, 1.0)))
         d = e.select(e.eq(b, 0.0), 0.0, d)
         da = e.unbroadcast(e.mul(ct, d), shape_of(a))

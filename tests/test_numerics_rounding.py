@@ -18,6 +18,7 @@ from test_numerics_reference import (
 
 import tessera as ts
 from tessera.numerics import cast_array
+from tessera.numerics.rounding import round_narrow_float
 
 
 def ml_cast(x: np.ndarray, d: ts.DType) -> np.ndarray:
@@ -75,9 +76,23 @@ def _boundary_values(d: ts.DType) -> np.ndarray:
 
 @pytest.mark.parametrize("d", NARROW_FLOATS, ids=lambda d: d.name)
 def test_float32_inputs_match_ml_dtypes_bitwise(d: ts.DType) -> None:
-    """Ties, values just around them, overflow boundaries, Inf and NaN: same bits as ml_dtypes."""
+    """Ties, values just around them, overflow boundaries, Inf and NaN: same bits as ml_dtypes.
+
+    Both paths: cast_array (which uses ml_dtypes' cast for float32 inputs) and the
+    table-based rounding it uses for float64 inputs and stochastic rounding.
+    """
     x = _boundary_values(d)
     assert same_bits(cast_array(x, d), ml_cast(x, d))
+    with np.errstate(invalid="ignore"):  # float32 signalling NaNs set "invalid" when widened
+        x64 = x.astype(np.float64)
+    assert same_bits(round_narrow_float(x64, d.np_dtype), ml_cast(x, d))
+    # Saturation, both paths: clamp first, then the same rounding.
+    fmax = np.float32(finfo(d).max)
+    clamped = ml_cast(np.clip(x, -fmax, fmax), d)
+    assert same_bits(cast_array(x, d @ ts.saturate), clamped)
+    assert same_bits(
+        round_narrow_float(x64, d.np_dtype, saturate=True), clamped
+    )
 
 
 @pytest.mark.parametrize("d", NARROW_FLOATS, ids=lambda d: d.name)
@@ -85,6 +100,9 @@ def test_random_float32_bit_patterns_match_ml_dtypes(d: ts.DType) -> None:
     rng = np.random.default_rng(1234)
     x = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
     assert same_bits(cast_array(x, d), ml_cast(x, d))
+    with np.errstate(invalid="ignore"):  # float32 signalling NaNs set "invalid" when widened
+        x64 = x.astype(np.float64)
+    assert same_bits(round_narrow_float(x64, d.np_dtype), ml_cast(x, d))
 
 
 @pytest.mark.parametrize("d", NARROW_FLOATS, ids=lambda d: d.name)

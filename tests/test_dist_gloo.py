@@ -238,7 +238,10 @@ def test_2d_sharding(ranks):
 
 def test_deterministic_all_reduce_is_rank_ordered_sum_and_reproducible(ranks):
     ref = dist.rank_ordered_reduce([_inputs(r) for r in range(4)], "sum")
-    for r, out in enumerate(ranks):
+    world, outs = ranks
+    if world != 4:
+        pytest.skip("checked on 4 ranks")
+    for r, out in enumerate(outs):
         for run in out["ar_runs"]:
             assert run.dtype == np.float32
             assert run.tobytes() == ref.tobytes(), f"rank {r}: not bitwise the rank-ordered sum"
@@ -250,7 +253,10 @@ def test_deterministic_all_reduce_is_rank_ordered_sum_and_reproducible(ranks):
 
 def test_all_reduce_ops_dtypes_and_subgroups(ranks):
     xs = [_inputs(r) for r in range(4)]
-    for r, out in enumerate(ranks):
+    world, outs = ranks
+    if world != 4:
+        pytest.skip("checked on 4 ranks")
+    for r, out in enumerate(outs):
         group = [r - r % 2, r - r % 2 + 1]  # tp group of a 2x2 (dp, tp) mesh
         want = xs[group[0]] + xs[group[1]]
         assert out["ar_tp"].tobytes() == want.tobytes()
@@ -265,7 +271,10 @@ def test_all_reduce_ops_dtypes_and_subgroups(ranks):
 
 
 def test_gather_scatter_all_to_all_slice_send_recv(ranks):
-    for r, out in enumerate(ranks):
+    world, outs = ranks
+    if world != 4:
+        pytest.skip("checked on 4 ranks")
+    for r, out in enumerate(outs):
         tp0 = r - r % 2
         np.testing.assert_array_equal(
             out["ag"], np.concatenate([np.full((2, 3), tp0), np.full((2, 3), tp0 + 1)], axis=1)

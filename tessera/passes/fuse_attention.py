@@ -38,6 +38,7 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
     op_type_rewrite_pattern,
 )
+from xdsl.rewriter import InsertPoint
 
 from tessera.ir import graph as g
 from tessera.passes.algebra_utils import (
@@ -200,10 +201,13 @@ class FuseAttention(RewritePattern):
         fa = g.FlashAttentionOp.create(
             operands=[q, k, v], result_types=[op.result.type], properties=props
         )
-        new_ops.append(fa)
-        rewriter.replace(op, new_ops)
+        for t_op in new_ops:
+            rewriter.insert_op(t_op, InsertPoint.before(op))
+        rewriter.replace(op, fa)
         for d in [*dead, s]:
             rewriter.erase(d)
+        if isinstance(t := kt.owner, g.TransposeOp) and not t.result.uses:
+            rewriter.erase(t)
 
 
 @dataclass(frozen=True)

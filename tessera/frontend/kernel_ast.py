@@ -340,9 +340,11 @@ class KernelCodegen:
     def assign(self, target: ast.expr, value: Any, env: dict[str, Any]) -> None:
         if isinstance(target, ast.Name):
             env[target.id] = value
-            ssa = value.ssa if isinstance(value, Scalar | VectorValue) else None
-            if ssa is not None and ssa.name_hint is None and not isinstance(ssa.owner, Block):
-                ssa.name_hint = target.id if target.id.isidentifier() else None
+            if isinstance(value, Scalar | VectorValue):
+                _hint(value.ssa, target.id)
+            elif isinstance(value, Ref | StackedRef):
+                base = value.ref.base if isinstance(value, StackedRef) else value.base
+                _hint(base, target.id)
         elif isinstance(target, ast.Tuple | ast.List):
             if not isinstance(value, tuple | list) or len(value) != len(target.elts):
                 raise self.error(
@@ -416,6 +418,7 @@ class KernelCodegen:
             op = self.em.emit(scf.IfOp(c.ssa, types, Region(tb), Region(eb)))
         for n, r, tv in zip(results, op.results, tvals):
             env[n] = self._rewrap(tv, r)
+            _hint(r, n)
 
     def _merge(
         self, node: ast.AST, names: list[str], a: list[Any], b: list[Any], ba: Block, bb: Block
@@ -616,6 +619,7 @@ class KernelCodegen:
                 self._adopt(self._scratch)
                 for n, r in zip(carried, self._loop_results or []):
                     env[n] = self._rewrap(env[n], r)
+                    _hint(r, n)
                 return
             new = [self._join(node, n, _Typed(t), _Typed(g)) if t != g else t
                    for n, t, g in zip(carried, types, got)]
@@ -1024,6 +1028,12 @@ class KernelCodegen:
         finally:
             self._inline_depth -= 1
             self._sources.pop()
+
+
+def _hint(ssa: Any, name: str) -> None:
+    """Name an op result after the Python variable it is first bound to."""
+    if ssa.name_hint is None and not isinstance(ssa.owner, Block) and name.isidentifier():
+        ssa.name_hint = name
 
 
 class _Missing:

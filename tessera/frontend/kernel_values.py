@@ -255,6 +255,11 @@ class ScalarBuilder:
             return Scalar(self.emit(arith.DivfOp(x.ssa, y.ssa)).results[0])
         if op == "**":
             return self.power(a, b)
+        if (
+            op in ("//", "%") and isinstance(a, Scalar) and is_int(a.type)
+            and isinstance(b, int) and not isinstance(b, bool) and b > 0 and b & (b - 1) == 0
+        ):
+            return self.floor_divmod(op, a, a, b)
         x, y = self.unify(a, b)
         t = x.type
         if is_float(t):

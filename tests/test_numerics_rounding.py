@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_numerics_reference import (
     NARROW_FLOATS,
     SMALL_FLOATS,
     all_codes,
     codes_of,
     finfo,
+    grid_round,
     ref_nearest,
 )
 
@@ -245,3 +249,25 @@ def test_cast_between_narrow_formats() -> None:
     codes = all_codes(ts.fp8_e5m2)
     assert same_bits(cast_array(codes, ts.fp4), ml_cast(codes.astype(np.float32), ts.fp4))
     assert same_bits(cast_array(codes, ts.fp8_e5m2), codes)
+
+
+@settings(max_examples=100, deadline=None)
+@given(v=st.floats(allow_nan=False, allow_infinity=False, width=64), seed=st.integers(0, 2**64 - 1))
+def test_any_float64_rounds_like_the_reference(v: float, seed: int) -> None:
+    """Property: for every format, nearest-even equals the exact reference, and stochastic
+    rounding lands on one of the two reference neighbours (or overflows like nearest does)."""
+    for d in NARROW_FLOATS:
+        got = float(cast_array(np.array([v]), d).astype(np.float64)[0])
+        want = ref_nearest(v, d)
+        assert got == want or (math.isnan(got) and math.isnan(want))
+        sr = float(cast_array(np.array([v]), d @ ts.stochastic_round, seed=seed)[0])
+        lo, hi = grid_round(v, d)
+        fmax = Fraction(float(finfo(d).max))
+        if not math.isfinite(sr):
+            # Only values whose upper neighbour lies beyond the finite range overflow.
+            assert hi > fmax
+        elif hi <= fmax:
+            assert Fraction(abs(sr)) in (lo, hi)
+        else:
+            # Beyond the finite range: max (fp6 / fp4 saturate), or lo when it is finite.
+            assert Fraction(abs(sr)) in (min(lo, fmax), fmax)

@@ -34,7 +34,7 @@ def _round_up(
         up = (d_hi < d_lo) | ((d_hi == d_lo) & lo_is_odd)
     else:
         with np.errstate(invalid="ignore", over="ignore"):
-            p = (a - lo) / (hi - lo)
+            p = np.minimum((a - lo) / (hi - lo), 1.0)
         up = u32.astype(np.float64) < p * _TWO32
     return up & inexact
 

@@ -21,8 +21,8 @@ annotates them, following each collective's effect on the sharding.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
@@ -97,8 +97,13 @@ class Decision:
 @dataclass
 class MeshInfo:
     sizes: dict[str, int]
-    stage_axis: str | None = None
-    notes: list[str] = field(default_factory=list)
+    global_shape: Callable[[SSAValue], tuple[int, ...]] | None = None
+
+    def shape(self, v: SSAValue) -> tuple[int, ...]:
+        """The global shape of ``v`` (``global_shape`` when set, else its type's shape)."""
+        if self.global_shape is not None:
+            return self.global_shape(v)
+        return shape(v)
 
     def parts(self, axes: Sequence[str]) -> int:
         n = 1
@@ -129,7 +134,7 @@ _LINEAR_SCALE = (g.MulOp, g.DivOp)
 
 def _elementwise(op: Operation, ins: list[Sharding], mesh: MeshInfo) -> Decision:
     res = op.results[0]
-    rshape = shape(res)
+    rshape = mesh.shape(res)
     R = len(rshape)
     # partial handling
     parts = [s for s in ins if s.partial]
@@ -148,7 +153,7 @@ def _elementwise(op: Operation, ins: list[Sharding], mesh: MeshInfo) -> Decision
     rs: list[tuple[str, ...]] = [()] * R
     used: set[str] = set(keep[0]) if keep else set()
     for v, s in zip(op.operands, ins):
-        vs = shape(v)
+        vs = mesh.shape(v)
         off = R - len(vs)
         for d, axes in enumerate(s.splits):
             if not axes or rs[off + d] or vs[d] != rshape[off + d] or used & set(axes):
@@ -157,7 +162,7 @@ def _elementwise(op: Operation, ins: list[Sharding], mesh: MeshInfo) -> Decision
             used |= set(axes)
     req = []
     for v, s in zip(op.operands, ins):
-        vs = shape(v)
+        vs = mesh.shape(v)
         off = R - len(vs)
         sp = [rs[off + d] if vs[d] == rshape[off + d] else () for d in range(len(vs))]
         req.append(
@@ -201,7 +206,7 @@ def _matmul(op: g.MatmulOp, ins: list[Sharding], mesh: MeshInfo) -> Decision:
         b = b.resolved()
         if a.partial and a.op != "sum":
             a = a.resolved()
-    la, lb = shape(op.lhs), shape(op.rhs)
+    la, lb = mesh.shape(op.lhs), mesh.shape(op.rhs)
     ta, tb = op.transpose_lhs is not None, op.transpose_rhs is not None
     ra, rb = len(la), len(lb)
     am, ak = (ra - 1, ra - 2) if ta else (ra - 2, ra - 1)
@@ -217,14 +222,14 @@ def _matmul(op: g.MatmulOp, ins: list[Sharding], mesh: MeshInfo) -> Decision:
         sk = a.splits[ak] if not set(a.splits[ak]) & (set(sm) | set(sn)) else ()
     used = set(sm) | set(sn) | set(sk) | set(partial)
     # batch dims, broadcast like numpy
-    rshape = shape(op.result)
+    rshape = mesh.shape(op.result)
     nb = len(rshape) - 2
     batch: list[tuple[str, ...]] = []
     for d in range(nb):
         pick: tuple[str, ...] = ()
         for v, s, r in ((op.lhs, a, ra), (op.rhs, b, rb)):
             i = d - (nb - (r - 2))
-            if 0 <= i and shape(v)[i] == rshape[d] and s.splits[i] and not set(s.splits[i]) & used:
+            if 0 <= i and mesh.shape(v)[i] == rshape[d] and s.splits[i] and not set(s.splits[i]) & used:
                 pick = s.splits[i]
                 break
         used |= set(pick)
@@ -234,7 +239,7 @@ def _matmul(op: g.MatmulOp, ins: list[Sharding], mesh: MeshInfo) -> Decision:
         sp: list[tuple[str, ...]] = [()] * r
         for d in range(r - 2):
             i = d + (nb - (r - 2))
-            sp[d] = batch[i] if shape(v)[d] == rshape[i] else ()
+            sp[d] = batch[i] if mesh.shape(v)[d] == rshape[i] else ()
         sp[mdim], sp[kdim] = mn, sk
         return Sharding(tuple(sp), s.partial, s.op)
 
@@ -252,7 +257,7 @@ def _transpose(op: g.TransposeOp, ins: list[Sharding], mesh: MeshInfo) -> Decisi
 
 def _reshape(op: g.ReshapeOp, ins: list[Sharding], mesh: MeshInfo) -> Decision:
     s = ins[0]
-    a, b = shape(op.input), shape(op.result)
+    a, b = mesh.shape(op.input), mesh.shape(op.result)
     keep0 = (
         a and b and a[0] == b[0] and all(not d for d in s.splits[1:])
     )
@@ -263,7 +268,7 @@ def _reshape(op: g.ReshapeOp, ins: list[Sharding], mesh: MeshInfo) -> Decision:
 
 def _broadcast(op: g.BroadcastOp, ins: list[Sharding], mesh: MeshInfo) -> Decision:
     s = ins[0]
-    a, b = shape(op.input), shape(op.result)
+    a, b = mesh.shape(op.input), mesh.shape(op.result)
     off = len(b) - len(a)
     sp_in = [s.splits[d] if a[d] == b[off + d] else () for d in range(len(a))]
     out = [()] * off + sp_in
@@ -272,7 +277,7 @@ def _broadcast(op: g.BroadcastOp, ins: list[Sharding], mesh: MeshInfo) -> Decisi
 
 def _slice(op: g.SliceOp, ins: list[Sharding], mesh: MeshInfo) -> Decision:
     s = ins[0]
-    a = shape(op.input)
+    a = mesh.shape(op.input)
     st, li, sr = (list(x.get_values()) for x in (op.start, op.limit, op.stride))
     sp = [
         s.splits[d] if (st[d], li[d], sr[d]) == (0, a[d], 1) else () for d in range(len(a))
@@ -307,7 +312,7 @@ def _keep_last_dims(op: Operation, ins: list[Sharding], n: int) -> Decision:
 
 def _mse(op: g.MSEOp, ins: list[Sharding], mesh: MeshInfo) -> Decision:
     p = ins[0].resolved()
-    if shape(op.pred) != shape(op.target):
+    if mesh.shape(op.pred) != mesh.shape(op.target):
         return _replicate_all(op, ins, mesh)
     ax = tuple(a for d in p.splits for a in d)
     return Decision([p, p], [Sharding((), ax, "mean" if ax else "sum")])

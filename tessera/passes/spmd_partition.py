@@ -86,6 +86,7 @@ class _Partitioner:
     def __init__(self, fn: func.FuncOp, mesh: MeshInfo, stage_axis: str):
         self.fn = fn
         self.mesh = mesh
+        mesh.global_shape = self._global_shape
         self.sh: dict[SSAValue, Sharding] = {}
         self.stage: dict[SSAValue, int | None] = {}
         self.stage_axis = stage_axis if stage_axis in mesh.sizes else None
@@ -297,7 +298,9 @@ class _Partitioner:
         fn.update_function_type()
 
     def _global_shape(self, v: SSAValue) -> tuple[int, ...]:
-        s = self.sh[v]
+        s = self.sh.get(v)
+        if s is None:
+            return shape(v)
         return tuple(n * self.mesh.parts(a) for n, a in zip(shape(v), s.splits))
 
     def _return(self, op: func.ReturnOp) -> None:

@@ -87,3 +87,7 @@ from tessera.numerics.policy_classes import precision_policy  # noqa: E402
 
 __all__ += ["abs", "precision_policy", "round"]
 # --- distributed (dist, ShardSpec) ---
+from tessera import dist  # noqa: E402
+from tessera.dist import ShardSpec  # noqa: E402
+
+__all__ += ["dist", "ShardSpec"]

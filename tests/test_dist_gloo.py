@@ -5,6 +5,9 @@ equal to the single-process float64 reference (TP GEMMs: column, row, reduce-sca
 
 from __future__ import annotations
 
+import os
+import runpy
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ from tessera.dist.executor import parse, run_spmd
 from tessera.dist.launch import spawn
 from tessera.runtime.graph_interpreter import run_function
 
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "dist_tp_gemm.py")
 T = "tensor<{}f64>"
 
 
@@ -124,6 +128,7 @@ def _programs_rank(rank: int, world: int) -> dict:
     else:
         m_dp = dist.mesh(devices=range(2), axes=("dp",))
         out["step"] = run_spmd(parse(dp_program("dp = 2")), "step", [XD, YD, WD], m_dp)
+        out["example"] = runpy.run_path(EXAMPLE, run_name="example")["main"]()
         m_pp = dist.mesh(devices=range(2), axes=("pp",))
         out["pipe"] = run_spmd(parse(pipeline_program("pp = 2", False)), "pipe",
                                [XP, W1, W2], m_pp)
@@ -292,3 +297,15 @@ def test_gather_scatter_all_to_all_slice_send_recv(ranks):
         if tp == 1:
             np.testing.assert_array_equal(out["recv"], np.full((3,), r - 1.0))
         assert "mesh has no axis 'ep'" in out["bad_axis"]
+
+
+def test_example_dist_tp_gemm_runs_on_two_ranks(ranks):
+    world, outs = ranks
+    if world != 2:
+        pytest.skip("the example runs in the 2-rank spawn")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 32)).astype(np.float32)
+    w = rng.standard_normal((32, 64)).astype(np.float32)
+    for out in outs:
+        np.testing.assert_allclose(out["example"]["y"], np.maximum(x @ w, 0), rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(out["example"]["y_guide"], x @ w, rtol=1e-5, atol=1e-4)

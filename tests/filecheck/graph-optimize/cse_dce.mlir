@@ -38,7 +38,7 @@ func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> (tensor<4x8xf32>, tens
 // CSE-NEXT:    func.return %0, %0, %s, %[[T]]
 
 // DCE-LABEL: func.func @f
-// DCE-NOT:     %2 = tgraph.matmul
+// DCE-NOT:     tgraph.matmul %x, %w :
 // DCE-NOT:     tgraph.softmax
 // DCE:         %r = tgraph.randn seed = 3
 // DCE-NEXT:    %g = tgraph.all_reduce %x

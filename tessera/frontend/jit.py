@@ -17,6 +17,7 @@ of the cache key. Anything else is an error.
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,49 @@ Filled by the lowering passes; a level without an entry raises NotImplementedErr
 _STATIC_TYPES = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
 
 
+class CompileObserver:
+    """Told about each compile step of a :class:`Specialization`.
+
+    Register instances in :data:`COMPILE_OBSERVERS`; ``ts.profiler`` sessions,
+    ``TESSERA_DUMP_DIR`` (:mod:`tessera.runtime.dump`) and the compile progress
+    bar (:mod:`tessera.runtime.progress`) are observers.
+    """
+
+    def begin(self, spec: Specialization, level: str, steps: int) -> None:
+        """Building ``level`` starts; it takes ``steps`` passes."""
+
+    def pass_done(self, spec: Specialization, name: str, module: ModuleOp, seconds: float) -> None:
+        """Pass ``name`` ran in ``seconds``; ``module`` is the IR after it."""
+
+    def stage(self, spec: Specialization, level: str, ir: Any, seconds: float) -> None:
+        """``level`` (one of :data:`LEVELS`) was built in ``seconds``; ``ir`` is its module or text."""
+
+
+COMPILE_OBSERVERS: list[CompileObserver] = []
+"""Observers added by code (profiler sessions); see :func:`compile_observers`."""
+
+
+def compile_observers() -> list[CompileObserver]:
+    """:data:`COMPILE_OBSERVERS` plus those the environment switches on (dump dir, progress bar)."""
+    from tessera.runtime import dump, progress
+
+    return [*COMPILE_OBSERVERS, *dump.observers(), *progress.compile_observers()]
+
+
+def _pass_callback(spec: Specialization, observers: list[CompileObserver]) -> Callable[..., None]:
+    """An xDSL PassPipeline callback reporting each pass's time (observers' own time excluded)."""
+    last = [time.perf_counter()]
+
+    def callback(prev: Any, module: ModuleOp, nxt: Any) -> None:
+        if prev is not None:
+            seconds = time.perf_counter() - last[0]
+            for o in observers:
+                o.pass_done(spec, prev.name, module, seconds)
+        last[0] = time.perf_counter()
+
+    return callback
+
+
 def _is_static(v: Any) -> bool:
     """Python scalars, strings, None and tuples of them are static (compile-time) values."""
     if isinstance(v, tuple):
@@ -70,10 +114,18 @@ class Specialization:
             return self.traced
         if level in self.levels:
             return self.levels[level]
+        observers = compile_observers()
         if level == "graph":
-            from tessera.passes.pipelines import run_graph_pipeline
+            from tessera.passes.pipelines import GRAPH_PASSES, run_graph_pipeline
 
-            self.levels["graph"] = run_graph_pipeline(self.traced.clone())
+            for o in observers:
+                o.begin(self, "graph", len(GRAPH_PASSES))
+            cb = _pass_callback(self, observers) if observers else None
+            t0 = time.perf_counter()
+            self.levels["graph"] = run_graph_pipeline(self.traced.clone(), callback=cb)
+            seconds = time.perf_counter() - t0
+            for o in observers:
+                o.stage(self, "graph", self.levels["graph"], seconds)
             return self.levels["graph"]
         prev = LEVELS[LEVELS.index(level) - 1]
         lower = LOWERINGS.get(level)
@@ -82,7 +134,14 @@ class Specialization:
                 f"inspect_ir('{level}'): the {prev} -> {level} lowering is not available yet "
                 "(no GPU lowering registered in tessera.frontend.jit.LOWERINGS)"
             )
-        self.levels[level] = lower(self.ir(prev))
+        below = self.ir(prev)
+        for o in observers:
+            o.begin(self, level, 1)
+        t0 = time.perf_counter()
+        self.levels[level] = lower(below)
+        seconds = time.perf_counter() - t0
+        for o in observers:
+            o.stage(self, level, self.levels[level], seconds)
         return self.levels[level]
 
 
@@ -250,6 +309,7 @@ class CompiledFunction:
         return spec
 
     def _trace(self, key: tuple[Any, ...], infos: list[_ArgInfo]) -> Specialization:
+        t0 = time.perf_counter()
         trace = Trace(self.name, self.mesh)
         call_args: dict[str, Any] = {}
         for i in infos:
@@ -274,13 +334,17 @@ class CompiledFunction:
         if not returns_tuple:
             self._check_return(outs[0], infos)
         module = trace.finish(outs)
-        return Specialization(
+        spec = Specialization(
             key=key,
             name=self.name,
             traced=module,
             tensor_params=[i.param for i in infos if i.kind == "tensor"],
             returns_tuple=returns_tuple,
         )
+        seconds = time.perf_counter() - t0
+        for o in compile_observers():
+            o.stage(spec, "traced", module, seconds)
+        return spec
 
     def _check_return(self, out: TracedTensor, infos: list[_ArgInfo]) -> None:
         """Check a single result against a ``-> ts.Tensor[...]`` return annotation."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.passes import ModulePass
+from xdsl.passes import ModulePass, PassPipeline, PassPipelineCallbackType
 from xdsl.transforms.canonicalize import CanonicalizePass
 from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
 from xdsl.transforms.dead_code_elimination import DeadCodeElimination
@@ -92,11 +92,19 @@ def default_context() -> Context:
     return ctx
 
 
-def run_graph_pipeline(module: ModuleOp, ctx: Context | None = None) -> ModuleOp:
-    """Run the graph pipeline over ``module`` in place and verify the result."""
+def run_graph_pipeline(
+    module: ModuleOp,
+    ctx: Context | None = None,
+    callback: PassPipelineCallbackType | None = None,
+) -> ModuleOp:
+    """Run the graph pipeline over ``module`` in place and verify the result.
+
+    ``callback`` is an xDSL ``PassPipeline`` callback ``(previous, module, next)``,
+    called before the first pass, between passes and after the last one (the
+    profiler and ``TESSERA_DUMP_DIR`` use it).
+    """
     ctx = ctx or default_context()
-    for p in graph_pipeline():
-        p.apply(ctx, module)
+    PassPipeline(tuple(graph_pipeline()), callback).apply(ctx, module)
     module.verify()
     return module
 

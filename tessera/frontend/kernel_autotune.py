@@ -14,7 +14,8 @@ arguments:
 
 Winners are kept in memory and in ``$TESSERA_CACHE_DIR/autotune.json``
 (default ``~/.cache/tessera/autotune.json``), so later processes skip the
-search. A progress bar is drawn on stderr only when stderr is a terminal.
+search. A progress bar (:mod:`tessera.runtime.progress`) is drawn on stderr only
+when stderr is a terminal.
 """
 
 from __future__ import annotations
@@ -26,15 +27,15 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
 from tessera.frontend.errors import TesseraError
 from tessera.frontend.kernel import BoundCall, Kernel
+from tessera.runtime import progress
 
 
 def cache_path() -> Path:
@@ -61,38 +62,6 @@ def _store(path: Path, key: str, entry: dict[str, Any]) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
     os.replace(tmp, path)
-
-
-class Progress:
-    """A minimal tqdm-style bar on ``stream``, drawn only when it is a terminal."""
-
-    def __init__(self, total: int, desc: str, stream: TextIO | None = None):
-        self.total, self.desc, self.n = total, desc, 0
-        self.stream = stream or sys.stderr
-        self.enabled = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.start = time.perf_counter()
-        self._draw()
-
-    def update(self, n: int = 1) -> None:
-        self.n += n
-        self._draw()
-
-    def _draw(self) -> None:
-        if not self.enabled:
-            return
-        width = 24
-        filled = int(width * self.n / max(1, self.total))
-        elapsed = time.perf_counter() - self.start
-        self.stream.write(
-            f"\r{self.desc}: {100 * self.n // max(1, self.total):3d}%|{'#' * filled}"
-            f"{' ' * (width - filled)}| {self.n}/{self.total} [{elapsed:.1f}s]"
-        )
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 @dataclass
@@ -199,7 +168,7 @@ class AutotunedKernel(Kernel):
         """Try every config; return the winner and record it in the caches."""
         configs = self.configs()
         trials: list[TrialResult] = []
-        bar = Progress(len(configs), f"autotune {self.__name__}")
+        bar = progress.bar(len(configs), f"autotune {self.__name__}")
         reference: list[np.ndarray] | None = None
         for cfg in configs:
             a, kw = self._copies(args, kwargs)

@@ -620,9 +620,15 @@ class GraphFunctions(InterpreterFunctions):
         return ReturnedValues(args), ()
 
 
+LISTENER_FACTORY: Callable[[ModuleOp], Interpreter.Listener] | None = None
+"""Set by ``ts.profiler`` while a session is active: makes a listener that each new
+interpreter reports its ops to (``will_interpret_op`` / ``did_interpret_op``)."""
+
+
 def make_interpreter(module: ModuleOp) -> Interpreter:
     """An interpreter for ``module`` with the func and tgraph implementations."""
-    interp = Interpreter(module)
+    listeners = () if LISTENER_FACTORY is None else (LISTENER_FACTORY(module),)
+    interp = Interpreter(module, listeners=listeners)
     interp.register_implementations(FuncFunctions())
     interp.register_implementations(GraphFunctions())
     return interp

@@ -53,6 +53,11 @@ from tessera.runtime import cache
 
 LOG_SIZE = 1 << 16
 
+LAUNCH_HOOK: Any = None
+"""Set by ``ts.profiler`` while a session is active, else None. ``LAUNCH_HOOK.specialization(spec)``
+is told which compiled specialization runs next; ``LAUNCH_HOOK.launch(host, kernel, grid, values,
+run)`` is called instead of each kernel launch and calls ``run()`` to launch it."""
+
 
 class CudaError(RuntimeError):
     """A CUDA driver call failed; the message names the call and the CUresult."""
@@ -381,7 +386,12 @@ def _run_host_op(
             raise LaunchError(f"@{name}: ttarget.launch of unknown kernel @{kname}")
         if kname not in functions:
             functions[kname] = get_function(cu_module, kname)
-        launch(functions[kname], kernel, op.grid_value(), [env[a] for a in op.args])
+        values = [env[a] for a in op.args]
+        if LAUNCH_HOOK is None:
+            launch(functions[kname], kernel, op.grid_value(), values)
+        else:
+            fn, grid = functions[kname], op.grid_value()
+            LAUNCH_HOOK.launch(name, kernel, grid, values, lambda: launch(fn, kernel, grid, values))
     elif isinstance(op, memref.DeallocOp | func.ReturnOp):
         pass
     else:
@@ -406,6 +416,8 @@ def run_specialization(spec: Any, args: list[Any]) -> Any:
     """``tessera.runtime.dispatch.GPU_BACKEND``: run a compiled specialization on CUDA tensors."""
     target = spec.ir("target")
     ptx = spec.ir("ptx")
+    if LAUNCH_HOOK is not None:
+        LAUNCH_HOOK.specialization(spec)
     results = run_host(target, spec.name, args, ptx=ptx)
     return tuple(results) if spec.returns_tuple else results[0]
 

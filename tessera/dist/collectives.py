@@ -24,14 +24,33 @@ a reduction of one value).
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from tessera.dist.mesh import Mesh, MeshError, current_mesh
 from tessera.ir.attrs import REDUCTIONS
+
+COLLECTIVE_HOOK: Any = None
+"""Set by ``ts.profiler`` while a session is active, else None: the public collectives
+call ``COLLECTIVE_HOOK(name, run, x)`` instead of running, where ``run()`` runs the
+collective and ``x`` is the array sent (None for ``recv``)."""
+
+
+def _observed(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Route a public collective through :data:`COLLECTIVE_HOOK` when one is set."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if COLLECTIVE_HOOK is None:
+            return fn(*args, **kwargs)
+        x = args[0] if args and fn.__name__ != "recv" else None
+        return COLLECTIVE_HOOK(fn.__name__, lambda: fn(*args, **kwargs), x)
+
+    return wrapper
 
 
 class CollectiveError(RuntimeError):
@@ -212,6 +231,7 @@ def _norm_dim(dim: int, ndim: int, what: str) -> int:
 # --------------------------------------------------------------------------- collectives
 
 
+@_observed
 def all_reduce(
     x: Any,
     op: str = "sum",
@@ -278,6 +298,7 @@ def _all_reduce_torch(x: Any, op: str, g: _Group) -> Any:
     return t.to(x.device) if _is_torch(x) else t.cpu().numpy()
 
 
+@_observed
 def all_gather(
     x: Any, axis: str | None = None, dim: int = 0, *, mesh: Mesh | None = None, group: Any = None
 ) -> Any:
@@ -290,6 +311,7 @@ def all_gather(
     return _concat([out[i] for i in range(g.size)], dim)
 
 
+@_observed
 def reduce_scatter(
     x: Any,
     op: str = "sum",
@@ -321,6 +343,7 @@ def reduce_scatter(
     return _fold([recv[i] for i in range(g.size)], op)
 
 
+@_observed
 def all_to_all(
     x: Any,
     axis: str | None = None,
@@ -343,6 +366,7 @@ def all_to_all(
     return _concat([recv[i] for i in range(g.size)], concat_dim)
 
 
+@_observed
 def all_slice(
     x: Any, axis: str | None = None, dim: int = 0, *, mesh: Mesh | None = None, group: Any = None
 ) -> Any:
@@ -369,6 +393,7 @@ def _peer(what: str, mesh: Mesh | None, axis: str, peer: int) -> int:
     return mesh.rank_of({**c, axis: to})
 
 
+@_observed
 def send(x: Any, axis: str, peer: int = 1, *, mesh: Mesh | None = None) -> None:
     """Send ``x`` to the rank ``peer`` steps along mesh axis ``axis`` (blocking)."""
     import torch.distributed as tdist
@@ -379,6 +404,7 @@ def send(x: Any, axis: str, peer: int = 1, *, mesh: Mesh | None = None) -> None:
     tdist.send(_bytes(x, m.device_of(m.rank)), dst=dst)
 
 
+@_observed
 def recv(
     shape: Sequence[int], dtype: Any, axis: str, peer: int = -1, *, mesh: Mesh | None = None,
     like: Any = None,

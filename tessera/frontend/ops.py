@@ -305,7 +305,29 @@ def where(cond: Any, a: Any, b: Any) -> TracedTensor:
 select = where
 
 
-def _unary(opcls: type[g.ElementwiseUnaryOp], opname: str, x: Any) -> TracedTensor:
+_SCALAR_UNARY: dict[str, Any] = {
+    "neg": lambda v: -v,
+    "abs": builtins.abs,
+    "exp": math.exp,
+    "log": math.log,
+    "sqrt": math.sqrt,
+    "rsqrt": lambda v: 1.0 / math.sqrt(v),
+    "tanh": math.tanh,
+    "relu": lambda v: builtins.max(v, 0),
+    "gelu": lambda v: 0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))),
+    "silu": lambda v: v / (1 + math.exp(-v)),
+    "sigmoid": lambda v: 1 / (1 + math.exp(-v)),
+}
+
+
+def _unary(opcls: type[g.ElementwiseUnaryOp], opname: str, x: Any) -> Any:
+    """Emit ``opcls`` on a traced tensor; a Python number is folded at trace time
+    (``ts.sqrt(2 * ts.pi)`` is a constant of the program, as in the guide)."""
+    if isinstance(x, int | float) and not isinstance(x, bool):
+        try:
+            return _SCALAR_UNARY[opname](x)
+        except ValueError as e:
+            raise TesseraTypeError(located(f"{opname}({x!r}): {e}")) from None
     if not isinstance(x, TracedTensor):
         current_trace(opname)
         raise TesseraTypeError(

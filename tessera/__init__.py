@@ -86,6 +86,10 @@ from tessera.numerics.api import abs, round  # noqa: E402, A004
 from tessera.numerics.policy_classes import precision_policy  # noqa: E402
 
 __all__ += ["abs", "precision_policy", "round"]
+# --- profiler (ts.profiler.session) ---
+from tessera import profiler  # noqa: E402
+
+__all__ += ["profiler"]
 # --- distributed (dist, ShardSpec) ---
 from tessera import dist  # noqa: E402
 from tessera.dist import ShardSpec  # noqa: E402

@@ -277,6 +277,7 @@ class KernelLowering:
                     r = self.reg(cls)
                     self.emit(tt.LdParamOp(pty, r, p))
             self.vals[arg] = [r]
+        self.tid_x()  # read once at entry: later uses may sit in any branch
         self.region_ops(self.kernel.body.block.ops)
         last = self.block.last_op
         if not isinstance(last, tt.RetOp):

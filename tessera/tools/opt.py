@@ -57,6 +57,13 @@ class TesseraOptMain(xDSLOptMain):
         for name, factory in ALL_PASSES.items():
             self.available_passes.setdefault(name, factory)
 
+    def setup_pipeline(self) -> None:
+        super().setup_pipeline()
+        if self.args.print_between_passes or self.args.time_passes:
+            from tessera.profiler.pipeline import expand_pipeline
+
+            self.pipeline = expand_pipeline(self.pipeline)
+
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         arg_parser.formatter_class = argparse.RawDescriptionHelpFormatter
         super().register_all_arguments(arg_parser)

@@ -39,10 +39,32 @@ from tessera.ir.policy import NumericPolicy
 LEVELS: tuple[str, ...] = ("traced", "graph", "tile", "target", "ptx")
 """The IR levels ``inspect_ir`` can print, in pipeline order."""
 
-LOWERINGS: dict[str, Callable[[Any], Any]] = {}
+def _lower_to_tile(m: Any) -> Any:
+    from tessera.passes.pipelines import lower_to_tile
+
+    return lower_to_tile(m)
+
+
+def _lower_to_target(m: Any) -> Any:
+    from tessera.passes.pipelines import lower_to_target
+
+    return lower_to_target(m)
+
+
+def _to_ptx(m: Any) -> Any:
+    from tessera.passes.pipelines import to_ptx
+
+    return to_ptx(m)
+
+
+LOWERINGS: dict[str, Callable[[Any], Any]] = {
+    "tile": _lower_to_tile,
+    "target": _lower_to_target,
+    "ptx": _to_ptx,
+}
 """Lowering from the previous level: ``LOWERINGS["tile"](graph_module) -> tile module``,
 ``LOWERINGS["target"](tile_module)``, ``LOWERINGS["ptx"](target_module) -> str``.
-Filled by the lowering passes; a level without an entry raises NotImplementedError."""
+Compiling to PTX needs no GPU; a level without an entry raises NotImplementedError."""
 
 _STATIC_TYPES = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
 

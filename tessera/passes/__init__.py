@@ -100,3 +100,12 @@ def _lower_graph_to_tile() -> type[ModulePass]:
 
 
 ALL_PASSES["lower-graph-to-tile"] = _lower_graph_to_tile
+
+
+def _ptx_pipeline() -> type[ModulePass]:
+    from tessera.passes.pipelines import PtxPipelinePass
+
+    return PtxPipelinePass
+
+
+ALL_PASSES["tessera-ptx-pipeline"] = _ptx_pipeline

@@ -132,3 +132,42 @@ def ptx_pipeline() -> list[ModulePass]:
         ALL_PASSES["lower-graph-to-tile"]()(),
         ALL_PASSES["lower-tile-to-target"]()(),
     ]
+
+
+def lower_to_tile(graph_module: ModuleOp) -> ModuleOp:
+    """Graph-level module → Tile-level module (a copy; the input is unchanged)."""
+    from tessera.passes.lower_graph_to_tile import LowerGraphToTile
+
+    m = graph_module.clone()
+    LowerGraphToTile().apply(default_context(), m)
+    m.verify()
+    return m
+
+
+def lower_to_target(tile_module: ModuleOp) -> ModuleOp:
+    """Tile-level module → Target-level module (a copy; the input is unchanged)."""
+    from tessera.passes.lower_tile_to_target import LowerTileToTargetPass
+
+    m = tile_module.clone()
+    LowerTileToTargetPass().apply(default_context(), m)
+    m.verify()
+    return m
+
+
+def to_ptx(target_module: ModuleOp) -> str:
+    """Target-level module → PTX text."""
+    from tessera.passes.emit_ptx import emit_ptx
+
+    return emit_ptx(target_module)
+
+
+@dataclass(frozen=True)
+class PtxPipelinePass(ModulePass):
+    """Graph IR to Target IR in one pass: ``tessera-opt -p tessera-ptx-pipeline -t ptx``
+    prints the PTX of a Graph IR module."""
+
+    name = "tessera-ptx-pipeline"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for p in ptx_pipeline():
+            p.apply(ctx, op)

@@ -152,7 +152,7 @@ class ParamType(ParametrizedAttribute, TypeAttribute):
     ty: StringAttr
 
     PARAM_TYPES: ClassVar[frozenset[str]] = frozenset(
-        {"u32", "s32", "u64", "s64", "b32", "b64", "f32", "f64"}
+        {"u32", "s32", "u64", "s64", "b32", "b64", "f32", "f64", "tmap"}
     )
 
     def __init__(self, ty: str | StringAttr):
@@ -1808,6 +1808,497 @@ class LaunchOp(IRDLOperation):
                 )
 
 
+# --------------------------------------------------------------------------- Hopper (sm_90a): TMA, mbarrier, wgmma
+
+
+@irdl_op_definition
+class ExternSharedOp(PtxOp):
+    """The kernel's dynamic shared memory: ``ttarget.extern_shared "smem" align = 1024``
+    → ``.extern .shared .align 1024 .b8 smem[];`` (its size is given at launch)."""
+
+    name = "ttarget.extern_shared"
+
+    sym = prop_def(StringAttr)
+    align = prop_def(IntegerAttr[I64])
+    assembly_format = "$sym `align` `=` $align attr-dict"
+
+    def __init__(self, sym: str, align: int = 1024):
+        super().__init__(properties={"sym": StringAttr(sym), "align": _i64(align)})
+
+    def verify_(self) -> None:
+        if not self.sym.data.isidentifier():
+            self._fail(f"'{self.sym.data}' is not a valid PTX identifier")
+        a = self.align.value.data
+        if a <= 0 or a & (a - 1) or a > 1024:
+            self._fail(f"align must be a power of two <= 1024, got {a}")
+
+    def ptx(self, names: PtxNames) -> str:
+        return f".extern .shared .align {self.align.value.data} .b8 {self.sym.data}[];"
+
+
+@irdl_op_definition
+class ExternSharedAddrOp(PtxOp):
+    """The shared-space address of the dynamic shared array:
+    ``ttarget.extern_shared_addr %r, "smem"`` → ``mov.u32 %r, smem;``."""
+
+    name = "ttarget.extern_shared_addr"
+
+    dst = operand_def(RegisterType)
+    sym = prop_def(StringAttr)
+    assembly_format = "$dst `,` $sym attr-dict"
+
+    def __init__(self, dst: SSAValue, sym: str):
+        super().__init__(operands=[dst], properties={"sym": StringAttr(sym)})
+
+    def verify_(self) -> None:
+        self._dst(self.dst, "u32")
+        func = self.parent_op()
+        if isinstance(func, FuncOp):
+            syms = {o.sym.data for o in func.block.ops if isinstance(o, ExternSharedOp)}
+            if self.sym.data not in syms:
+                self._fail(f"no ttarget.extern_shared named '{self.sym.data}' in this function")
+
+    def ptx(self, names: PtxNames) -> str:
+        return f"mov.u32 {names(self.dst)}, {self.sym.data};"
+
+
+@irdl_op_definition
+class ParamAddrOp(PtxOp):
+    """The address of a kernel parameter (a tensor map passed by value):
+    ``ttarget.param_addr %rd, %arg : !ttarget.param<tmap>`` → ``mov.u64 %rd, k_param_0;``."""
+
+    name = "ttarget.param_addr"
+
+    dst = operand_def(RegisterType)
+    param = operand_def(ParamType)
+    assembly_format = "$dst `,` $param attr-dict `:` type($param)"
+
+    def __init__(self, dst: SSAValue, param: SSAValue):
+        super().__init__(operands=[dst, param])
+
+    def verify_(self) -> None:
+        self._dst(self.dst, "u64")
+        if not isinstance(self.param, BlockArgument):
+            self._fail("parameter must be an argument of the enclosing ttarget.func")
+
+    def ptx(self, names: PtxNames) -> str:
+        return f"mov.u64 {names(self.dst)}, {names(self.param)};"
+
+
+@irdl_op_definition
+class MbarrierInitOp(PtxOp):
+    """``ttarget.mbarrier_init [%addr], %count``
+    → ``mbarrier.init.shared::cta.b64 [addr], count;`` (``addr``: a 32-bit shared address)."""
+
+    name = "ttarget.mbarrier_init"
+
+    PTX: ClassVar[tuple[int, int]] = (7, 8)
+    SM: ClassVar[int] = 80
+    addr = operand_def(RegisterType)
+    count = operand_def(RegisterType)
+    assembly_format = "`[` $addr `]` `,` $count attr-dict"
+
+    def __init__(self, addr: SSAValue, count: SSAValue):
+        super().__init__(operands=[addr, count])
+
+    def verify_(self) -> None:
+        self._src(self.addr, "b32", "barrier address")
+        self._src(self.count, "u32", "count")
+
+    def ptx(self, names: PtxNames) -> str:
+        return f"mbarrier.init.shared::cta.b64 [{names(self.addr)}], {names(self.count)};"
+
+
+@irdl_op_definition
+class MbarrierArriveOp(PtxOp):
+    """Arrive on a shared mbarrier, optionally announcing a transaction byte count:
+    ``ttarget.mbarrier_arrive [%addr]`` → ``mbarrier.arrive.shared::cta.b64 _, [addr];``,
+    ``ttarget.mbarrier_arrive [%addr] expect_tx %bytes``
+    → ``mbarrier.arrive.expect_tx.shared::cta.b64 _, [addr], bytes;``."""
+
+    name = "ttarget.mbarrier_arrive"
+
+    PTX: ClassVar[tuple[int, int]] = (8, 0)
+    SM: ClassVar[int] = 90
+    addr = operand_def(RegisterType)
+    tx = opt_operand_def(RegisterType)
+    guard = opt_operand_def(RegisterType)
+    negate = opt_prop_def(UnitAttr)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    assembly_format = "`[` $addr `]` (`expect_tx` $tx^)? " + _GUARD + " attr-dict"
+
+    def __init__(
+        self, addr: SSAValue, tx: SSAValue | None = None, guard: SSAValue | None = None,
+        negate: bool = False,
+    ):
+        super().__init__(
+            operands=[addr, tx, guard], properties={"negate": UnitAttr() if negate else None}
+        )
+
+    def verify_(self) -> None:
+        self._src(self.addr, "b32", "barrier address")
+        if self.tx is not None:
+            self._src(self.tx, "u32", "transaction bytes")
+        self._guard_ok(self.guard)
+
+    def ptx(self, names: PtxNames) -> str:
+        g = names.guard(self.guard, self.negate)
+        if self.tx is None:
+            return f"{g}mbarrier.arrive.shared::cta.b64 _, [{names(self.addr)}];"
+        return (
+            f"{g}mbarrier.arrive.expect_tx.shared::cta.b64 _, [{names(self.addr)}], "
+            f"{names(self.tx)};"
+        )
+
+
+@irdl_op_definition
+class MbarrierTryWaitOp(PtxOp):
+    """``ttarget.mbarrier_try_wait %p, [%addr], %parity``
+    → ``mbarrier.try_wait.parity.shared::cta.b64 p, [addr], parity;``: ``p`` is true once
+    the barrier's phase of that parity has completed (callers loop until it is)."""
+
+    name = "ttarget.mbarrier_try_wait"
+
+    PTX: ClassVar[tuple[int, int]] = (7, 8)
+    SM: ClassVar[int] = 90
+    dst = operand_def(RegisterType)
+    addr = operand_def(RegisterType)
+    parity = operand_def(RegisterType)
+    assembly_format = "$dst `,` `[` $addr `]` `,` $parity attr-dict"
+
+    def __init__(self, dst: SSAValue, addr: SSAValue, parity: SSAValue):
+        super().__init__(operands=[dst, addr, parity])
+
+    def verify_(self) -> None:
+        self._dst(self.dst, "pred")
+        self._src(self.addr, "b32", "barrier address")
+        self._src(self.parity, "u32", "parity")
+
+    def ptx(self, names: PtxNames) -> str:
+        return (
+            f"mbarrier.try_wait.parity.shared::cta.b64 {names(self.dst)}, [{names(self.addr)}], "
+            f"{names(self.parity)};"
+        )
+
+
+@irdl_op_definition
+class CpAsyncBulkTensorOp(PtxOp):
+    """A TMA load of one box of a 2-D tensor into shared memory, completing on an mbarrier:
+    ``ttarget.cp_async_bulk_tensor [%dst], [%tmap, %c0, %c1], [%mbar]``
+    → ``cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes
+    [dst], [tmap, {c0, c1}], [mbar];``.
+
+    ``tmap`` is the 64-bit address of a tensor map (``ttarget.param_addr``), ``c0`` the
+    innermost coordinate; boxes partly outside the tensor are zero-filled.
+    """
+
+    name = "ttarget.cp_async_bulk_tensor"
+
+    PTX: ClassVar[tuple[int, int]] = (8, 0)
+    SM: ClassVar[int] = 90
+    dst = operand_def(RegisterType)
+    tmap = operand_def(RegisterType)
+    c0 = operand_def(RegisterType)
+    c1 = operand_def(RegisterType)
+    mbar = operand_def(RegisterType)
+    guard = opt_operand_def(RegisterType)
+    negate = opt_prop_def(UnitAttr)
+    assembly_format = (
+        "`[` $dst `]` `,` `[` $tmap `,` $c0 `,` $c1 `]` `,` `[` $mbar `]` " + _GUARD + " attr-dict"
+    )
+
+    def __init__(
+        self, dst: SSAValue, tmap: SSAValue, c0: SSAValue, c1: SSAValue, mbar: SSAValue,
+        guard: SSAValue | None = None, negate: bool = False,
+    ):
+        super().__init__(
+            operands=[dst, tmap, c0, c1, mbar, guard],
+            properties={"negate": UnitAttr() if negate else None},
+        )
+
+    def verify_(self) -> None:
+        self._src(self.dst, "b32", "shared destination")
+        if reg_class(self.tmap) != "b64":
+            self._fail("tensor map address must be a b64 register")
+        self._src(self.c0, "s32", "coordinate")
+        self._src(self.c1, "s32", "coordinate")
+        self._src(self.mbar, "b32", "barrier address")
+        self._guard_ok(self.guard)
+
+    def ptx(self, names: PtxNames) -> str:
+        g = names.guard(self.guard, self.negate)
+        return (
+            f"{g}cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+            f"[{names(self.dst)}], [{names(self.tmap)}, {{{names(self.c0)}, {names(self.c1)}}}], "
+            f"[{names(self.mbar)}];"
+        )
+
+
+_FENCES: dict[str, tuple[str, tuple[int, int], int]] = {
+    "proxy_async": ("fence.proxy.async.shared::cta;", (8, 0), 90),
+    "mbarrier_init": ("fence.mbarrier_init.release.cluster;", (8, 0), 90),
+    "wgmma": ("wgmma.fence.sync.aligned;", (8, 0), 90),
+    "wgmma_commit": ("wgmma.commit_group.sync.aligned;", (8, 0), 90),
+}
+
+
+@irdl_op_definition
+class FenceOp(PtxOp):
+    """Ordering instructions without operands: ``ttarget.fence "proxy_async"``
+    (``fence.proxy.async.shared::cta``), ``"mbarrier_init"``
+    (``fence.mbarrier_init.release.cluster``), ``"wgmma"`` (``wgmma.fence.sync.aligned``),
+    ``"wgmma_commit"`` (``wgmma.commit_group.sync.aligned``)."""
+
+    name = "ttarget.fence"
+
+    kind = prop_def(StringAttr)
+    assembly_format = "$kind attr-dict"
+
+    def __init__(self, kind: str):
+        super().__init__(properties={"kind": StringAttr(kind)})
+
+    def required_ptx(self) -> tuple[int, int]:
+        return _FENCES.get(self.kind.data, ("", (8, 0), 90))[1]
+
+    def required_sm(self) -> int:
+        return _FENCES.get(self.kind.data, ("", (8, 0), 90))[2]
+
+    def verify_(self) -> None:
+        if self.kind.data not in _FENCES:
+            self._fail(f"unknown fence '{self.kind.data}'; valid: {', '.join(_FENCES)}")
+
+    def ptx(self, names: PtxNames) -> str:
+        return _FENCES[self.kind.data][0]
+
+
+@irdl_op_definition
+class WgmmaWaitOp(PtxOp):
+    """``ttarget.wgmma_wait 1`` → ``wgmma.wait_group.sync.aligned 1;``: at most N committed
+    wgmma groups of this warpgroup still pending."""
+
+    name = "ttarget.wgmma_wait"
+
+    PTX: ClassVar[tuple[int, int]] = (8, 0)
+    SM: ClassVar[int] = 90
+    pending = prop_def(IntegerAttr[I64])
+    assembly_format = "$pending attr-dict"
+
+    def __init__(self, pending: int):
+        super().__init__(properties={"pending": _i64(pending)})
+
+    def verify_(self) -> None:
+        if not 0 <= self.pending.value.data <= 7:
+            self._fail(f"pending groups must be in [0, 7], got {self.pending.value.data}")
+
+    def ptx(self, names: PtxNames) -> str:
+        return f"wgmma.wait_group.sync.aligned {self.pending.value.data};"
+
+
+@irdl_op_definition
+class SetmaxnregOp(PtxOp):
+    """``ttarget.setmaxnreg "inc" 232`` → ``setmaxnreg.inc.sync.aligned.u32 232;``: the
+    warpgroup's per-thread register budget (24..256, a multiple of 8)."""
+
+    name = "ttarget.setmaxnreg"
+
+    PTX: ClassVar[tuple[int, int]] = (8, 0)
+    SM: ClassVar[int] = 90
+    action = prop_def(StringAttr)
+    count = prop_def(IntegerAttr[I64])
+    assembly_format = "$action $count attr-dict"
+
+    def __init__(self, action: str, count: int):
+        super().__init__(properties={"action": StringAttr(action), "count": _i64(count)})
+
+    def verify_(self) -> None:
+        if self.action.data not in ("inc", "dec"):
+            self._fail(f"action must be inc or dec, got '{self.action.data}'")
+        c = self.count.value.data
+        if not 24 <= c <= 256 or c % 8:
+            self._fail(f"register count must be a multiple of 8 in [24, 256], got {c}")
+
+    def ptx(self, names: PtxNames) -> str:
+        return f"setmaxnreg.{self.action.data}.sync.aligned.u32 {self.count.value.data};"
+
+
+@irdl_op_definition
+class WgmmaOp(PtxOp):
+    """Warpgroup MMA on shared-memory operands, f32 accumulate:
+    ``ttarget.wgmma "m64n128k16.f32.bf16.bf16" (%d0, ...), %adesc, %bdesc, %scale_d trans_b = 1``
+    → ``wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {d..}, adesc, bdesc, p, 1, 1, 0, 1;``.
+
+    ``adesc`` / ``bdesc`` are 64-bit shared-memory matrix descriptors; D has N/2
+    ``f32`` registers per thread; ``scale_d`` (a predicate) false means D = A B.
+    ``trans_a`` / ``trans_b`` = 1 read A M-major / B N-major.
+    """
+
+    name = "ttarget.wgmma"
+
+    PTX: ClassVar[tuple[int, int]] = (8, 0)
+    SM: ClassVar[int] = 90
+    mods = prop_def(StringAttr)
+    d = var_operand_def(RegisterType)
+    adesc = operand_def(RegisterType)
+    bdesc = operand_def(RegisterType)
+    scale_d = operand_def(RegisterType)
+    trans_a = prop_def(IntegerAttr[I64])
+    trans_b = prop_def(IntegerAttr[I64])
+    assembly_format = (
+        "$mods ` ` `(` $d `)` `,` $adesc `,` $bdesc `,` $scale_d `trans_a` `=` $trans_a "
+        "`trans_b` `=` $trans_b attr-dict"
+    )
+
+    def __init__(
+        self, mods: str, d: Sequence[SSAValue], adesc: SSAValue, bdesc: SSAValue,
+        scale_d: SSAValue, trans_a: int = 0, trans_b: int = 0,
+    ):
+        super().__init__(
+            operands=[list(d), adesc, bdesc, scale_d],
+            properties={
+                "mods": StringAttr(mods), "trans_a": _i64(trans_a), "trans_b": _i64(trans_b),
+            },
+        )
+
+    def shape(self) -> tuple[int, int, int]:
+        parts = parse_mods(self.mods.data)
+        s = parts[0] if parts else ""
+        try:
+            m, rest = s.removeprefix("m").split("n")
+            n, k = rest.split("k")
+            return int(m), int(n), int(k)
+        except ValueError:
+            self._fail(f"bad shape '{s}' in \"{self.mods.data}\" (expected m64nNk16)")
+            raise
+
+    def verify_(self) -> None:
+        parts = parse_mods(self.mods.data)
+        if len(parts) != 4 or parts[1] != "f32" or parts[2] != parts[3] or parts[2] not in (
+            "bf16", "f16"
+        ):
+            self._fail(
+                f"modifiers must be \"m64nNk16.f32.T.T\" with T bf16 or f16, got \"{self.mods.data}\""
+            )
+        m, n, k = self.shape()
+        if m != 64 or k != 16 or n % 8 or not 8 <= n <= 256:
+            self._fail(f"shape m{m}n{n}k{k}: needs m64, k16 and N a multiple of 8 in [8, 256]")
+        if len(self.d) != n // 2:
+            self._fail(f"D needs {n // 2} f32 registers for N={n}, got {len(self.d)}")
+        for v in self.d:
+            if reg_class(v) != "f32":
+                self._fail("D registers must be f32")
+        for v, what in ((self.adesc, "A descriptor"), (self.bdesc, "B descriptor")):
+            if reg_class(v) != "b64":
+                self._fail(f"{what} must be a b64 register")
+        if reg_class(self.scale_d) != "pred":
+            self._fail("scale_d must be a pred register")
+        for t in (self.trans_a, self.trans_b):
+            if t.value.data not in (0, 1):
+                self._fail("trans_a / trans_b must be 0 or 1")
+
+    def ptx(self, names: PtxNames) -> str:
+        return (
+            f"wgmma.mma_async.sync.aligned.{self.mods.data} {names.vec(self.d)}, "
+            f"{names(self.adesc)}, {names(self.bdesc)}, {names(self.scale_d)}, 1, 1, "
+            f"{self.trans_a.value.data}, {self.trans_b.value.data};"
+        )
+
+
+@irdl_op_definition
+class LaunchExOp(IRDLOperation):
+    """Host side: launch a kernel with dynamic shared memory and TMA tensor maps::
+
+        ttarget.launch_ex @k(%a, %b, %c) grid = [132, 1, 1] smem = 197632
+            boxes = [64, 128, 64, 64, 0, 0] : (memref<..>, memref<..>, memref<..>)
+
+    ``boxes`` holds an (inner, outer) box size per argument: a memref whose box is
+    non-zero is passed as a 2-D ``CUtensorMap`` (128-byte swizzle, zero fill out of
+    bounds) built by the runtime for a ``!ttarget.param<tmap>`` parameter; (0, 0)
+    passes it like ``ttarget.launch`` does.
+    """
+
+    name = "ttarget.launch_ex"
+
+    callee = prop_def(SymbolRefAttr)
+    args = var_operand_def()
+    grid = prop_def(DenseArrayBase.constr(i64))
+    smem = prop_def(IntegerAttr[I64])
+    boxes = prop_def(DenseArrayBase.constr(i64))
+    assembly_format = (
+        "$callee `(` $args `)` `grid` `=` $grid `smem` `=` $smem `boxes` `=` $boxes attr-dict "
+        "`:` `(` type($args) `)`"
+    )
+
+    def __init__(
+        self, callee: str, args: Sequence[SSAValue], grid: Sequence[int], smem: int,
+        boxes: Sequence[int],
+    ):
+        super().__init__(
+            operands=[list(args)],
+            properties={
+                "callee": SymbolRefAttr(callee),
+                "grid": DenseArrayBase.from_list(i64, list(grid)),
+                "smem": _i64(smem),
+                "boxes": DenseArrayBase.from_list(i64, list(boxes)),
+            },
+        )
+
+    def grid_value(self) -> tuple[int, int, int]:
+        g = tuple(self.grid.get_values())
+        return (g + (1, 1, 1))[:3]  # type: ignore[return-value]
+
+    def box(self, i: int) -> tuple[int, int]:
+        b = tuple(self.boxes.get_values())
+        return b[2 * i], b[2 * i + 1]
+
+    def kernel(self) -> FuncOp | None:
+        found = SymbolTable.lookup_symbol(self, self.callee)
+        return found if isinstance(found, FuncOp) else None
+
+    def verify_(self) -> None:
+        where = "ttarget.launch_ex"
+        g = tuple(self.grid.get_values())
+        if not 1 <= len(g) <= 3 or any(x < 1 for x in g):
+            raise VerifyException(f"{where}: grid must be 1 to 3 positive sizes, got {list(g)}")
+        if not 0 <= self.smem.value.data <= 227 * 1024:
+            raise VerifyException(f"{where}: smem must be in [0, 227 KiB], got {self.smem.value.data}")
+        if len(self.boxes.get_values()) != 2 * len(self.args):
+            raise VerifyException(f"{where}: boxes needs two sizes per argument")
+        k = self.kernel()
+        if k is None:
+            raise VerifyException(f"{where}: no ttarget.func named {self.callee}")
+        params = k.block.args
+        if len(params) != len(self.args):
+            raise VerifyException(
+                f"{where}: kernel {self.callee} takes {len(params)} parameters, got {len(self.args)}"
+            )
+        for i, (p, a) in enumerate(zip(params, self.args)):
+            assert isinstance(p.type, ParamType)
+            is_map = self.box(i) != (0, 0)
+            if is_map != (p.type.ty.data == "tmap"):
+                raise VerifyException(
+                    f"{where}: argument {i} has box {list(self.box(i))} but the parameter is "
+                    f".{p.type.ty.data}; tensor maps go with !ttarget.param<tmap> parameters"
+                )
+            if is_map:
+                if not isinstance(a.type, MemRefType) or len(a.type.get_shape()) != 2:
+                    raise VerifyException(f"{where}: argument {i}: a tensor map needs a 2-D memref")
+                continue
+            want = host_param_type(a.type)
+            if want is None or TYPE_BITS[want] != TYPE_BITS[p.type.ty.data]:
+                raise VerifyException(
+                    f"{where}: argument {i} of type {a.type} cannot be passed as "
+                    f".param .{p.type.ty.data} to {self.callee}"
+                )
+
+
+SM90_OPS: tuple[type[IRDLOperation], ...] = (
+    ExternSharedOp, ExternSharedAddrOp, ParamAddrOp, MbarrierInitOp, MbarrierArriveOp,
+    MbarrierTryWaitOp, CpAsyncBulkTensorOp, FenceOp, WgmmaWaitOp, SetmaxnregOp, WgmmaOp,
+    LaunchExOp,
+)
+"""The Hopper instructions (TMA, mbarrier, wgmma, setmaxnreg) and the extended launch."""
+
+
 def host_param_type(t: Attribute) -> str | None:
     """The ``.param`` type a host value of type ``t`` is passed as (None if it cannot be)."""
     if isinstance(t, MemRefType) or isinstance(t, IndexType):
@@ -1830,6 +2321,7 @@ Target = Dialect(
         ShlOp, ShrOp, NegOp, AbsOp, NotOp, RcpOp, SqrtOp, RsqrtOp, Ex2Op, Lg2Op, SinOp, CosOp,
         TanhOp, FmaOp, MadOp, SelpOp, SetpOp, CvtOp, ShflOp, MmaOp, LabelOp, BraOp, RetOp,
         LaunchOp,
+        *SM90_OPS,
     ],
     [RegisterType, ParamType],
 )

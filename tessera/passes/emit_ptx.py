@@ -24,6 +24,7 @@ from xdsl.utils.target import Target
 from tessera.ir.target import (
     REG_CLASSES,
     REG_PREFIX,
+    ExternSharedOp,
     FuncOp,
     ImmOp,
     LabelOp,
@@ -55,7 +56,10 @@ def emit_function(func: FuncOp) -> list[str]:
         assert isinstance(arg.type, ParamType)
         pname = f"{name}_param_{i}"
         names.params[arg] = pname
-        params.append(f"\t.param .{arg.type.ty.data} {pname}")
+        if arg.type.ty.data == "tmap":  # a CUtensorMap passed by value
+            params.append(f"\t.param .align 64 .b8 {pname}[128]")
+        else:
+            params.append(f"\t.param .{arg.type.ty.data} {pname}")
     for op in func.block.ops:
         if isinstance(op, RegOp):
             names.declare(op.result, op.cls.data)
@@ -66,11 +70,11 @@ def emit_function(func: FuncOp) -> list[str]:
         if names.counts[cls]:
             lines.append(f"\t.reg .{cls} {REG_PREFIX[cls]}<{names.counts[cls]}>;")
     for op in func.block.ops:
-        if isinstance(op, SharedOp):
+        if isinstance(op, SharedOp | ExternSharedOp):
             lines.append("\t" + op.ptx(names))
     lines.append("")
     for op in func.block.ops:
-        if isinstance(op, RegOp | ImmOp | SharedOp):
+        if isinstance(op, RegOp | ImmOp | SharedOp | ExternSharedOp):
             continue
         assert isinstance(op, PtxOp), op.name
         text = op.ptx(names)

@@ -441,6 +441,8 @@ class KernelCodegen:
         if isinstance(v, Scalar | VectorValue):
             return v.type
         if isinstance(v, Ref):
+            if mem.is_slot_view(v):
+                return INDEX
             self._check_whole(node, name, v)
             return v.base.type
         if is_py_number(v):
@@ -452,6 +454,7 @@ class KernelCodegen:
         )
 
     def _join(self, node: ast.AST, name: str, x: Any, y: Any) -> Attribute:
+        self._same_buffers(node, name, x, y)
         tx, ty = self._type_of(node, name, x), self._type_of(node, name, y)
         if tx == ty:
             return tx
@@ -462,6 +465,51 @@ class KernelCodegen:
         if is_py_number(y):
             return tx
         return join_types(tx, ty)
+
+    def _same_buffers(self, node: ast.AST, name: str, x: Any, y: Any) -> None:
+        """Stage views carried through control flow must stay in one stacked buffer."""
+        xs = isinstance(x, Ref) and mem.is_slot_view(x)
+        ys = isinstance(y, Ref) and mem.is_slot_view(y)
+        if (xs or ys) and not (xs and ys and x.base is y.base):
+            raise self.error(
+                node, f"'{name}' refers to different buffers on different paths; only buffers "
+                "swapped among themselves can change inside control flow"
+            )
+
+    def _restack(self, node: ast.AST, carried: list[str], env: dict[str, Any]) -> None:
+        """Carried names holding distinct equal shared buffers (``s0, s1 = s1, s0``) become
+        stage views of one stacked buffer, so the loop carries an index, not a memref."""
+        groups: dict[Any, list[Any]] = {}
+        for n in carried:
+            v = env[n]
+            if not isinstance(v, Ref) or mem.is_slot_view(v):
+                continue
+            owner = v.base.owner
+            if isinstance(owner, ttile.AllocSharedOp) and owner.parent_block() is self.em.block:
+                key = (owner.result.type, str(owner.properties))
+                if owner not in groups.setdefault(key, []):
+                    groups[key].append(owner)
+        for allocs in groups.values():
+            if len(allocs) < 2:
+                continue
+            bases = {a.results[0] for a in allocs}
+            held = [v for v in env.values() if isinstance(v, tuple | list | StackedRef)]
+            if any(isinstance(x, Ref) and x.base in bases for h in held
+                   for x in (h if isinstance(h, tuple | list) else [h.ref])):
+                continue
+            stacked = mem.restack_shared(self.em, allocs)
+            if stacked is None:
+                continue
+            for n, v in list(env.items()):
+                if isinstance(v, Ref) and v.base in bases:
+                    slot = next(j for j, a in enumerate(allocs) if a.results[0] is v.base)
+                    env[n] = Ref(
+                        stacked, (len(allocs), *v.sizes), (slot, *v.offsets),
+                        (None, *v.extents), v.name, v.writable,
+                    )
+            for a in allocs:
+                a.detach()
+                a.erase()
 
     def _check_whole(self, node: ast.AST, name: str, r: Ref) -> None:
         if any(not (isinstance(o, int) and o == 0) for o in r.offsets) or tuple(
@@ -474,7 +522,7 @@ class KernelCodegen:
 
     def _carry(self, node: ast.AST, name: str, v: Any, t: Attribute) -> Any:
         if isinstance(v, Ref):
-            return v.base
+            return self.em.index(v.offsets[0]).ssa if mem.is_slot_view(v) else v.base
         if isinstance(v, VectorValue):
             return v.ssa
         try:
@@ -484,6 +532,8 @@ class KernelCodegen:
 
     def _rewrap(self, like: Any, ssa: Any) -> Any:
         if isinstance(like, Ref):
+            if mem.is_slot_view(like):
+                return replace(like, offsets=(Scalar(ssa), *like.offsets[1:]))
             return replace(like, base=ssa)
         if isinstance(like, VectorValue):
             return VectorValue(ssa)
@@ -554,6 +604,7 @@ class KernelCodegen:
             raise self.error(node.target, "the loop variable must be a single name")
         var = node.target.id
         carried = self._carried(node.body, env, extra=[var])
+        self._restack(node, carried, env)
 
         def build(types: list[Attribute]) -> list[Attribute]:
             out: dict[str, Any] = {}
@@ -567,6 +618,8 @@ class KernelCodegen:
                 self.block(node.body, benv)
                 nxt = [self._final(node, n, benv) for n in carried]
                 self._unchanged = [n for n, a, b in zip(carried, entry, nxt) if a is b]
+                for n, a, b in zip(carried, entry, nxt):
+                    self._same_buffers(node, n, a, b) if isinstance(a, Ref) else None
                 out["types"] = [self._type_of(node, n, v) for n, v in zip(carried, nxt)]
                 if out["types"] != types:
                     return []
@@ -633,6 +686,7 @@ class KernelCodegen:
         if node.orelse:
             raise self.error(node, "while ... else is not supported in kernels")
         carried = self._carried(node.body, env)
+        self._restack(node, carried, env)
 
         def build(types: list[Attribute]) -> list[Attribute]:
             scratch = Block()
@@ -659,6 +713,8 @@ class KernelCodegen:
                 self.block(node.body, aenv)
                 nxt = [self._final(node, n, aenv) for n in carried]
                 self._unchanged = [n for n, a, b in zip(carried, entry, nxt) if a is b]
+                for n, a, b in zip(carried, entry, nxt):
+                    self._same_buffers(node, n, a, b) if isinstance(a, Ref) else None
                 got = [self._type_of(node, n, v) for n, v in zip(carried, nxt)]
                 if got == types:
                     self.em.emit(scf.YieldOp(*[

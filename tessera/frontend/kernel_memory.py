@@ -84,6 +84,66 @@ class Ref:
         return tuple(int(x) for x in s) if all(isinstance(x, int) for x in s) else None
 
 
+def is_slot_view(r: Ref) -> bool:
+    """A window that fixes the leading (stage) dim of a stacked shared buffer."""
+    return r.shared and len(r.extents) > 1 and r.extents[0] is None and all(
+        isinstance(o, int) and o == 0 for o in r.offsets[1:]
+    ) and tuple(r.extents[1:]) == tuple(r.sizes[1:])
+
+
+_RETARGETABLE = (ttile.LoadOp, ttile.StoreOp, ttile.LoadVectorOp, ttile.StoreVectorOp)
+
+
+def restack_shared(em: Emitter, allocs: list[Any]) -> SSAValue | None:
+    """Replace equal ``ttile.alloc_shared`` ops by one buffer with a leading stage dim,
+    rewriting their existing accesses to index stage j. None if some use cannot be
+    rewritten (the caller keeps the separate buffers)."""
+    for a in allocs:
+        for use in a.results[0].uses:
+            op = use.operation
+            ok = isinstance(op, _RETARGETABLE) and op.ref is a.results[0]
+            ok = ok or (isinstance(op, ttile.CopyAsyncOp) and op.dst is a.results[0]
+                        and op.src is not a.results[0])
+            if not ok:
+                return None
+    first = allocs[0]
+    t = first.result.type
+    sw = first.swizzle.data if first.swizzle else None
+    al = first.alignment.value.data if first.alignment else None
+    new = ttile.AllocSharedOp((len(allocs), *t.get_shape()), t.element_type, sw, al)
+    block = first.parent_block()
+    earliest = next(op for op in block.ops if op in allocs)
+    block.insert_op_before(new, earliest)
+    stacked = new.results[0]
+    for j, a in enumerate(allocs):
+        for use in list(a.results[0].uses):
+            op = use.operation
+            from xdsl.dialects import arith
+            from xdsl.dialects.builtin import IntegerAttr
+
+            c = arith.ConstantOp(IntegerAttr(j, INDEX), INDEX)
+            op.parent_block().insert_op_before(c, op)
+            if isinstance(op, ttile.CopyAsyncOp):
+                rep: Any = ttile.CopyAsyncOp(
+                    stacked, [c.result, *op.dst_indices], op.src, list(op.src_indices),
+                    op.elems.value.data, op.valid,
+                )
+            elif isinstance(op, ttile.LoadOp):
+                rep = ttile.LoadOp(stacked, [c.result, *op.indices], op.mask, op.other)
+            elif isinstance(op, ttile.StoreOp):
+                rep = ttile.StoreOp(op.value, stacked, [c.result, *op.indices], op.mask)
+            elif isinstance(op, ttile.LoadVectorOp):
+                rep = ttile.LoadVectorOp(stacked, [c.result, *op.indices], op.width, op.mask)
+            else:
+                rep = ttile.StoreVectorOp(op.value, stacked, [c.result, *op.indices], op.mask)
+            op.parent_block().insert_op_before(rep, op)
+            for old, r in zip(op.results, rep.results):
+                old.replace_by(r)
+            op.detach()
+            op.erase()
+    return stacked
+
+
 @dataclass(frozen=True)
 class SliceSpec:
     """``start:start+extent`` in one dim of a window (extent static or dynamic)."""

@@ -250,9 +250,11 @@ class ScalarBuilder:
         """``a op b`` for op in + - * / // % ** & | ^ << >>."""
         if op == "/":
             x, y = self.unify(a, b)
-            if not is_float(x.type):
+            t = x.type
+            if not is_float(t) or float_width(t) < 32:
                 x, y = self.cast(x, f32), self.cast(y, f32)
-            return Scalar(self.emit(arith.DivfOp(x.ssa, y.ssa)).results[0])
+            q = Scalar(self.emit(arith.DivfOp(x.ssa, y.ssa)).results[0])
+            return self.cast(q, t) if is_float(t) else q
         if op == "**":
             return self.power(a, b)
         if (
@@ -262,6 +264,9 @@ class ScalarBuilder:
             return self.floor_divmod(op, a, a, b)
         x, y = self.unify(a, b)
         t = x.type
+        if is_float(t) and float_width(t) < 32:
+            # 16-bit floats compute in f32 and round once per op (as the interpreter does)
+            return self.cast(self.binary(op, self.cast(x, f32), self.cast(y, f32)), t)
         if is_float(t):
             simple = {"+": arith.AddfOp, "-": arith.SubfOp, "*": arith.MulfOp}
             if op in simple:
@@ -331,6 +336,8 @@ class ScalarBuilder:
 
     def negate(self, a: Any) -> Scalar:
         x = self.materialize(a)
+        if is_float(x.type) and float_width(x.type) < 32:
+            return self.cast(self.negate(self.cast(x, f32)), x.type)
         if is_float(x.type):
             return Scalar(self.emit(arith.NegfOp(x.ssa)).results[0])
         return self.binary("-", self.const(0, x.type), x)
@@ -343,6 +350,8 @@ class ScalarBuilder:
 
     def compare(self, op: str, a: Any, b: Any) -> Scalar:
         x, y = self.unify(a, b)
+        if is_float(x.type) and float_width(x.type) < 32:
+            x, y = self.cast(x, f32), self.cast(y, f32)
         if is_float(x.type):
             return Scalar(self.emit(arith.CmpfOp(x.ssa, y.ssa, self._CMPF[op])).results[0])
         return Scalar(self.emit(arith.CmpiOp(x.ssa, y.ssa, self._CMPI[op])).results[0])
@@ -363,14 +372,16 @@ class ScalarBuilder:
         if name == "abs" and not is_float(x.type):
             neg = self.negate(x)
             return self.select(self.compare("<", x, self.const(0, x.type)), neg, x)
-        if not is_float(x.type):
+        narrow = x.type if is_float(x.type) and float_width(x.type) < 32 else None
+        if not is_float(x.type) or narrow is not None:
             x = self.cast(x, f32)
         ops = {
             "exp": math.ExpOp, "log": math.LogOp, "sqrt": math.SqrtOp, "tanh": math.TanhOp,
             "sin": math.SinOp, "cos": math.CosOp, "abs": math.AbsFOp, "floor": math.FloorOp,
             "ceil": math.CeilOp, "rsqrt": math.RsqrtOp, "erf": math.ErfOp,
         }
-        return Scalar(self.emit(ops[name](x.ssa)).results[0])
+        r = Scalar(self.emit(ops[name](x.ssa)).results[0])
+        return self.cast(r, narrow) if narrow is not None else r
 
 
 FLOAT_TYPES = (Float16Type, BFloat16Type, Float32Type, Float64Type)

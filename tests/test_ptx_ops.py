@@ -92,7 +92,7 @@ def _cases() -> list[Case]:
         _un("rsqrt", "rsqrt", torch.rsqrt, tags={"positive"}),
         _un("tanh", "tanh", torch.tanh),
         _un("relu", "relu", torch.relu),
-        _un("gelu", "gelu", F.gelu),
+        _un("gelu", "gelu", lambda x: F.gelu(x, approximate="tanh")),
         _un("silu", "silu", F.silu),
         _un("sigmoid", "sigmoid", torch.sigmoid),
         _un("exp_bf16", "exp", torch.exp, e="bf16"),

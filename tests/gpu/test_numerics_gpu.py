@@ -13,11 +13,12 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
-# torch saturates float8_e4m3fn conversions (as __NV_SATFINITE): Tessera's fp8_e4m3 @saturate.
+# On CUDA, torch's float8_e4m3fn conversion does not saturate: overflow becomes NaN, as in
+# ml_dtypes and Tessera's plain fp8_e4m3 (seen on an H200, driver 580).
 CASES = [
     (ts.bf16, "bfloat16", ts.bf16),
     (ts.fp16, "float16", ts.fp16),
-    (ts.fp8_e4m3, "float8_e4m3fn", ts.fp8_e4m3 @ ts.saturate),
+    (ts.fp8_e4m3, "float8_e4m3fn", ts.fp8_e4m3),
     (ts.fp8_e5m2, "float8_e5m2", ts.fp8_e5m2),
 ]
 
@@ -60,16 +61,6 @@ def test_cuda_casts_match_cast_array_bitwise(d: ts.DType, torch_name: str, polic
     assert np.array_equal(ours.view(enc)[~nan_o], bits.view(enc)[~nan_t])
 
 
-def _gpu_backend_installed() -> bool:
-    from tessera.runtime import dispatch
-
-    return dispatch.GPU_BACKEND is not None
-
-
-@pytest.mark.skipif(
-    not _gpu_backend_installed(),
-    reason="ts.jit has no GPU backend installed (tessera.runtime.dispatch.GPU_BACKEND is None)",
-)
 def test_fp8_gemm_on_gpu_error_bound() -> None:
     @ts.jit
     def mixed_precision_gemm(

@@ -5,7 +5,8 @@ by default) when that stream is a TTY and ``TESSERA_PROGRESS`` is not ``0``;
 otherwise it stays silent and costs nothing but a counter. The compile pipeline
 shows a bar (through :func:`compile_observers`) when a stage has at least
 ``TESSERA_PROGRESS_MIN_STEPS`` passes (default 6) and lasts longer than
-half a second.
+half a second
+(:data:`COMPILE_BAR_DELAY`); it is erased when the stage ends.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import Any, TextIO
 
 MIN_STEPS_DEFAULT = 6
 """Fewest passes a compile stage needs before it gets a bar."""
+
+COMPILE_BAR_DELAY = 0.5
+"""Seconds a compile stage runs before its bar is drawn (quick compiles draw nothing)."""
 
 
 def enabled(stream: TextIO | None = None) -> bool:
@@ -33,7 +37,8 @@ class Bar:
     """A counter with a tqdm bar on ``stream`` when :func:`enabled`."""
 
     def __init__(
-        self, total: int, desc: str, stream: TextIO | None = None, *, delay: float = 0.0
+        self, total: int, desc: str, stream: TextIO | None = None, *, delay: float = 0.0,
+        leave: bool = True,
     ):
         self.total, self.desc, self.n = total, desc, 0
         self.stream = stream or sys.stderr
@@ -44,7 +49,7 @@ class Bar:
             except ImportError:
                 return
             self._tqdm = tqdm(
-                total=total, desc=desc, file=self.stream, delay=delay, leave=False,
+                total=total, desc=desc, file=self.stream, delay=delay, leave=leave,
                 dynamic_ncols=True,
             )
 
@@ -73,9 +78,13 @@ class Bar:
         self.close()
 
 
-def bar(total: int, desc: str, stream: TextIO | None = None, *, delay: float = 0.0) -> Bar:
-    """A progress bar over ``total`` steps (silent when not on a terminal)."""
-    return Bar(total, desc, stream, delay=delay)
+def bar(
+    total: int, desc: str, stream: TextIO | None = None, *, delay: float = 0.0,
+    leave: bool = True,
+) -> Bar:
+    """A progress bar over ``total`` steps (silent when not on a terminal); ``delay``
+    seconds pass before it is first drawn; ``leave`` keeps the finished bar on screen."""
+    return Bar(total, desc, stream, delay=delay, leave=leave)
 
 
 def _min_steps() -> int:
@@ -93,7 +102,9 @@ class CompileProgress:
 
     def begin(self, spec: Any, level: str, steps: int) -> None:
         if steps >= _min_steps():
-            self._bars[(id(spec), level)] = bar(steps, f"compile {spec.name} ({level})", delay=0.5)
+            self._bars[(id(spec), level)] = bar(
+                steps, f"compile {spec.name} ({level})", delay=COMPILE_BAR_DELAY, leave=False
+            )
 
     def pass_done(self, spec: Any, name: str, module: Any, seconds: float) -> None:
         b = self._bars.get((id(spec), "graph"))

@@ -604,7 +604,7 @@ class CvtaOp(PtxOp):
 
     name = "ttarget.cvta"
 
-    MODIFIERS: ClassVar[frozenset[str]] = frozenset({"to", "global", "shared", "local"})
+    MODIFIERS: ClassVar[frozenset[str]] = frozenset({"to", "global", "shared", "local", "param"})
     mods = prop_def(StringAttr)
     dst = operand_def(RegisterType)
     src = operand_def(RegisterType)
@@ -619,7 +619,7 @@ class CvtaOp(PtxOp):
             self._fail(f"type must be .u32 or .u64, got .{ty}")
         spaces = [m for m in mods if m != "to"]
         if len(spaces) != 1:
-            self._fail("needs exactly one state space (global, shared or local)")
+            self._fail("needs exactly one state space (global, shared, local or param)")
         self._dst(self.dst, ty)
         self._src(self.src, ty)
 

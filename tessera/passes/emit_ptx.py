@@ -70,7 +70,7 @@ def emit_function(func: FuncOp) -> list[str]:
         if names.counts[cls]:
             lines.append(f"\t.reg .{cls} {REG_PREFIX[cls]}<{names.counts[cls]}>;")
     for op in func.block.ops:
-        if isinstance(op, SharedOp | ExternSharedOp):
+        if isinstance(op, SharedOp):
             lines.append("\t" + op.ptx(names))
     lines.append("")
     for op in func.block.ops:
@@ -114,6 +114,11 @@ def emit_ptx(module: Operation, verify: bool = True) -> str:
         ".address_size 64",
         "",
     ]
+    externs = {
+        op.ptx(PtxNames()) for f in funcs for op in f.block.ops if isinstance(op, ExternSharedOp)
+    }
+    if externs:  # dynamic shared memory is declared at module scope
+        lines += [*sorted(externs), ""]
     for f in funcs:
         lines += emit_function(f)
         lines.append("")

@@ -172,7 +172,15 @@ def _mm_tile(op: g.MatmulOp, mma: bool, m: int, n: int) -> tuple[int, int, int]:
     return bm, bn, bk
 
 
+MATMUL_OVERRIDES: list[Callable[[_FunctionLowering, g.MatmulOp], bool]] = []
+"""Lowerings tried before the generic one; the first returning True has lowered the op
+(``lower-matmul-sm90`` installs one while it runs)."""
+
+
 def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp) -> None:
+    for override in MATMUL_OVERRIDES:
+        if override(lw, op):
+            return
     et = g.elem_of(op.lhs)
     rt = g.elem_of(op.result)
     mma = isinstance(et, BFloat16Type | Float16Type)

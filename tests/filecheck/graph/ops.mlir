@@ -146,6 +146,7 @@ func.func @collectives(%x: tensor<4x8xf32>) attributes {tessera.mesh = #tessera.
   %2 = tgraph.all_gather %x axis = "tp" dim = 1 : (tensor<4x8xf32>) -> tensor<4x32xf32>
   %3 = tgraph.reduce_scatter %x op = "sum" axis = "tp" dim = 1 : (tensor<4x8xf32>) -> tensor<4x2xf32>
   %4 = tgraph.all_to_all %x axis = "dp" split_dim = 0 concat_dim = 1 : (tensor<4x8xf32>) -> tensor<2x16xf32>
+  %6 = tgraph.all_slice %x axis = "tp" dim = 1 : (tensor<4x8xf32>) -> tensor<4x2xf32>
   tgraph.send %x axis = "dp" peer = 1 : tensor<4x8xf32>
   %5 = tgraph.recv axis = "dp" peer = -1 : tensor<4x8xf32>
   func.return
@@ -156,5 +157,6 @@ func.func @collectives(%x: tensor<4x8xf32>) attributes {tessera.mesh = #tessera.
 // CHECK-NEXT: %2 = tgraph.all_gather %x axis = "tp" dim = 1 : (tensor<4x8xf32>) -> tensor<4x32xf32>
 // CHECK-NEXT: %3 = tgraph.reduce_scatter %x op = "sum" axis = "tp" dim = 1 : (tensor<4x8xf32>) -> tensor<4x2xf32>
 // CHECK-NEXT: %4 = tgraph.all_to_all %x axis = "dp" split_dim = 0 concat_dim = 1
+// CHECK-NEXT: %5 = tgraph.all_slice %x axis = "tp" dim = 1 : (tensor<4x8xf32>) -> tensor<4x2xf32>
 // CHECK-NEXT: tgraph.send %x axis = "dp" peer = 1 : tensor<4x8xf32>
-// CHECK-NEXT: %5 = tgraph.recv axis = "dp" peer = -1 : tensor<4x8xf32>
+// CHECK-NEXT: %6 = tgraph.recv axis = "dp" peer = -1 : tensor<4x8xf32>

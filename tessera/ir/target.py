@@ -1896,7 +1896,7 @@ class MbarrierInitOp(PtxOp):
     SM: ClassVar[int] = 80
     addr = operand_def(RegisterType)
     count = operand_def(RegisterType)
-    assembly_format = "`[` $addr `]` `,` $count attr-dict"
+    assembly_format = "` ` `[` $addr `]` `,` $count attr-dict"
 
     def __init__(self, addr: SSAValue, count: SSAValue):
         super().__init__(operands=[addr, count])
@@ -1925,7 +1925,7 @@ class MbarrierArriveOp(PtxOp):
     guard = opt_operand_def(RegisterType)
     negate = opt_prop_def(UnitAttr)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
-    assembly_format = "`[` $addr `]` (`expect_tx` $tx^)? " + _GUARD + " attr-dict"
+    assembly_format = "` ` `[` $addr `]` (`expect_tx` $tx^)? " + _GUARD + " attr-dict"
 
     def __init__(
         self, addr: SSAValue, tx: SSAValue | None = None, guard: SSAValue | None = None,
@@ -2004,7 +2004,8 @@ class CpAsyncBulkTensorOp(PtxOp):
     guard = opt_operand_def(RegisterType)
     negate = opt_prop_def(UnitAttr)
     assembly_format = (
-        "`[` $dst `]` `,` `[` $tmap `,` $c0 `,` $c1 `]` `,` `[` $mbar `]` " + _GUARD + " attr-dict"
+        "` ` `[` $dst `]` `,` `[` $tmap `,` $c0 `,` $c1 `]` `,` `[` $mbar `]` " + _GUARD
+        + " attr-dict"
     )
 
     def __init__(

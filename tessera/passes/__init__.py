@@ -109,3 +109,12 @@ def _ptx_pipeline() -> type[ModulePass]:
 
 
 ALL_PASSES["tessera-ptx-pipeline"] = _ptx_pipeline
+
+
+def _lower_matmul_sm90() -> type[ModulePass]:
+    from tessera.passes.lower_matmul_sm90 import LowerMatmulSm90
+
+    return LowerMatmulSm90
+
+
+ALL_PASSES["lower-matmul-sm90"] = _lower_matmul_sm90

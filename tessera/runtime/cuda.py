@@ -392,6 +392,24 @@ def _run_host_op(
         else:
             fn, grid = functions[kname], op.grid_value()
             LAUNCH_HOOK.launch(name, kernel, grid, values, lambda: launch(fn, kernel, grid, values))
+    elif isinstance(op, tt.LaunchExOp):
+        from tessera.runtime import tma
+
+        kname = op.callee.root_reference.data
+        kernel = kernels.get(kname)
+        if kernel is None:
+            raise LaunchError(f"@{name}: ttarget.launch_ex of unknown kernel @{kname}")
+        if kname not in functions:
+            functions[kname] = get_function(cu_module, kname)
+        values = [env[a] for a in op.args]
+        fn = functions[kname]
+        if LAUNCH_HOOK is None:
+            tma.run_launch_ex(op, kernel, fn, values)
+        else:
+            LAUNCH_HOOK.launch(
+                name, kernel, op.grid_value(), values,
+                lambda: tma.run_launch_ex(op, kernel, fn, values),
+            )
     elif isinstance(op, memref.DeallocOp | func.ReturnOp):
         pass
     else:

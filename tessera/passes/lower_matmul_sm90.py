@@ -1,0 +1,499 @@
+"""``lower-matmul-sm90``: bf16/f16 matmuls as Hopper TMA + wgmma kernels.
+
+``lower-graph-to-tile`` with one change: every ``tgraph.matmul`` that
+:func:`eligible` accepts becomes a Target IR kernel built here (a
+``ttarget.func``) and a host ``ttarget.launch_ex`` instead of the generic
+``mma.sync`` Tile IR kernel; everything else lowers as before.
+``tessera.passes.pipelines.lower_to_tile`` uses it when :func:`selected` says the
+compile is for a compute capability 9.0 device.
+
+The kernel (``C[M, N] = A[M, K] @ B[K, N]``, f32 accumulate), one ``BM x BN``
+output tile per CTA:
+
+* ``128 * (1 + consumers)`` threads: warpgroup 0 is the producer, warpgroups
+  1.. are consumers, each owning 64 rows of the tile (``BM = 64 * consumers``).
+  ``setmaxnreg`` moves registers from the producer (40) to the consumers (232).
+* ``stages`` shared-memory slots, each an A box ``BM x 64`` and ``BN / 64`` B
+  boxes ``64 x 64``, filled by TMA (``cp.async.bulk.tensor.2d``) through host-built
+  ``CUtensorMap``s with the 128-byte swizzle; out-of-bounds elements are zero
+  filled, so ragged M, N and K need no masking on the load side. A slot has a
+  ``full`` mbarrier (the producer's ``arrive.expect_tx`` + the TMA bytes) and an
+  ``empty`` mbarrier (one arrive per consumer warpgroup once its wgmmas have read
+  the slot).
+* Consumers wait on ``full``, issue ``BK / 16`` ``wgmma.mma_async m64nBNk16``
+  (A K-major, B N-major, both through shared-memory descriptors with the same
+  128-byte swizzle as the tensor maps), commit, keep one group in flight
+  (``wgmma.wait_group 1``) and release the previous slot.
+* The epilogue converts the accumulators (the wgmma D fragment: thread ``t`` of
+  warp ``w`` holds rows ``16w + t/4 (+8)`` and column pairs ``8j + 2(t%4)``) to the
+  result type and stores them with ``st.global``, predicated on ``row < M`` and
+  ``col < N`` when the tile is ragged.
+* Tiles are visited in groups of ``group_m`` tile rows (an L2-friendly order).
+
+Tile shapes and stages come from the matmul's ``tile_shape`` when it is a valid
+sm90 shape, else from :func:`tessera.passes.matmul_config.sm90_config`
+(docs/PERFORMANCE.md).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float16Type,
+    Float32Type,
+    FloatAttr,
+    IntegerAttr,
+    ModuleOp,
+    f32,
+    i64,
+)
+from xdsl.ir import Attribute, SSAValue
+from xdsl.passes import ModulePass
+
+from tessera.ir import graph as g
+from tessera.ir import target as tt
+from tessera.passes.matmul_config import Sm90Config, sm90_config
+
+if TYPE_CHECKING:
+    from tessera.passes.lower_graph_to_tile import _FunctionLowering
+
+SWIZZLE_BYTES = 128
+"""The shared-memory swizzle of every operand tile (TMA ``SWIZZLE_128B`` and the
+wgmma descriptors' layout type 1)."""
+BOX_K = 64
+"""Elements of K per stage: one 128-byte swizzle row of 16-bit elements."""
+
+_DESC_SWIZZLE_128 = 1 << 62
+
+
+def _desc_hi(lbo: int, sbo: int) -> int:
+    """The constant fields of a wgmma shared-memory descriptor (all but the start address)."""
+    return ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | _DESC_SWIZZLE_128
+
+
+# --------------------------------------------------------------------------- eligibility
+
+
+def selected() -> bool:
+    """Whether ``@ts.jit`` compiles matmuls for sm_90a: ``TESSERA_SM90_MATMUL=1/0`` decides,
+    else the current CUDA device having compute capability 9.0."""
+    env = os.environ.get("TESSERA_SM90_MATMUL")
+    if env is not None:
+        return env not in ("", "0")
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available()) and torch.cuda.get_device_capability() == (9, 0)
+    except Exception:
+        return False
+
+
+def _elem_bytes(t: Attribute) -> int:
+    return 4 if isinstance(t, Float32Type) else 2
+
+
+def eligible(op: g.MatmulOp) -> str | None:
+    """None if ``op`` can use the sm90 kernel, else why not."""
+    et = g.elem_of(op.lhs)
+    if not isinstance(et, BFloat16Type | Float16Type) or g.elem_of(op.rhs) != et:
+        return "operands are not both bf16 or both f16"
+    rt = g.elem_of(op.result)
+    if not isinstance(rt, BFloat16Type | Float16Type | Float32Type):
+        return f"result type {rt}"
+    if op.transpose_lhs is not None or op.transpose_rhs is not None:
+        return "transposed operands"
+    ash, bsh = g.shape_of(op.lhs), g.shape_of(op.rhs)
+    if len(ash) != 2 or len(bsh) != 2:
+        return "batched operands"
+    m, k = ash
+    n = bsh[1]
+    if min(m, n, k) < 1:
+        return "empty dimension"
+    if k % 8 or n % 8:
+        return "K and N must be multiples of 8 (16-byte TMA row strides)"
+    return None
+
+
+# --------------------------------------------------------------------------- emitter
+
+
+class _Asm:
+    """Appends Target IR instructions to a ``ttarget.func`` body."""
+
+    def __init__(self, func: tt.FuncOp):
+        self.func = func
+        self.block = func.block
+        self.labels = 0
+
+    def add(self, op: tt.PtxOp) -> None:
+        self.block.add_op(op)
+
+    def reg(self, cls: str) -> SSAValue:
+        op = tt.RegOp(cls)
+        self.block.add_op(op)
+        return op.result
+
+    def imm(self, v: int) -> SSAValue:
+        op = tt.ImmOp(IntegerAttr(v, i64))
+        self.block.add_op(op)
+        return op.result
+
+    def label(self, stem: str) -> str:
+        self.labels += 1
+        return f"{stem}_{self.labels}"
+
+    def _v(self, v: SSAValue | int) -> SSAValue:
+        return self.imm(v) if isinstance(v, int) else v
+
+    def bin(self, cls: tt.ArithOp.__class__, mods: str, a: SSAValue | int, b: SSAValue | int,
+            rc: str = "b32") -> SSAValue:
+        d = self.reg(rc)
+        self.add(cls(mods, d, self._v(a), self._v(b)))  # type: ignore[call-arg]
+        return d
+
+    def add32(self, a: SSAValue | int, b: SSAValue | int) -> SSAValue:
+        return self.bin(tt.AddOp, "u32", a, b)
+
+    def mul32(self, a: SSAValue | int, b: SSAValue | int) -> SSAValue:
+        return self.bin(tt.MulOp, "lo.u32", a, b)
+
+    def mad32(self, a: SSAValue, b: SSAValue | int, c: SSAValue | int) -> SSAValue:
+        d = self.reg("b32")
+        self.add(tt.MadOp("lo.u32", d, a, self._v(b), self._v(c)))
+        return d
+
+    def setp(self, cmp: str, a: SSAValue | int, b: SSAValue | int, ty: str = "u32") -> SSAValue:
+        p = self.reg("pred")
+        self.add(tt.SetpOp(f"{cmp}.{ty}", p, self._v(a), self._v(b)))
+        return p
+
+    def mov(self, ty: str, dst: SSAValue, src: SSAValue | int, guard: SSAValue | None = None) -> None:
+        self.add(tt.MovOp(ty, dst, self._v(src), guard))
+
+    def sreg(self, name: str) -> SSAValue:
+        d = self.reg("b32")
+        self.add(tt.SregOp(d, name))
+        return d
+
+    def wait(self, bar: SSAValue, parity: SSAValue) -> None:
+        """Spin on ``mbarrier.try_wait.parity`` until the phase of ``parity`` completed."""
+        loop = self.label("WAIT")
+        p = self.reg("pred")
+        self.add(tt.LabelOp(loop))
+        self.add(tt.MbarrierTryWaitOp(p, bar, parity))
+        self.add(tt.BraOp(loop, p, negate=True))
+
+    def advance(self, stage: SSAValue, phase: SSAValue, stages: int) -> None:
+        """``stage += 1``; on wrapping to 0 flip ``phase``."""
+        self.add(tt.AddOp("u32", stage, stage, self.imm(1)))
+        wrap = self.setp("eq", stage, stages)
+        self.mov("u32", stage, 0, wrap)
+        flipped = self.bin(tt.XorOp, "b32", phase, 1)
+        self.add(tt.SelpOp("b32", phase, flipped, phase, wrap))
+
+    def desc(self, addr32: SSAValue, hi: int) -> SSAValue:
+        """A wgmma descriptor for the tile at shared address ``addr32``."""
+        wide = self.reg("b64")
+        self.add(tt.CvtOp("u64.u32", wide, [addr32]))
+        self.add(tt.ShrOp("u64", wide, wide, self.imm(4)))
+        self.add(tt.AndOp("b64", wide, wide, self.imm(0x3FFF)))
+        self.add(tt.OrOp("b64", wide, wide, self.imm(hi)))
+        return wide
+
+
+# --------------------------------------------------------------------------- the kernel
+
+
+@dataclass(frozen=True)
+class Sm90Gemm:
+    """One specialized kernel: sizes, element types and configuration."""
+
+    m: int
+    n: int
+    k: int
+    in_type: str  # "bf16" or "f16"
+    out_type: str  # "bf16", "f16" or "f32"
+    cfg: Sm90Config
+
+    @property
+    def bm(self) -> int:
+        return 64 * self.cfg.consumers
+
+    @property
+    def a_bytes(self) -> int:
+        return self.bm * BOX_K * 2
+
+    @property
+    def b_bytes(self) -> int:
+        return BOX_K * self.cfg.bn * 2
+
+    @property
+    def bars_offset(self) -> int:
+        return self.cfg.stages * (self.a_bytes + self.b_bytes)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory: the stages, 2 mbarriers per stage, 1 KiB for alignment."""
+        return self.bars_offset + 16 * self.cfg.stages + 1024
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.cfg.consumers)
+
+    def grid(self) -> tuple[int, int, int]:
+        return (_cdiv(self.m, self.bm) * _cdiv(self.n, self.cfg.bn), 1, 1)
+
+    def boxes(self) -> list[int]:
+        """``ttarget.launch_ex`` boxes for (C, A, B): C by pointer, A ``64 x BM``, B ``64 x 64``."""
+        return [0, 0, BOX_K, self.bm, BOX_K, BOX_K]
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
+    """The ``ttarget.func`` computing ``C = A @ B`` for ``gemm`` (parameters: C pointer,
+    A tensor map, B tensor map)."""
+    cfg = gemm.cfg
+    bm, bn, stages = gemm.bm, cfg.bn, cfg.stages
+    func = tt.FuncOp(name, ["u64", "tmap", "tmap"], gemm.threads)
+    c_param, a_param, b_param = func.block.args
+    e = _Asm(func)
+    e.add(tt.ExternSharedOp("smem", 1024))
+    end = "DONE"
+
+    tid = e.sreg("tid.x")
+    bid = e.sreg("ctaid.x")
+    raw = e.reg("b32")
+    e.add(tt.ExternSharedAddrOp(raw, "smem"))
+    sbase = e.bin(tt.AndOp, "b32", e.add32(raw, 1023), ~1023 & 0xFFFFFFFF)
+    full0 = e.add32(sbase, gemm.bars_offset)
+    empty0 = e.add32(sbase, gemm.bars_offset + 8 * stages)
+
+    # barriers, initialized by thread 0
+    skip = e.label("INIT_DONE")
+    e.add(tt.BraOp(skip, e.setp("ne", tid, 0)))
+    for s in range(stages):
+        e.add(tt.MbarrierInitOp(e.add32(full0, 8 * s), e.imm(1)))
+        e.add(tt.MbarrierInitOp(e.add32(empty0, 8 * s), e.imm(cfg.consumers)))
+    e.add(tt.FenceOp("mbarrier_init"))
+    e.add(tt.FenceOp("proxy_async"))
+    e.add(tt.LabelOp(skip))
+    e.add(tt.BarSyncOp(0))
+
+    # this CTA's tile, in groups of group_m tile rows
+    tiles_m, tiles_n = _cdiv(gemm.m, bm), _cdiv(gemm.n, bn)
+    per_group = cfg.group_m * tiles_n
+    first_m = e.mul32(e.bin(tt.DivOp, "u32", bid, per_group), cfg.group_m)
+    gsize = e.bin(tt.MinOp, "u32", e.bin(tt.SubOp, "u32", tiles_m, first_m), cfg.group_m)
+    r = e.bin(tt.RemOp, "u32", bid, per_group)
+    pid_m = e.add32(first_m, e.bin(tt.RemOp, "u32", r, gsize))
+    pid_n = e.bin(tt.DivOp, "u32", r, gsize)
+    m0 = e.mul32(pid_m, bm)
+    n0 = e.mul32(pid_n, bn)
+    ktiles = _cdiv(gemm.k, BOX_K)
+
+    wg = e.bin(tt.ShrOp, "u32", tid, 7)
+    consumer = e.label("CONSUMER")
+    e.add(tt.BraOp(consumer, e.setp("ne", wg, 0)))
+
+    # ---------------------------------------------------------------- producer
+    e.add(tt.SetmaxnregOp("dec", 40))
+    e.add(tt.BraOp(end, e.setp("ne", tid, 0)))
+    tmap_a, tmap_b = e.reg("b64"), e.reg("b64")
+    for reg, param in ((tmap_a, a_param), (tmap_b, b_param)):
+        e.add(tt.ParamAddrOp(reg, param))
+        e.add(tt.CvtaOp("param.u64", reg, reg))  # the generic address TMA expects
+    kt, stage, phase = e.reg("b32"), e.reg("b32"), e.reg("b32")
+    for v in (kt, stage, phase):
+        e.mov("u32", v, 0)
+    tx = e.imm(gemm.a_bytes + gemm.b_bytes)
+    loop = e.label("PRODUCE")
+    e.add(tt.LabelOp(loop))
+    ready = e.label("SLOT_FREE")
+    e.add(tt.BraOp(ready, e.setp("lt", kt, stages)))
+    e.wait(e.mad32(stage, 8, empty0), e.bin(tt.XorOp, "b32", phase, 1))
+    e.add(tt.LabelOp(ready))
+    full = e.mad32(stage, 8, full0)
+    e.add(tt.MbarrierArriveOp(full, tx))
+    k0 = e.mul32(kt, BOX_K)
+    a_dst = e.mad32(stage, gemm.a_bytes, sbase)
+    e.add(tt.CpAsyncBulkTensorOp(a_dst, tmap_a, k0, m0, full))
+    b_dst = e.mad32(stage, gemm.b_bytes, e.add32(sbase, stages * gemm.a_bytes))
+    for j in range(bn // BOX_K):
+        dst = e.add32(b_dst, j * BOX_K * BOX_K * 2) if j else b_dst
+        col = e.add32(n0, j * BOX_K) if j else n0
+        e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, col, k0, full))
+    e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
+    e.advance(stage, phase, stages)
+    e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
+    e.add(tt.BraOp(end))
+
+    # ---------------------------------------------------------------- consumers
+    e.add(tt.LabelOp(consumer))
+    e.add(tt.SetmaxnregOp("inc", 232))
+    cw = e.bin(tt.SubOp, "u32", wg, 1)
+    acc = [e.reg("f32") for _ in range(bn // 2)]
+    fzero = tt.ImmOp(FloatAttr(0.0, f32))
+    e.block.add_op(fzero)
+    for a in acc:
+        e.add(tt.MovOp("f32", a, fzero.result))
+    a_desc0 = e.desc(e.mad32(cw, 64 * SWIZZLE_BYTES, sbase), _desc_hi(16, 8 * SWIZZLE_BYTES))
+    b_desc0 = e.desc(
+        e.add32(sbase, stages * gemm.a_bytes),
+        _desc_hi(BOX_K * BOX_K * 2, 8 * SWIZZLE_BYTES),
+    )
+    always = e.setp("eq", tid, tid)
+    leader = e.setp("eq", e.bin(tt.AndOp, "b32", tid, 127), 0)
+    kt, stage, phase, prev = e.reg("b32"), e.reg("b32"), e.reg("b32"), e.reg("b32")
+    for v in (kt, stage, phase, prev):
+        e.mov("u32", v, 0)
+    mma = f"m64n{bn}k16.f32.{gemm.in_type}.{gemm.in_type}"
+    loop = e.label("CONSUME")
+    e.add(tt.LabelOp(loop))
+    e.wait(e.mad32(stage, 8, full0), phase)
+    s64 = e.reg("b64")
+    e.add(tt.CvtOp("u64.u32", s64, [stage]))
+    da, db = e.reg("b64"), e.reg("b64")
+    e.add(tt.MadOp("lo.u64", da, s64, e.imm(gemm.a_bytes >> 4), a_desc0))
+    e.add(tt.MadOp("lo.u64", db, s64, e.imm(gemm.b_bytes >> 4), b_desc0))
+    e.add(tt.FenceOp("wgmma"))
+    for kk in range(BOX_K // 16):
+        dak, dbk = da, db
+        if kk:
+            dak = e.bin(tt.AddOp, "u64", da, (kk * 16 * 2) >> 4, "b64")
+            dbk = e.bin(tt.AddOp, "u64", db, (kk * 16 * SWIZZLE_BYTES) >> 4, "b64")
+        e.add(tt.WgmmaOp(mma, acc, dak, dbk, always, trans_a=0, trans_b=1))
+    e.add(tt.FenceOp("wgmma_commit"))
+    e.add(tt.WgmmaWaitOp(1))
+    release = e.reg("pred")
+    e.add(tt.AndOp("pred", release, leader, e.setp("ne", kt, 0)))
+    e.add(tt.MbarrierArriveOp(e.mad32(prev, 8, empty0), guard=release))
+    e.mov("u32", prev, stage)
+    e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
+    e.advance(stage, phase, stages)
+    e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
+    e.add(tt.WgmmaWaitOp(0))
+    _epilogue(e, gemm, c_param, tid, cw, m0, n0, acc)
+    e.add(tt.LabelOp(end))
+    e.add(tt.RetOp())
+    return func
+
+
+def _epilogue(
+    e: _Asm, gemm: Sm90Gemm, c_param: SSAValue, tid: SSAValue, cw: SSAValue, m0: SSAValue,
+    n0: SSAValue, acc: Sequence[SSAValue],
+) -> None:
+    """Store the wgmma D fragment (converted to the result type), masked when ragged."""
+    esize = 4 if gemm.out_type == "f32" else 2
+    t = e.bin(tt.AndOp, "b32", tid, 127)
+    warp, lane = e.bin(tt.ShrOp, "u32", t, 5), e.bin(tt.AndOp, "b32", t, 31)
+    row0 = e.add32(e.add32(m0, e.mul32(cw, 64)), e.add32(e.mul32(warp, 16), e.bin(tt.ShrOp, "u32", lane, 2)))
+    col0 = e.add32(n0, e.mul32(e.bin(tt.AndOp, "b32", lane, 3), 2))
+    ptr = e.reg("b64")
+    e.add(tt.LdParamOp("u64", ptr, c_param))
+    e.add(tt.CvtaOp("to.global.u64", ptr, ptr))
+    off = e.reg("b64")
+    e.add(tt.MulOp("wide.u32", off, row0, e.imm(gemm.n * esize)))
+    e.add(tt.AddOp("u64", ptr, ptr, off))
+    coff = e.reg("b64")
+    e.add(tt.MulOp("wide.u32", coff, col0, e.imm(esize)))
+    e.add(tt.AddOp("u64", ptr, ptr, coff))
+    bn = gemm.cfg.bn
+    ragged_m, ragged_n = gemm.m % gemm.bm != 0, gemm.n % bn != 0
+    rows = [e.setp("lt", e.add32(row0, 8 * h), gemm.m) if ragged_m else None for h in (0, 1)]
+    cols = [e.setp("lt", e.add32(col0, 8 * j), gemm.n) if ragged_n else None for j in range(bn // 8)]
+    for j in range(bn // 8):
+        for h in (0, 1):
+            lo, hi = acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]
+            guard = _and(e, rows[h], cols[j])
+            offset = (8 * h * gemm.n + 8 * j) * esize
+            if gemm.out_type == "f32":
+                e.add(tt.StOp("global.v2.f32", ptr, [lo, hi], offset, guard))
+            else:
+                packed = e.reg("b32")
+                e.add(tt.CvtOp(f"rn.{gemm.out_type}x2.f32", packed, [hi, lo]))
+                e.add(tt.StOp("global.b32", ptr, [packed], offset, guard))
+
+
+def _and(e: _Asm, a: SSAValue | None, b: SSAValue | None) -> SSAValue | None:
+    if a is None or b is None:
+        return a if b is None else b
+    p = e.reg("pred")
+    e.add(tt.AndOp("pred", p, a, b))
+    return p
+
+
+# --------------------------------------------------------------------------- lowering
+
+
+_TYPE_NAMES = {BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32"}
+
+
+def gemm_for(op: g.MatmulOp) -> Sm90Gemm:
+    """The kernel specialization for an eligible matmul (tile_shape or the heuristic)."""
+    m, k = g.shape_of(op.lhs)
+    n = g.shape_of(op.rhs)[1]
+    cfg = None
+    if op.tile_shape is not None:
+        cfg = Sm90Config.from_tile_shape(tuple(op.tile_shape.get_values()))
+    if cfg is None:
+        cfg = sm90_config(m, n, k)
+    return Sm90Gemm(
+        m, n, k, _TYPE_NAMES[type(g.elem_of(op.lhs))], _TYPE_NAMES[type(g.elem_of(op.result))],
+        cfg,
+    )
+
+
+def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp) -> bool:
+    """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path."""
+    if eligible(op) is not None:
+        return False
+    gemm = gemm_for(op)
+    n = lw.counter.get("matmul", 0)
+    lw.counter["matmul"] = n + 1
+    name = f"{lw.name}_matmul_{n}"
+    out = lw.alloc(op.result.type)
+    lw.env[op.result] = out
+    lw.module.body.block.insert_op_before(build_kernel(name, gemm), lw.fn)
+    lw.hb.add_op(
+        tt.LaunchExOp(
+            name, [out, lw.mem(op.lhs), lw.mem(op.rhs)], gemm.grid(), gemm.smem_bytes,
+            gemm.boxes(),
+        )
+    )
+    return True
+
+
+@contextmanager
+def sm90_matmuls() -> Iterator[None]:
+    """Within the block, ``lower-graph-to-tile`` lowers eligible matmuls with the sm90 kernel."""
+    from tessera.passes import tile_gemm
+
+    hooks: list[Callable[..., bool]] = tile_gemm.MATMUL_OVERRIDES
+    hooks.insert(0, lower_matmul_sm90)
+    try:
+        yield
+    finally:
+        hooks.remove(lower_matmul_sm90)
+
+
+@dataclass(frozen=True)
+class LowerMatmulSm90(ModulePass):
+    """``lower-graph-to-tile`` with bf16/f16 matmuls as TMA + wgmma kernels (sm_90a)."""
+
+    name = "lower-matmul-sm90"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from tessera.passes.lower_graph_to_tile import LowerGraphToTile
+
+        with sm90_matmuls():
+            LowerGraphToTile().apply(ctx, op)

@@ -1,0 +1,598 @@
+"""Tessera against cuBLAS, Triton, torch SDPA and torch eager/compile, in one run.
+
+    python bench/run.py --out $OUT/bench.json            # full run (GPU)
+    python bench/run.py --quick --out $OUT/bench.json    # smaller sizes, fewer reps
+    python bench/run.py --dry-run                        # CPU: build and ptxas-check every Tessera case
+
+Cases (docs/PERFORMANCE.md says how to read them):
+
+* ``gemm``: bf16 in, fp32 accumulate, bf16 out, M=N=K in 2048/4096/8192, against
+  ``torch.matmul`` (cuBLAS) and a plain Triton GEMM (:mod:`bench.triton_gemm`).
+* ``attention``: forward, bf16, B=4 H=16 D=128, S in 2048/8192, causal and not,
+  against ``torch.nn.functional.scaled_dot_product_attention``; FLOPs
+  ``4 B H S^2 D``, halved when causal.
+* ``softmax`` / ``rmsnorm``: bf16 32768x8192 along the last dim, against torch eager
+  and ``torch.compile``; bytes = one read and one write.
+* ``elementwise``: a chain of 4 elementwise ops on fp32 against the device copy
+  bandwidth (``torch.Tensor.copy_`` of a tensor of the same size).
+* ``host_overhead``: a cached compiled function of 3 small CUDA tensors; wall time
+  per call over many back-to-back calls minus the kernel time per call (CUDA
+  events around the same number of launches recorded by the profiler).
+* ``compile``: ``examples/transformer_block.py``'s function from Python to PTX and
+  to a loaded module, with an empty cache directory (cold) and again with the
+  cubins on disk (warm).
+
+Each Tessera result is checked against the peer first (outputs poisoned with NaN,
+relative error in float64); a mismatch is reported and not timed. Every case runs
+under ``try``: a failure becomes an error row with its message. Timing is
+``triton.testing.do_bench`` (median, L2 flushed between runs) or CUDA events.
+The table is printed last; ``--out`` writes all rows as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TOL_BF16 = 2e-2
+"""Relative error (Frobenius, float64) a bf16 result may have against its reference."""
+
+
+@dataclass
+class Row:
+    """One line of the result table."""
+
+    case: str
+    impl: str
+    ms: float | None = None
+    tflops: float | None = None
+    gbs: float | None = None
+    ratio: float | None = None
+    rel_err: float | None = None
+    status: str = "ok"
+    note: str = ""
+
+
+@dataclass
+class Ctx:
+    quick: bool
+    dry: bool
+    rows: list[Row]
+
+    def add(self, row: Row) -> Row:
+        self.rows.append(row)
+        return row
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def bench(fn: Callable[[], Any], quick: bool) -> float:
+    """Median milliseconds of ``fn`` (triton's do_bench when available, else CUDA events)."""
+    torch = _torch()
+    warmup, rep = (10, 40) if quick else (25, 150)
+    try:
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+    except ImportError:
+        pass
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(10 if quick else 30):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def rel_err(out: Any, ref: Any) -> float:
+    """``|out - ref| / |ref|`` in float64 (NaN if ``out`` has NaN: an unwritten element)."""
+    torch = _torch()
+    o, r = out.double(), ref.double()
+    if not bool(torch.isfinite(o).all()):
+        return math.nan
+    return float((o - r).norm() / r.norm().clamp_min(1e-300))
+
+
+def tessera_output(fn: Any, args: list[Any]) -> Any:
+    """Run the compiled function once with NaN-poisoned outputs; return its (first) result."""
+    from tessera.runtime import cuda
+
+    torch = _torch()
+    spec = fn.specialize(*args)
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]  # static arguments are compiled in
+    out = cuda.run_host(spec.ir("target"), spec.name, tensors, poison=True, ptx=spec.ir("ptx"))
+    return out[0]
+
+
+def compile_only(fn: Any, args: list[Any]) -> str:
+    """Dry run: the PTX of ``fn`` for ``args`` (numpy stand-ins), checked by ptxas."""
+    from tessera.runtime import ptxas
+
+    spec = fn.specialize(*args)
+    ptx = spec.ir("ptx")
+    ptxas.check(ptx)
+    return ptx
+
+
+def stand_in(shape: tuple[int, ...], dtype: str) -> Any:
+    import ml_dtypes
+    import numpy as np
+
+    dt = {"bf16": ml_dtypes.bfloat16, "f32": np.float32, "bool": np.bool_}[dtype]
+    return np.zeros(shape, dtype=dt)
+
+
+def run_tessera(
+    ctx: Ctx, case: str, fn: Any, args: list[Any], ref: Any, tol: float,
+    flops: float | None = None, nbytes: float | None = None, dry_args: list[Any] | None = None,
+) -> Row:
+    """Check a Tessera function against ``ref`` (poisoned outputs), then time it."""
+    if ctx.dry:
+        ptx = compile_only(fn, dry_args if dry_args is not None else args)
+        note = "wgmma" if "wgmma.mma_async" in ptx else ("mma.sync" if "mma.sync" in ptx else "")
+        return ctx.add(Row(case, "tessera", status="compiled", note=note))
+    out = tessera_output(fn, args)
+    err = rel_err(out, ref)
+    if not err <= tol:
+        return ctx.add(Row(case, "tessera", rel_err=err, status="mismatch",
+                           note=f"relative error {err:.3g} > {tol:g}; not timed"))
+    ms = bench(lambda: fn(*args), ctx.quick)
+    return ctx.add(_rate(Row(case, "tessera", ms=ms, rel_err=err), flops, nbytes))
+
+
+def _rate(row: Row, flops: float | None, nbytes: float | None) -> Row:
+    if row.ms:
+        if flops:
+            row.tflops = flops / (row.ms * 1e-3) / 1e12
+        if nbytes:
+            row.gbs = nbytes / (row.ms * 1e-3) / 1e9
+    return row
+
+
+def timed_peer(
+    ctx: Ctx, case: str, impl: str, fn: Callable[[], Any], ref: Any | None, tol: float,
+    flops: float | None = None, nbytes: float | None = None,
+) -> Row:
+    err = None
+    if ref is not None:
+        err = rel_err(fn(), ref)
+        if not err <= tol:
+            return ctx.add(Row(case, impl, rel_err=err, status="mismatch",
+                               note=f"peer relative error {err:.3g}"))
+    ms = bench(fn, ctx.quick)
+    return ctx.add(_rate(Row(case, impl, ms=ms, rel_err=err), flops, nbytes))
+
+
+def guarded(ctx: Ctx, case: str, impl: str, body: Callable[[], Any]) -> None:
+    """Run one measurement; an exception becomes an error row."""
+    try:
+        body()
+    except Exception as e:  # one failure must not stop the run
+        msg = f"{type(e).__name__}: {e}".strip().splitlines()
+        ctx.add(Row(case, impl, status="error", note=" | ".join(msg[:3])[:300]))
+        if os.environ.get("TESSERA_BENCH_TRACEBACK"):
+            traceback.print_exc()
+
+
+def ratios(rows: list[Row]) -> None:
+    """``ratio`` = the peer's time / this row's time, per case, against the case's first peer."""
+    by_case: dict[str, list[Row]] = {}
+    for r in rows:
+        by_case.setdefault(r.case, []).append(r)
+    for rs in by_case.values():
+        peer = next((r for r in rs if r.impl != "tessera" and r.ms), None)
+        for r in rs:
+            if peer is not None and r.ms:
+                r.ratio = peer.ms / r.ms
+
+
+# --------------------------------------------------------------------------- cases
+
+
+def case_gemm(ctx: Ctx) -> None:
+    import tessera as ts
+
+    @ts.jit
+    def mm(a, b):
+        return ts.matmul(a, b)
+
+    for n in [2048, 4096] if ctx.quick else [2048, 4096, 8192]:
+        _gemm_one(ctx, mm, n)
+
+
+def _gemm_one(ctx: Ctx, mm: Any, n: int) -> None:
+    case = f"gemm bf16 {n}^3"
+    flops = 2.0 * n**3
+    if ctx.dry:
+        dry = [stand_in((n, n), "bf16"), stand_in((n, n), "bf16")]
+        guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, mm, [], None, TOL_BF16, dry_args=dry))
+        return
+    torch = _torch()
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ref = a.double() @ b.double()
+    guarded(ctx, case, "torch.matmul (cuBLAS)", lambda: timed_peer(
+        ctx, case, "torch.matmul (cuBLAS)", lambda: torch.matmul(a, b), ref, TOL_BF16, flops))
+
+    def triton_row() -> None:
+        from bench.triton_gemm import matmul as triton_matmul
+
+        timed_peer(ctx, case, "triton", lambda: triton_matmul(a, b), ref, TOL_BF16, flops)
+
+    guarded(ctx, case, "triton", triton_row)
+    guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, mm, [a, b], ref, TOL_BF16, flops))
+
+
+def case_attention(ctx: Ctx) -> None:
+    import tessera as ts
+
+    @ts.jit
+    def attn(q, k, v, causal):
+        return ts.flash_attention(q, k, v, causal=causal)
+
+    for s in [2048] if ctx.quick else [2048, 8192]:
+        for causal in (False, True):
+            _attention_one(ctx, attn, s, causal)
+
+
+def _attention_one(ctx: Ctx, attn: Any, s: int, causal: bool) -> None:
+    B, H, D = 4, 16, 128
+    case = f"attention S={s}{' causal' if causal else ''}"
+    flops = 4.0 * B * H * s * s * D / (2 if causal else 1)
+    if ctx.dry:
+        dry = [*(stand_in((B, H, s, D), "bf16") for _ in range(3)), causal]
+        guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, attn, [], None, TOL_BF16, dry_args=dry))
+        return
+    torch = _torch()
+    import torch.nn.functional as F
+
+    q, k, v = (torch.randn(B, H, s, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    peer = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    guarded(ctx, case, "torch SDPA", lambda: timed_peer(
+        ctx, case, "torch SDPA", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        None, 0, flops))
+    guarded(ctx, case, "tessera", lambda: run_tessera(
+        ctx, case, attn, [q, k, v, causal], peer, TOL_BF16, flops))
+
+
+def _rows_cols(ctx: Ctx) -> tuple[int, int]:
+    return (8192, 8192) if ctx.quick else (32768, 8192)
+
+
+def case_softmax(ctx: Ctx) -> None:
+    import tessera as ts
+
+    r, c = _rows_cols(ctx)
+    case = f"softmax bf16 {r}x{c}"
+    nbytes = 2.0 * r * c * 2
+
+    @ts.jit
+    def sm(x):
+        return ts.softmax(x, axis=-1)
+
+    if ctx.dry:
+        guarded(ctx, case, "tessera", lambda: run_tessera(
+            ctx, case, sm, [], None, TOL_BF16, dry_args=[stand_in((r, c), "bf16")]))
+        return
+    torch = _torch()
+    x = torch.randn(r, c, device="cuda", dtype=torch.bfloat16)
+    ref = torch.softmax(x.double(), dim=-1)
+    eager = lambda: torch.softmax(x, dim=-1)  # noqa: E731
+    guarded(ctx, case, "torch eager", lambda: timed_peer(ctx, case, "torch eager", eager, ref, TOL_BF16, nbytes=nbytes))
+    compiled = _compile(lambda t: torch.softmax(t, dim=-1))
+    guarded(ctx, case, "torch.compile", lambda: timed_peer(
+        ctx, case, "torch.compile", lambda: compiled(x), ref, TOL_BF16, nbytes=nbytes))
+    guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, sm, [x], ref, TOL_BF16, nbytes=nbytes))
+
+
+def case_rmsnorm(ctx: Ctx) -> None:
+    import tessera as ts
+
+    r, c = _rows_cols(ctx)
+    case = f"rmsnorm bf16 {r}x{c}"
+    nbytes = 2.0 * r * c * 2
+
+    @ts.jit
+    def rms(x):
+        return ts.rmsnorm(x, eps=1e-6)
+
+    if ctx.dry:
+        guarded(ctx, case, "tessera", lambda: run_tessera(
+            ctx, case, rms, [], None, TOL_BF16, dry_args=[stand_in((r, c), "bf16")]))
+        return
+    torch = _torch()
+    x = torch.randn(r, c, device="cuda", dtype=torch.bfloat16)
+
+    def eager_rms(t: Any) -> Any:
+        f = t.float()
+        return (f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + 1e-6)).to(t.dtype)
+
+    xd = x.double()
+    ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6)
+    guarded(ctx, case, "torch eager", lambda: timed_peer(
+        ctx, case, "torch eager", lambda: eager_rms(x), ref, TOL_BF16, nbytes=nbytes))
+    compiled = _compile(eager_rms)
+    guarded(ctx, case, "torch.compile", lambda: timed_peer(
+        ctx, case, "torch.compile", lambda: compiled(x), ref, TOL_BF16, nbytes=nbytes))
+    guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, rms, [x], ref, TOL_BF16, nbytes=nbytes))
+
+
+def _compile(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return _torch().compile(fn)
+
+
+def case_elementwise(ctx: Ctx) -> None:
+    import tessera as ts
+
+    n = (1 << 24) if ctx.quick else (1 << 28)
+    case = f"elementwise x4 fp32 {n}"
+    nbytes = 2.0 * n * 4
+
+    @ts.jit
+    def chain(x):
+        return ts.relu(x * 2.0 + 1.0) * 0.5
+
+    if ctx.dry:
+        guarded(ctx, case, "tessera", lambda: run_tessera(
+            ctx, case, chain, [], None, 1e-5, dry_args=[stand_in((n,), "f32")]))
+        return
+    torch = _torch()
+    x = torch.randn(n, device="cuda", dtype=torch.float32)
+    y = torch.empty_like(x)
+    guarded(ctx, case, "torch copy_ (bandwidth)", lambda: timed_peer(
+        ctx, case, "torch copy_ (bandwidth)", lambda: y.copy_(x), None, 0, nbytes=nbytes))
+    ref = torch.relu(x.double() * 2.0 + 1.0) * 0.5
+    guarded(ctx, case, "torch eager", lambda: timed_peer(
+        ctx, case, "torch eager", lambda: torch.relu(x * 2.0 + 1.0) * 0.5, ref, 1e-6, nbytes=nbytes))
+    guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, chain, [x], ref, 1e-6, nbytes=nbytes))
+
+
+def case_host_overhead(ctx: Ctx) -> None:
+    import tessera as ts
+
+    case = "host overhead (3 args)"
+    n = 1024
+
+    @ts.jit
+    def pick(c, a, b):
+        return ts.where(c, a, b)
+
+    if ctx.dry:
+        guarded(ctx, case, "tessera", lambda: run_tessera(
+            ctx, case, pick, [], None, 0,
+            dry_args=[stand_in((n,), "bool"), stand_in((n,), "f32"), stand_in((n,), "f32")]))
+        return
+
+    def body() -> None:
+        torch = _torch()
+        a = torch.randn(n, device="cuda")
+        b = torch.randn(n, device="cuda")
+        c = a > 0
+        out = tessera_output(pick, [c, a, b])
+        if not torch.equal(out, torch.where(c, a, b)):
+            ctx.add(Row(case, "tessera", status="mismatch", note="where(c, a, b) differs from torch"))
+            return
+        calls = 2000 if ctx.quick else 10000
+        for _ in range(50):
+            pick(c, a, b)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            pick(c, a, b)
+        torch.cuda.synchronize()
+        per_call = (time.perf_counter() - t0) / calls
+        kernel = _kernel_seconds(lambda: pick(c, a, b), 200)
+        ctx.add(Row(case, "tessera", ms=per_call * 1e3,
+                    note=f"host overhead {(per_call - kernel) * 1e6:.1f} us/call "
+                         f"(wall {per_call * 1e6:.1f} us, kernels {kernel * 1e6:.1f} us)"))
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            torch.where(c, a, b)
+        torch.cuda.synchronize()
+        eager = (time.perf_counter() - t0) / calls
+        ctx.add(Row(case, "torch eager", ms=eager * 1e3, note=f"wall {eager * 1e6:.1f} us/call"))
+
+    guarded(ctx, case, "tessera", body)
+
+
+def _kernel_seconds(fn: Callable[[], Any], calls: int) -> float:
+    """Device time per call: the summed durations of the kernels the profiler saw."""
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    total_us = sum(
+        e.device_time_total for e in prof.key_averages() if e.device_time_total > 0 and e.count
+    )
+    return total_us * 1e-6 / calls
+
+
+def case_compile(ctx: Ctx) -> None:
+    case = "compile transformer_block"
+    path = ROOT / "examples" / "transformer_block.py"
+
+    def once(label: str, cache: Path) -> None:
+        old = os.environ.get("TESSERA_CACHE_DIR")
+        os.environ["TESSERA_CACHE_DIR"] = str(cache)
+        try:
+            import numpy as np
+
+            spec_ = importlib.util.spec_from_file_location(f"tb_{label}", path)
+            assert spec_ is not None and spec_.loader is not None
+            mod = importlib.util.module_from_spec(spec_)
+            spec_.loader.exec_module(mod)
+            import tessera as ts
+
+            fn = ts.jit(mod.block.fn)  # a fresh compiled function: nothing cached in memory
+            s, d = 17, 32
+            args = [np.zeros((s, d), np.float32), np.zeros((d, 3 * d), np.float32),
+                    np.zeros((d, d), np.float32)]
+            t0 = time.perf_counter()
+            spec = fn.specialize(*args)
+            ptx = spec.ir("ptx")
+            t_ptx = time.perf_counter() - t0
+            t_load = _load_seconds(ptx, ctx.dry)
+            ctx.add(Row(case, f"tessera ({label})", ms=(t_ptx + t_load) * 1e3,
+                        note=f"python->ptx {t_ptx * 1e3:.0f} ms, ptx->module {t_load * 1e3:.0f} ms"))
+        finally:
+            if old is None:
+                os.environ.pop("TESSERA_CACHE_DIR", None)
+            else:
+                os.environ["TESSERA_CACHE_DIR"] = old
+
+    with tempfile.TemporaryDirectory(prefix="tessera-bench-cache-") as d:
+        guarded(ctx, case, "tessera (cold)", lambda: once("cold", Path(d)))
+        guarded(ctx, case, "tessera (warm)", lambda: once("warm", Path(d)))
+
+
+def _load_seconds(ptx: str, dry: bool) -> float:
+    """PTX to a loaded module (GPU) or to a cached cubin (dry run)."""
+    t0 = time.perf_counter()
+    if dry:
+        from tessera.runtime import cache, ptxas
+
+        cache.cubin_for(ptx, "sm_90a", ptxas.version(), "dry-run", lambda: ptxas.assemble(ptx))
+    else:
+        torch = _torch()
+        from tessera.runtime import cuda
+
+        cuda._MODULES.clear()
+        cuda.load_module(ptx, torch.cuda.current_device())
+    return time.perf_counter() - t0
+
+
+CASES: dict[str, Callable[[Ctx], None]] = {
+    "gemm": case_gemm,
+    "attention": case_attention,
+    "softmax": case_softmax,
+    "rmsnorm": case_rmsnorm,
+    "elementwise": case_elementwise,
+    "host_overhead": case_host_overhead,
+    "compile": case_compile,
+}
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def table(rows: list[Row]) -> str:
+    head = ("case", "impl", "ms", "TFLOP/s", "GB/s", "x peer", "rel err", "status")
+    body = [
+        (r.case, r.impl, _fmt(r.ms, ".4f"), _fmt(r.tflops, ".1f"), _fmt(r.gbs, ".0f"),
+         _fmt(r.ratio, ".2f"), _fmt(r.rel_err, ".1e"), r.status + (f": {r.note}" if r.note else ""))
+        for r in rows
+    ]
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head) - 1)]
+    lines = []
+    for x in [head, *body]:
+        lines.append("  ".join(x[i].ljust(widths[i]) for i in range(len(head) - 1)) + "  " + x[-1])
+    return "\n".join(lines)
+
+
+def environment(dry: bool) -> dict[str, Any]:
+    env: dict[str, Any] = {"python": platform.python_version(), "dry_run": dry}
+    try:
+        env["commit"] = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except Exception:
+        pass
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            env["device"] = torch.cuda.get_device_name()
+            env["capability"] = list(torch.cuda.get_device_capability())
+    except Exception:
+        pass
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except Exception:
+        pass
+    env["date"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, help="write the rows as JSON here")
+    p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
+    p.add_argument("--dry-run", action="store_true", help="compile every Tessera case and ptxas-check it (no GPU)")
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ",".join(CASES))
+    p.add_argument("--tune", action="store_true", help="autotune sm90 matmul tile shapes first (TESSERA_AUTOTUNE=1)")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a Tessera row is not ok")
+    args = p.parse_args(argv)
+    if args.dry_run:
+        os.environ.setdefault("TESSERA_SM90_MATMUL", "1")  # check the Hopper GEMM path too
+    if args.tune:
+        os.environ["TESSERA_AUTOTUNE"] = "1"
+    ctx = Ctx(quick=args.quick, dry=args.dry_run, rows=[])
+    t0 = time.perf_counter()
+    for name in [c.strip() for c in args.cases.split(",") if c.strip()]:
+        if name not in CASES:
+            ctx.add(Row(name, "-", status="error", note=f"unknown case (known: {', '.join(CASES)})"))
+            continue
+        t = time.perf_counter()
+        try:
+            CASES[name](ctx)
+        except Exception as e:
+            ctx.add(Row(name, "-", status="error", note=f"{type(e).__name__}: {e}"[:300]))
+        print(f"[bench] {name}: {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+        if not args.dry_run:
+            try:
+                _torch().cuda.empty_cache()
+            except Exception:
+                pass
+    ratios(ctx.rows)
+    result = {"environment": environment(args.dry_run), "seconds": time.perf_counter() - t0,
+              "rows": [asdict(r) for r in ctx.rows]}
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+    print(table(ctx.rows))
+    bad = [r for r in ctx.rows if r.impl == "tessera" and r.status not in ("ok", "compiled")]
+    return 1 if args.strict and bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""The sm90 (TMA + wgmma) matmul on a Hopper GPU against torch.matmul in float64.
+
+Outputs are poisoned with NaN first, so unwritten elements fail. Shapes include
+sizes that are not multiples of the tile (ragged M, N and K), a single tile, and
+one K block. Skipped without a compute capability 9.0 device.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+        reason="needs a compute capability 9.0 (Hopper) GPU",
+    ),
+]
+
+import tessera as ts  # noqa: E402
+from tessera.passes import matmul_config as mc  # noqa: E402
+from tessera.passes.lower_matmul_sm90 import Sm90Gemm  # noqa: E402
+from tessera.runtime import tma  # noqa: E402
+
+SHAPES = [
+    (128, 128, 64),
+    (256, 512, 128),
+    (1000, 136, 72),
+    (200, 264, 1000),
+    (40, 64, 16),
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+]
+
+TYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+
+
+def _check(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tol: float = 1e-2) -> None:
+    ref = a.double() @ b.double()
+    assert torch.isfinite(c).all(), "unwritten (NaN) elements in the result"
+    err = float((c.double() - ref).norm() / ref.norm())
+    assert err < tol, err
+
+
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+def test_kernel_heuristic_config(m: int, n: int, k: int) -> None:
+    gen = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=gen)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    tma.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", mc.heuristic(m, n, k)))(c, a, b)
+    torch.cuda.synchronize()
+    _check(c, a, b)
+
+
+@pytest.mark.parametrize("cfg", mc.search_space(520, 392, 328))
+def test_every_tuning_config(cfg: mc.Sm90Config) -> None:
+    m, n, k = 520, 392, 328
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    tma.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", cfg))(c, a, b)
+    torch.cuda.synchronize()
+    _check(c, a, b)
+
+
+@pytest.mark.parametrize(("in_t", "out_t"), [("f16", "f16"), ("bf16", "f32")])
+def test_types(in_t: str, out_t: str) -> None:
+    m, n, k = 192, 200, 136
+    a = torch.randn(m, k, device="cuda", dtype=TYPES[in_t])
+    b = torch.randn(k, n, device="cuda", dtype=TYPES[in_t])
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=TYPES[out_t])
+    tma.gemm_runner(Sm90Gemm(m, n, k, in_t, out_t, mc.heuristic(m, n, k)))(c, a, b)
+    torch.cuda.synchronize()
+    _check(c, a, b)
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(1000, 136, 72), (512, 512, 512)])
+def test_jit_dispatches_to_wgmma(m: int, n: int, k: int) -> None:
+    @ts.jit
+    def mm(x, y):
+        return ts.matmul(x, y)
+
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    c = mm(a, b)
+    torch.cuda.synchronize()
+    assert "wgmma.mma_async" in mm.inspect_ir("ptx")
+    _check(c, a, b)
+
+
+def test_autotune_records_a_winner(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    cfg = mc.autotune(512, 512, 512, reps=3)
+    assert cfg.valid()
+    key = mc.cache_key(torch.cuda.get_device_name(), 512, 512, 512, "bf16", "bf16")
+    assert mc.cached(key) == cfg

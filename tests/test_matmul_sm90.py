@@ -1,0 +1,109 @@
+"""The sm90 matmul path on CPU: eligibility, the heuristic, the tuning cache, and PTX that
+contains wgmma / TMA and assembles for sm_90a."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tessera as ts
+from tessera.ir import target as tt
+from tessera.passes import matmul_config as mc
+from tessera.passes.emit_ptx import emit_ptx
+from tessera.passes.lower_matmul_sm90 import Sm90Gemm, build_kernel
+from tessera.runtime import ptxas
+
+needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
+
+
+@needs_ptxas
+@pytest.mark.parametrize(
+    ("m", "n", "k", "cfg"),
+    [
+        (2048, 2048, 2048, None),
+        (200, 136, 72, mc.Sm90Config(bn=128, stages=3, consumers=2)),
+        (40, 64, 16, None),
+    ],
+)
+def test_kernel_has_wgmma_and_tma_and_assembles(m: int, n: int, k: int, cfg: mc.Sm90Config | None) -> None:
+    gemm = Sm90Gemm(m, n, k, "bf16", "bf16", cfg or mc.heuristic(m, n, k))
+    ptx = emit_ptx(build_kernel("gemm", gemm))
+    assert f"wgmma.mma_async.sync.aligned.m64n{gemm.cfg.bn}k16.f32.bf16.bf16" in ptx
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
+    assert "mbarrier.try_wait.parity" in ptx and "setmaxnreg.inc" in ptx
+    assert ".param .align 64 .b8 gemm_param_1[128]" in ptx
+    ptxas.check(ptx)
+
+
+@needs_ptxas
+def test_jit_matmul_uses_wgmma_when_selected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+
+    @ts.jit
+    def mm(a, b):
+        return ts.matmul(a, b)
+
+    a = np.zeros((96, 40), ml_dtypes.bfloat16)
+    b = np.zeros((40, 72), ml_dtypes.bfloat16)
+    spec = mm.specialize(a, b)
+    assert any(isinstance(op, tt.LaunchExOp) for op in spec.ir("target").walk())
+    ptx = spec.ir("ptx")
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
+    ptxas.check(ptx)
+
+
+def test_jit_matmul_generic_when_not_selected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "0")
+
+    @ts.jit
+    def mm(a, b):
+        return ts.matmul(a, b)
+
+    a = np.zeros((32, 32), ml_dtypes.bfloat16)
+    ptx = mm.specialize(a, a).ir("ptx")
+    assert "mma.sync" in ptx and "wgmma" not in ptx
+
+
+def test_heuristic() -> None:
+    assert mc.heuristic(8192, 8192, 8192) == mc.Sm90Config(bn=256, stages=4, consumers=2)
+    assert mc.heuristic(2048, 2048, 2048) == mc.Sm90Config(bn=128, stages=5, consumers=2)
+    assert mc.heuristic(40, 64, 16).consumers == 1
+    for c in mc.search_space(4096, 4096, 4096):
+        assert c.valid() and c.stages >= 3
+
+
+def test_tile_shape_hint() -> None:
+    assert mc.Sm90Config.from_tile_shape((128, 128, 64)) == mc.Sm90Config(bn=128, stages=5, consumers=2)
+    assert mc.Sm90Config.from_tile_shape((64, 64, 32)) is None
+
+
+def test_tuning_cache_round_trip(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    key = mc.cache_key("H100", 256, 256, 256, "bf16", "bf16")
+    assert mc.cached(key) is None
+    cfg = mc.Sm90Config(bn=128, stages=4, consumers=2)
+    mc.store(key, cfg, 1e-5)
+    assert (tmp_path / "matmul_sm90.json").exists()
+    assert mc.cached(key) == cfg
+    (tmp_path / "matmul_sm90.json").write_text("{not json")
+    assert mc.cached(key) is None
+
+
+def test_eligibility() -> None:
+    from tessera.passes.lower_matmul_sm90 import eligible
+
+    @ts.jit
+    def mm(a, b):
+        return ts.matmul(a, b)
+
+    def op_for(a, b):
+        graph = mm.specialize(a, b).ir("graph")
+        from tessera.ir import graph as g
+
+        return next(o for o in graph.walk() if isinstance(o, g.MatmulOp))
+
+    bf = ml_dtypes.bfloat16
+    assert eligible(op_for(np.zeros((8, 16), bf), np.zeros((16, 8), bf))) is None
+    assert "multiples of 8" in eligible(op_for(np.zeros((8, 12), bf), np.zeros((12, 8), bf)))
+    assert "bf16" in eligible(op_for(np.zeros((8, 16), np.float32), np.zeros((16, 8), np.float32)))

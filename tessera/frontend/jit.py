@@ -17,6 +17,7 @@ of the cache key. Anything else is an error.
 from __future__ import annotations
 
 import inspect
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -165,6 +166,12 @@ class Specialization:
         for o in observers:
             o.stage(self, level, self.levels[level], seconds)
         return self.levels[level]
+
+
+def _symbol_name(name: str) -> str:
+    """``name`` as an IR / PTX symbol: identifier characters only (``<lambda>`` -> ``lambda``)."""
+    sym = re.sub(r"[^0-9A-Za-z_]", "_", name).strip("_") or "fn"
+    return sym if not sym[0].isdigit() else "fn_" + sym
 
 
 @dataclass(frozen=True)
@@ -332,7 +339,7 @@ class CompiledFunction:
 
     def _trace(self, key: tuple[Any, ...], infos: list[_ArgInfo]) -> Specialization:
         t0 = time.perf_counter()
-        trace = Trace(self.name, self.mesh)
+        trace = Trace(_symbol_name(self.name), self.mesh)
         call_args: dict[str, Any] = {}
         for i in infos:
             if i.kind == "tensor":

@@ -57,7 +57,10 @@ def encode_tensor_map(x: Any, box: tuple[int, int]) -> ctypes.Array[ctypes.c_cha
     tmap = cuda.check(
         d.cuTensorMapEncodeTiled(
             _dtype_enum(x), 2, x.data_ptr(),
-            [cols, rows], [cols * esize], [box[0], box[1]], [1, 1],
+            [d.cuuint64_t(cols), d.cuuint64_t(rows)],
+            [d.cuuint64_t(cols * esize)],
+            [d.cuuint32_t(box[0]), d.cuuint32_t(box[1])],
+            [d.cuuint32_t(1), d.cuuint32_t(1)],
             d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
             d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

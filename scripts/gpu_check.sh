@@ -17,3 +17,6 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/dev
 echo "commit ${TESSERA_COMMIT:-unknown}" | tee -a "$OUT/device.txt"
 python3 examples/attention.py 2>&1 | tee "$OUT/attention.log" | tail -3
 python3 -m pytest -q -rfE -p no:cacheprovider tests/gpu "$@" 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
+if [ -n "${TESSERA_BENCH:-}" ]; then
+  python3 bench/run.py $TESSERA_BENCH --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -40
+fi

@@ -1,9 +1,12 @@
 // RUN: not tessera-opt %s -p lower-graph-to-tile 2>&1 | filecheck %s
 
-// An op without a Tile IR lowering is named.
+// An op without a Tile IR lowering is named, as a one-line user error (exit 1), not an
+// internal error.
 
 func.func @f(%x: tensor<1x3x8x8xf32>, %k: tensor<4x3x3x3xf32>) -> tensor<1x4x8x8xf32> {
   %0 = tgraph.conv2d %x, %k stride = [1, 1] padding = [1, 1] : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x8x8xf32>
   func.return %0 : tensor<1x4x8x8xf32>
 }
-// CHECK: lower-graph-to-tile: tgraph.conv2d has no Tile IR lowering
+// CHECK-NOT: internal error
+// CHECK: tessera-opt: error: lower-graph-to-tile: tgraph.conv2d has no Tile IR lowering
+// CHECK-NOT: Traceback

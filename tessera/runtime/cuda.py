@@ -14,8 +14,10 @@
 
 Arguments: torch tensors on the current CUDA device, with the dtype and shape of
 the memref parameter. A CPU tensor, a tensor on another device, or a wrong
-dtype/shape raises :class:`LaunchError`. A non-contiguous input is copied to a
-contiguous one first (inputs are only read, so the copy is invisible). Outputs
+dtype/shape raises :class:`LaunchError`. A non-contiguous input, or one whose data
+does not start on a 16-byte boundary (a view at an offset), is copied to a
+contiguous, aligned one first (inputs are only read, so the copy is invisible);
+kernels may then use 16-byte vector and async accesses on every buffer. Outputs
 are ``torch.empty`` on the same device; with ``poison=True`` float outputs are
 filled with NaN before any kernel runs (tests use this to catch unwritten
 elements). Every driver call is checked; a failure raises :class:`CudaError`
@@ -237,6 +239,10 @@ def torch_dtype(t: Attribute) -> Any:
     raise LaunchError(f"no torch dtype for element type {t}")
 
 
+ALIGNMENT = 16
+"""Bytes every buffer passed to a kernel is aligned to (the widest vector access)."""
+
+
 def check_tensor(x: Any, t: MemRefType, where: str, device: int) -> Any:
     """Validate a tensor argument for a memref parameter; returns a contiguous tensor."""
     import torch
@@ -253,7 +259,11 @@ def check_tensor(x: Any, t: MemRefType, where: str, device: int) -> Any:
     shape = tuple(t.get_shape())
     if tuple(x.shape) != shape:
         raise LaunchError(f"{where}: shape {tuple(x.shape)}, expected {shape}")
-    return x if x.is_contiguous() else x.contiguous()
+    if not x.is_contiguous():
+        x = x.contiguous()
+    if x.data_ptr() % ALIGNMENT:
+        x = x.clone()
+    return x
 
 
 def pack_params(kernel: tt.FuncOp, values: Sequence[Any]) -> tuple[int, list[Any]]:

@@ -250,39 +250,24 @@ class _FunctionLowering:
 
     # ------------------------------------------------------------------ elementwise
     def lower_binary(self, op: g.ElementwiseBinaryOp) -> None:
-        t = g.elem_of(op.lhs)
         out_shape = g.shape_of(op.result)
-        kind = type(op)
-        if t == i1 and not isinstance(op, g.EqOp | g.NeOp):
-            raise _not_lowered(op, "boolean operands")
-        ct = compute_type(t)
-        rt = g.elem_of(op.result)
-
-        def body(e: KernelEmitter, xs: list[SSAValue]) -> SSAValue:
-            a, b = (e.convert(x, ct) for x in xs)
-            r = _binary_scalar(e, op, kind, a, b)
-            return e.convert(r, rt)
-
         out = self.alloc(op.result.type)
         ins = [
             (self.mem(op.lhs), _bcast_index(g.shape_of(op.lhs), out_shape)),
             (self.mem(op.rhs), _bcast_index(g.shape_of(op.rhs), out_shape)),
         ]
-        self.map_kernel(op.name.split(".")[1], out_shape, out, ins, body)
+        self.map_kernel(
+            op.name.split(".")[1], out_shape, out, ins,
+            lambda e, xs: elementwise_scalar(e, op, xs),
+        )
         self.env[op.result] = out
 
     def lower_unary(self, op: g.ElementwiseUnaryOp) -> None:
-        t = g.elem_of(op.input)
-        ct = compute_type(t)
         shape = g.shape_of(op.result)
-
-        def body(e: KernelEmitter, xs: list[SSAValue]) -> SSAValue:
-            x = e.convert(xs[0], ct)
-            return e.convert(_unary_scalar(e, op, x), t)
-
         out = self.alloc(op.result.type)
         self.map_kernel(
-            op.name.split(".")[1], shape, out, [(self.mem(op.input), _identity_index)], body
+            op.name.split(".")[1], shape, out, [(self.mem(op.input), _identity_index)],
+            lambda e, xs: elementwise_scalar(e, op, xs),
         )
         self.env[op.result] = out
 
@@ -293,15 +278,11 @@ class _FunctionLowering:
             for v in (op.cond, op.on_true, op.on_false)
         ]
         out = self.alloc(op.result.type)
-        self.map_kernel("select", shape, out, ins, lambda e, xs: e.vselect(*xs))
+        self.map_kernel("select", shape, out, ins, lambda e, xs: elementwise_scalar(e, op, xs))
         self.env[op.result] = out
 
     def lower_cast(self, op: g.CastOp) -> None:
-        src, dst = g.elem_of(op.input), g.elem_of(op.result)
-        ok = (Float64Type, Float32Type, Float16Type, BFloat16Type, IntegerType)
-        for t in (src, dst):
-            if not isinstance(t, ok):
-                raise _not_lowered(op, f"casts involving {t}")
+        dst = _cast_target(op)
         shape = g.shape_of(op.result)
         out = self.alloc(op.result.type)
         self.map_kernel(
@@ -624,6 +605,42 @@ class _FunctionLowering:
         from tessera.passes.tile_gemm import lower_flash_attention
 
         lower_flash_attention(self, op)
+
+
+def elementwise_scalar(e: KernelEmitter, op: Operation, xs: Sequence[SSAValue]) -> SSAValue:
+    """One element of the elementwise ``tgraph`` op ``op``, given one scalar per operand
+    (of the operands' element types); the result has the op's result element type.
+
+    bf16/f16 arithmetic is done in f32 and rounded back, so a chain of these computes
+    exactly what the chain of ops computes. Shared by the one-op kernels and the
+    ``tgraph.fused`` kernels.
+    """
+    if isinstance(op, g.SelectOp):
+        return e.vselect(*xs)
+    if isinstance(op, g.CastOp):
+        return e.convert(xs[0], _cast_target(op))
+    if isinstance(op, g.ElementwiseBinaryOp):
+        t = g.elem_of(op.lhs)
+        if t == i1 and not isinstance(op, g.EqOp | g.NeOp):
+            raise _not_lowered(op, "boolean operands")
+        ct = compute_type(t)
+        a, b = (e.convert(x, ct) for x in xs)
+        return e.convert(_binary_scalar(e, op, type(op), a, b), g.elem_of(op.result))
+    if isinstance(op, g.ElementwiseUnaryOp):
+        t = g.elem_of(op.input)
+        x = e.convert(xs[0], compute_type(t))
+        return e.convert(_unary_scalar(e, op, x), t)
+    raise _not_lowered(op, "not an elementwise op")
+
+
+def _cast_target(op: g.CastOp) -> Attribute:
+    """The destination element type of a cast that has a scalar lowering."""
+    src, dst = g.elem_of(op.input), g.elem_of(op.result)
+    ok = (Float64Type, Float32Type, Float16Type, BFloat16Type, IntegerType)
+    for t in (src, dst):
+        if not isinstance(t, ok):
+            raise _not_lowered(op, f"casts involving {t}")
+    return dst
 
 
 def _binary_scalar(

@@ -29,6 +29,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
     UnitAttr,
+    VectorType,
     f32,
     i1,
 )
@@ -428,6 +429,23 @@ class _FunctionLowering:
         return e.op(tt.ReduceOp(acc, kind, scope))
 
     def lower_reduction(self, op: g.ReductionOp) -> None:
+        acc_t = _accum_type(g.elem_of(op.input), op)
+
+        def value(e: KernelEmitter, ins: list[SSAValue], idx: list[Idx], ok: SSAValue) -> SSAValue:
+            return e.convert(e.load(ins[0], idx, mask=ok), acc_t)
+
+        self.reduce_kernel(op, op.name.split(".")[1], [self.mem(op.input)], value)
+
+    def reduce_kernel(
+        self,
+        op: g.ReductionOp,
+        tag: str,
+        inputs: Sequence[SSAValue],
+        value: Callable[[KernelEmitter, list[SSAValue], list[Idx], SSAValue], SSAValue],
+    ) -> None:
+        """One tile per output element of the reduction ``op``; ``value(e, input_refs,
+        index, valid)`` gives the (accumulation-typed) element of ``op``'s input at
+        ``index`` from the kernel's input memrefs (host values ``inputs``)."""
         t = g.elem_of(op.input)
         acc_t = _accum_type(t, op)
         kind = {g.SumOp: "sum", g.MaxOp: "max", g.MinOp: "min", g.MeanOp: "sum"}[type(op)]
@@ -441,14 +459,12 @@ class _FunctionLowering:
         group, _ = row.group()
 
         def build(e: KernelEmitter, args: list[SSAValue]) -> None:
-            o_ref, x = args
+            o_ref, ins = args[0], args[1:]
             o = e.tile_id("x")
             lane = e.local_id()
-
-            def value(ie: KernelEmitter, idx: list[Idx], ok: SSAValue) -> SSAValue:
-                return ie.convert(ie.load(x, idx, mask=ok), acc_t)
-
-            total = self.row_reduce(e, row, o, lane, kind, acc_t, value)
+            total = self.row_reduce(
+                e, row, o, lane, kind, acc_t, lambda ie, idx, ok: value(ie, ins, idx, ok)
+            )
             if isinstance(op, g.MeanOp):
                 total = e.fdiv(total, e.const(float(n), acc_t))
             oidx = e.unravel(o, row.kept)
@@ -458,10 +474,7 @@ class _FunctionLowering:
             assert len(oidx) == len(out_shape)
             e.store(e.convert(total, t), o_ref, oidx, mask=e.eq(lane, 0))
 
-        self.kernel(
-            op.name.split(".")[1], [out, self.mem(op.input)], group,
-            [_prod(row.kept), 1, 1], build,
-        )
+        self.kernel(tag, [out, *inputs], group, [_prod(row.kept), 1, 1], build)
         self.env[op.result] = out
 
     def lower_softmax(self, op: g.SoftmaxOp) -> None:
@@ -595,6 +608,87 @@ class _FunctionLowering:
         self.kernel("mse", [out, self.mem(op.pred), self.mem(op.target)], group, [1, 1, 1], build)
         self.env[op.result] = out
 
+    # ------------------------------------------------------------------ fusion
+    def lower_fused(self, op: g.FusedOp) -> None:
+        """A ``tgraph.fused`` op is one kernel: its body is evaluated per element on scalars.
+
+        Without a reduction each lane computes ``W`` consecutive output elements, reading
+        operands with ``ttile.load_vector`` where their rows line up with the output's
+        (see :class:`_FusedAccess`) and writing with ``ttile.store_vector``. With a
+        trailing reduction the kernel is the reduction's, with the body as the value
+        of each reduced element.
+        """
+        red = op.reduction()
+        result = red.input if red is not None else op.yield_op.values[0]
+        body = _live_ops(op, result)
+        values: list[SSAValue] = list(op.block.args)
+        refs = [self.mem(v) for v in op.inputs]
+        for c in body:
+            if isinstance(c, g.ConstantOp) and _splat(c) is None:
+                self.lower_constant(c)
+                values.append(c.result)
+                refs.append(self.env[c.result])
+        domain = g.shape_of(result)
+        index = [_bcast_index(g.shape_of(v), domain) for v in values]
+
+        def evaluate(e: KernelEmitter, leaves: list[SSAValue]) -> SSAValue:
+            env: dict[SSAValue, SSAValue] = dict(zip(values, leaves))
+            for o in body:
+                if isinstance(o, g.ConstantOp):
+                    if o.result not in env:
+                        env[o.result] = e.const(_splat(o), g.elem_of(o.result))  # type: ignore[arg-type]
+                    continue
+                env[o.results[0]] = elementwise_scalar(e, o, [env[x] for x in o.operands])
+            return env[result]
+
+        if red is not None:
+            acc_t = _accum_type(g.elem_of(red.input), red)
+
+            def value(e: KernelEmitter, ins: list[SSAValue], idx: list[Idx], ok: SSAValue) -> SSAValue:
+                leaves = [e.load(r, f(e, idx, 0), mask=ok) for r, f in zip(ins, index)]
+                return e.convert(evaluate(e, leaves), acc_t)
+
+            self.reduce_kernel(red, "fused", refs, value)
+            self.env[op.result] = self.env[red.result]
+            return
+
+        out = self.alloc(op.result.type)
+        n = _prod(domain)
+        acc = _FusedAccess.plan(domain, [*values, op.result])
+        w = acc.width
+        group = ELEMENTWISE_GROUP
+
+        def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+            o_ref, ins = args[0], args[1:]
+            base = e.mul(e.linear_id(), w)
+            ok = e.lt(base, n)
+            idx0 = e.unravel(base, domain)
+            idxs = [idx0]
+            if w > 1 and "scalar" in acc.modes:
+                idxs = [idx0[:-1] + [e.add(idx0[-1], k)] for k in range(w)]
+            columns: list[list[SSAValue]] = []
+            for r, f, mode in zip(ins, index, acc.modes):
+                if mode == "vector":
+                    vec = e.op(tt.LoadVectorOp(r, [e.index(i) for i in f(e, idx0, 0)], w, ok))
+                    columns.append([e.extract(vec, k) for k in range(w)])
+                elif mode == "uniform":
+                    columns.append([e.load(r, f(e, idx0, 0), mask=ok)] * w)
+                else:
+                    columns.append([e.load(r, f(e, ix, 0), mask=ok) for ix in idxs])
+            ys = [evaluate(e, [col[k] for col in columns]) for k in range(w)]
+            if acc.modes[-1] == "vector":
+                rt = g.elem_of(op.result)
+                vec = e.const(0.0 if is_float(rt) else 0, VectorType(rt, [w]))
+                for k, y in enumerate(ys):
+                    vec = e.insert(y, vec, k)
+                e.emit(tt.StoreVectorOp(vec, o_ref, [e.index(i) for i in idx0], ok))
+            else:
+                for y, ix in zip(ys, idxs):
+                    e.store(y, o_ref, ix, mask=ok)
+
+        self.kernel("fused", [out, *refs], group, [_cdiv(_cdiv(n, w), group), 1, 1], build)
+        self.env[op.result] = out
+
     # ------------------------------------------------------------------ matmul
     def lower_matmul(self, op: g.MatmulOp) -> None:
         from tessera.passes.tile_gemm import lower_matmul
@@ -641,6 +735,74 @@ def _cast_target(op: g.CastOp) -> Attribute:
         if not isinstance(t, ok):
             raise _not_lowered(op, f"casts involving {t}")
     return dst
+
+
+def _splat(op: g.ConstantOp) -> float | int | None:
+    """The value of a splat constant, else None."""
+    vals = list(op.value.get_values())
+    return vals[0] if len(vals) == 1 else None
+
+
+def _live_ops(op: g.FusedOp, result: SSAValue) -> list[Operation]:
+    """The ops of ``op``'s body that ``result`` depends on, in order."""
+    live: set[SSAValue] = {result}
+    ops: list[Operation] = []
+    for o in reversed(list(op.block.ops)):
+        if any(r in live for r in o.results):
+            ops.append(o)
+            live.update(o.operands)
+    return list(reversed(ops))
+
+
+VECTOR_BYTES = 16
+"""Widest vector access: ``ld.global.v4.f32`` / ``v8`` 16-bit elements as ``v4.b32``."""
+
+
+@dataclass
+class _FusedAccess:
+    """How a fused elementwise kernel reads its operands and writes its result.
+
+    Each lane owns ``width`` consecutive elements of the output (a power of two
+    dividing the output's last dim, so they lie in one row). An array whose last dim
+    equals the output's (right-aligned broadcasting keeps those ``width`` elements
+    consecutive and ``width``-aligned in it) with 2-, 4- or 8-byte elements is read or
+    written as one ``vector<width x T>`` (mode ``"vector"``); one whose last dim is
+    broadcast (size 1, or a scalar) is read once (``"uniform"``); any other array one
+    element at a time (``"scalar"``).
+    """
+
+    width: int
+    modes: list[str]
+
+    @staticmethod
+    def plan(domain: Sequence[int], arrays: Sequence[SSAValue]) -> _FusedAccess:
+        last = domain[-1] if domain else 1
+        kinds: list[str] = []
+        caps: list[int] = []
+        for v in arrays:
+            shape = g.shape_of(v)
+            eb = _elem_bytes(g.elem_of(v))
+            if not shape or shape[-1] == 1:
+                kinds.append("uniform" if last > 1 else "scalar")
+            elif eb in (2, 4, 8):
+                kinds.append("vector")
+                caps.append(VECTOR_BYTES // eb)
+            else:
+                kinds.append("scalar")
+        width = min(caps) if caps else 1
+        while width > 1 and last % width:
+            width //= 2
+        if width == 1:
+            return _FusedAccess(1, ["scalar"] * len(arrays))
+        return _FusedAccess(width, kinds)
+
+
+def _elem_bytes(t: Attribute) -> int:
+    """Bytes of one element in memory (0 for types with no vector access)."""
+    if isinstance(t, IntegerType):
+        return t.width.data // 8 if t.width.data in (8, 16, 32, 64) else 0
+    w = getattr(t, "bitwidth", 0)
+    return w // 8 if w in (16, 32, 64) else 0
 
 
 def _binary_scalar(
@@ -724,6 +886,7 @@ _LOWERINGS.update({
     g.MSEOp: _FunctionLowering.lower_mse,  # type: ignore[dict-item]
     g.MatmulOp: _FunctionLowering.lower_matmul,  # type: ignore[dict-item]
     g.FlashAttentionOp: _FunctionLowering.lower_flash_attention,  # type: ignore[dict-item]
+    g.FusedOp: _FunctionLowering.lower_fused,  # type: ignore[dict-item]
 })
 
 LOWERED_OPS: tuple[str, ...] = tuple(sorted(k.name for k in _LOWERINGS))

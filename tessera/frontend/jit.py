@@ -365,7 +365,7 @@ class CompiledFunction:
         module = trace.finish(outs)
         spec = Specialization(
             key=key,
-            name=self.name,
+            name=_symbol_name(self.name),
             traced=module,
             tensor_params=[i.param for i in infos if i.kind == "tensor"],
             returns_tuple=returns_tuple,
@@ -402,7 +402,7 @@ class CompiledFunction:
     def specialize(self, *args: Any, **kwargs: Any) -> Specialization:
         """The compiled specialization for these arguments (traced on first use)."""
         bound = self._bind(args, kwargs)
-        arrays = _arrays_of(bound, self.name)
+        arrays = _arrays_of(bound, self.name, meta=True)  # shapes and dtypes only
         return self._specialize(self._arg_infos(bound, arrays))
 
     def trace(self, *args: Any, **kwargs: Any) -> ModuleOp:

@@ -40,6 +40,12 @@ from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.ir.attrs import NumericPolicyAttr
 from tessera.passes.tile_builder import Idx, KernelEmitter, compute_type, is_float
+from tessera.passes.tile_numerics import (
+    is_narrow_cast,
+    lower_narrow_cast,
+    packed_format,
+    storage_memref,
+)
 
 ELEMENTWISE_GROUP = 256
 ROW_GROUP = 128
@@ -59,9 +65,12 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def memref_of(t: Attribute) -> Attribute:
-    """The memref type holding a tensor of type ``t`` (scalars pass through)."""
+    """The memref type holding a tensor of type ``t`` (scalars pass through).
+
+    fp6/fp4 tensors are stored packed in ``i8`` rows (``tile_numerics.storage_memref``).
+    """
     if isinstance(t, TensorType):
-        return MemRefType(t.element_type, list(t.get_shape()))
+        return storage_memref(t)
     return t
 
 
@@ -205,6 +214,12 @@ class _FunctionLowering:
             method = _LOWERINGS.get(type(op))
             if method is None:
                 raise _not_lowered(op)
+            if not isinstance(op, g.CastOp) and any(
+                isinstance(v.type, TensorType) and packed_format(v.type.element_type)
+                for v in (*op.operands, *op.results)
+            ):
+                raise _not_lowered(op, "fp6/fp4 tensors are stored packed; only tgraph.cast reads "
+                                   "or writes them")
             for r in op.results:
                 if isinstance(r.type, TensorType) and isinstance(
                     r.type.encoding, NumericPolicyAttr
@@ -245,7 +260,7 @@ class _FunctionLowering:
 
     def copy(self, v: SSAValue, m: SSAValue) -> SSAValue:
         out = self.alloc(v.type)
-        shape = g.shape_of(v)
+        shape = m.type.get_shape()  # type: ignore[attr-defined]
         self.map_kernel("copy", shape, out, [(m, _identity_index)], lambda e, xs: xs[0])
         return out
 
@@ -283,6 +298,9 @@ class _FunctionLowering:
         self.env[op.result] = out
 
     def lower_cast(self, op: g.CastOp) -> None:
+        if is_narrow_cast(op):
+            lower_narrow_cast(self, op)
+            return
         dst = _cast_target(op)
         shape = g.shape_of(op.result)
         out = self.alloc(op.result.type)
@@ -695,6 +713,12 @@ class _FunctionLowering:
 
         lower_matmul(self, op)
 
+    def lower_matmul_epilogue(self, op: g.MatmulEpilogueOp) -> None:
+        from tessera.passes.tile_gemm import lower_matmul
+
+        matmul_epilogue(op)  # unsupported steps fail before any kernel is built
+        lower_matmul(self, op)
+
     def lower_flash_attention(self, op: g.FlashAttentionOp) -> None:
         from tessera.passes.tile_gemm import lower_flash_attention
 
@@ -729,12 +753,56 @@ def elementwise_scalar(e: KernelEmitter, op: Operation, xs: Sequence[SSAValue]) 
 
 def _cast_target(op: g.CastOp) -> Attribute:
     """The destination element type of a cast that has a scalar lowering."""
-    src, dst = g.elem_of(op.input), g.elem_of(op.result)
+    return _check_cast(op, g.elem_of(op.input), g.elem_of(op.result))
+
+
+def _check_cast(op: Operation, src: Attribute, dst: Attribute) -> Attribute:
     ok = (Float64Type, Float32Type, Float16Type, BFloat16Type, IntegerType)
     for t in (src, dst):
         if not isinstance(t, ok):
             raise _not_lowered(op, f"casts involving {t}")
     return dst
+
+
+_ACTIVATION_KINDS: dict[str, type[Operation]] = {
+    "relu": g.ReluOp, "gelu": g.GeluOp, "silu": g.SiluOp,
+}
+
+
+def matmul_epilogue(op: g.MatmulEpilogueOp) -> Callable[..., SSAValue]:
+    """The per-accumulator epilogue of ``op`` for the matmul kernels
+    (``tessera.passes.tile_gemm.Epilogue``).
+
+    Each step rounds to the type its unfused op would produce: the accumulator is
+    converted to the product type, the bias added and the activation applied in
+    ``compute_type`` of it (f32 for 16-bit floats) and rounded back, then the cast.
+    The bias (the kernel's first extra argument) is read at the broadcast index.
+    """
+    pt = g.elem_of(op.product_type)
+    rt = g.elem_of(op.result)
+    ct = compute_type(pt)
+    if op.compute_type is not None:
+        _check_cast(op, pt, rt)
+    act = _ACTIVATION_KINDS[op.activation.data] if op.activation is not None else None
+    bias = op.bias
+    bias_index = _bcast_index(g.shape_of(bias), g.shape_of(op.result)) if bias else None
+    if bias is not None and pt == i1:
+        raise _not_lowered(op, "boolean bias")
+
+    def apply(
+        e: KernelEmitter, extra: list[SSAValue], acc: SSAValue, pre: list[Idx], row: Idx,
+        col: Idx, ok: SSAValue | None,
+    ) -> SSAValue:
+        v = e.convert(acc, pt)
+        if bias_index is not None:
+            b = e.load(extra[0], bias_index(e, [*pre, row, col], 0), mask=ok)
+            s = _binary_scalar(e, op, g.AddOp, e.convert(v, ct), e.convert(b, ct))
+            v = e.convert(s, pt)
+        if act is not None:
+            v = e.convert(_unary_scalar(e, op, e.convert(v, ct), act), pt)
+        return e.convert(v, rt)
+
+    return apply
 
 
 def _splat(op: g.ConstantOp) -> float | int | None:
@@ -831,30 +899,34 @@ def _binary_scalar(
     return e.op(table[kind](a, b))
 
 
-def _unary_scalar(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+def _unary_scalar(
+    e: KernelEmitter, op: Operation, x: SSAValue, kind: type[Operation] | None = None
+) -> SSAValue:
+    """The unary op ``kind`` (default: ``op``'s class) on ``x``; ``op`` is named in errors."""
+    kind = kind or type(op)
     t = x.type
     if not is_float(t):
-        if isinstance(op, g.NegOp):
+        if issubclass(kind, g.NegOp):
             return e.op(arith.SubiOp(e.const(0, t), x))
-        if isinstance(op, g.AbsOp):
+        if issubclass(kind, g.AbsOp):
             return e.op(math.AbsIOp(x))
         raise _not_lowered(op, f"on {t} operands")
     one = e.const(1.0, t)
-    if isinstance(op, g.NegOp):
+    if issubclass(kind, g.NegOp):
         return e.op(arith.NegfOp(x))
-    if isinstance(op, g.AbsOp):
+    if issubclass(kind, g.AbsOp):
         return e.op(math.AbsFOp(x))
     simple = {g.ExpOp: math.ExpOp, g.LogOp: math.LogOp, g.SqrtOp: math.SqrtOp,
               g.RsqrtOp: math.RsqrtOp, g.TanhOp: math.TanhOp}
     for k, ctor in simple.items():
-        if isinstance(op, k):
+        if issubclass(kind, k):
             return e.op(ctor(x))
-    if isinstance(op, g.ReluOp):
+    if issubclass(kind, g.ReluOp):
         return e.fmax(x, e.const(0.0, t))
-    if isinstance(op, g.SigmoidOp | g.SiluOp):
+    if issubclass(kind, g.SigmoidOp | g.SiluOp):
         s = e.fdiv(one, e.fadd(one, e.exp(e.op(arith.NegfOp(x)))))
-        return s if isinstance(op, g.SigmoidOp) else e.fmul(x, s)
-    if isinstance(op, g.GeluOp):
+        return s if issubclass(kind, g.SigmoidOp) else e.fmul(x, s)
+    if issubclass(kind, g.GeluOp):
         c = e.const(pymath.sqrt(2.0 / pymath.pi), t)
         x3 = e.fmul(e.fmul(x, x), x)
         inner = e.fmul(c, e.fadd(x, e.fmul(e.const(0.044715, t), x3)))
@@ -887,6 +959,7 @@ _LOWERINGS.update({
     g.MatmulOp: _FunctionLowering.lower_matmul,  # type: ignore[dict-item]
     g.FlashAttentionOp: _FunctionLowering.lower_flash_attention,  # type: ignore[dict-item]
     g.FusedOp: _FunctionLowering.lower_fused,  # type: ignore[dict-item]
+    g.MatmulEpilogueOp: _FunctionLowering.lower_matmul_epilogue,  # type: ignore[dict-item]
 })
 
 LOWERED_OPS: tuple[str, ...] = tuple(sorted(k.name for k in _LOWERINGS))

@@ -453,9 +453,13 @@ def gemm_for(op: g.MatmulOp) -> Sm90Gemm:
     )
 
 
-def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp) -> bool:
-    """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path."""
-    if eligible(op) is not None:
+def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> bool:
+    """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path.
+
+    ``tgraph.matmul_epilogue`` ops are left to the generic path (the ``mma.sync`` kernel
+    applies their epilogue); this kernel's epilogue only converts and stores.
+    """
+    if isinstance(op, g.MatmulEpilogueOp) or eligible(op) is not None:
         return False
     gemm = gemm_for(op)
     n = lw.counter.get("matmul", 0)

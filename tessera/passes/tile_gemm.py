@@ -152,7 +152,7 @@ def _async_chunk(elem_bytes: int, row_len: int, cols: int, contiguous: bool) -> 
     return None
 
 
-def _mm_tile(op: g.MatmulOp, mma: bool, m: int, n: int) -> tuple[int, int, int]:
+def _mm_tile(op: g.MatmulOp | g.MatmulEpilogueOp, mma: bool, m: int, n: int) -> tuple[int, int, int]:
     if op.tile_shape is not None:
         bm, bn, bk = op.tile_shape.get_values()
     elif mma:
@@ -172,17 +172,39 @@ def _mm_tile(op: g.MatmulOp, mma: bool, m: int, n: int) -> tuple[int, int, int]:
     return bm, bn, bk
 
 
-MATMUL_OVERRIDES: list[Callable[[_FunctionLowering, g.MatmulOp], bool]] = []
-"""Lowerings tried before the generic one; the first returning True has lowered the op
+MATMUL_OVERRIDES: list[Callable[[_FunctionLowering, g.MatmulOp | g.MatmulEpilogueOp], bool]] = []
+"""Lowerings tried before the generic one, for ``tgraph.matmul`` and ``tgraph.matmul_epilogue``
+ops; the first returning True has lowered the op, epilogue included
 (``lower-matmul-sm90`` installs one while it runs)."""
 
 
-def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp) -> None:
+Epilogue = Callable[[KernelEmitter, list[SSAValue], SSAValue, list[Idx], Idx, Idx, SSAValue | None],
+                    SSAValue]
+"""``(emitter, extra kernel args, accumulator, batch index, row, col, in-bounds mask) ->
+value to store``: what a matmul kernel does to each accumulator before storing it."""
+
+
+def _store_epilogue(rt: Attribute) -> Epilogue:
+    """The plain matmul's epilogue: convert the accumulator to the result type."""
+    return lambda e, extra, acc, pre, row, col, ok: e.convert(acc, rt)
+
+
+def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> None:
+    """``tgraph.matmul`` and ``tgraph.matmul_epilogue`` (whose bias add, activation and cast
+    are applied to the accumulators in registers, before the store)."""
     for override in MATMUL_OVERRIDES:
         if override(lw, op):
             return
     et = g.elem_of(op.lhs)
     rt = g.elem_of(op.result)
+    extra: list[SSAValue] = []
+    epilogue = _store_epilogue(rt)
+    if isinstance(op, g.MatmulEpilogueOp):
+        from tessera.passes.lower_graph_to_tile import matmul_epilogue
+
+        epilogue = matmul_epilogue(op)
+        if op.bias is not None:
+            extra.append(lw.mem(op.bias))
     mma = isinstance(et, BFloat16Type | Float16Type)
     if not (mma or isinstance(et, Float32Type | Float64Type)):
         raise NotImplementedError(
@@ -196,7 +218,7 @@ def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp) -> None:
     out = lw.alloc(op.result.type)
     lw.env[op.result] = out
     if k == 0:
-        lw.map_kernel("matmul", osh, out, [], lambda e, xs: e.const(0.0, rt))
+        _empty_product(lw, out, extra, osh, compute_type(et), epilogue)
         return
     bm, bn, bk = _mm_tile(op, mma, m, n)
     grid = [_cdiv(n, bn), _cdiv(m, bm), _prod(batch)]
@@ -209,26 +231,47 @@ def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp) -> None:
         pre = _batch_index(bidx, bsh[:-2], batch)
         return lambda e, r, c: [*pre, *((c, r) if tb else (r, c))]
 
-    args = [out, lw.mem(op.lhs), lw.mem(op.rhs)]
+    args = [out, lw.mem(op.lhs), lw.mem(op.rhs), *extra]
     if mma:
         lw.kernel(
             "matmul", args, MMA_GROUP, grid,
-            lambda e, a: _mma_kernel(e, a, et, rt, m, n, k, bm, bn, bk, batch, ta, tb,
+            lambda e, a: _mma_kernel(e, a, et, epilogue, m, n, k, bm, bn, bk, batch, ta, tb,
                                      a_index, b_index),
         )
     else:
         lw.kernel(
             "matmul", args, FMA_GROUP, grid,
-            lambda e, a: _fma_kernel(e, a, et, rt, m, n, k, bm, bn, bk, batch, a_index,
+            lambda e, a: _fma_kernel(e, a, et, epilogue, m, n, k, bm, bn, bk, batch, a_index,
                                      b_index),
         )
+
+
+def _empty_product(
+    lw: _FunctionLowering,
+    out: SSAValue,
+    extra: list[SSAValue],
+    osh: Sequence[int],
+    acc_t: Attribute,
+    epilogue: Epilogue,
+) -> None:
+    """K = 0: the product is zero; one lane per output element applies the epilogue."""
+    total = _prod(osh)
+
+    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+        lin = e.linear_id()
+        ok = e.lt(lin, total)
+        idx = e.unravel(lin, osh)
+        v = epilogue(e, args[1:], e.const(0.0, acc_t), idx[:-2], idx[-2], idx[-1], ok)
+        e.store(v, args[0], idx, mask=ok)
+
+    lw.kernel("matmul", [out, *extra], FMA_GROUP, [_cdiv(total, FMA_GROUP), 1, 1], build)
 
 
 def _mma_kernel(
     e: KernelEmitter,
     args: list[SSAValue],
     et: Attribute,
-    rt: Attribute,
+    epilogue: Epilogue,
     m: int,
     n: int,
     k: int,
@@ -241,7 +284,7 @@ def _mma_kernel(
     a_index: Callable[[list[Idx]], GlobalIndex],
     b_index: Callable[[list[Idx]], GlobalIndex],
 ) -> None:
-    c_ref, a_ref, b_ref = args
+    c_ref, a_ref, b_ref, *extra = args
     group = MMA_GROUP
     wm_size, wn_size = bm // 2, bn // 2
     mi_n, ni_n = wm_size // 16, wn_size // 8
@@ -312,7 +355,7 @@ def _mma_kernel(
                 row = e.add(rbase, 8 * (i >> 1))
                 col = e.add(cbase, i & 1)
                 ok = e.and_(e.lt(row, m), e.lt(col, n))
-                v = e.convert(e.extract(acc, i), rt)
+                v = epilogue(e, extra, e.extract(acc, i), pre, row, col, ok)
                 e.store(v, c_ref, [*pre, row, col], mask=ok)
 
 
@@ -320,7 +363,7 @@ def _fma_kernel(
     e: KernelEmitter,
     args: list[SSAValue],
     et: Attribute,
-    rt: Attribute,
+    epilogue: Epilogue,
     m: int,
     n: int,
     k: int,
@@ -331,7 +374,7 @@ def _fma_kernel(
     a_index: Callable[[list[Idx]], GlobalIndex],
     b_index: Callable[[list[Idx]], GlobalIndex],
 ) -> None:
-    c_ref, a_ref, b_ref = args
+    c_ref, a_ref, b_ref, *extra = args
     group = FMA_GROUP
     tm, tn = bm // 16, bn // 16
     lane = e.local_id()
@@ -368,7 +411,8 @@ def _fma_kernel(
             row = e.add(m0, e.add(ty, 16 * i))
             col = e.add(n0, e.add(tx, 16 * j))
             ok = e.and_(e.lt(row, m), e.lt(col, n))
-            e.store(e.convert(accs[i * tn + j], rt), c_ref, [*pre, row, col], mask=ok)
+            v = epilogue(e, extra, accs[i * tn + j], pre, row, col, ok)
+            e.store(v, c_ref, [*pre, row, col], mask=ok)
 
 
 # --------------------------------------------------------------------------- attention

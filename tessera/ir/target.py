@@ -1368,7 +1368,8 @@ class CvtOp(PtxOp):
     Types are destination then source. Float narrowing needs a rounding mode
     (``rn``…), float→int an integer rounding (``rzi``…). Packed conversions take
     two sources (high element first, as in PTX): ``cvt.rn.bf16x2.f32 %d, %hi, %lo``,
-    ``cvt.rn.satfinite.e4m3x2.f32 %d, %hi, %lo`` (sm_89).
+    ``cvt.rn.satfinite.e4m3x2.f32 %d, %hi, %lo`` (sm_89); ``cvt.rn.f16x2.e4m3x2 %d, %a``
+    widens two fp8 codes held in a ``b16`` register (sm_89).
     """
 
     name = "ttarget.cvt"
@@ -1388,7 +1389,7 @@ class CvtOp(PtxOp):
 
     def required_ptx(self) -> tuple[int, int]:
         _, dty, sty = self._types()
-        if dty in ("e4m3x2", "e5m2x2"):
+        if dty in ("e4m3x2", "e5m2x2") or sty in ("e4m3x2", "e5m2x2"):
             return (7, 8)
         if sty == "bf16":
             return (7, 8)
@@ -1398,7 +1399,7 @@ class CvtOp(PtxOp):
 
     def required_sm(self) -> int:
         _, dty, sty = self._types()
-        if dty in ("e4m3x2", "e5m2x2"):
+        if dty in ("e4m3x2", "e5m2x2") or sty in ("e4m3x2", "e5m2x2"):
             return 89
         if sty == "bf16":
             return 90
@@ -1412,6 +1413,16 @@ class CvtOp(PtxOp):
         ri = [m for m in mods if m in ROUNDING_I]
         if len(rf) + len(ri) > 1:
             self._fail("at most one rounding modifier")
+        if sty in ("e4m3x2", "e5m2x2"):
+            # cvt.rn.f16x2.e4m3x2 %r, %rs: two fp8 codes (b16) widened, exactly, to f16x2
+            if dty != "f16x2" or rf != ["rn"] or ri or len(mods) != 1:
+                self._fail(f"cvt from .{sty} is cvt.rn.f16x2.{sty}")
+            if len(self.srcs) != 1:
+                self._fail(f"cvt from .{sty} takes 1 source, got {len(self.srcs)}")
+            self._dst(self.dst, dty)
+            if self._src(self.srcs[0], sty) == "imm":
+                self._fail("sources must be registers")
+            return
         packed = dty in ("bf16x2", "f16x2", "e4m3x2", "e5m2x2")
         nsrc = 2 if packed else 1
         if len(self.srcs) != nsrc:
@@ -1494,18 +1505,21 @@ class ShflOp(PtxOp):
 
 @irdl_op_definition
 class MmaOp(PtxOp):
-    """Warp-wide tensor core MMA ``m16n8k16`` (row.col), f32 accumulate:
+    """Warp-wide tensor core MMA (row.col), f32 accumulate:
     ``ttarget.mma "bf16" (%d0..%d3), (%a0..%a3), (%b0, %b1), (%c0..%c3)``
     → ``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {..}, {..}, {..}, {..};``.
 
-    A fragments are 4 ``b32`` registers (2 packed 16-bit values each), B 2 ``b32``,
-    C and D 4 ``f32``.
+    ``bf16`` / ``f16`` inputs use the m16n8k16 shape (2 packed 16-bit values per
+    ``b32`` register); ``e4m3`` / ``e5m2`` inputs the m16n8k32 shape (4 packed 8-bit
+    values per register; sm_89+, PTX ISA 8.4). Either way A fragments are 4 ``b32``
+    registers, B 2 ``b32``, C and D 4 ``f32``.
     """
 
     name = "ttarget.mma"
 
     PTX: ClassVar[tuple[int, int]] = (7, 0)
     SM: ClassVar[int] = 80
+    FP8: ClassVar[frozenset[str]] = frozenset({"e4m3", "e5m2"})
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
     mods = prop_def(StringAttr)
     d = var_operand_def(RegisterType)
@@ -1525,10 +1539,22 @@ class MmaOp(PtxOp):
             properties={"mods": StringAttr(ab_type)},
         )
 
+    @property
+    def is_fp8(self) -> bool:
+        return self.mods.data in self.FP8
+
+    def required_ptx(self) -> tuple[int, int]:
+        return (8, 4) if self.is_fp8 else self.PTX
+
+    def required_sm(self) -> int:
+        return 89 if self.is_fp8 else self.SM
+
     def verify_(self) -> None:
-        _, (ty,) = self._mods(self.mods)
-        if ty not in ("bf16", "f16"):
-            self._fail(f"m16n8k16 inputs must be .bf16 or .f16, got .{ty}")
+        ty = self.mods.data
+        if ty not in self.FP8:
+            _, (ty,) = self._mods(self.mods)
+            if ty not in ("bf16", "f16"):
+                self._fail(f"mma inputs must be .bf16, .f16, .e4m3 or .e5m2, got .{ty}")
         for vs, n, cls, what in (
             (self.d, 4, "f32", "D"), (self.a, 4, "b32", "A"), (self.b, 2, "b32", "B"),
             (self.c, 4, "f32", "C"),
@@ -1542,8 +1568,9 @@ class MmaOp(PtxOp):
 
     def ptx(self, names: PtxNames) -> str:
         ty = self.mods.data
+        shape = "m16n8k32" if self.is_fp8 else "m16n8k16"
         return (
-            f"mma.sync.aligned.m16n8k16.row.col.f32.{ty}.{ty}.f32 {names.vec(self.d)}, "
+            f"mma.sync.aligned.{shape}.row.col.f32.{ty}.{ty}.f32 {names.vec(self.d)}, "
             f"{names.vec(self.a)}, {names.vec(self.b)}, {names.vec(self.c)};"
         )
 

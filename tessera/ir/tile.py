@@ -34,6 +34,8 @@ from xdsl.dialects.builtin import (
     I64,
     BFloat16Type,
     DenseArrayBase,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     Float16Type,
     Float32Type,
     FunctionType,
@@ -909,17 +911,33 @@ class ReduceOp(IRDLOperation):
 
 
 MMA_M, MMA_N, MMA_K = 16, 8, 16
+MMA_K_FP8 = 32
+
+
+def _is_fp8(t: Attribute) -> bool:
+    return isinstance(t, Float8E4M3FNType | Float8E5M2Type)
+
+
+def mma_k(element_type: Attribute) -> int:
+    """K of the ``ttile.mma`` shape for operands of ``element_type``: 16 (bf16/f16), 32 (fp8)."""
+    return MMA_K_FP8 if _is_fp8(element_type) else MMA_K
 
 
 @irdl_op_definition
 class MmaOp(IRDLOperation):
-    """Warp-level tensor-core product ``D = A B + C`` of shape m16n8k16, on per-lane
-    fragments: ``a: vector<8xbf16|f16>`` (A is 16x16, row-major), ``b: vector<4xbf16|f16>``
-    (B is 16x8, column-major), ``c``/result ``vector<4xf32>`` (C/D are 16x8), ``accum = f32``.
-    The lane-to-element mapping is that of PTX
-    ``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`` (see docs/TILE_IR.md and
-    :func:`mma_a_coords` / :func:`mma_b_coords` / :func:`mma_c_coords`). All 32 lanes of
-    the warp take part."""
+    """Warp-level tensor-core product ``D = A B + C`` on per-lane fragments, f32 accumulation.
+
+    * bf16/f16, m16n8k16: ``a: vector<8xbf16|f16>`` (A is 16x16, row-major),
+      ``b: vector<4xbf16|f16>`` (B is 16x8, column-major), as PTX
+      ``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32``.
+    * fp8, m16n8k32: ``a: vector<16xf8E4M3FN|f8E5M2>`` (A is 16x32),
+      ``b: vector<8xf8E4M3FN|f8E5M2>`` (B is 32x8), as PTX
+      ``mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32`` (or ``e5m2``; sm_89+,
+      PTX ISA 8.4).
+
+    ``c``/result are ``vector<4xf32>`` (C/D are 16x8), ``accum = f32``. The lane-to-element
+    mapping is PTX's (see docs/TILE_IR.md and :func:`mma_a_coords` / :func:`mma_b_coords` /
+    :func:`mma_c_coords`). All 32 lanes of the warp take part."""
 
     name = "ttile.mma"
     a = operand_def(VectorType)
@@ -939,19 +957,30 @@ class MmaOp(IRDLOperation):
             properties={"accum": f32},
         )
 
+    @property
+    def k(self) -> int:
+        """K of the instruction shape (16 or 32)."""
+        at = self.a.type
+        assert isinstance(at, VectorType)
+        return mma_k(at.element_type)
+
     def verify_(self) -> None:
         at, bt, ct, rt = self.a.type, self.b.type, self.c.type, self.result.type
         assert isinstance(at, VectorType) and isinstance(bt, VectorType)
-        if not isinstance(at.element_type, BFloat16Type | Float16Type) or at.get_shape() != (
-            8,
-        ):
+        et = at.element_type
+        if _is_fp8(et):
+            if at.get_shape() != (16,):
+                raise VerifyException(f"{self.name}: an fp8 a must be vector<16x{et}>, got {at}")
+            nb = 8
+        elif isinstance(et, BFloat16Type | Float16Type) and at.get_shape() == (8,):
+            nb = 4
+        else:
             raise VerifyException(
-                f"{self.name}: a must be vector<8xbf16> or vector<8xf16>, got {at}"
+                f"{self.name}: a must be vector<8xbf16>, vector<8xf16>, vector<16xf8E4M3FN> "
+                f"or vector<16xf8E5M2>, got {at}"
             )
-        if bt != VectorType(at.element_type, [4]):
-            raise VerifyException(
-                f"{self.name}: b must be vector<4x{at.element_type}>, got {bt}"
-            )
+        if bt != VectorType(et, [nb]):
+            raise VerifyException(f"{self.name}: b must be vector<{nb}x{et}>, got {bt}")
         want = VectorType(f32, [4])
         if ct != want or rt != want:
             raise VerifyException(
@@ -962,15 +991,24 @@ class MmaOp(IRDLOperation):
         _check_in_kernel(self)
 
 
-def mma_a_coords(lane: int, i: int) -> tuple[int, int]:
-    """(row, col) of A (16x16) held in element ``i`` (0..7) of lane ``lane``'s a fragment."""
+def mma_a_coords(lane: int, i: int, k: int = MMA_K) -> tuple[int, int]:
+    """(row, col) of A (16 x k) held in element ``i`` of lane ``lane``'s a fragment.
+
+    k = 16: elements 0..7, two per ``.b32`` register; k = 32 (fp8): elements 0..15, four
+    per register (element ``4j`` in the low byte of register ``j``).
+    """
     g, t = lane >> 2, lane & 3
+    if k == MMA_K_FP8:
+        return g + 8 * ((i >> 2) & 1), 4 * t + (i & 3) + 16 * (i >> 3)
     return g + 8 * ((i >> 1) & 1), 2 * t + (i & 1) + 8 * (i >> 2)
 
 
-def mma_b_coords(lane: int, i: int) -> tuple[int, int]:
-    """(row k, col n) of B (16x8) held in element ``i`` (0..3) of lane ``lane``'s b fragment."""
+def mma_b_coords(lane: int, i: int, k: int = MMA_K) -> tuple[int, int]:
+    """(row k, col n) of B (k x 8) held in element ``i`` of lane ``lane``'s b fragment
+    (0..3 for k = 16, 0..7 for k = 32)."""
     g, t = lane >> 2, lane & 3
+    if k == MMA_K_FP8:
+        return 4 * t + (i & 3) + 16 * (i >> 2), g
     return 2 * t + (i & 1) + 8 * (i >> 1), g
 
 

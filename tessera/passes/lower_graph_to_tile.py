@@ -24,7 +24,6 @@ from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
     IntegerType,
-    MemRefType,
     ModuleOp,
     StringAttr,
     TensorType,

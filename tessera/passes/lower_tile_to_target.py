@@ -37,6 +37,8 @@ from xdsl.dialects import math as mathd
 from xdsl.dialects.builtin import (
     BFloat16Type,
     DenseIntOrFPElementsAttr,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -150,6 +152,7 @@ class KernelLowering:
         self.nshared = 0
         self.imms: dict[tuple[str, object], SSAValue] = {}
         self.tid: SSAValue | None = None
+        self.packed: dict[tuple[SSAValue, object], list[SSAValue]] = {}
 
     # -- small builders
 
@@ -772,22 +775,46 @@ def _mma(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, tile.MmaOp)
     at = op.a.type
     assert isinstance(at, VectorType)
-    ab = "bf16" if isinstance(at.element_type, BFloat16Type) else "f16"
+    ab = _float_name(at.element_type)
+    per = 4 if op.k == tile.MMA_K_FP8 else 2
 
-    def pack(elems: list[SSAValue]) -> list[SSAValue]:
+    def pack(v: SSAValue) -> list[SSAValue]:
+        # Reuse the packing of an earlier mma in the same block (it ran before this one).
+        key = (v, op.parent_block())
+        cached = lw.packed.get(key)
+        if cached is not None:
+            return cached
+        elems = lw.vals[v]
         out = []
-        for k in range(0, len(elems), 2):
+        for k in range(0, len(elems), per):
             w = lw.reg("b32")
-            lw.emit(tt.PackOp("b32", w, elems[k: k + 2]))
+            if per == 2:
+                lw.emit(tt.PackOp("b32", w, elems[k: k + 2]))
+            else:
+                _pack_bytes(lw, w, elems[k: k + 4])
             out.append(w)
+        lw.packed[key] = out
         return out
 
-    a = pack(lw.vals[op.a])
-    b = pack(lw.vals[op.b])
+    a = pack(op.a)
+    b = pack(op.b)
     c = lw.vals[op.c]
     d = [lw.reg("f32") for _ in range(4)]
     lw.emit(tt.MmaOp(ab, d, a, b, c))
     lw.vals[op.result] = d
+
+
+def _pack_bytes(lw: KernelLowering, w: SSAValue, elems: Sequence[SSAValue]) -> None:
+    """``w`` (b32) = the low bytes of four b16 registers, the first in the low bits."""
+    for j, e in enumerate(elems):
+        x = lw.reg("b32")
+        lw.emit(tt.CvtOp("u32.u16", x, [e]))
+        lw.emit(tt.AndOp("b32", x, x, lw.imm(0xFF)))
+        if j == 0:
+            lw.emit(tt.MovOp("b32", w, x))
+            continue
+        lw.emit(tt.ShlOp("b32", x, x, lw.imm(8 * j)))
+        lw.emit(tt.OrOp("b32", w, w, x))
 
 
 # --------------------------------------------------------------------------- arith
@@ -1025,7 +1052,101 @@ def _float_name(t: Attribute) -> str:
         return "bf16"
     if isinstance(t, Float16Type):
         return "f16"
+    if isinstance(t, Float8E4M3FNType):
+        return "e4m3"
+    if isinstance(t, Float8E5M2Type):
+        return "e5m2"
     return float_type(t)
+
+
+FP8_OVERFLOW: dict[str, tuple[int, int, int]] = {
+    # name: (f32 bits of the smallest magnitude that overflows, exclusive unless Inf,
+    #        code of an overflowed magnitude, code of NaN)
+    "e4m3": (0x43E80000, 0x7F, 0x7F),  # |x| > 464 (and Inf, NaN) -> NaN; 464 ties to 448
+    "e5m2": (0x47700000, 0x7C, 0x7E),  # |x| >= 61440 -> Inf (the tie goes to the even code)
+}
+"""Overflow rule of ``cast_array`` for fp8, applied around PTX's saturating ``cvt``."""
+
+
+def _fp8_from_f32(lw: KernelLowering, d: SSAValue, x: SSAValue, fmt: str) -> None:
+    """``d`` (b16, code in the low byte) = ``x`` (f32) rounded to fp8 like ``cast_array``.
+
+    ``cvt.rn.satfinite.{e4m3,e5m2}x2.f32`` rounds to nearest-even but clamps overflow to
+    the largest finite value and leaves NaN unspecified; the overflow rule (e4m3fn: NaN,
+    e5m2: Inf) and NaN (sign kept) are decided on the f32 bits. Both bytes of the cvt get
+    ``x``, so the result does not depend on which half is which.
+    """
+    threshold, over_code, nan_code = FP8_OVERFLOW[fmt]
+    code = lw.reg("b16")
+    lw.emit(tt.CvtOp(f"rn.satfinite.{fmt}x2.f32", code, [x, x]))
+    bits = lw.reg("b32")
+    lw.emit(tt.MovOp("b32", bits, x))
+    mag = lw.reg("b32")
+    lw.emit(tt.AndOp("b32", mag, bits, lw.imm(0x7FFFFFFF)))
+    sgn32 = lw.reg("b32")
+    lw.emit(tt.ShrOp("u32", sgn32, bits, lw.imm(24)))
+    lw.emit(tt.AndOp("b32", sgn32, sgn32, lw.imm(0x80)))
+    sgn = lw.reg("b16")
+    lw.emit(tt.CvtOp("u16.u32", sgn, [sgn32]))
+    i16 = IntegerType(16)
+    over = lw.reg("pred")
+    if fmt == "e4m3":
+        lw.emit(tt.SetpOp("gt.u32", over, mag, lw.imm(threshold)))
+    else:
+        lw.emit(tt.SetpOp("ge.u32", over, mag, lw.imm(threshold)))
+    special = lw.reg("b16")
+    lw.emit(tt.OrOp("b16", special, sgn, lw.imm(over_code, i16)))
+    if nan_code != over_code:
+        isnan = lw.reg("pred")
+        lw.emit(tt.SetpOp("gt.u32", isnan, mag, lw.imm(0x7F800000)))
+        nan = lw.reg("b16")
+        lw.emit(tt.OrOp("b16", nan, sgn, lw.imm(nan_code, i16)))
+        lw.emit(tt.SelpOp("b16", special, nan, special, isnan))
+    lw.emit(tt.SelpOp("b16", d, special, code, over))
+
+
+def _f16_from_fp8(lw: KernelLowering, code: SSAValue, fmt: str) -> SSAValue:
+    """The f16 (b16) value of the fp8 code in the low byte of ``code``: exact."""
+    i16 = IntegerType(16)
+    lo = lw.reg("b16")
+    lw.emit(tt.AndOp("b16", lo, code, lw.imm(0xFF, i16)))
+    hi = lw.reg("b16")
+    lw.emit(tt.ShlOp("b16", hi, lo, lw.imm(8)))
+    both = lw.reg("b16")
+    lw.emit(tt.OrOp("b16", both, lo, hi))
+    pair = lw.reg("b32")
+    lw.emit(tt.CvtOp(f"rn.f16x2.{fmt}x2", pair, [both]))
+    h0, h1 = lw.reg("b16"), lw.reg("b16")
+    lw.emit(tt.UnpackOp("b32", [h0, h1], pair))
+    return h0
+
+
+def _fp8_cast(lw: KernelLowering, op: Operation, s: SSAValue, d: SSAValue, sty: str, dty: str) -> None:
+    """Casts to and from fp8 (e4m3 / e5m2), with ``cast_array``'s rounding and overflow."""
+    if sty in ("e4m3", "e5m2"):
+        h = _f16_from_fp8(lw, s, sty)
+        if dty == "f16":
+            lw.emit(tt.MovOp("b16", d, h))
+            return
+        if dty in ("e4m3", "e5m2"):
+            f = lw.reg("f32")
+            lw.emit(tt.CvtOp("f32.f16", f, [h]))
+            _fp8_from_f32(lw, d, f, dty)
+            return
+        f = d if dty == "f32" else lw.reg("f32")
+        lw.emit(tt.CvtOp("f32.f16", f, [h]))
+        if dty == "f64":
+            lw.emit(tt.CvtOp("f64.f32", d, [f]))
+        elif dty == "bf16":
+            lw.emit(tt.CvtOp("rn.bf16.f32", d, [f]))  # exact: fp8 values are bf16 values
+        return
+    if sty == "f64":
+        raise lw.fail(op, f"f64 to {dty} is not lowered (it would round twice); cast to f32 first")
+    x = s
+    if sty in ("f16", "bf16"):
+        x = lw.reg("f32")
+        lw.emit(tt.CvtOp(f"f32.{sty}", x, [s]))
+    _fp8_from_f32(lw, d, x, dty)
 
 
 @lowers(arith.ExtFOp, arith.TruncFOp)
@@ -1034,7 +1155,9 @@ def _float_cast(lw: KernelLowering, op: Operation) -> None:
     s = lw.one(op.operands[0])
     d = lw.define(op.results[0])
     sty, dty = _float_name(src_t), _float_name(dst_t)
-    if isinstance(op, arith.ExtFOp):
+    if {sty, dty} & {"e4m3", "e5m2"}:
+        _fp8_cast(lw, op, s, d, sty, dty)
+    elif isinstance(op, arith.ExtFOp):
         if sty in ("bf16", "f16") and dty == "f64":
             mid = lw.reg("f32")
             lw.emit(tt.CvtOp(f"f32.{sty}", mid, [s]))

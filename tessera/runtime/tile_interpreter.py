@@ -57,6 +57,7 @@ from xdsl.utils.exceptions import InterpretationError
 
 from tessera.ir import tile as tt
 from tessera.ir.tile import WARP_SIZE
+from tessera.numerics.cast import cast_array
 
 # --------------------------------------------------------------------------- types
 
@@ -506,16 +507,18 @@ class TileFunctions(InterpreterFunctions):
     def run_mma(self, interpreter: Interpreter, op: tt.MmaOp, args: PythonValues):
         st = _state(interpreter)
         _check_convergent(st, op, "warp")
+        k = op.k
+        na, nb = k // 2, k // 4
         a = st.lanes(np.asarray(args[0])).astype(np.float64)
         b = st.lanes(np.asarray(args[1])).astype(np.float64)
         c = st.lanes(np.asarray(args[2])).astype(np.float64)
         nw = st.num_lanes // WARP_SIZE
-        a = a.reshape(nw, WARP_SIZE, 8)
-        b = b.reshape(nw, WARP_SIZE, 4)
+        a = a.reshape(nw, WARP_SIZE, na)
+        b = b.reshape(nw, WARP_SIZE, nb)
         c = c.reshape(nw, WARP_SIZE, 4)
-        ar, ac, br, bc, cr, cc = _mma_maps()
-        A = np.zeros((nw, 16, 16))
-        B = np.zeros((nw, 16, 8))
+        ar, ac, br, bc, cr, cc = _mma_maps(k)
+        A = np.zeros((nw, 16, k))
+        B = np.zeros((nw, k, 8))
         C = np.zeros((nw, 16, 8))
         A[:, ar, ac] = a
         B[:, br, bc] = b
@@ -524,18 +527,18 @@ class TileFunctions(InterpreterFunctions):
         return (D[:, cr, cc].reshape(st.num_lanes, 4),)
 
 
-_MMA_MAPS: tuple[np.ndarray, ...] | None = None
+_MMA_MAPS: dict[int, tuple[np.ndarray, ...]] = {}
 
 
-def _mma_maps() -> tuple[np.ndarray, ...]:
-    global _MMA_MAPS
-    if _MMA_MAPS is None:
+def _mma_maps(k: int) -> tuple[np.ndarray, ...]:
+    """Fragment coordinates of the m16n8k``k`` mma: (A rows, A cols, B rows, B cols, C rows, C cols)."""
+    if k not in _MMA_MAPS:
         lanes = range(WARP_SIZE)
-        a = np.array([[tt.mma_a_coords(ln, i) for i in range(8)] for ln in lanes])
-        b = np.array([[tt.mma_b_coords(ln, i) for i in range(4)] for ln in lanes])
+        a = np.array([[tt.mma_a_coords(ln, i, k) for i in range(k // 2)] for ln in lanes])
+        b = np.array([[tt.mma_b_coords(ln, i, k) for i in range(k // 4)] for ln in lanes])
         c = np.array([[tt.mma_c_coords(ln, i) for i in range(4)] for ln in lanes])
-        _MMA_MAPS = (a[..., 0], a[..., 1], b[..., 0], b[..., 1], c[..., 0], c[..., 1])
-    return _MMA_MAPS
+        _MMA_MAPS[k] = (a[..., 0], a[..., 1], b[..., 0], b[..., 1], c[..., 0], c[..., 1])
+    return _MMA_MAPS[k]
 
 
 def _identity(kind: str, dt: np.dtype) -> Any:
@@ -838,7 +841,9 @@ class LockstepArithFunctions(InterpreterFunctions):
 
     @impl(arith.TruncFOp)
     def run_truncf(self, interpreter: Interpreter, op: arith.TruncFOp, args: PythonValues):
-        return (np.asarray(args[0]).astype(np_dtype(scalar_type(op.result.type))),)
+        # Nearest-even with the target format's overflow rule, rounding once from the
+        # exact input (cast_array): e4m3fn overflow -> NaN, e5m2/f16/bf16 -> Inf.
+        return (cast_array(np.asarray(args[0]), np_dtype(scalar_type(op.result.type))),)
 
     @impl(arith.SIToFPOp)
     def run_sitofp(self, interpreter: Interpreter, op: arith.SIToFPOp, args: PythonValues):

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
+    DYNAMIC_INDEX,
     I64,
     BFloat16Type,
     DenseArrayBase,
@@ -187,11 +188,17 @@ class KernelSymbolUser(SymbolUserOpInterface):
 class KernelOp(IRDLOperation):
     """A SIMT program run by ``group_size`` lanes in each tile of a grid.
 
-    Syntax: ``ttile.kernel @name(%a: memref<...>, %n: index) group_size = N
-    (grid = [gx, gy, gz])? (attributes {...})? { ... ttile.return }``.
+    Syntax: ``ttile.kernel @name(%a: memref<?x64xf32>, %n: index) group_size = N
+    (grid = [gx, gy, gz])? (sizes = [%n, ?, ...])? (attributes {...})? { ... ttile.return }``.
     Arguments are global-memory memrefs (static or ``?`` dims) and scalars
     (integer, index, float). ``grid`` is the default launch grid; a
     ``ttile.launch`` states its own.
+
+    ``sizes`` names, for every ``?`` dim of the memref arguments (argument
+    order, then dim order), the ``index`` argument that holds its size, or
+    ``?`` when no argument does. Row-major addressing needs the size of every
+    dim but the first, so code generation for a memref with a dynamic inner dim
+    needs its size argument; the interpreter reads sizes from the arrays.
     """
 
     name = "ttile.kernel"
@@ -200,6 +207,7 @@ class KernelOp(IRDLOperation):
     function_type = prop_def(FunctionType)
     group_size = prop_def(IntegerAttr[I64])
     grid = opt_prop_def(DenseArrayBase[I64])
+    sizes = opt_prop_def(DenseArrayBase[I64])
     traits = traits_def(IsolatedFromAbove(), SymbolOpInterface())
 
     def __init__(
@@ -209,6 +217,7 @@ class KernelOp(IRDLOperation):
         group_size: int,
         grid: Sequence[int] | None = None,
         body: Region | None = None,
+        sizes: Sequence[int] | None = None,
     ):
         props: dict[str, Attribute] = {
             "sym_name": StringAttr(name),
@@ -217,6 +226,8 @@ class KernelOp(IRDLOperation):
         }
         if grid is not None:
             props["grid"] = DenseArrayBase.from_list(i64, list(grid))
+        if sizes is not None:
+            props["sizes"] = DenseArrayBase.from_list(i64, list(sizes))
         if body is None:
             body = Region(Block(arg_types=arg_types))
         super().__init__(properties=props, regions=[body])
@@ -234,6 +245,22 @@ class KernelOp(IRDLOperation):
         g = tuple(self.grid.get_values())
         return (g[0], g[1], g[2])
 
+    def dynamic_dims(self) -> list[tuple[int, int]]:
+        """(argument, dim) of every ``?`` dim of the memref arguments, in ``sizes`` order."""
+        out: list[tuple[int, int]] = []
+        for k, t in enumerate(self.function_type.inputs.data):
+            if isinstance(t, MemRefType):
+                out += [(k, d) for d, n in enumerate(t.get_shape()) if n == DYNAMIC_INDEX]
+        return out
+
+    def size_args(self) -> dict[tuple[int, int], int]:
+        """(argument, dim) of a ``?`` dim -> the argument holding its size (from ``sizes``)."""
+        if self.sizes is None:
+            return {}
+        return {
+            key: a for key, a in zip(self.dynamic_dims(), self.sizes.get_values()) if a >= 0
+        }
+
     def verify_(self) -> None:
         gs = self.group_size.value.data
         if not 1 <= gs <= MAX_GROUP_SIZE:
@@ -241,6 +268,21 @@ class KernelOp(IRDLOperation):
                 f"{self.name} @{self.sym_name.data}: group_size must be in [1, {MAX_GROUP_SIZE}], "
                 f"got {gs}"
             )
+        if self.sizes is not None:
+            dyn = self.dynamic_dims()
+            vals = list(self.sizes.get_values())
+            if len(vals) != len(dyn):
+                raise VerifyException(
+                    f"{self.name} @{self.sym_name.data}: sizes has {len(vals)} entries, but the "
+                    f"memref arguments have {len(dyn)} dynamic dims"
+                )
+            ins = self.function_type.inputs.data
+            for (k, d), a in zip(dyn, vals):
+                if a >= 0 and not (a < len(ins) and isinstance(ins[a], IndexType)):
+                    raise VerifyException(
+                        f"{self.name} @{self.sym_name.data}: the size of dim {d} of argument "
+                        f"{k} must be an index argument, got argument {a}"
+                    )
         if self.grid is not None:
             g = list(self.grid.get_values())
             if len(g) != 3 or min(g) < 1:
@@ -289,11 +331,25 @@ class KernelOp(IRDLOperation):
             grid = parser.parse_comma_separated_list(
                 parser.Delimiter.SQUARE, parser.parse_integer
             )
+        sizes = None
+        if parser.parse_optional_keyword("sizes") is not None:
+            parser.parse_punctuation("=")
+            names = [a.name.text[1:] for a in args]
+
+            def size_arg() -> int:
+                if parser.parse_optional_punctuation("?") is not None:
+                    return -1
+                ref = parser.parse_unresolved_operand()
+                if ref.operand_name not in names:
+                    parser.raise_error(f"'%{ref.operand_name}' is not a kernel argument")
+                return names.index(ref.operand_name)
+
+            sizes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, size_arg)
         attrs = parser.parse_optional_attr_dict_with_keyword(
-            ("sym_name", "function_type", "group_size", "grid")
+            ("sym_name", "function_type", "group_size", "grid", "sizes")
         )
         region = parser.parse_region(args)
-        op = cls(name, [a.type for a in args], gs, grid, region)
+        op = cls(name, [a.type for a in args], gs, grid, region, sizes)
         if attrs is not None:
             op.attributes.update(attrs.data)
         return op
@@ -308,6 +364,14 @@ class KernelOp(IRDLOperation):
             printer.print_string(
                 " grid = [" + ", ".join(str(x) for x in self.grid.get_values()) + "]"
             )
+        if self.sizes is not None:
+            printer.print_string(" sizes = [")
+            args = self.body.block.args
+            printer.print_list(
+                self.sizes.get_values(),
+                lambda a: printer.print_string("?") if a < 0 else printer.print_ssa_value(args[a]),
+            )
+            printer.print_string("]")
         printer.print_op_attributes(self.attributes, print_keyword=True)
         printer.print_string(" ")
         printer.print_region(self.body, False, True)

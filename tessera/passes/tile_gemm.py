@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     Float16Type,
     Float32Type,
     Float64Type,
@@ -152,17 +154,19 @@ def _async_chunk(elem_bytes: int, row_len: int, cols: int, contiguous: bool) -> 
     return None
 
 
-def _mm_tile(op: g.MatmulOp | g.MatmulEpilogueOp, mma: bool, m: int, n: int) -> tuple[int, int, int]:
+def _mm_tile(
+    op: g.MatmulOp | g.MatmulEpilogueOp, mma: bool, m: int, n: int, kstep: int = 16
+) -> tuple[int, int, int]:
     if op.tile_shape is not None:
         bm, bn, bk = op.tile_shape.get_values()
     elif mma:
         bm, bn, bk = (64 if m > 32 else 32), (64 if n > 32 else 32), 32
     else:
         bm, bn, bk = 32, 32, 16
-    if mma and (bm % 32 or bn % 16 or bk % 16):
+    if mma and (bm % 32 or bn % 16 or bk % kstep):
         raise ValueError(
             f"{op.name}: tile_shape [{bm}, {bn}, {bk}] cannot be lowered to mma tiles: "
-            "BM must be a multiple of 32, BN of 16 and BK of 16"
+            f"BM must be a multiple of 32, BN of 16 and BK of {kstep}"
         )
     if not mma and (bm % 16 or bn % 16):
         raise ValueError(
@@ -205,7 +209,12 @@ def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> 
         epilogue = matmul_epilogue(op)
         if op.bias is not None:
             extra.append(lw.mem(op.bias))
-    mma = isinstance(et, BFloat16Type | Float16Type)
+    mma = isinstance(et, BFloat16Type | Float16Type | Float8E4M3FNType | Float8E5M2Type)
+    if mma and g.elem_of(op.rhs) != et:
+        raise NotImplementedError(
+            f"lower-graph-to-tile: {op.name} has no Tile IR lowering for {et} x "
+            f"{g.elem_of(op.rhs)} operands (mixed element types)"
+        )
     if not (mma or isinstance(et, Float32Type | Float64Type)):
         raise NotImplementedError(
             f"lower-graph-to-tile: {op.name} has no Tile IR lowering for {et} operands"
@@ -220,7 +229,7 @@ def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> 
     if k == 0:
         _empty_product(lw, out, extra, osh, compute_type(et), epilogue)
         return
-    bm, bn, bk = _mm_tile(op, mma, m, n)
+    bm, bn, bk = _mm_tile(op, mma, m, n, tt.mma_k(et) if mma else 16)
     grid = [_cdiv(n, bn), _cdiv(m, bm), _prod(batch)]
 
     def a_index(bidx: list[Idx]) -> GlobalIndex:
@@ -300,8 +309,10 @@ def _mma_kernel(
     sa = e.op(tt.AllocSharedOp([bm, bk], et, alignment=16))
     sb = e.op(tt.AllocSharedOp([bk, bn], et, alignment=16))
     zero = e.const(0.0, VectorType(f32, [4]))
-    ca = _async_chunk(2, k, bk, not ta)
-    cb = _async_chunk(2, n, bn, not tb)
+    eb = tt.element_bytes(et)
+    mk = tt.mma_k(et)
+    ca = _async_chunk(eb, k, bk, not ta)
+    cb = _async_chunk(eb, n, bn, not tb)
     wrow = e.mul(wm, wm_size)
     wcol = e.mul(wn, wn_size)
 
@@ -316,25 +327,28 @@ def _mma_kernel(
             _fill_elementwise(ie, sb, bk, bn, b_ref, bi, k0, n0, k, n, lane, group)
         ie.barrier()
         accs = list(accs)
-        for kk in range(0, bk, 16):
+        # fragment element i of lane (g, t) = 4g + t: tt.mma_a_coords / mma_b_coords
+        # with g, t factored out: (row, col) = (g, per*t) + offsets(i)
+        per = mk // 8
+        for kk in range(0, bk, mk):
             afr = []
             for mi in range(mi_n):
-                v = ie.const(0.0, VectorType(et, [8]))
+                v = ie.const(0.0, VectorType(et, [mk // 2]))
                 r = ie.add(wrow, ie.add(gq, mi * 16))
-                c = ie.add(ie.mul(tq, 2), kk)
-                for i in range(8):
-                    x = ie.load(
-                        sa, [ie.add(r, 8 * ((i >> 1) & 1)), ie.add(c, (i & 1) + 8 * (i >> 2))]
-                    )
+                c = ie.add(ie.mul(tq, per), kk)
+                for i in range(mk // 2):
+                    dr, dc = tt.mma_a_coords(0, i, mk)
+                    x = ie.load(sa, [ie.add(r, dr), ie.add(c, dc)])
                     v = ie.insert(x, v, i)
                 afr.append(v)
             bfr = []
             for ni in range(ni_n):
-                v = ie.const(0.0, VectorType(et, [4]))
+                v = ie.const(0.0, VectorType(et, [mk // 4]))
                 col = ie.add(wcol, ie.add(gq, ni * 8))
-                kr = ie.add(ie.mul(tq, 2), kk)
-                for i in range(4):
-                    x = ie.load(sb, [ie.add(kr, (i & 1) + 8 * (i >> 1)), col])
+                kr = ie.add(ie.mul(tq, per), kk)
+                for i in range(mk // 4):
+                    dk, _ = tt.mma_b_coords(0, i, mk)
+                    x = ie.load(sb, [ie.add(kr, dk), col])
                     v = ie.insert(x, v, i)
                 bfr.append(v)
             for mi in range(mi_n):

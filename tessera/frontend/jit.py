@@ -168,6 +168,20 @@ class Specialization:
         return self.levels[level]
 
 
+def _fast_key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """A hashable key of positional arguments: (shape, dtype, device) for tensors, the value
+    otherwise; None when some argument cannot be keyed (then the full path runs)."""
+    key: list[Any] = []
+    for a in args:
+        if hasattr(a, "data_ptr") and hasattr(a, "device"):
+            key.append((tuple(a.shape), a.dtype, a.device))
+        elif isinstance(a, int | float | bool | str | type(None)):
+            key.append((type(a), a))
+        else:
+            return None
+    return tuple(key)
+
+
 def _symbol_name(name: str) -> str:
     """``name`` as an IR / PTX symbol: identifier characters only (``<lambda>`` -> ``lambda``)."""
     sym = re.sub(r"[^0-9A-Za-z_]", "_", name).strip("_") or "fn"
@@ -238,10 +252,19 @@ class CompiledFunction:
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
         self.mesh = _mesh_sizes(mesh)
+        self.runtime_mesh = mesh if hasattr(mesh, "device_mesh") else None
+        """The ``dist.Mesh`` given as ``mesh=`` (None for axis sizes only): sharded calls run on it."""
         self.signature = inspect.signature(fn)
         self.annotations = _resolve_annotations(fn)
         self._cache: dict[tuple[Any, ...], Specialization] = {}
         self._last: Specialization | None = None
+        self._fast: dict[tuple[Any, ...], tuple[Specialization, tuple[int, ...]]] = {}
+        """GPU calls seen before, keyed by the positional arguments' shapes, dtypes and devices
+        (static values by value): a repeated call skips binding and specialization."""
+        self._params = list(self.signature.parameters.values())
+        self._plain_positional = all(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in self._params
+        )
 
     def __repr__(self) -> str:
         return f"<tessera compiled function {self.name}>"
@@ -414,11 +437,22 @@ class CompiledFunction:
         from tessera.runtime import convert, dispatch
         from tessera.runtime.graph_interpreter import run_function
 
+        fast = _fast_key(args) if not kwargs and self._fast else None
+        if fast is not None:
+            hit = self._fast.get(fast)
+            if hit is not None:
+                spec, positions = hit
+                return dispatch.run_on_gpu(spec, [args[i] for i in positions])
         bound = self._bind(args, kwargs)
         values = [v for _, v in _flatten(bound)]
+        from tessera.dist.jit import call_sharded, sharded_call
+
+        if sharded_call(self, values):
+            return call_sharded(self, bound)
         if any(convert.is_cuda_tensor(v) for v in values):
             spec = self._specialize(self._arg_infos(bound, _arrays_of(bound, self.name, meta=True)))
             by_key = dict(_flatten(bound))
+            self._remember_fast(args, kwargs, spec)
             return dispatch.run_on_gpu(spec, [by_key[p] for p in spec.tensor_params])
         arrays = _arrays_of(bound, self.name)
         spec = self._specialize(self._arg_infos(bound, arrays))
@@ -426,6 +460,19 @@ class CompiledFunction:
         if any(convert.is_torch_tensor(v) for v in values):
             results = [convert.to_torch(r) for r in results]
         return tuple(results) if spec.returns_tuple else results[0]
+
+    def _remember_fast(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Specialization
+    ) -> None:
+        """Record a GPU call whose tensors are plain positional parameters for the fast path."""
+        if kwargs or not self._plain_positional or len(args) != len(self._params):
+            return
+        names = [p.name for p in self._params]
+        if not all(t in names for t in spec.tensor_params):
+            return
+        key = _fast_key(args)
+        if key is not None:
+            self._fast[key] = (spec, tuple(names.index(t) for t in spec.tensor_params))
 
     # ------------------------------------------------------------ inspection
     def inspect_ir(self, level: str = "graph", **sizes: int) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import os
 import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,7 +49,7 @@ from xdsl.dialects.builtin import (
     MemRefType,
     ModuleOp,
 )
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import target as tt
 from tessera.runtime import cache
@@ -337,93 +338,132 @@ def _is_float(t: Attribute) -> bool:
 def run_host(
     module: ModuleOp, name: str, args: Sequence[Any], poison: bool = False, ptx: str | None = None
 ) -> list[Any]:
-    """Run the host function ``name`` of a Target-level module on torch CUDA tensors."""
+    """Run the host function ``name`` of a Target-level module on torch CUDA tensors.
+
+    The host function is turned into a :class:`HostPlan` once per (module, function,
+    device) and cached, so a repeated call only checks its arguments and launches.
+    """
     import torch
 
-    from tessera.passes.emit_ptx import emit_ptx
-
-    host = None
-    for op in module.walk():
-        if isinstance(op, func.FuncOp) and op.sym_name.data == name:
-            host = op
-    if host is None:
-        raise LaunchError(f"run_host: no host function @{name} in the module")
-    params = host.body.block.args
-    if len(args) != len(params):
-        raise LaunchError(f"@{name}: takes {len(params)} arguments, got {len(args)}")
     device = torch.cuda.current_device()
-    dev = torch.device("cuda", device)
-    env: dict[SSAValue, Any] = {}
-    for i, (p, a) in enumerate(zip(params, args)):
-        if isinstance(p.type, MemRefType):
-            env[p] = check_tensor(a, p.type, f"@{name} argument {i}", device)
-        else:
-            env[p] = a
-    kernels = {k.sym_name.data: k for k in module.walk() if isinstance(k, tt.FuncOp)}
-    cu_module = load_module(ptx if ptx is not None else emit_ptx(module), device) if kernels else None
-    functions: dict[str, Any] = {}
-    for op in host.body.block.ops:
-        _run_host_op(op, env, module, kernels, functions, cu_module, dev, poison, name)
-        if isinstance(op, func.ReturnOp):
-            return [env[v] for v in op.arguments]
-    raise LaunchError(f"@{name}: host function has no func.return")
+    key = (name, device)
+    plans = _PLANS.setdefault(module, {})
+    plan = plans.get(key)
+    if plan is None:
+        plan = plans[key] = HostPlan(module, name, device, ptx)
+    return plan.run(args, poison)
 
 
-def _run_host_op(
-    op: Operation, env: dict[SSAValue, Any], module: ModuleOp, kernels: dict[str, tt.FuncOp],
-    functions: dict[str, Any], cu_module: Any, dev: Any, poison: bool, name: str,
-) -> None:
-    import torch
+_PLANS: weakref.WeakKeyDictionary[ModuleOp, dict[tuple[str, int], HostPlan]] = (
+    weakref.WeakKeyDictionary()
+)
 
-    if isinstance(op, memref.AllocOp):
-        t = op.memref.type
-        assert isinstance(t, MemRefType)
-        out = torch.empty(tuple(t.get_shape()), dtype=torch_dtype(t.element_type), device=dev)
-        if poison and out.is_floating_point():
-            out.fill_(float("nan"))
-        env[op.memref] = out
-    elif isinstance(op, memref.GetGlobalOp):
-        env[op.memref] = _global_tensor(module, op, dev)
-    elif isinstance(op, arith.ConstantOp):
-        v = op.value
-        if not isinstance(v, IntegerAttr | FloatAttr):
-            raise LaunchError(f"@{name}: host constant {v} is not a scalar")
-        env[op.result] = v.value.data
-    elif isinstance(op, tt.LaunchOp):
-        kname = op.callee.root_reference.data
-        kernel = kernels.get(kname)
-        if kernel is None:
-            raise LaunchError(f"@{name}: ttarget.launch of unknown kernel @{kname}")
-        if kname not in functions:
-            functions[kname] = get_function(cu_module, kname)
-        values = [env[a] for a in op.args]
-        if LAUNCH_HOOK is None:
-            launch(functions[kname], kernel, op.grid_value(), values)
-        else:
-            fn, grid = functions[kname], op.grid_value()
-            LAUNCH_HOOK.launch(name, kernel, grid, values, lambda: launch(fn, kernel, grid, values))
-    elif isinstance(op, tt.LaunchExOp):
+
+class HostPlan:
+    """A host function compiled to a list of steps: argument checks, output allocations,
+    constants and kernel launches on slots of an environment list."""
+
+    def __init__(self, module: ModuleOp, name: str, device: int, ptx: str | None) -> None:
+        import torch
+
+        from tessera.passes.emit_ptx import emit_ptx
+
+        host = None
+        for op in module.body.block.ops:
+            if isinstance(op, func.FuncOp) and op.sym_name.data == name:
+                host = op
+        if host is None:
+            raise LaunchError(f"run_host: no host function @{name} in the module")
+        self.name = name
+        self.device = device
+        dev = torch.device("cuda", device)
+        kernels = {
+            k.sym_name.data: k for k in module.body.block.ops if isinstance(k, tt.FuncOp)
+        }
+        cu_module = (
+            load_module(ptx if ptx is not None else emit_ptx(module), device) if kernels else None
+        )
+        slots: dict[SSAValue, int] = {}
+
+        def slot(v: SSAValue) -> int:
+            return slots.setdefault(v, len(slots))
+
+        params = host.body.block.args
+        self.params: list[tuple[int, MemRefType | None]] = [
+            (slot(p), p.type if isinstance(p.type, MemRefType) else None) for p in params
+        ]
+        self.steps: list[tuple[Any, ...]] = []
+        self.results: list[int] = []
+        functions: dict[str, Any] = {}
+        for op in host.body.block.ops:
+            if isinstance(op, memref.AllocOp):
+                t = op.memref.type
+                assert isinstance(t, MemRefType)
+                dt = torch_dtype(t.element_type)
+                self.steps.append(("alloc", slot(op.memref), tuple(t.get_shape()), dt, dev))
+            elif isinstance(op, memref.GetGlobalOp):
+                self.steps.append(("value", slot(op.memref), _global_tensor(module, op, dev)))
+            elif isinstance(op, arith.ConstantOp):
+                v = op.value
+                if not isinstance(v, IntegerAttr | FloatAttr):
+                    raise LaunchError(f"@{name}: host constant {v} is not a scalar")
+                self.steps.append(("value", slot(op.result), v.value.data))
+            elif isinstance(op, tt.LaunchOp | tt.LaunchExOp):
+                kname = op.callee.root_reference.data
+                kernel = kernels.get(kname)
+                if kernel is None:
+                    raise LaunchError(f"@{name}: {op.name} of unknown kernel @{kname}")
+                if kname not in functions:
+                    functions[kname] = get_function(cu_module, kname)
+                arg_slots = [slot(a) for a in op.args]
+                kind = "launch" if isinstance(op, tt.LaunchOp) else "launch_ex"
+                self.steps.append(
+                    (kind, op, kernel, functions[kname], tuple(op.grid_value()), arg_slots)
+                )
+            elif isinstance(op, func.ReturnOp):
+                self.results = [slot(v) for v in op.arguments]
+            elif isinstance(op, memref.DeallocOp):
+                pass
+            else:
+                raise LaunchError(f"@{name}: host op {op.name} cannot run on the GPU runtime")
+        self.nslots = len(slots)
+
+    def run(self, args: Sequence[Any], poison: bool = False) -> list[Any]:
+        import torch
+
         from tessera.runtime import tma
 
-        kname = op.callee.root_reference.data
-        kernel = kernels.get(kname)
-        if kernel is None:
-            raise LaunchError(f"@{name}: ttarget.launch_ex of unknown kernel @{kname}")
-        if kname not in functions:
-            functions[kname] = get_function(cu_module, kname)
-        values = [env[a] for a in op.args]
-        fn = functions[kname]
-        if LAUNCH_HOOK is None:
-            tma.run_launch_ex(op, kernel, fn, values)
-        else:
-            LAUNCH_HOOK.launch(
-                name, kernel, op.grid_value(), values,
-                lambda: tma.run_launch_ex(op, kernel, fn, values),
+        if len(args) != len(self.params):
+            raise LaunchError(f"@{self.name}: takes {len(self.params)} arguments, got {len(args)}")
+        env: list[Any] = [None] * self.nslots
+        for i, ((s, t), a) in enumerate(zip(self.params, args)):
+            env[s] = (
+                check_tensor(a, t, f"@{self.name} argument {i}", self.device) if t is not None else a
             )
-    elif isinstance(op, memref.DeallocOp | func.ReturnOp):
-        pass
-    else:
-        raise LaunchError(f"@{name}: host op {op.name} cannot run on the GPU runtime")
+        for step in self.steps:
+            kind = step[0]
+            if kind == "alloc":
+                _, s, shape, dt, dev = step
+                out = torch.empty(shape, dtype=dt, device=dev)
+                if poison and out.is_floating_point():
+                    out.fill_(float("nan"))
+                env[s] = out
+            elif kind == "value":
+                env[step[1]] = step[2]
+            else:
+                _, op, kernel, fn, grid, arg_slots = step
+                values = [env[s] for s in arg_slots]
+                if kind == "launch":
+                    def go(fn=fn, kernel=kernel, grid=grid, values=values) -> None:
+                        launch(fn, kernel, grid, values)
+                else:
+                    def go(op=op, kernel=kernel, fn=fn, values=values) -> None:
+                        tma.run_launch_ex(op, kernel, fn, values)
+                if LAUNCH_HOOK is None:
+                    go()
+                else:
+                    LAUNCH_HOOK.launch(self.name, kernel, grid, values, go)
+        return [env[s] for s in self.results]
 
 
 # --------------------------------------------------------------------------- front-end hook

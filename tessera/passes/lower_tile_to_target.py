@@ -153,6 +153,7 @@ class KernelLowering:
         self.imms: dict[tuple[str, object], SSAValue] = {}
         self.tid: SSAValue | None = None
         self.packed: dict[tuple[SSAValue, object], list[SSAValue]] = {}
+        self.size_args = kernel.size_args()
 
     # -- small builders
 
@@ -161,11 +162,6 @@ class KernelLowering:
 
     def _param_type(self, t: Attribute, i: int) -> str:
         if isinstance(t, MemRefType):
-            if any(d < 0 for d in t.get_shape()):
-                raise TileLoweringError(
-                    f"lower-tile-to-target: kernel @{self.kernel.sym_name.data} argument {i}: "
-                    f"dynamic memref {t} is not supported (static shapes only)"
-                )
             return "u64"
         p = tt.host_param_type(t)
         if p is None:
@@ -299,26 +295,62 @@ class KernelLowering:
 
     # -- addresses
 
-    def linear_index(self, ref: SSAValue, indices: Sequence[SSAValue]) -> SSAValue:
-        """Row-major element offset (b64) of ``indices`` in ``ref``."""
+    def dim_size(self, op: Operation, ref: SSAValue, dim: int) -> SSAValue:
+        """The register holding the size of dynamic dim ``dim`` of the argument ``ref``
+        (its ``index`` size argument, named by the kernel's ``sizes``)."""
+        arg = next((k for k, a in enumerate(self.kernel.args) if a is ref), None)
+        src = self.size_args.get((arg, dim)) if arg is not None else None
+        if src is None:
+            raise self.fail(
+                op, f"dim {dim} of {ref.type} is dynamic and no kernel argument holds its size "
+                "(name one in the kernel's sizes = [...])"
+            )
+        return self.one(self.kernel.args[src])
+
+    def linear_index(
+        self, ref: SSAValue, indices: Sequence[SSAValue], op: Operation | None = None
+    ) -> SSAValue:
+        """Row-major element offset (b64) of ``indices`` in ``ref``; strides over dynamic
+        dims are computed from the dims' size arguments."""
         t = ref.type
         assert isinstance(t, MemRefType)
         shape = t.get_shape()
+        i64t = IntegerType(64)
         acc: SSAValue | None = None
         stride = 1
+        stride_reg: SSAValue | None = None  # stride = stride_reg * stride when set
         for k in reversed(range(len(shape))):
             idx = self.one(indices[k])
-            if acc is None:
-                if stride == 1:
-                    acc = idx
-                else:
-                    acc = self.reg("b64")
-                    self.emit(tt.MulOp("lo.s64", acc, idx, self.imm(stride, IntegerType(64))))
+            factor = stride_reg
+            if stride_reg is not None and stride != 1:
+                factor = self.reg("b64")
+                self.emit(tt.MulOp("lo.s64", factor, stride_reg, self.imm(stride, i64t)))
+            if factor is None and stride == 1:
+                term = idx
+                if acc is not None:
+                    term = self.reg("b64")
+                    self.emit(tt.AddOp("s64", term, idx, acc))
+                acc = term
             else:
+                mul = factor if factor is not None else self.imm(stride, i64t)
                 nxt = self.reg("b64")
-                self.emit(tt.MadOp("lo.s64", nxt, idx, self.imm(stride, IntegerType(64)), acc))
+                if acc is None:
+                    self.emit(tt.MulOp("lo.s64", nxt, idx, mul))
+                else:
+                    self.emit(tt.MadOp("lo.s64", nxt, idx, mul, acc))
                 acc = nxt
-            stride *= shape[k]
+            if k == 0:
+                break
+            if shape[k] < 0:
+                size = self.dim_size(op or ref.owner, ref, k)  # type: ignore[arg-type]
+                if stride_reg is None:
+                    stride_reg = size
+                else:
+                    prod = self.reg("b64")
+                    self.emit(tt.MulOp("lo.s64", prod, stride_reg, size))
+                    stride_reg = prod
+            else:
+                stride *= shape[k]
         if acc is None:
             acc = self.const_reg("b64", 0)
         return acc
@@ -344,7 +376,7 @@ class KernelLowering:
             return "shared", a
         if not isinstance(t.memory_space, NoneAttr):
             raise self.fail(op, f"unsupported memory space {t.memory_space}")
-        lin = self.linear_index(ref, indices)
+        lin = self.linear_index(ref, indices, op)
         a = self.reg("b64")
         self.emit(tt.MadOp("lo.s64", a, lin, self.imm(ebytes, IntegerType(64)), self.one(ref)))
         return "global", a

@@ -71,8 +71,8 @@ def same_bits(got: np.ndarray, want: np.ndarray) -> bool:
     gn, wn = np.isnan(gf), np.isnan(wf)
     if not np.array_equal(gn, wn) or not np.array_equal(np.signbit(gf[gn]), np.signbit(wf[wn])):
         return False
-    enc = np.uint8 if got.dtype.itemsize == 1 else np.uint16
-    return np.array_equal(got.view(enc)[~gn], want.view(enc)[~wn])
+    enc = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
+    return got.dtype == want.dtype and np.array_equal(got.view(enc)[~gn], want.view(enc)[~wn])
 
 
 # --------------------------------------------------------------------------- fp8 casts

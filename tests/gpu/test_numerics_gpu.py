@@ -1,6 +1,7 @@
 """GPU numerics: torch's CUDA casts against cast_array bit for bit, and the guide's fp8 GEMM
 through ``ts.jit`` on CUDA tensors. Skipped without a CUDA device."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -89,4 +90,138 @@ def test_fp8_gemm_on_gpu_error_bound() -> None:
     assert (np.abs(c - a @ b) <= in_bound + bound).all()
     # The CPU reference path gives the same result within the accumulation bound.
     cpu = mixed_precision_gemm(a8, b8).astype(np.float64)
+    assert (np.abs(c - cpu) <= 2 * bound).all()
+
+
+# --------------------------------------------------------------------------- Tessera kernels
+
+
+def _run_gpu(module, name: str, args: list) -> list:
+    """Lower a Tile IR module to PTX and run its host function on CUDA tensors."""
+    from tessera.passes.emit_ptx import emit_ptx
+    from tessera.runtime import cuda
+
+    target = cuda.lower_to_target(module)
+    return cuda.run_host(target, name, args, ptx=emit_ptx(target))
+
+
+def _cuda(x: np.ndarray):
+    """A CUDA tensor with the bytes of ``x`` (fp8 as torch float8, packed bytes as int8)."""
+    names = {1: {"float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}}
+    if x.dtype.name in names[1]:
+        return torch.from_numpy(x.view(np.uint8)).cuda().view(names[1][x.dtype.name])
+    if x.dtype == np.dtype(ml_dtypes.bfloat16):
+        return torch.from_numpy(x.view(np.int16)).cuda().view(torch.bfloat16)
+    return torch.from_numpy(x).cuda()
+
+
+def _host(t, like: np.dtype) -> np.ndarray:
+    """A CUDA tensor's bytes as a numpy array of ``like``."""
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[like.itemsize]
+    return t.contiguous().view(view).cpu().numpy().view(like)
+
+
+@pytest.mark.parametrize("dst", [ts.fp8_e4m3, ts.fp8_e5m2], ids=repr)
+@pytest.mark.parametrize("src", [ts.fp32, ts.fp16, ts.bf16], ids=repr)
+def test_fp8_cast_kernel_gpu_bitwise(src: ts.DType, dst: ts.DType) -> None:
+    from tests.test_numerics_kernels import cast_module, edge_inputs, same_bits
+
+    x = edge_inputs(dst, 200_000)
+    if src != ts.fp32:
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = np.concatenate([x, edge_inputs(src, 0)]).astype(src.np_dtype)
+    (y,) = _run_gpu(cast_module(src, dst, x.shape), "c", [_cuda(x)])
+    got = _host(y, dst.np_dtype)
+    assert same_bits(got, cast_array(x, dst))
+
+
+@pytest.mark.parametrize("dst", [ts.fp32, ts.fp16, ts.bf16], ids=repr)
+@pytest.mark.parametrize("src", [ts.fp8_e4m3, ts.fp8_e5m2], ids=repr)
+def test_fp8_widen_kernel_gpu_exact(src: ts.DType, dst: ts.DType) -> None:
+    from tests.test_numerics_kernels import all_codes, cast_module, same_bits
+
+    x = all_codes(src)
+    (y,) = _run_gpu(cast_module(src, dst, x.shape), "c", [_cuda(x)])
+    assert same_bits(_host(y, dst.np_dtype), x.astype(dst.np_dtype))
+
+
+@pytest.mark.parametrize("d", [ts.fp4_e2m1, ts.fp6_e2m3, ts.fp6_e3m2], ids=repr)
+def test_packed_cast_kernels_gpu_match_cpu(d: ts.DType) -> None:
+    from tessera.runtime.tile_interpreter import run_host
+    from tests.test_numerics_kernels import _pack, cast_module, edge_inputs
+
+    x = edge_inputs(d, 60_000)
+    x = x[: (x.size // 61) * 61].reshape(-1, 61)
+    (p,) = _run_gpu(cast_module(ts.fp32, d, x.shape), "c", [_cuda(x)])
+    packed = _host(p, np.dtype(np.uint8))
+    assert np.array_equal(packed, _pack(cast_array(x, d), d))
+    (y,) = _run_gpu(cast_module(d, ts.fp32, x.shape), "c", [p])
+    (y_cpu,) = run_host(cast_module(d, ts.fp32, x.shape), "c", [packed.view(np.int8)])
+    assert np.array_equal(_host(y, np.dtype(np.uint32)), y_cpu.view(np.uint32))
+
+
+def test_packed_fp4_dequant_matmul_gpu() -> None:
+    """W stored as packed fp4 (uint8 bytes), dequantized to bf16 in a kernel, then a bf16
+    mma.sync matmul with f32 accumulation."""
+    from tessera.numerics.pack import pack_fp4
+    from tests.test_lower_graph_to_tile import lower
+
+    m, k, n = 70, 96, 50
+    rng = np.random.default_rng(9)
+    a = cast_array(rng.standard_normal((m, k)), ts.bf16)
+    w = cast_array(rng.standard_normal((k, n)) * 2, ts.fp4_e2m1)
+    text = f"""func.func @qmm(%a: tensor<{m}x{k}xbf16>, %w: tensor<{k}x{n}xf4E2M1FN>) -> tensor<{m}x{n}xf32> {{
+  %wb = tgraph.cast %w : (tensor<{k}x{n}xf4E2M1FN>) -> tensor<{k}x{n}xbf16>
+  %c = tgraph.matmul %a, %wb : (tensor<{m}x{k}xbf16>, tensor<{k}x{n}xbf16>) -> tensor<{m}x{n}xf32>
+  func.return %c : tensor<{m}x{n}xf32>
+}}"""
+    packed = torch.from_numpy(pack_fp4(w)).cuda()  # uint8 bytes, passed as int8
+    (c,) = _run_gpu(lower(text), "qmm", [_cuda(a), packed.view(torch.int8)])
+    c = c.cpu().numpy().astype(np.float64)
+    a_h, w_h = a.astype(np.float64), w.astype(np.float64)
+    u32 = 2.0**-24
+    bound = k * u32 / (1 - k * u32) * (np.abs(a_h) @ np.abs(w_h)) + u32 * np.abs(a_h @ w_h)
+    assert (np.abs(c - a_h @ w_h) <= bound).all()
+
+
+def test_bf16_gemm_gpu_error_bound() -> None:
+    @ts.jit
+    def bf16_gemm(
+        A: ts.Tensor["M", "K", ts.bf16 @ ts.accum(ts.f32)],  # noqa: N803, F821
+        B: ts.Tensor["K", "N", ts.bf16 @ ts.accum(ts.f32)],  # noqa: N803, F821
+    ) -> ts.Tensor["M", "N", ts.f32]:  # noqa: F821
+        return ts.gemm(A, B)
+
+    m, k, n = 130, 200, 70
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    ab, bb = cast_array(a, ts.bf16), cast_array(b, ts.bf16)
+    c = bf16_gemm(_cuda(ab), _cuda(bb))
+    assert c.is_cuda and c.dtype == torch.float32
+    c = c.cpu().numpy().astype(np.float64)
+    a_h, b_h = ab.astype(np.float64), bb.astype(np.float64)
+    u32 = 2.0**-24
+    bound = k * u32 / (1 - k * u32) * (np.abs(a_h) @ np.abs(b_h)) + u32 * np.abs(a_h @ b_h)
+    assert (np.abs(c - a_h @ b_h) <= bound).all()
+    u16 = 2.0**-8  # bf16 unit roundoff; inputs are normal, so no subnormal term
+    in_bound = u16 * (np.abs(a) @ np.abs(b_h) + np.abs(a) @ np.abs(b))
+    assert (np.abs(c - a @ b) <= in_bound + bound).all()
+
+
+@pytest.mark.parametrize("d", [ts.fp8_e4m3, ts.fp8_e5m2], ids=repr)
+def test_fp8_gemm_kernel_gpu_ragged(d: ts.DType) -> None:
+    from tessera.runtime.tile_interpreter import run_host
+    from tests.test_numerics_kernels import accumulation_bound, gemm_module
+
+    m, k, n = 100, 150, 45
+    rng = np.random.default_rng(8)
+    a8 = cast_array(rng.standard_normal((m, k)), d)
+    b8 = cast_array(rng.standard_normal((k, n)), d)
+    mod = gemm_module(m, k, n, d)
+    (c,) = _run_gpu(mod, "mm", [_cuda(a8), _cuda(b8)])
+    c = c.cpu().numpy().astype(np.float64)
+    a_h, b_h = a8.astype(np.float64), b8.astype(np.float64)
+    bound = accumulation_bound(a_h, b_h)
+    assert (np.abs(c - a_h @ b_h) <= bound).all()
+    (cpu,) = run_host(mod, "mm", [a8, b8])
     assert (np.abs(c - cpu) <= 2 * bound).all()

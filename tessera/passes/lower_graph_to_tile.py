@@ -38,6 +38,7 @@ from xdsl.passes import ModulePass
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.ir.attrs import NumericPolicyAttr
+from tessera.passes import tile_rowwise
 from tessera.passes.tile_builder import Idx, KernelEmitter, compute_type, is_float
 from tessera.passes.tile_numerics import (
     is_narrow_cast,
@@ -951,9 +952,9 @@ _LOWERINGS.update({
     g.BroadcastOp: _FunctionLowering.lower_broadcast,  # type: ignore[dict-item]
     g.SliceOp: _FunctionLowering.lower_slice,  # type: ignore[dict-item]
     g.ConcatOp: _FunctionLowering.lower_concat,  # type: ignore[dict-item]
-    g.SoftmaxOp: _FunctionLowering.lower_softmax,  # type: ignore[dict-item]
-    g.RMSNormOp: _FunctionLowering.lower_norm,  # type: ignore[dict-item]
-    g.LayerNormOp: _FunctionLowering.lower_norm,  # type: ignore[dict-item]
+    g.SoftmaxOp: tile_rowwise.lower_softmax,  # type: ignore[dict-item]
+    g.RMSNormOp: tile_rowwise.lower_norm,  # type: ignore[dict-item]
+    g.LayerNormOp: tile_rowwise.lower_norm,  # type: ignore[dict-item]
     g.MSEOp: _FunctionLowering.lower_mse,  # type: ignore[dict-item]
     g.MatmulOp: _FunctionLowering.lower_matmul,  # type: ignore[dict-item]
     g.FlashAttentionOp: _FunctionLowering.lower_flash_attention,  # type: ignore[dict-item]

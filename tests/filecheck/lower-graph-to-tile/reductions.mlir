@@ -21,10 +21,12 @@ func.func @f(%x: tensor<5x300xbf16>, %y: tensor<4x7xf32>) -> (tensor<5xbf16>, te
 // CHECK:        arith.maximumf
 // CHECK:        ttile.reduce %{{.*}} kind = max scope = warp : f32
 // CHECK:      ttile.kernel @f_softmax_0(%{{.*}}: memref<5x300xbf16>, %{{.*}}: memref<5x300xbf16>) group_size = 128 {
-// CHECK:        ttile.reduce %{{.*}} kind = max scope = group : f32
-// CHECK:        math.exp
-// CHECK:        ttile.reduce %{{.*}} kind = sum scope = group : f32
+// CHECK:        ttile.load_vector %{{.*}} : memref<5x300xbf16> -> vector<4xbf16>
+// CHECK:        ttile.reduce %{{.*}} kind = max scope = warp : f32
+// CHECK:        math.exp2
+// CHECK:        ttile.reduce %{{.*}} kind = sum scope = warp : f32
+// CHECK:        ttile.store_vector
 // CHECK:      func.func @f(
 // CHECK:        ttile.launch @f_sum_0(%{{.*}}, %x) grid = [5, 1, 1]
 // CHECK:        ttile.launch @f_max_0(%{{.*}}, %y) grid = [4, 1, 1]
-// CHECK:        ttile.launch @f_softmax_0(%{{.*}}, %x) grid = [5, 1, 1]
+// CHECK:        ttile.launch @f_softmax_0(%{{.*}}, %x) grid = [2, 1, 1]

@@ -127,7 +127,7 @@ def _backend(op: Operation, args: list[np.ndarray], group: int) -> np.ndarray | 
         g.ReduceScatterOp: impls.run_reduce_scatter, g.AllToAllOp: impls.run_all_to_all,
         g.AllSliceOp: impls.run_all_slice, g.SendOp: impls.run_send, g.RecvOp: impls.run_recv,
     }[type(op)]
-    out = fn(None, op, tuple(args))  # type: ignore[arg-type]
+    out = fn(None, op, tuple(args)).values  # type: ignore[arg-type]
     return out[0] if out else None
 
 

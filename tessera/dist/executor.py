@@ -10,6 +10,8 @@ and returns this rank's results (replicated results are the global values; a
 result of a pipeline stage this rank does not run is ``None``).
 
 ``run_local`` runs an already per-rank program on per-rank arguments.
+``run_compiled`` runs the per-rank program as compiled segments between its
+collectives (numpy interpreter per segment on CPU, PTX on CUDA).
 """
 
 from __future__ import annotations
@@ -119,6 +121,40 @@ def run_spmd(
     if has_user_collectives(fn):
         return run_local(mod, name, args, mesh, stage_axis)
     return run_local(mod, name, local_args(fn, args, mesh, rank), mesh, stage_axis)
+
+
+def run_compiled(
+    module: ModuleOp, name: str, args: Sequence[Any], mesh: Mesh, device: str | None = None,
+    stage_axis: str = "pp",
+) -> list[Any]:
+    """Like :func:`run_spmd`, with compiled segments (:mod:`tessera.dist.segments`).
+
+    The per-rank function is split at its collectives; each segment goes through the
+    graph pipeline and runs on the numpy interpreter (``device="cpu"``) or as PTX on
+    this rank's GPU (``device="cuda"``, arguments moved there; results are torch CUDA
+    tensors). ``device`` defaults to the mesh's device type.
+    """
+    from tessera.dist.segments import SegmentedProgram
+
+    fn = _find(module, name)
+    _check_mesh(fn, mesh)
+    rank = mesh.check_world()
+    device = device or mesh.device_type
+    if SPMD in fn.attributes or has_user_collectives(fn):
+        mod, local = partitioned(module, name), list(args)
+    else:
+        mod, local = partitioned(module, name), local_args(fn, args, mesh, rank)
+    if device == "cuda":
+        import torch
+
+        from tessera.runtime import convert
+
+        dev = torch.device("cuda", torch.cuda.current_device())
+        local = [
+            a.to(dev) if convert.is_torch_tensor(a) else convert.to_torch(np.asarray(a)).to(dev)
+            for a in local
+        ]
+    return SegmentedProgram(mod, name, mesh, stage_axis).run(local, device)
 
 
 def parse(text: str, name: str = "<string>") -> ModuleOp:

@@ -261,5 +261,5 @@ class SegmentedProgram:
         }[type(op)]
         out = impl(None, op, ins).values
         if device == "cpu":
-            return tuple(np.ascontiguousarray(o) for o in out)
+            return tuple(np.asarray(o, order="C") for o in out)
         return tuple(o.contiguous() for o in out)

@@ -254,10 +254,12 @@ def one(y: mut f32[n]):
 def test_inspect_ir_levels():
     ir = scale.inspect_ir("tile")
     assert "ttile.kernel @scale(%x: memref<?xf32>, %y: memref<?xf32>, %a: f32, %n: index)" in ir
-    with pytest.raises(KernelCompileError, match="needs static shapes"):
-        scale.inspect_ir("ptx")
-    ptx = scale.inspect_ir("ptx", n=1000)
-    assert ".entry scale" in ptx and ".target sm_" in ptx
+    assert "ttarget.func @scale" in scale.inspect_ir("target")
+    ptx = scale.inspect_ir("ptx")  # shape-generic: n is the fourth parameter
+    assert ".entry scale" in ptx and ".param .u64 scale_param_3" in ptx
+    assert "memref<1000xf32>" in scale.inspect_ir("tile", n=1000)
+    with pytest.raises(ValueError, match="unknown IR level 'llvm'"):
+        scale.inspect_ir("llvm")
 
 
 # ------------------------------------------------------------------ autotune

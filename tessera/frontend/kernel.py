@@ -26,7 +26,10 @@ Launch convention (the same on CPU and GPU; docs/KERNELS.md):
   (``double_buffered_gemm(A, B, C, BM=64, BN=64, BK=32)``); each distinct set
   compiles once.
 * numpy arrays and CPU torch tensors run on the Tile IR interpreter and are
-  updated in place; CUDA torch tensors run as PTX on the current device.
+  updated in place; CUDA torch tensors run as PTX on the current device. Both
+  run the same shape-generic specialization (one per group size, constants
+  and dtypes): symbolic dims are ``?`` memref dims sized by ``index``
+  arguments, so one PTX kernel serves every size.
 * A kernel annotated ``-> ts.f32`` returns what lane 0 of each tile returns
   (written to a hidden output buffer): a numpy scalar for a one-tile grid, an
   array with one entry per tile otherwise.
@@ -52,7 +55,7 @@ from tessera.frontend.kernel_signature import (
     read_params,
     read_return,
 )
-from tessera.frontend.kernel_source import KernelCompileError, KernelSource
+from tessera.frontend.kernel_source import KernelSource
 from tessera.ir.dtypes import DType, dtype_of
 
 DEFAULT_GROUP_SIZE = 128
@@ -139,9 +142,11 @@ class Kernel:
     ) -> CompiledKernel:
         """Compile (or fetch from the cache) the specialization for these constants.
 
-        ``static_sizes`` fixes symbolic dims in the memref types and ``ret_len`` the
-        length of the hidden return buffer (the GPU lowering needs static shapes);
-        without them, dims stay dynamic (``?``).
+        Without ``static_sizes`` symbolic dims stay dynamic (``?``, sized by their
+        ``index`` arguments): the one shape-generic specialization per group size,
+        constants and dtypes that both the interpreter and the GPU run.
+        ``static_sizes`` fixes symbolic dims in the memref types and ``ret_len``
+        the length of the hidden return buffer (``inspect_ir(..., n=1000)``).
         """
         gs = group_size or self.group_size
         key = (
@@ -171,27 +176,22 @@ class Kernel:
     def inspect_ir(self, level: str = "tile", *, group_size: int | None = None, **kw: Any) -> str:
         """The kernel's IR as text: ``"tile"`` (Tile IR), ``"target"`` or ``"ptx"``.
 
-        Keyword arguments are compile-time constants (``BM=64``) or, for
-        ``"target"``/``"ptx"``, sizes of symbolic dims (``n=1024``); PTX needs
-        static shapes, so every symbolic dim must be given there.
+        Keyword arguments are compile-time constants (``BM=64``) or sizes of
+        symbolic dims (``n=1024``), which make those dims static. Without sizes
+        the dims stay dynamic (``?``) at every level: the PTX is the shape-generic
+        kernel that CUDA calls launch, taking each symbolic dim as a ``.u64``
+        parameter.
         """
         symbols = self.symbols()
         sizes = {k: kw.pop(k) for k in list(kw) if k in symbols}
+        if level not in ("tile", "target", "ptx"):
+            raise ValueError(f"unknown IR level '{level}'; valid: tile, target, ptx")
+        ck = self.compile(group_size=group_size, static_sizes=sizes or None, **kw)
         if level == "tile":
-            return str(self.compile(group_size=group_size, static_sizes=sizes or None, **kw).module)
-        if level in ("target", "ptx"):
-            missing = [s for s in symbols if s not in sizes]
-            if missing:
-                raise KernelCompileError(
-                    f"inspect_ir('{level}') of kernel '{self.__name__}': the PTX lowering needs "
-                    f"static shapes; give the symbolic dims, e.g. inspect_ir('{level}', "
-                    + ", ".join(f"{m}=1024" for m in missing) + ")"
-                )
-            ck = self.compile(group_size=group_size, static_sizes=sizes, ret_len=1, **kw)
-            from tessera.frontend.kernel_target import lower_to_ptx, lower_to_target
+            return str(ck.module)
+        from tessera.frontend.kernel_target import lower_to_ptx, lower_to_target
 
-            return str(lower_to_target(ck.module)) if level == "target" else lower_to_ptx(ck.module)
-        raise ValueError(f"unknown IR level '{level}'; valid: tile, target, ptx")
+        return str(lower_to_target(ck.module)) if level == "target" else lower_to_ptx(ck.module)
 
     def symbols(self) -> list[str]:
         """The symbolic dim names, in order of first appearance."""
@@ -227,16 +227,12 @@ class Kernel:
     ) -> Any:
         call = self.bind(args, kwargs)
         gs = group_size or self.group_size
+        ck = self.compile(group_size=gs, arg_dtypes=call.arg_dtypes, **call.constexprs)
+        g = self.grid_for(ck, call.sizes, grid)
         if call.on_gpu:
             from tessera.frontend.kernel_target import launch_gpu
 
-            probe = self.compile(group_size=gs, arg_dtypes=call.arg_dtypes, **call.constexprs)
-            g = self.grid_for(probe, call.sizes, grid)
-            ck = self.compile(group_size=gs, arg_dtypes=call.arg_dtypes, static_sizes=call.sizes,
-                              ret_len=g[0] * g[1] * g[2], **call.constexprs)
             return launch_gpu(ck, call, g)
-        ck = self.compile(group_size=gs, arg_dtypes=call.arg_dtypes, **call.constexprs)
-        g = self.grid_for(ck, call.sizes, grid)
         return run_cpu(ck, call, g)
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BoundCall:

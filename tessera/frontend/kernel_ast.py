@@ -72,6 +72,22 @@ class ArgLayout:
     entries: list[tuple[str, str]]
     types: list[Attribute]
 
+    def sizes(self, params: Sequence[KernelParam]) -> list[int]:
+        """The ``ttile.kernel`` ``sizes``: for each ``?`` dim of a memref argument, the
+        position of the ``dim`` argument of its symbol (-1 for the return buffer)."""
+        dims = {name: k for k, (kind, name) in enumerate(self.entries) if kind == "dim"}
+        by_name = {p.name: p for p in params}
+        out: list[int] = []
+        for (kind, name), t in zip(self.entries, self.types):
+            if not isinstance(t, MemRefType):
+                continue
+            p = by_name.get(name) if kind == "param" else None
+            for d, n in enumerate(t.get_shape()):
+                if n == DYNAMIC_INDEX:
+                    sym = p.dims[d] if isinstance(p, TensorParam) else None
+                    out.append(dims[sym] if isinstance(sym, str) else -1)
+        return out
+
 
 @dataclass
 class _ReturnState:
@@ -189,7 +205,10 @@ class KernelCodegen:
     def compile(self) -> tuple[ModuleOp, ArgLayout, set[str]]:
         """Build the module; returns it, the argument layout and the lane ops used."""
         lay = self.layout()
-        kernel = ttile.KernelOp(self.name, lay.types, self.group_size)
+        sizes = lay.sizes(self.params)
+        kernel = ttile.KernelOp(
+            self.name, lay.types, self.group_size, sizes=sizes if sizes else None
+        )
         block = kernel.body.block
         self.em = Emitter(block, self.group_size)
         env: dict[str, Any] = dict(self.constexprs)

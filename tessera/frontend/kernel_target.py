@@ -41,9 +41,13 @@ def lower_to_ptx(module: ModuleOp) -> str:
 
 
 def launch_gpu(ck: CompiledKernel, call: BoundCall, grid: tuple[int, int, int]) -> Any:
-    """Run a static-shape specialization on CUDA torch tensors (``tessera.runtime.cuda``).
+    """Run a specialization on CUDA torch tensors (``tessera.runtime.cuda``).
 
-    Tensors are updated in place; the loaded module is kept on ``ck``.
+    ``ck`` is shape-generic (symbolic dims are ``?`` memref dims whose sizes are
+    ``index`` parameters), so its PTX is built and loaded once per device and
+    serves every size. Tensors are updated in place (a non-contiguous or
+    misaligned tensor runs on a copy that is copied back); the loaded module
+    is kept on ``ck``.
     """
     cuda = _optional("tessera.runtime.cuda", "the CUDA runtime")
     import torch

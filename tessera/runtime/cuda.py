@@ -245,7 +245,8 @@ ALIGNMENT = 16
 
 
 def check_tensor(x: Any, t: MemRefType, where: str, device: int) -> Any:
-    """Validate a tensor argument for a memref parameter; returns a contiguous tensor."""
+    """Validate a tensor argument for a memref parameter (a ``?`` dim takes any size);
+    returns a contiguous, 16-byte aligned tensor."""
     import torch
 
     if not isinstance(x, torch.Tensor):
@@ -258,8 +259,11 @@ def check_tensor(x: Any, t: MemRefType, where: str, device: int) -> Any:
     if x.dtype != want:
         raise LaunchError(f"{where}: dtype {x.dtype}, expected {want}")
     shape = tuple(t.get_shape())
-    if tuple(x.shape) != shape:
-        raise LaunchError(f"{where}: shape {tuple(x.shape)}, expected {shape}")
+    if len(x.shape) != len(shape) or any(
+        want >= 0 and got != want for got, want in zip(x.shape, shape)
+    ):
+        spelled = tuple("?" if d < 0 else d for d in shape)
+        raise LaunchError(f"{where}: shape {tuple(x.shape)}, expected {spelled}")
     if not x.is_contiguous():
         x = x.contiguous()
     if x.data_ptr() % ALIGNMENT:

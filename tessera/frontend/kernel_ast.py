@@ -28,6 +28,7 @@ from tessera.frontend.kernel_builtins import call_intrinsic, cast_to
 from tessera.frontend.kernel_emit import Emitter, prefetch_attr
 from tessera.frontend.kernel_intrinsics import Intrinsic
 from tessera.frontend.kernel_memory import MmaProduct, Ref, SliceSpec
+from tessera.frontend.kernel_shared_infer import infer_bare_allocs
 from tessera.frontend.kernel_signature import KernelParam, ScalarParam, TensorParam
 from tessera.frontend.kernel_source import KernelCompileError, KernelSource
 from tessera.frontend.kernel_values import (
@@ -239,6 +240,9 @@ class KernelCodegen:
         body = self.source.fn_def.body
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
             body = body[1:]  # docstring
+        body = infer_bare_allocs(
+            self.source, self.params, body, lambda p: p.dtype or self.arg_dtypes.get(p.name)
+        )
         for i, stmt in enumerate(body):
             if isinstance(stmt, ast.Return):
                 if i != len(body) - 1:

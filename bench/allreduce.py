@@ -3,7 +3,10 @@
     torchrun --nproc-per-node 2 bench/allreduce.py [--min-mib 1] [--max-mib 1024]
              [--iters 10] [--dtype float32] [--json bench_allreduce.json]
 
-Rank 0 prints a table (size, both times, algorithm bandwidth, whether the
+Each rank binds to the GPU of its LOCAL_RANK; before timing a size the ranks
+synchronize and meet at a barrier; every iteration is timed with its own pair of
+CUDA events on the current stream, and the time reported is the slowest rank's
+median. Rank 0 prints a table (size, both times, algorithm bandwidth, whether the
 deterministic result equals the rank-ordered sum bitwise) and writes it as JSON.
 Without CUDA GPUs (at least two ranks, one GPU each) it exits with status 2 and
 a message saying so.
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -69,13 +73,20 @@ def main() -> int:
             for _ in range(args.warmup):
                 fn()
             torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+            tdist.barrier(device_ids=[dev.index])
+            events = []
             for _ in range(args.iters):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
                 fn()
-            end.record()
+                end.record()
+                events.append((start, end))
             torch.cuda.synchronize()
-            times[name] = start.elapsed_time(end) / args.iters
+            median = statistics.median(s.elapsed_time(e) for s, e in events)
+            slowest = torch.tensor([median], dtype=torch.float64, device=dev)
+            tdist.all_reduce(slowest, op=tdist.ReduceOp.MAX)
+            times[name] = float(slowest.item())
         a, b = det(), det()
         parts = [torch.empty_like(x) for _ in range(world)]
         tdist.all_gather(parts, x)

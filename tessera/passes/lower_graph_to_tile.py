@@ -38,7 +38,7 @@ from xdsl.passes import ModulePass
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.ir.attrs import NumericPolicyAttr
-from tessera.passes import tile_rowwise
+from tessera.passes import tile_attention, tile_rowwise
 from tessera.passes.tile_builder import Idx, KernelEmitter, compute_type, is_float
 from tessera.passes.tile_numerics import (
     is_narrow_cast,
@@ -957,7 +957,7 @@ _LOWERINGS.update({
     g.LayerNormOp: tile_rowwise.lower_norm,  # type: ignore[dict-item]
     g.MSEOp: _FunctionLowering.lower_mse,  # type: ignore[dict-item]
     g.MatmulOp: _FunctionLowering.lower_matmul,  # type: ignore[dict-item]
-    g.FlashAttentionOp: _FunctionLowering.lower_flash_attention,  # type: ignore[dict-item]
+    g.FlashAttentionOp: tile_attention.lower_flash_attention,  # type: ignore[dict-item]
     g.FusedOp: _FunctionLowering.lower_fused,  # type: ignore[dict-item]
     g.MatmulEpilogueOp: _FunctionLowering.lower_matmul_epilogue,  # type: ignore[dict-item]
 })

@@ -1,9 +1,16 @@
 """The guide's double-buffered, autotuned ``tp_axpy`` (Chapter 2.3).
 
-Changes from the guide:
+``TP_AXPY_GUIDE_TEXT`` is the guide's text, compiled verbatim with
+``ts.kernel.from_source`` (``tp_axpy_from_guide``): its bare ``tshared.alloc``
+buffers take the shape and dtype of the ``cp_async`` windows copied into them
+(``f16[128]``). Its ``for i in range(128)`` runs on every lane, which the
+lockstep interpreter runs correctly and a GPU runs as a race, so the ``.py``
+version below changes it.
 
-* ``tshared.alloc`` with no shape cannot be compiled; the buffers are
-  ``tshared.alloc[f16](128)``, the spelling of the guide's GEMM snippet.
+Changes from the guide in the ``.py`` version:
+
+* the buffers are ``tshared.alloc[f16](128)``, the spelling of the guide's
+  GEMM snippet (the inferred shape, written out).
 * ``cp_async.shared.global`` is a syntax error in Python (``global`` is a
   keyword): the attribute is ``global_`` in ``.py`` files
   (``ts.kernel.from_source`` accepts ``.global``).
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import tessera as ts
 from tessera import cp_async, f16, kernel, mut, tbarrier, tile, tshared
 
 
@@ -40,6 +48,25 @@ def tp_axpy(X: f16[m], Y: mut[f16[m]], alpha: f16):  # noqa: F821
         tbarrier()
         s0, s1 = s1, s0
     tbarrier()
+
+
+TP_AXPY_GUIDE_TEXT = """
+@kernel.autotune(space=dict(BM=[128,256], stages=[2,3]))
+def tp_axpy(X: f16[m], Y: mut f16[m], alpha: f16):
+    s0 = tshared.alloc
+    s1 = tshared.alloc
+    for t in tile.range(m, step=128, prefetch=2):
+        cp_async.shared.global(s1, X[t:t+128])
+        tbarrier()
+        if t > 0:
+            for i in range(128):
+                yv = alpha * s0[i] + tile.load(Y, index=t-128+i)
+                tile.store(Y, index=t-128+i, value=yv)
+        s0, s1 = s1, s0
+    tbarrier()
+"""
+
+tp_axpy_from_guide = ts.kernel.from_source(TP_AXPY_GUIDE_TEXT, file=__file__)
 
 
 def reference(X: np.ndarray, Y: np.ndarray, alpha: float) -> np.ndarray:

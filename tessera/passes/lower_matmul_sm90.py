@@ -30,6 +30,9 @@ output tile per CTA:
   ``col < N`` when the tile is ragged.
 * Tiles are visited in groups of ``group_m`` tile rows (an L2-friendly order).
 
+``tgraph.matmul_epilogue`` ops are not taken: they lower to the generic ``mma.sync``
+kernel, which applies their bias, activation and cast before its store.
+
 Tile shapes and stages come from the matmul's ``tile_shape`` when it is a valid
 sm90 shape, else from :func:`tessera.passes.matmul_config.sm90_config`
 (docs/PERFORMANCE.md).

@@ -6,11 +6,13 @@ On the first call for a new shape signature (argument shapes and dtypes, the
 other constants, the device) every config is compiled and run on copies of the
 arguments:
 
-* with CUDA tensors, each config is timed with CUDA events (``warmup`` runs,
-  then the median of ``rep``) and the fastest wins;
-* on the CPU interpreter, timings mean nothing: each config is checked to
-  compile, run and agree with the first config that ran, and the first such
-  config is picked; a line on stderr says so.
+* every config is checked to compile, run and agree with the first config
+  that ran (a config that fails to compile, lower or launch, or disagrees, is
+  skipped);
+* with CUDA tensors, each agreeing config is then timed with CUDA events
+  (``warmup`` runs, then the median of ``rep``) and the fastest wins;
+* on the CPU interpreter, timings mean nothing: the first agreeing config is
+  picked; a line on stderr says so.
 
 Winners are kept in memory and in ``$TESSERA_CACHE_DIR/autotune.json``
 (default ``~/.cache/tessera/autotune.json``), so later processes skip the
@@ -151,14 +153,21 @@ class AutotunedKernel(Kernel):
         return tuple(cp(a) for a in args), {k: cp(v) for k, v in kwargs.items()}
 
     def _outputs(self, args: tuple, kwargs: dict, ret: Any) -> list[np.ndarray]:
-        from tessera.runtime.convert import to_numpy
+        """The writable arguments and the return value, as float64 numpy arrays."""
+        from tessera.runtime.convert import is_cuda_tensor, to_numpy
+
+        def host(v: Any) -> np.ndarray:
+            if is_cuda_tensor(v):
+                v = v.detach().cpu()
+                if v.dtype.is_floating_point:
+                    v = v.double()
+            return np.asarray(to_numpy(v), np.float64)
 
         names = [p.name for p in self.params]
         vals = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
-        outs = [np.asarray(to_numpy(vals[p.name]), np.float64) for p in self.params
-                if getattr(p, "mutable", False)]
+        outs = [host(vals[p.name]) for p in self.params if getattr(p, "mutable", False)]
         if ret is not None:
-            outs.append(np.asarray(ret, np.float64))
+            outs.append(host(ret) if hasattr(ret, "shape") else np.asarray(ret, np.float64))
         return outs
 
     def tune(
@@ -173,24 +182,23 @@ class AutotunedKernel(Kernel):
         for cfg in configs:
             a, kw = self._copies(args, kwargs)
             try:
-                if call.on_gpu:
+                ret = self._run(a, kw, cfg, grid, group_size)
+                outs = self._outputs(a, kw, ret)
+                agree = reference is None or all(
+                    o.shape == r.shape and np.allclose(o, r, rtol=1e-2, atol=1e-2, equal_nan=True)
+                    for o, r in zip(outs, reference)
+                )
+                if reference is None:
+                    reference = outs
+                if not agree:
+                    trials.append(TrialResult(cfg, False, error="results differ from the first "
+                                              "config"))
+                elif call.on_gpu:
                     ms = self._time_gpu(a, kw, cfg, grid, group_size)
                     trials.append(TrialResult(cfg, True, ms))
                 else:
-                    ret = self._run(a, kw, cfg, grid, group_size)
-                    outs = self._outputs(a, kw, ret)
-                    if reference is None:
-                        reference = outs
-                        trials.append(TrialResult(cfg, True))
-                    else:
-                        agree = all(
-                            o.shape == r.shape and np.allclose(o, r, rtol=1e-2, atol=1e-2,
-                                                               equal_nan=True)
-                            for o, r in zip(outs, reference)
-                        )
-                        trials.append(TrialResult(cfg, agree, error="" if agree else
-                                                  "results differ from the first config"))
-            except TesseraError as e:
+                    trials.append(TrialResult(cfg, True))
+            except (TesseraError, ValueError, RuntimeError) as e:
                 trials.append(TrialResult(cfg, False, error=str(e).splitlines()[0]))
             bar.update()
         bar.close()

@@ -1,9 +1,12 @@
 """The guide's tile kernels (examples/kernels) as PTX on a GPU, against numpy.
 
-CUDA torch tensors select the GPU path: each call compiles a static-shape
-specialization, lowers it with lower-tile-to-target + emit-ptx, loads it with
-tessera.runtime.cuda and launches it on the current stream. Skipped without a
-CUDA device.
+CUDA torch tensors select the GPU path: a call compiles the kernel's
+shape-generic specialization (one per group size, constants and dtypes;
+symbolic dims are kernel parameters), lowers it with lower-tile-to-target +
+emit-ptx once, loads it with tessera.runtime.cuda and launches it on the current
+stream. Outputs that the kernel writes entirely start as NaN, so unwritten
+elements fail; references are computed in numpy float64 where the kernel's
+rounding allows. Skipped without a CUDA device.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import tessera as ts
 
 torch = pytest.importorskip("torch")
 pytestmark = [
@@ -53,15 +58,46 @@ def host(t) -> np.ndarray:
     return t.numpy()
 
 
-@pytest.mark.parametrize("n", [1, 1001])
-def test_saxpy(n):
+def poison(shape, dtype=np.float32) -> np.ndarray:
+    return np.full(shape, np.nan, dtype)
+
+
+def f64(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, np.float64)
+
+
+def test_saxpy_one_module_serves_every_size(monkeypatch):
+    from tessera.runtime import cuda as rt
+
     m = _load("saxpy")
-    rng = np.random.default_rng(n)
-    x, y = rnd(rng, n), rnd(rng, n)
-    want = m.reference(x, y, 1.75)
-    ty = cuda(y)
-    m.saxpy(cuda(x), ty, 1.75)
-    np.testing.assert_allclose(host(ty), want, rtol=1e-6, atol=1e-6)
+    k = ts.kernel.from_source(m.SAXPY_GUIDE_TEXT)
+    loads = []
+    real = rt.load_module
+    monkeypatch.setattr(rt, "load_module", lambda ptx, dev=0: loads.append(ptx) or real(ptx, dev))
+    for n in (1, 127, 128, 1001, 65537):
+        rng = np.random.default_rng(n)
+        x, y = rnd(rng, n), rnd(rng, n)
+        want = 1.75 * f64(x) + f64(y)
+        ty = cuda(y)
+        k(cuda(x), ty, 1.75)
+        torch.cuda.synchronize()
+        np.testing.assert_allclose(f64(host(ty)), want, rtol=1e-6, atol=2e-6)
+    assert len(k._cache) == 1 and len(loads) == 1
+    assert "memref<?xf32>" in str(next(iter(k._cache.values())).module)
+
+
+def test_saxpy_non_contiguous_tensor_is_updated_in_place():
+    m = _load("saxpy")
+    rng = np.random.default_rng(9)
+    x = rnd(rng, 300)
+    base = cuda(rnd(rng, 600))
+    y = base[::2]  # a strided view: runs on a copy, copied back
+    before = host(base).copy()
+    want = 1.75 * f64(x) + f64(before[::2])
+    m.saxpy(cuda(x), y, 1.75)
+    after = host(base)
+    np.testing.assert_allclose(f64(after[::2]), want, rtol=1e-6, atol=2e-6)
+    np.testing.assert_array_equal(after[1::2], before[1::2])
 
 
 def test_tile_example():
@@ -75,24 +111,38 @@ def test_tile_example():
 def test_process_chunks():
     m = _load("process_chunks")
     rng = np.random.default_rng(2)
-    x, out = rnd(rng, 300), rnd(rng, 300)
-    t = cuda(out)
+    x = rnd(rng, 300)
+    t = cuda(poison(300))
     m.process_chunks(cuda(x), t)
-    np.testing.assert_allclose(host(t), m.reference(x), rtol=1e-5, atol=1e-5)
+    want = f64(x) * f64(x) + 0.5 * f64(x) - 1.0
+    np.testing.assert_allclose(f64(host(t)), want, rtol=1e-5, atol=1e-5)
 
 
 def test_cooperative_reduction():
     m = _load("cooperative_reduction")
-    d = rnd(np.random.default_rng(3), 1000)
-    got = m.cooperative_reduction(cuda(d))
-    np.testing.assert_allclose(float(got), m.reference(d), rtol=1e-5, atol=1e-4)
+    for n in (1000, 77):
+        d = rnd(np.random.default_rng(n), n)
+        got = m.cooperative_reduction(cuda(d))
+        assert isinstance(got, torch.Tensor) and got.is_cuda and got.numel() == 1
+        np.testing.assert_allclose(float(got), f64(d).sum(), rtol=1e-5, atol=1e-4)
+
+
+def test_cooperative_reduction_per_tile_results():
+    m = _load("cooperative_reduction")
+    d = rnd(np.random.default_rng(8), 300)
+    got = m.cooperative_reduction(cuda(d), grid=3)
+    assert isinstance(got, torch.Tensor) and tuple(got.shape) == (3,)
+    for t in range(3):
+        want = f64(d[t * 128::128]).sum() + sum(
+            f64(d[t * 128 + lane::128]).sum() for lane in range(1, 128))
+        np.testing.assert_allclose(float(got[t]), want, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("shape, bn", [((70, 67), 7), ((70, 68), 8)])
 def test_memory_hierarchy_example(shape, bn):
     m = _load("memory_hierarchy_example")
     A = rnd(np.random.default_rng(4), shape)
-    out, probe = cuda(np.full((64, 64), 7.0, np.float32)), cuda(np.zeros(2, np.float32))
+    out, probe = cuda(poison((64, 64))), cuda(poison(2))
     m.memory_hierarchy_example(cuda(A), 3, 5, 10, bn, out, probe)
     want_block, want_probe = m.reference(A, 3, 5, 10, bn)
     np.testing.assert_array_equal(host(out), want_block)
@@ -148,5 +198,16 @@ def test_tp_axpy_autotuned_with_cuda_events(tmp_path):
     t = cuda(Y)
     m.tp_axpy(cuda(X), t, 0.75)
     np.testing.assert_array_equal(host(t), want)
-    assert all(tr.ms is not None for tr in m.tp_axpy.last_trials if tr.ok)
-    assert (tmp_path / "autotune.json").exists()
+    trials = m.tp_axpy.last_trials
+    assert len(trials) == 4 and all(tr.ok for tr in trials), trials
+    assert all(tr.ms is not None and tr.ms > 0 for tr in trials)
+    import json
+
+    (entry,) = json.loads((tmp_path / "autotune.json").read_text()).values()
+    assert entry["how"] == "gpu-timed"
+    assert entry["config"] == min(trials, key=lambda tr: tr.ms).config
+    # a second size reuses the compiled module; the tuner searches again (new shape)
+    X2, Y2 = rnd(rng, 300, np.float16), rnd(rng, 300, np.float16)
+    t2 = cuda(Y2)
+    m.tp_axpy(cuda(X2), t2, -0.5)
+    np.testing.assert_array_equal(host(t2), m.reference(X2, Y2, -0.5))

@@ -4,18 +4,30 @@
   torch tensor with ``cuTensorMapEncodeTiled``: dims innermost first, 128-byte
   swizzle (the layout the wgmma descriptors of
   :mod:`tessera.passes.lower_matmul_sm90` assume), zero fill out of bounds.
-* :func:`launch_ex` runs a ``ttarget.launch_ex``: raises the kernel's dynamic
-  shared-memory limit once, passes ``!ttarget.param<tmap>`` parameters by value
-  (64-byte aligned copies of the maps) and the rest like
-  :func:`tessera.runtime.cuda.pack_params`.
-* :func:`gemm_runner` loads one sm90 matmul kernel and returns ``run(c, a, b)``
-  (the autotuner and the GPU tests use it).
+  :func:`tensor_map` keeps the encoded maps in a bounded cache keyed by address,
+  shape, strides, dtype and box, so a repeated call on the same buffers encodes
+  nothing (a map only describes those, so a hit is always the same map).
+* :class:`LaunchExPlan` is everything about one ``ttarget.launch_ex`` that does not
+  change between calls: the grid, block and shared-memory size read off the IR
+  once, the kind of each parameter, a ``void**`` parameter array that is refilled
+  in place, and the kernel's dynamic shared-memory limit raised once at
+  construction. :meth:`LaunchExPlan.launch` only fills in pointers and tensor maps
+  and calls ``cuLaunchKernel``.
+* :func:`run_launch_ex` runs a host ``ttarget.launch_ex`` through the plan cached
+  for that op and function; :func:`launch_ex` does the same for an explicit
+  grid, shared-memory size and boxes.
+* :func:`gemm_runner` loads one sm90 matmul kernel (once per specialization and
+  device) and returns ``run(c, a, b)`` (the autotuner, the GPU tests and
+  ``bench/gemm_sweep.py`` use it).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,8 +35,15 @@ from tessera.ir import target as tt
 from tessera.runtime import cuda
 
 TENSOR_MAP_BYTES = 128
+SMEM_DEFAULT_LIMIT = 48 * 1024
+"""Dynamic shared memory a kernel may use without ``cuFuncSetAttribute``."""
+MAP_CACHE_SIZE = 512
+"""Encoded tensor maps kept (least recently used dropped first)."""
 
-_SMEM_SET: set[tuple[int, int]] = set()
+_MAPS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_MAPS_LOCK = threading.Lock()
+_STATS = {"encodes": 0, "smem_attribute_sets": 0}
+"""Counters of the per-call work this module avoids (tests read them)."""
 
 
 def _dtype_enum(x: Any) -> Any:
@@ -68,10 +87,33 @@ def encode_tensor_map(x: Any, box: tuple[int, int]) -> ctypes.Array[ctypes.c_cha
         ),
         "cuTensorMapEncodeTiled",
     )
+    _STATS["encodes"] += 1
     raw = ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES)
     buf = _aligned(TENSOR_MAP_BYTES, 64)
     ctypes.memmove(buf, raw, TENSOR_MAP_BYTES)
     return buf
+
+
+def tensor_map(x: Any, box: tuple[int, int]) -> ctypes.Array[ctypes.c_char]:
+    """:func:`encode_tensor_map`, cached by (address, shape, strides, dtype, box)."""
+    key = (x.data_ptr(), x.shape, x.stride(), x.dtype, box)
+    with _MAPS_LOCK:
+        found = _MAPS.get(key)
+        if found is not None:
+            _MAPS.move_to_end(key)
+            return found
+    buf = encode_tensor_map(x, box)
+    with _MAPS_LOCK:
+        _MAPS[key] = buf
+        while len(_MAPS) > MAP_CACHE_SIZE:
+            _MAPS.popitem(last=False)
+    return buf
+
+
+def clear_tensor_maps() -> None:
+    """Forget every cached tensor map."""
+    with _MAPS_LOCK:
+        _MAPS.clear()
 
 
 def _aligned(size: int, align: int) -> Any:
@@ -84,81 +126,179 @@ def _aligned(size: int, align: int) -> Any:
     return view
 
 
-def pack_params_ex(
-    kernel: tt.FuncOp, values: Sequence[Any], boxes: Sequence[tuple[int, int]]
-) -> tuple[int, list[Any]]:
-    """The ``void**`` parameter array for ``cuLaunchKernel`` (tensor maps by value)."""
-    import torch
+_TMAP, _PTR, _SCALAR = 0, 1, 2
 
-    keep: list[Any] = []
-    for p, v, box in zip(kernel.block.args, values, boxes, strict=True):
-        assert isinstance(p.type, tt.ParamType)
-        ty = p.type.ty.data
-        if ty == "tmap":
-            keep.append(encode_tensor_map(v, box))
-        elif isinstance(v, torch.Tensor):
-            keep.append(ctypes.c_uint64(v.data_ptr()))
-        else:
-            keep.append(cuda._CTYPES[ty](int(v) if isinstance(v, bool) else v))
-    array = (ctypes.c_void_p * max(1, len(keep)))(*[ctypes.addressof(k) for k in keep])
-    keep.append(array)
-    return ctypes.addressof(array), keep
+
+class LaunchExPlan:
+    """One kernel launch with tensor maps and dynamic shared memory, prepared once.
+
+    ``boxes`` holds an ``(inner, outer)`` box per parameter; a ``tmap`` parameter is
+    passed as the cached tensor map of its tensor with that box, a ``u64`` tensor
+    by its address, other values as their ``.param`` type. The parameter array is
+    owned by the plan and refilled under a lock on each launch (the driver copies
+    the values during ``cuLaunchKernel``).
+    """
+
+    def __init__(
+        self, function: Any, kernel: tt.FuncOp, grid: Sequence[int], smem: int,
+        boxes: Sequence[tuple[int, int]],
+    ) -> None:
+        params = kernel.block.args
+        if len(boxes) != len(params):
+            raise cuda.LaunchError(
+                f"{kernel.sym_name.data}: {len(boxes)} boxes for {len(params)} parameters"
+            )
+        self.function = function
+        self.name = kernel.sym_name.data
+        self.grid: tuple[int, int, int] = tuple((tuple(grid) + (1, 1, 1))[:3])  # type: ignore[assignment]
+        self.block = int(kernel.maxntid.data)
+        self.smem = int(smem)
+        self.kinds: list[tuple[int, tuple[int, int]]] = []
+        self._slots: list[Any] = []
+        self._array = (ctypes.c_void_p * max(1, len(params)))()
+        self._keep: list[Any] = [None] * len(params)
+        for i, (p, box) in enumerate(zip(params, boxes)):
+            assert isinstance(p.type, tt.ParamType)
+            ty = p.type.ty.data
+            if ty == "tmap":
+                self.kinds.append((_TMAP, (int(box[0]), int(box[1]))))
+                self._slots.append(None)
+                continue
+            slot = cuda._CTYPES[ty]()
+            self.kinds.append((_PTR if ty in ("u64", "b64") else _SCALAR, (0, 0)))
+            self._slots.append(slot)
+            self._array[i] = ctypes.addressof(slot)
+        self._params = ctypes.addressof(self._array)
+        self._lock = threading.Lock()
+        self._streams: dict[int, Any] = {}
+        if self.smem > SMEM_DEFAULT_LIMIT:
+            d = cuda._driver()
+            cuda.check(
+                d.cuFuncSetAttribute(
+                    function,
+                    d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    self.smem,
+                ),
+                f"cuFuncSetAttribute({self.name}, max dynamic shared = {self.smem})",
+            )
+            _STATS["smem_attribute_sets"] += 1
+
+    def _stream(self, stream: int) -> Any:
+        found = self._streams.get(stream)
+        if found is None:
+            found = self._streams[stream] = cuda._driver().CUstream(stream)
+        return found
+
+    def launch(self, values: Sequence[Any], stream: int | None = None) -> None:
+        """Launch on ``values`` (torch tensors or scalars, one per parameter)."""
+        if len(values) != len(self.kinds):
+            raise cuda.LaunchError(f"{self.name}: takes {len(self.kinds)} arguments, got {len(values)}")
+        if stream is None:
+            import torch
+
+            stream = torch.cuda.current_stream().cuda_stream
+        d = cuda._driver()
+        gx, gy, gz = self.grid
+        with self._lock:
+            for i, ((kind, box), v) in enumerate(zip(self.kinds, values)):
+                if kind == _TMAP:
+                    buf = tensor_map(v, box)
+                    self._keep[i] = buf
+                    self._array[i] = ctypes.addressof(buf)
+                elif kind == _PTR:
+                    self._slots[i].value = v.data_ptr() if hasattr(v, "data_ptr") else int(v)
+                else:
+                    self._slots[i].value = int(v) if isinstance(v, bool) else v
+            cuda.check(
+                d.cuLaunchKernel(
+                    self.function, gx, gy, gz, self.block, 1, 1, self.smem,
+                    self._stream(stream), self._params, 0,
+                ),
+                f"cuLaunchKernel({self.name})",
+            )
+        if os.environ.get("TESSERA_CUDA_SYNC"):
+            cuda.check(d.cuStreamSynchronize(self._stream(stream)), f"kernel {self.name}")
+
+
+def _handle(function: Any) -> int:
+    """A hashable identity of a ``CUfunction`` (its handle, else the object's id)."""
+    try:
+        return int(function)
+    except (TypeError, ValueError):
+        return id(function)
+
+
+_OP_PLANS: weakref.WeakKeyDictionary[tt.LaunchExOp, dict[int, LaunchExPlan]] = (
+    weakref.WeakKeyDictionary()
+)
+_KERNEL_PLANS: weakref.WeakKeyDictionary[tt.FuncOp, dict[tuple[Any, ...], LaunchExPlan]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def launch_ex(
     function: Any, kernel: tt.FuncOp, grid: Sequence[int], smem: int, values: Sequence[Any],
     boxes: Sequence[tuple[int, int]], stream: int | None = None,
 ) -> None:
-    """Launch ``function`` with ``smem`` bytes of dynamic shared memory and tensor maps."""
-    import torch
+    """Launch ``function`` with ``smem`` bytes of dynamic shared memory and tensor maps
+    (through a :class:`LaunchExPlan` cached per kernel, function, grid, smem and boxes)."""
+    per_kernel = _KERNEL_PLANS.get(kernel)
+    if per_kernel is None:
+        per_kernel = _KERNEL_PLANS[kernel] = {}
+    key = (_handle(function), tuple(grid), smem, tuple((int(a), int(b)) for a, b in boxes))
+    plan = per_kernel.get(key)
+    if plan is None:
+        plan = per_kernel[key] = LaunchExPlan(function, kernel, grid, smem, boxes)
+    plan.launch(values, stream)
 
-    d = cuda._driver()
-    key = (int(function), smem) if hasattr(function, "__int__") else (id(function), smem)
-    if smem > 48 * 1024 and key not in _SMEM_SET:
-        cuda.check(
-            d.cuFuncSetAttribute(
-                function, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem,
-            ),
-            f"cuFuncSetAttribute({kernel.sym_name.data}, max dynamic shared = {smem})",
+
+def plan_for(op: tt.LaunchExOp, kernel: tt.FuncOp, function: Any) -> LaunchExPlan:
+    """The cached :class:`LaunchExPlan` of a host ``ttarget.launch_ex`` and its loaded function."""
+    per_op = _OP_PLANS.get(op)
+    if per_op is None:
+        per_op = _OP_PLANS[op] = {}
+    handle = _handle(function)
+    plan = per_op.get(handle)
+    if plan is None:
+        boxes = [op.box(i) for i in range(len(kernel.block.args))]
+        plan = per_op[handle] = LaunchExPlan(
+            function, kernel, op.grid_value(), op.smem.value.data, boxes
         )
-        _SMEM_SET.add(key)
-    if stream is None:
-        stream = torch.cuda.current_stream().cuda_stream
-    params, keep = pack_params_ex(kernel, values, boxes)
-    gx, gy, gz = (tuple(grid) + (1, 1, 1))[:3]
-    cuda.check(
-        d.cuLaunchKernel(
-            function, gx, gy, gz, kernel.maxntid.data, 1, 1, smem, d.CUstream(stream), params, 0
-        ),
-        f"cuLaunchKernel({kernel.sym_name.data})",
-    )
-    del keep
-    if os.environ.get("TESSERA_CUDA_SYNC"):
-        cuda.check(d.cuStreamSynchronize(d.CUstream(stream)), f"kernel {kernel.sym_name.data}")
+    return plan
 
 
 def run_launch_ex(op: tt.LaunchExOp, kernel: tt.FuncOp, function: Any, values: Sequence[Any]) -> None:
     """Run one host ``ttarget.launch_ex`` (called by :func:`tessera.runtime.cuda.run_host`)."""
-    boxes = [op.box(i) for i in range(len(values))]
-    launch_ex(function, kernel, op.grid_value(), op.smem.value.data, values, boxes)
+    plan_for(op, kernel, function).launch(values)
+
+
+_RUNNERS: dict[tuple[Any, int], Callable[[Any, Any, Any], None]] = {}
 
 
 def gemm_runner(gemm: Any) -> Callable[[Any, Any, Any], None]:
     """Load the sm90 kernel for ``gemm`` (a :class:`~tessera.passes.lower_matmul_sm90.Sm90Gemm`)
-    and return ``run(c, a, b)`` launching it on torch tensors."""
+    and return ``run(c, a, b, stream=None)`` launching it on torch tensors (built and loaded
+    once per specialization and device)."""
     import torch
+
+    device = torch.cuda.current_device()
+    found = _RUNNERS.get((gemm, device))
+    if found is not None:
+        return found
 
     from tessera.passes.emit_ptx import emit_ptx
     from tessera.passes.lower_matmul_sm90 import build_kernel
 
     kernel = build_kernel("tessera_gemm_sm90", gemm)
-    module = cuda.load_module(emit_ptx(kernel), torch.cuda.current_device())
+    module = cuda.load_module(emit_ptx(kernel), device)
     function = cuda.get_function(module, "tessera_gemm_sm90")
-    grid, smem, boxes = gemm.grid(), gemm.smem_bytes, gemm.boxes()
+    boxes = gemm.boxes()
     pairs = [(boxes[2 * i], boxes[2 * i + 1]) for i in range(3)]
+    plan = LaunchExPlan(function, kernel, gemm.grid(), gemm.smem_bytes, pairs)
 
-    def run(c: Any, a: Any, b: Any) -> None:
-        launch_ex(function, kernel, grid, smem, [c, a, b], pairs)
+    def run(c: Any, a: Any, b: Any, stream: int | None = None) -> None:
+        plan.launch((c, a, b), stream)
 
+    run.plan = plan  # type: ignore[attr-defined]
+    _RUNNERS[(gemm, device)] = run
     return run

@@ -89,7 +89,8 @@ def test_write_to_read_only_argument_quotes_the_line():
     ("y[0] = x", "cannot store"),
     ("y = y + 1.0", "operator + is not defined on Ref"),
     ("if tile.local_id() < 3:\n        q = 1.0\n    y[0] = q", "may be undefined"),
-    ("s = tshared.alloc\n    cp_async(s, x[0:4])", "a bare tshared.alloc has no shape"),
+    ("s = tshared.alloc\n    tbarrier()", "a bare tshared.alloc has no shape or dtype, and no "
+     "cp_async copies into 's'"),
 ])
 def test_errors_quote_the_kernel_line(body, expect):
     text = f"""

@@ -50,7 +50,7 @@ def _check(fn: ts.CompiledFunction, args: list[torch.Tensor], ref: Callable[...,
 @pytest.mark.parametrize(
     ("shape", "dtype", "tol"),
     [((1000, 256), torch.float32, 1e-5), ((37, 45), torch.float32, 1e-5),
-     ((513, 136), torch.bfloat16, 3e-2), ((1 << 20,), torch.float32, 1e-5)],
+     ((513, 136), torch.bfloat16, 2e-2), ((1 << 20,), torch.float32, 1e-5)],
 )
 def test_elementwise_chain(shape: tuple[int, ...], dtype: torch.dtype, tol: float) -> None:
     @ts.jit
@@ -58,7 +58,11 @@ def test_elementwise_chain(shape: tuple[int, ...], dtype: torch.dtype, tol: floa
         return ts.exp(x * y + z) - x
 
     args = [_rand(*shape, dtype=dtype, seed=i) for i in range(3)]
-    _check(chain, args, lambda x, y, z: torch.exp(x * y + z) - x, "tgraph.fused", tol)
+    # Each Graph IR op rounds to its result type, so the reference rounds after each op too.
+    def r(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype).double()
+
+    _check(chain, args, lambda x, y, z: r(r(torch.exp(r(r(x * y) + z))) - x), "tgraph.fused", tol)
 
 
 def test_broadcast_and_cast() -> None:

@@ -879,6 +879,10 @@ def _scalar_const(lw: KernelLowering, t: Attribute, x: float | int) -> SSAValue:
         np_t = ml_dtypes.bfloat16 if isinstance(t, BFloat16Type) else np.float16
         bits = int(np.array(x, dtype=np_t).view(np.uint16))
         lw.emit(tt.MovOp("b16", r, lw.imm(bits, IntegerType(16))))
+    elif isinstance(t, Float8E4M3FNType | Float8E5M2Type):
+        np8 = ml_dtypes.float8_e4m3fn if isinstance(t, Float8E4M3FNType) else ml_dtypes.float8_e5m2
+        bits = int(np.array(x, dtype=np.float32).astype(np8).view(np.uint8))
+        lw.emit(tt.MovOp("b16", r, lw.imm(bits, IntegerType(16))))
     else:
         bits = TYPE_BITS_OF[cls]
         xi = int(x) & ((1 << bits) - 1)

@@ -197,7 +197,7 @@ ttarget.func @k() maxntid = 32 {
   ttarget.mma "f32" (%f, %f, %f, %f), (%f, %f, %f, %f), (%f, %f), (%f, %f, %f, %f)
   ttarget.ret
 }
-// CHECK: ttarget.mma: m16n8k16 inputs must be .bf16 or .f16, got .f32
+// CHECK: ttarget.mma: mma inputs must be .bf16, .f16, .e4m3 or .e5m2, got .f32
 
 // -----
 

@@ -147,7 +147,7 @@ ttile.kernel @k() group_size = 32 {
   %d = ttile.mma %a, %b, %c accum = f32 : vector<8xf32>, vector<4xbf16>, vector<4xf32> -> vector<4xf32>
   ttile.return
 }
-// CHECK: ttile.mma: a must be vector<8xbf16> or vector<8xf16>, got vector<8xf32>
+// CHECK: ttile.mma: a must be vector<8xbf16>, vector<8xf16>, vector<16xf8E4M3FN> or vector<16xf8E5M2>, got vector<8xf32>
 
 // -----
 

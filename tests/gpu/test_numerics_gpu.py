@@ -115,6 +115,23 @@ def _cuda(x: np.ndarray):
     return torch.from_numpy(x).cuda()
 
 
+def _mismatches(got: np.ndarray, want: np.ndarray, x: np.ndarray) -> str:
+    """The first elements whose encodings differ (NaNs: NaN-ness and sign), for the message."""
+    gf, wf = got.astype(np.float32), want.astype(np.float32)
+    both_nan = np.isnan(gf) & np.isnan(wf)
+    enc = {1: np.uint8, 2: np.uint16, 4: np.uint32}[got.dtype.itemsize]
+    bad = ~(both_nan & (np.signbit(gf) == np.signbit(wf))) & (
+        (got.view(enc) != want.view(enc)) | (np.isnan(gf) != np.isnan(wf))
+    )
+    idx = np.flatnonzero(bad)[:6]
+    rows = [
+        f"x={x.flat[i]!r} got={gf.flat[i]!r}/{got.view(enc).flat[i]:#x} "
+        f"want={wf.flat[i]!r}/{want.view(enc).flat[i]:#x}"
+        for i in idx
+    ]
+    return f"{int(bad.sum())} of {bad.size} differ: " + "; ".join(rows)
+
+
 def _host(t, like: np.dtype) -> np.ndarray:
     """A CUDA tensor's bytes as a numpy array of ``like``."""
     view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[like.itemsize]
@@ -132,7 +149,8 @@ def test_fp8_cast_kernel_gpu_bitwise(src: ts.DType, dst: ts.DType) -> None:
             x = np.concatenate([x, edge_inputs(src, 0)]).astype(src.np_dtype)
     (y,) = _run_gpu(cast_module(src, dst, x.shape), "c", [_cuda(x)])
     got = _host(y, dst.np_dtype)
-    assert same_bits(got, cast_array(x, dst))
+    want = cast_array(x, dst)
+    assert same_bits(got, want), _mismatches(got, want, x)
 
 
 @pytest.mark.parametrize("dst", [ts.fp32, ts.fp16, ts.bf16], ids=repr)
@@ -142,7 +160,8 @@ def test_fp8_widen_kernel_gpu_exact(src: ts.DType, dst: ts.DType) -> None:
 
     x = all_codes(src)
     (y,) = _run_gpu(cast_module(src, dst, x.shape), "c", [_cuda(x)])
-    assert same_bits(_host(y, dst.np_dtype), x.astype(dst.np_dtype))
+    got, want = _host(y, dst.np_dtype), x.astype(dst.np_dtype)
+    assert same_bits(got, want), _mismatches(got, want, x)
 
 
 @pytest.mark.parametrize("d", [ts.fp4_e2m1, ts.fp6_e2m3, ts.fp6_e3m2], ids=repr)

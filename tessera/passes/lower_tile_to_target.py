@@ -1154,7 +1154,43 @@ def _f16_from_fp8(lw: KernelLowering, code: SSAValue, fmt: str) -> SSAValue:
     lw.emit(tt.CvtOp(f"rn.f16x2.{fmt}x2", pair, [both]))
     h0, h1 = lw.reg("b16"), lw.reg("b16")
     lw.emit(tt.UnpackOp("b32", [h0, h1], pair))
+    # The cvt returns NaN without its sign; a value's sign is the code's sign bit.
+    sign = lw.reg("b16")
+    lw.emit(tt.AndOp("b16", sign, lo, lw.imm(0x80, i16)))
+    lw.emit(tt.ShlOp("b16", sign, sign, lw.imm(8)))
+    lw.emit(tt.OrOp("b16", h0, h0, sign))
     return h0
+
+
+def _f32_from_half(lw: KernelLowering, d: SSAValue, s: SSAValue, sty: str) -> None:
+    """``d`` (f32) = ``s`` (f16 or bf16), exact, with the sign of a NaN kept (the ``cvt``
+    returns the canonical NaN; ORing in the sign bit changes nothing else)."""
+    lw.emit(tt.CvtOp(f"f32.{sty}", d, [s]))
+    half = lw.reg("b16")
+    lw.emit(tt.MovOp("b16", half, s))
+    wide = lw.reg("b32")
+    lw.emit(tt.CvtOp("u32.u16", wide, [half]))
+    lw.emit(tt.AndOp("b32", wide, wide, lw.imm(0x8000)))
+    lw.emit(tt.ShlOp("b32", wide, wide, lw.imm(16)))
+    bits = lw.reg("b32")
+    lw.emit(tt.MovOp("b32", bits, d))
+    lw.emit(tt.OrOp("b32", bits, bits, wide))
+    lw.emit(tt.MovOp("b32", d, bits))
+
+
+def _bf16_from_f32_exact(lw: KernelLowering, d: SSAValue, f: SSAValue) -> None:
+    """``d`` (bf16) = ``f`` (f32 holding a bf16 value), with the sign of a NaN kept."""
+    lw.emit(tt.CvtOp("rn.bf16.f32", d, [f]))
+    bits = lw.reg("b32")
+    lw.emit(tt.MovOp("b32", bits, f))
+    lw.emit(tt.ShrOp("u32", bits, bits, lw.imm(16)))
+    lw.emit(tt.AndOp("b32", bits, bits, lw.imm(0x8000)))
+    sign = lw.reg("b16")
+    lw.emit(tt.CvtOp("u16.u32", sign, [bits]))
+    half = lw.reg("b16")
+    lw.emit(tt.MovOp("b16", half, d))
+    lw.emit(tt.OrOp("b16", half, half, sign))
+    lw.emit(tt.MovOp("b16", d, half))
 
 
 def _fp8_cast(lw: KernelLowering, op: Operation, s: SSAValue, d: SSAValue, sty: str, dty: str) -> None:
@@ -1166,22 +1202,22 @@ def _fp8_cast(lw: KernelLowering, op: Operation, s: SSAValue, d: SSAValue, sty: 
             return
         if dty in ("e4m3", "e5m2"):
             f = lw.reg("f32")
-            lw.emit(tt.CvtOp("f32.f16", f, [h]))
+            _f32_from_half(lw, f, h, "f16")
             _fp8_from_f32(lw, d, f, dty)
             return
         f = d if dty == "f32" else lw.reg("f32")
-        lw.emit(tt.CvtOp("f32.f16", f, [h]))
+        _f32_from_half(lw, f, h, "f16")
         if dty == "f64":
             lw.emit(tt.CvtOp("f64.f32", d, [f]))
         elif dty == "bf16":
-            lw.emit(tt.CvtOp("rn.bf16.f32", d, [f]))  # exact: fp8 values are bf16 values
+            _bf16_from_f32_exact(lw, d, f)  # exact: fp8 values are bf16 values
         return
     if sty == "f64":
         raise lw.fail(op, f"f64 to {dty} is not lowered (it would round twice); cast to f32 first")
     x = s
     if sty in ("f16", "bf16"):
         x = lw.reg("f32")
-        lw.emit(tt.CvtOp(f"f32.{sty}", x, [s]))
+        _f32_from_half(lw, x, s, sty)
     _fp8_from_f32(lw, d, x, dty)
 
 
@@ -1196,8 +1232,10 @@ def _float_cast(lw: KernelLowering, op: Operation) -> None:
     elif isinstance(op, arith.ExtFOp):
         if sty in ("bf16", "f16") and dty == "f64":
             mid = lw.reg("f32")
-            lw.emit(tt.CvtOp(f"f32.{sty}", mid, [s]))
+            _f32_from_half(lw, mid, s, sty)
             lw.emit(tt.CvtOp("f64.f32", d, [mid]))
+        elif sty in ("bf16", "f16") and dty == "f32":
+            _f32_from_half(lw, d, s, sty)
         else:
             lw.emit(tt.CvtOp(f"{dty}.{sty}", d, [s]))
     else:

@@ -1239,10 +1239,29 @@ def _float_cast(lw: KernelLowering, op: Operation) -> None:
         else:
             lw.emit(tt.CvtOp(f"{dty}.{sty}", d, [s]))
     else:
-        if sty == "f64" and dty in ("bf16", "f16"):
-            lw.emit(tt.CvtOp(f"rn.{dty}.f64", d, [s]))
-        else:
-            lw.emit(tt.CvtOp(f"rn.{dty}.{sty}", d, [s]))
+        lw.emit(tt.CvtOp(f"rn.{dty}.{sty}", d, [s]))
+        if sty in ("f32", "f64") and dty in ("f32", "f16", "bf16"):
+            _keep_nan_sign(lw, d, s, sty, dty)
+
+
+_WIDTH = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16}
+
+
+def _keep_nan_sign(lw: KernelLowering, d: SSAValue, s: SSAValue, sty: str, dty: str) -> None:
+    """After a narrowing ``cvt`` (which returns the canonical NaN): OR the source's sign
+    bit into ``d``. Every other result already has the source's sign, so only NaN changes."""
+    sw, dw = _WIDTH[sty], _WIDTH[dty]
+    src = lw.reg(f"b{sw}")
+    lw.emit(tt.MovOp(f"b{sw}", src, s))
+    lw.emit(tt.ShrOp(f"u{sw}", src, src, lw.imm(sw - dw)))
+    narrow = lw.reg(f"b{dw}")
+    lw.emit(tt.CvtOp(f"u{dw}.u{sw}", narrow, [src]))
+    sign_bit = 1 << (dw - 1)
+    lw.emit(tt.AndOp(f"b{dw}", narrow, narrow, lw.imm(sign_bit, IntegerType(dw))))
+    out = lw.reg(f"b{dw}")
+    lw.emit(tt.MovOp(f"b{dw}", out, d))
+    lw.emit(tt.OrOp(f"b{dw}", out, out, narrow))
+    lw.emit(tt.MovOp(f"b{dw}", d, out))
 
 
 @lowers(arith.SIToFPOp, arith.UIToFPOp)

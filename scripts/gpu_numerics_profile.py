@@ -5,7 +5,6 @@ through ``ts.jit`` on CUDA tensors, checked against float64 and the CPU referenc
 Run from the repository root: ``python scripts/gpu_numerics_profile.py OUT_DIR``.
 """
 
-from __future__ import annotations
 
 import sys
 from pathlib import Path

@@ -1189,48 +1189,41 @@ class RsqrtOp(UnaryArithOp):
     APPROX_ONLY: ClassVar[bool] = True
 
 
+class _ApproxF32Op(UnaryArithOp, ABC):
+    """Base of the f32 ``.approx`` special functions (``ex2``, ``lg2``, ``sin``, ``cos``)."""
+
+    TYPES: ClassVar[frozenset[str]] = frozenset({"f32"})
+    FLOAT_MODS: ClassVar[frozenset[str]] = frozenset({"approx", "ftz"})
+    MODIFIERS: ClassVar[frozenset[str]] = FLOAT_MODS
+    APPROX_ONLY: ClassVar[bool] = True
+
+
 @irdl_op_definition
-class Ex2Op(UnaryArithOp):
+class Ex2Op(_ApproxF32Op):
     """``ex2.approx``: ``d = 2**a``."""
 
     name = "ttarget.ex2"
-    TYPES: ClassVar[frozenset[str]] = frozenset({"f32"})
-    FLOAT_MODS: ClassVar[frozenset[str]] = frozenset({"approx", "ftz"})
-    MODIFIERS: ClassVar[frozenset[str]] = FLOAT_MODS
-    APPROX_ONLY: ClassVar[bool] = True
 
 
 @irdl_op_definition
-class Lg2Op(UnaryArithOp):
+class Lg2Op(_ApproxF32Op):
     """``lg2.approx``: ``d = log2(a)``."""
 
     name = "ttarget.lg2"
-    TYPES: ClassVar[frozenset[str]] = frozenset({"f32"})
-    FLOAT_MODS: ClassVar[frozenset[str]] = frozenset({"approx", "ftz"})
-    MODIFIERS: ClassVar[frozenset[str]] = FLOAT_MODS
-    APPROX_ONLY: ClassVar[bool] = True
 
 
 @irdl_op_definition
-class SinOp(UnaryArithOp):
+class SinOp(_ApproxF32Op):
     """``sin.approx``."""
 
     name = "ttarget.sin"
-    TYPES: ClassVar[frozenset[str]] = frozenset({"f32"})
-    FLOAT_MODS: ClassVar[frozenset[str]] = frozenset({"approx", "ftz"})
-    MODIFIERS: ClassVar[frozenset[str]] = FLOAT_MODS
-    APPROX_ONLY: ClassVar[bool] = True
 
 
 @irdl_op_definition
-class CosOp(UnaryArithOp):
+class CosOp(_ApproxF32Op):
     """``cos.approx``."""
 
     name = "ttarget.cos"
-    TYPES: ClassVar[frozenset[str]] = frozenset({"f32"})
-    FLOAT_MODS: ClassVar[frozenset[str]] = frozenset({"approx", "ftz"})
-    MODIFIERS: ClassVar[frozenset[str]] = FLOAT_MODS
-    APPROX_ONLY: ClassVar[bool] = True
 
 
 @irdl_op_definition

@@ -1078,54 +1078,42 @@ class MulOp(ArithOp):
         return ty, ty
 
 
+class _ShiftOp(ArithOp, ABC):
+    """Base of ``shl`` / ``shr``: ``d = a << b`` / ``a >> b``, the shift amount a 32-bit
+    register or immediate whatever the width of ``a``."""
+
+    mods = prop_def(StringAttr)
+    dst = operand_def(RegisterType)
+    a = operand_def(RegisterType)
+    b = operand_def(RegisterType)
+    assembly_format = _BIN_FMT
+
+    def __init__(self, mods: str, dst: SSAValue, a: SSAValue, b: SSAValue):
+        self._arith_init(mods, dst, [a, b])
+
+    def verify_(self) -> None:
+        _, (ty,) = self._mods(self.mods)
+        if ty not in self.TYPES:
+            self._fail(f"unsupported type .{ty} (valid: {', '.join(sorted(self.TYPES))})")
+        self._dst(self.dst, ty)
+        self._src(self.a, ty)
+        self._src(self.b, "u32", "shift amount")
+
+
 @irdl_op_definition
-class ShlOp(ArithOp):
-    """``shl.b32 %d, %a, %b``: shift amount is always a 32-bit register or immediate."""
+class ShlOp(_ShiftOp):
+    """``shl.b32 %d, %a, %b``: shift left."""
 
     name = "ttarget.shl"
-
     TYPES: ClassVar[frozenset[str]] = frozenset({"b16", "b32", "b64"})
-    mods = prop_def(StringAttr)
-    dst = operand_def(RegisterType)
-    a = operand_def(RegisterType)
-    b = operand_def(RegisterType)
-    assembly_format = _BIN_FMT
-
-    def __init__(self, mods: str, dst: SSAValue, a: SSAValue, b: SSAValue):
-        self._arith_init(mods, dst, [a, b])
-
-    def verify_(self) -> None:
-        _, (ty,) = self._mods(self.mods)
-        if ty not in self.TYPES:
-            self._fail(f"unsupported type .{ty} (valid: b16, b32, b64)")
-        self._dst(self.dst, ty)
-        self._src(self.a, ty)
-        self._src(self.b, "u32", "shift amount")
 
 
 @irdl_op_definition
-class ShrOp(ArithOp):
-    """``shr.u32`` (logical) / ``shr.s32`` (arithmetic); shift amount is 32-bit."""
+class ShrOp(_ShiftOp):
+    """``shr.u32`` (logical) / ``shr.s32`` (arithmetic): shift right."""
 
     name = "ttarget.shr"
-
     TYPES: ClassVar[frozenset[str]] = frozenset({"b16", "b32", "b64"}) | _INT
-    mods = prop_def(StringAttr)
-    dst = operand_def(RegisterType)
-    a = operand_def(RegisterType)
-    b = operand_def(RegisterType)
-    assembly_format = _BIN_FMT
-
-    def __init__(self, mods: str, dst: SSAValue, a: SSAValue, b: SSAValue):
-        self._arith_init(mods, dst, [a, b])
-
-    def verify_(self) -> None:
-        _, (ty,) = self._mods(self.mods)
-        if ty not in self.TYPES:
-            self._fail(f"unsupported type .{ty}")
-        self._dst(self.dst, ty)
-        self._src(self.a, ty)
-        self._src(self.b, "u32", "shift amount")
 
 
 @irdl_op_definition

@@ -271,14 +271,22 @@ def check_tensor(x: Any, t: MemRefType, where: str, device: int) -> Any:
     return x
 
 
-def pack_params(kernel: tt.FuncOp, values: Sequence[Any]) -> tuple[int, list[Any]]:
-    """The ``void**`` array for ``cuLaunchKernel`` and the ctypes objects it points to."""
+def _param_ctypes(kernel: tt.FuncOp) -> list[Any]:
+    """The ctypes class of each parameter of ``kernel``."""
+    out = []
+    for p in kernel.block.args:
+        assert isinstance(p.type, tt.ParamType)
+        out.append(_CTYPES[p.type.ty.data])
+    return out
+
+
+def _pack(types: Sequence[Any], values: Sequence[Any]) -> tuple[int, list[Any]]:
+    """The ``void**`` array for ``cuLaunchKernel`` and the ctypes objects it points to
+    (tensors by address, the rest by value as ``types`` says)."""
     import torch
 
     keep: list[Any] = []
-    for p, v in zip(kernel.block.args, values, strict=True):
-        assert isinstance(p.type, tt.ParamType)
-        cty = _CTYPES[p.type.ty.data]
+    for cty, v in zip(types, values, strict=True):
         if isinstance(v, torch.Tensor):
             keep.append(ctypes.c_uint64(v.data_ptr()))
         elif isinstance(v, bool):
@@ -290,27 +298,18 @@ def pack_params(kernel: tt.FuncOp, values: Sequence[Any]) -> tuple[int, list[Any
     return ctypes.addressof(array), keep
 
 
+def pack_params(kernel: tt.FuncOp, values: Sequence[Any]) -> tuple[int, list[Any]]:
+    """The ``void**`` array for launching ``kernel`` with ``values``, and what it points to."""
+    return _pack(_param_ctypes(kernel), values)
+
+
 def launch(
     function: Any, kernel: tt.FuncOp, grid: Sequence[int], values: Sequence[Any],
     stream: int | None = None,
 ) -> None:
-    """Launch ``function`` (the loaded ``kernel``) on ``grid`` with ``values``."""
-    import torch
-
-    d = _driver()
-    if stream is None:
-        stream = torch.cuda.current_stream().cuda_stream
-    params, keep = pack_params(kernel, values)
-    gx, gy, gz = (tuple(grid) + (1, 1, 1))[:3]
-    check(
-        d.cuLaunchKernel(
-            function, gx, gy, gz, kernel.maxntid.data, 1, 1, 0, d.CUstream(stream), params, 0
-        ),
-        f"cuLaunchKernel({kernel.sym_name.data})",
-    )
-    del keep
-    if os.environ.get("TESSERA_CUDA_SYNC"):
-        check(d.cuStreamSynchronize(d.CUstream(stream)), f"kernel {kernel.sym_name.data}")
+    """Launch ``function`` (the loaded ``kernel``) on ``grid`` with ``values`` (once; a
+    host plan keeps a :class:`KernelLaunch` instead)."""
+    KernelLaunch(function, kernel, grid)(values, stream)
 
 
 class KernelLaunch:
@@ -322,36 +321,28 @@ class KernelLaunch:
         self.function = function
         self.kernel = kernel
         self.name = kernel.sym_name.data
-        self.ctypes = []
-        for p in kernel.block.args:
-            assert isinstance(p.type, tt.ParamType)
-            self.ctypes.append(_CTYPES[p.type.ty.data])
+        self.ctypes = _param_ctypes(kernel)
         self.grid = (tuple(grid) + (1, 1, 1))[:3]
         self.block = kernel.maxntid.data
 
-    def __call__(self, values: Sequence[Any]) -> None:
+    def __call__(self, values: Sequence[Any], stream: int | None = None) -> None:
         import torch
 
         d = _driver()
-        keep: list[Any] = []
-        for cty, v in zip(self.ctypes, values, strict=True):
-            if isinstance(v, torch.Tensor):
-                keep.append(ctypes.c_uint64(v.data_ptr()))
-            elif isinstance(v, bool):
-                keep.append(cty(int(v)))
-            else:
-                keep.append(cty(v))
-        array = (ctypes.c_void_p * max(1, len(keep)))(*[ctypes.addressof(k) for k in keep])
-        stream = d.CUstream(torch.cuda.current_stream().cuda_stream)
+        params, keep = _pack(self.ctypes, values)
+        if stream is None:
+            stream = torch.cuda.current_stream().cuda_stream
+        cu_stream = d.CUstream(stream)
         gx, gy, gz = self.grid
         check(
             d.cuLaunchKernel(
-                self.function, gx, gy, gz, self.block, 1, 1, 0, stream, ctypes.addressof(array), 0
+                self.function, gx, gy, gz, self.block, 1, 1, 0, cu_stream, params, 0
             ),
             f"cuLaunchKernel({self.name})",
         )
+        del keep  # the parameter values must live until the launch call returns
         if os.environ.get("TESSERA_CUDA_SYNC"):
-            check(d.cuStreamSynchronize(stream), f"kernel {self.name}")
+            check(d.cuStreamSynchronize(cu_stream), f"kernel {self.name}")
 
 
 # --------------------------------------------------------------------------- host programs

@@ -1078,6 +1078,15 @@ class CollectiveOp(IRDLOperation, ABC):
     def _group(self) -> int | None:
         return _mesh_axis_size(self, self.axis.data)
 
+    def _split(self, s: list[int], d: int, g: int) -> None:
+        """Divide dim ``d`` of shape ``s`` into ``g`` blocks, in place; an error if it does not
+        divide."""
+        if s[d] % g:
+            raise VerifyException(
+                f"{self.name}: dim {d} of size {s[d]} does not split over {g} ranks"
+            )
+        s[d] //= g
+
     def _check_reduction(self, op: StringAttr) -> None:
         if op.data not in REDUCTIONS:
             raise VerifyException(
@@ -1143,11 +1152,7 @@ class ReduceScatterOp(CollectiveOp):
         (d,) = _norm_axes([self.dim.value.data], len(s), self.name)
         g = self._group()
         if g is not None:
-            if s[d] % g:
-                raise VerifyException(
-                    f"{self.name}: dim {d} of size {s[d]} does not split over {g} ranks"
-                )
-            s[d] //= g
+            self._split(s, d, g)
             _check_shape(self, "result", shape_of(self.result), s)
 
 
@@ -1173,11 +1178,7 @@ class AllToAllOp(CollectiveOp):
         )
         g = self._group()
         if g is not None:
-            if s[sd] % g:
-                raise VerifyException(
-                    f"{self.name}: dim {sd} of size {s[sd]} does not split over {g} ranks"
-                )
-            s[sd] //= g
+            self._split(s, sd, g)
             s[cd] *= g
             _check_shape(self, "result", shape_of(self.result), s)
 
@@ -1197,11 +1198,7 @@ class AllSliceOp(CollectiveOp):
         (d,) = _norm_axes([self.dim.value.data], len(s), self.name)
         g = self._group()
         if g is not None:
-            if s[d] % g:
-                raise VerifyException(
-                    f"{self.name}: dim {d} of size {s[d]} does not split over {g} ranks"
-                )
-            s[d] //= g
+            self._split(s, d, g)
             _check_shape(self, "result", shape_of(self.result), s)
 
 

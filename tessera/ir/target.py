@@ -2130,8 +2130,50 @@ class SetmaxnregOp(PtxOp):
         return f"setmaxnreg.{self.action.data}.sync.aligned.u32 {self.count.value.data};"
 
 
+class _WgmmaBase(PtxOp, ABC):
+    """Shared modifiers, shape and accumulator checks of the warpgroup MMAs: ``mods`` is
+    ``m64nNk16.f32.T.T`` with T bf16 or f16, and D has N/2 ``f32`` registers per thread."""
+
+    PTX: ClassVar[tuple[int, int]] = (8, 0)
+    SM: ClassVar[int] = 90
+
+    def shape(self) -> tuple[int, int, int]:
+        parts = parse_mods(self.mods.data)  # type: ignore[attr-defined]
+        s = parts[0] if parts else ""
+        try:
+            m, rest = s.removeprefix("m").split("n")
+            n, k = rest.split("k")
+            return int(m), int(n), int(k)
+        except ValueError:
+            self._fail(f"bad shape '{s}' in \"{self.mods.data}\" (expected m64nNk16)")  # type: ignore[attr-defined]
+            raise
+
+    def _verify_common(self) -> None:
+        mods: str = self.mods.data  # type: ignore[attr-defined]
+        parts = parse_mods(mods)
+        if len(parts) != 4 or parts[1] != "f32" or parts[2] != parts[3] or parts[2] not in (
+            "bf16", "f16"
+        ):
+            self._fail(f"modifiers must be \"m64nNk16.f32.T.T\" with T bf16 or f16, got \"{mods}\"")
+        m, n, k = self.shape()
+        if m != 64 or k != 16 or n % 8 or not 8 <= n <= 256:
+            self._fail(f"shape m{m}n{n}k{k}: needs m64, k16 and N a multiple of 8 in [8, 256]")
+        d: Sequence[SSAValue] = self.d  # type: ignore[attr-defined]
+        if len(d) != n // 2:
+            self._fail(f"D needs {n // 2} f32 registers for N={n}, got {len(d)}")
+        for v in d:
+            if reg_class(v) != "f32":
+                self._fail("D registers must be f32")
+        if reg_class(self.bdesc) != "b64":  # type: ignore[attr-defined]
+            self._fail("B descriptor must be a b64 register")
+        if reg_class(self.scale_d) != "pred":  # type: ignore[attr-defined]
+            self._fail("scale_d must be a pred register")
+        if self.trans_b.value.data not in (0, 1):  # type: ignore[attr-defined]
+            self._fail("trans_b must be 0 or 1")
+
+
 @irdl_op_definition
-class WgmmaOp(PtxOp):
+class WgmmaOp(_WgmmaBase):
     """Warpgroup MMA on shared-memory operands, f32 accumulate:
     ``ttarget.wgmma "m64n128k16.f32.bf16.bf16" (%d0, ...), %adesc, %bdesc, %scale_d trans_b = 1``
     → ``wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {d..}, adesc, bdesc, p, 1, 1, 0, 1;``.
@@ -2143,8 +2185,6 @@ class WgmmaOp(PtxOp):
 
     name = "ttarget.wgmma"
 
-    PTX: ClassVar[tuple[int, int]] = (8, 0)
-    SM: ClassVar[int] = 90
     mods = prop_def(StringAttr)
     d = var_operand_def(RegisterType)
     adesc = operand_def(RegisterType)
@@ -2168,47 +2208,67 @@ class WgmmaOp(PtxOp):
             },
         )
 
-    def shape(self) -> tuple[int, int, int]:
-        parts = parse_mods(self.mods.data)
-        s = parts[0] if parts else ""
-        try:
-            m, rest = s.removeprefix("m").split("n")
-            n, k = rest.split("k")
-            return int(m), int(n), int(k)
-        except ValueError:
-            self._fail(f"bad shape '{s}' in \"{self.mods.data}\" (expected m64nNk16)")
-            raise
-
     def verify_(self) -> None:
-        parts = parse_mods(self.mods.data)
-        if len(parts) != 4 or parts[1] != "f32" or parts[2] != parts[3] or parts[2] not in (
-            "bf16", "f16"
-        ):
-            self._fail(
-                f"modifiers must be \"m64nNk16.f32.T.T\" with T bf16 or f16, got \"{self.mods.data}\""
-            )
-        m, n, k = self.shape()
-        if m != 64 or k != 16 or n % 8 or not 8 <= n <= 256:
-            self._fail(f"shape m{m}n{n}k{k}: needs m64, k16 and N a multiple of 8 in [8, 256]")
-        if len(self.d) != n // 2:
-            self._fail(f"D needs {n // 2} f32 registers for N={n}, got {len(self.d)}")
-        for v in self.d:
-            if reg_class(v) != "f32":
-                self._fail("D registers must be f32")
-        for v, what in ((self.adesc, "A descriptor"), (self.bdesc, "B descriptor")):
-            if reg_class(v) != "b64":
-                self._fail(f"{what} must be a b64 register")
-        if reg_class(self.scale_d) != "pred":
-            self._fail("scale_d must be a pred register")
-        for t in (self.trans_a, self.trans_b):
-            if t.value.data not in (0, 1):
-                self._fail("trans_a / trans_b must be 0 or 1")
+        self._verify_common()
+        if reg_class(self.adesc) != "b64":
+            self._fail("A descriptor must be a b64 register")
+        if self.trans_a.value.data not in (0, 1):
+            self._fail("trans_a must be 0 or 1")
 
     def ptx(self, names: PtxNames) -> str:
         return (
             f"wgmma.mma_async.sync.aligned.{self.mods.data} {names.vec(self.d)}, "
             f"{names(self.adesc)}, {names(self.bdesc)}, {names(self.scale_d)}, 1, 1, "
             f"{self.trans_a.value.data}, {self.trans_b.value.data};"
+        )
+
+
+@irdl_op_definition
+class WgmmaRsOp(_WgmmaBase):
+    """Warpgroup MMA with A in registers and B in shared memory, f32 accumulate:
+    ``ttarget.wgmma_rs "m64n128k16.f32.bf16.bf16" (%d0, ...), (%a0, %a1, %a2, %a3), %bdesc,
+    %scale_d trans_b = 1`` → ``wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {d..},
+    {a0, a1, a2, a3}, bdesc, p, 1, 1, 1;``.
+
+    A is the warpgroup's 64 x 16 tile as four ``b32`` registers of two packed 16-bit
+    elements per thread, laid out like the ``mma.sync`` m16n8k16 ``a`` fragment within
+    each warp's 16 rows (so two adjacent 8-column blocks of a wgmma D fragment, converted
+    and packed, are the A of a following wgmma: how attention feeds P to ``P V``).
+    """
+
+    name = "ttarget.wgmma_rs"
+
+    mods = prop_def(StringAttr)
+    d = var_operand_def(RegisterType)
+    a = var_operand_def(RegisterType)
+    bdesc = operand_def(RegisterType)
+    scale_d = operand_def(RegisterType)
+    trans_b = prop_def(IntegerAttr[I64])
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    assembly_format = (
+        "$mods ` ` `(` $d `)` `,` `(` $a `)` `,` $bdesc `,` $scale_d `trans_b` `=` $trans_b "
+        "attr-dict"
+    )
+
+    def __init__(
+        self, mods: str, d: Sequence[SSAValue], a: Sequence[SSAValue], bdesc: SSAValue,
+        scale_d: SSAValue, trans_b: int = 0,
+    ):
+        super().__init__(
+            operands=[list(d), list(a), bdesc, scale_d],
+            properties={"mods": StringAttr(mods), "trans_b": _i64(trans_b)},
+        )
+
+    def verify_(self) -> None:
+        self._verify_common()
+        if len(self.a) != 4 or any(reg_class(v) != "b32" for v in self.a):
+            self._fail(f"A needs 4 b32 registers, got {len(self.a)}")
+
+    def ptx(self, names: PtxNames) -> str:
+        return (
+            f"wgmma.mma_async.sync.aligned.{self.mods.data} {names.vec(self.d)}, "
+            f"{names.vec(self.a)}, {names(self.bdesc)}, {names(self.scale_d)}, 1, 1, "
+            f"{self.trans_b.value.data};"
         )
 
 
@@ -2220,7 +2280,8 @@ class LaunchExOp(IRDLOperation):
             boxes = [64, 128, 64, 64, 0, 0] : (memref<..>, memref<..>, memref<..>)
 
     ``boxes`` holds an (inner, outer) box size per argument: a memref whose box is
-    non-zero is passed as a 2-D ``CUtensorMap`` (128-byte swizzle, zero fill out of
+    non-zero is passed as a 2-D ``CUtensorMap`` of the memref seen as [rows, last dim]
+    (rows the product of the leading dims; 128-byte swizzle, zero fill out of
     bounds) built by the runtime for a ``!ttarget.param<tmap>`` parameter; (0, 0)
     passes it like ``ttarget.launch`` does.
     """
@@ -2289,8 +2350,10 @@ class LaunchExOp(IRDLOperation):
                     f".{p.type.ty.data}; tensor maps go with !ttarget.param<tmap> parameters"
                 )
             if is_map:
-                if not isinstance(a.type, MemRefType) or len(a.type.get_shape()) != 2:
-                    raise VerifyException(f"{where}: argument {i}: a tensor map needs a 2-D memref")
+                if not isinstance(a.type, MemRefType) or len(a.type.get_shape()) < 2:
+                    raise VerifyException(
+                        f"{where}: argument {i}: a tensor map needs a memref of rank >= 2"
+                    )
                 continue
             want = host_param_type(a.type)
             if want is None or TYPE_BITS[want] != TYPE_BITS[p.type.ty.data]:
@@ -2303,7 +2366,7 @@ class LaunchExOp(IRDLOperation):
 SM90_OPS: tuple[type[IRDLOperation], ...] = (
     ExternSharedOp, ExternSharedAddrOp, ParamAddrOp, MbarrierInitOp, MbarrierArriveOp,
     MbarrierTryWaitOp, CpAsyncBulkTensorOp, FenceOp, WgmmaWaitOp, SetmaxnregOp, WgmmaOp,
-    LaunchExOp,
+    WgmmaRsOp, LaunchExOp,
 )
 """The Hopper instructions (TMA, mbarrier, wgmma, setmaxnreg) and the extended launch."""
 

@@ -118,3 +118,12 @@ def _lower_matmul_sm90() -> type[ModulePass]:
 
 
 ALL_PASSES["lower-matmul-sm90"] = _lower_matmul_sm90
+
+
+def _lower_attention_sm90() -> type[ModulePass]:
+    from tessera.passes.lower_attention_sm90 import LowerAttentionSm90
+
+    return LowerAttentionSm90
+
+
+ALL_PASSES["lower-attention-sm90"] = _lower_attention_sm90

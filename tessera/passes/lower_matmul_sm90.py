@@ -52,10 +52,8 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     FloatAttr,
-    IntegerAttr,
     ModuleOp,
     f32,
-    i64,
 )
 from xdsl.ir import Attribute, SSAValue
 from xdsl.passes import ModulePass
@@ -63,6 +61,7 @@ from xdsl.passes import ModulePass
 from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.matmul_config import Sm90Config, sm90_config
+from tessera.passes.target_asm import TargetAsm
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -124,93 +123,6 @@ def eligible(op: g.MatmulOp) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------- emitter
-
-
-class _Asm:
-    """Appends Target IR instructions to a ``ttarget.func`` body."""
-
-    def __init__(self, func: tt.FuncOp):
-        self.func = func
-        self.block = func.block
-        self.labels = 0
-
-    def add(self, op: tt.PtxOp) -> None:
-        self.block.add_op(op)
-
-    def reg(self, cls: str) -> SSAValue:
-        op = tt.RegOp(cls)
-        self.block.add_op(op)
-        return op.result
-
-    def imm(self, v: int) -> SSAValue:
-        op = tt.ImmOp(IntegerAttr(v, i64))
-        self.block.add_op(op)
-        return op.result
-
-    def label(self, stem: str) -> str:
-        self.labels += 1
-        return f"{stem}_{self.labels}"
-
-    def _v(self, v: SSAValue | int) -> SSAValue:
-        return self.imm(v) if isinstance(v, int) else v
-
-    def bin(self, cls: tt.ArithOp.__class__, mods: str, a: SSAValue | int, b: SSAValue | int,
-            rc: str = "b32") -> SSAValue:
-        d = self.reg(rc)
-        self.add(cls(mods, d, self._v(a), self._v(b)))  # type: ignore[call-arg]
-        return d
-
-    def add32(self, a: SSAValue | int, b: SSAValue | int) -> SSAValue:
-        return self.bin(tt.AddOp, "u32", a, b)
-
-    def mul32(self, a: SSAValue | int, b: SSAValue | int) -> SSAValue:
-        return self.bin(tt.MulOp, "lo.u32", a, b)
-
-    def mad32(self, a: SSAValue, b: SSAValue | int, c: SSAValue | int) -> SSAValue:
-        d = self.reg("b32")
-        self.add(tt.MadOp("lo.u32", d, a, self._v(b), self._v(c)))
-        return d
-
-    def setp(self, cmp: str, a: SSAValue | int, b: SSAValue | int, ty: str = "u32") -> SSAValue:
-        p = self.reg("pred")
-        self.add(tt.SetpOp(f"{cmp}.{ty}", p, self._v(a), self._v(b)))
-        return p
-
-    def mov(self, ty: str, dst: SSAValue, src: SSAValue | int, guard: SSAValue | None = None) -> None:
-        self.add(tt.MovOp(ty, dst, self._v(src), guard))
-
-    def sreg(self, name: str) -> SSAValue:
-        d = self.reg("b32")
-        self.add(tt.SregOp(d, name))
-        return d
-
-    def wait(self, bar: SSAValue, parity: SSAValue) -> None:
-        """Spin on ``mbarrier.try_wait.parity`` until the phase of ``parity`` completed."""
-        loop = self.label("WAIT")
-        p = self.reg("pred")
-        self.add(tt.LabelOp(loop))
-        self.add(tt.MbarrierTryWaitOp(p, bar, parity))
-        self.add(tt.BraOp(loop, p, negate=True))
-
-    def advance(self, stage: SSAValue, phase: SSAValue, stages: int) -> None:
-        """``stage += 1``; on wrapping to 0 flip ``phase``."""
-        self.add(tt.AddOp("u32", stage, stage, self.imm(1)))
-        wrap = self.setp("eq", stage, stages)
-        self.mov("u32", stage, 0, wrap)
-        flipped = self.bin(tt.XorOp, "b32", phase, 1)
-        self.add(tt.SelpOp("b32", phase, flipped, phase, wrap))
-
-    def desc(self, addr32: SSAValue, hi: int) -> SSAValue:
-        """A wgmma descriptor for the tile at shared address ``addr32``."""
-        wide = self.reg("b64")
-        self.add(tt.CvtOp("u64.u32", wide, [addr32]))
-        self.add(tt.ShrOp("u64", wide, wide, self.imm(4)))
-        self.add(tt.AndOp("b64", wide, wide, self.imm(0x3FFF)))
-        self.add(tt.OrOp("b64", wide, wide, self.imm(hi)))
-        return wide
-
-
 # --------------------------------------------------------------------------- the kernel
 
 
@@ -269,7 +181,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     bm, bn, stages = gemm.bm, cfg.bn, cfg.stages
     func = tt.FuncOp(name, ["u64", "tmap", "tmap"], gemm.threads)
     c_param, a_param, b_param = func.block.args
-    e = _Asm(func)
+    e = TargetAsm(func)
     e.add(tt.ExternSharedOp("smem", 1024))
     end = "DONE"
 
@@ -392,7 +304,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
 
 
 def _epilogue(
-    e: _Asm, gemm: Sm90Gemm, c_param: SSAValue, tid: SSAValue, cw: SSAValue, m0: SSAValue,
+    e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, tid: SSAValue, cw: SSAValue, m0: SSAValue,
     n0: SSAValue, acc: Sequence[SSAValue],
 ) -> None:
     """Store the wgmma D fragment (converted to the result type), masked when ragged."""
@@ -427,7 +339,7 @@ def _epilogue(
                 e.add(tt.StOp("global.b32", ptr, [packed], offset, guard))
 
 
-def _and(e: _Asm, a: SSAValue | None, b: SSAValue | None) -> SSAValue | None:
+def _and(e: TargetAsm, a: SSAValue | None, b: SSAValue | None) -> SSAValue | None:
     if a is None or b is None:
         return a if b is None else b
     p = e.reg("pred")

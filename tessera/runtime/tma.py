@@ -1,7 +1,7 @@
 """Host side of Hopper kernels: TMA tensor maps and launches with dynamic shared memory.
 
-* :func:`encode_tensor_map` builds the 128-byte ``CUtensorMap`` of a 2-D row-major
-  torch tensor with ``cuTensorMapEncodeTiled``: dims innermost first, 128-byte
+* :func:`encode_tensor_map` builds the 128-byte ``CUtensorMap`` of a row-major
+  torch tensor seen as 2-D (the last dim by the product of the others) with ``cuTensorMapEncodeTiled``: dims innermost first, 128-byte
   swizzle (the layout the wgmma descriptors of
   :mod:`tessera.passes.lower_matmul_sm90` assume), zero fill out of bounds.
   :func:`tensor_map` keeps the encoded maps in a bounded cache keyed by address,
@@ -62,12 +62,14 @@ def _dtype_enum(x: Any) -> Any:
 
 
 def encode_tensor_map(x: Any, box: tuple[int, int]) -> ctypes.Array[ctypes.c_char]:
-    """The ``CUtensorMap`` of the 2-D contiguous tensor ``x`` with a ``box = (inner, outer)``
-    box, as a 64-byte aligned buffer of 128 bytes."""
+    """The ``CUtensorMap`` of the contiguous tensor ``x`` seen as 2-D (its last dim by the
+    product of the others) with a ``box = (inner, outer)`` box, as a 64-byte aligned
+    buffer of 128 bytes."""
     d = cuda._driver()
-    if x.dim() != 2 or not x.is_contiguous():
-        raise cuda.LaunchError("a tensor map needs a contiguous 2-D tensor")
-    rows, cols = x.shape
+    if x.dim() < 2 or not x.is_contiguous():
+        raise cuda.LaunchError("a tensor map needs a contiguous tensor of rank >= 2")
+    cols = x.shape[-1]
+    rows = x.numel() // cols if cols else 0
     esize = x.element_size()
     if (cols * esize) % 16 or x.data_ptr() % 16:
         raise cuda.LaunchError(

@@ -1,0 +1,545 @@
+"""``lower-attention-sm90``: bf16/f16 flash attention as a Hopper TMA + wgmma kernel.
+
+``lower-graph-to-tile`` with one change: every ``tgraph.flash_attention`` that
+:func:`eligible` accepts becomes a Target IR kernel built here (a ``ttarget.func``)
+and a host ``ttarget.launch_ex``, instead of the ``mma.sync`` Tile IR kernel of
+``tile_attention``. ``tessera.passes.pipelines.lower_to_tile`` uses it, with
+``lower-matmul-sm90``, when compiling for a compute capability 9.0 device.
+
+The kernel computes ``O = softmax(scale Q Kᵀ [+ causal mask]) V`` for q [..., Sq, D],
+k [..., Sk, D], v [..., Sk, D] (D = 64 or 128); every batch/head is a contiguous
+``S x D`` slab of the tensors seen as 2-D ``[rows, D]``, which is how the TMA tensor
+maps address them. One CTA per ``BQ = 128`` query rows of one batch/head:
+
+* 384 threads: warpgroup 0 is the producer, warpgroups 1 and 2 are consumers, each
+  owning 64 query rows. ``setmaxnreg`` gives the producer 24 registers and the
+  consumers 240.
+* The producer's thread 0 loads the CTA's Q tile once (TMA, ``D / 64`` boxes of
+  ``128 x 64``), then the K and V blocks of ``BKV = 128`` keys into ``stages``
+  shared-memory slots each, K and V with their own ``full`` / ``empty`` mbarriers,
+  all with the 128-byte swizzle. Out-of-bounds rows are zero-filled; rows past a
+  head's end belong to the next head and are masked (keys) or not stored (queries).
+* A consumer computes ``S = Q Kᵀ`` with ``D / 16`` ``wgmma m64n128k16`` (A = Q and
+  B = K both K-major in shared memory), then an online softmax on the wgmma D
+  fragment (thread ``t`` of warp ``w`` holds rows ``16w + t/4`` and ``+8``, column
+  pairs ``8j + 2(t%4)``): row max over the 4 threads of a row with ``shfl.bfly`` 1
+  and 2, ``p = exp2(s * scale log2e - m * scale log2e)`` (one FMA and ``ex2``),
+  partial row sums per thread. ``P`` rounded to bf16/f16 is, two 8-column blocks at
+  a time, exactly the register A operand of ``wgmma`` (``ttarget.wgmma_rs``), so
+  ``O += P V`` takes ``BKV / 16`` ``wgmma m64nDk16`` with B = V N-major in shared
+  memory.
+* Software pipelining within a consumer: in iteration ``j`` the ``S`` wgmmas of
+  block ``j + 1`` and the ``P V`` wgmmas of block ``j`` are both in flight; the
+  softmax of block ``j + 1`` runs while ``P_j V_j`` is still on the tensor cores
+  (``wgmma.wait_group 1``), then ``O`` is rescaled and ``P_{j+1}`` packed.
+* Causal (key ``<=`` query, top-left aligned) visits only the key blocks up to the
+  tile's last query; masks (and the ragged end of the keys) are applied only in the
+  blocks that need them, a second copy of the loop. CTAs take heavy (late) query
+  tiles of a head first.
+* ``O / l`` is converted and stored as 4-byte pairs with ``st.global``, rows past
+  ``Sq`` skipped.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, ModuleOp
+from xdsl.ir import SSAValue
+from xdsl.passes import ModulePass
+
+from tessera.ir import graph as g
+from tessera.ir import target as tt
+from tessera.passes.lower_matmul_sm90 import SWIZZLE_BYTES, _desc_hi
+from tessera.passes.target_asm import TargetAsm
+
+if TYPE_CHECKING:
+    from tessera.passes.lower_graph_to_tile import _FunctionLowering
+
+LOG2E = 1.4426950408889634
+BOX = 64
+"""Elements of D per TMA box: one 128-byte swizzle row of 16-bit elements."""
+BLOCK_Q = 128
+BLOCK_KV = 128
+CONSUMERS = 2
+HEAD_SIZES = (64, 128)
+
+
+def eligible(op: g.FlashAttentionOp) -> str | None:
+    """None if ``op`` can use the sm90 kernel, else why not."""
+    et = g.elem_of(op.q)
+    if not isinstance(et, BFloat16Type | Float16Type):
+        return "q is not bf16 or f16"
+    if g.elem_of(op.k) != et or g.elem_of(op.v) != et or g.elem_of(op.result) != et:
+        return "q, k, v and the result differ in element type"
+    qs, ks, vs = g.shape_of(op.q), g.shape_of(op.k), g.shape_of(op.v)
+    if len(qs) < 2 or qs[:-2] != ks[:-2] or qs[:-2] != vs[:-2]:
+        return "batch dims differ"
+    if qs[-1] not in HEAD_SIZES or vs[-1] != qs[-1] or ks[-1] != qs[-1]:
+        return f"head size {qs[-1]} (needs {' or '.join(map(str, HEAD_SIZES))}, equal for q, k, v)"
+    if ks[-2] != vs[-2] or ks[-2] < 1 or qs[-2] < 1:
+        return "empty or mismatched sequence lengths"
+    return None
+
+
+@dataclass(frozen=True)
+class Sm90Attention:
+    """One specialized kernel: sizes, element type, scale and causality."""
+
+    heads: int  # product of the batch dims
+    sq: int
+    sk: int
+    d: int
+    et: str  # "bf16" or "f16"
+    scale: float
+    causal: bool
+    stages: int = 2
+
+    @property
+    def nbox(self) -> int:
+        return self.d // BOX
+
+    @property
+    def q_bytes(self) -> int:
+        return self.nbox * BLOCK_Q * SWIZZLE_BYTES
+
+    @property
+    def kv_bytes(self) -> int:
+        """One K (or V) block: ``D / 64`` boxes of ``BKV`` 128-byte rows."""
+        return self.nbox * BLOCK_KV * SWIZZLE_BYTES
+
+    def k_offset(self, stage: int) -> int:
+        return self.q_bytes + stage * self.kv_bytes
+
+    def v_offset(self, stage: int) -> int:
+        return self.q_bytes + (self.stages + stage) * self.kv_bytes
+
+    @property
+    def bars_offset(self) -> int:
+        return self.q_bytes + 2 * self.stages * self.kv_bytes
+
+    @property
+    def smem_bytes(self) -> int:
+        """Q, the K and V slots, ``1 + 4 stages`` mbarriers and 1 KiB for alignment."""
+        return self.bars_offset + 8 * (1 + 4 * self.stages) + 1024
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + CONSUMERS)
+
+    @property
+    def q_tiles(self) -> int:
+        return -(-self.sq // BLOCK_Q)
+
+    def grid(self) -> tuple[int, int, int]:
+        return (self.q_tiles * self.heads, 1, 1)
+
+    def boxes(self) -> list[int]:
+        """``ttarget.launch_ex`` boxes for (O, Q, K, V): O by pointer, the others TMA."""
+        return [0, 0, BOX, BLOCK_Q, BOX, BLOCK_KV, BOX, BLOCK_KV]
+
+
+class _Builder:
+    """Emits the kernel of one :class:`Sm90Attention` (see the module docstring)."""
+
+    def __init__(self, name: str, spec: Sm90Attention):
+        self.spec = spec
+        self.func = tt.FuncOp(name, ["u64", "tmap", "tmap", "tmap"], spec.threads)
+        self.e = TargetAsm(self.func)
+
+    # ------------------------------------------------------------------ setup
+
+    def build(self) -> tt.FuncOp:
+        s, e = self.spec, self.e
+        o_param, q_param, k_param, v_param = self.func.block.args
+        e.add(tt.ExternSharedOp("smem", 1024))
+        self.tid = e.sreg("tid.x")
+        bid = e.sreg("ctaid.x")
+        raw = e.reg("b32")
+        e.add(tt.ExternSharedAddrOp(raw, "smem"))
+        self.sbase = e.bin(tt.AndOp, "b32", e.add32(raw, 1023), ~1023 & 0xFFFFFFFF)
+        bars = e.add32(self.sbase, s.bars_offset)
+        self.q_full = bars
+        self.k_full = e.add32(bars, 8)
+        self.k_empty = e.add32(bars, 8 * (1 + s.stages))
+        self.v_full = e.add32(bars, 8 * (1 + 2 * s.stages))
+        self.v_empty = e.add32(bars, 8 * (1 + 3 * s.stages))
+
+        skip = e.label("INIT_DONE")
+        e.add(tt.BraOp(skip, e.setp("ne", self.tid, 0)))
+        e.add(tt.MbarrierInitOp(self.q_full, e.imm(1)))
+        for st in range(s.stages):
+            for base, count in ((self.k_full, 1), (self.v_full, 1), (self.k_empty, CONSUMERS),
+                                (self.v_empty, CONSUMERS)):
+                e.add(tt.MbarrierInitOp(e.add32(base, 8 * st), e.imm(count)))
+        e.add(tt.FenceOp("mbarrier_init"))
+        e.add(tt.FenceOp("proxy_async"))
+        e.add(tt.LabelOp(skip))
+        e.add(tt.BarSyncOp(0))
+
+        # this CTA's (head, query tile); causal CTAs take late (heavier) tiles first
+        self.bh = e.bin(tt.DivOp, "u32", bid, s.q_tiles)
+        qt = e.bin(tt.RemOp, "u32", bid, s.q_tiles)
+        if s.causal:
+            qt = e.bin(tt.SubOp, "u32", s.q_tiles - 1, qt)
+        self.q0 = e.mul32(qt, BLOCK_Q)
+        nkv = -(-s.sk // BLOCK_KV)
+        if s.causal:
+            last = e.add32(e.bin(tt.DivOp, "u32", e.add32(self.q0, BLOCK_Q - 1), BLOCK_KV), 1)
+            self.n_blocks = e.bin(tt.MinOp, "u32", last, nkv)
+            full = e.bin(tt.DivOp, "u32", e.add32(self.q0, 1), BLOCK_KV)
+            self.n_plain = e.bin(tt.MinOp, "u32", full, s.sk // BLOCK_KV)
+        else:
+            self.n_blocks = e.reg("b32")
+            e.mov("u32", self.n_blocks, nkv)
+            self.n_plain = e.reg("b32")
+            e.mov("u32", self.n_plain, s.sk // BLOCK_KV)
+
+        self.end = "DONE"
+        wg = e.bin(tt.ShrOp, "u32", self.tid, 7)
+        consumer = e.label("CONSUMER")
+        e.add(tt.BraOp(consumer, e.setp("ne", wg, 0)))
+        self.producer(q_param, k_param, v_param)
+        e.add(tt.LabelOp(consumer))
+        self.consumer(o_param, e.bin(tt.SubOp, "u32", wg, 1))
+        e.add(tt.LabelOp(self.end))
+        e.add(tt.RetOp())
+        return self.func
+
+    # ------------------------------------------------------------------ producer
+
+    def producer(self, q_param: SSAValue, k_param: SSAValue, v_param: SSAValue) -> None:
+        s, e = self.spec, self.e
+        e.add(tt.SetmaxnregOp("dec", 24))
+        e.add(tt.BraOp(self.end, e.setp("ne", self.tid, 0)))
+        maps = []
+        for param in (q_param, k_param, v_param):
+            reg = e.reg("b64")
+            e.add(tt.ParamAddrOp(reg, param))
+            e.add(tt.CvtaOp("param.u64", reg, reg))  # the generic address TMA expects
+            maps.append(reg)
+        tmap_q, tmap_k, tmap_v = maps
+
+        e.add(tt.MbarrierArriveOp(self.q_full, e.imm(s.q_bytes)))
+        q_row = e.mad32(self.bh, s.sq, self.q0)
+        for b in range(s.nbox):
+            dst = e.add32(self.sbase, b * BLOCK_Q * SWIZZLE_BYTES)
+            e.add(tt.CpAsyncBulkTensorOp(dst, tmap_q, e.imm(b * BOX), q_row, self.q_full))
+
+        kb, stage, phase = e.reg("b32"), e.reg("b32"), e.reg("b32")
+        for v in (kb, stage, phase):
+            e.mov("u32", v, 0)
+        head_row = e.mul32(self.bh, s.sk)
+        loop = e.label("PRODUCE")
+        e.add(tt.LabelOp(loop))
+        row = e.mad32(kb, BLOCK_KV, head_row)
+        first = e.setp("lt", kb, s.stages)
+        for full0, empty0, tmap, offset in (
+            (self.k_full, self.k_empty, tmap_k, s.k_offset(0)),
+            (self.v_full, self.v_empty, tmap_v, s.v_offset(0)),
+        ):
+            ready = e.label("SLOT_FREE")
+            e.add(tt.BraOp(ready, first))
+            e.wait(e.mad32(stage, 8, empty0), e.bin(tt.XorOp, "b32", phase, 1))
+            e.add(tt.LabelOp(ready))
+            full = e.mad32(stage, 8, full0)
+            e.add(tt.MbarrierArriveOp(full, e.imm(s.kv_bytes)))
+            base = e.mad32(stage, s.kv_bytes, e.add32(self.sbase, offset))
+            for b in range(s.nbox):
+                dst = e.add32(base, b * BLOCK_KV * SWIZZLE_BYTES) if b else base
+                e.add(tt.CpAsyncBulkTensorOp(dst, tmap, e.imm(b * BOX), row, full))
+        e.add(tt.AddOp("u32", kb, kb, e.imm(1)))
+        e.advance(stage, phase, s.stages)
+        e.add(tt.BraOp(loop, e.setp("lt", kb, self.n_blocks)))
+        e.add(tt.BraOp(self.end))
+
+    # ------------------------------------------------------------------ consumers
+
+    def consumer(self, o_param: SSAValue, cw: SSAValue) -> None:
+        s, e = self.spec, self.e
+        e.add(tt.SetmaxnregOp("inc", 240))
+        t = e.bin(tt.AndOp, "b32", self.tid, 127)
+        warp, lane = e.bin(tt.ShrOp, "u32", t, 5), e.bin(tt.AndOp, "b32", t, 31)
+        self.leader = e.setp("eq", t, 0)
+        self.always = e.setp("eq", t, t)
+        # rows of this thread (the two halves of the D fragment) and its first column
+        self.row0 = e.add32(
+            e.add32(self.q0, e.mul32(cw, 64)),
+            e.add32(e.mul32(warp, 16), e.bin(tt.ShrOp, "u32", lane, 2)),
+        )
+        self.col0 = e.mul32(e.bin(tt.AndOp, "b32", lane, 3), 2)
+
+        # shared-memory descriptors: the first k-step of each operand
+        self.q_desc = e.desc(e.mad32(cw, 64 * SWIZZLE_BYTES, self.sbase), _desc_hi(16, 8 * SWIZZLE_BYTES))
+        self.k_desc = e.desc(e.add32(self.sbase, s.k_offset(0)), _desc_hi(16, 8 * SWIZZLE_BYTES))
+        self.v_desc = e.desc(
+            e.add32(self.sbase, s.v_offset(0)),
+            _desc_hi(BLOCK_KV * SWIZZLE_BYTES, 8 * SWIZZLE_BYTES),
+        )
+
+        self.sacc = [e.reg("f32") for _ in range(BLOCK_KV // 2)]
+        self.oacc = [e.reg("f32") for _ in range(s.d // 2)]
+        self.p = [e.reg("b32") for _ in range(BLOCK_KV // 4)]
+        self.m = [e.reg("f32") for _ in range(2)]
+        self.l = [e.reg("f32") for _ in range(2)]
+        for r in self.oacc + self.l:
+            e.mov("f32", r, e.fimm(0.0))
+        for r in self.m:
+            e.mov("f32", r, e.fimm(float("-inf")))
+        self.c = s.scale * LOG2E
+
+        e.wait(self.q_full, e.imm(0))
+        # prologue: S of block 0, its softmax and P
+        st_c, ph_c, st_n, ph_n = (e.reg("b32") for _ in range(4))
+        kb = e.reg("b32")
+        for v in (st_c, ph_c, kb):
+            e.mov("u32", v, 0)
+        e.wait(self.k_full, ph_c)
+        e.add(tt.FenceOp("wgmma"))
+        self.qk(st_c)
+        e.add(tt.FenceOp("wgmma_commit"))
+        e.add(tt.WgmmaWaitOp(0))
+        e.add(tt.MbarrierArriveOp(self.k_empty, guard=self.leader))  # stage 0
+        self.softmax(kb, masked=True, first=True)
+        self.pack_p()
+        e.mov("u32", st_n, st_c)
+        e.mov("u32", ph_n, ph_c)
+        e.advance(st_n, ph_n, s.stages)
+        e.add(tt.AddOp("u32", kb, kb, e.imm(1)))
+
+        # the pipelined loop: unmasked blocks, then the masked ones
+        for masked, bound in ((False, self.n_plain), (True, self.n_blocks)):
+            top, done = e.label("ATTN_LOOP"), e.label("ATTN_LOOP_END")
+            e.add(tt.LabelOp(top))
+            e.add(tt.BraOp(done, e.setp("ge", kb, bound)))
+            e.wait(e.mad32(st_n, 8, self.k_full), ph_n)
+            e.add(tt.FenceOp("wgmma"))
+            self.qk(st_n)
+            e.add(tt.FenceOp("wgmma_commit"))
+            e.wait(e.mad32(st_c, 8, self.v_full), ph_c)
+            e.add(tt.FenceOp("wgmma"))
+            self.pv(st_c)
+            e.add(tt.FenceOp("wgmma_commit"))
+            e.add(tt.WgmmaWaitOp(1))
+            e.add(tt.MbarrierArriveOp(e.mad32(st_n, 8, self.k_empty), guard=self.leader))
+            alpha = self.softmax(kb, masked=masked, first=False)
+            e.add(tt.WgmmaWaitOp(0))
+            e.add(tt.MbarrierArriveOp(e.mad32(st_c, 8, self.v_empty), guard=self.leader))
+            for i, o in enumerate(self.oacc):
+                e.add(tt.MulOp("rn.f32", o, o, alpha[(i // 2) % 2]))
+            self.pack_p()
+            e.mov("u32", st_c, st_n)
+            e.mov("u32", ph_c, ph_n)
+            e.advance(st_n, ph_n, s.stages)
+            e.add(tt.AddOp("u32", kb, kb, e.imm(1)))
+            e.add(tt.BraOp(top))
+            e.add(tt.LabelOp(done))
+
+        # the last block's P V
+        e.wait(e.mad32(st_c, 8, self.v_full), ph_c)
+        e.add(tt.FenceOp("wgmma"))
+        self.pv(st_c)
+        e.add(tt.FenceOp("wgmma_commit"))
+        e.add(tt.WgmmaWaitOp(0))
+        self.store(o_param)
+
+    def qk(self, stage: SSAValue) -> None:
+        """Issue ``S = Q K_stageᵀ`` (``D / 16`` wgmmas, S overwritten by the first)."""
+        s, e = self.spec, self.e
+        s64 = e.reg("b64")
+        e.add(tt.CvtOp("u64.u32", s64, [stage]))
+        kd = e.reg("b64")
+        e.add(tt.MadOp("lo.u64", kd, s64, e.imm(s.kv_bytes >> 4), self.k_desc))
+        never = e.setp("ne", self.tid, self.tid)
+        for kk in range(s.d // 16):
+            step = (kk // 4) * BLOCK_Q * SWIZZLE_BYTES + (kk % 4) * 32
+            qd = e.bin(tt.AddOp, "u64", self.q_desc, step >> 4, "b64") if step else self.q_desc
+            kstep = (kk // 4) * BLOCK_KV * SWIZZLE_BYTES + (kk % 4) * 32
+            kdk = e.bin(tt.AddOp, "u64", kd, kstep >> 4, "b64") if kstep else kd
+            mma = f"m64n{BLOCK_KV}k16.f32.{s.et}.{s.et}"
+            e.add(tt.WgmmaOp(mma, self.sacc, qd, kdk, never if kk == 0 else self.always,
+                             trans_a=0, trans_b=0))
+
+    def pv(self, stage: SSAValue) -> None:
+        """Issue ``O += P V_stage`` (``BKV / 16`` wgmmas, A = P from registers)."""
+        s, e = self.spec, self.e
+        s64 = e.reg("b64")
+        e.add(tt.CvtOp("u64.u32", s64, [stage]))
+        vd = e.reg("b64")
+        e.add(tt.MadOp("lo.u64", vd, s64, e.imm(s.kv_bytes >> 4), self.v_desc))
+        mma = f"m64n{s.d}k16.f32.{s.et}.{s.et}"
+        for kk in range(BLOCK_KV // 16):
+            step = kk * 16 * SWIZZLE_BYTES
+            vdk = e.bin(tt.AddOp, "u64", vd, step >> 4, "b64") if step else vd
+            e.add(tt.WgmmaRsOp(mma, self.oacc, self.p[4 * kk:4 * kk + 4], vdk, self.always,
+                               trans_b=1))
+
+    def softmax(self, kb: SSAValue, masked: bool, first: bool) -> list[SSAValue]:
+        """Online softmax of block ``kb`` in place on S: the new row maxima, row sums and
+        ``exp2`` probabilities; returns the two rows' rescale factors for O."""
+        s, e = self.spec, self.e
+        acc = self.sacc
+        if masked:
+            colbase = e.mad32(kb, BLOCK_KV, self.col0)
+            for h in (0, 1):
+                limit = e.reg("b32")
+                e.mov("u32", limit, s.sk - 1)
+                if s.causal:
+                    e.add(tt.MinOp("u32", limit, limit, e.add32(self.row0, 8 * h)))
+                rel = e.bin(tt.SubOp, "s32", limit, colbase)
+                ninf = e.fimm(float("-inf"))
+                for j in range(BLOCK_KV // 8):
+                    for c in (0, 1):
+                        r = acc[4 * j + 2 * h + c]
+                        ok = e.setp("ge", rel, 8 * j + c, "s32")
+                        e.add(tt.SelpOp("f32", r, r, ninf, ok))
+        alphas = []
+        for h in (0, 1):
+            vals = [acc[4 * j + 2 * h + c] for j in range(BLOCK_KV // 8) for c in (0, 1)]
+            mx = _tree(vals, lambda a, b: e.fbin(tt.MaxOp, a, b))
+            mx = e.fbin(tt.MaxOp, mx, e.shfl_xor_f32(mx, 1))
+            mx = e.fbin(tt.MaxOp, mx, e.shfl_xor_f32(mx, 2))
+            m_new = e.fbin(tt.MaxOp, mx, self.m[h])
+            alpha = e.ex2(e.fbin(tt.MulOp, e.fbin(tt.SubOp, self.m[h], m_new, "rn.f32"),
+                                 self.c, "rn.f32"))
+            neg = e.fbin(tt.MulOp, m_new, -self.c, "rn.f32")
+            for r in vals:
+                e.ex2(e.fma(r, self.c, neg), dst=r)
+            total = _tree(vals, lambda a, b: e.fbin(tt.AddOp, a, b, "rn.f32"))
+            if first:
+                e.mov("f32", self.l[h], total)
+            else:
+                e.fma(self.l[h], alpha, total, dst=self.l[h])
+            e.mov("f32", self.m[h], m_new)
+            alphas.append(alpha)
+        return alphas
+
+    def pack_p(self) -> None:
+        """P (the probabilities in S) rounded to the element type, as wgmma A registers:
+        k-step ``kk`` takes column blocks ``2kk`` and ``2kk + 1``."""
+        s, e = self.spec, self.e
+        acc = self.sacc
+        for kk in range(BLOCK_KV // 16):
+            for i, (j, h) in enumerate(((2 * kk, 0), (2 * kk, 1), (2 * kk + 1, 0), (2 * kk + 1, 1))):
+                lo, hi = acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]
+                e.add(tt.CvtOp(f"rn.{s.et}x2.f32", self.p[4 * kk + i], [hi, lo]))
+
+    def store(self, o_param: SSAValue) -> None:
+        """``O / l`` in the element type, rows past ``Sq`` skipped."""
+        s, e = self.spec, self.e
+        ptr = e.reg("b64")
+        e.add(tt.LdParamOp("u64", ptr, o_param))
+        e.add(tt.CvtaOp("to.global.u64", ptr, ptr))
+        row = e.mad32(self.bh, s.sq, self.row0)
+        off = e.reg("b64")
+        e.add(tt.MulOp("wide.u32", off, row, e.imm(s.d * 2)))
+        e.add(tt.AddOp("u64", ptr, ptr, off))
+        coff = e.reg("b64")
+        e.add(tt.MulOp("wide.u32", coff, self.col0, e.imm(2)))
+        e.add(tt.AddOp("u64", ptr, ptr, coff))
+        inv = []
+        for h in (0, 1):
+            lt = self.l[h]
+            lt = e.fbin(tt.AddOp, lt, e.shfl_xor_f32(lt, 1), "rn.f32")
+            lt = e.fbin(tt.AddOp, lt, e.shfl_xor_f32(lt, 2), "rn.f32")
+            r = e.reg("f32")
+            e.add(tt.RcpOp("rn.f32", r, lt))
+            inv.append(r)
+        ragged = s.sq % BLOCK_Q != 0
+        rows = [e.setp("lt", e.add32(self.row0, 8 * h), s.sq) if ragged else None for h in (0, 1)]
+        for j in range(s.d // 8):
+            for h in (0, 1):
+                lo = e.fbin(tt.MulOp, self.oacc[4 * j + 2 * h], inv[h], "rn.f32")
+                hi = e.fbin(tt.MulOp, self.oacc[4 * j + 2 * h + 1], inv[h], "rn.f32")
+                packed = e.reg("b32")
+                e.add(tt.CvtOp(f"rn.{s.et}x2.f32", packed, [hi, lo]))
+                e.add(tt.StOp("global.b32", ptr, [packed], (8 * h * s.d + 8 * j) * 2, rows[h]))
+
+
+def _tree(vals: list[SSAValue], combine: Callable[[SSAValue, SSAValue], SSAValue]) -> SSAValue:
+    """Combine ``vals`` pairwise (a balanced tree: short dependency chains)."""
+    level = list(vals)
+    while len(level) > 1:
+        nxt = [combine(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+def build_kernel(name: str, spec: Sm90Attention) -> tt.FuncOp:
+    """The ``ttarget.func`` computing attention for ``spec`` (parameters: O pointer, Q, K
+    and V tensor maps)."""
+    return _Builder(name, spec).build()
+
+
+# --------------------------------------------------------------------------- lowering
+
+
+_TYPE_NAMES = {BFloat16Type: "bf16", Float16Type: "f16"}
+
+
+def spec_for(op: g.FlashAttentionOp) -> Sm90Attention:
+    qs, ks = g.shape_of(op.q), g.shape_of(op.k)
+    heads = 1
+    for x in qs[:-2]:
+        heads *= x
+    d = qs[-1]
+    scale = op.scale.value.data if op.scale is not None else 1.0 / pymath.sqrt(d)
+    return Sm90Attention(
+        heads, qs[-2], ks[-2], d, _TYPE_NAMES[type(g.elem_of(op.q))], scale,
+        op.causal is not None,
+    )
+
+
+def lower_attention_sm90(lw: _FunctionLowering, op: g.FlashAttentionOp) -> bool:
+    """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path."""
+    if eligible(op) is not None:
+        return False
+    spec = spec_for(op)
+    n = lw.counter.get("attention", 0)
+    lw.counter["attention"] = n + 1
+    name = f"{lw.name}_attention_{n}"
+    out = lw.alloc(op.result.type)
+    lw.env[op.result] = out
+    if spec.heads == 0:
+        return True
+    lw.module.body.block.insert_op_before(build_kernel(name, spec), lw.fn)
+    lw.hb.add_op(
+        tt.LaunchExOp(
+            name, [out, lw.mem(op.q), lw.mem(op.k), lw.mem(op.v)], spec.grid(),
+            spec.smem_bytes, spec.boxes(),
+        )
+    )
+    return True
+
+
+@contextmanager
+def sm90_attention() -> Iterator[None]:
+    """Within the block, ``lower-graph-to-tile`` lowers eligible attention with the sm90 kernel."""
+    from tessera.passes import tile_attention
+
+    hooks = tile_attention.ATTENTION_OVERRIDES
+    hooks.insert(0, lower_attention_sm90)
+    try:
+        yield
+    finally:
+        hooks.remove(lower_attention_sm90)
+
+
+@dataclass(frozen=True)
+class LowerAttentionSm90(ModulePass):
+    """``lower-graph-to-tile`` with bf16/f16 flash attention as a TMA + wgmma kernel (sm_90a)."""
+
+    name = "lower-attention-sm90"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from tessera.passes.lower_graph_to_tile import LowerGraphToTile
+
+        with sm90_attention():
+            LowerGraphToTile().apply(ctx, op)

@@ -25,3 +25,27 @@ ttarget.func @k() maxntid = 128 {
   ttarget.cp_async_bulk_tensor [%r], [%r, %r, %r], [%r]
   ttarget.ret
 }
+
+// -----
+
+ttarget.func @k() maxntid = 128 {
+  %d = ttarget.reg "f32"
+  %b = ttarget.reg "b64"
+  %a = ttarget.reg "b32"
+  %p = ttarget.reg "pred"
+  // expected-error@+1 {{ttarget.wgmma_rs: A needs 4 b32 registers, got 2}}
+  ttarget.wgmma_rs "m64n8k16.f32.bf16.bf16" (%d, %d, %d, %d), (%a, %a), %b, %p trans_b = 1
+  ttarget.ret
+}
+
+// -----
+
+ttarget.func @k() maxntid = 128 {
+  %d = ttarget.reg "f32"
+  %b = ttarget.reg "b32"
+  %a = ttarget.reg "b32"
+  %p = ttarget.reg "pred"
+  // expected-error@+1 {{ttarget.wgmma_rs: B descriptor must be a b64 register}}
+  ttarget.wgmma_rs "m64n8k16.f32.bf16.bf16" (%d, %d, %d, %d), (%a, %a, %a, %a), %b, %p trans_b = 1
+  ttarget.ret
+}

@@ -1,0 +1,95 @@
+"""The sm90 attention path on CPU: eligibility, the kernel's shared-memory budget, PTX that
+contains TMA and both wgmma forms and assembles for sm_90a, and its selection by ``ts.jit``."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from xdsl.dialects.builtin import ModuleOp
+
+import tessera as ts
+from tessera.ir import target as tt
+from tessera.passes.emit_ptx import emit_ptx
+from tessera.passes.lower_attention_sm90 import Sm90Attention, build_kernel
+from tessera.runtime import ptxas
+
+needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
+
+SMEM_LIMIT = 227 * 1024
+"""Dynamic shared memory a Hopper CTA may use."""
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_shared_memory_fits(d: int) -> None:
+    spec = Sm90Attention(8, 4096, 4096, d, "bf16", 0.1, False)
+    assert spec.smem_bytes <= SMEM_LIMIT
+    assert spec.bars_offset % 8 == 0 and spec.k_offset(1) % 1024 == 0
+
+
+@needs_ptxas
+@pytest.mark.parametrize(
+    ("sq", "sk", "d", "et", "causal"),
+    [(2048, 2048, 128, "bf16", False), (200, 130, 128, "f16", True), (80, 1037, 64, "bf16", True)],
+)
+def test_kernel_assembles(sq: int, sk: int, d: int, et: str, causal: bool) -> None:
+    spec = Sm90Attention(6, sq, sk, d, et, 0.125, causal)
+    func = build_kernel("attn", spec)
+    func.verify()
+    ptx = emit_ptx(ModuleOp([func]))
+    assert f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{et}.{et}" in ptx
+    assert f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{et}.{et}" in ptx
+    assert "cp.async.bulk.tensor.2d" in ptx and "setmaxnreg.inc.sync.aligned.u32 240" in ptx
+    ptxas.check(ptx)
+
+
+def _attention(causal: bool):
+    @ts.jit
+    def attn(q, k, v):
+        return ts.flash_attention(q, k, v, causal=causal)
+
+    return attn
+
+
+def _qkv(sq: int, sk: int, d: int, dt=ml_dtypes.bfloat16):
+    rng = np.random.default_rng(0)
+    return (
+        rng.standard_normal((1, 2, sq, d)).astype(dt),
+        rng.standard_normal((1, 2, sk, d)).astype(dt),
+        rng.standard_normal((1, 2, sk, d)).astype(dt),
+    )
+
+
+@needs_ptxas
+def test_jit_attention_uses_wgmma_when_selected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    spec = _attention(True).specialize(*_qkv(300, 257, 128))
+    launches = [op for op in spec.ir("target").walk() if isinstance(op, tt.LaunchExOp)]
+    assert len(launches) == 1 and launches[0].grid_value() == (3 * 2, 1, 1)
+    ptx = spec.ir("ptx")
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
+    ptxas.check(ptx)
+
+
+def test_jit_attention_generic_when_not_selected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "0")
+    spec = _attention(False).specialize(*_qkv(100, 100, 128))
+    assert not any(isinstance(op, tt.LaunchExOp) for op in spec.ir("target").walk())
+    assert "mma.sync" in spec.ir("ptx") and "wgmma" not in spec.ir("ptx")
+
+
+@pytest.mark.parametrize(
+    ("dt", "d", "why"),
+    [(np.float32, 128, "not bf16 or f16"), (ml_dtypes.bfloat16, 96, "head size 96")],
+)
+def test_ineligible_attention_keeps_the_tile_kernel(
+    monkeypatch: pytest.MonkeyPatch, dt: type, d: int, why: str
+) -> None:
+    from tessera.ir import graph as g
+    from tessera.passes.lower_attention_sm90 import eligible
+
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    spec = _attention(False).specialize(*_qkv(64, 64, d, dt))
+    op = next(o for o in spec.ir("graph").walk() if isinstance(o, g.FlashAttentionOp))
+    assert why in (eligible(op) or "")
+    assert not any(isinstance(o, tt.LaunchExOp) for o in spec.ir("target").walk())

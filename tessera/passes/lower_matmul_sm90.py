@@ -24,11 +24,15 @@ output tile per CTA:
   (A K-major, B N-major, both through shared-memory descriptors with the same
   128-byte swizzle as the tensor maps), commit, keep one group in flight
   (``wgmma.wait_group 1``) and release the previous slot.
+* The first wgmma of a tile overwrites the accumulators (``scale_d`` false).
 * The epilogue converts the accumulators (the wgmma D fragment: thread ``t`` of
   warp ``w`` holds rows ``16w + t/4 (+8)`` and column pairs ``8j + 2(t%4)``) to the
   result type and stores them with ``st.global``, predicated on ``row < M`` and
   ``col < N`` when the tile is ragged.
-* Tiles are visited in groups of ``group_m`` tile rows (an L2-friendly order).
+* Persistent grid: one CTA per SM (``min(tiles, SMs)``); CTA ``b`` takes tiles ``b``,
+  ``b + grid``, ... in groups of ``group_m`` tile rows (an L2-friendly order). The
+  stage ring runs on across tiles, and a consumer releases its last slot before its
+  epilogue, so the producer already loads the next tile while the consumers store.
 
 ``tgraph.matmul_epilogue`` ops are not taken: they lower to the generic ``mma.sync``
 kernel, which applies their bias, activation and cast before its store.
@@ -51,9 +55,7 @@ from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
     Float32Type,
-    FloatAttr,
     ModuleOp,
-    f32,
 )
 from xdsl.ir import Attribute, SSAValue
 from xdsl.passes import ModulePass
@@ -136,6 +138,8 @@ class Sm90Gemm:
     in_type: str  # "bf16" or "f16"
     out_type: str  # "bf16", "f16" or "f32"
     cfg: Sm90Config
+    sms: int = 132
+    """CTAs of the persistent grid: the device's SM count (any value is correct)."""
 
     @property
     def bm(self) -> int:
@@ -162,8 +166,13 @@ class Sm90Gemm:
     def threads(self) -> int:
         return 128 * (1 + self.cfg.consumers)
 
+    @property
+    def tiles(self) -> int:
+        return _cdiv(self.m, self.bm) * _cdiv(self.n, self.cfg.bn)
+
     def grid(self) -> tuple[int, int, int]:
-        return (_cdiv(self.m, self.bm) * _cdiv(self.n, self.cfg.bn), 1, 1)
+        """Persistent: one CTA per SM (at most one per tile); each loops over tiles."""
+        return (min(self.tiles, self.sms), 1, 1)
 
     def boxes(self) -> list[int]:
         """``ttarget.launch_ex`` boxes for (C, A, B): C by pointer, A ``64 x BM``, B ``64 x 64``."""
@@ -204,17 +213,19 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.add(tt.LabelOp(skip))
     e.add(tt.BarSyncOp(0))
 
-    # this CTA's tile, in groups of group_m tile rows
-    tiles_m, tiles_n = _cdiv(gemm.m, bm), _cdiv(gemm.n, bn)
-    per_group = cfg.group_m * tiles_n
-    first_m = e.mul32(e.bin(tt.DivOp, "u32", bid, per_group), cfg.group_m)
-    gsize = e.bin(tt.MinOp, "u32", e.bin(tt.SubOp, "u32", tiles_m, first_m), cfg.group_m)
-    r = e.bin(tt.RemOp, "u32", bid, per_group)
-    pid_m = e.add32(first_m, e.bin(tt.RemOp, "u32", r, gsize))
-    pid_n = e.bin(tt.DivOp, "u32", r, gsize)
-    m0 = e.mul32(pid_m, bm)
-    n0 = e.mul32(pid_n, bn)
+    nctas = e.sreg("nctaid.x")
     ktiles = _cdiv(gemm.k, BOX_K)
+
+    def tile_origin(tile: SSAValue) -> tuple[SSAValue, SSAValue]:
+        """(m0, n0) of tile number ``tile``, in groups of group_m tile rows."""
+        tiles_m, tiles_n = _cdiv(gemm.m, bm), _cdiv(gemm.n, bn)
+        per_group = cfg.group_m * tiles_n
+        first_m = e.mul32(e.bin(tt.DivOp, "u32", tile, per_group), cfg.group_m)
+        gsize = e.bin(tt.MinOp, "u32", e.bin(tt.SubOp, "u32", tiles_m, first_m), cfg.group_m)
+        r = e.bin(tt.RemOp, "u32", tile, per_group)
+        pid_m = e.add32(first_m, e.bin(tt.RemOp, "u32", r, gsize))
+        pid_n = e.bin(tt.DivOp, "u32", r, gsize)
+        return e.mul32(pid_m, bm), e.mul32(pid_n, bn)
 
     wg = e.bin(tt.ShrOp, "u32", tid, 7)
     consumer = e.label("CONSUMER")
@@ -227,14 +238,19 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     for reg, param in ((tmap_a, a_param), (tmap_b, b_param)):
         e.add(tt.ParamAddrOp(reg, param))
         e.add(tt.CvtaOp("param.u64", reg, reg))  # the generic address TMA expects
-    kt, stage, phase = e.reg("b32"), e.reg("b32"), e.reg("b32")
-    for v in (kt, stage, phase):
+    kt, stage, phase, issued, tile = (e.reg("b32") for _ in range(5))
+    for v in (stage, phase, issued):
         e.mov("u32", v, 0)
+    e.mov("u32", tile, bid)
     tx = e.imm(gemm.a_bytes + gemm.b_bytes)
+    tile_loop = e.label("PRODUCE_TILE")
+    e.add(tt.LabelOp(tile_loop))
+    m0, n0 = tile_origin(tile)
+    e.mov("u32", kt, 0)
     loop = e.label("PRODUCE")
     e.add(tt.LabelOp(loop))
     ready = e.label("SLOT_FREE")
-    e.add(tt.BraOp(ready, e.setp("lt", kt, stages)))
+    e.add(tt.BraOp(ready, e.setp("lt", issued, stages)))
     e.wait(e.mad32(stage, 8, empty0), e.bin(tt.XorOp, "b32", phase, 1))
     e.add(tt.LabelOp(ready))
     full = e.mad32(stage, 8, full0)
@@ -248,8 +264,11 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         col = e.add32(n0, j * BOX_K) if j else n0
         e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, col, k0, full))
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
+    e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
     e.advance(stage, phase, stages)
     e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
+    e.add(tt.AddOp("u32", tile, tile, nctas))
+    e.add(tt.BraOp(tile_loop, e.setp("lt", tile, gemm.tiles)))
     e.add(tt.BraOp(end))
 
     # ---------------------------------------------------------------- consumers
@@ -257,10 +276,6 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.add(tt.SetmaxnregOp("inc", 232))
     cw = e.bin(tt.SubOp, "u32", wg, 1)
     acc = [e.reg("f32") for _ in range(bn // 2)]
-    fzero = tt.ImmOp(FloatAttr(0.0, f32))
-    e.block.add_op(fzero)
-    for a in acc:
-        e.add(tt.MovOp("f32", a, fzero.result))
     a_desc0 = e.desc(e.mad32(cw, 64 * SWIZZLE_BYTES, sbase), _desc_hi(16, 8 * SWIZZLE_BYTES))
     b_desc0 = e.desc(
         e.add32(sbase, stages * gemm.a_bytes),
@@ -268,12 +283,18 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     )
     always = e.setp("eq", tid, tid)
     leader = e.setp("eq", e.bin(tt.AndOp, "b32", tid, 127), 0)
-    kt, stage, phase, prev = e.reg("b32"), e.reg("b32"), e.reg("b32"), e.reg("b32")
-    for v in (kt, stage, phase, prev):
+    kt, stage, phase, prev, tile = (e.reg("b32") for _ in range(5))
+    for v in (stage, phase, prev):
         e.mov("u32", v, 0)
+    e.mov("u32", tile, bid)
     mma = f"m64n{bn}k16.f32.{gemm.in_type}.{gemm.in_type}"
+    tile_loop = e.label("CONSUME_TILE")
+    e.add(tt.LabelOp(tile_loop))
+    m0, n0 = tile_origin(tile)
+    e.mov("u32", kt, 0)
     loop = e.label("CONSUME")
     e.add(tt.LabelOp(loop))
+    accumulate = e.setp("ne", kt, 0)  # the tile's first wgmma overwrites the accumulators
     e.wait(e.mad32(stage, 8, full0), phase)
     s64 = e.reg("b64")
     e.add(tt.CvtOp("u64.u32", s64, [stage]))
@@ -286,7 +307,8 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         if kk:
             dak = e.bin(tt.AddOp, "u64", da, (kk * 16 * 2) >> 4, "b64")
             dbk = e.bin(tt.AddOp, "u64", db, (kk * 16 * SWIZZLE_BYTES) >> 4, "b64")
-        e.add(tt.WgmmaOp(mma, acc, dak, dbk, always, trans_a=0, trans_b=1))
+        e.add(tt.WgmmaOp(mma, acc, dak, dbk, accumulate if kk == 0 else always,
+                         trans_a=0, trans_b=1))
     e.add(tt.FenceOp("wgmma_commit"))
     e.add(tt.WgmmaWaitOp(1))
     release = e.reg("pred")
@@ -297,7 +319,12 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.advance(stage, phase, stages)
     e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
     e.add(tt.WgmmaWaitOp(0))
+    # the tile's last slot is free: the producer refills it for the next tile during the
+    # epilogue
+    e.add(tt.MbarrierArriveOp(e.mad32(prev, 8, empty0), guard=leader))
     _epilogue(e, gemm, c_param, tid, cw, m0, n0, acc)
+    e.add(tt.AddOp("u32", tile, tile, nctas))
+    e.add(tt.BraOp(tile_loop, e.setp("lt", tile, gemm.tiles)))
     e.add(tt.LabelOp(end))
     e.add(tt.RetOp())
     return func
@@ -364,8 +391,21 @@ def gemm_for(op: g.MatmulOp) -> Sm90Gemm:
         cfg = sm90_config(m, n, k)
     return Sm90Gemm(
         m, n, k, _TYPE_NAMES[type(g.elem_of(op.lhs))], _TYPE_NAMES[type(g.elem_of(op.result))],
-        cfg,
+        cfg, device_sms(),
     )
+
+
+def device_sms() -> int:
+    """SMs of the current CUDA device (the persistent grid's size), 132 (an H100 SXM / H200)
+    when there is none: the kernel is correct for any grid size."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
+    except Exception:
+        pass
+    return 132
 
 
 def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from xdsl.parser import Parser
 
 from tessera.ir import tile as tt
 from tessera.passes.emit_ptx import emit_ptx
@@ -15,7 +16,6 @@ from tessera.runtime.cuda import lower_to_target
 from tessera.runtime.graph_interpreter import run_function
 from tessera.runtime.tile_interpreter import run_host
 from tests.test_lower_graph_to_tile import context, lower
-from xdsl.parser import Parser
 
 RNG = np.random.default_rng(7)
 NP = {"f32": np.float32, "f64": np.float64}

@@ -231,17 +231,17 @@ def lower_svd(lw: _FunctionLowering, op: g.SVDOp) -> None:
         _strided(e, lid, 0, r, group, init_w)
         _strided(e, lid, 0, k, group, init_v)
 
-        def dots(c: KernelEmitter, p: SSAValue, q: SSAValue) -> list[SSAValue]:
-            """Tile-wide (w_p.w_p, w_q.w_q, w_p.w_q)."""
+        def dots(c: KernelEmitter, cols: list[tuple[SSAValue, SSAValue]]) -> list[SSAValue]:
+            """Tile-wide ``w_a . w_b`` for each ``(a, b)`` in ``cols``."""
 
             def acc(b: KernelEmitter, base: SSAValue, s: list[SSAValue]) -> list[SSAValue]:
                 i = b.index(b.add(base, lid))
                 ok = b.lt(i, r)
-                a, bq = b.load(wref, W(i, p), mask=ok), b.load(wref, W(i, q), mask=ok)
-                return [b.fadd(s[0], b.fmul(a, a)), b.fadd(s[1], b.fmul(bq, bq)),
-                        b.fadd(s[2], b.fmul(a, bq))]
+                vals = {x: b.load(wref, W(i, x), mask=ok) for x in dict.fromkeys(
+                    x for ab in cols for x in ab)}
+                return [b.fadd(t, b.fmul(vals[a], vals[bb])) for t, (a, bb) in zip(s, cols)]
 
-            parts = c.for_(0, r, group, [zero, zero, zero], acc)
+            parts = c.for_(0, r, group, [zero] * len(cols), acc)
             return [c.op(tt.ReduceOp(x, "sum", scope)) for x in parts]
 
         def rotate(b: KernelEmitter, ref: SSAValue, rows: int, p: SSAValue, q: SSAValue,
@@ -257,7 +257,7 @@ def lower_svd(lw: _FunctionLowering, op: g.SVDOp) -> None:
         two = e.const(2.0, et)
 
         def pair(c: KernelEmitter, p: SSAValue, q: SSAValue, rot: SSAValue) -> SSAValue:
-            alpha, beta, gamma = dots(c, p, q)
+            alpha, beta, gamma = dots(c, [(p, p), (q, q), (p, q)])
             agamma = c.op(math.AbsFOp(gamma))
             do = _gt(c, agamma, c.fmul(tol, _sqrt(c, c.fmul(alpha, beta))))
             z = c.fdiv(c.fsub(beta, alpha), c.fmul(two, gamma))
@@ -289,7 +289,7 @@ def lower_svd(lw: _FunctionLowering, op: g.SVDOp) -> None:
 
         # S_j = |w_j| into scratch, then columns in order of descending S
         def norm(c: KernelEmitter, j: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-            s2 = dots(c, j, j)[0]
+            (s2,) = dots(c, [(j, j)])
             c.store(_sqrt(c, s2), snref, [*bi, j], mask=c.eq(lid, 0))
             return []
 

@@ -19,6 +19,7 @@ from xdsl.context import Context
 from xdsl.dialects import arith, func, math, memref
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    ComplexType,
     DenseIntOrFPElementsAttr,
     Float16Type,
     Float32Type,
@@ -38,8 +39,9 @@ from xdsl.passes import ModulePass
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.ir.attrs import NumericPolicyAttr
-from tessera.passes import tile_attention, tile_rowwise
+from tessera.passes import tile_attention, tile_fft, tile_linalg, tile_rowwise
 from tessera.passes.tile_builder import Idx, KernelEmitter, compute_type, is_float
+from tessera.passes.tile_fft import complex_memref
 from tessera.passes.tile_numerics import (
     is_narrow_cast,
     lower_narrow_cast,
@@ -67,9 +69,13 @@ def _cdiv(a: int, b: int) -> int:
 def memref_of(t: Attribute) -> Attribute:
     """The memref type holding a tensor of type ``t`` (scalars pass through).
 
-    fp6/fp4 tensors are stored packed in ``i8`` rows (``tile_numerics.storage_memref``).
+    fp6/fp4 tensors are stored packed in ``i8`` rows (``tile_numerics.storage_memref``);
+    ``complex<fT>`` tensors as interleaved (real, imaginary) pairs in a ``memref`` of
+    ``fT`` with a trailing dim of 2 (``tile_fft.complex_memref``).
     """
     if isinstance(t, TensorType):
+        if isinstance(t.element_type, ComplexType):
+            return complex_memref(t)
         return storage_memref(t)
     return t
 
@@ -220,6 +226,12 @@ class _FunctionLowering:
             ):
                 raise _not_lowered(op, "fp6/fp4 tensors are stored packed; only tgraph.cast reads "
                                    "or writes them")
+            if not isinstance(op, g.FFTOp | g.FFT2dOp) and any(
+                isinstance(v.type, TensorType) and isinstance(v.type.element_type, ComplexType)
+                for v in (*op.operands, *op.results)
+            ):
+                raise _not_lowered(op, "complex tensors are only read and written by tgraph.fft "
+                                   "and tgraph.fft2d")
             for r in op.results:
                 if isinstance(r.type, TensorType) and isinstance(
                     r.type.encoding, NumericPolicyAttr
@@ -960,6 +972,10 @@ _LOWERINGS.update({
     g.FlashAttentionOp: tile_attention.lower_flash_attention,  # type: ignore[dict-item]
     g.FusedOp: _FunctionLowering.lower_fused,  # type: ignore[dict-item]
     g.MatmulEpilogueOp: _FunctionLowering.lower_matmul_epilogue,  # type: ignore[dict-item]
+    g.FFTOp: tile_fft.lower_fft,  # type: ignore[dict-item]
+    g.FFT2dOp: tile_fft.lower_fft,  # type: ignore[dict-item]
+    g.CholeskyOp: tile_linalg.lower_cholesky,  # type: ignore[dict-item]
+    g.SVDOp: tile_linalg.lower_svd,  # type: ignore[dict-item]
 })
 
 LOWERED_OPS: tuple[str, ...] = tuple(sorted(k.name for k in _LOWERINGS))

@@ -38,6 +38,7 @@ from typing import Any
 from xdsl.dialects import arith, func, memref
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    ComplexType,
     DenseIntOrFPElementsAttr,
     Float16Type,
     Float32Type,
@@ -48,6 +49,7 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     ModuleOp,
+    TensorType,
 )
 from xdsl.ir import Attribute, SSAValue
 
@@ -547,7 +549,36 @@ def run_specialization(spec: Any, args: list[Any]) -> Any:
     if LAUNCH_HOOK is not None:
         LAUNCH_HOOK.specialization(spec)
     results = run_host(target, spec.name, args, ptx=ptx)
+    flags = _complex_results(spec)
+    if any(flags):
+        import torch
+
+        results = [torch.view_as_complex(r) if c else r for r, c in zip(results, flags)]
     return tuple(results) if spec.returns_tuple else results[0]
+
+
+_COMPLEX_RESULTS: weakref.WeakKeyDictionary[ModuleOp, tuple[bool, ...]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _complex_results(spec: Any) -> tuple[bool, ...]:
+    """Which results of ``spec`` are complex tensors in Graph IR. Below Graph IR those
+    are stored as interleaved (real, imaginary) pairs, ``memref<... x 2 x fT>``
+    (``tessera.passes.tile_fft``), which the caller sees through ``torch.view_as_complex``."""
+    graph = spec.ir("graph")
+    flags = _COMPLEX_RESULTS.get(graph)
+    if flags is None:
+        fn = next(
+            op for op in graph.body.block.ops
+            if isinstance(op, func.FuncOp) and op.sym_name.data == spec.name
+        )
+        flags = tuple(
+            isinstance(t, TensorType) and isinstance(t.element_type, ComplexType)
+            for t in fn.function_type.outputs.data
+        )
+        _COMPLEX_RESULTS[graph] = flags
+    return flags
 
 
 def install() -> None:

@@ -11,6 +11,7 @@ random directions. The forward-mode function must equal ``torch.func.jvp``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -454,3 +455,135 @@ def test_gradient_is_deterministic(case: LCase) -> None:
     g2 = run_function(m2, "f_grad", [*xs, *cts])
     for a, b in zip(g1, g2):
         assert a.tobytes() == b.tobytes()
+
+
+# --------------------------------------------------------------------------- support ops
+
+
+SUPPORT_OPS = """
+func.func @ops(%z: tensor<2x3xcomplex<f32>>, %a: tensor<2x3xf32>, %l: tensor<2x4x4xf64>, %b: tensor<2x4x3xf64>, %ip: tensor<3xi32>, %ix: tensor<3xi32>, %v: tensor<3xf32>, %d: tensor<2x5xf32>, %e: tensor<4x5xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xcomplex<f32>>, tensor<2x4x3xf64>, tensor<4x5xf32>, tensor<3xf32>) {
+  %0 = tgraph.real %z : (tensor<2x3xcomplex<f32>>) -> tensor<2x3xf32>
+  %1 = tgraph.imag %z : (tensor<2x3xcomplex<f32>>) -> tensor<2x3xf32>
+  %2 = tgraph.complex %0, %a : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xcomplex<f32>>
+  %3 = tgraph.triangular_solve %l, %b upper transpose_a : (tensor<2x4x4xf64>, tensor<2x4x3xf64>) -> tensor<2x4x3xf64>
+  %4 = tgraph.spmm_transpose %ip, %ix, %v, %d sparse_shape = [2, 4] : (tensor<3xi32>, tensor<3xi32>, tensor<3xf32>, tensor<2x5xf32>) -> tensor<4x5xf32>
+  %5 = tgraph.sddmm %ip, %ix, %d, %e sparse_shape = [2, 4] : (tensor<3xi32>, tensor<3xi32>, tensor<2x5xf32>, tensor<4x5xf32>) -> tensor<3xf32>
+  func.return %0, %1, %2, %3, %4, %5 : tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xcomplex<f32>>, tensor<2x4x3xf64>, tensor<4x5xf32>, tensor<3xf32>
+}
+"""
+
+
+def test_support_ops_round_trip() -> None:
+    text = str(parse(SUPPORT_OPS))
+    assert "tgraph.triangular_solve %l, %b upper transpose_a :" in text
+    assert "tgraph.sddmm %ip, %ix, %d, %e sparse_shape = [2, 4] :" in text
+    assert str(parse(text)) == text
+
+
+def test_support_ops_run_on_the_interpreter() -> None:
+    rng = np.random.default_rng(5)
+    z = (rng.standard_normal((2, 3)) + 1j * rng.standard_normal((2, 3))).astype(np.complex64)
+    a = rng.standard_normal((2, 3)).astype(np.float32)
+    lo = rng.standard_normal((2, 4, 4)) + 4 * np.eye(4)
+    b = rng.standard_normal((2, 4, 3))
+    ip, ix = np.array([0, 1, 3], np.int32), np.array([2, 0, 3], np.int32)
+    v = rng.standard_normal(3).astype(np.float32)
+    d = rng.standard_normal((2, 5)).astype(np.float32)
+    e = rng.standard_normal((4, 5)).astype(np.float32)
+    re, im, c, x, st, sd = run_function(parse(SUPPORT_OPS), "ops", [z, a, lo, b, ip, ix, v, d, e])
+    np.testing.assert_array_equal(re, z.real)
+    np.testing.assert_array_equal(im, z.imag)
+    np.testing.assert_array_equal(c, z.real + 1j * a)
+    assert c.dtype == np.complex64
+    np.testing.assert_allclose(np.swapaxes(np.triu(lo), -1, -2) @ x, b, rtol=1e-12, atol=1e-12)
+    dense = np.zeros((2, 4), np.float32)
+    dense[[0, 1, 1], ix] = v
+    np.testing.assert_allclose(st, dense.T @ d, rtol=1e-5)
+    np.testing.assert_allclose(sd, [d[0] @ e[2], d[1] @ e[0], d[1] @ e[3]], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("tgraph.real %a : (tensor<2x3xf32>) -> tensor<2x3xf32>", "needs a complex operand"),
+        ("tgraph.imag %z : (tensor<2x3xcomplex<f32>>) -> tensor<2x3xf64>", "must be f32"),
+        ("tgraph.complex %a, %a : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>",
+         "result element type must be complex<f32>"),
+        ("tgraph.complex %z, %z : (tensor<2x3xcomplex<f32>>, tensor<2x3xcomplex<f32>>) "
+         "-> tensor<2x3xcomplex<f32>>", "needs floating-point parts"),
+        ("tgraph.triangular_solve %b, %b : (tensor<2x4x3xf64>, tensor<2x4x3xf64>) "
+         "-> tensor<2x4x3xf64>", "A must be square"),
+        ("tgraph.triangular_solve %l, %l2 : (tensor<2x4x4xf64>, tensor<3x4x3xf64>) "
+         "-> tensor<3x4x3xf64>", "batch dims differ"),
+        ("tgraph.spmm_transpose %ip, %ix, %v, %e sparse_shape = [2, 4] : (tensor<3xi32>, "
+         "tensor<3xi32>, tensor<3xf32>, tensor<4x5xf32>) -> tensor<4x5xf32>",
+         "dense operand has shape [4, 5], expected [2, N]"),
+        ("tgraph.sddmm %ip, %ix, %d, %d sparse_shape = [2, 4] : (tensor<3xi32>, tensor<3xi32>, "
+         "tensor<2x5xf32>, tensor<2x5xf32>) -> tensor<3xf32>", "rhs has shape [2, 5], expected [4, 5]"),
+        ("tgraph.sddmm %v, %ix, %d, %e sparse_shape = [2, 4] : (tensor<3xf32>, tensor<3xi32>, "
+         "tensor<2x5xf32>, tensor<4x5xf32>) -> tensor<3xf32>", "indptr must be an integer tensor"),
+    ],
+)
+def test_support_ops_reject_bad_input(line: str, message: str) -> None:
+    text = f"""
+    func.func @bad(%z: tensor<2x3xcomplex<f32>>, %a: tensor<2x3xf32>, %l: tensor<2x4x4xf64>, %b: tensor<2x4x3xf64>, %l2: tensor<3x4x3xf64>, %ip: tensor<3xi32>, %ix: tensor<3xi32>, %v: tensor<3xf32>, %d: tensor<2x5xf32>, %e: tensor<4x5xf32>) {{
+      %r = {line}
+      func.return
+    }}
+    """
+    with pytest.raises(VerifyException, match=re.escape(message)):
+        parse(text)
+
+
+def test_support_ops_report_bad_values() -> None:
+    text = """
+    func.func @f(%a: tensor<3x3xf64>, %b: tensor<3x1xf64>, %ip: tensor<3xi32>, %ix: tensor<2xi32>, %l: tensor<2x2xf64>, %r: tensor<4x2xf64>) -> (tensor<3x1xf64>, tensor<2xf64>) {
+      %x = tgraph.triangular_solve %a, %b : (tensor<3x3xf64>, tensor<3x1xf64>) -> tensor<3x1xf64>
+      %s = tgraph.sddmm %ip, %ix, %l, %r sparse_shape = [2, 4] : (tensor<3xi32>, tensor<2xi32>, tensor<2x2xf64>, tensor<4x2xf64>) -> tensor<2xf64>
+      func.return %x, %s : tensor<3x1xf64>, tensor<2xf64>
+    }
+    """
+    m = parse(text)
+    good = [np.eye(3), np.ones((3, 1)), np.array([0, 1, 2], np.int32), np.array([0, 3], np.int32),
+            np.ones((2, 2)), np.ones((4, 2))]
+    run_function(m, "f", good)
+    singular = list(good)
+    singular[0] = np.diag([1.0, 0.0, 2.0])
+    with pytest.raises(ValueError, match="tgraph.triangular_solve: the triangular matrix is singular"):
+        run_function(m, "f", singular)
+    bad_csr = list(good)
+    bad_csr[3] = np.array([0, 4], np.int32)
+    with pytest.raises(ValueError, match=r"tgraph.sddmm: malformed CSR operands"):
+        run_function(m, "f", bad_csr)
+
+
+def test_frontend_functions_and_ts_grad() -> None:
+    import tessera as ts
+
+    def f(x, a, b, c):
+        z = ts.fft(x)
+        lo = ts.cholesky(a)
+        y = ts.triangular_solve(lo, b, transpose_a=True)
+        w = ts.complex(ts.real(z), ts.imag(z) * 2.0)
+        return ts.sum(ts.real(w) * ts.imag(w) * c) + ts.sum(y * y)
+
+    def tf(x, a, b, c):
+        z = torch.fft.fft(x)
+        y = torch.linalg.solve_triangular(torch.linalg.cholesky(a).mT, b, upper=True)
+        return torch.sum(z.real * z.imag * 2.0 * c) + torch.sum(y * y)
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 8))
+    m = rng.standard_normal((4, 4))
+    a = m @ m.T + 4 * np.eye(4)
+    b = rng.standard_normal((4, 2))
+    c = rng.standard_normal((3, 8))
+    got = ts.grad(f, argnums=(0, 1, 2))(x, a, b, c)
+    targs = [torch.tensor(v, requires_grad=True) for v in (x, a, b)]
+    want = torch.autograd.grad(tf(*targs, torch.tensor(c)), targs)
+    for g_, w in zip(got, want):
+        assert_close(np.asarray(g_), w, 1e-8, "ts.grad")
+    with pytest.raises(ts.TesseraTypeError, match="real: needs a complex tensor"):
+        ts.jit(lambda v: ts.real(v))(x)
+    with pytest.raises(ts.ShapeError, match="triangular_solve needs A"):
+        ts.jit(lambda u, v: ts.triangular_solve(u, v))(a, x)

@@ -167,9 +167,9 @@ def _cholesky(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequenc
     n = shape_of(lo)[-1]
     phi = e.mul(e.matmul(lo, ct, transpose_lhs=True), _triangle_mask(e, n, lo, diag=0.5))
     left = e.triangular_solve(lo, phi, transpose_a=True)  # L⁻ᵀ Φ
-    # (L⁻ᵀ Φ) L⁻¹ = (L⁻ᵀ (L⁻ᵀ Φ)ᵀ)ᵀ
-    s = e.swap_last(e.triangular_solve(lo, e.swap_last(left), transpose_a=True))
-    return [e.mul(e.add(s, e.swap_last(s)), 0.5)]
+    # S = (L⁻ᵀ Φ) L⁻¹, whose transpose is L⁻ᵀ (L⁻ᵀ Φ)ᵀ
+    s_t = e.triangular_solve(lo, e.swap_last(left), transpose_a=True)
+    return [e.mul(e.add(e.swap_last(s_t), s_t), 0.5)]
 
 
 @vjp_rule(g.TriangularSolveOp)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from xdsl.builder import Builder, InsertPoint
 from xdsl.dialects.builtin import (
+    ComplexType,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     IntegerAttr,
@@ -65,6 +66,9 @@ class GraphEmitter:
         elem = elem_of(like) if isinstance(like, SSAValue) else like
         if isinstance(elem, TensorType):
             elem = elem.element_type
+        if isinstance(elem, ComplexType):  # value + 0i from two real splats
+            part = elem.element_type
+            return self.complex(self.const(value, part, shape), self.const(0.0, part, shape))
         if isinstance(elem, IntegerType):
             attr = DenseIntOrFPElementsAttr.from_list(tensor((), elem), [int(value)])
         else:
@@ -73,6 +77,14 @@ class GraphEmitter:
 
     def zeros_like(self, v: SSAValue) -> SSAValue:
         return self.const(0.0, v, shape_of(v))
+
+    def dense_const(self, values: Sequence[float], shape: Sequence[int], like: SSAValue) -> SSAValue:
+        """A dense constant (row-major ``values``) with the real element type of ``like``."""
+        elem = elem_of(like)
+        if isinstance(elem, ComplexType):
+            elem = elem.element_type
+        attr = DenseIntOrFPElementsAttr.from_list(tensor(shape, elem), [float(v) for v in values])
+        return self.insert(g.ConstantOp(attr, tensor(shape, elem)))
 
     def bool_const(self, values: Sequence[bool], shape: Sequence[int]) -> SSAValue:
         """A dense ``i1`` constant (row-major ``values``)."""
@@ -311,6 +323,88 @@ class GraphEmitter:
                 parts.append(self.const(0.0, x, [*cur[:d], after, *cur[d + 1 :]]))
             x = self.concat(parts, d)
         return x
+
+    # ------------------------------------------------------------------ complex parts
+
+    def real(self, x: SSAValue) -> SSAValue:
+        el = elem_of(x)
+        assert isinstance(el, ComplexType)
+        return self.insert(g.RealOp(operands=[x], result_types=[tensor(shape_of(x), el.element_type)]))
+
+    def imag(self, x: SSAValue) -> SSAValue:
+        el = elem_of(x)
+        assert isinstance(el, ComplexType)
+        return self.insert(g.ImagOp(operands=[x], result_types=[tensor(shape_of(x), el.element_type)]))
+
+    def conj(self, x: SSAValue) -> SSAValue:
+        """The complex conjugate of ``x``; ``x`` itself when it is real."""
+        if not isinstance(elem_of(x), ComplexType):
+            return x
+        return self.complex(self.real(x), self.neg(self.imag(x)))
+
+    def complex(self, re: SSAValue, im: SSAValue) -> SSAValue:
+        return self.insert(
+            g.ComplexOp(
+                operands=[re, im], result_types=[tensor(shape_of(re), ComplexType(elem_of(re)))]
+            )
+        )
+
+    # ------------------------------------------------------------------ linear algebra
+
+    def triangular_solve(
+        self, a: SSAValue, b: SSAValue, *, upper: bool = False, transpose_a: bool = False
+    ) -> SSAValue:
+        """``op(A)⁻¹ B`` for triangular A (see ``tgraph.triangular_solve``)."""
+        return self.insert(
+            g.TriangularSolveOp(
+                a, b, tensor(shape_of(b), elem_of(b)), upper=upper, transpose_a=transpose_a
+            )
+        )
+
+    def conv2d(
+        self, x: SSAValue, w: SSAValue, stride: Sequence[int], padding: Sequence[int]
+    ) -> SSAValue:
+        shape = g.Conv2dOp.infer_shape(shape_of(x), shape_of(w), stride, padding)
+        assert not isinstance(shape, str), shape
+        props = {
+            "stride": DenseArrayBase.from_list(i64, list(stride)),
+            "padding": DenseArrayBase.from_list(i64, list(padding)),
+        }
+        return self.insert(
+            g.Conv2dOp(
+                operands=[x, w, []], result_types=[tensor(shape, elem_of(x))], properties=props
+            )
+        )
+
+    def csr(
+        self,
+        cls: type[g.SpMMOp | g.SpMMTransposeOp | g.SDDMMOp],
+        indptr: SSAValue,
+        indices: SSAValue,
+        a: SSAValue,
+        b: SSAValue,
+        sparse_shape: Sequence[int],
+        out_shape: Sequence[int],
+    ) -> SSAValue:
+        """A sparse product on the CSR pattern (``indptr``, ``indices``) of ``sparse_shape``."""
+        return self.insert(
+            cls(
+                operands=[indptr, indices, a, b],
+                result_types=[tensor(out_shape, elem_of(b))],
+                properties={"sparse_shape": DenseArrayBase.from_list(i64, list(sparse_shape))},
+            )
+        )
+
+    def fft(self, cls: type[g.FFTOp | g.FFT2dOp], x: SSAValue, *, inverse: bool) -> SSAValue:
+        el = elem_of(x)
+        out = el if isinstance(el, ComplexType) else ComplexType(el)
+        return self.insert(
+            cls(
+                operands=[x],
+                result_types=[tensor(shape_of(x), out)],
+                properties={"inverse": UnitAttr()} if inverse else {},
+            )
+        )
 
     # ------------------------------------------------------------------ collectives
 

@@ -86,8 +86,9 @@ def _mul(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[boo
     a, b, _ = _binary_parts(op)
     ct = cts[0]
     assert ct is not None
-    da = e.unbroadcast(e.mul(ct, b), shape_of(a)) if needs[0] else None
-    db = e.unbroadcast(e.mul(ct, a), shape_of(b)) if needs[1] else None
+    # complex operands: ā = ȳ conj(b) (torch's convention); conj is the identity on reals
+    da = e.unbroadcast(e.mul(ct, e.conj(b)), shape_of(a)) if needs[0] else None
+    db = e.unbroadcast(e.mul(ct, e.conj(a)), shape_of(b)) if needs[1] else None
     return [da, db]
 
 
@@ -98,11 +99,11 @@ def _div(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[boo
     assert ct is not None
     da = db = None
     if needs[0] or needs[1]:
-        q = e.div(ct, b)
+        q = e.div(ct, e.conj(b))
         if needs[0]:
             da = e.unbroadcast(q, shape_of(a))
         if needs[1]:
-            db = e.unbroadcast(e.neg(e.mul(q, y)), shape_of(b))
+            db = e.unbroadcast(e.neg(e.mul(q, e.conj(y))), shape_of(b))
     return [da, db]
 
 

@@ -925,6 +925,77 @@ def spmm(
     )
 
 
+# --------------------------------------------------------------------------- complex parts, triangular solve
+
+
+def _complex_part(opcls: type[g.IRDLOperation], opname: str, x: Any) -> TracedTensor:
+    x = _tensor_arg(x, opname)
+    el = x.type.element_type
+    if not isinstance(el, ComplexType):
+        raise TesseraTypeError(located(f"{opname}: needs a complex tensor, got {el}"))
+    return _emit(
+        opcls, x.trace, operands=[x.value], result_types=[TensorType(el.element_type, list(x.shape))]
+    )
+
+
+def real(x: Any) -> TracedTensor:
+    """Real part of a complex tensor (``complex<f32>`` -> ``f32``)."""
+    return _complex_part(g.RealOp, "real", x)
+
+
+def imag(x: Any) -> TracedTensor:
+    """Imaginary part of a complex tensor (``complex<f32>`` -> ``f32``)."""
+    return _complex_part(g.ImagOp, "imag", x)
+
+
+def complex(re: Any, im: Any) -> TracedTensor:  # noqa: A001
+    """``re + i * im`` from two f32 (or f64) tensors of one shape."""
+    a, b = _operands("complex", re, im)
+    _check_same_elem("complex", a, b)
+    el = a.type.element_type
+    if el not in (f32, f64):
+        raise TesseraTypeError(located(f"complex: needs f32 or f64 parts, got {el}"))
+    if tuple(a.shape) != tuple(b.shape):
+        raise ShapeError(
+            located(f"complex: parts have shapes {g.fmt_shape(a.shape)} and {g.fmt_shape(b.shape)}")
+        )
+    return _emit(
+        g.ComplexOp,
+        a.trace,
+        operands=[a.value, b.value],
+        result_types=[TensorType(ComplexType(el), list(a.shape))],
+    )
+
+
+def triangular_solve(
+    a: Any, b: Any, *, upper: bool = False, transpose_a: bool = False
+) -> TracedTensor:
+    """Solve ``op(A) X = B`` for triangular A [..., n, n] and B [..., n, k]
+    (``op(A) = Aᵀ`` with ``transpose_a``); only A's lower (or ``upper``) triangle is read."""
+    x, y = _operands("triangular_solve", a, b)
+    _check_same_elem("triangular_solve", x, y)
+    sa, sb = tuple(x.shape), tuple(y.shape)
+    if len(sa) < 2 or sa[-1] != sa[-2] or len(sb) != len(sa) or sb[-2] != sa[-1] or sa[:-2] != sb[:-2]:
+        raise ShapeError(
+            located(
+                f"triangular_solve needs A [..., n, n] and B [..., n, k] with one batch shape, "
+                f"got {g.fmt_shape(sa)} and {g.fmt_shape(sb)}"
+            )
+        )
+    props: dict[str, Attribute] = {}
+    if upper:
+        props["upper"] = UnitAttr()
+    if transpose_a:
+        props["transpose_a"] = UnitAttr()
+    return _emit(
+        g.TriangularSolveOp,
+        x.trace,
+        operands=[x.value, y.value],
+        result_types=[y.type],
+        properties=props,
+    )
+
+
 # --------------------------------------------------------------------------- random
 
 
@@ -1102,6 +1173,7 @@ OP_FUNCTIONS: tuple[str, ...] = (
     "matmul", "gemm", "flash_attention", "conv2d", "mse",
     "transpose", "reshape", "broadcast_to", "slice", "concat", "constant", "split_qkv",
     "fft", "ifft", "fft2d", "ifft2d", "cholesky", "svd", "spmm",
+    "real", "imag", "complex", "triangular_solve",
     "randn", "poisson",
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_slice", "send", "recv",
 )

@@ -39,6 +39,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.transforms.dead_code_elimination import region_dce
 
+from tessera.autodiff import scientific_rules  # noqa: F401  (registers its rules)
 from tessera.autodiff.custom import ATTR, CUSTOM_VJPS
 from tessera.autodiff.emitter import GraphEmitter, numel
 from tessera.autodiff.rules import VJP_RULES, AutodiffError

@@ -544,6 +544,74 @@ class GraphFunctions(InterpreterFunctions):
         np.add.at(out, rows, v[:, None] * d[ix])
         return (store(out, op.result.type),)
 
+    # ------------------------------------------------------------ derivative support ops
+    @impl(g.RealOp)
+    def run_real(self, interp: Interpreter, op: g.RealOp, args: tuple[Any, ...]):
+        return (store(np.real(np.asarray(args[0])), op.result.type),)
+
+    @impl(g.ImagOp)
+    def run_imag(self, interp: Interpreter, op: g.ImagOp, args: tuple[Any, ...]):
+        return (store(np.imag(np.asarray(args[0])), op.result.type),)
+
+    @impl(g.ComplexOp)
+    def run_complex(self, interp: Interpreter, op: g.ComplexOp, args: tuple[Any, ...]):
+        t = op.real.type
+        re, im = load(args[0], t), load(args[1], t)
+        return (store(re + 1j * im, op.result.type),)
+
+    @impl(g.TriangularSolveOp)
+    def run_triangular_solve(
+        self, interp: Interpreter, op: g.TriangularSolveOp, args: tuple[Any, ...]
+    ):
+        t = op.a.type
+        acc = accum_dtype(t)
+        a, b = load(args[0], t, acc), load(args[1], t, acc)
+        a = np.triu(a) if op.upper is not None else np.tril(a)
+        if op.transpose_a is not None:
+            a = np.swapaxes(a, -1, -2)
+        diag = np.diagonal(a, axis1=-2, axis2=-1)
+        if np.any(diag == 0):
+            raise ValueError("tgraph.triangular_solve: the triangular matrix is singular")
+        return (store(np.linalg.solve(a, b), op.result.type),)
+
+    @staticmethod
+    def _csr_pattern(op: Any, indptr: Any, indices: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(row, column) of every stored entry of a CSR pattern, checked."""
+        m, k = op.sparse_shape.get_values()
+        ip = np.asarray(indptr, dtype=np.int64)
+        ix = np.asarray(indices, dtype=np.int64)
+        if (
+            ip[0] != 0
+            or np.any(np.diff(ip) < 0)
+            or ip[-1] != ix.size
+            or np.any(ix < 0)
+            or np.any(ix >= k)
+        ):
+            raise ValueError(f"{op.name}: malformed CSR operands (indptr/indices)")
+        return np.repeat(np.arange(m), np.diff(ip)), ix
+
+    @impl(g.SpMMTransposeOp)
+    def run_spmm_transpose(
+        self, interp: Interpreter, op: g.SpMMTransposeOp, args: tuple[Any, ...]
+    ):
+        indptr, indices, values, dense = args
+        t = op.dense.type
+        acc = accum_dtype(t)
+        v, d = load(values, t, acc), load(dense, t, acc)
+        rows, cols = self._csr_pattern(op, indptr, indices)
+        out = np.zeros(tuple(op.result.type.get_shape()), dtype=acc)
+        np.add.at(out, cols, v[:, None] * d[rows])
+        return (store(out, op.result.type),)
+
+    @impl(g.SDDMMOp)
+    def run_sddmm(self, interp: Interpreter, op: g.SDDMMOp, args: tuple[Any, ...]):
+        indptr, indices, lhs, rhs = args
+        t = op.lhs.type
+        acc = accum_dtype(t)
+        a, b = load(lhs, t, acc), load(rhs, t, acc)
+        rows, cols = self._csr_pattern(op, indptr, indices)
+        return (store(np.sum(a[rows] * b[cols], axis=1), op.result.type),)
+
     # ------------------------------------------------------------ random
     @staticmethod
     def _generator(op: Any) -> np.random.Generator:

@@ -1,0 +1,283 @@
+"""Adjoint rules for convolution, FFTs, linear algebra and sparse products.
+
+Registered in :data:`tessera.autodiff.rules.VJP_RULES` on import, with the
+calling convention of :mod:`tessera.autodiff.rules`. Each adjoint is ordinary
+Graph IR built from ``tgraph`` ops, so it is itself differentiable (forward
+mode transposes it once more):
+
+* ``conv2d``: the input gradient is a stride-1 ``conv2d`` of the stride-dilated,
+  ``(k-1)``-padded cotangent with the spatially flipped weight (channels
+  swapped), cropped by the padding; the weight gradient is a ``conv2d`` of the
+  input (batch and channels swapped) with the dilated cotangent as kernel;
+  the bias gradient is ``sum(ct)`` over N, H, W.
+* ``fft`` / ``fft2d``: ``x̄ = F^H ȳ``, i.e. ``n · ifft(ȳ)`` for the forward
+  transform and ``fft(ȳ) / n`` for the inverse one (n: the transformed size),
+  and its real part for a real input. Cotangents of complex values follow
+  torch: ``z̄ = ∂L/∂Re z + i ∂L/∂Im z``.
+* ``cholesky`` (Murray 2016): ``S = L⁻ᵀ Φ(Lᵀ L̄) L⁻¹`` with ``Φ`` the lower
+  triangle with halved diagonal, symmetrized: ``Ā = (S + Sᵀ) / 2``.
+* ``svd`` (reduced, real): with ``E_jk = s_k² - s_j²`` (1 on the diagonal),
+  ``Ā = U [(skew(UᵀŪ) S + S skew(VᵀV̄)) / E + diag(S̄)] Vᵀ`` plus the
+  projections ``(I - UUᵀ) Ū S⁻¹ Vᵀ`` (m > n) or ``U S⁻¹ V̄ᵀ (I - VVᵀ)``
+  (n > m), as torch.linalg.svd. At repeated singular values ``E`` has zeros
+  off the diagonal and the gradient of a loss that reads U or Vh is inf/nan
+  (as in torch); a loss of S alone is fine.
+* ``spmm``: values get ``sddmm(ct, denseᵀ)`` at the stored entries, dense
+  gets ``spmm_transpose`` (``Aᵀ ct``); ``indptr`` and ``indices`` are integer
+  and get none.
+* The support ops close the set: ``triangular_solve``, ``real``, ``imag``,
+  ``complex``, ``spmm_transpose`` and ``sddmm`` have rules too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import ComplexType
+from xdsl.ir import Operation, SSAValue
+
+from tessera.autodiff.emitter import GraphEmitter, numel
+from tessera.autodiff.rules import Cot, operand_slots, vjp_rule
+from tessera.ir import graph as g
+from tessera.ir.graph import elem_of, shape_of
+
+
+def _is_complex(v: SSAValue) -> bool:
+    return isinstance(elem_of(v), ComplexType)
+
+
+def _identity(e: GraphEmitter, n: int, like: SSAValue) -> SSAValue:
+    return e.dense_const([float(i == j) for i in range(n) for j in range(n)], [n, n], like)
+
+
+def _flip_last2(e: GraphEmitter, w: SSAValue) -> SSAValue:
+    """``w[..., ::-1, ::-1]``, as products with anti-identity matrices (exact)."""
+    kh, kw = shape_of(w)[-2:]
+    if kh > 1:
+        j = e.dense_const([float(i + c == kh - 1) for i in range(kh) for c in range(kh)], [kh, kh], w)
+        w = e.matmul(j, w)
+    if kw > 1:
+        j = e.dense_const([float(i + c == kw - 1) for i in range(kw) for c in range(kw)], [kw, kw], w)
+        w = e.matmul(w, j)
+    return w
+
+
+def _crop(e: GraphEmitter, x: SSAValue, start: Sequence[int], shape: Sequence[int]) -> SSAValue:
+    if tuple(shape_of(x)) == tuple(shape):
+        return x
+    limit = [a + n for a, n in zip(start, shape)]
+    return e.slice(x, start, limit, [1] * len(shape))
+
+
+# --------------------------------------------------------------------------- conv2d
+
+
+@vjp_rule(g.Conv2dOp)
+def _conv2d(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.Conv2dOp)
+    ct = cts[0]
+    assert ct is not None
+    x, w = op.input, op.weight
+    sh, sw = op.stride.get_values()
+    ph, pw = op.padding.get_values()
+    n, c, h, wd = shape_of(x)
+    o, _, kh, kw = shape_of(w)
+    ho, wo = shape_of(ct)[2:]
+    slots = operand_slots(op)
+    out: list[Cot] = [None] * len(op.operands)
+    if needs[slots["input"]]:
+        hp, wp = h + 2 * ph, wd + 2 * pw
+        # ct at rows i*sh + kh-1 of zeros: a full correlation over the padded input
+        d = e.pad(ct, [n, o, hp + kh - 1, wp + kw - 1], [0, 0, kh - 1, kw - 1], [1, 1, sh, sw])
+        wf = e.transpose(_flip_last2(e, w), [1, 0, 2, 3])
+        dxp = e.conv2d(d, wf, [1, 1], [0, 0])
+        out[slots["input"]] = _crop(e, dxp, [0, 0, ph, pw], [n, c, h, wd])
+    if needs[slots["weight"]]:
+        dil = e.pad(ct, [n, o, (ho - 1) * sh + 1, (wo - 1) * sw + 1], [0, 0, 0, 0], [1, 1, sh, sw])
+        r = e.conv2d(e.transpose(x, [1, 0, 2, 3]), e.transpose(dil, [1, 0, 2, 3]), [1, 1], [ph, pw])
+        r = _crop(e, r, [0, 0, 0, 0], [c, o, kh, kw])
+        out[slots["weight"]] = e.transpose(r, [1, 0, 2, 3])
+    if "bias" in slots and needs[slots["bias"]]:
+        out[slots["bias"]] = e.sum(ct, [0, 2, 3])
+    return out
+
+
+# --------------------------------------------------------------------------- fft and complex parts
+
+
+@vjp_rule(g.FFTOp, g.FFT2dOp)
+def _fft(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.FFTOp | g.FFT2dOp)
+    ct = cts[0]
+    assert ct is not None
+    x = op.input
+    dims = shape_of(x)[-op.NDIMS :]
+    inverse = op.inverse is not None
+    # y = F x  ->  x̄ = F^H ȳ = n ifft(ȳ);   y = F^H x / n  ->  x̄ = F ȳ / n
+    r = e.fft(type(op), ct, inverse=not inverse)
+    scale = 1.0 / numel(dims) if inverse else float(numel(dims))
+    if _is_complex(x):
+        return [e.mul(r, scale)]
+    return [e.mul(e.real(r), scale)]
+
+
+@vjp_rule(g.RealOp)
+def _real(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    ct = cts[0]
+    assert ct is not None
+    return [e.complex(ct, e.zeros_like(ct))]
+
+
+@vjp_rule(g.ImagOp)
+def _imag(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    ct = cts[0]
+    assert ct is not None
+    return [e.complex(e.zeros_like(ct), ct)]
+
+
+@vjp_rule(g.ComplexOp)
+def _complex(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    ct = cts[0]
+    assert ct is not None
+    return [e.real(ct) if needs[0] else None, e.imag(ct) if needs[1] else None]
+
+
+# --------------------------------------------------------------------------- linear algebra
+
+
+def _triangle_mask(
+    e: GraphEmitter, n: int, like: SSAValue, *, upper: bool = False, diag: float = 1.0
+) -> SSAValue:
+    """[n, n] constant: 1 on the strict (lower or upper) triangle, ``diag`` on the
+    diagonal, 0 elsewhere."""
+    vals = []
+    for i in range(n):
+        for j in range(n):
+            inside = j > i if upper else j < i
+            vals.append(diag if i == j else float(inside))
+    return e.dense_const(vals, [n, n], like)
+
+
+@vjp_rule(g.CholeskyOp)
+def _cholesky(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.CholeskyOp)
+    ct = cts[0]
+    assert ct is not None
+    lo = op.result
+    n = shape_of(lo)[-1]
+    phi = e.mul(e.matmul(lo, ct, transpose_lhs=True), _triangle_mask(e, n, lo, diag=0.5))
+    left = e.triangular_solve(lo, phi, transpose_a=True)  # L⁻ᵀ Φ
+    # S = (L⁻ᵀ Φ) L⁻¹, whose transpose is L⁻ᵀ (L⁻ᵀ Φ)ᵀ
+    s_t = e.triangular_solve(lo, e.swap_last(left), transpose_a=True)
+    return [e.mul(e.add(e.swap_last(s_t), s_t), 0.5)]
+
+
+@vjp_rule(g.TriangularSolveOp)
+def _triangular_solve(
+    e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]
+):
+    assert isinstance(op, g.TriangularSolveOp)
+    ct = cts[0]
+    assert ct is not None
+    upper, trans = op.upper is not None, op.transpose_a is not None
+    # X = op(T)⁻¹ B:  B̄ = op(T)⁻ᵀ X̄,  op(T)̄ = -B̄ Xᵀ, only T's triangle is read
+    db = e.triangular_solve(op.a, ct, upper=upper, transpose_a=not trans)
+    da = None
+    if needs[0]:
+        gm = e.neg(e.matmul(db, op.result, transpose_rhs=True))
+        if trans:
+            gm = e.swap_last(gm)
+        n = shape_of(op.a)[-1]
+        da = e.mul(gm, _triangle_mask(e, n, op.a, upper=upper))
+    return [da, db if needs[1] else None]
+
+
+@vjp_rule(g.SVDOp)
+def _svd(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.SVDOp)
+    gu, gs, gvh = cts
+    u, s, vh = op.u, op.s, op.vh
+    *b, m, n = shape_of(op.input)
+    k = min(m, n)
+    s_row = e.reshape(s, [*b, 1, k])  # scales column k by s_k
+    s_col = e.reshape(s, [*b, k, 1])  # scales row j by s_j
+    eye = _identity(e, k, s)
+    inner: SSAValue | None = None
+    if gu is not None or gvh is not None:
+        s2 = e.mul(s, s)
+        # E_jk = s_k² - s_j² off the diagonal, 1 on it
+        big_e = e.add(e.sub(e.reshape(s2, [*b, 1, k]), e.reshape(s2, [*b, k, 1])), eye)
+        num: SSAValue | None = None
+        if gu is not None:
+            uhgu = e.matmul(u, gu, transpose_lhs=True)
+            num = e.mul(e.sub(uhgu, e.swap_last(uhgu)), s_row)
+        if gvh is not None:
+            vhgv = e.matmul(vh, gvh, transpose_rhs=True)
+            term = e.mul(s_col, e.sub(vhgv, e.swap_last(vhgv)))
+            num = term if num is None else e.add(num, term)
+        assert num is not None
+        inner = e.div(num, big_e)
+    if gs is not None:
+        d = e.mul(e.reshape(gs, [*b, k, 1]), eye)
+        inner = d if inner is None else e.add(inner, d)
+    assert inner is not None
+    if m > k and gu is not None:
+        ga = e.matmul(u, inner)
+        gu_sinv = e.div(gu, s_row)
+        proj = e.matmul(u, e.matmul(u, gu_sinv, transpose_lhs=True))
+        ga = e.matmul(e.add(ga, e.sub(gu_sinv, proj)), vh)
+    elif n > k and gvh is not None:
+        ga = e.matmul(inner, vh)
+        gvh_sinv = e.div(gvh, s_col)
+        proj = e.matmul(e.matmul(gvh_sinv, vh, transpose_rhs=True), vh)
+        ga = e.matmul(u, e.add(ga, e.sub(gvh_sinv, proj)))
+    else:
+        ga = e.matmul(e.matmul(u, inner), vh)
+    return [ga]
+
+
+# --------------------------------------------------------------------------- sparse products
+
+
+def _csr_parts(op: g.SpMMOp | g.SpMMTransposeOp | g.SDDMMOp) -> tuple[SSAValue, SSAValue, list[int]]:
+    return op.indptr, op.indices, list(op.sparse_shape.get_values())
+
+
+@vjp_rule(g.SpMMOp)
+def _spmm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.SpMMOp)
+    ct = cts[0]
+    assert ct is not None
+    ip, ix, ss = _csr_parts(op)
+    nnz = shape_of(op.values)
+    dv = e.csr(g.SDDMMOp, ip, ix, ct, op.dense, ss, nnz) if needs[2] else None
+    dd = (
+        e.csr(g.SpMMTransposeOp, ip, ix, op.values, ct, ss, shape_of(op.dense))
+        if needs[3]
+        else None
+    )
+    return [None, None, dv, dd]
+
+
+@vjp_rule(g.SpMMTransposeOp)
+def _spmm_transpose(
+    e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]
+):
+    assert isinstance(op, g.SpMMTransposeOp)
+    ct = cts[0]
+    assert ct is not None
+    ip, ix, ss = _csr_parts(op)
+    dv = e.csr(g.SDDMMOp, ip, ix, op.dense, ct, ss, shape_of(op.values)) if needs[2] else None
+    dd = e.csr(g.SpMMOp, ip, ix, op.values, ct, ss, shape_of(op.dense)) if needs[3] else None
+    return [None, None, dv, dd]
+
+
+@vjp_rule(g.SDDMMOp)
+def _sddmm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.SDDMMOp)
+    ct = cts[0]
+    assert ct is not None
+    ip, ix, ss = _csr_parts(op)
+    dl = e.csr(g.SpMMOp, ip, ix, ct, op.rhs, ss, shape_of(op.lhs)) if needs[2] else None
+    dr = e.csr(g.SpMMTransposeOp, ip, ix, ct, op.lhs, ss, shape_of(op.rhs)) if needs[3] else None
+    return [None, None, dl, dr]

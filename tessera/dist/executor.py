@@ -11,7 +11,9 @@ result of a pipeline stage this rank does not run is ``None``).
 
 ``run_local`` runs an already per-rank program on per-rank arguments.
 ``run_compiled`` runs the per-rank program as compiled segments between its
-collectives (numpy interpreter per segment on CPU, PTX on CUDA).
+collectives (numpy interpreter per segment on CPU, PTX on CUDA). ``run_lowered``
+lowers the whole per-rank program, collectives included, to one Tile IR host
+function and runs it (Tile IR interpreter on CPU, PTX on CUDA).
 """
 
 from __future__ import annotations
@@ -155,6 +157,57 @@ def run_compiled(
             for a in local
         ]
     return SegmentedProgram(mod, name, mesh, stage_axis).run(local, device)
+
+
+def lowered(module: ModuleOp, name: str) -> ModuleOp:
+    """The per-rank program of function ``name`` lowered to Tile IR (``lower-graph-to-tile``):
+    kernels and one host function whose collectives are host ops (``ttile.all_reduce`` ...)."""
+    from xdsl.context import Context
+
+    from tessera.passes.lower_graph_to_tile import LowerGraphToTile
+
+    fn = _find(partitioned(module, name), name).clone()
+    mod = ModuleOp([fn])
+    LowerGraphToTile().apply(Context(), mod)
+    mod.verify()
+    return mod
+
+
+def run_lowered(
+    module: ModuleOp, name: str, args: Sequence[Any], mesh: Mesh, device: str | None = None
+) -> list[Any]:
+    """Like :func:`run_compiled`, with the whole per-rank program lowered as one (see
+    :func:`lowered`): on ``"cpu"`` the Tile IR interpreter runs it on numpy arrays, the
+    collectives over gloo; on ``"cuda"`` its PTX runs on this rank's GPU through
+    :func:`tessera.runtime.cuda.run_host`, the collectives over NCCL, and results are
+    torch CUDA tensors. Programs with pipeline stages (``tessera.stage``) are not lowered.
+    """
+    fn = _find(module, name)
+    _check_mesh(fn, mesh)
+    rank = mesh.check_world()
+    device = device or mesh.device_type
+    if device not in ("cpu", "cuda"):
+        raise MeshError(f"@{name}: unknown device '{device}' (valid: cpu, cuda)")
+    local = list(args) if SPMD in fn.attributes or has_user_collectives(fn) else local_args(
+        fn, args, mesh, rank
+    )
+    tile_module = lowered(module, name)
+    mesh.device_mesh()  # every rank creates the process groups before any collective
+    if device == "cpu":
+        from tessera.runtime.tile_interpreter import run_host
+
+        return list(run_host(tile_module, name, local, mesh=mesh))
+    import torch
+
+    from tessera.runtime import convert, cuda
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    local = [
+        a.to(dev) if convert.is_torch_tensor(a) else convert.to_torch(np.asarray(a)).to(dev)
+        for a in local
+    ]
+    with mesh:
+        return cuda.run_host(cuda.lower_to_target(tile_module), name, local)
 
 
 def parse(text: str, name: str = "<string>") -> ModuleOp:

@@ -82,6 +82,8 @@ from xdsl.printer import Printer
 from xdsl.traits import IsolatedFromAbove, NoTerminator, Pure, SymbolOpInterface, SymbolTable
 from xdsl.utils.exceptions import VerifyException
 
+from tessera.ir import host_collectives as hc
+
 # --------------------------------------------------------------------------- PTX facts
 
 REG_CLASSES: dict[str, int] = {"pred": 1, "b16": 16, "b32": 32, "b64": 64, "f32": 32, "f64": 64}
@@ -2401,3 +2403,66 @@ Target = Dialect(
 
 def is_instruction(op: Operation) -> bool:
     return isinstance(op, PtxOp)
+
+
+# =========================================================================== host collectives
+# Host-side collectives of lowered per-rank programs, mapped 1:1 from the ttile ops of the
+# same name by lower-tile-to-target (syntax, verifiers and semantics in
+# tessera/ir/host_collectives.py). They are not PTX: emit-ptx ignores host functions.
+
+
+@irdl_op_definition
+class AllReduceOp(hc.AllReduceBase):
+    """Host: ``%r = ttarget.all_reduce %x op = "sum" axis = "tp" : memref<..> -> memref<..>``."""
+
+    name = "ttarget.all_reduce"
+
+
+@irdl_op_definition
+class AllGatherOp(hc.AllGatherBase):
+    """Host: ``%r = ttarget.all_gather %x axis = "tp" dim = 1 : memref<..> -> memref<..>``."""
+
+    name = "ttarget.all_gather"
+
+
+@irdl_op_definition
+class ReduceScatterOp(hc.ReduceScatterBase):
+    """Host: ``%r = ttarget.reduce_scatter %x op = "sum" axis = "tp" dim = 0 : ...``."""
+
+    name = "ttarget.reduce_scatter"
+
+
+@irdl_op_definition
+class AllToAllOp(hc.AllToAllBase):
+    """Host: ``%r = ttarget.all_to_all %x axis = "tp" split_dim = 0 concat_dim = 1 : ...``."""
+
+    name = "ttarget.all_to_all"
+
+
+@irdl_op_definition
+class SendOp(hc.SendBase):
+    """Host: ``ttarget.send %x axis = "pp" peer = 1 : memref<..>``."""
+
+    name = "ttarget.send"
+
+
+@irdl_op_definition
+class RecvOp(hc.RecvBase):
+    """Host: ``%r = ttarget.recv axis = "pp" peer = -1 : memref<..>``."""
+
+    name = "ttarget.recv"
+
+
+@irdl_op_definition
+class MeshCoordOp(hc.MeshCoordBase):
+    """Host: ``%c = ttarget.mesh_coord axis = "tp"`` (this rank's coordinate, an index)."""
+
+    name = "ttarget.mesh_coord"
+
+
+HOST_COLLECTIVE_OPS: tuple[type[hc.HostCollectiveOp], ...] = (
+    AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, SendOp, RecvOp, MeshCoordOp,
+)
+"""Host-side collective ops of ``ttarget`` (same order as ``hc.HOST_COLLECTIVE_BASES``)."""
+
+Target = Dialect("ttarget", [*Target.operations, *HOST_COLLECTIVE_OPS], [*Target.attributes])

@@ -82,6 +82,7 @@ from xdsl.traits import (
 )
 from xdsl.utils.exceptions import VerifyException
 
+from tessera.ir import host_collectives as hc
 from tessera.ir.attrs import SharedMemorySpaceAttr
 
 WARP_SIZE = 32
@@ -1090,4 +1091,67 @@ TILE_OPS: list[type[Operation]] = [
     ShuffleXorOp, ReduceOp, MmaOp,
 ]
 
+Tile = Dialect("ttile", TILE_OPS, [])
+
+
+# =========================================================================== host collectives
+# Host-side collectives of lowered per-rank programs (from the tgraph collectives; syntax,
+# verifiers and semantics in tessera/ir/host_collectives.py, docs/TILE_IR.md).
+
+
+@irdl_op_definition
+class AllReduceOp(hc.AllReduceBase):
+    """Host: ``%r = ttile.all_reduce %x op = "sum" axis = "tp" : memref<..> -> memref<..>``."""
+
+    name = "ttile.all_reduce"
+
+
+@irdl_op_definition
+class AllGatherOp(hc.AllGatherBase):
+    """Host: ``%r = ttile.all_gather %x axis = "tp" dim = 1 : memref<..> -> memref<..>``."""
+
+    name = "ttile.all_gather"
+
+
+@irdl_op_definition
+class ReduceScatterOp(hc.ReduceScatterBase):
+    """Host: ``%r = ttile.reduce_scatter %x op = "sum" axis = "tp" dim = 0 : ...``."""
+
+    name = "ttile.reduce_scatter"
+
+
+@irdl_op_definition
+class AllToAllOp(hc.AllToAllBase):
+    """Host: ``%r = ttile.all_to_all %x axis = "tp" split_dim = 0 concat_dim = 1 : ...``."""
+
+    name = "ttile.all_to_all"
+
+
+@irdl_op_definition
+class SendOp(hc.SendBase):
+    """Host: ``ttile.send %x axis = "pp" peer = 1 : memref<..>``."""
+
+    name = "ttile.send"
+
+
+@irdl_op_definition
+class RecvOp(hc.RecvBase):
+    """Host: ``%r = ttile.recv axis = "pp" peer = -1 : memref<..>``."""
+
+    name = "ttile.recv"
+
+
+@irdl_op_definition
+class MeshCoordOp(hc.MeshCoordBase):
+    """Host: ``%c = ttile.mesh_coord axis = "tp"`` (this rank's coordinate, an index)."""
+
+    name = "ttile.mesh_coord"
+
+
+HOST_COLLECTIVE_OPS: tuple[type[hc.HostCollectiveOp], ...] = (
+    AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, SendOp, RecvOp, MeshCoordOp,
+)
+"""Host-side collective ops of ``ttile`` (same order as ``hc.HOST_COLLECTIVE_BASES``)."""
+
+TILE_OPS.extend(HOST_COLLECTIVE_OPS)
 Tile = Dialect("ttile", TILE_OPS, [])

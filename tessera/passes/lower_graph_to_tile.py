@@ -39,7 +39,7 @@ from xdsl.passes import ModulePass
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.ir.attrs import NumericPolicyAttr
-from tessera.passes import tile_attention, tile_fft, tile_linalg, tile_rowwise
+from tessera.passes import tile_attention, tile_collectives, tile_fft, tile_linalg, tile_rowwise
 from tessera.passes.tile_builder import Idx, KernelEmitter, compute_type, is_float
 from tessera.passes.tile_fft import complex_memref
 from tessera.passes.tile_numerics import (
@@ -165,6 +165,8 @@ class _FunctionLowering:
         ins = [memref_of(t) for t in fn.function_type.inputs.data]
         outs = [memref_of(t) for t in fn.function_type.outputs.data]
         self.host = func.FuncOp(self.name, (ins, outs))
+        if "tessera.mesh" in fn.attributes:  # the mesh of host collectives
+            self.host.attributes["tessera.mesh"] = fn.attributes["tessera.mesh"]
         self.hb = self.host.body.block
         for old, new in zip(fn.body.block.args, self.hb.args):
             new.name_hint = old.name_hint
@@ -977,6 +979,7 @@ _LOWERINGS.update({
     g.CholeskyOp: tile_linalg.lower_cholesky,  # type: ignore[dict-item]
     g.SVDOp: tile_linalg.lower_svd,  # type: ignore[dict-item]
 })
+_LOWERINGS.update(tile_collectives.lowerings())  # type: ignore[arg-type]
 
 LOWERED_OPS: tuple[str, ...] = tuple(sorted(k.name for k in _LOWERINGS))
 """Names of the tgraph ops this pass lowers."""

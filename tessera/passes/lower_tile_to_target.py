@@ -1,7 +1,8 @@
 """``lower-tile-to-target``: Tile IR kernels → Target IR (PTX on virtual registers).
 
 Every ``ttile.kernel`` becomes a ``ttarget.func`` of the same name and every
-``ttile.launch`` a ``ttarget.launch``; host ``func.func``s stay as they are.
+``ttile.launch`` a ``ttarget.launch``, every host collective (``ttile.all_reduce``
+...) the ``ttarget`` op of the same name; host ``func.func``s stay as they are.
 Inside a kernel each SSA value gets its own virtual register (vectors one per
 element) and ops translate one by one, top to bottom, into one flat block:
 
@@ -61,6 +62,7 @@ from xdsl.rewriter import Rewriter
 from tessera.ir import target as tt
 from tessera.ir import tile
 from tessera.ir.tile import element_bytes, is_shared
+from tessera.passes import tile_collectives
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -1603,8 +1605,8 @@ def lower_kernel(kernel: tile.KernelOp) -> tt.FuncOp:
 
 @dataclass(frozen=True)
 class LowerTileToTargetPass(ModulePass):
-    """Replaces every ``ttile.kernel`` by a ``ttarget.func`` and every ``ttile.launch``
-    by a ``ttarget.launch``."""
+    """Replaces every ``ttile.kernel`` by a ``ttarget.func``, every ``ttile.launch``
+    by a ``ttarget.launch`` and every host collective by its ``ttarget`` op."""
 
     name = "lower-tile-to-target"
 
@@ -1618,3 +1620,5 @@ class LowerTileToTargetPass(ModulePass):
             )
         for k in kernels:
             Rewriter.replace_op(k, lower_kernel(k))
+        for c in [c for c in op.walk() if isinstance(c, tile.HOST_COLLECTIVE_OPS)]:
+            Rewriter.replace_op(c, tile_collectives.to_target(c))

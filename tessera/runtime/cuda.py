@@ -9,8 +9,9 @@
   versions); otherwise the driver JIT-compiles the PTX.
 * :func:`launch` runs one kernel on ``torch.cuda.current_stream()``.
 * :func:`run_host` runs the host ``func.func`` of a lowered module (``memref.alloc``,
-  ``memref.get_global``, ``arith.constant``, ``ttarget.launch``, ``func.return``) on
-  torch CUDA tensors and returns torch tensors.
+  ``memref.get_global``, ``arith.constant``, ``ttarget.launch``, host collectives such
+  as ``ttarget.all_reduce`` through :mod:`tessera.runtime.host_collectives`,
+  ``func.return``) on torch CUDA tensors and returns torch tensors.
 
 Arguments: torch tensors on the current CUDA device, with the dtype and shape of
 the memref parameter. A CPU tensor, a tensor on another device, or a wrong
@@ -53,6 +54,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, SSAValue
 
+from tessera.ir import host_collectives as hc
 from tessera.ir import target as tt
 from tessera.runtime import cache
 
@@ -471,6 +473,11 @@ class HostPlan:
                 self.results = [slot(v) for v in op.arguments]
             elif isinstance(op, memref.DeallocOp):
                 pass
+            elif isinstance(op, hc.HostCollectiveOp):
+                from tessera.runtime.host_collectives import run_host_collective
+
+                ins, outs = [slot(a) for a in op.operands], [slot(r) for r in op.results]
+                self.steps.append(("collective", op, run_host_collective, ins, outs))
             else:
                 raise LaunchError(f"@{name}: host op {op.name} cannot run on the GPU runtime")
         self.nslots = len(slots)
@@ -509,6 +516,10 @@ class HostPlan:
                 env[s] = out
             elif kind == "value":
                 env[step[1]] = step[2]
+            elif kind == "collective":  # over torch.distributed (NCCL), on torch's stream
+                _, op, run_collective, ins, outs = step
+                for s, v in zip(outs, run_collective(op, [env[s] for s in ins], device="cuda")):
+                    env[s] = v
             else:
                 _, op, kernel, fn, grid, arg_slots = step
                 values = [env[s] for s in arg_slots]

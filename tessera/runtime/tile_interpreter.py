@@ -13,8 +13,9 @@ Entry points:
 
 * :func:`run_kernel` runs one ``ttile.kernel`` on numpy arrays (in place).
 * :func:`run_host` runs a host ``func.func`` (``memref.alloc``,
-  ``memref.get_global``, ``ttile.launch``, ``func.return``) on numpy inputs, as
-  produced by ``lower-graph-to-tile``.
+  ``memref.get_global``, ``ttile.launch``, host collectives such as
+  ``ttile.all_reduce``, ``func.return``) on numpy inputs, as produced by
+  ``lower-graph-to-tile``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from xdsl.ir import Attribute, Operation, Region
 from xdsl.traits import SymbolTable
 from xdsl.utils.exceptions import InterpretationError
 
+from tessera.ir import host_collectives as hc
 from tessera.ir import tile as tt
 from tessera.ir.tile import WARP_SIZE
 from tessera.numerics.cast import cast_array
@@ -1152,10 +1154,61 @@ class HostFunctions(InterpreterFunctions):
         return ()
 
 
-def run_host(module: ModuleOp, name: str, args: Sequence[Any]) -> list[np.ndarray]:
+@register_impls
+class HostCollectiveFunctions(InterpreterFunctions):
+    """Host collectives of lowered per-rank programs (``ttile.all_reduce`` ...), run by
+    :func:`tessera.runtime.host_collectives.run_host_collective` on ``mesh`` (None: the
+    mesh entered with ``with mesh:``, else the host function's ``tessera.mesh``)."""
+
+    def __init__(self, mesh: Any = None):
+        self.mesh = mesh
+
+    def _run(self, op: Operation, args: PythonValues) -> PythonValues:
+        from tessera.runtime.host_collectives import run_host_collective
+
+        assert isinstance(op, hc.HostCollectiveOp)
+        return run_host_collective(op, args, self.mesh)
+
+    @impl(tt.AllReduceOp)
+    def run_all_reduce(self, interpreter: Interpreter, op: tt.AllReduceOp, args: PythonValues):
+        return self._run(op, args)
+
+    @impl(tt.AllGatherOp)
+    def run_all_gather(self, interpreter: Interpreter, op: tt.AllGatherOp, args: PythonValues):
+        return self._run(op, args)
+
+    @impl(tt.ReduceScatterOp)
+    def run_reduce_scatter(
+        self, interpreter: Interpreter, op: tt.ReduceScatterOp, args: PythonValues
+    ):
+        return self._run(op, args)
+
+    @impl(tt.AllToAllOp)
+    def run_all_to_all(self, interpreter: Interpreter, op: tt.AllToAllOp, args: PythonValues):
+        return self._run(op, args)
+
+    @impl(tt.SendOp)
+    def run_send(self, interpreter: Interpreter, op: tt.SendOp, args: PythonValues):
+        return self._run(op, args)
+
+    @impl(tt.RecvOp)
+    def run_recv(self, interpreter: Interpreter, op: tt.RecvOp, args: PythonValues):
+        return self._run(op, args)
+
+    @impl(tt.MeshCoordOp)
+    def run_mesh_coord(self, interpreter: Interpreter, op: tt.MeshCoordOp, args: PythonValues):
+        return self._run(op, args)
+
+
+def run_host(
+    module: ModuleOp, name: str, args: Sequence[Any], mesh: Any = None
+) -> list[np.ndarray]:
     """Run host ``func.func @name`` on numpy inputs; returns its results as numpy arrays.
 
     Inputs are converted to the argument memrefs' dtypes (copied, never modified).
+    Host collectives run on ``mesh`` (a :class:`tessera.dist.Mesh`; by default the one
+    entered with ``with mesh:``, else the function's ``tessera.mesh``) over
+    torch.distributed, so every rank of the mesh runs the function.
     """
     fn = SymbolTable.lookup_symbol(module, name)
     if not isinstance(fn, func.FuncOp):
@@ -1180,6 +1233,7 @@ def run_host(module: ModuleOp, name: str, args: Sequence[Any]) -> list[np.ndarra
     interp = Interpreter(module)
     interp.register_implementations(FuncFunctions())
     interp.register_implementations(HostFunctions())
+    interp.register_implementations(HostCollectiveFunctions(mesh))
     with np.errstate(all="ignore"):
         out = interp.call_op(fn, tuple(vals))
     return [np.asarray(o) for o in out]

@@ -38,7 +38,7 @@ from xdsl.passes import ModulePass
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.ir.attrs import NumericPolicyAttr
-from tessera.passes import tile_attention, tile_random, tile_rowwise
+from tessera.passes import tile_attention, tile_conv, tile_random, tile_rowwise, tile_sparse
 from tessera.passes.tile_builder import Idx, KernelEmitter, compute_type, is_float
 from tessera.passes.tile_numerics import (
     is_narrow_cast,
@@ -960,6 +960,8 @@ _LOWERINGS.update({
     g.FlashAttentionOp: tile_attention.lower_flash_attention,  # type: ignore[dict-item]
     g.FusedOp: _FunctionLowering.lower_fused,  # type: ignore[dict-item]
     g.MatmulEpilogueOp: _FunctionLowering.lower_matmul_epilogue,  # type: ignore[dict-item]
+    g.Conv2dOp: tile_conv.lower_conv2d,  # type: ignore[dict-item]
+    g.SpMMOp: tile_sparse.lower_spmm,  # type: ignore[dict-item]
     g.RandnOp: tile_random.lower_randn,  # type: ignore[dict-item]
     g.PoissonOp: tile_random.lower_poisson,  # type: ignore[dict-item]
 })

@@ -384,4 +384,4 @@ def test_host_function_shape():
 
 def test_lowered_ops_listed():
     assert "tgraph.matmul" in LOWERED_OPS and "tgraph.flash_attention" in LOWERED_OPS
-    assert "tgraph.conv2d" not in LOWERED_OPS
+    assert "tgraph.conv2d" in LOWERED_OPS and "tgraph.spmm" in LOWERED_OPS

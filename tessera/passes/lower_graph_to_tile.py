@@ -39,7 +39,16 @@ from xdsl.passes import ModulePass
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.ir.attrs import NumericPolicyAttr
-from tessera.passes import tile_attention, tile_collectives, tile_fft, tile_linalg, tile_rowwise
+from tessera.passes import (
+    tile_attention,
+    tile_collectives,
+    tile_conv,
+    tile_fft,
+    tile_linalg,
+    tile_random,
+    tile_rowwise,
+    tile_sparse,
+)
 from tessera.passes.tile_builder import Idx, KernelEmitter, compute_type, is_float
 from tessera.passes.tile_fft import complex_memref
 from tessera.passes.tile_numerics import (
@@ -978,6 +987,10 @@ _LOWERINGS.update({
     g.FFT2dOp: tile_fft.lower_fft,  # type: ignore[dict-item]
     g.CholeskyOp: tile_linalg.lower_cholesky,  # type: ignore[dict-item]
     g.SVDOp: tile_linalg.lower_svd,  # type: ignore[dict-item]
+    g.Conv2dOp: tile_conv.lower_conv2d,  # type: ignore[dict-item]
+    g.SpMMOp: tile_sparse.lower_spmm,  # type: ignore[dict-item]
+    g.RandnOp: tile_random.lower_randn,  # type: ignore[dict-item]
+    g.PoissonOp: tile_random.lower_poisson,  # type: ignore[dict-item]
 })
 _LOWERINGS.update(tile_collectives.lowerings())  # type: ignore[arg-type]
 

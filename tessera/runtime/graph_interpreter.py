@@ -41,6 +41,7 @@ from tessera.ir.attrs import policy_of
 from tessera.ir.dtypes import fp64
 from tessera.ir.policy import NumericPolicy
 from tessera.numerics import cast_array
+from tessera.numerics.random import poisson_array, randn_array
 
 COLLECTIVE_BACKEND: Callable[[Operation, list[np.ndarray], int], np.ndarray | None] | None = None
 """Runs a collective (or send/recv) over a group larger than one rank:
@@ -614,26 +615,21 @@ class GraphFunctions(InterpreterFunctions):
 
     # ------------------------------------------------------------ random
     @staticmethod
-    def _generator(op: Any) -> np.random.Generator:
-        seed = op.seed.value.data
-        offset = op.offset.value.data if op.offset is not None else 0
-        bits = np.random.Philox(key=seed % (1 << 64))
-        bits.advance(offset << 64 if offset >= 0 else 0)
-        return np.random.Generator(bits)
+    def _stream(op: Any) -> tuple[int, int]:
+        """``(seed, offset)`` of a random op (offset 0 when absent)."""
+        return op.seed.value.data, op.offset.value.data if op.offset is not None else 0
 
     @impl(g.RandnOp)
     def run_randn(self, interp: Interpreter, op: g.RandnOp, args: tuple[Any, ...]):
-        gen = self._generator(op)
-        r = gen.standard_normal(tuple(op.result.type.get_shape()))
+        # Counter-based Box-Muller on Philox (tessera/numerics/random.py): the GPU
+        # kernel of lower-graph-to-tile computes the same float64 samples bit for bit.
+        r = randn_array(tuple(op.result.type.get_shape()), *self._stream(op))
         return (store(r, op.result.type),)
 
     @impl(g.PoissonOp)
     def run_poisson(self, interp: Interpreter, op: g.PoissonOp, args: tuple[Any, ...]):
-        gen = self._generator(op)
         lam = np.asarray(args[0]).astype(np.float64)
-        if np.any(lam < 0) or not np.all(np.isfinite(lam)):
-            raise ValueError("tgraph.poisson: rates must be finite and >= 0")
-        return (store(gen.poisson(lam).astype(np.float64), op.result.type),)
+        return (store(poisson_array(lam, *self._stream(op)), op.result.type),)
 
     # ------------------------------------------------------------ collectives
     @impl(g.AllReduceOp)

@@ -48,6 +48,7 @@ from tessera.passes import (
     tile_random,
     tile_rowwise,
     tile_sparse,
+    tile_support,
 )
 from tessera.passes.tile_builder import Idx, KernelEmitter, compute_type, is_float
 from tessera.passes.tile_fft import complex_memref
@@ -60,6 +61,8 @@ from tessera.passes.tile_numerics import (
 
 ELEMENTWISE_GROUP = 256
 ROW_GROUP = 128
+_COMPLEX_OPS = (g.FFTOp, g.FFT2dOp, g.RealOp, g.ImagOp, g.ComplexOp, g.AddOp, g.SubOp)
+"""The ops that read or write complex tensors (interleaved pairs)."""
 
 IndexFn = Callable[[KernelEmitter, list[Idx], Idx], list[Idx]]
 
@@ -237,12 +240,13 @@ class _FunctionLowering:
             ):
                 raise _not_lowered(op, "fp6/fp4 tensors are stored packed; only tgraph.cast reads "
                                    "or writes them")
-            if not isinstance(op, g.FFTOp | g.FFT2dOp) and any(
+            if not isinstance(op, _COMPLEX_OPS) and any(
                 isinstance(v.type, TensorType) and isinstance(v.type.element_type, ComplexType)
                 for v in (*op.operands, *op.results)
             ):
-                raise _not_lowered(op, "complex tensors are only read and written by tgraph.fft "
-                                   "and tgraph.fft2d")
+                raise _not_lowered(op, "complex tensors are only read and written by tgraph.fft, "
+                                   "tgraph.fft2d, tgraph.real, tgraph.imag, tgraph.complex, "
+                                   "tgraph.add and tgraph.sub")
             for r in op.results:
                 if isinstance(r.type, TensorType) and isinstance(
                     r.type.encoding, NumericPolicyAttr
@@ -991,6 +995,14 @@ _LOWERINGS.update({
     g.SpMMOp: tile_sparse.lower_spmm,  # type: ignore[dict-item]
     g.RandnOp: tile_random.lower_randn,  # type: ignore[dict-item]
     g.PoissonOp: tile_random.lower_poisson,  # type: ignore[dict-item]
+    g.AddOp: tile_support.lower_add_sub,  # type: ignore[dict-item]
+    g.SubOp: tile_support.lower_add_sub,  # type: ignore[dict-item]
+    g.RealOp: tile_support.lower_complex_part,  # type: ignore[dict-item]
+    g.ImagOp: tile_support.lower_complex_part,  # type: ignore[dict-item]
+    g.ComplexOp: tile_support.lower_complex,  # type: ignore[dict-item]
+    g.TriangularSolveOp: tile_support.lower_triangular_solve,  # type: ignore[dict-item]
+    g.SpMMTransposeOp: tile_support.lower_spmm_transpose,  # type: ignore[dict-item]
+    g.SDDMMOp: tile_support.lower_sddmm,  # type: ignore[dict-item]
 })
 _LOWERINGS.update(tile_collectives.lowerings())  # type: ignore[arg-type]
 

@@ -1456,8 +1456,8 @@ class MatmulEpilogueOp(IRDLOperation):
 #
 # Ops the adjoint rules of the autodiff pass are written with: complex parts
 # (fft), triangular solves (cholesky) and the two sparse products that are the
-# transposes of spmm. They run on the numpy interpreter; they have no Tile IR
-# lowering yet (lower-graph-to-tile reports them as not lowered).
+# transposes of spmm. They run on the numpy interpreter and lower to Tile IR
+# (tessera/passes/tile_support.py).
 
 
 class _ComplexPartOp(IRDLOperation, ABC):

@@ -1012,15 +1012,8 @@ class SpMMOp(IRDLOperation):
     )
 
     def verify_(self) -> None:
-        m, k = self.sparse_shape.get_values()
-        for name, v in (("indptr", self.indptr), ("indices", self.indices)):
-            if not isinstance(elem_of(v), IntegerType):
-                raise VerifyException(f"{self.name}: {name} must be an integer tensor")
-        _check_shape(self, "indptr", shape_of(self.indptr), (m + 1,))
-        nnz = shape_of(self.indices)
-        if len(nnz) != 1:
-            raise VerifyException(f"{self.name}: indices must be 1-D")
-        _check_shape(self, "values", shape_of(self.values), nnz)
+        m, k, nnz = _check_csr(self, self.indptr, self.indices, self.sparse_shape)
+        _check_shape(self, "values", shape_of(self.values), (nnz,))
         d = shape_of(self.dense)
         if len(d) != 2 or d[0] != k:
             raise VerifyException(

@@ -130,13 +130,23 @@ class Specialization:
     tensor_params: list[str]
     returns_tuple: bool
     levels: dict[str, Any] = field(default_factory=dict)
+    launch_text: str | None = None
+    """The launch module's text (:mod:`tessera.runtime.program_cache`) when the PTX came
+    from the disk cache instead of lowering."""
+    _launch: Any = None
 
     def ir(self, level: str) -> Any:
-        """The module (or PTX text) at ``level``, computed on first use."""
+        """The module (or PTX text) at ``level``, computed on first use.
+
+        The PTX is looked up in the persistent program cache first
+        (:mod:`tessera.runtime.program_cache`); on a hit the other levels are still
+        computed from the traced module when asked for."""
         if level == "traced":
             return self.traced
         if level in self.levels:
             return self.levels[level]
+        if level == "ptx":
+            return self._ptx()
         observers = compile_observers()
         if level == "graph":
             from tessera.passes.pipelines import GRAPH_PASSES, run_graph_pipeline
@@ -166,6 +176,51 @@ class Specialization:
         for o in observers:
             o.stage(self, level, self.levels[level], seconds)
         return self.levels[level]
+
+    def _ptx(self) -> str:
+        """The PTX: from the program cache, else lowered (and then stored there)."""
+        from tessera.runtime import program_cache
+
+        key = program_cache.program_key(self)
+        if key is not None:
+            found = program_cache.load(key)
+            if found is not None:
+                self.levels["ptx"] = found.ptx
+                self.launch_text = found.launch
+                return found.ptx
+        prev = LEVELS[LEVELS.index("ptx") - 1]
+        lower = LOWERINGS.get("ptx")
+        if lower is None:
+            raise NotImplementedError(
+                f"inspect_ir('ptx'): the {prev} -> ptx lowering is not available yet "
+                "(no GPU lowering registered in tessera.frontend.jit.LOWERINGS)"
+            )
+        below = self.ir(prev)
+        observers = compile_observers()
+        for o in observers:
+            o.begin(self, "ptx", 1)
+        t0 = time.perf_counter()
+        ptx = self.levels["ptx"] = lower(below)
+        seconds = time.perf_counter() - t0
+        for o in observers:
+            o.stage(self, "ptx", ptx, seconds)
+        if key is not None:
+            launch = program_cache.launch_module_text(below)
+            program_cache.store(key, program_cache.CompiledProgram(ptx=ptx, launch=launch))
+        return ptx
+
+    def launch_module(self) -> ModuleOp:
+        """The Target-level module the GPU runtime runs: the lowered one when it was built
+        in this process, else the launch module from the program cache (parsed once)."""
+        if "target" in self.levels:
+            return self.levels["target"]
+        if self.launch_text is not None:
+            if self._launch is None:
+                from tessera.runtime import program_cache
+
+                self._launch = program_cache.parse_launch_module(self.launch_text)
+            return self._launch
+        return self.ir("target")
 
 
 def _fast_key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:

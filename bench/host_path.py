@@ -90,6 +90,7 @@ def stand_ins(read: int = 0) -> Iterator[FakeDriver]:
     patch(cuda, "torch_device", lambda index: torch.device("cpu"))
     patch(cuda, "device_getter", lambda: (lambda: 0))
     patch(cuda, "stream_getter", lambda: (lambda device: 0))
+    patch(torch.cuda, "current_device", lambda: 0)
     patch(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=0))
     patch(dispatch, "GPU_BACKEND", cuda.run_specialization)
     try:

@@ -464,7 +464,9 @@ def run_host(
 
 def host_plan(module: ModuleOp, name: str, ptx: str | None = None) -> HostPlan:
     """The :class:`HostPlan` of host function ``name`` for the current device (cached)."""
-    device = device_getter()()
+    import torch
+
+    device = torch.cuda.current_device()  # initializes CUDA in torch if nothing has yet
     key = (name, device)
     plans = _PLANS.setdefault(module, {})
     plan = plans.get(key)

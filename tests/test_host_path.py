@@ -161,3 +161,20 @@ def test_kernel_launch_refills_its_buffer():
     assert [v for *_, v in fake.launches] == [
         [t.data_ptr() for t in xs], [t.data_ptr() for t in ys]
     ]
+
+
+def test_annotation_errors_still_raise_after_a_cached_call(gpu):
+    import tessera as ts
+    from tessera.frontend.errors import TesseraTypeError
+
+    @ts.jit
+    def add(a: ts.Tensor["N", ts.f32], b: ts.Tensor["N", ts.f32]):  # noqa: F821
+        return a + b
+
+    gpu.read = 0
+    a, b = torch.randn(64), torch.randn(64)
+    add(a, b)
+    add(a, b)
+    assert len(add._hot) == 1
+    with pytest.raises(TesseraTypeError, match="argument 'a' has dtype"):
+        add(a.double(), b)

@@ -4,7 +4,10 @@ A :class:`CompiledFunction` traces its Python function into Graph IR once per
 argument signature (each tensor's shape and dtype/policy, plus the values of
 static Python arguments) and caches the result. Calling it with numpy arrays
 or CPU torch tensors runs the Graph IR on the numpy reference interpreter; a
-CUDA tensor goes to :func:`tessera.runtime.dispatch.run_on_gpu`.
+CUDA tensor goes to :func:`tessera.runtime.dispatch.run_on_gpu`. A GPU call of a
+signature seen before runs the backend's prepared call for it
+(:func:`tessera.runtime.dispatch.gpu_runner`) without binding or keying; arguments
+it declines take the full path with all its checks.
 
 Argument rules: a parameter annotated ``ts.Tensor[...]`` must get an array
 whose dims fit the annotation (symbolic dims agree across parameters) and

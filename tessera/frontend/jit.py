@@ -133,10 +133,10 @@ class Specialization:
     tensor_params: list[str]
     returns_tuple: bool
     levels: dict[str, Any] = field(default_factory=dict)
-    launch_text: str | None = None
+    launch_text: str | None = field(default=None, repr=False)
     """The launch module's text (:mod:`tessera.runtime.program_cache`) when the PTX came
     from the disk cache instead of lowering."""
-    _launch: Any = None
+    _launch: Any = field(default=None, repr=False, compare=False)
 
     def ir(self, level: str) -> Any:
         """The module (or PTX text) at ``level``, computed on first use.

@@ -19,8 +19,9 @@ Cases (docs/PERFORMANCE.md says how to read them):
   per call over many back-to-back calls minus the kernel time per call (CUDA
   events around the same number of launches recorded by the profiler).
 * ``compile``: ``examples/transformer_block.py``'s function from Python to PTX and
-  to a loaded module, with an empty cache directory (cold) and again with the
-  cubins on disk (warm).
+  to a loaded module, each in a fresh process (:mod:`bench.compile_time`): once with
+  an empty cache directory (cold), then three times with the program and cubin
+  caches that the first wrote (warm).
 
 Each Tessera result is checked against the peer first (outputs poisoned with NaN,
 relative error in float64); a mismatch is reported and not timed. Every case runs
@@ -32,14 +33,12 @@ The table is printed last; ``--out`` writes all rows as JSON.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -441,57 +440,21 @@ def _kernel_seconds(fn: Callable[[], Any], calls: int) -> float:
 
 
 def case_compile(ctx: Ctx) -> None:
+    """Cold and warm compiles, each in a fresh process (:mod:`bench.compile_time`)."""
+    from bench import compile_time
+
     case = "compile transformer_block"
-    path = ROOT / "examples" / "transformer_block.py"
 
-    def once(label: str, cache: Path) -> None:
-        old = os.environ.get("TESSERA_CACHE_DIR")
-        os.environ["TESSERA_CACHE_DIR"] = str(cache)
-        try:
-            import numpy as np
+    def body() -> None:
+        cold, warm = compile_time.cold_and_warm(gpu=not ctx.dry, warm_runs=3)
+        for label, r in [("cold", cold), *(("warm", w) for w in warm)]:
+            total = r["ptx_s"] + r["launch_s"] + r["load_s"]
+            ctx.add(Row(case, f"tessera ({label})", ms=total * 1e3,
+                        note=f"python->ptx {r['ptx_s'] * 1e3:.0f} ms, launch module "
+                             f"{r['launch_s'] * 1e3:.0f} ms, ptx->module {r['load_s'] * 1e3:.0f} ms, "
+                             f"program cache {'hit' if r['program_cache_hit'] else 'miss'}"))
 
-            spec_ = importlib.util.spec_from_file_location(f"tb_{label}", path)
-            assert spec_ is not None and spec_.loader is not None
-            mod = importlib.util.module_from_spec(spec_)
-            spec_.loader.exec_module(mod)
-            import tessera as ts
-
-            fn = ts.jit(mod.block.fn)  # a fresh compiled function: nothing cached in memory
-            s, d = 17, 32
-            args = [np.zeros((s, d), np.float32), np.zeros((d, 3 * d), np.float32),
-                    np.zeros((d, d), np.float32)]
-            t0 = time.perf_counter()
-            spec = fn.specialize(*args)
-            ptx = spec.ir("ptx")
-            t_ptx = time.perf_counter() - t0
-            t_load = _load_seconds(ptx, ctx.dry)
-            ctx.add(Row(case, f"tessera ({label})", ms=(t_ptx + t_load) * 1e3,
-                        note=f"python->ptx {t_ptx * 1e3:.0f} ms, ptx->module {t_load * 1e3:.0f} ms"))
-        finally:
-            if old is None:
-                os.environ.pop("TESSERA_CACHE_DIR", None)
-            else:
-                os.environ["TESSERA_CACHE_DIR"] = old
-
-    with tempfile.TemporaryDirectory(prefix="tessera-bench-cache-") as d:
-        guarded(ctx, case, "tessera (cold)", lambda: once("cold", Path(d)))
-        guarded(ctx, case, "tessera (warm)", lambda: once("warm", Path(d)))
-
-
-def _load_seconds(ptx: str, dry: bool) -> float:
-    """PTX to a loaded module (GPU) or to a cached cubin (dry run)."""
-    t0 = time.perf_counter()
-    if dry:
-        from tessera.runtime import cache, ptxas
-
-        cache.cubin_for(ptx, "sm_90a", ptxas.version(), "dry-run", lambda: ptxas.assemble(ptx))
-    else:
-        torch = _torch()
-        from tessera.runtime import cuda
-
-        cuda._MODULES.clear()
-        cuda.load_module(ptx, torch.cuda.current_device())
-    return time.perf_counter() - t0
+    guarded(ctx, case, "tessera", body)
 
 
 CASES: dict[str, Callable[[Ctx], None]] = {

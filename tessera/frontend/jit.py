@@ -4,7 +4,10 @@ A :class:`CompiledFunction` traces its Python function into Graph IR once per
 argument signature (each tensor's shape and dtype/policy, plus the values of
 static Python arguments) and caches the result. Calling it with numpy arrays
 or CPU torch tensors runs the Graph IR on the numpy reference interpreter; a
-CUDA tensor goes to :func:`tessera.runtime.dispatch.run_on_gpu`.
+CUDA tensor goes to :func:`tessera.runtime.dispatch.run_on_gpu`. A GPU call of a
+signature seen before runs the backend's prepared call for it
+(:func:`tessera.runtime.dispatch.gpu_runner`) without binding or keying; arguments
+it declines take the full path with all its checks.
 
 Argument rules: a parameter annotated ``ts.Tensor[...]`` must get an array
 whose dims fit the annotation (symbolic dims agree across parameters) and
@@ -130,13 +133,23 @@ class Specialization:
     tensor_params: list[str]
     returns_tuple: bool
     levels: dict[str, Any] = field(default_factory=dict)
+    launch_text: str | None = field(default=None, repr=False)
+    """The launch module's text (:mod:`tessera.runtime.program_cache`) when the PTX came
+    from the disk cache instead of lowering."""
+    _launch: Any = field(default=None, repr=False, compare=False)
 
     def ir(self, level: str) -> Any:
-        """The module (or PTX text) at ``level``, computed on first use."""
+        """The module (or PTX text) at ``level``, computed on first use.
+
+        The PTX is looked up in the persistent program cache first
+        (:mod:`tessera.runtime.program_cache`); on a hit the other levels are still
+        computed from the traced module when asked for."""
         if level == "traced":
             return self.traced
         if level in self.levels:
             return self.levels[level]
+        if level == "ptx":
+            return self._ptx()
         observers = compile_observers()
         if level == "graph":
             from tessera.passes.pipelines import GRAPH_PASSES, run_graph_pipeline
@@ -167,6 +180,51 @@ class Specialization:
             o.stage(self, level, self.levels[level], seconds)
         return self.levels[level]
 
+    def _ptx(self) -> str:
+        """The PTX: from the program cache, else lowered (and then stored there)."""
+        from tessera.runtime import program_cache
+
+        key = program_cache.program_key(self)
+        if key is not None:
+            found = program_cache.load(key)
+            if found is not None:
+                self.levels["ptx"] = found.ptx
+                self.launch_text = found.launch
+                return found.ptx
+        prev = LEVELS[LEVELS.index("ptx") - 1]
+        lower = LOWERINGS.get("ptx")
+        if lower is None:
+            raise NotImplementedError(
+                f"inspect_ir('ptx'): the {prev} -> ptx lowering is not available yet "
+                "(no GPU lowering registered in tessera.frontend.jit.LOWERINGS)"
+            )
+        below = self.ir(prev)
+        observers = compile_observers()
+        for o in observers:
+            o.begin(self, "ptx", 1)
+        t0 = time.perf_counter()
+        ptx = self.levels["ptx"] = lower(below)
+        seconds = time.perf_counter() - t0
+        for o in observers:
+            o.stage(self, "ptx", ptx, seconds)
+        if key is not None:
+            launch = program_cache.launch_module_text(below)
+            program_cache.store(key, program_cache.CompiledProgram(ptx=ptx, launch=launch))
+        return ptx
+
+    def launch_module(self) -> ModuleOp:
+        """The Target-level module the GPU runtime runs: the lowered one when it was built
+        in this process, else the launch module from the program cache (parsed once)."""
+        if "target" in self.levels:
+            return self.levels["target"]
+        if self.launch_text is not None:
+            if self._launch is None:
+                from tessera.runtime import program_cache
+
+                self._launch = program_cache.parse_launch_module(self.launch_text)
+            return self._launch
+        return self.ir("target")
+
 
 def _fast_key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """A hashable key of positional arguments: (shape, dtype, device) for tensors, the value
@@ -180,6 +238,33 @@ def _fast_key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         else:
             return None
     return tuple(key)
+
+
+HOT_SIGNATURES = 4
+"""GPU signatures per compiled function whose prepared call is tried before any keying."""
+
+
+def _hot_call(
+    run: Callable[[Any], Any], args: tuple[Any, ...], positions: tuple[int, ...]
+) -> Callable[[tuple[Any, ...]], Any]:
+    """A call of ``run`` for positional arguments shaped like ``args``: tensors at
+    ``positions`` (``run`` checks them), the other arguments equal to theirs in type and
+    value; None when they are not."""
+    n = len(args)
+    if positions == tuple(range(n)):
+        return run  # all tensors: run checks the count and each tensor
+    statics = tuple((i, type(a), a) for i, a in enumerate(args) if i not in positions)
+
+    def call(call_args: tuple[Any, ...]) -> Any:
+        if len(call_args) != n:
+            return None
+        for i, t, v in statics:
+            a = call_args[i]
+            if type(a) is not t or a != v:
+                return None
+        return run([call_args[i] for i in positions])
+
+    return call
 
 
 def _symbol_name(name: str) -> str:
@@ -261,6 +346,10 @@ class CompiledFunction:
         self._fast: dict[tuple[Any, ...], tuple[Specialization, tuple[int, ...]]] = {}
         """GPU calls seen before, keyed by the positional arguments' shapes, dtypes and devices
         (static values by value): a repeated call skips binding and specialization."""
+        self._hot: list[Callable[[tuple[Any, ...]], Any]] = []
+        """Prepared GPU calls of the last :data:`HOT_SIGNATURES` signatures, newest first:
+        each runs the call and returns its result, or returns None when the arguments
+        are not its signature (or need checks, copies or errors: the full path then)."""
         self._params = list(self.signature.parameters.values())
         self._plain_positional = all(
             p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in self._params
@@ -434,6 +523,11 @@ class CompiledFunction:
 
     # ------------------------------------------------------------ calling
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs:
+            for hot in self._hot:
+                out = hot(args)
+                if out is not None:
+                    return out
         from tessera.runtime import convert, dispatch
         from tessera.runtime.graph_interpreter import run_function
 
@@ -452,8 +546,9 @@ class CompiledFunction:
         if any(convert.is_cuda_tensor(v) for v in values):
             spec = self._specialize(self._arg_infos(bound, _arrays_of(bound, self.name, meta=True)))
             by_key = dict(_flatten(bound))
+            out = dispatch.run_on_gpu(spec, [by_key[p] for p in spec.tensor_params])
             self._remember_fast(args, kwargs, spec)
-            return dispatch.run_on_gpu(spec, [by_key[p] for p in spec.tensor_params])
+            return out
         arrays = _arrays_of(bound, self.name)
         spec = self._specialize(self._arg_infos(bound, arrays))
         results = run_function(spec.ir("graph"), spec.name, [arrays[p] for p in spec.tensor_params])
@@ -471,8 +566,15 @@ class CompiledFunction:
         if not all(t in names for t in spec.tensor_params):
             return
         key = _fast_key(args)
-        if key is not None:
-            self._fast[key] = (spec, tuple(names.index(t) for t in spec.tensor_params))
+        if key is None or key in self._fast:
+            return
+        positions = tuple(names.index(t) for t in spec.tensor_params)
+        self._fast[key] = (spec, positions)
+        from tessera.runtime import dispatch
+
+        run = dispatch.gpu_runner(spec)
+        if run is not None:
+            self._hot = [_hot_call(run, args, positions), *self._hot][:HOT_SIGNATURES]
 
     # ------------------------------------------------------------ inspection
     def inspect_ir(self, level: str = "graph", **sizes: int) -> str:

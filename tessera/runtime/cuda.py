@@ -24,16 +24,26 @@ filled with NaN before any kernel runs (tests use this to catch unwritten
 elements). Every driver call is checked; a failure raises :class:`CudaError`
 with the ``CUresult`` name and message. Set ``TESSERA_CUDA_SYNC=1`` to
 synchronize after each launch so that an asynchronous fault is reported at the
-launch that caused it.
+launch that caused it (read when a launch is prepared, i.e. on a host plan's
+first run, not on every call).
+
+Repeated calls: :meth:`HostPlan.runner` turns a plan into one closure that checks
+its arguments against the plan's static shapes and dtypes, allocates outputs, reads
+torch's raw current stream once and refills each launch's preallocated parameter
+buffer (:class:`KernelLaunch`); ``ts.jit`` keeps it per signature
+(:func:`specialization_runner`). Arguments it does not accept go through
+:meth:`HostPlan.run` and its checks.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
+import threading
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from xdsl.dialects import arith, func, memref
@@ -248,6 +258,32 @@ ALIGNMENT = 16
 """Bytes every buffer passed to a kernel is aligned to (the widest vector access)."""
 
 
+def torch_device(index: int) -> Any:
+    """The torch device of CUDA device ``index`` (outputs are allocated there; the CPU
+    benchmark of the host path, ``bench/host_path.py``, replaces this)."""
+    import torch
+
+    return torch.device("cuda", index)
+
+
+def device_getter() -> Callable[[], int]:
+    """The cheapest call returning torch's current CUDA device index."""
+    import torch
+
+    return getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+
+
+def stream_getter() -> Callable[[int], int]:
+    """The cheapest call ``get(device) -> handle`` of torch's current stream on a device
+    (the raw ``cudaStream_t`` as an int, no ``torch.cuda.Stream`` object)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda device: torch.cuda.current_stream(device).cuda_stream
+
+
 def check_tensor(x: Any, t: MemRefType, where: str, device: int) -> Any:
     """Validate a tensor argument for a memref parameter (a ``?`` dim takes any size);
     returns a contiguous, 16-byte aligned tensor."""
@@ -318,35 +354,79 @@ def launch(
 
 class KernelLaunch:
     """One kernel launch with what does not change between calls resolved once: the loaded
-    function, the ctypes of its parameters, grid and block. Calling it packs the values
-    and launches on torch's current stream."""
+    function, grid and block, and a ``void**`` parameter array over one preallocated ctypes
+    slot per parameter. A launch only stores the values into the slots (tensors by
+    address) and calls ``cuLaunchKernel``; the slots are refilled under a lock, since the
+    driver copies them during the call.
 
-    def __init__(self, function: Any, kernel: tt.FuncOp, grid: Sequence[int]) -> None:
+    ``tensors`` says, per parameter, whether it always gets a tensor (a host plan knows
+    this from the IR); without it each value is inspected."""
+
+    def __init__(
+        self, function: Any, kernel: tt.FuncOp, grid: Sequence[int],
+        tensors: Sequence[bool] | None = None,
+    ) -> None:
         self.function = function
         self.kernel = kernel
         self.name = kernel.sym_name.data
         self.ctypes = _param_ctypes(kernel)
         self.grid = (tuple(grid) + (1, 1, 1))[:3]
         self.block = kernel.maxntid.data
+        self._slots = [cty() for cty in self.ctypes]
+        self._array = (ctypes.c_void_p * max(1, len(self._slots)))(
+            *[ctypes.addressof(v) for v in self._slots]
+        )
+        self._params = ctypes.addressof(self._array)
+        if tensors is not None and len(tensors) != len(self._slots):
+            raise LaunchError(
+                f"{self.name}: {len(tensors)} argument kinds for {len(self._slots)} parameters"
+            )
+        self._tensors = None if tensors is None else tuple(bool(t) for t in tensors)
+        self._lock = threading.Lock()
+        d = _driver()
+        self._launch = d.cuLaunchKernel
+        self._ok = d.CUresult.CUDA_SUCCESS
+        self._streams: dict[int, Any] = {}
+        self._what = f"cuLaunchKernel({self.name})"
+        self._sync = bool(os.environ.get("TESSERA_CUDA_SYNC"))
 
     def __call__(self, values: Sequence[Any], stream: int | None = None) -> None:
-        import torch
-
-        d = _driver()
-        params, keep = _pack(self.ctypes, values)
+        """Launch on ``stream`` (a raw ``CUstream`` handle; default: torch's current stream)."""
         if stream is None:
+            import torch
+
             stream = torch.cuda.current_stream().cuda_stream
-        cu_stream = d.CUstream(stream)
+        self.launch(values, stream)
+
+    def _stream(self, stream: int) -> Any:
+        found = self._streams.get(stream)
+        if found is None:
+            found = self._streams[stream] = _driver().CUstream(stream)
+        return found
+
+    def launch(self, values: Sequence[Any], stream: int) -> None:
+        """Launch with ``values`` (one per parameter) on the raw stream handle ``stream``."""
+        if len(values) != len(self._slots):
+            raise LaunchError(f"{self.name}: takes {len(self._slots)} arguments, got {len(values)}")
+        cu_stream = self._streams.get(stream)
+        if cu_stream is None:
+            cu_stream = self._stream(stream)
         gx, gy, gz = self.grid
-        check(
-            d.cuLaunchKernel(
-                self.function, gx, gy, gz, self.block, 1, 1, 0, cu_stream, params, 0
-            ),
-            f"cuLaunchKernel({self.name})",
-        )
-        del keep  # the parameter values must live until the launch call returns
-        if os.environ.get("TESSERA_CUDA_SYNC"):
-            check(d.cuStreamSynchronize(cu_stream), f"kernel {self.name}")
+        with self._lock:
+            if self._tensors is None:
+                for slot, v in zip(self._slots, values):
+                    ptr = getattr(v, "data_ptr", None)
+                    slot.value = ptr() if ptr is not None else (int(v) if isinstance(v, bool) else v)
+            else:
+                for slot, is_tensor, v in zip(self._slots, self._tensors, values):
+                    slot.value = v.data_ptr() if is_tensor else (int(v) if isinstance(v, bool) else v)
+            res = self._launch(
+                self.function, gx, gy, gz, self.block, 1, 1, 0, cu_stream, self._params, 0
+            )
+        if res[0] is not self._ok:  # enum members are singletons; check() compares by value
+            check(res, self._what)
+        if self._sync:
+            check(_driver().cuStreamSynchronize(cu_stream), f"kernel {self.name}")
 
 
 # --------------------------------------------------------------------------- host programs
@@ -383,15 +463,20 @@ def run_host(
     The host function is turned into a :class:`HostPlan` once per (module, function,
     device) and cached, so a repeated call only checks its arguments and launches.
     """
+    return host_plan(module, name, ptx).run(args, poison)
+
+
+def host_plan(module: ModuleOp, name: str, ptx: str | None = None) -> HostPlan:
+    """The :class:`HostPlan` of host function ``name`` for the current device (cached)."""
     import torch
 
-    device = torch.cuda.current_device()
+    device = torch.cuda.current_device()  # initializes CUDA in torch if nothing has yet
     key = (name, device)
     plans = _PLANS.setdefault(module, {})
     plan = plans.get(key)
     if plan is None:
         plan = plans[key] = HostPlan(module, name, device, ptx)
-    return plan.run(args, poison)
+    return plan
 
 
 _PLANS: weakref.WeakKeyDictionary[ModuleOp, dict[tuple[str, int], HostPlan]] = (
@@ -404,8 +489,6 @@ class HostPlan:
     constants and kernel launches on slots of an environment list."""
 
     def __init__(self, module: ModuleOp, name: str, device: int, ptx: str | None) -> None:
-        import torch
-
         from tessera.passes.emit_ptx import emit_ptx
 
         host = None
@@ -416,7 +499,7 @@ class HostPlan:
             raise LaunchError(f"run_host: no host function @{name} in the module")
         self.name = name
         self.device = device
-        dev = torch.device("cuda", device)
+        dev = torch_device(device)
         kernels = {
             k.sym_name.data: k for k in module.body.block.ops if isinstance(k, tt.FuncOp)
         }
@@ -467,7 +550,8 @@ class HostPlan:
                 kind = "launch" if isinstance(op, tt.LaunchOp) else "launch_ex"
                 fn = functions[kname]
                 if kind == "launch":
-                    fn = KernelLaunch(fn, kernel, op.grid_value())
+                    tensors = [isinstance(a.type, MemRefType) for a in op.args]
+                    fn = KernelLaunch(fn, kernel, op.grid_value(), tensors)
                 self.steps.append((kind, op, kernel, fn, tuple(op.grid_value()), arg_slots))
             elif isinstance(op, func.ReturnOp):
                 self.results = [slot(v) for v in op.arguments]
@@ -481,6 +565,80 @@ class HostPlan:
             else:
                 raise LaunchError(f"@{name}: host op {op.name} cannot run on the GPU runtime")
         self.nslots = len(slots)
+        self._runner: Callable[[Sequence[Any]], list[Any] | None] | None = None
+
+    def runner(self) -> Callable[[Sequence[Any]], list[Any] | None] | None:
+        """The plan as one closure for repeated calls, or None when the plan has no fast
+        form (a parameter of dynamic shape).
+
+        ``run(args)`` returns the results, or None without doing anything when an argument
+        is not exactly what the plan was built for (not a plain torch tensor, another
+        device, dtype or shape, not contiguous, not 16-byte aligned), when the current
+        device is not the plan's, or while ``ts.profiler`` watches launches: the caller
+        then takes :meth:`run`, which checks, copies or raises as usual. Constants are
+        placed once; per call it checks the arguments, allocates outputs, reads the raw
+        current stream once and launches each kernel through its prebuilt parameter
+        buffer.
+        """
+        if self._runner is not None:
+            return self._runner
+        import torch
+
+        from tessera.runtime import tma
+
+        checks: list[tuple[int, tuple[int, ...] | None, Any]] = []
+        for (s, t), spec in zip(self.params, self.fast_specs):
+            if t is not None and spec is None:
+                return None
+            checks.append((s, *spec) if spec is not None else (s, None, None))
+        base: list[Any] = [None] * self.nslots
+        allocs: list[tuple[int, tuple[int, ...], Any]] = []
+        launches: list[tuple[Callable[[Sequence[Any], int], None], list[int]]] = []
+        for step in self.steps:
+            if step[0] == "alloc":
+                allocs.append((step[1], step[2], step[3]))
+            elif step[0] == "value":
+                base[step[1]] = step[2]
+            elif step[0] == "launch":
+                launches.append((step[3].launch, step[5]))
+            elif step[0] == "collective":
+                return None  # host collectives run on the checked path
+            else:
+                _, op, kernel, fn, _, arg_slots = step
+                launches.append((tma.plan_for(op, kernel, fn).launch, arg_slots))
+        results = list(self.results)
+        nparams = len(checks)
+        dev, device, index = self.dev, self.device, torch.empty(0, device=self.dev).get_device()
+        tensor_type, empty = torch.Tensor, torch.empty
+        current_device, current_stream = device_getter(), stream_getter()
+        module = sys.modules[__name__]
+
+        def run(args: Sequence[Any]) -> list[Any] | None:
+            if len(args) != nparams or module.LAUNCH_HOOK is not None:
+                return None
+            env = base.copy()
+            for (s, shape, dtype), a in zip(checks, args):
+                if shape is not None and (
+                    type(a) is not tensor_type
+                    or a.dtype is not dtype
+                    or a.shape != shape
+                    or a.get_device() != index
+                    or not a.is_contiguous()
+                    or a.data_ptr() % ALIGNMENT
+                ):
+                    return None
+                env[s] = a
+            if current_device() != device:
+                return None
+            for s, shape, dtype in allocs:
+                env[s] = empty(shape, dtype=dtype, device=dev)
+            stream = current_stream(device)
+            for launch, arg_slots in launches:
+                launch([env[s] for s in arg_slots], stream)
+            return [env[s] for s in results]
+
+        self._runner = run
+        return run
 
     def run(self, args: Sequence[Any], poison: bool = False) -> list[Any]:
         import torch
@@ -555,16 +713,11 @@ def lower_to_target(tile_module: ModuleOp) -> ModuleOp:
 
 def run_specialization(spec: Any, args: list[Any]) -> Any:
     """``tessera.runtime.dispatch.GPU_BACKEND``: run a compiled specialization on CUDA tensors."""
-    target = spec.ir("target")
-    ptx = spec.ir("ptx")
+    ptx = spec.ir("ptx")  # first: on a program cache hit nothing else is lowered
+    module = spec.launch_module()
     if LAUNCH_HOOK is not None:
         LAUNCH_HOOK.specialization(spec)
-    results = run_host(target, spec.name, args, ptx=ptx)
-    flags = _complex_results(spec)
-    if any(flags):
-        import torch
-
-        results = [torch.view_as_complex(r) if c else r for r, c in zip(results, flags)]
+    results = _as_complex(spec, run_host(module, spec.name, args, ptx=ptx))
     return tuple(results) if spec.returns_tuple else results[0]
 
 
@@ -576,20 +729,60 @@ _COMPLEX_RESULTS: weakref.WeakKeyDictionary[ModuleOp, tuple[bool, ...]] = (
 def _complex_results(spec: Any) -> tuple[bool, ...]:
     """Which results of ``spec`` are complex tensors in Graph IR. Below Graph IR those
     are stored as interleaved (real, imaginary) pairs, ``memref<... x 2 x fT>``
-    (``tessera.passes.tile_fft``), which the caller sees through ``torch.view_as_complex``."""
-    graph = spec.ir("graph")
-    flags = _COMPLEX_RESULTS.get(graph)
+    (``tessera.passes.tile_fft``), which the caller sees through ``torch.view_as_complex``.
+    Read off the traced module, so a program cache hit lowers nothing for it."""
+    traced = spec.ir("traced")
+    flags = _COMPLEX_RESULTS.get(traced)
     if flags is None:
         fn = next(
-            op for op in graph.body.block.ops
+            op for op in traced.body.block.ops
             if isinstance(op, func.FuncOp) and op.sym_name.data == spec.name
         )
         flags = tuple(
             isinstance(t, TensorType) and isinstance(t.element_type, ComplexType)
             for t in fn.function_type.outputs.data
         )
-        _COMPLEX_RESULTS[graph] = flags
+        _COMPLEX_RESULTS[traced] = flags
     return flags
+
+
+def _as_complex(spec: Any, results: Sequence[Any]) -> list[Any]:
+    """``results`` with the complex ones viewed as torch complex tensors."""
+    flags = _complex_results(spec)
+    if not any(flags):
+        return list(results)
+    import torch
+
+    return [torch.view_as_complex(r) if c else r for r, c in zip(results, flags)]
+
+
+def specialization_runner(spec: Any) -> Callable[[Sequence[Any]], Any] | None:
+    """``run_specialization.runner`` (:func:`tessera.runtime.dispatch.gpu_runner`): a closure
+    running ``spec`` on the current device for repeated calls (see :meth:`HostPlan.runner`);
+    it returns None when the arguments need the checked path."""
+    ptx = spec.ir("ptx")
+    run = host_plan(spec.launch_module(), spec.name, ptx).runner()
+    if run is None:
+        return None
+    if any(_complex_results(spec)):
+        plain = run
+
+        def run(args: Sequence[Any]) -> Any:
+            out = plain(args)
+            return None if out is None else _as_complex(spec, out)
+
+    if spec.returns_tuple:
+        def call(args: Sequence[Any]) -> Any:
+            out = run(args)
+            return None if out is None else tuple(out)
+    else:
+        def call(args: Sequence[Any]) -> Any:
+            out = run(args)
+            return None if out is None else out[0]
+    return call
+
+
+run_specialization.runner = specialization_runner  # type: ignore[attr-defined]
 
 
 def install() -> None:

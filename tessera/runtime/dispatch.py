@@ -14,6 +14,17 @@ GPU_BACKEND: Callable[[Any, list[Any]], Any] | None = None
 (:class:`tessera.frontend.jit.Specialization`) on CUDA torch tensors."""
 
 
+def gpu_runner(spec: Any) -> Callable[[Any], Any] | None:
+    """A fast runner of ``spec`` from the installed backend, None if it offers none.
+
+    A backend offers one as its ``runner`` attribute: ``backend.runner(spec) -> run | None``,
+    where ``run(args)`` repeats a GPU call of ``spec`` on the current device with all that
+    does not depend on the tensors prepared once, and returns the result, or None when
+    the arguments need the checked path (the backend itself)."""
+    make = getattr(GPU_BACKEND, "runner", None)
+    return make(spec) if make is not None else None
+
+
 def run_on_gpu(spec: Any, args: list[Any]) -> Any:
     """Run ``spec`` on CUDA tensors through the installed GPU backend."""
     if GPU_BACKEND is None:

@@ -158,3 +158,51 @@ def test_sparse_gradients_are_deterministic():
     a, b = gf(*cuda_args), gf(*cuda_args)
     torch.cuda.synchronize()
     assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def _conv_loss(x, w, b, c):
+    return ts.sum(ts.conv2d(x, w, b, stride=(2, 1), padding=(1, 2)) * c)
+
+
+def _svd_loss(a, cv):
+    u, s, vh = ts.svd(a)
+    return ts.sum(s * s * s) + ts.sum(vh * vh * cv)  # both terms sign-invariant
+
+
+@pytest.mark.parametrize("name", ["conv2d", "svd"])
+def test_conv2d_and_svd_gradients_on_cuda_equal_cpu(name):
+    """The conv2d and svd adjoints (conv2d, matmul, transpose, elementwise and svd
+    kernels) on CUDA tensors, against the CPU run and torch.autograd."""
+    rng = np.random.default_rng(5)
+    if name == "conv2d":
+        x, w, b = rng.standard_normal((2, 3, 9, 8)), rng.standard_normal((4, 3, 3, 2)), \
+            rng.standard_normal(4)
+        c = rng.standard_normal((2, 4, 5, 11))
+        args, argnums = [x, w, b, c], (0, 1, 2)
+        f = _conv_loss
+
+        def ref(x, w, b, c):
+            y = torch.nn.functional.conv2d(x, w, b, stride=(2, 1), padding=(1, 2))
+            return (y * c).sum()
+    else:
+        a = rng.standard_normal((7, 5))
+        args, argnums = [a, rng.standard_normal((5, 5))], 0
+        f = _svd_loss
+
+        def ref(a, cv):
+            u, s, vh = torch.linalg.svd(a, full_matrices=False)
+            return (s * s * s).sum() + (vh * vh * cv).sum()
+    gf = ts.grad(f, argnums=argnums)
+    cpu = gf(*args)
+    gpu = gf(*[torch.as_tensor(a, device="cuda") for a in args])
+    torch.cuda.synchronize()
+    cpu = cpu if isinstance(cpu, tuple) else (cpu,)
+    gpu = gpu if isinstance(gpu, tuple) else (gpu,)
+    targs = [torch.tensor(a, requires_grad=True) for a in args]
+    idx = argnums if isinstance(argnums, tuple) else (argnums,)
+    want = torch.autograd.grad(ref(*targs), [targs[i] for i in idx])
+    for c, g_, w in zip(cpu, gpu, want):
+        assert g_.is_cuda
+        scale = max(1.0, float(w.abs().max()))
+        assert float((g_.double().cpu() - torch.as_tensor(np.asarray(c))).abs().max()) <= 1e-9 * scale
+        assert float((g_.double().cpu() - w).abs().max()) <= 1e-8 * scale

@@ -86,7 +86,8 @@ def _desc_hi(lbo: int, sbo: int) -> int:
 
 
 def selected() -> bool:
-    """Whether ``@ts.jit`` compiles matmuls for sm_90a: ``TESSERA_SM90_MATMUL=1/0`` decides,
+    """Whether ``@ts.jit`` uses the sm_90a kernels (these matmuls and ``lower-attention-sm90``'s
+    attention): ``TESSERA_SM90_MATMUL=1/0`` decides,
     else the current CUDA device having compute capability 9.0."""
     env = os.environ.get("TESSERA_SM90_MATMUL")
     if env is not None:

@@ -548,12 +548,11 @@ class UnpackOp(PtxOp):
         return f"mov.{self.mods.data} {names.vec(self.dsts)}, {names(self.src)};"
 
 
-@irdl_op_definition
-class SharedAddrOp(PtxOp):
-    """The shared-space address of a ``ttarget.shared`` array:
-    ``ttarget.shared_addr %r, "smem0"`` → ``mov.u32 %r, smem0;``."""
+class _SymbolAddrOp(PtxOp, ABC):
+    """Base of the ops moving a shared array's shared-space address into a ``u32``
+    register (``mov.u32 %r, sym;``); ``DECL`` is the op that declares the array."""
 
-    name = "ttarget.shared_addr"
+    DECL: ClassVar[type[PtxOp]]
 
     dst = operand_def(RegisterType)
     sym = prop_def(StringAttr)
@@ -565,11 +564,24 @@ class SharedAddrOp(PtxOp):
     def verify_(self) -> None:
         self._dst(self.dst, "u32")
         func = self.parent_op()
-        if isinstance(func, FuncOp) and self.sym.data not in func.shared_arrays():
-            self._fail(f"no ttarget.shared array named '{self.sym.data}' in this function")
+        if isinstance(func, FuncOp):
+            syms = {o.sym.data for o in func.block.ops if isinstance(o, self.DECL)}
+            if self.sym.data not in syms:
+                self._fail(
+                    f"no {self.DECL.name} array named '{self.sym.data}' in this function"
+                )
 
     def ptx(self, names: PtxNames) -> str:
         return f"mov.u32 {names(self.dst)}, {self.sym.data};"
+
+
+@irdl_op_definition
+class SharedAddrOp(_SymbolAddrOp):
+    """The shared-space address of a ``ttarget.shared`` array:
+    ``ttarget.shared_addr %r, "smem0"`` → ``mov.u32 %r, smem0;``."""
+
+    name = "ttarget.shared_addr"
+    DECL: ClassVar[type[PtxOp]] = SharedOp
 
 
 @irdl_op_definition
@@ -1847,29 +1859,12 @@ class ExternSharedOp(PtxOp):
 
 
 @irdl_op_definition
-class ExternSharedAddrOp(PtxOp):
+class ExternSharedAddrOp(_SymbolAddrOp):
     """The shared-space address of the dynamic shared array:
     ``ttarget.extern_shared_addr %r, "smem"`` → ``mov.u32 %r, smem;``."""
 
     name = "ttarget.extern_shared_addr"
-
-    dst = operand_def(RegisterType)
-    sym = prop_def(StringAttr)
-    assembly_format = "$dst `,` $sym attr-dict"
-
-    def __init__(self, dst: SSAValue, sym: str):
-        super().__init__(operands=[dst], properties={"sym": StringAttr(sym)})
-
-    def verify_(self) -> None:
-        self._dst(self.dst, "u32")
-        func = self.parent_op()
-        if isinstance(func, FuncOp):
-            syms = {o.sym.data for o in func.block.ops if isinstance(o, ExternSharedOp)}
-            if self.sym.data not in syms:
-                self._fail(f"no ttarget.extern_shared named '{self.sym.data}' in this function")
-
-    def ptx(self, names: PtxNames) -> str:
-        return f"mov.u32 {names(self.dst)}, {self.sym.data};"
+    DECL: ClassVar[type[PtxOp]] = ExternSharedOp
 
 
 @irdl_op_definition

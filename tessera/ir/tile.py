@@ -27,6 +27,7 @@ docs/TILE_IR.md describes the execution model and every op.
 
 from __future__ import annotations
 
+from abc import ABC
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -644,13 +645,10 @@ class LoadOp(IRDLOperation):
         _check_in_kernel(self)
 
 
-@irdl_op_definition
-class StoreOp(IRDLOperation):
-    """``ttile.store %v, %ref[%i, ...] (mask %m)?``: write one element (lanes whose
-    mask is false write nothing). When several lanes store to one address, the
-    value is one of theirs (unspecified which)."""
+class _StoreBase(IRDLOperation, ABC):
+    """Operands, syntax and builder shared by ``ttile.store`` and ``ttile.store_vector``:
+    ``value, ref[indices] (mask m)?``."""
 
-    name = "ttile.store"
     value = operand_def()
     ref = operand_def(MemRefType)
     indices = var_operand_def(IndexType)
@@ -670,6 +668,15 @@ class StoreOp(IRDLOperation):
     ):
         super().__init__(operands=[value, ref, list(indices), [mask] if mask else []])
 
+
+@irdl_op_definition
+class StoreOp(_StoreBase):
+    """``ttile.store %v, %ref[%i, ...] (mask %m)?``: write one element (lanes whose
+    mask is false write nothing). When several lanes store to one address, the
+    value is one of theirs (unspecified which)."""
+
+    name = "ttile.store"
+
     def verify_(self) -> None:
         t = _check_access(self, self.ref, self.indices, self.mask)
         if self.value.type != t.element_type:
@@ -678,7 +685,6 @@ class StoreOp(IRDLOperation):
                 f"{t.element_type}"
             )
         _check_in_kernel(self)
-
 
 def _check_vector_access(op: Operation, vt: Attribute, t: MemRefType) -> int:
     if not isinstance(vt, VectorType) or vt.get_num_dims() != 1:
@@ -739,29 +745,12 @@ class LoadVectorOp(IRDLOperation):
 
 
 @irdl_op_definition
-class StoreVectorOp(IRDLOperation):
+class StoreVectorOp(_StoreBase):
     """``ttile.store_vector %v, %ref[%i, ...] (mask %m)?``: write W consecutive
     elements along the last dimension (aligned to the access size)."""
 
     name = "ttile.store_vector"
     value = operand_def(VectorType)
-    ref = operand_def(MemRefType)
-    indices = var_operand_def(IndexType)
-    mask = opt_operand_def(i1)
-    irdl_options = (AttrSizedOperandSegments(as_property=True),)
-    assembly_format = (
-        "$value `,` $ref `[` $indices `]` (`mask` $mask^)? attr-dict "
-        "`:` type($value) `,` type($ref)"
-    )
-
-    def __init__(
-        self,
-        value: SSAValue,
-        ref: SSAValue,
-        indices: Sequence[SSAValue],
-        mask: SSAValue | None = None,
-    ):
-        super().__init__(operands=[value, ref, list(indices), [mask] if mask else []])
 
     def verify_(self) -> None:
         t = _check_access(self, self.ref, self.indices, self.mask)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math as pymath
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import (
@@ -241,18 +242,32 @@ def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> 
         return lambda e, r, c: [*pre, *((c, r) if tb else (r, c))]
 
     args = [out, lw.mem(op.lhs), lw.mem(op.rhs), *extra]
+    p = _MatmulProblem(et, epilogue, m, n, k, bm, bn, bk, batch, ta, tb, a_index, b_index)
     if mma:
-        lw.kernel(
-            "matmul", args, MMA_GROUP, grid,
-            lambda e, a: _mma_kernel(e, a, et, epilogue, m, n, k, bm, bn, bk, batch, ta, tb,
-                                     a_index, b_index),
-        )
+        lw.kernel("matmul", args, MMA_GROUP, grid, lambda e, a: _mma_kernel(e, a, p))
     else:
-        lw.kernel(
-            "matmul", args, FMA_GROUP, grid,
-            lambda e, a: _fma_kernel(e, a, et, epilogue, m, n, k, bm, bn, bk, batch, a_index,
-                                     b_index),
-        )
+        lw.kernel("matmul", args, FMA_GROUP, grid, lambda e, a: _fma_kernel(e, a, p))
+
+
+@dataclass(frozen=True)
+class _MatmulProblem:
+    """What a matmul kernel is specialized for: element type, epilogue, sizes ``C[m, n] =
+    A[m, k] B[k, n]`` over ``batch``, tile shape, transposes and the batch-aware index
+    maps of A and B."""
+
+    et: Attribute
+    epilogue: Epilogue
+    m: int
+    n: int
+    k: int
+    bm: int
+    bn: int
+    bk: int
+    batch: Sequence[int]
+    ta: bool
+    tb: bool
+    a_index: Callable[[list[Idx]], GlobalIndex]
+    b_index: Callable[[list[Idx]], GlobalIndex]
 
 
 def _empty_product(
@@ -276,24 +291,10 @@ def _empty_product(
     lw.kernel("matmul", [out, *extra], FMA_GROUP, [_cdiv(total, FMA_GROUP), 1, 1], build)
 
 
-def _mma_kernel(
-    e: KernelEmitter,
-    args: list[SSAValue],
-    et: Attribute,
-    epilogue: Epilogue,
-    m: int,
-    n: int,
-    k: int,
-    bm: int,
-    bn: int,
-    bk: int,
-    batch: Sequence[int],
-    ta: bool,
-    tb: bool,
-    a_index: Callable[[list[Idx]], GlobalIndex],
-    b_index: Callable[[list[Idx]], GlobalIndex],
-) -> None:
+def _mma_kernel(e: KernelEmitter, args: list[SSAValue], p: _MatmulProblem) -> None:
     c_ref, a_ref, b_ref, *extra = args
+    et, epilogue, m, n, k, bm, bn, bk = p.et, p.epilogue, p.m, p.n, p.k, p.bm, p.bn, p.bk
+    batch, ta, tb, a_index, b_index = p.batch, p.ta, p.tb, p.a_index, p.b_index
     group = MMA_GROUP
     wm_size, wn_size = bm // 2, bn // 2
     mi_n, ni_n = wm_size // 16, wn_size // 8
@@ -373,22 +374,10 @@ def _mma_kernel(
                 e.store(v, c_ref, [*pre, row, col], mask=ok)
 
 
-def _fma_kernel(
-    e: KernelEmitter,
-    args: list[SSAValue],
-    et: Attribute,
-    epilogue: Epilogue,
-    m: int,
-    n: int,
-    k: int,
-    bm: int,
-    bn: int,
-    bk: int,
-    batch: Sequence[int],
-    a_index: Callable[[list[Idx]], GlobalIndex],
-    b_index: Callable[[list[Idx]], GlobalIndex],
-) -> None:
+def _fma_kernel(e: KernelEmitter, args: list[SSAValue], p: _MatmulProblem) -> None:
     c_ref, a_ref, b_ref, *extra = args
+    et, epilogue, m, n, k, bm, bn, bk = p.et, p.epilogue, p.m, p.n, p.k, p.bm, p.bn, p.bk
+    batch, a_index, b_index = p.batch, p.a_index, p.b_index
     group = FMA_GROUP
     tm, tn = bm // 16, bn // 16
     lane = e.local_id()

@@ -57,6 +57,7 @@ from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.lower_matmul_sm90 import SWIZZLE_BYTES, _desc_hi
 from tessera.passes.target_asm import TargetAsm
+from tessera.passes.tile_builder import cdiv
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -134,7 +135,7 @@ class Sm90Attention:
 
     @property
     def q_tiles(self) -> int:
-        return -(-self.sq // BLOCK_Q)
+        return cdiv(self.sq, BLOCK_Q)
 
     def grid(self) -> tuple[int, int, int]:
         return (self.q_tiles * self.heads, 1, 1)
@@ -188,7 +189,7 @@ class _Builder:
         if s.causal:
             qt = e.bin(tt.SubOp, "u32", s.q_tiles - 1, qt)
         self.q0 = e.mul32(qt, BLOCK_Q)
-        nkv = -(-s.sk // BLOCK_KV)
+        nkv = cdiv(s.sk, BLOCK_KV)
         if s.causal:
             last = e.add32(e.bin(tt.DivOp, "u32", e.add32(self.q0, BLOCK_Q - 1), BLOCK_KV), 1)
             self.n_blocks = e.bin(tt.MinOp, "u32", last, nkv)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math as pymath
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from math import prod
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, math, memref
@@ -50,7 +51,7 @@ from tessera.passes import (
     tile_sparse,
     tile_support,
 )
-from tessera.passes.tile_builder import Idx, KernelEmitter, compute_type, is_float
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, compute_type, is_float
 from tessera.passes.tile_fft import complex_memref
 from tessera.passes.tile_numerics import (
     is_narrow_cast,
@@ -67,15 +68,6 @@ _COMPLEX_OPS = (g.FFTOp, g.FFT2dOp, g.RealOp, g.ImagOp, g.ComplexOp, g.AddOp, g.
 IndexFn = Callable[[KernelEmitter, list[Idx], Idx], list[Idx]]
 
 
-def _prod(xs: Sequence[int]) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def memref_of(t: Attribute) -> Attribute:
@@ -163,7 +155,7 @@ class _Row:
         return [next(ri) if k in self.axes else next(oi) for k in range(len(self.shape))]
 
     def group(self) -> tuple[int, str]:
-        n = _prod(self.red)
+        n = prod(self.red)
         return (32, "warp") if n <= 32 else (ROW_GROUP, "group")
 
 
@@ -268,7 +260,7 @@ class _FunctionLowering:
         out_index: IndexFn = _identity_index,
     ) -> None:
         """One lane per element of ``domain``: load inputs, compute ``body``, store."""
-        n = _prod(domain)
+        n = prod(domain)
         group = ELEMENTWISE_GROUP
         host_args = [out, *(m for m, _ in inputs)]
 
@@ -283,7 +275,7 @@ class _FunctionLowering:
             r = body(e, vals)
             e.store(r, o, out_index(e, idx, lin), mask=ok)
 
-        self.kernel(tag, host_args, group, [_cdiv(n, group), 1, 1], build)
+        self.kernel(tag, host_args, group, [cdiv(n, group), 1, 1], build)
 
     def copy(self, v: SSAValue, m: SSAValue) -> SSAValue:
         out = self.alloc(v.type)
@@ -449,7 +441,7 @@ class _FunctionLowering:
             r = ie.add(ie.mul(k, group), lane)
             return body(ie, r, ie.lt(r, n), c)
 
-        return e.for_(0, _cdiv(n, group), 1, carried, step)
+        return e.for_(0, cdiv(n, group), 1, carried, step)
 
     def row_reduce(
         self,
@@ -470,7 +462,7 @@ class _FunctionLowering:
             v = ie.vselect(ok, v, ie.const(_reduce_init(kind, acc_t), acc_t))
             return [_combine(ie, kind, c[0], v)]
 
-        (acc,) = self.row_loop(e, _prod(row.red), group, lane, [init], body)
+        (acc,) = self.row_loop(e, prod(row.red), group, lane, [init], body)
         return e.op(tt.ReduceOp(acc, kind, scope))
 
     def lower_reduction(self, op: g.ReductionOp) -> None:
@@ -497,7 +489,7 @@ class _FunctionLowering:
         if isinstance(op, g.MeanOp) and not is_float(t):
             raise _not_lowered(op, "integer mean")
         row = _Row(g.shape_of(op.input), op.axis_list())
-        n = _prod(row.red)
+        n = prod(row.red)
         out = self.alloc(op.result.type)
         out_shape = g.shape_of(op.result)
         keep = op.keepdims is not None
@@ -519,7 +511,7 @@ class _FunctionLowering:
             assert len(oidx) == len(out_shape)
             e.store(e.convert(total, t), o_ref, oidx, mask=e.eq(lane, 0))
 
-        self.kernel(tag, [out, *inputs], group, [_prod(row.kept), 1, 1], build)
+        self.kernel(tag, [out, *inputs], group, [prod(row.kept), 1, 1], build)
         self.env[op.result] = out
 
     def lower_softmax(self, op: g.SoftmaxOp) -> None:
@@ -551,9 +543,9 @@ class _FunctionLowering:
                 ie.store(ie.convert(y, t), o_ref, idx, mask=ok)
                 return []
 
-            self.row_loop(e, _prod(row.red), group, lane, [], write)
+            self.row_loop(e, prod(row.red), group, lane, [], write)
 
-        self.kernel("softmax", [out, self.mem(op.input)], group, [_prod(row.kept), 1, 1], build)
+        self.kernel("softmax", [out, self.mem(op.input)], group, [prod(row.kept), 1, 1], build)
         self.env[op.result] = out
 
     def lower_norm(self, op: g.RMSNormOp | g.LayerNormOp) -> None:
@@ -620,7 +612,7 @@ class _FunctionLowering:
             self.row_loop(e, d, group, lane, [], write)
 
         self.kernel(
-            op.name.split(".")[1], host_args, group, [_prod(row.kept), 1, 1], build
+            op.name.split(".")[1], host_args, group, [prod(row.kept), 1, 1], build
         )
         self.env[op.result] = out
 
@@ -631,7 +623,7 @@ class _FunctionLowering:
         assert shape is not None
         row = _Row(tuple(shape), list(range(len(shape))))
         group, _ = row.group()
-        n = _prod(shape)
+        n = prod(shape)
         pi = _bcast_index(g.shape_of(op.pred), shape)
         ti = _bcast_index(g.shape_of(op.target), shape)
         out = self.alloc(op.result.type)
@@ -698,7 +690,7 @@ class _FunctionLowering:
             return
 
         out = self.alloc(op.result.type)
-        n = _prod(domain)
+        n = prod(domain)
         acc = _FusedAccess.plan(domain, [*values, op.result])
         w = acc.width
         group = ELEMENTWISE_GROUP
@@ -731,7 +723,7 @@ class _FunctionLowering:
                 for y, ix in zip(ys, idxs):
                     e.store(y, o_ref, ix, mask=ok)
 
-        self.kernel("fused", [out, *refs], group, [_cdiv(_cdiv(n, w), group), 1, 1], build)
+        self.kernel("fused", [out, *refs], group, [cdiv(cdiv(n, w), group), 1, 1], build)
         self.env[op.result] = out
 
     # ------------------------------------------------------------------ matmul

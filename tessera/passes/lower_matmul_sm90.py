@@ -62,8 +62,9 @@ from xdsl.passes import ModulePass
 
 from tessera.ir import graph as g
 from tessera.ir import target as tt
-from tessera.passes.matmul_config import Sm90Config, sm90_config
+from tessera.passes.matmul_config import NUM_SMS, Sm90Config, sm90_config
 from tessera.passes.target_asm import TargetAsm
+from tessera.passes.tile_builder import cdiv
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -139,7 +140,7 @@ class Sm90Gemm:
     in_type: str  # "bf16" or "f16"
     out_type: str  # "bf16", "f16" or "f32"
     cfg: Sm90Config
-    sms: int = 132
+    sms: int = NUM_SMS
     """CTAs of the persistent grid: the device's SM count (any value is correct)."""
 
     @property
@@ -169,7 +170,7 @@ class Sm90Gemm:
 
     @property
     def tiles(self) -> int:
-        return _cdiv(self.m, self.bm) * _cdiv(self.n, self.cfg.bn)
+        return cdiv(self.m, self.bm) * cdiv(self.n, self.cfg.bn)
 
     def grid(self) -> tuple[int, int, int]:
         """Persistent: one CTA per SM (at most one per tile); each loops over tiles."""
@@ -179,9 +180,6 @@ class Sm90Gemm:
         """``ttarget.launch_ex`` boxes for (C, A, B): C by pointer, A ``64 x BM``, B ``64 x 64``."""
         return [0, 0, BOX_K, self.bm, BOX_K, BOX_K]
 
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
@@ -215,11 +213,11 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.add(tt.BarSyncOp(0))
 
     nctas = e.sreg("nctaid.x")
-    ktiles = _cdiv(gemm.k, BOX_K)
+    ktiles = cdiv(gemm.k, BOX_K)
 
     def tile_origin(tile: SSAValue) -> tuple[SSAValue, SSAValue]:
         """(m0, n0) of tile number ``tile``, in groups of group_m tile rows."""
-        tiles_m, tiles_n = _cdiv(gemm.m, bm), _cdiv(gemm.n, bn)
+        tiles_m, tiles_n = cdiv(gemm.m, bm), cdiv(gemm.n, bn)
         per_group = cfg.group_m * tiles_n
         first_m = e.mul32(e.bin(tt.DivOp, "u32", tile, per_group), cfg.group_m)
         gsize = e.bin(tt.MinOp, "u32", e.bin(tt.SubOp, "u32", tiles_m, first_m), cfg.group_m)
@@ -397,8 +395,8 @@ def gemm_for(op: g.MatmulOp) -> Sm90Gemm:
 
 
 def device_sms() -> int:
-    """SMs of the current CUDA device (the persistent grid's size), 132 (an H100 SXM / H200)
-    when there is none: the kernel is correct for any grid size."""
+    """SMs of the current CUDA device (the persistent grid's size), ``NUM_SMS`` when there is
+    none: the kernel is correct for any grid size."""
     try:
         import torch
 
@@ -406,7 +404,7 @@ def device_sms() -> int:
             return int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
     except Exception:
         pass
-    return 132
+    return NUM_SMS
 
 
 def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> bool:

@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tessera.passes.tile_builder import cdiv
+
 NUM_SMS = 132
 """SMs of an H100 SXM / H200 (the heuristic's occupancy target)."""
 SMEM_BUDGET = 220 * 1024
@@ -81,9 +83,6 @@ class Sm90Config:
         return cfg if cfg.valid() else None
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
 
 def heuristic(m: int, n: int, k: int) -> Sm90Config:
     """The documented default (module docstring)."""
@@ -91,7 +90,7 @@ def heuristic(m: int, n: int, k: int) -> Sm90Config:
     bm = 64 * consumers
     if n <= 64:
         bn = 64
-    elif n >= 256 and _cdiv(m, bm) * _cdiv(n, 256) >= NUM_SMS:
+    elif n >= 256 and cdiv(m, bm) * cdiv(n, 256) >= NUM_SMS:
         bn = 256
     else:
         bn = 128

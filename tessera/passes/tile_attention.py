@@ -42,7 +42,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
-from tessera.passes.tile_builder import Idx, KernelEmitter
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -108,7 +108,7 @@ def lower_flash_attention(lw: _FunctionLowering, op: g.FlashAttentionOp) -> None
     )
     args = [out, lw.mem(op.q), lw.mem(op.k), lw.mem(op.v)]
     lw.kernel(
-        "flash_attention", args, spec.group, [-(-sq // bq), 1, n_batch],
+        "flash_attention", args, spec.group, [cdiv(sq, bq), 1, n_batch],
         lambda e, a: _Kernel(e, a, spec).build(),
     )
 
@@ -200,7 +200,7 @@ class _Kernel:
     def block_counts(self) -> tuple[Idx, Idx]:
         """(key blocks to visit, of which the first are unmasked for the whole tile)."""
         e, s = self.e, self.s
-        all_blocks = -(-s.sk // s.bkv)
+        all_blocks = cdiv(s.sk, s.bkv)
         full = s.sk // s.bkv
         if not s.causal:
             return all_blocks, full
@@ -229,7 +229,7 @@ class _Kernel:
         s = self.s
         cpr = s.d // 8
         items = s.bkv * cpr
-        for it in range(-(-items // self.group)):
+        for it in range(cdiv(items, self.group)):
             q = e.add(self.lane, it * self.group)
 
             def copy(be: KernelEmitter, q: Idx = q) -> list[SSAValue]:

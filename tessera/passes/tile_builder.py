@@ -35,6 +35,11 @@ from tessera.ir import tile as tt
 Idx = SSAValue | int
 
 
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for integers (the number of size-``b`` blocks covering ``a``)."""
+    return -(-a // b)
+
+
 def is_float(t: Attribute) -> bool:
     return isinstance(t, AnyFloat)
 

@@ -27,7 +27,7 @@ from tessera.ir import graph as g
 from tessera.ir import host_collectives as hc
 from tessera.ir import target as ttarget
 from tessera.ir import tile as tt
-from tessera.passes.tile_builder import KernelEmitter
+from tessera.passes.tile_builder import KernelEmitter, cdiv
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -101,7 +101,7 @@ def lower_all_slice(lw: _FunctionLowering, op: g.AllSliceOp) -> None:
 
     lw.kernel(
         "all_slice", [out, lw.mem(op.input), coord], SLICE_GROUP,
-        [-(-n // SLICE_GROUP), 1, 1], build,
+        [cdiv(n, SLICE_GROUP), 1, 1], build,
     )
     lw.env[op.result] = out
 

@@ -30,7 +30,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
-from tessera.passes.tile_builder import Idx, KernelEmitter, compute_type
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, compute_type
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -92,5 +92,5 @@ def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
     args = [out, lw.mem(op.input), lw.mem(op.weight)]
     if op.bias is not None:
         args.append(lw.mem(op.bias))
-    lw.kernel("conv2d", args, GROUP, [-(-total // GROUP), 1, 1], build)
+    lw.kernel("conv2d", args, GROUP, [cdiv(total, GROUP), 1, 1], build)
     lw.env[op.result] = out

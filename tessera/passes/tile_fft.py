@@ -51,7 +51,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
-from tessera.passes.tile_builder import Idx, KernelEmitter
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -76,7 +76,7 @@ def _not_lowered(op: g.FFTOp | g.FFT2dOp, why: str) -> NotImplementedError:
 
 def _group(work: int) -> int:
     """Lanes for ``work`` parallel items: a multiple of 32 in ``[32, MAX_GROUP]``."""
-    return min(MAX_GROUP, max(32, -(-work // 32) * 32))
+    return min(MAX_GROUP, max(32, cdiv(work, 32) * 32))
 
 
 def _twiddles(lw: _FunctionLowering, n: int, inverse: bool, et: Attribute) -> SSAValue:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math as pymath
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import (
@@ -33,7 +34,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
-from tessera.passes.tile_builder import Idx, KernelEmitter, compute_type
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, compute_type
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -47,15 +48,6 @@ ATTN_BLOCK_KV = 32
 GlobalIndex = Callable[[KernelEmitter, Idx, Idx], list[Idx]]
 
 
-def _prod(xs: Sequence[int]) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _batch_index(
@@ -95,7 +87,7 @@ def _fill_elementwise(
         ie.store(v, smem, [r, cc], mask=inside)
         return []
 
-    e.for_(0, _cdiv(total, group), 1, [], step)
+    e.for_(0, cdiv(total, group), 1, [], step)
 
 
 def _fill_async(
@@ -139,7 +131,7 @@ def _fill_async(
             copy(ie)
         return []
 
-    e.for_(0, _cdiv(total, group), 1, [], step)
+    e.for_(0, cdiv(total, group), 1, [], step)
     e.emit(tt.CommitGroupOp())
     e.emit(tt.WaitGroupOp(0))
 
@@ -231,7 +223,7 @@ def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> 
         _empty_product(lw, out, extra, osh, compute_type(et), epilogue)
         return
     bm, bn, bk = _mm_tile(op, mma, m, n, tt.mma_k(et) if mma else 16)
-    grid = [_cdiv(n, bn), _cdiv(m, bm), _prod(batch)]
+    grid = [cdiv(n, bn), cdiv(m, bm), prod(batch)]
 
     def a_index(bidx: list[Idx]) -> GlobalIndex:
         pre = _batch_index(bidx, ash[:-2], batch)
@@ -279,7 +271,7 @@ def _empty_product(
     epilogue: Epilogue,
 ) -> None:
     """K = 0: the product is zero; one lane per output element applies the epilogue."""
-    total = _prod(osh)
+    total = prod(osh)
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         lin = e.linear_id()
@@ -288,7 +280,7 @@ def _empty_product(
         v = epilogue(e, args[1:], e.const(0.0, acc_t), idx[:-2], idx[-2], idx[-1], ok)
         e.store(v, args[0], idx, mask=ok)
 
-    lw.kernel("matmul", [out, *extra], FMA_GROUP, [_cdiv(total, FMA_GROUP), 1, 1], build)
+    lw.kernel("matmul", [out, *extra], FMA_GROUP, [cdiv(total, FMA_GROUP), 1, 1], build)
 
 
 def _mma_kernel(e: KernelEmitter, args: list[SSAValue], p: _MatmulProblem) -> None:
@@ -516,4 +508,4 @@ def lower_flash_attention(lw: _FunctionLowering, op: g.FlashAttentionOp) -> None
         e.for_(0, dv, 1, [], write)
 
     args = [out, lw.mem(op.q), lw.mem(op.k), lw.mem(op.v)]
-    lw.kernel("flash_attention", args, bq, [_cdiv(sq, bq), 1, _prod(batch)], build)
+    lw.kernel("flash_attention", args, bq, [cdiv(sq, bq), 1, prod(batch)], build)

@@ -34,6 +34,7 @@ either). ``O(sweeps * k^2 * max(m, n))`` work per matrix, ``k = min(m, n)``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, math
@@ -42,7 +43,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
-from tessera.passes.tile_builder import Idx, KernelEmitter
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -69,12 +70,6 @@ def _float_elem(op: Operation, v: SSAValue) -> Attribute:
         raise _not_lowered(op, f"element type {et}; only f32 and f64 are lowered")
     return et
 
-
-def _prod(xs: list[int]) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
 
 
 def _strided(
@@ -129,7 +124,7 @@ def lower_cholesky(lw: _FunctionLowering, op: g.CholeskyOp) -> None:
     et = _float_elem(op, op.input)
     *batch, n, _ = shape
     out = lw.alloc(op.result.type)
-    group = min(CHOLESKY_GROUP, max(32, -(-n * n // 32) * 32))
+    group = min(CHOLESKY_GROUP, max(32, cdiv(n * n, 32) * 32))
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         lref, aref = args
@@ -180,7 +175,7 @@ def lower_cholesky(lw: _FunctionLowering, op: g.CholeskyOp) -> None:
 
         e.for_(0, n, 1, [], column)
 
-    lw.kernel("cholesky", [out, lw.mem(op.input)], group, [_prod(batch), 1, 1], build)
+    lw.kernel("cholesky", [out, lw.mem(op.input)], group, [prod(batch), 1, 1], build)
     lw.env[op.result] = out
 
 
@@ -324,6 +319,6 @@ def lower_svd(lw: _FunctionLowering, op: g.SVDOp) -> None:
         e.for_(0, k, 1, [], place)
 
     args = [u_out, s_out, vh_out, lw.mem(op.input), w, v, sn]
-    lw.kernel("svd", args, group, [_prod(batch), 1, 1], build)
+    lw.kernel("svd", args, group, [prod(batch), 1, 1], build)
     lw.env[op.u], lw.env[op.s], lw.env[op.vh] = u_out, s_out, vh_out
 

@@ -23,6 +23,7 @@ Used by ``lower-graph-to-tile`` for ``tgraph.cast``:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith
@@ -46,7 +47,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.numerics.pack import packed_nbytes
-from tessera.passes.tile_builder import Idx, KernelEmitter
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -244,15 +245,6 @@ def load_code(
 # --------------------------------------------------------------------------- lowering
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _prod(xs: list[int]) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
 
 
 def lower_narrow_cast(lw: _FunctionLowering, op: g.CastOp) -> None:
@@ -287,7 +279,7 @@ def lower_narrow_cast(lw: _FunctionLowering, op: g.CastOp) -> None:
         return v if isinstance(src, Float64Type) else e.convert(v, f32)
 
     if dfmt is None:
-        n = _prod(shape)
+        n = prod(shape)
 
         def build(e: KernelEmitter, a: list[SSAValue]) -> None:
             lin = e.linear_id()
@@ -295,14 +287,14 @@ def lower_narrow_cast(lw: _FunctionLowering, op: g.CastOp) -> None:
             idx = e.unravel(lin, shape)
             e.store(e.convert(read(e, a[1], idx, ok), dst), a[0], idx, mask=ok)
 
-        lw.kernel("cast", args, NUMERIC_GROUP, [_cdiv(n, NUMERIC_GROUP), 1, 1], build)
+        lw.kernel("cast", args, NUMERIC_GROUP, [cdiv(n, NUMERIC_GROUP), 1, 1], build)
         return
 
     # packed result: one lane per byte group of an output row
     row = shape[-1]
-    groups = _cdiv(row, dfmt.group)
+    groups = cdiv(row, dfmt.group)
     outer = shape[:-1]
-    total = _prod(outer) * groups
+    total = prod(outer) * groups
 
     def build_packed(e: KernelEmitter, a: list[SSAValue]) -> None:
         lin = e.linear_id()
@@ -326,4 +318,4 @@ def lower_narrow_cast(lw: _FunctionLowering, op: g.CastOp) -> None:
             col = e.add(e.mul(gi, dfmt.group_bytes), b)
             e.store(byte, a[0], [*pre, col], mask=ok)
 
-    lw.kernel("cast", args, NUMERIC_GROUP, [_cdiv(total, NUMERIC_GROUP), 1, 1], build_packed)
+    lw.kernel("cast", args, NUMERIC_GROUP, [cdiv(total, NUMERIC_GROUP), 1, 1], build_packed)

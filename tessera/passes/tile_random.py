@@ -48,7 +48,7 @@ from tessera.numerics.philox import (
     ROUNDS,
     key_from_seed,
 )
-from tessera.passes.tile_builder import KernelEmitter
+from tessera.passes.tile_builder import KernelEmitter, cdiv
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -250,7 +250,7 @@ def _lower(
         z = sample(TileOps(e, seed, offset), i, vals)
         e.store(e.convert(z, et), o, idx, mask=ok)
 
-    lw.kernel(tag, [out, *inputs], GROUP, [-(-n // GROUP), 1, 1], build)
+    lw.kernel(tag, [out, *inputs], GROUP, [cdiv(n, GROUP), 1, 1], build)
     lw.env[op.result] = out
 
 

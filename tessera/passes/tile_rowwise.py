@@ -37,7 +37,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
-from tessera.passes.tile_builder import Idx, KernelEmitter
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -77,7 +77,7 @@ class RowPlan:
     @property
     def per_lane(self) -> int:
         """Chunks held by each lane."""
-        return -(-self.chunks // self.lanes)
+        return cdiv(self.chunks, self.lanes)
 
     @property
     def scope(self) -> str:
@@ -110,7 +110,7 @@ def plan_row(n: int, element_type: Attribute) -> RowPlan | None:
         plan = RowPlan(n, w, tt.WARP_SIZE, WARP_ROWS_PER_TILE)
     else:
         lanes = 128
-        while lanes < tt.MAX_GROUP_SIZE and -(-chunks // lanes) * w > VALUES_PER_LANE_TARGET:
+        while lanes < tt.MAX_GROUP_SIZE and cdiv(chunks, lanes) * w > VALUES_PER_LANE_TARGET:
             lanes *= 2
         plan = RowPlan(n, w, lanes, 1)
     if plan.per_lane * w > MAX_VALUES_PER_LANE:
@@ -297,4 +297,4 @@ def lower_norm(lw: _FunctionLowering, op: g.RMSNormOp | g.LayerNormOp) -> None:
 
 
 def _grid(plan: RowPlan, rows: int) -> list[int]:
-    return [-(-rows // plan.rows_per_tile), 1, 1]
+    return [cdiv(rows, plan.rows_per_tile), 1, 1]

@@ -30,7 +30,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
-from tessera.passes.tile_builder import KernelEmitter, compute_type
+from tessera.passes.tile_builder import KernelEmitter, cdiv, compute_type
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -86,6 +86,6 @@ def lower_spmm(lw: _FunctionLowering, op: g.SpMMOp) -> None:
         e.store(e.convert(acc, et), o, [row, col], mask=ok)
 
     args = [out, *(lw.mem(v) for v in (op.indptr, op.indices, op.values, op.dense))]
-    lw.kernel("spmm", args, lanes, [-(-n // lanes), m, 1], build)
+    lw.kernel("spmm", args, lanes, [cdiv(n, lanes), m, 1], build)
     lw.env[op.result] = out
 

@@ -41,13 +41,14 @@ entry ranges are clamped to ``[0, nnz)`` and entries with a column outside
 
 from __future__ import annotations
 
+from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import ComplexType, Float32Type, Float64Type, IndexType, i1
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import graph as g
-from tessera.passes.tile_builder import Idx, KernelEmitter
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -66,17 +67,11 @@ def _float_elem(op: Operation, el: Attribute) -> Attribute:
     return el
 
 
-def _prod(xs: list[int] | tuple[int, ...]) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
 
 def _launch_shape(work: int) -> tuple[int, list[int]]:
     """(group size, grid) for one lane per item of ``work``."""
-    group = min(GROUP, max(32, -(-work // 32) * 32))
-    return group, [-(-work // group), 1, 1]
+    group = min(GROUP, max(32, cdiv(work, 32) * 32))
+    return group, [cdiv(work, group), 1, 1]
 
 
 def _lane(e: KernelEmitter, work: int, group: int) -> tuple[SSAValue, SSAValue | None]:
@@ -104,7 +99,7 @@ def lower_complex_part(lw: _FunctionLowering, op: g.RealOp | g.ImagOp) -> None:
     shape = list(g.shape_of(op.input))
     part = 0 if isinstance(op, g.RealOp) else 1
     out = lw.alloc(op.result.type)
-    work = _prod(shape)
+    work = prod(shape)
     group, grid = _launch_shape(work)
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
@@ -123,7 +118,7 @@ def lower_complex(lw: _FunctionLowering, op: g.ComplexOp) -> None:
     _float_elem(op, g.elem_of(op.real))
     shape = list(g.shape_of(op.real))
     out = lw.alloc(op.result.type)
-    work = _prod(shape)
+    work = prod(shape)
     group, grid = _launch_shape(work)
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
@@ -169,7 +164,7 @@ def lower_triangular_solve(lw: _FunctionLowering, op: g.TriangularSolveOp) -> No
     upper, trans = op.upper is not None, op.transpose_a is not None
     forward = upper == trans  # op(A) is lower triangular
     out = lw.alloc(op.result.type)
-    work = _prod(batch) * k
+    work = prod(batch) * k
     group, grid = _launch_shape(work)
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:

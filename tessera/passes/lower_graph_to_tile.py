@@ -68,8 +68,6 @@ _COMPLEX_OPS = (g.FFTOp, g.FFT2dOp, g.RealOp, g.ImagOp, g.ComplexOp, g.AddOp, g.
 IndexFn = Callable[[KernelEmitter, list[Idx], Idx], list[Idx]]
 
 
-
-
 def memref_of(t: Attribute) -> Attribute:
     """The memref type holding a tensor of type ``t`` (scalars pass through).
 

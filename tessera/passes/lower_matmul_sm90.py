@@ -181,7 +181,6 @@ class Sm90Gemm:
         return [0, 0, BOX_K, self.bm, BOX_K, BOX_K]
 
 
-
 def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     """The ``ttarget.func`` computing ``C = A @ B`` for ``gemm`` (parameters: C pointer,
     A tensor map, B tensor map)."""

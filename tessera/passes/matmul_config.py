@@ -83,7 +83,6 @@ class Sm90Config:
         return cfg if cfg.valid() else None
 
 
-
 def heuristic(m: int, n: int, k: int) -> Sm90Config:
     """The documented default (module docstring)."""
     consumers = 1 if m <= 64 else 2

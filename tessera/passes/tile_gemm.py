@@ -48,8 +48,6 @@ ATTN_BLOCK_KV = 32
 GlobalIndex = Callable[[KernelEmitter, Idx, Idx], list[Idx]]
 
 
-
-
 def _batch_index(
     bidx: list[Idx], op_batch: Sequence[int], out_batch: Sequence[int]
 ) -> list[Idx]:

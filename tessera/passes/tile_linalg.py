@@ -71,7 +71,6 @@ def _float_elem(op: Operation, v: SSAValue) -> Attribute:
     return et
 
 
-
 def _strided(
     e: KernelEmitter, lid: SSAValue, lb: Idx, ub: Idx, group: int, body: Body
 ) -> None:

@@ -245,8 +245,6 @@ def load_code(
 # --------------------------------------------------------------------------- lowering
 
 
-
-
 def lower_narrow_cast(lw: _FunctionLowering, op: g.CastOp) -> None:
     """Lower a ``tgraph.cast`` to or from fp8 / fp6 / fp4 (see the module docstring)."""
     src, dst = g.elem_of(op.input), g.elem_of(op.result)

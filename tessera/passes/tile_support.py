@@ -67,7 +67,6 @@ def _float_elem(op: Operation, el: Attribute) -> Attribute:
     return el
 
 
-
 def _launch_shape(work: int) -> tuple[int, list[int]]:
     """(group size, grid) for one lane per item of ``work``."""
     group = min(GROUP, max(32, cdiv(work, 32) * 32))

@@ -51,7 +51,14 @@ from tessera.passes import (
     tile_sparse,
     tile_support,
 )
-from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, compute_type, is_float
+from tessera.passes.tile_builder import (
+    Idx,
+    KernelEmitter,
+    cdiv,
+    compute_type,
+    is_float,
+    not_lowered,
+)
 from tessera.passes.tile_fft import complex_memref
 from tessera.passes.tile_numerics import (
     is_narrow_cast,
@@ -95,11 +102,6 @@ def _identity_index(e: KernelEmitter, idx: list[Idx], lin: Idx) -> list[Idx]:
     return idx
 
 
-def _not_lowered(op: Operation, why: str = "") -> NotImplementedError:
-    return NotImplementedError(
-        f"lower-graph-to-tile: {op.name} has no Tile IR lowering" + (f" ({why})" if why else "")
-    )
-
 
 def _reduce_init(kind: str, t: Attribute) -> float | int:
     if kind == "sum":
@@ -122,12 +124,12 @@ def _combine(e: KernelEmitter, kind: str, a: SSAValue, b: SSAValue) -> SSAValue:
 
 def _accum_type(t: Attribute, op: Operation) -> Attribute:
     if t == i1:
-        raise _not_lowered(op, "boolean operands")
+        raise not_lowered(op, "boolean operands")
     if isinstance(t, Float64Type):
         return t
     if is_float(t):
         if not isinstance(t, Float32Type | Float16Type | BFloat16Type):
-            raise _not_lowered(op, f"element type {t}")
+            raise not_lowered(op, f"element type {t}")
         return f32
     return t
 
@@ -223,25 +225,25 @@ class _FunctionLowering:
                 continue
             method = _LOWERINGS.get(type(op))
             if method is None:
-                raise _not_lowered(op)
+                raise not_lowered(op)
             if not isinstance(op, g.CastOp) and any(
                 isinstance(v.type, TensorType) and packed_format(v.type.element_type)
                 for v in (*op.operands, *op.results)
             ):
-                raise _not_lowered(op, "fp6/fp4 tensors are stored packed; only tgraph.cast reads "
+                raise not_lowered(op, "fp6/fp4 tensors are stored packed; only tgraph.cast reads "
                                    "or writes them")
             if not isinstance(op, _COMPLEX_OPS) and any(
                 isinstance(v.type, TensorType) and isinstance(v.type.element_type, ComplexType)
                 for v in (*op.operands, *op.results)
             ):
-                raise _not_lowered(op, "complex tensors are only read and written by tgraph.fft, "
+                raise not_lowered(op, "complex tensors are only read and written by tgraph.fft, "
                                    "tgraph.fft2d, tgraph.real, tgraph.imag, tgraph.complex, "
                                    "tgraph.add and tgraph.sub")
             for r in op.results:
                 if isinstance(r.type, TensorType) and isinstance(
                     r.type.encoding, NumericPolicyAttr
                 ) and not r.type.encoding.to_policy().is_default():
-                    raise _not_lowered(op, "non-default numeric policy on the result")
+                    raise not_lowered(op, "non-default numeric policy on the result")
             method(self, op)
         self.module.body.block.insert_op_after(self.host, self.fn)
         self.fn.detach()
@@ -485,7 +487,7 @@ class _FunctionLowering:
         acc_t = _accum_type(t, op)
         kind = {g.SumOp: "sum", g.MaxOp: "max", g.MinOp: "min", g.MeanOp: "sum"}[type(op)]
         if isinstance(op, g.MeanOp) and not is_float(t):
-            raise _not_lowered(op, "integer mean")
+            raise not_lowered(op, "integer mean")
         row = _Row(g.shape_of(op.input), op.axis_list())
         n = prod(row.red)
         out = self.alloc(op.result.type)
@@ -757,7 +759,7 @@ def elementwise_scalar(e: KernelEmitter, op: Operation, xs: Sequence[SSAValue]) 
     if isinstance(op, g.ElementwiseBinaryOp):
         t = g.elem_of(op.lhs)
         if t == i1 and not isinstance(op, g.EqOp | g.NeOp):
-            raise _not_lowered(op, "boolean operands")
+            raise not_lowered(op, "boolean operands")
         ct = compute_type(t)
         a, b = (e.convert(x, ct) for x in xs)
         return e.convert(_binary_scalar(e, op, type(op), a, b), g.elem_of(op.result))
@@ -765,7 +767,7 @@ def elementwise_scalar(e: KernelEmitter, op: Operation, xs: Sequence[SSAValue]) 
         t = g.elem_of(op.input)
         x = e.convert(xs[0], compute_type(t))
         return e.convert(_unary_scalar(e, op, x), t)
-    raise _not_lowered(op, "not an elementwise op")
+    raise not_lowered(op, "not an elementwise op")
 
 
 def _cast_target(op: g.CastOp) -> Attribute:
@@ -777,7 +779,7 @@ def _check_cast(op: Operation, src: Attribute, dst: Attribute) -> Attribute:
     ok = (Float64Type, Float32Type, Float16Type, BFloat16Type, IntegerType)
     for t in (src, dst):
         if not isinstance(t, ok):
-            raise _not_lowered(op, f"casts involving {t}")
+            raise not_lowered(op, f"casts involving {t}")
     return dst
 
 
@@ -804,7 +806,7 @@ def matmul_epilogue(op: g.MatmulEpilogueOp) -> Callable[..., SSAValue]:
     bias = op.bias
     bias_index = _bcast_index(g.shape_of(bias), g.shape_of(op.result)) if bias else None
     if bias is not None and pt == i1:
-        raise _not_lowered(op, "boolean bias")
+        raise not_lowered(op, "boolean bias")
 
     def apply(
         e: KernelEmitter, extra: list[SSAValue], acc: SSAValue, pre: list[Idx], row: Idx,
@@ -912,7 +914,7 @@ def _binary_scalar(
             g.DivOp: arith.DivSIOp, g.MaximumOp: arith.MaxSIOp, g.MinimumOp: arith.MinSIOp,
         }
     if kind not in table:
-        raise _not_lowered(op, f"on {a.type} operands")
+        raise not_lowered(op, f"on {a.type} operands")
     return e.op(table[kind](a, b))
 
 
@@ -927,7 +929,7 @@ def _unary_scalar(
             return e.op(arith.SubiOp(e.const(0, t), x))
         if issubclass(kind, g.AbsOp):
             return e.op(math.AbsIOp(x))
-        raise _not_lowered(op, f"on {t} operands")
+        raise not_lowered(op, f"on {t} operands")
     one = e.const(1.0, t)
     if issubclass(kind, g.NegOp):
         return e.op(arith.NegfOp(x))
@@ -948,7 +950,7 @@ def _unary_scalar(
         x3 = e.fmul(e.fmul(x, x), x)
         inner = e.fmul(c, e.fadd(x, e.fmul(e.const(0.044715, t), x3)))
         return e.fmul(e.fmul(e.const(0.5, t), x), e.fadd(one, e.op(math.TanhOp(inner))))
-    raise _not_lowered(op)
+    raise not_lowered(op)
 
 
 _LOWERINGS: dict[type, Callable[[_FunctionLowering, Operation], None]] = {}

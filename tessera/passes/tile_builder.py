@@ -20,6 +20,8 @@ from xdsl.dialects.builtin import (
     BFloat16Type,
     DenseIntOrFPElementsAttr,
     Float16Type,
+    Float32Type,
+    Float64Type,
     FloatAttr,
     IndexType,
     IntegerAttr,
@@ -38,6 +40,21 @@ Idx = SSAValue | int
 def cdiv(a: int, b: int) -> int:
     """``ceil(a / b)`` for integers (the number of size-``b`` blocks covering ``a``)."""
     return -(-a // b)
+
+
+def not_lowered(op: Operation, why: str = "") -> NotImplementedError:
+    """The error ``lower-graph-to-tile`` raises for an op (or a case of one) it does not lower."""
+    return NotImplementedError(
+        f"lower-graph-to-tile: {op.name} has no Tile IR lowering" + (f" ({why})" if why else "")
+    )
+
+
+def f32_or_f64(op: Operation, et: Attribute) -> Attribute:
+    """``et`` if it is f32 or f64, else :func:`not_lowered` for ``op`` (the kernels that
+    compute in their element type only)."""
+    if not isinstance(et, Float32Type | Float64Type):
+        raise not_lowered(op, f"element type {et}; only f32 and f64 are lowered")
+    return et
 
 
 def is_float(t: Attribute) -> bool:

@@ -30,7 +30,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
-from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, compute_type
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, compute_type, not_lowered
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -41,13 +41,12 @@ GROUP = 256
 
 def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
     """``tgraph.conv2d``: direct convolution, one lane per output element."""
-    from tessera.passes.lower_graph_to_tile import _not_lowered
 
     rt = op.result.type
     assert isinstance(rt, TensorType)
     et = rt.element_type
     if not isinstance(et, Float64Type | Float32Type | Float16Type | BFloat16Type):
-        raise _not_lowered(op, f"element type {et}; f64, f32, f16 and bf16 are lowered")
+        raise not_lowered(op, f"element type {et}; f64, f32, f16 and bf16 are lowered")
     acc_t = compute_type(et)
     _, c_in, h_in, w_in = g.shape_of(op.input)
     _, _, kh, kw = g.shape_of(op.weight)

@@ -51,7 +51,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
-from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, not_lowered
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -69,9 +69,6 @@ def complex_memref(t: TensorType) -> MemRefType:
     assert isinstance(el, ComplexType)
     return MemRefType(el.element_type, [*t.get_shape(), 2])
 
-
-def _not_lowered(op: g.FFTOp | g.FFT2dOp, why: str) -> NotImplementedError:
-    return NotImplementedError(f"lower-graph-to-tile: {op.name} has no Tile IR lowering ({why})")
 
 
 def _group(work: int) -> int:
@@ -249,7 +246,7 @@ def _transform(
         return
     ebytes = 8 if isinstance(et, Float64Type) else 4
     if 2 * n * 2 * ebytes > SHARED_BYTES_LIMIT:
-        raise _not_lowered(
+        raise not_lowered(
             op, f"length {n} along axis {axis}: two {n}x2 {et} shared buffers exceed "
             f"{SHARED_BYTES_LIMIT} bytes (limit {SHARED_BYTES_LIMIT // (4 * ebytes)})"
         )
@@ -283,7 +280,7 @@ def lower_fft(lw: _FunctionLowering, op: g.FFTOp | g.FFT2dOp) -> None:
     el = g.elem_of(op.result)
     assert isinstance(el, ComplexType)
     if not isinstance(el.element_type, Float32Type | Float64Type):
-        raise _not_lowered(op, f"element type {el}")
+        raise not_lowered(op, f"element type {el}")
     complex_in = isinstance(g.elem_of(op.input), ComplexType)
     out = lw.alloc(op.result.type)
     x = lw.mem(op.input)

@@ -38,12 +38,12 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import Float32Type, Float64Type, MemRefType, i1
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.dialects.builtin import Float64Type, MemRefType, i1
+from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
-from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, f32_or_f64
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -60,15 +60,6 @@ SVD_GROUP = 128
 Body = Callable[[KernelEmitter, SSAValue, SSAValue | None], None]
 
 
-def _not_lowered(op: Operation, why: str) -> NotImplementedError:
-    return NotImplementedError(f"lower-graph-to-tile: {op.name} has no Tile IR lowering ({why})")
-
-
-def _float_elem(op: Operation, v: SSAValue) -> Attribute:
-    et = g.elem_of(v)
-    if not isinstance(et, Float32Type | Float64Type):
-        raise _not_lowered(op, f"element type {et}; only f32 and f64 are lowered")
-    return et
 
 
 def _strided(
@@ -120,7 +111,7 @@ def _batch_index(e: KernelEmitter, batch: list[int]) -> list[Idx]:
 def lower_cholesky(lw: _FunctionLowering, op: g.CholeskyOp) -> None:
     """``tgraph.cholesky``: one tile per matrix, see the module docstring."""
     shape = g.shape_of(op.input)
-    et = _float_elem(op, op.input)
+    et = f32_or_f64(op, g.elem_of(op.input))
     *batch, n, _ = shape
     out = lw.alloc(op.result.type)
     group = min(CHOLESKY_GROUP, max(32, cdiv(n * n, 32) * 32))
@@ -188,7 +179,7 @@ def _eps(et: Attribute) -> float:
 def lower_svd(lw: _FunctionLowering, op: g.SVDOp) -> None:
     """``tgraph.svd``: one-sided Jacobi, one tile per matrix; see the module docstring."""
     shape = g.shape_of(op.input)
-    et = _float_elem(op, op.input)
+    et = f32_or_f64(op, g.elem_of(op.input))
     *batch, m, n = shape
     k, r, trans = min(m, n), max(m, n), m < n
     u_out, s_out, vh_out = (lw.alloc(v.type) for v in (op.u, op.s, op.vh))

@@ -48,7 +48,7 @@ from tessera.numerics.philox import (
     ROUNDS,
     key_from_seed,
 )
-from tessera.passes.tile_builder import KernelEmitter, cdiv
+from tessera.passes.tile_builder import KernelEmitter, cdiv, not_lowered
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -214,12 +214,11 @@ _FLOATS = (Float64Type, Float32Type, Float16Type, BFloat16Type)
 
 
 def _elem(op: g.RandnOp | g.PoissonOp, t: Attribute) -> Attribute:
-    from tessera.passes.lower_graph_to_tile import _not_lowered
 
     assert isinstance(t, TensorType)
     et = t.element_type
     if not isinstance(et, _FLOATS):
-        raise _not_lowered(op, f"element type {et}; f64, f32, f16 and bf16 are lowered")
+        raise not_lowered(op, f"element type {et}; f64, f32, f16 and bf16 are lowered")
     return et
 
 

@@ -30,7 +30,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
-from tessera.passes.tile_builder import KernelEmitter, cdiv, compute_type
+from tessera.passes.tile_builder import KernelEmitter, cdiv, compute_type, not_lowered
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -46,13 +46,12 @@ def lanes_for(n: int) -> int:
 
 def lower_spmm(lw: _FunctionLowering, op: g.SpMMOp) -> None:
     """``tgraph.spmm``: one lane per output column, nonzeros of the row in CSR order."""
-    from tessera.passes.lower_graph_to_tile import _not_lowered
 
     rt = op.result.type
     assert isinstance(rt, TensorType)
     et = rt.element_type
     if not isinstance(et, Float64Type | Float32Type | Float16Type | BFloat16Type):
-        raise _not_lowered(op, f"element type {et}; f64, f32, f16 and bf16 are lowered")
+        raise not_lowered(op, f"element type {et}; f64, f32, f16 and bf16 are lowered")
     acc_t = compute_type(et)
     m, k = op.sparse_shape.get_values()
     n = g.shape_of(op.dense)[1]

@@ -44,11 +44,11 @@ from __future__ import annotations
 from math import prod
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import ComplexType, Float32Type, Float64Type, IndexType, i1
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.dialects.builtin import ComplexType, IndexType, i1
+from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
-from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, f32_or_f64
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -57,14 +57,6 @@ GROUP = 256
 """Most lanes per tile (fewer, a multiple of 32, for less work)."""
 
 
-def _not_lowered(op: Operation, why: str) -> NotImplementedError:
-    return NotImplementedError(f"lower-graph-to-tile: {op.name} has no Tile IR lowering ({why})")
-
-
-def _float_elem(op: Operation, el: Attribute) -> Attribute:
-    if not isinstance(el, Float32Type | Float64Type):
-        raise _not_lowered(op, f"element type {el}; only f32 and f64 are lowered")
-    return el
 
 
 def _launch_shape(work: int) -> tuple[int, list[int]]:
@@ -94,7 +86,7 @@ def lower_complex_part(lw: _FunctionLowering, op: g.RealOp | g.ImagOp) -> None:
     """``tgraph.real`` / ``tgraph.imag``: part 0 / 1 of each interleaved pair."""
     el = g.elem_of(op.input)
     assert isinstance(el, ComplexType)
-    _float_elem(op, el.element_type)
+    f32_or_f64(op, el.element_type)
     shape = list(g.shape_of(op.input))
     part = 0 if isinstance(op, g.RealOp) else 1
     out = lw.alloc(op.result.type)
@@ -114,7 +106,7 @@ def lower_complex_part(lw: _FunctionLowering, op: g.RealOp | g.ImagOp) -> None:
 
 def lower_complex(lw: _FunctionLowering, op: g.ComplexOp) -> None:
     """``tgraph.complex``: the pair ``(real, imag)`` of each element."""
-    _float_elem(op, g.elem_of(op.real))
+    f32_or_f64(op, g.elem_of(op.real))
     shape = list(g.shape_of(op.real))
     out = lw.alloc(op.result.type)
     work = prod(shape)
@@ -140,7 +132,7 @@ def lower_add_sub(lw: _FunctionLowering, op: g.AddOp | g.SubOp) -> None:
         return
     from tessera.passes.lower_graph_to_tile import _bcast_index
 
-    _float_elem(op, el.element_type)
+    f32_or_f64(op, el.element_type)
     shape = [*g.shape_of(op.result), 2]
     ins = [(lw.mem(v), _bcast_index([*g.shape_of(v), 2], shape)) for v in (op.lhs, op.rhs)]
     out = lw.alloc(op.result.type)
@@ -158,7 +150,7 @@ def lower_add_sub(lw: _FunctionLowering, op: g.AddOp | g.SubOp) -> None:
 
 def lower_triangular_solve(lw: _FunctionLowering, op: g.TriangularSolveOp) -> None:
     """``tgraph.triangular_solve``: one lane per column of B; see the module docstring."""
-    _float_elem(op, g.elem_of(op.a))
+    f32_or_f64(op, g.elem_of(op.a))
     *batch, n, k = g.shape_of(op.b)
     upper, trans = op.upper is not None, op.transpose_a is not None
     forward = upper == trans  # op(A) is lower triangular
@@ -206,7 +198,7 @@ def _csr_dims(op: g.SpMMTransposeOp | g.SDDMMOp) -> tuple[int, int, int]:
 
 def lower_spmm_transpose(lw: _FunctionLowering, op: g.SpMMTransposeOp) -> None:
     """``tgraph.spmm_transpose``: one lane per output column, entries in storage order."""
-    et = _float_elem(op, g.elem_of(op.dense))
+    et = f32_or_f64(op, g.elem_of(op.dense))
     m, k, nnz = _csr_dims(op)
     ncols = g.shape_of(op.dense)[1]
     out = lw.alloc(op.result.type)
@@ -247,7 +239,7 @@ def lower_spmm_transpose(lw: _FunctionLowering, op: g.SpMMTransposeOp) -> None:
 
 def lower_sddmm(lw: _FunctionLowering, op: g.SDDMMOp) -> None:
     """``tgraph.sddmm``: one lane per stored entry, its row found by binary search."""
-    et = _float_elem(op, g.elem_of(op.lhs))
+    et = f32_or_f64(op, g.elem_of(op.lhs))
     m, k, nnz = _csr_dims(op)
     ncols = g.shape_of(op.lhs)[1]
     out = lw.alloc(op.result.type)

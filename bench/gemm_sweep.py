@@ -70,13 +70,14 @@ class Row:
     regs: int | None = None
     smem: int | None = None
     grid: int | None = None
+    resident: int | None = None
     status: str = "ok"
     note: str = ""
 
 
 def label(cfg: mc.Sm90Config) -> str:
     """``BMxBNxBK sN`` for a config."""
-    return f"{cfg.bm}x{cfg.bn}x64 s{cfg.stages}"
+    return f"{cfg.bm}x{cfg.bn}x64 s{cfg.stages}" + (f" c{cfg.cluster}" if cfg.cluster > 1 else "")
 
 
 def configs(n: int, max_configs: int | None) -> list[tuple[bool, mc.Sm90Config]]:
@@ -253,6 +254,10 @@ def _one_size(n: int, max_configs: int | None, bench: Callable[[Callable[[], Any
         try:
             run = tma.gemm_runner(g)
             row.regs = _regs(run.plan.function)  # type: ignore[attr-defined]
+            try:
+                row.resident = run.plan.resident_ctas()  # type: ignore[attr-defined]
+            except Exception as e:
+                row.note = f"resident CTAs unknown: {type(e).__name__}: {e}"[:200]
             c = torch.full((n, n), float("nan"), device="cuda", dtype=torch.bfloat16)
             run(c, a, b)
             torch.cuda.synchronize()
@@ -327,11 +332,11 @@ def _fmt(v: float | int | None, spec: str) -> str:
 def table(rows: list[Row]) -> str:
     """The rows as an aligned text table (status and note last)."""
     head = ("size", "impl", "config", "ms", "TFLOP/s", "x cuBLAS", "rel err", "host us", "regs",
-            "smem", "grid", "status")
+            "smem", "grid", "resident", "status")
     body = [
         (str(r.size), r.impl, r.config, _fmt(r.ms, ".4f"), _fmt(r.tflops, ".1f"),
          _fmt(r.x_cublas, ".3f"), _fmt(r.rel_err, ".1e"), _fmt(r.host_us, ".1f"),
-         _fmt(r.regs, "d"), _fmt(r.smem, "d"), _fmt(r.grid, "d"),
+         _fmt(r.regs, "d"), _fmt(r.smem, "d"), _fmt(r.grid, "d"), _fmt(r.resident, "d"),
          r.status + (f": {r.note}" if r.note else ""))
         for r in rows
     ]

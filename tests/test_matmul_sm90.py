@@ -66,7 +66,7 @@ def test_jit_matmul_generic_when_not_selected(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_heuristic() -> None:
-    assert mc.heuristic(8192, 8192, 8192) == mc.Sm90Config(bn=256, stages=4, consumers=2)
+    assert mc.heuristic(8192, 8192, 8192) == mc.Sm90Config(bn=256, stages=3, consumers=2)
     assert mc.heuristic(2048, 2048, 2048) == mc.Sm90Config(bn=128, stages=5, consumers=2)
     assert mc.heuristic(40, 64, 16).consumers == 1
     for c in mc.search_space(4096, 4096, 4096):
@@ -107,3 +107,34 @@ def test_eligibility() -> None:
     assert eligible(op_for(np.zeros((8, 16), bf), np.zeros((16, 8), bf))) is None
     assert "multiples of 8" in eligible(op_for(np.zeros((8, 12), bf), np.zeros((12, 8), bf)))
     assert "bf16" in eligible(op_for(np.zeros((8, 16), np.float32), np.zeros((16, 8), np.float32)))
+
+
+@needs_ptxas
+def test_cluster_kernel_multicasts_and_assembles() -> None:
+    """A 2-CTA cluster config: B boxes multicast to both CTAs, slots freed in both."""
+    gemm = Sm90Gemm(1024, 512, 256, "bf16", "bf16", mc.Sm90Config(bn=256, stages=3, cluster=2))
+    assert gemm.cluster == 2 and gemm.grid()[0] % 2 == 0
+    ptx = emit_ptx(build_kernel("gemm", gemm))
+    assert ".reqnctapercluster 2, 1, 1" in ptx
+    assert ".multicast::cluster" in ptx and "mapa.shared::cluster.u32" in ptx
+    assert "mbarrier.arrive.shared::cluster.b64" in ptx  # CTA-scope release: no MEMBAR.GPU
+    assert "barrier.cluster.wait.acquire" in ptx
+    ptxas.check(ptx)
+
+
+def test_cluster_needs_pairs_of_tile_rows() -> None:
+    """With an odd number of tile rows the kernel runs unclustered (same result)."""
+    cfg = mc.Sm90Config(bn=128, stages=5, cluster=2)
+    assert Sm90Gemm(384, 256, 64, "bf16", "bf16", cfg).cluster == 1  # 3 tile rows
+    assert Sm90Gemm(512, 256, 64, "bf16", "bf16", cfg).cluster == 2
+    assert not mc.Sm90Config(bn=64, cluster=2).valid()  # one B box cannot be split
+
+
+def test_epilogue_kind_and_invalid_config() -> None:
+    """16-bit results use the TMA-store epilogue (C as a tensor map), f32 the direct one;
+    a configuration that does not fit in shared memory is refused by name."""
+    cfg = mc.heuristic(512, 512, 512)
+    assert Sm90Gemm(512, 512, 512, "bf16", "bf16", cfg).boxes()[:2] == [64, 64]
+    assert Sm90Gemm(512, 512, 512, "bf16", "f32", cfg).boxes()[:2] == [0, 0]
+    with pytest.raises(ValueError, match="not a valid sm90 configuration"):
+        Sm90Gemm(512, 512, 512, "bf16", "bf16", mc.Sm90Config(bn=256, stages=4))

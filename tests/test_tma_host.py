@@ -62,10 +62,9 @@ class FakeDriver:
                        smem: int, stream: Any, params: int, extra: int) -> tuple[int]:
         self.calls.append("launch")
         array = (ctypes.c_void_p * 3).from_address(params)
-        c_ptr = ctypes.c_uint64.from_address(array[0]).value
-        maps = [tuple((ctypes.c_uint64 * 4).from_address(array[i])) for i in (1, 2)]
-        aligned = all(array[i] % 64 == 0 for i in (1, 2))
-        self.launches.append(((gx, gy, gz), bx, smem, stream, c_ptr, maps, aligned))
+        maps = [tuple((ctypes.c_uint64 * 4).from_address(array[i])) for i in (0, 1, 2)]
+        aligned = all(array[i] % 64 == 0 for i in (0, 1, 2))
+        self.launches.append(((gx, gy, gz), bx, smem, stream, maps, aligned))
         return (0,)
 
 
@@ -93,11 +92,12 @@ def test_repeated_launch_does_no_per_call_setup(driver: FakeDriver) -> None:
     c = torch.zeros(256, 512, dtype=torch.bfloat16)
     for _ in range(5):
         plan.launch([c, a, b], stream=7)
-    assert driver.calls == [f"attr {gemm.smem_bytes}", "encode", "encode"] + ["launch"] * 5
-    grid, block, smem, stream, c_ptr, maps, aligned = driver.launches[-1]
+    assert driver.calls == [f"attr {gemm.smem_bytes}"] + ["encode"] * 3 + ["launch"] * 5
+    grid, block, smem, stream, maps, aligned = driver.launches[-1]
     assert grid == gemm.grid() and block == gemm.threads and smem == gemm.smem_bytes
-    assert stream == 7 and c_ptr == c.data_ptr() and aligned
-    assert maps[0] == (a.data_ptr(), 128, 256, 64) and maps[1] == (b.data_ptr(), 512, 128, 64)
+    assert stream == 7 and aligned
+    assert maps[0] == (c.data_ptr(), 512, 256, 64)  # C: the TMA store's 64 x 64 boxes
+    assert maps[1] == (a.data_ptr(), 128, 256, 64) and maps[2] == (b.data_ptr(), 512, 128, 64)
 
 
 def test_new_buffers_get_new_maps(driver: FakeDriver) -> None:
@@ -108,8 +108,8 @@ def test_new_buffers_get_new_maps(driver: FakeDriver) -> None:
     plan.launch([c, a, b], stream=0)
     a2 = torch.ones(128, 64, dtype=torch.bfloat16)
     plan.launch([c, a2, b], stream=0)
-    assert driver.calls.count("encode") == 3
-    assert driver.launches[-1][5][0][0] == a2.data_ptr()
+    assert driver.calls.count("encode") == 4
+    assert driver.launches[-1][4][1][0] == a2.data_ptr()
     with pytest.raises(cuda.LaunchError):
         plan.launch([c, a.t(), b], stream=0)  # not contiguous: no tensor map
 

@@ -112,7 +112,11 @@ ROUNDING_I = frozenset({"rni", "rzi", "rmi", "rpi"})
 SPECIAL_REGISTERS = frozenset(
     {f"{r}.{d}" for r in ("tid", "ntid", "ctaid", "nctaid") for d in "xyz"}
     | {"laneid", "warpid"}
+    | {f"{r}.{d}" for r in ("clusterid", "nclusterid", "cluster_ctaid", "cluster_nctaid") for d in "xyz"}
+    | {"cluster_ctarank", "cluster_nctarank"}
 )
+CLUSTER_REGISTERS = frozenset(r for r in SPECIAL_REGISTERS if "cluster" in r)
+"""The special registers of thread-block clusters (sm_90, PTX 7.8)."""
 
 TARGETS: dict[str, tuple[int, tuple[int, int]]] = {
     "sm_80": (80, (7, 0)),
@@ -437,6 +441,12 @@ class SregOp(PtxOp):
 
     def __init__(self, dst: SSAValue, sreg: str):
         super().__init__(operands=[dst], properties={"sreg": StringAttr(sreg)})
+
+    def required_ptx(self) -> tuple[int, int]:
+        return (7, 8) if self.sreg.data in CLUSTER_REGISTERS else self.PTX
+
+    def required_sm(self) -> int:
+        return 90 if self.sreg.data in CLUSTER_REGISTERS else self.SM
 
     def verify_(self) -> None:
         if self.sreg.data not in SPECIAL_REGISTERS:
@@ -858,21 +868,34 @@ class CpAsyncWaitOp(PtxOp):
 
 @irdl_op_definition
 class BarSyncOp(PtxOp):
-    """``ttarget.bar_sync 0`` → ``bar.sync 0;`` (all threads of the CTA)."""
+    """``ttarget.bar_sync 0`` → ``bar.sync 0;`` (all threads of the CTA);
+    ``ttarget.bar_sync 1 threads = 128`` → ``bar.sync 1, 128;`` (a named barrier that
+    the given number of threads, a multiple of 32, arrive at: e.g. one warpgroup)."""
 
     name = "ttarget.bar_sync"
 
     barrier = prop_def(IntegerAttr[I64])
-    assembly_format = "$barrier attr-dict"
+    threads = opt_prop_def(IntegerAttr[I64])
+    assembly_format = "$barrier (`threads` `=` $threads^)? attr-dict"
 
-    def __init__(self, barrier: int = 0):
-        super().__init__(properties={"barrier": _i64(barrier)})
+    def __init__(self, barrier: int = 0, threads: int | None = None):
+        super().__init__(
+            properties={
+                "barrier": _i64(barrier), "threads": _i64(threads) if threads is not None else None,
+            }
+        )
 
     def verify_(self) -> None:
         if not 0 <= self.barrier.value.data <= 15:
             self._fail(f"barrier id must be in [0, 15], got {self.barrier.value.data}")
+        if self.threads is not None:
+            t = self.threads.value.data
+            if not 32 <= t <= 1024 or t % 32:
+                self._fail(f"thread count must be a multiple of 32 in [32, 1024], got {t}")
 
     def ptx(self, names: PtxNames) -> str:
+        if self.threads is not None:
+            return f"bar.sync {self.barrier.value.data}, {self.threads.value.data};"
         return f"bar.sync {self.barrier.value.data};"
 
 
@@ -1651,6 +1674,9 @@ class FuncOp(IRDLOperation):
         }
 
     An optional ``target = "sm_90a"`` names the ``.target`` (default sm_90a).
+    An optional ``cluster = N`` (sm_90 and later) makes every launch group the CTAs
+    into thread-block clusters of ``N x 1 x 1`` (``.reqnctapercluster N, 1, 1``); the
+    grid's x size must then be a multiple of N.
     The PTX version printed is the lowest that the target and every instruction
     in the body need (:meth:`required_ptx`), never above 9.0.
     """
@@ -1660,18 +1686,28 @@ class FuncOp(IRDLOperation):
     sym_name = prop_def(StringAttr)
     maxntid = prop_def(IntAttr)
     target = prop_def(StringAttr, default_value=StringAttr("sm_90a"))
+    cluster = opt_prop_def(IntAttr)
     body = region_def("single_block")
     traits = traits_def(IsolatedFromAbove(), SymbolOpInterface(), NoTerminator())
 
-    def __init__(self, name: str, params: Sequence[str], maxntid: int, target: str = "sm_90a"):
+    def __init__(
+        self, name: str, params: Sequence[str], maxntid: int, target: str = "sm_90a",
+        cluster: int | None = None,
+    ):
         block = Block(arg_types=[ParamType(p) for p in params])
         super().__init__(
             properties={
                 "sym_name": StringAttr(name), "maxntid": IntAttr(maxntid),
                 "target": StringAttr(target),
+                "cluster": IntAttr(cluster) if cluster is not None else None,
             },
             regions=[Region(block)],
         )
+
+    @property
+    def cluster_size(self) -> int:
+        """CTAs per cluster (1 when the kernel does not ask for clusters)."""
+        return self.cluster.data if self.cluster is not None else 1
 
     @property
     def block(self) -> Block:
@@ -1701,6 +1737,15 @@ class FuncOp(IRDLOperation):
             )
         if not 1 <= self.maxntid.data <= 1024:
             raise VerifyException(f"{where}: maxntid must be in [1, 1024], got {self.maxntid.data}")
+        if self.cluster is not None:
+            if not 1 <= self.cluster.data <= 8:
+                raise VerifyException(
+                    f"{where}: cluster must be in [1, 8] CTAs, got {self.cluster.data}"
+                )
+            if TARGETS[self.target.data][0] < 90:
+                raise VerifyException(
+                    f"{where}: clusters need sm_90 or later, target is {self.target.data}"
+                )
         for a in self.block.args:
             if not isinstance(a.type, ParamType):
                 raise VerifyException(f"{where}: parameters must be !ttarget.param, got {a.type}")
@@ -1742,6 +1787,10 @@ class FuncOp(IRDLOperation):
         if parser.parse_optional_keyword("target") is not None:
             parser.parse_punctuation("=")
             target = parser.parse_str_literal()
+        cluster: IntAttr | None = None
+        if parser.parse_optional_keyword("cluster") is not None:
+            parser.parse_punctuation("=")
+            cluster = IntAttr(parser.parse_integer())
         attrs = parser.parse_optional_attr_dict_with_keyword()
         region = parser.parse_region(args)
         op = cls.__new__(cls)
@@ -1749,7 +1798,7 @@ class FuncOp(IRDLOperation):
             op,
             properties={
                 "sym_name": StringAttr(name), "maxntid": IntAttr(maxntid),
-                "target": StringAttr(target),
+                "target": StringAttr(target), "cluster": cluster,
             },
             attributes=attrs.data if attrs else {},
             regions=[region],
@@ -1765,6 +1814,8 @@ class FuncOp(IRDLOperation):
         printer.print_string(f") maxntid = {self.maxntid.data}")
         if self.target.data != "sm_90a":
             printer.print_string(f' target = "{self.target.data}"')
+        if self.cluster is not None:
+            printer.print_string(f" cluster = {self.cluster.data}")
         if self.attributes:
             printer.print_op_attributes(self.attributes, print_keyword=True)
         printer.print_string(" ")
@@ -1814,6 +1865,11 @@ class LaunchOp(IRDLOperation):
         k = self.kernel()
         if k is None:
             raise VerifyException(f"ttarget.launch: no ttarget.func named {self.callee}")
+        if g[0] % k.cluster_size:
+            raise VerifyException(
+                f"ttarget.launch: grid x size {g[0]} is not a multiple of the cluster size "
+                f"{k.cluster_size} of {self.callee}"
+            )
         params = k.block.args
         if len(params) != len(self.args):
             raise VerifyException(
@@ -1919,7 +1975,14 @@ class MbarrierArriveOp(PtxOp):
     """Arrive on a shared mbarrier, optionally announcing a transaction byte count:
     ``ttarget.mbarrier_arrive [%addr]`` → ``mbarrier.arrive.shared::cta.b64 _, [addr];``,
     ``ttarget.mbarrier_arrive [%addr] expect_tx %bytes``
-    → ``mbarrier.arrive.expect_tx.shared::cta.b64 _, [addr], bytes;``."""
+    → ``mbarrier.arrive.expect_tx.shared::cta.b64 _, [addr], bytes;``.
+
+    ``ttarget.mbarrier_arrive [%addr] cluster`` arrives on the mbarrier of any CTA of the
+    cluster, ``addr`` being a ``shared::cluster`` address from ``ttarget.mapa``:
+    ``mbarrier.arrive.shared::cluster.b64 _, [addr];``. Its release has PTX's default
+    CTA scope: enough to hand back a shared-memory slot whose reads have completed
+    (after ``wgmma.wait_group``), while a cluster-scope release costs a
+    ``MEMBAR.ALL.GPU`` per arrive (measured: it halved the clustered GEMM's rate)."""
 
     name = "ttarget.mbarrier_arrive"
 
@@ -1928,26 +1991,37 @@ class MbarrierArriveOp(PtxOp):
     addr = operand_def(RegisterType)
     tx = opt_operand_def(RegisterType)
     guard = opt_operand_def(RegisterType)
+    cluster = opt_prop_def(UnitAttr)
     negate = opt_prop_def(UnitAttr)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
-    assembly_format = "` ` `[` $addr `]` (`expect_tx` $tx^)? " + _GUARD + " attr-dict"
+    assembly_format = (
+        "` ` `[` $addr `]` (`expect_tx` $tx^)? (`cluster` $cluster^)? " + _GUARD + " attr-dict"
+    )
 
     def __init__(
         self, addr: SSAValue, tx: SSAValue | None = None, guard: SSAValue | None = None,
-        negate: bool = False,
+        negate: bool = False, cluster: bool = False,
     ):
         super().__init__(
-            operands=[addr, tx, guard], properties={"negate": UnitAttr() if negate else None}
+            operands=[addr, tx, guard],
+            properties={
+                "negate": UnitAttr() if negate else None,
+                "cluster": UnitAttr() if cluster else None,
+            },
         )
 
     def verify_(self) -> None:
         self._src(self.addr, "b32", "barrier address")
         if self.tx is not None:
             self._src(self.tx, "u32", "transaction bytes")
+            if self.cluster is not None:
+                self._fail("expect_tx and cluster cannot be combined")
         self._guard_ok(self.guard)
 
     def ptx(self, names: PtxNames) -> str:
         g = names.guard(self.guard, self.negate)
+        if self.cluster is not None:
+            return f"{g}mbarrier.arrive.shared::cluster.b64 _, [{names(self.addr)}];"
         if self.tx is None:
             return f"{g}mbarrier.arrive.shared::cta.b64 _, [{names(self.addr)}];"
         return (
@@ -1995,6 +2069,10 @@ class CpAsyncBulkTensorOp(PtxOp):
 
     ``tmap`` is the 64-bit address of a tensor map (``ttarget.param_addr``), ``c0`` the
     innermost coordinate; boxes partly outside the tensor are zero-filled.
+
+    ``multicast %mask`` (a 16-bit CTA mask, bit i for cluster rank i) writes the box to
+    the same shared-memory offset in every CTA of the mask and signals the mbarrier at
+    the same offset in each (``.multicast::cluster``, sm_90a).
     """
 
     name = "ttarget.cp_async_bulk_tensor"
@@ -2006,19 +2084,21 @@ class CpAsyncBulkTensorOp(PtxOp):
     c0 = operand_def(RegisterType)
     c1 = operand_def(RegisterType)
     mbar = operand_def(RegisterType)
+    mask = opt_operand_def(RegisterType)
     guard = opt_operand_def(RegisterType)
     negate = opt_prop_def(UnitAttr)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
     assembly_format = (
-        "` ` `[` $dst `]` `,` `[` $tmap `,` $c0 `,` $c1 `]` `,` `[` $mbar `]` " + _GUARD
-        + " attr-dict"
+        "` ` `[` $dst `]` `,` `[` $tmap `,` $c0 `,` $c1 `]` `,` `[` $mbar `]` "
+        "(`multicast` $mask^)? " + _GUARD + " attr-dict"
     )
 
     def __init__(
         self, dst: SSAValue, tmap: SSAValue, c0: SSAValue, c1: SSAValue, mbar: SSAValue,
-        guard: SSAValue | None = None, negate: bool = False,
+        guard: SSAValue | None = None, negate: bool = False, mask: SSAValue | None = None,
     ):
         super().__init__(
-            operands=[dst, tmap, c0, c1, mbar, guard],
+            operands=[dst, tmap, c0, c1, mbar, mask, guard],
             properties={"negate": UnitAttr() if negate else None},
         )
 
@@ -2029,14 +2109,128 @@ class CpAsyncBulkTensorOp(PtxOp):
         self._src(self.c0, "s32", "coordinate")
         self._src(self.c1, "s32", "coordinate")
         self._src(self.mbar, "b32", "barrier address")
+        if self.mask is not None:
+            self._src(self.mask, "b16", "multicast mask")
+        self._guard_ok(self.guard)
+
+    def ptx(self, names: PtxNames) -> str:
+        g = names.guard(self.guard, self.negate)
+        mc = ".multicast::cluster" if self.mask is not None else ""
+        tail = f", {names(self.mask)}" if self.mask is not None else ""
+        return (
+            f"{g}cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes{mc} "
+            f"[{names(self.dst)}], [{names(self.tmap)}, {{{names(self.c0)}, {names(self.c1)}}}], "
+            f"[{names(self.mbar)}]{tail};"
+        )
+
+
+@irdl_op_definition
+class CpAsyncBulkTensorStoreOp(PtxOp):
+    """A TMA store of one box of a 2-D tensor from shared memory, in a bulk async-group:
+    ``ttarget.cp_async_bulk_tensor_store [%tmap, %c0, %c1], [%src]``
+    → ``cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [tmap, {c0, c1}], [src];``.
+
+    The box's parts outside the tensor are not written. Shared-memory writes that the
+    store reads must be made visible to the async proxy first (``ttarget.fence
+    "proxy_async"``); ``ttarget.fence "bulk_commit"`` closes the group and
+    ``ttarget.bulk_wait`` waits for it.
+    """
+
+    name = "ttarget.cp_async_bulk_tensor_store"
+
+    PTX: ClassVar[tuple[int, int]] = (8, 0)
+    SM: ClassVar[int] = 90
+    tmap = operand_def(RegisterType)
+    c0 = operand_def(RegisterType)
+    c1 = operand_def(RegisterType)
+    src = operand_def(RegisterType)
+    guard = opt_operand_def(RegisterType)
+    negate = opt_prop_def(UnitAttr)
+    assembly_format = (
+        "` ` `[` $tmap `,` $c0 `,` $c1 `]` `,` `[` $src `]` " + _GUARD + " attr-dict"
+    )
+
+    def __init__(
+        self, tmap: SSAValue, c0: SSAValue, c1: SSAValue, src: SSAValue,
+        guard: SSAValue | None = None, negate: bool = False,
+    ):
+        super().__init__(
+            operands=[tmap, c0, c1, src, guard],
+            properties={"negate": UnitAttr() if negate else None},
+        )
+
+    def verify_(self) -> None:
+        if reg_class(self.tmap) != "b64":
+            self._fail("tensor map address must be a b64 register")
+        self._src(self.c0, "s32", "coordinate")
+        self._src(self.c1, "s32", "coordinate")
+        self._src(self.src, "b32", "shared source")
         self._guard_ok(self.guard)
 
     def ptx(self, names: PtxNames) -> str:
         g = names.guard(self.guard, self.negate)
         return (
-            f"{g}cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-            f"[{names(self.dst)}], [{names(self.tmap)}, {{{names(self.c0)}, {names(self.c1)}}}], "
-            f"[{names(self.mbar)}];"
+            f"{g}cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
+            f"[{names(self.tmap)}, {{{names(self.c0)}, {names(self.c1)}}}], [{names(self.src)}];"
+        )
+
+
+@irdl_op_definition
+class BulkWaitOp(PtxOp):
+    """Wait until at most ``pending`` of this thread's bulk async-groups are incomplete:
+    ``ttarget.bulk_wait 0`` → ``cp.async.bulk.wait_group 0;``; with ``read``
+    (``cp.async.bulk.wait_group.read 0;``) only until their shared-memory sources have
+    been read, so the buffer can be reused."""
+
+    name = "ttarget.bulk_wait"
+
+    PTX: ClassVar[tuple[int, int]] = (8, 0)
+    SM: ClassVar[int] = 90
+    pending = prop_def(IntegerAttr[I64])
+    read = opt_prop_def(UnitAttr)
+    assembly_format = "$pending (`read` $read^)? attr-dict"
+
+    def __init__(self, pending: int, read: bool = False):
+        super().__init__(
+            properties={"pending": _i64(pending), "read": UnitAttr() if read else None}
+        )
+
+    def verify_(self) -> None:
+        if not 0 <= self.pending.value.data <= 7:
+            self._fail(f"pending groups must be in [0, 7], got {self.pending.value.data}")
+
+    def ptx(self, names: PtxNames) -> str:
+        r = ".read" if self.read is not None else ""
+        return f"cp.async.bulk.wait_group{r} {self.pending.value.data};"
+
+
+@irdl_op_definition
+class MapaOp(PtxOp):
+    """The ``shared::cluster`` address of a shared variable in another CTA of the cluster:
+    ``ttarget.mapa %d, %addr, %rank`` → ``mapa.shared::cluster.u32 d, addr, rank;``
+    (``addr``: this CTA's 32-bit shared address; ``rank``: the target CTA's
+    ``cluster_ctarank``)."""
+
+    name = "ttarget.mapa"
+
+    PTX: ClassVar[tuple[int, int]] = (7, 8)
+    SM: ClassVar[int] = 90
+    dst = operand_def(RegisterType)
+    addr = operand_def(RegisterType)
+    rank = operand_def(RegisterType)
+    assembly_format = "$dst `,` $addr `,` $rank attr-dict"
+
+    def __init__(self, dst: SSAValue, addr: SSAValue, rank: SSAValue):
+        super().__init__(operands=[dst, addr, rank])
+
+    def verify_(self) -> None:
+        self._dst(self.dst, "u32")
+        self._src(self.addr, "u32", "shared address")
+        self._src(self.rank, "u32", "CTA rank")
+
+    def ptx(self, names: PtxNames) -> str:
+        return (
+            f"mapa.shared::cluster.u32 {names(self.dst)}, {names(self.addr)}, {names(self.rank)};"
         )
 
 
@@ -2045,6 +2239,9 @@ _FENCES: dict[str, tuple[str, tuple[int, int], int]] = {
     "mbarrier_init": ("fence.mbarrier_init.release.cluster;", (8, 0), 90),
     "wgmma": ("wgmma.fence.sync.aligned;", (8, 0), 90),
     "wgmma_commit": ("wgmma.commit_group.sync.aligned;", (8, 0), 90),
+    "bulk_commit": ("cp.async.bulk.commit_group;", (8, 0), 90),
+    "cluster_arrive": ("barrier.cluster.arrive.release;", (8, 0), 90),
+    "cluster_wait": ("barrier.cluster.wait.acquire;", (8, 0), 90),
 }
 
 
@@ -2053,7 +2250,12 @@ class FenceOp(PtxOp):
     """Ordering instructions without operands: ``ttarget.fence "proxy_async"``
     (``fence.proxy.async.shared::cta``), ``"mbarrier_init"``
     (``fence.mbarrier_init.release.cluster``), ``"wgmma"`` (``wgmma.fence.sync.aligned``),
-    ``"wgmma_commit"`` (``wgmma.commit_group.sync.aligned``)."""
+    ``"wgmma_commit"`` (``wgmma.commit_group.sync.aligned``), ``"bulk_commit"``
+    (``cp.async.bulk.commit_group``: close this thread's bulk async-group of TMA
+    stores), and the two halves of the
+    cluster-wide barrier, ``"cluster_arrive"`` (``barrier.cluster.arrive.release``) and
+    ``"cluster_wait"`` (``barrier.cluster.wait.acquire``): every thread of every CTA of
+    the cluster arrives before any waiting thread goes on."""
 
     name = "ttarget.fence"
 
@@ -2333,6 +2535,11 @@ class LaunchExOp(IRDLOperation):
         k = self.kernel()
         if k is None:
             raise VerifyException(f"{where}: no ttarget.func named {self.callee}")
+        if g[0] % k.cluster_size:
+            raise VerifyException(
+                f"{where}: grid x size {g[0]} is not a multiple of the cluster size "
+                f"{k.cluster_size} of {self.callee}"
+            )
         params = k.block.args
         if len(params) != len(self.args):
             raise VerifyException(
@@ -2362,7 +2569,8 @@ class LaunchExOp(IRDLOperation):
 
 SM90_OPS: tuple[type[IRDLOperation], ...] = (
     ExternSharedOp, ExternSharedAddrOp, ParamAddrOp, MbarrierInitOp, MbarrierArriveOp,
-    MbarrierTryWaitOp, CpAsyncBulkTensorOp, FenceOp, WgmmaWaitOp, SetmaxnregOp, WgmmaOp,
+    MbarrierTryWaitOp, CpAsyncBulkTensorOp, CpAsyncBulkTensorStoreOp, BulkWaitOp, MapaOp,
+    FenceOp, WgmmaWaitOp, SetmaxnregOp, WgmmaOp,
     WgmmaRsOp, LaunchExOp,
 )
 """The Hopper instructions (TMA, mbarrier, wgmma, setmaxnreg) and the extended launch."""

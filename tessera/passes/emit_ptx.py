@@ -65,7 +65,10 @@ def emit_function(func: FuncOp) -> list[str]:
             names.declare(op.result, op.cls.data)
     lines = [f".visible .entry {name}("]
     lines.append(",\n".join(params)) if params else None
-    lines += [")", f".maxntid {func.maxntid.data}, 1, 1", "{"]
+    lines += [")", f".maxntid {func.maxntid.data}, 1, 1"]
+    if func.cluster is not None:
+        lines.append(f".reqnctapercluster {func.cluster.data}, 1, 1")
+    lines.append("{")
     for cls in REG_CLASSES:
         if names.counts[cls]:
             lines.append(f"\t.reg .{cls} {REG_PREFIX[cls]}<{names.counts[cls]}>;")

@@ -25,10 +25,20 @@ output tile per CTA:
   128-byte swizzle as the tensor maps), commit, keep one group in flight
   (``wgmma.wait_group 1``) and release the previous slot.
 * The first wgmma of a tile overwrites the accumulators (``scale_d`` false).
-* The epilogue converts the accumulators (the wgmma D fragment: thread ``t`` of
-  warp ``w`` holds rows ``16w + t/4 (+8)`` and column pairs ``8j + 2(t%4)``) to the
-  result type and stores them with ``st.global``, predicated on ``row < M`` and
-  ``col < N`` when the tile is ragged.
+* Epilogue (the wgmma D fragment: thread ``t`` of warp ``w`` holds rows
+  ``16w + t/4 (+8)`` and column pairs ``8j + 2(t%4)``): for bf16/f16 results each
+  consumer warpgroup converts its ``64 x BN`` slice into a shared-memory staging
+  tile laid out like the C tensor map's 128-byte-swizzled ``64 x 64`` boxes
+  (bank-conflict free), and one thread TMA-stores the boxes
+  (``cp.async.bulk.tensor`` shared → global, clipped at ragged edges); the
+  warpgroup goes straight on to its next tile while the stores drain
+  (:class:`_TmaStore`). f32 results are stored from registers with ``st.global``,
+  predicated on ``row < M`` and ``col < N`` when the tile is ragged.
+* Clusters (``cfg.cluster = 2``, when the tile rows pair up): the two CTAs of a
+  cluster compute vertically adjacent tiles that share their B boxes; each loads
+  half of them and multicasts it to both (``.multicast::cluster``), a slot's
+  ``empty`` barrier counts the consumers of both CTAs (remote arrives through
+  ``mapa``), and cluster barriers fence the start and the end.
 * Persistent grid: one CTA per SM (``min(tiles, SMs)``); CTA ``b`` takes tiles ``b``,
   ``b + grid``, ... in groups of ``group_m`` tile rows (an L2-friendly order). The
   stage ring runs on across tiles, and a consumer releases its last slot before its
@@ -62,7 +72,7 @@ from xdsl.passes import ModulePass
 
 from tessera.ir import graph as g
 from tessera.ir import target as tt
-from tessera.passes.matmul_config import NUM_SMS, Sm90Config, sm90_config
+from tessera.passes.matmul_config import NUM_SMS, SMEM_BUDGET, Sm90Config, sm90_config
 from tessera.passes.target_asm import TargetAsm
 from tessera.passes.tile_builder import cdiv
 
@@ -143,9 +153,23 @@ class Sm90Gemm:
     sms: int = NUM_SMS
     """CTAs of the persistent grid: the device's SM count (any value is correct)."""
 
+    def __post_init__(self) -> None:
+        if not self.cfg.valid():
+            raise ValueError(
+                f"lower-matmul-sm90: {self.cfg} is not a valid sm90 configuration (BN in "
+                f"64/128/192/256, 1 or 2 consumers and clusters, stages and the output tile "
+                f"within {SMEM_BUDGET} bytes of shared memory; needs {self.cfg.smem_bytes()})"
+            )
+
     @property
     def bm(self) -> int:
         return 64 * self.cfg.consumers
+
+    @property
+    def cluster(self) -> int:
+        """CTAs per cluster: ``cfg.cluster`` when the tile rows pair up evenly, else 1."""
+        c = self.cfg.cluster
+        return c if cdiv(self.m, self.bm) % c == 0 else 1
 
     @property
     def a_bytes(self) -> int:
@@ -156,12 +180,24 @@ class Sm90Gemm:
         return BOX_K * self.cfg.bn * 2
 
     @property
-    def bars_offset(self) -> int:
+    def tma_store(self) -> bool:
+        """16-bit results leave through shared memory and TMA stores; f32 ones through
+        ``st.global`` from registers."""
+        return self.out_type != "f32"
+
+    @property
+    def c_offset(self) -> int:
+        """Shared-memory offset of the output staging tile (after the stages)."""
         return self.cfg.stages * (self.a_bytes + self.b_bytes)
 
     @property
+    def bars_offset(self) -> int:
+        return self.c_offset + (self.bm * self.cfg.bn * 2 if self.tma_store else 0)
+
+    @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory: the stages, 2 mbarriers per stage, 1 KiB for alignment."""
+        """Dynamic shared memory: the stages, the output staging tile, 2 mbarriers per
+        stage, 1 KiB for alignment."""
         return self.bars_offset + 16 * self.cfg.stages + 1024
 
     @property
@@ -173,20 +209,27 @@ class Sm90Gemm:
         return cdiv(self.m, self.bm) * cdiv(self.n, self.cfg.bn)
 
     def grid(self) -> tuple[int, int, int]:
-        """Persistent: one CTA per SM (at most one per tile); each loops over tiles."""
-        return (min(self.tiles, self.sms), 1, 1)
+        """Persistent: one CTA per SM (at most one per tile), whole clusters; each CTA loops
+        over tiles."""
+        c = self.cluster
+        return (c * min(self.tiles // c, max(1, self.sms // c)), 1, 1)
 
     def boxes(self) -> list[int]:
-        """``ttarget.launch_ex`` boxes for (C, A, B): C by pointer, A ``64 x BM``, B ``64 x 64``."""
-        return [0, 0, BOX_K, self.bm, BOX_K, BOX_K]
+        """``ttarget.launch_ex`` boxes for (C, A, B): C ``64 x 64`` (a tensor map for the
+        TMA store; by pointer for f32), A ``64 x BM``, B ``64 x 64``."""
+        c = [BOX_K, BOX_K] if self.tma_store else [0, 0]
+        return [*c, BOX_K, self.bm, BOX_K, BOX_K]
 
 
 def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     """The ``ttarget.func`` computing ``C = A @ B`` for ``gemm`` (parameters: C pointer,
     A tensor map, B tensor map)."""
     cfg = gemm.cfg
-    bm, bn, stages = gemm.bm, cfg.bn, cfg.stages
-    func = tt.FuncOp(name, ["u64", "tmap", "tmap"], gemm.threads)
+    bm, bn, stages, cl = gemm.bm, cfg.bn, cfg.stages, gemm.cluster
+    func = tt.FuncOp(
+        name, ["tmap" if gemm.tma_store else "u64", "tmap", "tmap"], gemm.threads,
+        cluster=cl if cl > 1 else None,
+    )
     c_param, a_param, b_param = func.block.args
     e = TargetAsm(func)
     e.add(tt.ExternSharedOp("smem", 1024))
@@ -205,24 +248,41 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.add(tt.BraOp(skip, e.setp("ne", tid, 0)))
     for s in range(stages):
         e.add(tt.MbarrierInitOp(e.add32(full0, 8 * s), e.imm(1)))
-        e.add(tt.MbarrierInitOp(e.add32(empty0, 8 * s), e.imm(cfg.consumers)))
+        # a slot is free once every consumer warpgroup of every CTA it is multicast to
+        # has read it
+        e.add(tt.MbarrierInitOp(e.add32(empty0, 8 * s), e.imm(cfg.consumers * cl)))
     e.add(tt.FenceOp("mbarrier_init"))
     e.add(tt.FenceOp("proxy_async"))
     e.add(tt.LabelOp(skip))
-    e.add(tt.BarSyncOp(0))
+    if cl > 1:  # the peer's barriers are initialized before any multicast or remote arrive
+        e.add(tt.FenceOp("cluster_arrive"))
+        e.add(tt.FenceOp("cluster_wait"))
+    else:
+        e.add(tt.BarSyncOp(0))
 
-    nctas = e.sreg("nctaid.x")
+    # work units: one tile per CTA of a cluster (vertically adjacent tiles sharing B)
+    if cl > 1:
+        unit0 = e.bin(tt.ShrOp, "u32", bid, cl.bit_length() - 1)
+        nunits = e.bin(tt.ShrOp, "u32", e.sreg("nctaid.x"), cl.bit_length() - 1)
+        rank = e.sreg("cluster_ctarank")
+    else:
+        unit0, nunits, rank = bid, e.sreg("nctaid.x"), None
+    units = gemm.tiles // cl
     ktiles = cdiv(gemm.k, BOX_K)
 
-    def tile_origin(tile: SSAValue) -> tuple[SSAValue, SSAValue]:
-        """(m0, n0) of tile number ``tile``, in groups of group_m tile rows."""
-        tiles_m, tiles_n = cdiv(gemm.m, bm), cdiv(gemm.n, bn)
-        per_group = cfg.group_m * tiles_n
-        first_m = e.mul32(e.bin(tt.DivOp, "u32", tile, per_group), cfg.group_m)
-        gsize = e.bin(tt.MinOp, "u32", e.bin(tt.SubOp, "u32", tiles_m, first_m), cfg.group_m)
-        r = e.bin(tt.RemOp, "u32", tile, per_group)
+    def tile_origin(unit: SSAValue) -> tuple[SSAValue, SSAValue]:
+        """(m0, n0) of this CTA's tile in work unit ``unit``; units go in groups of
+        ``group_m`` tile rows."""
+        rows, tiles_n = cdiv(gemm.m, bm) // cl, cdiv(gemm.n, bn)
+        group = max(1, cfg.group_m // cl)
+        per_group = group * tiles_n
+        first_m = e.mul32(e.bin(tt.DivOp, "u32", unit, per_group), group)
+        gsize = e.bin(tt.MinOp, "u32", e.bin(tt.SubOp, "u32", rows, first_m), group)
+        r = e.bin(tt.RemOp, "u32", unit, per_group)
         pid_m = e.add32(first_m, e.bin(tt.RemOp, "u32", r, gsize))
         pid_n = e.bin(tt.DivOp, "u32", r, gsize)
+        if rank is not None:
+            pid_m = e.mad32(pid_m, cl, rank)
         return e.mul32(pid_m, bm), e.mul32(pid_n, bn)
 
     wg = e.bin(tt.ShrOp, "u32", tid, 7)
@@ -239,8 +299,11 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     kt, stage, phase, issued, tile = (e.reg("b32") for _ in range(5))
     for v in (stage, phase, issued):
         e.mov("u32", v, 0)
-    e.mov("u32", tile, bid)
+    e.mov("u32", tile, unit0)
     tx = e.imm(gemm.a_bytes + gemm.b_bytes)
+    boxes_b = bn // BOX_K
+    mine = boxes_b // cl  # B boxes this CTA loads (and multicasts when cl > 1)
+    mask = e.imm((1 << cl) - 1) if cl > 1 else None
     tile_loop = e.label("PRODUCE_TILE")
     e.add(tt.LabelOp(tile_loop))
     m0, n0 = tile_origin(tile)
@@ -257,16 +320,21 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     a_dst = e.mad32(stage, gemm.a_bytes, sbase)
     e.add(tt.CpAsyncBulkTensorOp(a_dst, tmap_a, k0, m0, full))
     b_dst = e.mad32(stage, gemm.b_bytes, e.add32(sbase, stages * gemm.a_bytes))
-    for j in range(bn // BOX_K):
+    first_box = 0
+    if rank is not None:  # rank r loads boxes [r * mine, (r + 1) * mine)
+        first_box = e.mul32(rank, mine)
+        b_dst = e.mad32(first_box, BOX_K * BOX_K * 2, b_dst)
+        n0 = e.mad32(first_box, BOX_K, n0)
+    for j in range(mine):
         dst = e.add32(b_dst, j * BOX_K * BOX_K * 2) if j else b_dst
         col = e.add32(n0, j * BOX_K) if j else n0
-        e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, col, k0, full))
+        e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, col, k0, full, mask=mask))
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
     e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
     e.advance(stage, phase, stages)
     e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
-    e.add(tt.AddOp("u32", tile, tile, nctas))
-    e.add(tt.BraOp(tile_loop, e.setp("lt", tile, gemm.tiles)))
+    e.add(tt.AddOp("u32", tile, tile, nunits))
+    e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
     e.add(tt.BraOp(end))
 
     # ---------------------------------------------------------------- consumers
@@ -281,11 +349,24 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     )
     always = e.setp("eq", tid, tid)
     leader = e.setp("eq", e.bin(tt.AndOp, "b32", tid, 127), 0)
+    store = _TmaStore(e, gemm, c_param, sbase, tid, cw, leader) if gemm.tma_store else None
     kt, stage, phase, prev, tile = (e.reg("b32") for _ in range(5))
     for v in (stage, phase, prev):
         e.mov("u32", v, 0)
-    e.mov("u32", tile, bid)
+    e.mov("u32", tile, unit0)
     mma = f"m64n{bn}k16.f32.{gemm.in_type}.{gemm.in_type}"
+
+    def release(slot: SSAValue, guard: SSAValue) -> None:
+        """The warpgroup leader frees ``slot`` in every CTA that shares it."""
+        bar = e.mad32(slot, 8, empty0)
+        if cl == 1:
+            e.add(tt.MbarrierArriveOp(bar, guard=guard))
+            return
+        for r in range(cl):
+            remote = e.reg("b32")
+            e.add(tt.MapaOp(remote, bar, e.imm(r)))
+            e.add(tt.MbarrierArriveOp(remote, guard=guard, cluster=True))
+
     tile_loop = e.label("CONSUME_TILE")
     e.add(tt.LabelOp(tile_loop))
     m0, n0 = tile_origin(tile)
@@ -309,9 +390,9 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
                          trans_a=0, trans_b=1))
     e.add(tt.FenceOp("wgmma_commit"))
     e.add(tt.WgmmaWaitOp(1))
-    release = e.reg("pred")
-    e.add(tt.AndOp("pred", release, leader, e.setp("ne", kt, 0)))
-    e.add(tt.MbarrierArriveOp(e.mad32(prev, 8, empty0), guard=release))
+    frees = e.reg("pred")
+    e.add(tt.AndOp("pred", frees, leader, e.setp("ne", kt, 0)))
+    release(prev, frees)
     e.mov("u32", prev, stage)
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
     e.advance(stage, phase, stages)
@@ -319,13 +400,93 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.add(tt.WgmmaWaitOp(0))
     # the tile's last slot is free: the producer refills it for the next tile during the
     # epilogue
-    e.add(tt.MbarrierArriveOp(e.mad32(prev, 8, empty0), guard=leader))
-    _epilogue(e, gemm, c_param, tid, cw, m0, n0, acc)
-    e.add(tt.AddOp("u32", tile, tile, nctas))
-    e.add(tt.BraOp(tile_loop, e.setp("lt", tile, gemm.tiles)))
+    release(prev, leader)
+    if store is not None:
+        store.tile(m0, n0, acc)
+    else:
+        _epilogue(e, gemm, c_param, tid, cw, m0, n0, acc)
+    e.add(tt.AddOp("u32", tile, tile, nunits))
+    e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
+    if store is not None:  # the last tile's stores have completed before the CTA exits
+        e.add(tt.BulkWaitOp(0))
     e.add(tt.LabelOp(end))
+    if cl > 1:  # no CTA exits while its peer may still multicast into it or arrive on it
+        e.add(tt.FenceOp("cluster_arrive"))
+        e.add(tt.FenceOp("cluster_wait"))
     e.add(tt.RetOp())
     return func
+
+
+class _TmaStore:
+    """The TMA-store epilogue of one consumer warpgroup.
+
+    The warpgroup's ``64 x BN`` slice of the output tile is staged in shared memory as
+    ``BN / 64`` boxes of ``64 x 64`` 16-bit elements in the 128-byte swizzled layout of
+    the C tensor map (16-byte chunk ``k`` of row ``r`` at chunk ``k ^ (r % 8)``): each
+    thread's ``st.shared.b32`` of two packed elements then hits a distinct bank. One
+    thread stores the boxes with ``cp.async.bulk.tensor`` (clipped at the tensor's
+    edges) and the warpgroup goes on to its next tile while they drain; before the
+    staging area is written again, ``cp.async.bulk.wait_group.read`` and a named
+    barrier of the warpgroup make sure the previous stores have read it.
+    """
+
+    BOX_BYTES = BOX_K * BOX_K * 2
+
+    def __init__(
+        self, e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, sbase: SSAValue, tid: SSAValue,
+        cw: SSAValue, leader: SSAValue,
+    ) -> None:
+        self.e, self.gemm, self.cw, self.leader = e, gemm, cw, leader
+        self.tmap = e.reg("b64")
+        e.add(tt.ParamAddrOp(self.tmap, c_param))
+        e.add(tt.CvtaOp("param.u64", self.tmap, self.tmap))
+        t = e.bin(tt.AndOp, "b32", tid, 127)
+        warp, lane = e.bin(tt.ShrOp, "u32", t, 5), e.bin(tt.AndOp, "b32", t, 31)
+        row = e.add32(e.mul32(warp, 16), e.bin(tt.ShrOp, "u32", lane, 2))  # r (h = 0)
+        swz = e.bin(tt.ShrOp, "u32", lane, 2)  # r % 8
+        # this warpgroup's staging area, then the thread's row and its 4-byte column pair
+        self.base = e.add32(sbase, gemm.c_offset)
+        self.slice = e.mad32(cw, gemm.bm // gemm.cfg.consumers * gemm.cfg.bn * 2, self.base)
+        rowbase = e.mad32(row, SWIZZLE_BYTES, e.mad32(e.bin(tt.AndOp, "b32", lane, 3), 4,
+                                                      self.slice))
+        # address of 16-byte chunk k (k = 0..7) of the thread's row, swizzled
+        self.chunk = [e.mad32(e.bin(tt.XorOp, "b32", swz, k), 16, rowbase) for k in range(8)]
+
+    def tile(self, m0: SSAValue, n0: SSAValue, acc: Sequence[SSAValue]) -> None:
+        """Stage the accumulators of the tile at (m0, n0) and start its TMA stores."""
+        e, gemm = self.e, self.gemm
+        e.add(tt.BulkWaitOp(0, read=True))  # the previous tile's stores have read the area
+        self._sync()
+        for j in range(gemm.cfg.bn // 8):
+            box, k = divmod(j, 8)
+            for h in (0, 1):
+                lo, hi = acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]
+                packed = e.reg("b32")
+                e.add(tt.CvtOp(f"rn.{gemm.out_type}x2.f32", packed, [hi, lo]))
+                offset = box * self.BOX_BYTES + h * 8 * SWIZZLE_BYTES
+                e.add(tt.StOp("shared.b32", self.chunk[k], [packed], offset))
+        e.add(tt.FenceOp("proxy_async"))  # the writes are visible to the TMA unit
+        self._sync()
+        row = e.mad32(self.cw, 64, m0)
+        for box in range(gemm.cfg.bn // BOX_K):
+            src = e.add32(self.slice, box * self.BOX_BYTES) if box else self.slice
+            col = e.add32(n0, box * BOX_K) if box else n0
+            e.add(tt.CpAsyncBulkTensorStoreOp(self.tmap, col, row, src, guard=self.leader))
+        e.add(tt.FenceOp("bulk_commit"))
+
+    def _sync(self) -> None:
+        """A barrier of this warpgroup's 128 threads (named barrier 1 + warpgroup index)."""
+        e = self.e
+        if self.gemm.cfg.consumers == 1:
+            e.add(tt.BarSyncOp(1, threads=128))
+            return
+        skip, done = e.label("WG1_SYNC"), e.label("SYNCED")
+        e.add(tt.BraOp(skip, e.setp("ne", self.cw, 0)))
+        e.add(tt.BarSyncOp(1, threads=128))
+        e.add(tt.BraOp(done))
+        e.add(tt.LabelOp(skip))
+        e.add(tt.BarSyncOp(2, threads=128))
+        e.add(tt.LabelOp(done))
 
 
 def _epilogue(

@@ -11,7 +11,8 @@ usable ``tile_shape``):
   narrower ones keep small problems spread over the SMs.
 * ``BK = 64``: one 128-byte swizzle row of bf16/f16 per stage (the TMA box and
   the wgmma descriptors share the 128-byte swizzle).
-* ``stages``: as many as fit in :data:`SMEM_BUDGET`, at most 5 and at least 3.
+* ``stages``: as many as fit in :data:`SMEM_BUDGET` next to the ``BM x BN`` output
+  tile that the TMA-store epilogue stages in shared memory, at most 5 and at least 3.
 * warps: 4 per warpgroup, ``1 + BM/64`` warpgroups (one producer).
 * ``group_m = 8``: CTAs walk the output in groups of 8 tile rows so that the B
   panel of a group stays in L2.
@@ -50,6 +51,9 @@ class Sm90Config:
     stages: int = 4
     consumers: int = 2
     group_m: int = 8
+    cluster: int = 1
+    """CTAs per cluster along M (1 or 2): a pair of CTAs computing vertically adjacent
+    tiles each load half of the shared B boxes and multicast them to both."""
 
     @property
     def bm(self) -> int:
@@ -58,11 +62,19 @@ class Sm90Config:
     def stage_bytes(self) -> int:
         return (self.bm + self.bn) * 64 * 2
 
+    def epilogue_bytes(self) -> int:
+        """The output tile staged in shared memory for the TMA-store epilogue (16-bit)."""
+        return self.bm * self.bn * 2
+
+    def smem_bytes(self) -> int:
+        return self.stages * self.stage_bytes() + self.epilogue_bytes()
+
     def valid(self) -> bool:
         return (
             self.bn in (64, 128, 192, 256) and self.consumers in (1, 2)
-            and 2 <= self.stages <= 8 and self.stages * self.stage_bytes() <= SMEM_BUDGET
-            and self.group_m >= 1
+            and 2 <= self.stages <= 8 and self.smem_bytes() <= SMEM_BUDGET
+            and self.group_m >= 1 and self.cluster in (1, 2)
+            and (self.bn // 64) % self.cluster == 0
         )
 
     @staticmethod
@@ -74,9 +86,8 @@ class Sm90Config:
         if bk != 64 or bm not in (64, 128):
             return None
         cfg = Sm90Config(bn=bn, consumers=bm // 64, stages=3)
-        best = max(
-            (s for s in range(3, 6) if s * cfg.stage_bytes() <= SMEM_BUDGET), default=None
-        )
+        room = SMEM_BUDGET - cfg.epilogue_bytes()
+        best = max((s for s in range(3, 6) if s * cfg.stage_bytes() <= room), default=None)
         if best is None:
             return None
         cfg = Sm90Config(bn=bn, consumers=bm // 64, stages=best)
@@ -94,7 +105,7 @@ def heuristic(m: int, n: int, k: int) -> Sm90Config:
     else:
         bn = 128
     stage = (bm + bn) * 64 * 2
-    stages = max(3, min(5, SMEM_BUDGET // stage))
+    stages = max(3, min(5, (SMEM_BUDGET - bm * bn * 2) // stage))
     return Sm90Config(bn=bn, stages=stages, consumers=consumers)
 
 
@@ -102,11 +113,12 @@ def search_space(m: int, n: int, k: int) -> list[Sm90Config]:
     """The configs the autotuner tries (small: BN x stages x consumers that fit)."""
     out = []
     for consumers in ((1,) if m <= 64 else (2, 1)):
-        for bn in (128, 256):
-            for stages in (3, 4, 5):
-                c = Sm90Config(bn=bn, stages=stages, consumers=consumers)
-                if c.valid():
-                    out.append(c)
+        for cluster in ((1, 2) if consumers == 2 else (1,)):
+            for bn in (128, 256):
+                for stages in (3, 4, 5):
+                    c = Sm90Config(bn=bn, stages=stages, consumers=consumers, cluster=cluster)
+                    if c.valid():
+                        out.append(c)
     h = heuristic(m, n, k)
     return [h, *[c for c in out if c != h]]
 
@@ -156,6 +168,7 @@ def cached(key: str) -> Sm90Config | None:
         cfg = Sm90Config(
             bn=int(entry["bn"]), stages=int(entry["stages"]),
             consumers=int(entry["consumers"]), group_m=int(entry.get("group_m", 8)),
+            cluster=int(entry.get("cluster", 1)),
         )
     except (KeyError, TypeError, ValueError):
         return None

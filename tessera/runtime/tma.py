@@ -154,6 +154,12 @@ class LaunchExPlan:
         self.name = kernel.sym_name.data
         self.grid: tuple[int, int, int] = tuple((tuple(grid) + (1, 1, 1))[:3])  # type: ignore[assignment]
         self.block = int(kernel.maxntid.data)
+        self.cluster = kernel.cluster_size
+        if self.grid[0] % self.cluster:
+            raise cuda.LaunchError(
+                f"{self.name}: grid x size {self.grid[0]} is not a multiple of the cluster "
+                f"size {self.cluster}"
+            )
         self.smem = int(smem)
         self.kinds: list[tuple[int, tuple[int, int]]] = []
         self._slots: list[Any] = []
@@ -184,6 +190,28 @@ class LaunchExPlan:
                 f"cuFuncSetAttribute({self.name}, max dynamic shared = {self.smem})",
             )
             _STATS["smem_attribute_sets"] += 1
+
+    def resident_ctas(self) -> int:
+        """CTAs of this launch that the device can hold at once
+        (``cuOccupancyMaxActiveClusters`` times the cluster size; for a persistent grid,
+        a grid larger than this waits for whole clusters to finish)."""
+        d = cuda._driver()
+        cfg = d.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = self.grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.block, 1, 1
+        cfg.sharedMemBytes = self.smem
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = (
+            self.cluster, 1, 1,
+        )
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+        n = cuda.check(
+            d.cuOccupancyMaxActiveClusters(self.function, cfg),
+            f"cuOccupancyMaxActiveClusters({self.name})",
+        )
+        return int(n) * self.cluster
 
     def _stream(self, stream: int) -> Any:
         found = self._streams.get(stream)

@@ -65,7 +65,7 @@ def test_every_tuning_config(cfg: mc.Sm90Config) -> None:
     _check(c, a, b)
 
 
-@pytest.mark.parametrize(("in_t", "out_t"), [("f16", "f16"), ("bf16", "f32")])
+@pytest.mark.parametrize(("in_t", "out_t"), [("f16", "f16"), ("bf16", "f32"), ("f16", "f32")])
 def test_types(in_t: str, out_t: str) -> None:
     m, n, k = 192, 200, 136
     a = torch.randn(m, k, device="cuda", dtype=TYPES[in_t])
@@ -114,3 +114,42 @@ def test_persistent_grid_smaller_than_tiles(m: int, n: int, k: int, sms: int) ->
     tma.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", mc.heuristic(m, n, k)))(full, a, b)
     torch.cuda.synchronize()
     assert torch.equal(c, full)
+
+
+CLUSTERED = [
+    mc.Sm90Config(bn=256, stages=3, cluster=2),
+    mc.Sm90Config(bn=128, stages=5, cluster=2),
+]
+
+
+@pytest.mark.parametrize("cfg", CLUSTERED, ids=["128x256c2", "128x128c2"])
+@pytest.mark.parametrize(
+    ("m", "n", "k", "sms"),
+    [(1000, 520, 392, 132), (2048, 2048, 2048, 7), (256, 136, 40, 132), (4096, 1024, 512, 132)],
+)
+def test_cluster_multicast(cfg: mc.Sm90Config, m: int, n: int, k: int, sms: int) -> None:
+    """CTA pairs that share B through TMA multicast give the result of the unclustered
+    kernel bit for bit (same accumulation order), on ragged shapes and small grids."""
+    gen = torch.Generator(device="cuda").manual_seed(m + 3 * n + 5 * k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=gen)
+    gemm = Sm90Gemm(m, n, k, "bf16", "bf16", cfg, sms)
+    assert gemm.cluster == 2 and gemm.grid()[0] % 2 == 0
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    tma.gemm_runner(gemm)(c, a, b)
+    torch.cuda.synchronize()
+    _check(c, a, b)
+    single = torch.full_like(c, float("nan"))
+    plain = mc.Sm90Config(bn=cfg.bn, stages=cfg.stages, consumers=cfg.consumers)
+    tma.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", plain, sms))(single, a, b)
+    torch.cuda.synchronize()
+    assert torch.equal(c, single)
+
+
+def test_cluster_grid_is_resident() -> None:
+    """The persistent clustered grid fits on the device at once (no cluster waits for
+    another to finish)."""
+    gemm = Sm90Gemm(4096, 4096, 4096, "bf16", "bf16", CLUSTERED[0])
+    plan = tma.gemm_runner(gemm).plan  # type: ignore[attr-defined]
+    assert plan.cluster == 2
+    assert gemm.grid()[0] <= plan.resident_ctas()

@@ -49,3 +49,65 @@ ttarget.func @k() maxntid = 128 {
   ttarget.wgmma_rs "m64n8k16.f32.bf16.bf16" (%d, %d, %d, %d), (%a, %a, %a, %a), %b, %p trans_b = 1
   ttarget.ret
 }
+
+// -----
+
+// expected-error@+1 {{ttarget.func @k: cluster must be in [1, 8] CTAs, got 16}}
+ttarget.func @k() maxntid = 128 cluster = 16 {
+  ttarget.ret
+}
+
+// -----
+
+ttarget.func @k() maxntid = 128 {
+  %r = ttarget.reg "b32"
+  %tx = ttarget.imm 64 : i32
+  // expected-error@+1 {{ttarget.mbarrier_arrive: expect_tx and cluster cannot be combined}}
+  ttarget.mbarrier_arrive [%r] expect_tx %tx cluster
+  ttarget.ret
+}
+
+// -----
+
+ttarget.func @k() maxntid = 128 {
+  %r = ttarget.reg "b32"
+  %m = ttarget.reg "b64"
+  // expected-error@+1 {{ttarget.cp_async_bulk_tensor: multicast mask register of class b64 cannot hold a .b16 value}}
+  ttarget.cp_async_bulk_tensor [%r], [%m, %r, %r], [%r] multicast %m
+  ttarget.ret
+}
+
+// -----
+
+ttarget.func @k() maxntid = 128 {
+  %r = ttarget.reg "b32"
+  %p = ttarget.reg "pred"
+  // expected-error@+1 {{ttarget.mapa: CTA rank register of class pred cannot hold a .u32 value}}
+  ttarget.mapa %r, %r, %p
+  ttarget.ret
+}
+
+// -----
+
+ttarget.func @k() maxntid = 128 {
+  // expected-error@+1 {{ttarget.bar_sync: thread count must be a multiple of 32 in [32, 1024], got 100}}
+  ttarget.bar_sync 1 threads = 100
+  ttarget.ret
+}
+
+// -----
+
+ttarget.func @k() maxntid = 128 {
+  %r = ttarget.reg "b32"
+  // expected-error@+1 {{ttarget.cp_async_bulk_tensor_store: tensor map address must be a b64 register}}
+  ttarget.cp_async_bulk_tensor_store [%r, %r, %r], [%r]
+  ttarget.ret
+}
+
+// -----
+
+ttarget.func @k() maxntid = 128 {
+  // expected-error@+1 {{ttarget.bulk_wait: pending groups must be in [0, 7], got 9}}
+  ttarget.bulk_wait 9 read
+  ttarget.ret
+}

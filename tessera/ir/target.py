@@ -279,6 +279,13 @@ class PtxOp(IRDLOperation, ABC):
         if guard is not None and reg_class(guard) != "pred":
             self._fail("guard must be a pred register")
 
+    def _verify_box(self, tmap: SSAValue, c0: SSAValue, c1: SSAValue) -> None:
+        """A TMA box operand: a 64-bit tensor map address and two s32 coordinates."""
+        if reg_class(tmap) != "b64":
+            self._fail("tensor map address must be a b64 register")
+        self._src(c0, "s32", "coordinate")
+        self._src(c1, "s32", "coordinate")
+
 
 class PtxNames:
     """Names of registers and immediates while printing one function."""
@@ -2104,10 +2111,7 @@ class CpAsyncBulkTensorOp(PtxOp):
 
     def verify_(self) -> None:
         self._src(self.dst, "b32", "shared destination")
-        if reg_class(self.tmap) != "b64":
-            self._fail("tensor map address must be a b64 register")
-        self._src(self.c0, "s32", "coordinate")
-        self._src(self.c1, "s32", "coordinate")
+        self._verify_box(self.tmap, self.c0, self.c1)
         self._src(self.mbar, "b32", "barrier address")
         if self.mask is not None:
             self._src(self.mask, "b16", "multicast mask")
@@ -2160,10 +2164,7 @@ class CpAsyncBulkTensorStoreOp(PtxOp):
         )
 
     def verify_(self) -> None:
-        if reg_class(self.tmap) != "b64":
-            self._fail("tensor map address must be a b64 register")
-        self._src(self.c0, "s32", "coordinate")
-        self._src(self.c1, "s32", "coordinate")
+        self._verify_box(self.tmap, self.c0, self.c1)
         self._src(self.src, "b32", "shared source")
         self._guard_ok(self.guard)
 

@@ -43,24 +43,18 @@ maps address them. One CTA per ``BQ = 128`` query rows of one batch/head:
 from __future__ import annotations
 
 import math as pymath
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, ModuleOp
-from xdsl.ir import SSAValue
-from xdsl.passes import ModulePass
+from xdsl.dialects.builtin import BFloat16Type, Float16Type
+from xdsl.ir import Operation, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import target as tt
+from tessera.passes.lower_graph_to_tile import LowerGraphToTile, Override, _FunctionLowering
 from tessera.passes.lower_matmul_sm90 import SWIZZLE_BYTES, _desc_hi
 from tessera.passes.target_asm import TargetAsm
 from tessera.passes.tile_builder import cdiv
-
-if TYPE_CHECKING:
-    from tessera.passes.lower_graph_to_tile import _FunctionLowering
 
 LOG2E = 1.4426950408889634
 BOX = 64
@@ -520,27 +514,11 @@ def lower_attention_sm90(lw: _FunctionLowering, op: g.FlashAttentionOp) -> bool:
     return True
 
 
-@contextmanager
-def sm90_attention() -> Iterator[None]:
-    """Within the block, ``lower-graph-to-tile`` lowers eligible attention with the sm90 kernel."""
-    from tessera.passes import tile_attention
-
-    hooks = tile_attention.ATTENTION_OVERRIDES
-    hooks.insert(0, lower_attention_sm90)
-    try:
-        yield
-    finally:
-        hooks.remove(lower_attention_sm90)
-
-
 @dataclass(frozen=True)
-class LowerAttentionSm90(ModulePass):
+class LowerAttentionSm90(LowerGraphToTile):
     """``lower-graph-to-tile`` with bf16/f16 flash attention as a TMA + wgmma kernel (sm_90a)."""
 
     name = "lower-attention-sm90"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from tessera.passes.lower_graph_to_tile import LowerGraphToTile
-
-        with sm90_attention():
-            LowerGraphToTile().apply(ctx, op)
+    def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
+        return {g.FlashAttentionOp: (lower_attention_sm90,)}  # type: ignore[dict-item]

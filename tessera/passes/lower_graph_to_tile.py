@@ -12,7 +12,7 @@ documented in docs/TILE_IR.md. An op without a lowering raises
 from __future__ import annotations
 
 import math as pymath
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
 
@@ -159,12 +159,22 @@ class _Row:
         return (32, "warp") if n <= 32 else (ROW_GROUP, "group")
 
 
-class _FunctionLowering:
-    """Lowers one Graph IR ``func.func`` into kernels and a host function."""
+Override = Callable[["_FunctionLowering", Operation], bool]
+"""A lowering tried before the generic one for its op type: True when it has lowered the
+op, False to leave it to the generic lowering (``lower-matmul-sm90``'s TMA + wgmma GEMM)."""
 
-    def __init__(self, module: ModuleOp, fn: func.FuncOp):
+
+class _FunctionLowering:
+    """Lowers one Graph IR ``func.func`` into kernels and a host function; ``overrides``
+    maps op types to lowerings tried first (see :data:`Override`)."""
+
+    def __init__(
+        self, module: ModuleOp, fn: func.FuncOp,
+        overrides: Mapping[type[Operation], Sequence[Override]] | None = None,
+    ):
         self.module = module
         self.fn = fn
+        self.overrides = overrides or {}
         self.name = fn.sym_name.data
         ins = [memref_of(t) for t in fn.function_type.inputs.data]
         outs = [memref_of(t) for t in fn.function_type.outputs.data]
@@ -244,7 +254,8 @@ class _FunctionLowering:
                     r.type.encoding, NumericPolicyAttr
                 ) and not r.type.encoding.to_policy().is_default():
                     raise not_lowered(op, "non-default numeric policy on the result")
-            method(self, op)
+            if not any(hook(self, op) for hook in self.overrides.get(type(op), ())):
+                method(self, op)
         self.module.body.block.insert_op_after(self.host, self.fn)
         self.fn.detach()
         self.fn.erase()
@@ -1009,10 +1020,27 @@ def _is_graph_function(fn: func.FuncOp) -> bool:
     return any(op.dialect_name() == "tgraph" for op in fn.walk())
 
 
+@dataclass(frozen=True)
 class LowerGraphToTile(ModulePass):
-    """Lower every Graph IR ``func.func`` to ``ttile.kernel``s and a host function."""
+    """Lower every Graph IR ``func.func`` to ``ttile.kernel``s and a host function.
+
+    ``sm90=true`` lowers the ops that ``lower-matmul-sm90`` and ``lower-attention-sm90``
+    take as their Hopper (TMA + wgmma) kernels, as ``@ts.jit`` does on a compute
+    capability 9.0 device.
+    """
 
     name = "lower-graph-to-tile"
+
+    sm90: bool = False
+
+    def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
+        """Lowerings tried before the generic one, by op type."""
+        if not self.sm90:
+            return {}
+        from tessera.passes.lower_attention_sm90 import LowerAttentionSm90
+        from tessera.passes.lower_matmul_sm90 import LowerMatmulSm90
+
+        return {**LowerMatmulSm90().overrides(), **LowerAttentionSm90().overrides()}
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in [f for f in op.body.block.ops if isinstance(f, func.FuncOp)]:
@@ -1022,6 +1050,6 @@ class LowerGraphToTile(ModulePass):
                         f"lower-graph-to-tile: func.func @{fn.sym_name.data} has more than one "
                         "block"
                     )
-                _FunctionLowering(op, fn).run()
+                _FunctionLowering(op, fn, self.overrides()).run()
 
 

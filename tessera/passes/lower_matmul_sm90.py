@@ -55,29 +55,22 @@ sm90 shape, else from :func:`tessera.passes.matmul_config.sm90_config`
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from xdsl.context import Context
 from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
     Float32Type,
-    ModuleOp,
 )
-from xdsl.ir import Attribute, SSAValue
-from xdsl.passes import ModulePass
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import target as tt
+from tessera.passes.lower_graph_to_tile import LowerGraphToTile, Override, _FunctionLowering
 from tessera.passes.matmul_config import NUM_SMS, SMEM_BUDGET, Sm90Config, sm90_config
 from tessera.passes.target_asm import TargetAsm
 from tessera.passes.tile_builder import cdiv
-
-if TYPE_CHECKING:
-    from tessera.passes.lower_graph_to_tile import _FunctionLowering
 
 SWIZZLE_BYTES = 128
 """The shared-memory swizzle of every operand tile (TMA ``SWIZZLE_128B`` and the
@@ -567,13 +560,13 @@ def device_sms() -> int:
     return NUM_SMS
 
 
-def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> bool:
+def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp) -> bool:
     """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path.
 
-    ``tgraph.matmul_epilogue`` ops are left to the generic path (the ``mma.sync`` kernel
-    applies their epilogue); this kernel's epilogue only converts and stores.
+    Only ``tgraph.matmul`` is taken: ``tgraph.matmul_epilogue`` keeps the ``mma.sync``
+    kernel, which applies its bias and activation (this kernel only converts and stores).
     """
-    if isinstance(op, g.MatmulEpilogueOp) or eligible(op) is not None:
+    if eligible(op) is not None:
         return False
     gemm = gemm_for(op)
     n = lw.counter.get("matmul", 0)
@@ -591,27 +584,11 @@ def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp
     return True
 
 
-@contextmanager
-def sm90_matmuls() -> Iterator[None]:
-    """Within the block, ``lower-graph-to-tile`` lowers eligible matmuls with the sm90 kernel."""
-    from tessera.passes import tile_gemm
-
-    hooks: list[Callable[..., bool]] = tile_gemm.MATMUL_OVERRIDES
-    hooks.insert(0, lower_matmul_sm90)
-    try:
-        yield
-    finally:
-        hooks.remove(lower_matmul_sm90)
-
-
 @dataclass(frozen=True)
-class LowerMatmulSm90(ModulePass):
+class LowerMatmulSm90(LowerGraphToTile):
     """``lower-graph-to-tile`` with bf16/f16 matmuls as TMA + wgmma kernels (sm_90a)."""
 
     name = "lower-matmul-sm90"
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        from tessera.passes.lower_graph_to_tile import LowerGraphToTile
-
-        with sm90_matmuls():
-            LowerGraphToTile().apply(ctx, op)
+    def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
+        return {g.MatmulOp: (lower_matmul_sm90,)}  # type: ignore[dict-item]

@@ -136,17 +136,12 @@ def ptx_pipeline() -> list[ModulePass]:
 
 def lower_to_tile(graph_module: ModuleOp) -> ModuleOp:
     """Graph-level module → Tile-level module (a copy; the input is unchanged)."""
-    from tessera.passes.lower_attention_sm90 import sm90_attention
     from tessera.passes.lower_graph_to_tile import LowerGraphToTile
-    from tessera.passes.lower_matmul_sm90 import selected, sm90_matmuls
+    from tessera.passes.lower_matmul_sm90 import selected
 
     m = graph_module.clone()
     # bf16/f16 matmuls and attention become TMA + wgmma kernels when compiling for Hopper
-    if selected():
-        with sm90_matmuls(), sm90_attention():
-            LowerGraphToTile().apply(default_context(), m)
-    else:
-        LowerGraphToTile().apply(default_context(), m)
+    LowerGraphToTile(sm90=selected()).apply(default_context(), m)
     m.verify()
     return m
 

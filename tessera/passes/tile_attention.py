@@ -33,7 +33,7 @@ blocks that need them, a second loop after the unmasked blocks.
 from __future__ import annotations
 
 import math as pymath
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, math
@@ -74,17 +74,9 @@ def supported(op: g.FlashAttentionOp) -> bool:
     return qs[-1] in HEAD_SIZES and vs[-1] == qs[-1] and ks[-2] == vs[-2] and ks[-2] > 0
 
 
-ATTENTION_OVERRIDES: list[Callable[[_FunctionLowering, g.FlashAttentionOp], bool]] = []
-"""Lowerings tried before this module's, for ``tgraph.flash_attention``; the first returning
-True has lowered the op (``lower-attention-sm90`` installs one while it runs)."""
-
-
 def lower_flash_attention(lw: _FunctionLowering, op: g.FlashAttentionOp) -> None:
-    """``tgraph.flash_attention``: an installed override, else the tensor-core kernel when
-    :func:`supported`, else the scalar kernel of ``tile_gemm``."""
-    for override in ATTENTION_OVERRIDES:
-        if override(lw, op):
-            return
+    """``tgraph.flash_attention``: the tensor-core kernel when :func:`supported`, else the
+    scalar kernel of ``tile_gemm``."""
     if not supported(op):
         from tessera.passes.tile_gemm import lower_flash_attention as scalar
 

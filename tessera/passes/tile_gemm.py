@@ -167,12 +167,6 @@ def _mm_tile(
     return bm, bn, bk
 
 
-MATMUL_OVERRIDES: list[Callable[[_FunctionLowering, g.MatmulOp | g.MatmulEpilogueOp], bool]] = []
-"""Lowerings tried before the generic one, for ``tgraph.matmul`` and ``tgraph.matmul_epilogue``
-ops; the first returning True has lowered the op, epilogue included
-(``lower-matmul-sm90`` installs one while it runs)."""
-
-
 Epilogue = Callable[[KernelEmitter, list[SSAValue], SSAValue, list[Idx], Idx, Idx, SSAValue | None],
                     SSAValue]
 """``(emitter, extra kernel args, accumulator, batch index, row, col, in-bounds mask) ->
@@ -187,9 +181,6 @@ def _store_epilogue(rt: Attribute) -> Epilogue:
 def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> None:
     """``tgraph.matmul`` and ``tgraph.matmul_epilogue`` (whose bias add, activation and cast
     are applied to the accumulators in registers, before the store)."""
-    for override in MATMUL_OVERRIDES:
-        if override(lw, op):
-            return
     et = g.elem_of(op.lhs)
     rt = g.elem_of(op.result)
     extra: list[SSAValue] = []

@@ -1,4 +1,5 @@
 // RUN: tessera-opt %s -p lower-matmul-sm90 | filecheck %s
+// RUN: tessera-opt %s -p 'lower-graph-to-tile{sm90=true}' | filecheck %s
 // RUN: tessera-opt %s -p lower-matmul-sm90,lower-tile-to-target -t ptx | filecheck %s --check-prefix=PTX
 
 // An eligible bf16 matmul becomes a TMA + wgmma kernel (TMA loads, TMA-store

@@ -994,12 +994,12 @@ class SVDOp(IRDLOperation):
         _check_shape(self, "Vh", shape_of(self.vh), (*b, k, n))
 
 
-@irdl_op_definition
-class SpMMOp(IRDLOperation):
-    """Sparse (CSR) × dense: A [M, K] given by ``indptr`` [M+1], ``indices`` [nnz] and
-    ``values`` [nnz], times ``dense`` [K, N] -> [M, N]. ``sparse_shape = [M, K]``."""
+class _SpMMBase(IRDLOperation):
+    """Operands, syntax and checks shared by ``tgraph.spmm`` and ``tgraph.spmm_transpose``:
+    A [M, K] in CSR (``indptr`` [M+1], ``indices`` [nnz], ``values`` [nnz],
+    ``sparse_shape = [M, K]``) times a dense matrix, A or Aᵀ as ``TRANSPOSED`` says."""
 
-    name = "tgraph.spmm"
+    TRANSPOSED: ClassVar[bool] = False
     indptr = operand_def(TensorT)
     indices = operand_def(TensorT)
     values = operand_def(TensorT)
@@ -1013,14 +1013,23 @@ class SpMMOp(IRDLOperation):
 
     def verify_(self) -> None:
         m, k, nnz = _check_csr(self, self.indptr, self.indices, self.sparse_shape)
+        rows, cols = (k, m) if self.TRANSPOSED else (m, k)  # of op(A)
         _check_shape(self, "values", shape_of(self.values), (nnz,))
         d = shape_of(self.dense)
-        if len(d) != 2 or d[0] != k:
+        if len(d) != 2 or d[0] != cols:
             raise VerifyException(
-                f"{self.name}: dense operand has shape {fmt_shape(d)}, expected [{k}, N]"
+                f"{self.name}: dense operand has shape {fmt_shape(d)}, expected [{cols}, N]"
             )
         _check_same_elem(self, self.values, self.dense, self.result)
-        _check_shape(self, "result", shape_of(self.result), (m, d[1]))
+        _check_shape(self, "result", shape_of(self.result), (rows, d[1]))
+
+
+@irdl_op_definition
+class SpMMOp(_SpMMBase):
+    """Sparse (CSR) × dense: A [M, K] given by ``indptr`` [M+1], ``indices`` [nnz] and
+    ``values`` [nnz], times ``dense`` [K, N] -> [M, N]. ``sparse_shape = [M, K]``."""
+
+    name = "tgraph.spmm"
 
 
 # --------------------------------------------------------------------------- random
@@ -1585,33 +1594,13 @@ def _check_csr(op: Operation, indptr: SSAValue, indices: SSAValue, sparse_shape:
 
 
 @irdl_op_definition
-class SpMMTransposeOp(IRDLOperation):
+class SpMMTransposeOp(_SpMMBase):
     """Transposed sparse (CSR) × dense: ``Aᵀ @ dense`` with A [M, K] given as for
     ``tgraph.spmm`` and ``dense`` [M, N] -> [K, N]. The adjoint of spmm in its
     dense operand."""
 
     name = "tgraph.spmm_transpose"
-    indptr = operand_def(TensorT)
-    indices = operand_def(TensorT)
-    values = operand_def(TensorT)
-    dense = operand_def(TensorT)
-    sparse_shape = prop_def(DenseArrayBase[I64])
-    result = result_def(TensorT)
-    traits = traits_def(Pure())
-    assembly_format = (
-        "$indptr `,` $indices `,` $values `,` $dense `sparse_shape` `=` $sparse_shape " + _FN
-    )
-
-    def verify_(self) -> None:
-        m, k, nnz = _check_csr(self, self.indptr, self.indices, self.sparse_shape)
-        _check_shape(self, "values", shape_of(self.values), (nnz,))
-        d = shape_of(self.dense)
-        if len(d) != 2 or d[0] != m:
-            raise VerifyException(
-                f"{self.name}: dense operand has shape {fmt_shape(d)}, expected [{m}, N]"
-            )
-        _check_same_elem(self, self.values, self.dense, self.result)
-        _check_shape(self, "result", shape_of(self.result), (k, d[1]))
+    TRANSPOSED: ClassVar[bool] = True
 
 
 @irdl_op_definition

@@ -26,6 +26,7 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
     IntegerType,
+    TensorType,
     VectorType,
     f32,
     i1,
@@ -54,6 +55,17 @@ def f32_or_f64(op: Operation, et: Attribute) -> Attribute:
     compute in their element type only)."""
     if not isinstance(et, Float32Type | Float64Type):
         raise not_lowered(op, f"element type {et}; only f32 and f64 are lowered")
+    return et
+
+
+def float_elem(op: Operation, t: Attribute) -> Attribute:
+    """The element type of tensor type ``t`` if it is f64, f32, f16 or bf16, else
+    :func:`not_lowered` for ``op`` (the kernels that compute in f32/f64 and store any of
+    these)."""
+    assert isinstance(t, TensorType)
+    et = t.element_type
+    if not isinstance(et, Float64Type | Float32Type | Float16Type | BFloat16Type):
+        raise not_lowered(op, f"element type {et}; f64, f32, f16 and bf16 are lowered")
     return et
 
 

@@ -20,17 +20,10 @@ from __future__ import annotations
 import math as pymath
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
-    Float32Type,
-    Float64Type,
-    TensorType,
-)
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
-from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, compute_type, not_lowered
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, compute_type, float_elem
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -42,11 +35,7 @@ GROUP = 256
 def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
     """``tgraph.conv2d``: direct convolution, one lane per output element."""
 
-    rt = op.result.type
-    assert isinstance(rt, TensorType)
-    et = rt.element_type
-    if not isinstance(et, Float64Type | Float32Type | Float16Type | BFloat16Type):
-        raise not_lowered(op, f"element type {et}; f64, f32, f16 and bf16 are lowered")
+    et = float_elem(op, op.result.type)
     acc_t = compute_type(et)
     _, c_in, h_in, w_in = g.shape_of(op.input)
     _, _, kh, kw = g.shape_of(op.weight)
@@ -55,7 +44,7 @@ def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
     ph, pw = op.padding.get_values()
     total = pymath.prod(out_shape)
     has_bias = op.bias is not None
-    out = lw.alloc(rt)
+    out = lw.alloc(op.result.type)
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         o_ref, x_ref, w_ref = args[:3]

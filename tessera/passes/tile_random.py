@@ -27,16 +27,11 @@ from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, math, scf
 from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
-    Float32Type,
-    Float64Type,
     IntegerType,
-    TensorType,
     f64,
     i1,
 )
-from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.ir import Block, Region, SSAValue
 
 from tessera.ir import graph as g
 from tessera.numerics import random as rnd
@@ -48,7 +43,7 @@ from tessera.numerics.philox import (
     ROUNDS,
     key_from_seed,
 )
-from tessera.passes.tile_builder import KernelEmitter, cdiv, not_lowered
+from tessera.passes.tile_builder import KernelEmitter, cdiv, float_elem
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -210,18 +205,6 @@ class TileOps:
         return list(op.results)
 
 
-_FLOATS = (Float64Type, Float32Type, Float16Type, BFloat16Type)
-
-
-def _elem(op: g.RandnOp | g.PoissonOp, t: Attribute) -> Attribute:
-
-    assert isinstance(t, TensorType)
-    et = t.element_type
-    if not isinstance(et, _FLOATS):
-        raise not_lowered(op, f"element type {et}; f64, f32, f16 and bf16 are lowered")
-    return et
-
-
 def _offset(op: g.RandnOp | g.PoissonOp) -> int:
     return op.offset.value.data if op.offset is not None else 0
 
@@ -234,7 +217,7 @@ def _lower(
     sample: Callable[[TileOps, SSAValue, list[SSAValue]], SSAValue],
 ) -> None:
     shape = g.shape_of(op.result)
-    et = _elem(op, op.result.type)
+    et = float_elem(op, op.result.type)
     n = pymath.prod(shape)
     out = lw.alloc(op.result.type)
     seed, offset = op.seed.value.data, _offset(op)
@@ -260,7 +243,7 @@ def lower_randn(lw: _FunctionLowering, op: g.RandnOp) -> None:
 
 def lower_poisson(lw: _FunctionLowering, op: g.PoissonOp) -> None:
     """``tgraph.poisson``: arrivals (rate < 10) or PTRS (rate >= 10), one lane per element."""
-    _elem(op, op.lam.type)
+    float_elem(op, op.lam.type)
 
     def sample(o: TileOps, i: SSAValue, vals: list[SSAValue]) -> SSAValue:
         lam = o.e.convert(vals[0], f64)

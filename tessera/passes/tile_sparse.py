@@ -20,17 +20,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import (
-    BFloat16Type,
-    Float16Type,
-    Float32Type,
-    Float64Type,
     IndexType,
-    TensorType,
 )
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
-from tessera.passes.tile_builder import KernelEmitter, cdiv, compute_type, not_lowered
+from tessera.passes.tile_builder import KernelEmitter, cdiv, compute_type, float_elem
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -47,16 +42,12 @@ def lanes_for(n: int) -> int:
 def lower_spmm(lw: _FunctionLowering, op: g.SpMMOp) -> None:
     """``tgraph.spmm``: one lane per output column, nonzeros of the row in CSR order."""
 
-    rt = op.result.type
-    assert isinstance(rt, TensorType)
-    et = rt.element_type
-    if not isinstance(et, Float64Type | Float32Type | Float16Type | BFloat16Type):
-        raise not_lowered(op, f"element type {et}; f64, f32, f16 and bf16 are lowered")
+    et = float_elem(op, op.result.type)
     acc_t = compute_type(et)
     m, k = op.sparse_shape.get_values()
     n = g.shape_of(op.dense)[1]
     nnz = g.shape_of(op.indices)[0]
-    out = lw.alloc(rt)
+    out = lw.alloc(op.result.type)
     lanes = lanes_for(n)
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:

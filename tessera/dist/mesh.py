@@ -16,10 +16,11 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from tessera.errors import TesseraError
 from tessera.ir.attrs import MeshAttr
 
 
-class MeshError(ValueError):
+class MeshError(TesseraError, ValueError):
     """A mesh that cannot be built or used as asked (bad shape, unknown axis, ...)."""
 
 

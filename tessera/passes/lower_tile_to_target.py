@@ -59,6 +59,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
+from tessera.errors import TesseraError
 from tessera.ir import target as tt
 from tessera.ir import tile
 from tessera.ir.tile import element_bytes, is_shared
@@ -68,7 +69,7 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 
-class TileLoweringError(ValueError):
+class TileLoweringError(TesseraError, ValueError):
     """A Tile IR construct that ``lower-tile-to-target`` cannot lower."""
 
 

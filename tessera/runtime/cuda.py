@@ -64,6 +64,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, SSAValue
 
+from tessera.errors import TesseraError
 from tessera.ir import host_collectives as hc
 from tessera.ir import target as tt
 from tessera.runtime import cache
@@ -76,11 +77,11 @@ is told which compiled specialization runs next; ``LAUNCH_HOOK.launch(host, kern
 run)`` is called instead of each kernel launch and calls ``run()`` to launch it."""
 
 
-class CudaError(RuntimeError):
+class CudaError(TesseraError, RuntimeError):
     """A CUDA driver call failed; the message names the call and the CUresult."""
 
 
-class LaunchError(ValueError):
+class LaunchError(TesseraError, ValueError):
     """The arguments cannot be passed to the kernel (device, dtype, shape, count)."""
 
 

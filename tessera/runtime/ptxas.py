@@ -18,12 +18,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from tessera.errors import TesseraError
 
-class PtxasError(RuntimeError):
+
+class PtxasError(TesseraError, RuntimeError):
     """ptxas rejected the PTX; the message is ptxas's."""
 
 
-class PtxasNotFound(RuntimeError):
+class PtxasNotFound(TesseraError, RuntimeError):
     """No ptxas executable could be found."""
 
 

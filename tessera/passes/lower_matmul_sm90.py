@@ -4,8 +4,9 @@
 :func:`eligible` accepts becomes a Target IR kernel built here (a
 ``ttarget.func``) and a host ``ttarget.launch_ex`` instead of the generic
 ``mma.sync`` Tile IR kernel; everything else lowers as before.
-``tessera.passes.pipelines.lower_to_tile`` uses it when :func:`selected` says the
-compile is for a compute capability 9.0 device.
+The ``tile`` stage of ``tessera.passes.pipelines`` uses it when the compile options
+enable the sm90 kernels (``CompileOptions.sm90_kernels``: a compute capability 9.0
+device, or ``TESSERA_SM90_MATMUL=1``).
 
 The kernel (``C[M, N] = A[M, K] @ B[K, N]``, f32 accumulate), one ``BM x BN``
 output tile per CTA:
@@ -48,13 +49,14 @@ output tile per CTA:
 kernel, which applies their bias, activation and cast before its store.
 
 Tile shapes and stages come from the matmul's ``tile_shape`` when it is a valid
-sm90 shape, else from :func:`tessera.passes.matmul_config.sm90_config`
-(docs/PERFORMANCE.md).
+sm90 shape, else from :func:`tessera.passes.matmul_config.sm90_config`: the tuned
+config of the pass's ``sm90_tiles`` option (filled from ``CompileOptions.sm90_tiles``)
+or the heuristic (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
 
-import os
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -87,21 +89,6 @@ def _desc_hi(lbo: int, sbo: int) -> int:
 
 
 # --------------------------------------------------------------------------- eligibility
-
-
-def selected() -> bool:
-    """Whether ``@ts.jit`` uses the sm_90a kernels (these matmuls and ``lower-attention-sm90``'s
-    attention): ``TESSERA_SM90_MATMUL=1/0`` decides,
-    else the current CUDA device having compute capability 9.0."""
-    env = os.environ.get("TESSERA_SM90_MATMUL")
-    if env is not None:
-        return env not in ("", "0")
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available()) and torch.cuda.get_device_capability() == (9, 0)
-    except Exception:
-        return False
 
 
 def _elem_bytes(t: Attribute) -> int:
@@ -532,19 +519,19 @@ def _and(e: TargetAsm, a: SSAValue | None, b: SSAValue | None) -> SSAValue | Non
 _TYPE_NAMES = {BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32"}
 
 
-def gemm_for(op: g.MatmulOp) -> Sm90Gemm:
-    """The kernel specialization for an eligible matmul (tile_shape or the heuristic)."""
+def gemm_for(op: g.MatmulOp, tiles: Sequence[str] = ()) -> Sm90Gemm:
+    """The kernel specialization for an eligible matmul (tile_shape, a tuned config of
+    ``tiles`` or the heuristic)."""
     m, k = g.shape_of(op.lhs)
     n = g.shape_of(op.rhs)[1]
     cfg = None
     if op.tile_shape is not None:
         cfg = Sm90Config.from_tile_shape(tuple(op.tile_shape.get_values()))
+    in_type = _TYPE_NAMES[type(g.elem_of(op.lhs))]
+    out_type = _TYPE_NAMES[type(g.elem_of(op.result))]
     if cfg is None:
-        cfg = sm90_config(m, n, k)
-    return Sm90Gemm(
-        m, n, k, _TYPE_NAMES[type(g.elem_of(op.lhs))], _TYPE_NAMES[type(g.elem_of(op.result))],
-        cfg, device_sms(),
-    )
+        cfg = sm90_config(m, n, k, in_type, out_type, tiles)
+    return Sm90Gemm(m, n, k, in_type, out_type, cfg, device_sms())
 
 
 def device_sms() -> int:
@@ -560,7 +547,7 @@ def device_sms() -> int:
     return NUM_SMS
 
 
-def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp) -> bool:
+def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp, tiles: Sequence[str] = ()) -> bool:
     """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path.
 
     Only ``tgraph.matmul`` is taken: ``tgraph.matmul_epilogue`` keeps the ``mma.sync``
@@ -568,7 +555,7 @@ def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp) -> bool:
     """
     if eligible(op) is not None:
         return False
-    gemm = gemm_for(op)
+    gemm = gemm_for(op, tiles)
     n = lw.counter.get("matmul", 0)
     lw.counter["matmul"] = n + 1
     name = f"{lw.name}_matmul_{n}"
@@ -591,4 +578,4 @@ class LowerMatmulSm90(LowerGraphToTile):
     name = "lower-matmul-sm90"
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
-        return {g.MatmulOp: (lower_matmul_sm90,)}  # type: ignore[dict-item]
+        return {g.MatmulOp: (functools.partial(lower_matmul_sm90, tiles=self.sm90_tiles),)}  # type: ignore[dict-item]

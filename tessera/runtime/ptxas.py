@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from tessera.errors import TesseraError
+from tessera.options import RuntimeOptions
 
 
 class PtxasError(TesseraError, RuntimeError):
@@ -32,7 +33,7 @@ class PtxasNotFound(TesseraError, RuntimeError):
 @functools.cache
 def find_ptxas() -> str | None:
     """Path of the ptxas executable, or None."""
-    env = os.environ.get("TESSERA_PTXAS")
+    env = RuntimeOptions.from_env().ptxas
     if env:
         return env if os.path.exists(env) else None
     found = shutil.which("ptxas")

@@ -138,3 +138,92 @@ def test_epilogue_kind_and_invalid_config() -> None:
     assert Sm90Gemm(512, 512, 512, "bf16", "f32", cfg).boxes()[:2] == [0, 0]
     with pytest.raises(ValueError, match="not a valid sm90 configuration"):
         Sm90Gemm(512, 512, 512, "bf16", "bf16", mc.Sm90Config(bn=256, stages=4))
+
+
+@needs_ptxas
+@pytest.mark.parametrize(("a_t", "b_t"), [(False, True), (True, False), (True, True)])
+def test_transposed_layouts_assemble(a_t: bool, b_t: bool) -> None:
+    """A stored ``K x M`` is read M-major (``trans_a = 1``, one 64 x 64 box per consumer);
+    B stored ``N x K`` is read K-major (``trans_b = 0``); no copy of either."""
+    m, n, k = 200, 136, 72
+    gemm = Sm90Gemm(m, n, k, "bf16", "bf16", mc.heuristic(m, n, k), a_t=a_t, b_t=b_t)
+    ptx = emit_ptx(build_kernel("gemm", gemm))
+    wgmmas = [ln for ln in ptx.splitlines() if "wgmma.mma_async" in ln]
+    assert wgmmas and all(ln.rstrip().endswith(f"{int(a_t)}, {int(not b_t)};") for ln in wgmmas)
+    a_box = [64, 64] if a_t else [64, gemm.bm]
+    assert gemm.boxes()[2:4] == a_box
+    ptxas.check(ptx)
+
+
+@pytest.mark.parametrize(
+    ("expr", "a_shape", "b_shape", "a_t", "b_t"),
+    [
+        ("a @ b.T", (96, 40), (72, 40), False, True),
+        ("ts.matmul(a, b, transpose_b=True)", (96, 40), (72, 40), False, True),
+        ("ts.transpose(a) @ b", (40, 96), (40, 72), True, False),
+        ("a.T @ b.T", (40, 96), (72, 40), True, True),
+        ("a @ b.T", (2, 48, 40), (72, 40), False, True),
+    ],
+)
+def test_jit_transposes_fold_into_the_sm90_kernel(
+    monkeypatch: pytest.MonkeyPatch, expr: str, a_shape, b_shape, a_t: bool, b_t: bool
+) -> None:
+    """Every spelling of a transpose reaches the wgmma kernel as an operand layout: the
+    target IR has one launch and no transpose kernel."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}))
+    bf = ml_dtypes.bfloat16
+    spec = fn.specialize(np.zeros(a_shape, bf), np.zeros(b_shape, bf))
+    target = spec.ir("target")
+    launches = [op for op in target.walk() if isinstance(op, tt.LaunchExOp)]
+    assert len(launches) == 1
+    assert not [op for op in target.walk() if isinstance(op, tt.LaunchOp)]
+    wg = [op for op in target.walk() if isinstance(op, tt.WgmmaOp)]
+    assert wg and {(op.trans_a.value.data, op.trans_b.value.data) for op in wg} == {
+        (int(a_t), int(not b_t))
+    }
+
+
+def test_eligibility_of_layouts() -> None:
+    from tessera.ir import graph as g
+    from tessera.passes.lower_matmul_sm90 import eligible
+
+    bf = ml_dtypes.bfloat16
+
+    def op_for(expr, a, b):
+        fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}))
+        graph = fn.specialize(a, b).ir("graph")
+        return next(o for o in graph.walk() if isinstance(o, g.MatmulOp))
+
+    assert eligible(op_for("a @ b.T", np.zeros((8, 16), bf), np.zeros((24, 16), bf))) is None
+    # A stored K x M needs M % 8 == 0 for its TMA row stride
+    assert "multiples of 8" in eligible(op_for("a.T @ b", np.zeros((16, 12), bf), np.zeros((16, 8), bf)))
+    # 3-D A times 2-D B folds the batch into M; a batched B does not (yet) take this kernel
+    assert eligible(op_for("a @ b", np.zeros((2, 8, 16), bf), np.zeros((16, 8), bf))) is None
+    assert "batched" in eligible(op_for("a @ b", np.zeros((2, 8, 16), bf), np.zeros((2, 16, 8), bf)))
+
+
+@needs_ptxas
+@pytest.mark.parametrize("act", ["relu", "gelu", "silu", None])
+def test_epilogue_matmul_takes_the_sm90_kernel(monkeypatch: pytest.MonkeyPatch, act) -> None:
+    """``act(x @ w.T + bias)`` (nn.Linear's form, fused into ``tgraph.matmul_epilogue``):
+    the product runs on wgmma, then one elementwise kernel applies bias and activation."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+
+    def linear(x, w, bias):
+        y = x @ w.T + bias
+        return getattr(ts, act)(y) if act else y
+
+    fn = ts.jit(linear)
+    bf = ml_dtypes.bfloat16
+    spec = fn.specialize(np.zeros((96, 40), bf), np.zeros((72, 40), bf), np.zeros((72,), bf))
+    from tessera.ir import graph as g
+
+    assert [o for o in spec.ir("graph").walk() if isinstance(o, g.MatmulEpilogueOp)]
+    target = spec.ir("target")
+    assert len([o for o in target.walk() if isinstance(o, tt.LaunchExOp)]) == 1
+    assert len([o for o in target.walk() if isinstance(o, tt.LaunchOp)]) == 1
+    ptx = spec.ir("ptx")
+    assert "wgmma.mma_async" in ptx
+    ptxas.check(ptx)
+

@@ -44,8 +44,8 @@ output tile per CTA:
   stage ring runs on across tiles, and a consumer releases its last slot before its
   epilogue, so the producer already loads the next tile while the consumers store.
 
-``tgraph.matmul_epilogue`` ops are not taken: they lower to the generic ``mma.sync``
-kernel, which applies their bias, activation and cast before its store.
+``tgraph.matmul_epilogue`` ops compute their product with this kernel into a buffer of the
+product type; one elementwise kernel then applies the bias, activation and cast.
 
 Tile shapes and stages come from the matmul's ``tile_shape`` when it is a valid
 sm90 shape, else from :func:`tessera.passes.matmul_config.sm90_config`
@@ -54,6 +54,7 @@ sm90 shape, else from :func:`tessera.passes.matmul_config.sm90_config`
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,21 +63,31 @@ from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
     Float32Type,
+    TensorType,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import target as tt
-from tessera.passes.lower_graph_to_tile import LowerGraphToTile, Override, _FunctionLowering
+from tessera.passes.lower_graph_to_tile import (
+    LowerGraphToTile,
+    Override,
+    _FunctionLowering,
+    matmul_epilogue,
+)
 from tessera.passes.matmul_config import NUM_SMS, SMEM_BUDGET, Sm90Config, sm90_config
 from tessera.passes.target_asm import TargetAsm
-from tessera.passes.tile_builder import cdiv
+from tessera.passes.tile_builder import KernelEmitter, cdiv
+from tessera.passes.tile_gemm import FMA_GROUP
 
 SWIZZLE_BYTES = 128
 """The shared-memory swizzle of every operand tile (TMA ``SWIZZLE_128B`` and the
 wgmma descriptors' layout type 1)."""
 BOX_K = 64
 """Elements of K per stage: one 128-byte swizzle row of 16-bit elements."""
+
+BOX_BYTES = BOX_K * BOX_K * 2
+"""One ``64 x 64`` box of 16-bit elements (8 KiB)."""
 
 _DESC_SWIZZLE_128 = 1 << 62
 
@@ -108,25 +119,26 @@ def _elem_bytes(t: Attribute) -> int:
     return 4 if isinstance(t, Float32Type) else 2
 
 
-def eligible(op: g.MatmulOp) -> str | None:
-    """None if ``op`` can use the sm90 kernel, else why not."""
+def eligible(op: g.MatmulOp | g.MatmulEpilogueOp) -> str | None:
+    """None if ``op``'s product can use the sm90 kernel, else why not."""
     et = g.elem_of(op.lhs)
     if not isinstance(et, BFloat16Type | Float16Type) or g.elem_of(op.rhs) != et:
         return "operands are not both bf16 or both f16"
-    rt = g.elem_of(op.result)
+    rt = g.elem_of(_product_type(op))
     if not isinstance(rt, BFloat16Type | Float16Type | Float32Type):
         return f"result type {rt}"
-    if op.transpose_lhs is not None or op.transpose_rhs is not None:
-        return "transposed operands"
     ash, bsh = g.shape_of(op.lhs), g.shape_of(op.rhs)
-    if len(ash) != 2 or len(bsh) != 2:
+    ta, tb = op.transpose_lhs is not None, op.transpose_rhs is not None
+    if len(bsh) != 2 or len(ash) < 2 or (ta and len(ash) != 2):
         return "batched operands"
-    m, k = ash
-    n = bsh[1]
+    # leading dims of a row-major A fold into M: the tensor maps see it as [rows, K]
+    m, k = (ash[1], ash[0]) if ta else (math.prod(ash[:-1]), ash[-1])
+    n = bsh[0] if tb else bsh[1]
     if min(m, n, k) < 1:
         return "empty dimension"
-    if k % 8 or n % 8:
-        return "K and N must be multiples of 8 (16-byte TMA row strides)"
+    # TMA row strides are 16-byte multiples: the stored last dim of each operand and N
+    if ash[-1] % 8 or bsh[1] % 8 or n % 8:
+        return "the operands' stored rows and N must be multiples of 8 (16-byte TMA row strides)"
     return None
 
 
@@ -145,6 +157,10 @@ class Sm90Gemm:
     cfg: Sm90Config
     sms: int = NUM_SMS
     """CTAs of the persistent grid: the device's SM count (any value is correct)."""
+    a_t: bool = False
+    """A is stored transposed (``K x M`` row-major): its tiles are read M-major."""
+    b_t: bool = False
+    """B is stored transposed (``N x K`` row-major, ``nn.Linear``'s weight): read K-major."""
 
     def __post_init__(self) -> None:
         if not self.cfg.valid():
@@ -208,10 +224,13 @@ class Sm90Gemm:
         return (c * min(self.tiles // c, max(1, self.sms // c)), 1, 1)
 
     def boxes(self) -> list[int]:
-        """``ttarget.launch_ex`` boxes for (C, A, B): C ``64 x 64`` (a tensor map for the
-        TMA store; by pointer for f32), A ``64 x BM``, B ``64 x 64``."""
+        """``ttarget.launch_ex`` boxes (inner, outer) for (C, A, B): C ``64 x 64`` (a tensor
+        map for the TMA store; by pointer for f32); A ``64 (K) x BM`` row-major, or
+        ``64 (M) x 64 (K)`` boxes when stored transposed; B ``64 x 64`` boxes either way
+        (N x K rows when row-major, K x N when transposed)."""
         c = [BOX_K, BOX_K] if self.tma_store else [0, 0]
-        return [*c, BOX_K, self.bm, BOX_K, BOX_K]
+        a = [BOX_K, BOX_K] if self.a_t else [BOX_K, self.bm]
+        return [*c, *a, BOX_K, BOX_K]
 
 
 def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
@@ -311,17 +330,24 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.add(tt.MbarrierArriveOp(full, tx))
     k0 = e.mul32(kt, BOX_K)
     a_dst = e.mad32(stage, gemm.a_bytes, sbase)
-    e.add(tt.CpAsyncBulkTensorOp(a_dst, tmap_a, k0, m0, full))
+    if gemm.a_t:  # one 64 (M) x 64 (K) box per consumer warpgroup
+        for j in range(cfg.consumers):
+            dst = e.add32(a_dst, j * BOX_BYTES) if j else a_dst
+            row = e.add32(m0, j * BOX_K) if j else m0
+            e.add(tt.CpAsyncBulkTensorOp(dst, tmap_a, row, k0, full))
+    else:
+        e.add(tt.CpAsyncBulkTensorOp(a_dst, tmap_a, k0, m0, full))
     b_dst = e.mad32(stage, gemm.b_bytes, e.add32(sbase, stages * gemm.a_bytes))
     first_box = 0
     if rank is not None:  # rank r loads boxes [r * mine, (r + 1) * mine)
         first_box = e.mul32(rank, mine)
-        b_dst = e.mad32(first_box, BOX_K * BOX_K * 2, b_dst)
+        b_dst = e.mad32(first_box, BOX_BYTES, b_dst)
         n0 = e.mad32(first_box, BOX_K, n0)
     for j in range(mine):
-        dst = e.add32(b_dst, j * BOX_K * BOX_K * 2) if j else b_dst
+        dst = e.add32(b_dst, j * BOX_BYTES) if j else b_dst
         col = e.add32(n0, j * BOX_K) if j else n0
-        e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, col, k0, full, mask=mask))
+        inner, outer = (k0, col) if gemm.b_t else (col, k0)
+        e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, inner, outer, full, mask=mask))
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
     e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
     e.advance(stage, phase, stages)
@@ -335,11 +361,14 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.add(tt.SetmaxnregOp("inc", 232))
     cw = e.bin(tt.SubOp, "u32", wg, 1)
     acc = [e.reg("f32") for _ in range(bn // 2)]
-    a_desc0 = e.desc(e.mad32(cw, 64 * SWIZZLE_BYTES, sbase), _desc_hi(16, 8 * SWIZZLE_BYTES))
-    b_desc0 = e.desc(
-        e.add32(sbase, stages * gemm.a_bytes),
-        _desc_hi(BOX_K * BOX_K * 2, 8 * SWIZZLE_BYTES),
-    )
+    # K-major tiles: 128-byte rows of K, 8-row groups 1 KiB apart; a k16 step is 32 bytes.
+    # MN-major tiles: 64-element boxes of M or N 8 KiB apart, 8 K-rows 1 KiB apart; a k16
+    # step is 16 rows of 128 bytes.
+    k_major, mn_major = _desc_hi(16, 8 * SWIZZLE_BYTES), _desc_hi(BOX_BYTES, 8 * SWIZZLE_BYTES)
+    k_step, mn_step = (16 * 2) >> 4, (16 * SWIZZLE_BYTES) >> 4
+    a_desc0 = e.desc(e.mad32(cw, 64 * SWIZZLE_BYTES, sbase), mn_major if gemm.a_t else k_major)
+    b_desc0 = e.desc(e.add32(sbase, stages * gemm.a_bytes), k_major if gemm.b_t else mn_major)
+    a_step, b_step = (mn_step if gemm.a_t else k_step), (k_step if gemm.b_t else mn_step)
     always = e.setp("eq", tid, tid)
     leader = e.setp("eq", e.bin(tt.AndOp, "b32", tid, 127), 0)
     store = _TmaStore(e, gemm, c_param, sbase, tid, cw, leader) if gemm.tma_store else None
@@ -377,10 +406,10 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     for kk in range(BOX_K // 16):
         dak, dbk = da, db
         if kk:
-            dak = e.bin(tt.AddOp, "u64", da, (kk * 16 * 2) >> 4, "b64")
-            dbk = e.bin(tt.AddOp, "u64", db, (kk * 16 * SWIZZLE_BYTES) >> 4, "b64")
+            dak = e.bin(tt.AddOp, "u64", da, kk * a_step, "b64")
+            dbk = e.bin(tt.AddOp, "u64", db, kk * b_step, "b64")
         e.add(tt.WgmmaOp(mma, acc, dak, dbk, accumulate if kk == 0 else always,
-                         trans_a=0, trans_b=1))
+                         trans_a=int(gemm.a_t), trans_b=int(not gemm.b_t)))
     e.add(tt.FenceOp("wgmma_commit"))
     e.add(tt.WgmmaWaitOp(1))
     frees = e.reg("pred")
@@ -532,18 +561,27 @@ def _and(e: TargetAsm, a: SSAValue | None, b: SSAValue | None) -> SSAValue | Non
 _TYPE_NAMES = {BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32"}
 
 
-def gemm_for(op: g.MatmulOp) -> Sm90Gemm:
+def _product_type(op: g.MatmulOp | g.MatmulEpilogueOp) -> TensorType:
+    """The type the kernel stores: the result, or a fused epilogue's product type."""
+    t = op.product_type if isinstance(op, g.MatmulEpilogueOp) else op.result.type
+    assert isinstance(t, TensorType)
+    return t
+
+
+def gemm_for(op: g.MatmulOp | g.MatmulEpilogueOp) -> Sm90Gemm:
     """The kernel specialization for an eligible matmul (tile_shape or the heuristic)."""
-    m, k = g.shape_of(op.lhs)
-    n = g.shape_of(op.rhs)[1]
+    ash, bsh = g.shape_of(op.lhs), g.shape_of(op.rhs)
+    ta, tb = op.transpose_lhs is not None, op.transpose_rhs is not None
+    m, k = (ash[1], ash[0]) if ta else (math.prod(ash[:-1]), ash[-1])
+    n = bsh[0] if tb else bsh[1]
     cfg = None
     if op.tile_shape is not None:
         cfg = Sm90Config.from_tile_shape(tuple(op.tile_shape.get_values()))
     if cfg is None:
         cfg = sm90_config(m, n, k)
     return Sm90Gemm(
-        m, n, k, _TYPE_NAMES[type(g.elem_of(op.lhs))], _TYPE_NAMES[type(g.elem_of(op.result))],
-        cfg, device_sms(),
+        m, n, k, _TYPE_NAMES[type(g.elem_of(op.lhs))],
+        _TYPE_NAMES[type(g.elem_of(_product_type(op)))], cfg, device_sms(), a_t=ta, b_t=tb,
     )
 
 
@@ -560,11 +598,12 @@ def device_sms() -> int:
     return NUM_SMS
 
 
-def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp) -> bool:
+def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> bool:
     """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path.
 
-    Only ``tgraph.matmul`` is taken: ``tgraph.matmul_epilogue`` keeps the ``mma.sync``
-    kernel, which applies its bias and activation (this kernel only converts and stores).
+    A ``tgraph.matmul_epilogue`` computes its product here into a buffer of the product
+    type, then one elementwise kernel applies the bias add, activation and cast with the
+    generic lowering's per-element epilogue (the same steps and roundings).
     """
     if eligible(op) is not None:
         return False
@@ -572,15 +611,35 @@ def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp) -> bool:
     n = lw.counter.get("matmul", 0)
     lw.counter["matmul"] = n + 1
     name = f"{lw.name}_matmul_{n}"
-    out = lw.alloc(op.result.type)
-    lw.env[op.result] = out
+    fused = isinstance(op, g.MatmulEpilogueOp)
+    product = lw.alloc(_product_type(op))
     lw.module.body.block.insert_op_before(build_kernel(name, gemm), lw.fn)
     lw.hb.add_op(
         tt.LaunchExOp(
-            name, [out, lw.mem(op.lhs), lw.mem(op.rhs)], gemm.grid(), gemm.smem_bytes,
+            name, [product, lw.mem(op.lhs), lw.mem(op.rhs)], gemm.grid(), gemm.smem_bytes,
             gemm.boxes(),
         )
     )
+    if not fused:
+        lw.env[op.result] = product
+        return True
+    assert isinstance(op, g.MatmulEpilogueOp)
+    out = lw.alloc(op.result.type)
+    lw.env[op.result] = out
+    extra = [lw.mem(op.bias)] if op.bias is not None else []
+    apply = matmul_epilogue(op)
+    shape = g.shape_of(op.result)
+    total = math.prod(shape)
+
+    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+        lin = e.linear_id()
+        ok = e.lt(lin, total)
+        idx = e.unravel(lin, shape)
+        acc = e.load(args[1], idx, mask=ok)
+        e.store(apply(e, args[2:], acc, idx[:-2], idx[-2], idx[-1], ok), args[0], idx, mask=ok)
+
+    lw.kernel("matmul_epilogue", [out, product, *extra], FMA_GROUP,
+              [cdiv(total, FMA_GROUP), 1, 1], build)
     return True
 
 
@@ -591,4 +650,6 @@ class LowerMatmulSm90(LowerGraphToTile):
     name = "lower-matmul-sm90"
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
-        return {g.MatmulOp: (lower_matmul_sm90,)}  # type: ignore[dict-item]
+        return {  # type: ignore[dict-item]
+            g.MatmulOp: (lower_matmul_sm90,), g.MatmulEpilogueOp: (lower_matmul_sm90,),
+        }

@@ -153,3 +153,84 @@ def test_cluster_grid_is_resident() -> None:
     plan = tma.gemm_runner(gemm).plan  # type: ignore[attr-defined]
     assert plan.cluster == 2
     assert gemm.grid()[0] <= plan.resident_ctas()
+
+
+LAYOUTS = [(False, False), (False, True), (True, False), (True, True)]
+
+
+@pytest.mark.parametrize(("a_t", "b_t"), LAYOUTS)
+@pytest.mark.parametrize(("m", "n", "k"), [(1000, 136, 72), (200, 264, 1000), (40, 64, 16),
+                                           (1024, 1024, 1024)])
+@pytest.mark.parametrize("out_t", ["bf16", "f32"])
+def test_layouts(a_t: bool, b_t: bool, m: int, n: int, k: int, out_t: str) -> None:
+    """A stored K x M / B stored N x K, read through TMA in that layout (no copy)."""
+    gen = torch.Generator(device="cuda").manual_seed(m + 3 * n + 7 * k + 11 * a_t + 13 * b_t)
+    a = torch.randn(*((k, m) if a_t else (m, k)), device="cuda", dtype=torch.bfloat16,
+                    generator=gen)
+    b = torch.randn(*((n, k) if b_t else (k, n)), device="cuda", dtype=torch.bfloat16,
+                    generator=gen)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=TYPES[out_t])
+    gemm = Sm90Gemm(m, n, k, "bf16", out_t, mc.heuristic(m, n, k), a_t=a_t, b_t=b_t)
+    tma.gemm_runner(gemm)(c, a, b)
+    torch.cuda.synchronize()
+    _check(c, a.T if a_t else a, b.T if b_t else b)
+
+
+@pytest.mark.parametrize("cfg", [c for c in mc.search_space(520, 392, 328) if c.cluster == 2][:2])
+@pytest.mark.parametrize(("a_t", "b_t"), LAYOUTS[1:])
+def test_layouts_with_cluster_multicast(cfg: mc.Sm90Config, a_t: bool, b_t: bool) -> None:
+    m, n, k = 520, 392, 328
+    a = torch.randn(*((k, m) if a_t else (m, k)), device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(*((n, k) if b_t else (k, n)), device="cuda", dtype=torch.bfloat16)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    tma.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", cfg, a_t=a_t, b_t=b_t))(c, a, b)
+    torch.cuda.synchronize()
+    _check(c, a.T if a_t else a, b.T if b_t else b)
+
+
+@pytest.mark.parametrize(
+    ("expr", "ash", "bsh"),
+    [
+        ("a @ b.T", (1000, 264), (136, 264)),
+        ("ts.matmul(a, b, transpose_b=True)", (256, 512), (384, 512)),
+        ("ts.transpose(a) @ b", (264, 200), (264, 136)),
+        ("a.T @ b.T", (264, 200), (136, 264)),
+        ("a @ b.T", (3, 100, 264), (136, 264)),
+        ("a @ b", (2, 7, 96), (96, 64)),
+    ],
+)
+def test_jit_layouts_on_wgmma(expr: str, ash, bsh) -> None:
+    fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}))
+    a = torch.randn(ash, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(bsh, device="cuda", dtype=torch.bfloat16)
+    c = fn(a, b)
+    torch.cuda.synchronize()
+    assert "wgmma.mma_async" in fn.inspect_ir("ptx")
+    ref = eval(f"lambda a, b: {expr}", {"ts": torch})(a.double(), b.double())
+    assert c.shape == ref.shape
+    assert torch.isfinite(c).all()
+    assert float((c.double() - ref).norm() / ref.norm()) < 1e-2
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "silu", None])
+@pytest.mark.parametrize("bias_shape", [(136,), (1000, 136)])
+def test_jit_linear_epilogue_on_wgmma(act, bias_shape) -> None:
+    """nn.Linear's form with a bias (row vector or a full residual) and an activation."""
+    x = torch.randn(1000, 264, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(136, 264, device="cuda", dtype=torch.bfloat16) / 16
+    bias = torch.randn(bias_shape, device="cuda", dtype=torch.bfloat16)
+
+    def linear(x, w, bias):
+        y = x @ w.T + bias
+        return getattr(ts, act)(y) if act else y
+
+    fn = ts.jit(linear)
+    out = fn(x, w, bias)
+    torch.cuda.synchronize()
+    assert "wgmma.mma_async" in fn.inspect_ir("ptx")
+    y = x.double() @ w.double().T + bias.double()
+    ref = {"relu": torch.relu, "silu": torch.nn.functional.silu,
+           "gelu": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+           None: lambda t: t}[act](y)
+    assert torch.isfinite(out).all()
+    assert float((out.double() - ref).norm() / ref.norm()) < 1e-2

@@ -205,25 +205,37 @@ def test_eligibility_of_layouts() -> None:
 
 @needs_ptxas
 @pytest.mark.parametrize("act", ["relu", "gelu", "silu", None])
-def test_epilogue_matmul_takes_the_sm90_kernel(monkeypatch: pytest.MonkeyPatch, act) -> None:
+@pytest.mark.parametrize(
+    ("bias_shape", "dtype", "fused"),
+    [((72,), "bf16", True), ((96, 72), "bf16", True), ((72,), "f32cast", True),
+     ((96, 1), "bf16", False)],
+)
+def test_epilogue_matmul_takes_the_sm90_kernel(
+    monkeypatch: pytest.MonkeyPatch, act, bias_shape, dtype, fused
+) -> None:
     """``act(x @ w.T + bias)`` (nn.Linear's form, fused into ``tgraph.matmul_epilogue``):
-    the product runs on wgmma, then one elementwise kernel applies bias and activation."""
+    a row-vector or full bias and the activation run in the wgmma kernel's epilogue; a
+    column bias splits into the wgmma product and one elementwise kernel."""
     monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    bf = ml_dtypes.bfloat16
 
     def linear(x, w, bias):
-        y = x @ w.T + bias
-        return getattr(ts, act)(y) if act else y
+        if dtype == "f32cast":  # f32 product, bias and activation, then a cast to bf16
+            y = ts.matmul(x, w, transpose_b=True, out_dtype=ts.f32) + bias
+        else:
+            y = x @ w.T + bias
+        y = getattr(ts, act)(y) if act else y
+        return ts.cast(y, ts.bf16) if dtype == "f32cast" else y
 
     fn = ts.jit(linear)
-    bf = ml_dtypes.bfloat16
-    spec = fn.specialize(np.zeros((96, 40), bf), np.zeros((72, 40), bf), np.zeros((72,), bf))
+    bias = np.zeros(bias_shape, np.float32 if dtype == "f32cast" else bf)
+    spec = fn.specialize(np.zeros((96, 40), bf), np.zeros((72, 40), bf), bias)
     from tessera.ir import graph as g
 
     assert [o for o in spec.ir("graph").walk() if isinstance(o, g.MatmulEpilogueOp)]
     target = spec.ir("target")
     assert len([o for o in target.walk() if isinstance(o, tt.LaunchExOp)]) == 1
-    assert len([o for o in target.walk() if isinstance(o, tt.LaunchOp)]) == 1
+    assert len([o for o in target.walk() if isinstance(o, tt.LaunchOp)]) == (0 if fused else 1)
     ptx = spec.ir("ptx")
     assert "wgmma.mma_async" in ptx
     ptxas.check(ptx)
-

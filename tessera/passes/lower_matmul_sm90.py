@@ -44,8 +44,10 @@ output tile per CTA:
   stage ring runs on across tiles, and a consumer releases its last slot before its
   epilogue, so the producer already loads the next tile while the consumers store.
 
-``tgraph.matmul_epilogue`` ops compute their product with this kernel into a buffer of the
-product type; one elementwise kernel then applies the bias, activation and cast.
+``tgraph.matmul_epilogue`` ops apply their bias (a row vector or a full ``[M, N]``
+tensor), activation and cast to the accumulators before the store
+(:mod:`tessera.passes.sm90_epilogue`); other bias broadcasts compute the product into a
+buffer and apply the epilogue in one elementwise kernel.
 
 Tile shapes and stages come from the matmul's ``tile_shape`` when it is a valid
 sm90 shape, else from :func:`tessera.passes.matmul_config.sm90_config`
@@ -57,7 +59,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.dialects.builtin import (
     BFloat16Type,
@@ -76,6 +78,7 @@ from tessera.passes.lower_graph_to_tile import (
     matmul_epilogue,
 )
 from tessera.passes.matmul_config import NUM_SMS, SMEM_BUDGET, Sm90Config, sm90_config
+from tessera.passes.sm90_epilogue import EpilogueEmitter, Sm90Epilogue
 from tessera.passes.target_asm import TargetAsm
 from tessera.passes.tile_builder import KernelEmitter, cdiv
 from tessera.passes.tile_gemm import FMA_GROUP
@@ -161,6 +164,9 @@ class Sm90Gemm:
     """A is stored transposed (``K x M`` row-major): its tiles are read M-major."""
     b_t: bool = False
     """B is stored transposed (``N x K`` row-major, ``nn.Linear``'s weight): read K-major."""
+    epilogue: Sm90Epilogue | None = None
+    """Bias add and activation applied to the accumulators before the store (the kernel
+    then takes the bias pointer as a fourth parameter when there is one)."""
 
     def __post_init__(self) -> None:
         if not self.cfg.valid():
@@ -230,7 +236,12 @@ class Sm90Gemm:
         (N x K rows when row-major, K x N when transposed)."""
         c = [BOX_K, BOX_K] if self.tma_store else [0, 0]
         a = [BOX_K, BOX_K] if self.a_t else [BOX_K, self.bm]
-        return [*c, *a, BOX_K, BOX_K]
+        bias = [0, 0] if self.has_bias else []
+        return [*c, *a, BOX_K, BOX_K, *bias]
+
+    @property
+    def has_bias(self) -> bool:
+        return self.epilogue is not None and self.epilogue.bias is not None
 
 
 def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
@@ -239,10 +250,10 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     cfg = gemm.cfg
     bm, bn, stages, cl = gemm.bm, cfg.bn, cfg.stages, gemm.cluster
     func = tt.FuncOp(
-        name, ["tmap" if gemm.tma_store else "u64", "tmap", "tmap"], gemm.threads,
-        cluster=cl if cl > 1 else None,
+        name, ["tmap" if gemm.tma_store else "u64", "tmap", "tmap"] + (["u64"] * gemm.has_bias),
+        gemm.threads, cluster=cl if cl > 1 else None,
     )
-    c_param, a_param, b_param = func.block.args
+    c_param, a_param, b_param, *bias_param = func.block.args
     e = TargetAsm(func)
     e.add(tt.ExternSharedOp("smem", 1024))
     end = "DONE"
@@ -371,7 +382,13 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     a_step, b_step = (mn_step if gemm.a_t else k_step), (k_step if gemm.b_t else mn_step)
     always = e.setp("eq", tid, tid)
     leader = e.setp("eq", e.bin(tt.AndOp, "b32", tid, 127), 0)
-    store = _TmaStore(e, gemm, c_param, sbase, tid, cw, leader) if gemm.tma_store else None
+    fused = None
+    if gemm.epilogue is not None:
+        fused = EpilogueEmitter(
+            e, gemm.epilogue, gemm.m, gemm.n, bias_param[0] if bias_param else None,
+            gemm.m % bm != 0, gemm.n % bn != 0,
+        )
+    store = _TmaStore(e, gemm, c_param, sbase, tid, cw, leader, fused) if gemm.tma_store else None
     kt, stage, phase, prev, tile = (e.reg("b32") for _ in range(5))
     for v in (stage, phase, prev):
         e.mov("u32", v, 0)
@@ -426,7 +443,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     if store is not None:
         store.tile(m0, n0, acc)
     else:
-        _epilogue(e, gemm, c_param, tid, cw, m0, n0, acc)
+        _epilogue(e, gemm, c_param, tid, cw, m0, n0, acc, fused)
     e.add(tt.AddOp("u32", tile, tile, nunits))
     e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
     if store is not None:  # the last tile's stores have completed before the CTA exits
@@ -456,15 +473,16 @@ class _TmaStore:
 
     def __init__(
         self, e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, sbase: SSAValue, tid: SSAValue,
-        cw: SSAValue, leader: SSAValue,
+        cw: SSAValue, leader: SSAValue, fused: EpilogueEmitter | None = None,
     ) -> None:
-        self.e, self.gemm, self.cw, self.leader = e, gemm, cw, leader
+        self.e, self.gemm, self.cw, self.leader, self.fused = e, gemm, cw, leader, fused
         self.tmap = e.reg("b64")
         e.add(tt.ParamAddrOp(self.tmap, c_param))
         e.add(tt.CvtaOp("param.u64", self.tmap, self.tmap))
         t = e.bin(tt.AndOp, "b32", tid, 127)
         warp, lane = e.bin(tt.ShrOp, "u32", t, 5), e.bin(tt.AndOp, "b32", t, 31)
         row = e.add32(e.mul32(warp, 16), e.bin(tt.ShrOp, "u32", lane, 2))  # r (h = 0)
+        self.row, self.col = row, e.mul32(e.bin(tt.AndOp, "b32", lane, 3), 2)
         swz = e.bin(tt.ShrOp, "u32", lane, 2)  # r % 8
         # this warpgroup's staging area, then the thread's row and its 4-byte column pair
         self.base = e.add32(sbase, gemm.c_offset)
@@ -477,12 +495,17 @@ class _TmaStore:
     def tile(self, m0: SSAValue, n0: SSAValue, acc: Sequence[SSAValue]) -> None:
         """Stage the accumulators of the tile at (m0, n0) and start its TMA stores."""
         e, gemm = self.e, self.gemm
+        fused = self.fused
+        if fused is not None:
+            fused.tile(e.add32(e.mad32(self.cw, 64, m0), self.row), e.add32(n0, self.col))
         e.add(tt.BulkWaitOp(0, read=True))  # the previous tile's stores have read the area
         self._sync()
         for j in range(gemm.cfg.bn // 8):
             box, k = divmod(j, 8)
             for h in (0, 1):
                 lo, hi = acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]
+                if fused is not None:
+                    lo, hi = fused.pair(j, h, lo, hi)
                 packed = e.reg("b32")
                 e.add(tt.CvtOp(f"rn.{gemm.out_type}x2.f32", packed, [hi, lo]))
                 offset = box * self.BOX_BYTES + h * 8 * SWIZZLE_BYTES
@@ -513,14 +536,17 @@ class _TmaStore:
 
 def _epilogue(
     e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, tid: SSAValue, cw: SSAValue, m0: SSAValue,
-    n0: SSAValue, acc: Sequence[SSAValue],
+    n0: SSAValue, acc: Sequence[SSAValue], fused: EpilogueEmitter | None = None,
 ) -> None:
-    """Store the wgmma D fragment (converted to the result type), masked when ragged."""
+    """Store the wgmma D fragment (after the fused epilogue, converted to the result type),
+    masked when ragged."""
     esize = 4 if gemm.out_type == "f32" else 2
     t = e.bin(tt.AndOp, "b32", tid, 127)
     warp, lane = e.bin(tt.ShrOp, "u32", t, 5), e.bin(tt.AndOp, "b32", t, 31)
     row0 = e.add32(e.add32(m0, e.mul32(cw, 64)), e.add32(e.mul32(warp, 16), e.bin(tt.ShrOp, "u32", lane, 2)))
     col0 = e.add32(n0, e.mul32(e.bin(tt.AndOp, "b32", lane, 3), 2))
+    if fused is not None:
+        fused.tile(row0, col0)
     ptr = e.reg("b64")
     e.add(tt.LdParamOp("u64", ptr, c_param))
     e.add(tt.CvtaOp("to.global.u64", ptr, ptr))
@@ -537,6 +563,8 @@ def _epilogue(
     for j in range(bn // 8):
         for h in (0, 1):
             lo, hi = acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]
+            if fused is not None:
+                lo, hi = fused.pair(j, h, lo, hi)
             guard = _and(e, rows[h], cols[j])
             offset = (8 * h * gemm.n + 8 * j) * esize
             if gemm.out_type == "f32":
@@ -601,9 +629,11 @@ def device_sms() -> int:
 def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> bool:
     """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path.
 
-    A ``tgraph.matmul_epilogue`` computes its product here into a buffer of the product
-    type, then one elementwise kernel applies the bias add, activation and cast with the
-    generic lowering's per-element epilogue (the same steps and roundings).
+    A ``tgraph.matmul_epilogue`` applies its bias add, activation and cast in the kernel's
+    epilogue (:mod:`tessera.passes.sm90_epilogue`); a bias broadcast that epilogue does
+    not take (a column, a partial batch) splits it: the product goes to a buffer of the
+    product type, then one elementwise kernel applies the generic lowering's per-element
+    epilogue (the same steps and roundings).
     """
     if eligible(op) is not None:
         return False
@@ -611,16 +641,22 @@ def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp
     n = lw.counter.get("matmul", 0)
     lw.counter["matmul"] = n + 1
     name = f"{lw.name}_matmul_{n}"
-    fused = isinstance(op, g.MatmulEpilogueOp)
-    product = lw.alloc(_product_type(op))
+    args = [lw.mem(op.lhs), lw.mem(op.rhs)]
+    split = False
+    if isinstance(op, g.MatmulEpilogueOp):
+        ep = Sm90Epilogue.of(op, gemm.out_type)
+        if isinstance(ep, Sm90Epilogue) and type(g.elem_of(op.result)) in _TYPE_NAMES:
+            gemm = replace(gemm, out_type=_TYPE_NAMES[type(g.elem_of(op.result))], epilogue=ep)
+            if op.bias is not None:
+                args.append(lw.mem(op.bias))
+        else:
+            split = True
+    product = lw.alloc(_product_type(op) if split else op.result.type)
     lw.module.body.block.insert_op_before(build_kernel(name, gemm), lw.fn)
     lw.hb.add_op(
-        tt.LaunchExOp(
-            name, [product, lw.mem(op.lhs), lw.mem(op.rhs)], gemm.grid(), gemm.smem_bytes,
-            gemm.boxes(),
-        )
+        tt.LaunchExOp(name, [product, *args], gemm.grid(), gemm.smem_bytes, gemm.boxes())
     )
-    if not fused:
+    if not split:
         lw.env[op.result] = product
         return True
     assert isinstance(op, g.MatmulEpilogueOp)

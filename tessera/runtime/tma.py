@@ -307,7 +307,8 @@ _RUNNERS: dict[tuple[Any, int], Callable[[Any, Any, Any], None]] = {}
 
 def gemm_runner(gemm: Any) -> Callable[[Any, Any, Any], None]:
     """Load the sm90 kernel for ``gemm`` (a :class:`~tessera.passes.lower_matmul_sm90.Sm90Gemm`)
-    and return ``run(c, a, b, stream=None)`` launching it on torch tensors (built and loaded
+    and return ``run(c, a, b, *extra, stream=None)`` launching it on torch tensors (``extra``:
+    the fused epilogue's bias, if any; built and loaded
     once per specialization and device)."""
     import torch
 
@@ -323,11 +324,11 @@ def gemm_runner(gemm: Any) -> Callable[[Any, Any, Any], None]:
     module = cuda.load_module(emit_ptx(kernel), device)
     function = cuda.get_function(module, "tessera_gemm_sm90")
     boxes = gemm.boxes()
-    pairs = [(boxes[2 * i], boxes[2 * i + 1]) for i in range(3)]
+    pairs = [(boxes[2 * i], boxes[2 * i + 1]) for i in range(len(boxes) // 2)]
     plan = LaunchExPlan(function, kernel, gemm.grid(), gemm.smem_bytes, pairs)
 
-    def run(c: Any, a: Any, b: Any, stream: int | None = None) -> None:
-        plan.launch((c, a, b), stream)
+    def run(c: Any, a: Any, b: Any, *extra: Any, stream: int | None = None) -> None:
+        plan.launch((c, a, b, *extra), stream)
 
     run.plan = plan  # type: ignore[attr-defined]
     _RUNNERS[(gemm, device)] = run

@@ -206,14 +206,16 @@ def test_jit_layouts_on_wgmma(expr: str, ash, bsh) -> None:
     c = fn(a, b)
     torch.cuda.synchronize()
     assert "wgmma.mma_async" in fn.inspect_ir("ptx")
-    ref = eval(f"lambda a, b: {expr}", {"ts": torch})(a.double(), b.double())
+    torch_expr = expr.replace("ts.matmul(a, b, transpose_b=True)", "a @ b.T").replace(
+        "ts.transpose(a)", "a.T")
+    ref = eval(f"lambda a, b: {torch_expr}")(a.double(), b.double())
     assert c.shape == ref.shape
     assert torch.isfinite(c).all()
     assert float((c.double() - ref).norm() / ref.norm()) < 1e-2
 
 
 @pytest.mark.parametrize("act", ["relu", "gelu", "silu", None])
-@pytest.mark.parametrize("bias_shape", [(136,), (1000, 136)])
+@pytest.mark.parametrize("bias_shape", [(136,), (1000, 136), (1000, 1)])
 def test_jit_linear_epilogue_on_wgmma(act, bias_shape) -> None:
     """nn.Linear's form with a bias (row vector or a full residual) and an activation."""
     x = torch.randn(1000, 264, device="cuda", dtype=torch.bfloat16)
@@ -233,4 +235,25 @@ def test_jit_linear_epilogue_on_wgmma(act, bias_shape) -> None:
            "gelu": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
            None: lambda t: t}[act](y)
     assert torch.isfinite(out).all()
+    assert float((out.double() - ref).norm() / ref.norm()) < 1e-2
+
+
+@pytest.mark.parametrize("act", ["gelu", None])
+def test_jit_f32_product_epilogue_cast_to_bf16(act) -> None:
+    """An f32 product, f32 bias and activation, then a cast to bf16 (mixed precision's
+    usual form), ragged in M and N."""
+    x = torch.randn(1000, 264, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(136, 264, device="cuda", dtype=torch.bfloat16) / 16
+    bias = torch.randn(136, device="cuda", dtype=torch.float32)
+
+    def linear(x, w, bias):
+        y = ts.matmul(x, w, transpose_b=True, out_dtype=ts.f32) + bias
+        return ts.cast(ts.gelu(y) if act else y, ts.bf16)
+
+    fn = ts.jit(linear)
+    out = fn(x, w, bias)
+    torch.cuda.synchronize()
+    assert out.dtype == torch.bfloat16
+    y = x.double() @ w.double().T + bias.double()
+    ref = torch.nn.functional.gelu(y, approximate="tanh") if act else y
     assert float((out.double() - ref).norm() / ref.norm()) < 1e-2

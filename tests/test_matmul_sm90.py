@@ -239,3 +239,41 @@ def test_epilogue_matmul_takes_the_sm90_kernel(
     ptx = spec.ir("ptx")
     assert "wgmma.mma_async" in ptx
     ptxas.check(ptx)
+
+
+@needs_ptxas
+@pytest.mark.parametrize(("a_t", "b_t", "a_b", "b_b"), [
+    (False, False, True, True), (True, True, True, True), (False, True, False, True),
+    (True, False, True, False),
+])
+def test_batched_kernel_assembles(a_t: bool, b_t: bool, a_b: bool, b_b: bool) -> None:
+    gemm = Sm90Gemm(128, 136, 192, "bf16", "bf16", mc.heuristic(128, 136, 192), a_t=a_t,
+                    b_t=b_t, batch=6, a_batched=a_b, b_batched=b_b)
+    assert gemm.tiles == 6 * 1 * 2
+    ptxas.check(emit_ptx(build_kernel("gemm", gemm)))
+
+
+def test_batched_needs_whole_tiles_per_batch() -> None:
+    with pytest.raises(ValueError, match="multiple of BM"):
+        Sm90Gemm(100, 64, 64, "bf16", "bf16", mc.heuristic(100, 64, 64), batch=2)
+
+
+@pytest.mark.parametrize(
+    ("expr", "a_shape", "b_shape", "batch"),
+    [
+        ("a @ b", (4, 128, 64), (4, 64, 72), 4),
+        ("a @ b.T", (2, 3, 64, 64), (2, 3, 72, 64), 6),
+        ("a @ b", (128, 64), (5, 64, 72), 5),
+        ("a.T @ b", (3, 64, 128), (64, 72), 3),
+    ],
+)
+def test_jit_batched_matmul_takes_the_sm90_kernel(
+    monkeypatch: pytest.MonkeyPatch, expr: str, a_shape, b_shape, batch: int
+) -> None:
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}))
+    bf = ml_dtypes.bfloat16
+    target = fn.specialize(np.zeros(a_shape, bf), np.zeros(b_shape, bf)).ir("target")
+    (launch,) = [op for op in target.walk() if isinstance(op, tt.LaunchExOp)]
+    assert not [op for op in target.walk() if isinstance(op, tt.LaunchOp)]
+    assert launch.grid_value()[0] <= batch * 2

@@ -130,19 +130,51 @@ def eligible(op: g.MatmulOp | g.MatmulEpilogueOp) -> str | None:
     rt = g.elem_of(_product_type(op))
     if not isinstance(rt, BFloat16Type | Float16Type | Float32Type):
         return f"result type {rt}"
+    prob = _problem(op)
+    if isinstance(prob, str):
+        return prob
     ash, bsh = g.shape_of(op.lhs), g.shape_of(op.rhs)
-    ta, tb = op.transpose_lhs is not None, op.transpose_rhs is not None
-    if len(bsh) != 2 or len(ash) < 2 or (ta and len(ash) != 2):
-        return "batched operands"
-    # leading dims of a row-major A fold into M: the tensor maps see it as [rows, K]
-    m, k = (ash[1], ash[0]) if ta else (math.prod(ash[:-1]), ash[-1])
-    n = bsh[0] if tb else bsh[1]
-    if min(m, n, k) < 1:
+    if min(prob.m, prob.n, prob.k) < 1:
         return "empty dimension"
     # TMA row strides are 16-byte multiples: the stored last dim of each operand and N
-    if ash[-1] % 8 or bsh[1] % 8 or n % 8:
+    if ash[-1] % 8 or bsh[-1] % 8 or prob.n % 8:
         return "the operands' stored rows and N must be multiples of 8 (16-byte TMA row strides)"
+    if prob.batch > 1 and (prob.m % 64 or prob.k % BOX_K):
+        return f"batched operands need M and K multiples of 64 (M = {prob.m}, K = {prob.k})"
     return None
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """The sizes of a matmul as the kernel sees them."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    a_batched: bool = True
+    b_batched: bool = True
+
+
+def _problem(op: g.MatmulOp | g.MatmulEpilogueOp) -> _Problem | str:
+    """M, N, K and the batch of ``op``, or why the kernel cannot take its operands.
+
+    A row-major A with batch dims times a 2-D B folds the batch into M (one product);
+    otherwise the batch dims of A and B must be equal, or one operand 2-D (broadcast).
+    """
+    ash, bsh = g.shape_of(op.lhs), g.shape_of(op.rhs)
+    ta, tb = op.transpose_lhs is not None, op.transpose_rhs is not None
+    if len(ash) < 2 or len(bsh) < 2:
+        return "operands of rank < 2"
+    m, k = (ash[-1], ash[-2]) if ta else (ash[-2], ash[-1])
+    n = bsh[-2] if tb else bsh[-1]
+    if len(bsh) == 2 and not ta:
+        return _Problem(math.prod(ash[:-1]), n, k)
+    abatch, bbatch = tuple(ash[:-2]), tuple(bsh[:-2])
+    if abatch and bbatch and abatch != bbatch:
+        return f"batch dims {list(abatch)} and {list(bbatch)} differ (broadcast batch)"
+    batch = math.prod(abatch or bbatch)
+    return _Problem(m, n, k, batch, bool(abatch), bool(bbatch))
 
 
 # --------------------------------------------------------------------------- the kernel
@@ -164,11 +196,24 @@ class Sm90Gemm:
     """A is stored transposed (``K x M`` row-major): its tiles are read M-major."""
     b_t: bool = False
     """B is stored transposed (``N x K`` row-major, ``nn.Linear``'s weight): read K-major."""
+    batch: int = 1
+    """Independent products ``C[b] = A[b] @ B[b]``: the operands and C are seen as 2-D
+    ``[batch * rows, cols]`` tensor maps, so a tile must not straddle two batches: M is a
+    multiple of BM and K of 64 (:func:`eligible` checks)."""
+    a_batched: bool = True
+    """A has the batch dim (else one A is broadcast to every batch)."""
+    b_batched: bool = True
+    """B has the batch dim (else one B is broadcast to every batch)."""
     epilogue: Sm90Epilogue | None = None
     """Bias add and activation applied to the accumulators before the store (the kernel
     then takes the bias pointer as a fourth parameter when there is one)."""
 
     def __post_init__(self) -> None:
+        if self.batch > 1 and (self.m % self.bm or self.k % BOX_K):
+            raise ValueError(
+                f"lower-matmul-sm90: a batched product needs M a multiple of BM = {self.bm} "
+                f"and K a multiple of {BOX_K}, got M = {self.m}, K = {self.k}"
+            )
         if not self.cfg.valid():
             raise ValueError(
                 f"lower-matmul-sm90: {self.cfg} is not a valid sm90 configuration (BN in "
@@ -221,7 +266,7 @@ class Sm90Gemm:
 
     @property
     def tiles(self) -> int:
-        return cdiv(self.m, self.bm) * cdiv(self.n, self.cfg.bn)
+        return self.batch * cdiv(self.m, self.bm) * cdiv(self.n, self.cfg.bn)
 
     def grid(self) -> tuple[int, int, int]:
         """Persistent: one CTA per SM (at most one per tile), whole clusters; each CTA loops
@@ -293,10 +338,14 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     units = gemm.tiles // cl
     ktiles = cdiv(gemm.k, BOX_K)
 
-    def tile_origin(unit: SSAValue) -> tuple[SSAValue, SSAValue]:
-        """(m0, n0) of this CTA's tile in work unit ``unit``; units go in groups of
-        ``group_m`` tile rows."""
+    def tile_origin(unit: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue | None]:
+        """(m0, n0, batch index) of this CTA's tile in work unit ``unit``; the units of a
+        batch go in groups of ``group_m`` tile rows (the batch index is None unbatched)."""
         rows, tiles_n = cdiv(gemm.m, bm) // cl, cdiv(gemm.n, bn)
+        bidx = None
+        if gemm.batch > 1:
+            bidx = e.bin(tt.DivOp, "u32", unit, rows * tiles_n)
+            unit = e.bin(tt.RemOp, "u32", unit, rows * tiles_n)
         group = max(1, cfg.group_m // cl)
         per_group = group * tiles_n
         first_m = e.mul32(e.bin(tt.DivOp, "u32", unit, per_group), group)
@@ -306,7 +355,15 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         pid_n = e.bin(tt.DivOp, "u32", r, gsize)
         if rank is not None:
             pid_m = e.mad32(pid_m, cl, rank)
-        return e.mul32(pid_m, bm), e.mul32(pid_n, bn)
+        return e.mul32(pid_m, bm), e.mul32(pid_n, bn), bidx
+
+    def batch_rows(bidx: SSAValue | None, rows: int, on: bool) -> SSAValue | None:
+        """The first row of batch ``bidx`` in a 2-D view with ``rows`` rows per batch (None
+        when unbatched or broadcast)."""
+        return e.mul32(bidx, rows) if bidx is not None and on else None
+
+    def plus(a: SSAValue, b: SSAValue | None) -> SSAValue:
+        return a if b is None else e.add32(a, b)
 
     wg = e.bin(tt.ShrOp, "u32", tid, 7)
     consumer = e.label("CONSUMER")
@@ -329,7 +386,10 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     mask = e.imm((1 << cl) - 1) if cl > 1 else None
     tile_loop = e.label("PRODUCE_TILE")
     e.add(tt.LabelOp(tile_loop))
-    m0, n0 = tile_origin(tile)
+    m0, n0, bidx = tile_origin(tile)
+    # row offsets of this tile's batch in the operands' 2-D views
+    a_rows = batch_rows(bidx, gemm.k if gemm.a_t else gemm.m, gemm.a_batched)
+    b_rows = batch_rows(bidx, gemm.n if gemm.b_t else gemm.k, gemm.b_batched)
     e.mov("u32", kt, 0)
     loop = e.label("PRODUCE")
     e.add(tt.LabelOp(loop))
@@ -342,22 +402,25 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     k0 = e.mul32(kt, BOX_K)
     a_dst = e.mad32(stage, gemm.a_bytes, sbase)
     if gemm.a_t:  # one 64 (M) x 64 (K) box per consumer warpgroup
+        ka = plus(k0, a_rows)
         for j in range(cfg.consumers):
             dst = e.add32(a_dst, j * BOX_BYTES) if j else a_dst
             row = e.add32(m0, j * BOX_K) if j else m0
-            e.add(tt.CpAsyncBulkTensorOp(dst, tmap_a, row, k0, full))
+            e.add(tt.CpAsyncBulkTensorOp(dst, tmap_a, row, ka, full))
     else:
-        e.add(tt.CpAsyncBulkTensorOp(a_dst, tmap_a, k0, m0, full))
+        e.add(tt.CpAsyncBulkTensorOp(a_dst, tmap_a, k0, plus(m0, a_rows), full))
     b_dst = e.mad32(stage, gemm.b_bytes, e.add32(sbase, stages * gemm.a_bytes))
     first_box = 0
     if rank is not None:  # rank r loads boxes [r * mine, (r + 1) * mine)
         first_box = e.mul32(rank, mine)
         b_dst = e.mad32(first_box, BOX_BYTES, b_dst)
         n0 = e.mad32(first_box, BOX_K, n0)
+    # B's rows are N (stored transposed) or K: the batch offset goes on that coordinate
+    nb, kb = (plus(n0, b_rows), k0) if gemm.b_t else (n0, plus(k0, b_rows))
     for j in range(mine):
         dst = e.add32(b_dst, j * BOX_BYTES) if j else b_dst
-        col = e.add32(n0, j * BOX_K) if j else n0
-        inner, outer = (k0, col) if gemm.b_t else (col, k0)
+        col = e.add32(nb, j * BOX_K) if j else nb
+        inner, outer = (k0, col) if gemm.b_t else (col, kb)
         e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, inner, outer, full, mask=mask))
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
     e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
@@ -408,7 +471,9 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
 
     tile_loop = e.label("CONSUME_TILE")
     e.add(tt.LabelOp(tile_loop))
-    m0, n0 = tile_origin(tile)
+    m0, n0, bidx = tile_origin(tile)
+    if bidx is not None:  # C's rows of this batch (M is a multiple of BM)
+        m0 = e.mad32(bidx, gemm.m, m0)
     e.mov("u32", kt, 0)
     loop = e.label("CONSUME")
     e.add(tt.LabelOp(loop))
@@ -598,18 +663,20 @@ def _product_type(op: g.MatmulOp | g.MatmulEpilogueOp) -> TensorType:
 
 def gemm_for(op: g.MatmulOp | g.MatmulEpilogueOp) -> Sm90Gemm:
     """The kernel specialization for an eligible matmul (tile_shape or the heuristic)."""
-    ash, bsh = g.shape_of(op.lhs), g.shape_of(op.rhs)
+    prob = _problem(op)
+    assert isinstance(prob, _Problem), prob
     ta, tb = op.transpose_lhs is not None, op.transpose_rhs is not None
-    m, k = (ash[1], ash[0]) if ta else (math.prod(ash[:-1]), ash[-1])
-    n = bsh[0] if tb else bsh[1]
     cfg = None
     if op.tile_shape is not None:
         cfg = Sm90Config.from_tile_shape(tuple(op.tile_shape.get_values()))
     if cfg is None:
-        cfg = sm90_config(m, n, k)
+        cfg = sm90_config(prob.m * prob.batch, prob.n, prob.k)
+    if prob.batch > 1 and prob.m % cfg.bm:  # a tile must not straddle two batches
+        cfg = replace(cfg, consumers=1, cluster=1)
     return Sm90Gemm(
-        m, n, k, _TYPE_NAMES[type(g.elem_of(op.lhs))],
+        prob.m, prob.n, prob.k, _TYPE_NAMES[type(g.elem_of(op.lhs))],
         _TYPE_NAMES[type(g.elem_of(_product_type(op)))], cfg, device_sms(), a_t=ta, b_t=tb,
+        batch=prob.batch, a_batched=prob.a_batched, b_batched=prob.b_batched,
     )
 
 

@@ -252,6 +252,80 @@ def _gemm_one(ctx: Ctx, mm: Any, n: int) -> None:
     guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, mm, [a, b], ref, TOL_BF16, flops))
 
 
+GEMM_LAYOUTS: list[tuple[str, str, tuple[int, ...], tuple[int, ...], str]] = [
+    # (case, expression, stored A shape, stored B shape, dtype); M, N, K from the shapes
+    ("gemm bf16 NT a@w.T 8192^3", "a @ b.T", (8192, 8192), (8192, 8192), "bf16"),
+    ("gemm bf16 TN a.T@b 4096^3", "a.T @ b", (4096, 4096), (4096, 4096), "bf16"),
+    ("gemm bf16 NT a@b.T 4096^3", "a @ b.T", (4096, 4096), (4096, 4096), "bf16"),
+    ("gemm bf16 TT 4096^3", "a.T @ b.T", (4096, 4096), (4096, 4096), "bf16"),
+    ("gemm bf16 NN 8192x14336x4096", "a @ b", (8192, 4096), (4096, 14336), "bf16"),
+    ("gemm bf16 NT 8192x14336x4096", "a @ b.T", (8192, 4096), (14336, 4096), "bf16"),
+    ("gemm bf16 NT 16384x1024x8192", "a @ b.T", (16384, 8192), (1024, 8192), "bf16"),
+    ("gemm bf16 3-D x@w.T 8x1024x4096->4096", "a @ b.T", (8, 1024, 4096), (4096, 4096), "bf16"),
+    ("gemm bf16 ragged 3000x5000x2000", "a @ b", (3000, 2000), (2000, 5000), "bf16"),
+    ("gemm bf16 decode M=16 8192^2", "a @ b", (16, 8192), (8192, 8192), "bf16"),
+    ("gemm bf16 decode M=16 8192^2 NT", "a @ b.T", (16, 8192), (8192, 8192), "bf16"),
+    ("gemm bf16 batched 32x512x512x128", "a @ b", (32, 512, 128), (32, 128, 512), "bf16"),
+    ("gemm f32 NN 4096^3", "a @ b", (4096, 4096), (4096, 4096), "f32"),
+]
+
+
+def case_gemm_layouts(ctx: Ctx) -> None:
+    """Every GEMM layout and shape family through ``ts.jit`` against ``torch.matmul`` on the
+    same stored operands (a transpose is a view for torch, a layout for Tessera)."""
+    import tessera as ts
+
+    for case, expr, ash, bsh, dt in GEMM_LAYOUTS[:4] if ctx.quick else GEMM_LAYOUTS:
+        fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}))
+        if ctx.dry:
+            dry = [stand_in(ash, dt), stand_in(bsh, dt)]
+            guarded(ctx, case, "tessera", lambda fn=fn, dry=dry, case=case: run_tessera(
+                ctx, case, fn, [], None, TOL_BF16, dry_args=dry))
+            continue
+        torch = _torch()
+        tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dt]
+        a = torch.randn(ash, device="cuda", dtype=tdt)
+        b = torch.randn(bsh, device="cuda", dtype=tdt)
+        peer = eval(f"lambda a, b: {expr}")
+        ref = peer(a.double(), b.double())
+        k = ash[0] if expr.startswith("a.T") else ash[-1]
+        flops = 2.0 * ref.numel() * k
+        tol = TOL_BF16 if dt == "bf16" else 1e-5
+        guarded(ctx, case, "torch.matmul (cuBLAS)", lambda a=a, b=b, ref=ref, case=case, peer=peer,
+                flops=flops, tol=tol: timed_peer(ctx, case, "torch.matmul (cuBLAS)",
+                                                 lambda: peer(a, b), ref, tol, flops))
+        guarded(ctx, case, "tessera", lambda a=a, b=b, ref=ref, case=case, fn=fn, flops=flops,
+                tol=tol: run_tessera(ctx, case, fn, [a, b], ref, tol, flops))
+        del a, b, ref
+    if not ctx.quick:
+        _linear_epilogue(ctx)
+
+
+def _linear_epilogue(ctx: Ctx) -> None:
+    """``gelu(x @ w.T + bias)``: nn.Linear + GELU (tanh) against torch eager."""
+    import tessera as ts
+
+    case, (m, n, k) = "linear+bias+gelu bf16 8192^3", (8192, 8192, 8192)
+    fn = ts.jit(lambda x, w, bias: ts.gelu(x @ w.T + bias))
+    if ctx.dry:
+        dry = [stand_in((m, k), "bf16"), stand_in((n, k), "bf16"), stand_in((n,), "bf16")]
+        guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, fn, [], None, TOL_BF16,
+                                                          dry_args=dry))
+        return
+    torch = _torch()
+    fnn = torch.nn.functional
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    ref = fnn.gelu(fnn.linear(x.double(), w.double(), bias.double()), approximate="tanh")
+    flops = 2.0 * m * n * k
+    guarded(ctx, case, "torch eager", lambda: timed_peer(
+        ctx, case, "torch eager", lambda: fnn.gelu(fnn.linear(x, w, bias), approximate="tanh"),
+        ref, TOL_BF16, flops))
+    guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, fn, [x, w, bias], ref, TOL_BF16,
+                                                      flops))
+
+
 def case_attention(ctx: Ctx) -> None:
     import tessera as ts
 
@@ -459,6 +533,7 @@ def case_compile(ctx: Ctx) -> None:
 
 CASES: dict[str, Callable[[Ctx], None]] = {
     "gemm": case_gemm,
+    "gemm_layouts": case_gemm_layouts,
     "attention": case_attention,
     "softmax": case_softmax,
     "rmsnorm": case_rmsnorm,

@@ -99,9 +99,10 @@ def tiles_for(device: str, path: Path | None = None) -> tuple[tuple[str, TileCon
 
 
 def gemm_runner(gemm: Any) -> Callable[..., None]:
-    """``run(c, a, b, stream=None)`` launching the sm90 kernel of ``gemm`` (a
-    :class:`~tessera.passes.lower_matmul_sm90.Sm90Gemm`) on torch tensors; built and loaded
-    once per specialization and device (``run.plan`` is its launch plan)."""
+    """``run(c, a, b, *extra, stream=None)`` launching the sm90 kernel of ``gemm`` (a
+    :class:`~tessera.passes.lower_matmul_sm90.Sm90Gemm`) on torch tensors (``extra``: the
+    fused epilogue's bias, if any); built and loaded once per specialization and device
+    (``run.plan`` is its launch plan)."""
     from tessera.passes.emit_ptx import emit_ptx
     from tessera.passes.lower_matmul_sm90 import build_kernel
     from tessera.runtime import tma
@@ -113,7 +114,7 @@ def gemm_runner(gemm: Any) -> Callable[..., None]:
         return kernel, emit_ptx(kernel)
 
     boxes = gemm.boxes()
-    pairs = [(boxes[2 * i], boxes[2 * i + 1]) for i in range(3)]
+    pairs = [(boxes[2 * i], boxes[2 * i + 1]) for i in range(len(boxes) // 2)]
     return tma.kernel_runner(gemm, name, build, gemm.grid(), gemm.smem_bytes, pairs)
 
 
@@ -166,24 +167,21 @@ def complete(module: ModuleOp, options: CompileOptions) -> CompileOptions:
     if not (options.autotune and options.sm90_kernels and options.arch == "sm_90"):
         return options
     from tessera.ir import graph as g
-    from tessera.passes.lower_matmul_sm90 import eligible
+    from tessera.passes.lower_matmul_sm90 import eligible, gemm_for
 
     tiles = dict(options.sm90_tiles)
-    names = {"bf16": "bf16", "f16": "f16", "f32": "f32"}
     for op in module.walk():
-        if not isinstance(op, g.MatmulOp) or eligible(op) is not None:
+        if not isinstance(op, g.MatmulOp | g.MatmulEpilogueOp) or eligible(op) is not None:
             continue
         if op.tile_shape is not None and mc.Sm90Config.from_tile_shape(
             tuple(op.tile_shape.get_values())
         ):
             continue
-        m, k = g.shape_of(op.lhs)
-        n = g.shape_of(op.rhs)[1]
-        in_type = names.get(str(g.elem_of(op.lhs)), "bf16")
-        out_type = names.get(str(g.elem_of(op.result)), "bf16")
-        key = mc.shape_key(m, n, k, in_type, out_type)
+        gemm = gemm_for(op)  # the problem the kernel solves (batches folded into M)
+        m, n, k = gemm.m * gemm.batch, gemm.n, gemm.k
+        key = mc.shape_key(m, n, k, gemm.in_type, gemm.out_type)
         if key not in tiles:
-            tiles[key] = mc.as_numbers(autotune(m, n, k, in_type, out_type))
+            tiles[key] = mc.as_numbers(autotune(m, n, k, gemm.in_type, gemm.out_type))
     if len(tiles) == len(options.sm90_tiles):
         return options
     return options.replace(sm90_tiles=tuple(tiles.items()))

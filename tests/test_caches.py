@@ -304,3 +304,24 @@ def test_cubin_stage(fresh) -> None:
     spec.options = CompileOptions(arch="sm_90")
     cubin = compiler.build(spec, "cubin")
     assert cubin[:4] == b"\x7fELF"
+
+
+def test_each_pipeline_is_defined_once() -> None:
+    from tessera.passes.graph_optimize import GraphOptimizePass
+    from tessera.passes.pipelines import GraphPipelinePass, PtxPipelinePass, stage_passes
+    from tessera.profiler.pipeline import expand
+
+    graph = [p.name for p in stage_passes("graph")]
+    assert graph == list(DEFAULT_GRAPH_PASSES)
+    assert [p.name for p in expand([GraphPipelinePass()])] == graph
+    assert [p.name for p in expand([GraphOptimizePass()])] == graph[1:]  # after canonicalize
+    assert [p.name for p in expand([GraphOptimizePass(cse=False)])] == [
+        n for n in graph[1:] if n != "cse"
+    ]
+    assert [p.name for p in expand([PtxPipelinePass()])] == [
+        *graph, "lower-graph-to-tile", "lower-tile-to-target",
+    ]
+    (tile,) = stage_passes("tile", CompileOptions(
+        sm90_kernels=True, sm90_tiles=(("8x8x8:bf16->bf16", (128, 3, 1, 8, 1)),),
+    ))
+    assert tile.sm90 and tile.sm90_tiles == ("8x8x8:bf16->bf16=128,3,1,8,1",)

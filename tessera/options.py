@@ -107,10 +107,20 @@ def _device_at(index: int) -> Device | None:
         return None
 
 
+def _no_driver() -> bool:
+    """Whether this is a Linux machine without the NVIDIA driver (then there is no CUDA
+    device to ask torch about, and torch need not be imported to find that out)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    return not (Path("/proc/driver/nvidia").exists() or Path("/dev/nvidiactl").exists())
+
+
 def current_device() -> Device | None:
     """The current CUDA device (torch's), or None when there is none (or no torch)."""
     torch = sys.modules.get("torch")
     if torch is None:
+        if _no_driver():
+            return None
         try:
             import torch
         except ImportError:

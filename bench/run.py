@@ -299,6 +299,37 @@ def case_gemm_layouts(ctx: Ctx) -> None:
         del a, b, ref
     if not ctx.quick:
         _linear_epilogue(ctx)
+        for out in ("bf16", "f32"):
+            _fp8_gemm(ctx, 8192, out)
+
+
+def _fp8_gemm(ctx: Ctx, n: int, out: str) -> None:
+    """fp8 e4m3 ``a @ b.T`` (both K-major) against ``torch._scaled_mm`` with unit scales."""
+    import tessera as ts
+
+    case = f"gemm fp8 e4m3 NT {n}^3 -> {out}"
+    odt = {"bf16": ts.bf16, "f32": ts.f32}[out]
+    fn = ts.jit(lambda a, b: ts.matmul(a, b, transpose_b=True, out_dtype=odt))
+    if ctx.dry:
+        import ml_dtypes
+        import numpy as np
+
+        dry = [np.zeros((n, n), ml_dtypes.float8_e4m3fn)] * 2
+        guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, fn, [], None, TOL_BF16,
+                                                          dry_args=dry))
+        return
+    torch = _torch()
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    one = torch.ones((), device="cuda")
+    tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[out]
+    ref = a.double() @ b.double().T
+    flops = 2.0 * n**3
+    guarded(ctx, case, "torch._scaled_mm", lambda: timed_peer(
+        ctx, case, "torch._scaled_mm",
+        lambda: torch._scaled_mm(a, b.T, scale_a=one, scale_b=one, out_dtype=tdt),
+        ref, TOL_BF16, flops))
+    guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, fn, [a, b], ref, TOL_BF16, flops))
 
 
 def _linear_epilogue(ctx: Ctx) -> None:

@@ -277,3 +277,36 @@ def test_jit_batched_matmul_takes_the_sm90_kernel(
     (launch,) = [op for op in target.walk() if isinstance(op, tt.LaunchExOp)]
     assert not [op for op in target.walk() if isinstance(op, tt.LaunchOp)]
     assert launch.grid_value()[0] <= batch * 2
+
+
+@needs_ptxas
+@pytest.mark.parametrize(("a", "b", "out"), [("e4m3", None, "f32"), ("e5m2", None, "bf16"),
+                                             ("e4m3", "e5m2", "f32")])
+def test_fp8_kernel_assembles(a: str, b, out: str) -> None:
+    """fp8 operands (both K-major): ``k32`` wgmmas over 128-element K stages."""
+    m, n, k = 200, 136, 272
+    gemm = Sm90Gemm(m, n, k, a, out, mc.heuristic(m, n, k), b_t=True, b_type=b)
+    assert gemm.box_k == 128 and gemm.boxes()[2:6] == [128, gemm.bm, 128, 64]
+    ptx = emit_ptx(build_kernel("gemm", gemm))
+    assert f"m64n{gemm.cfg.bn}k32.f32.{a}.{b or a}" in ptx
+    ptxas.check(ptx)
+
+
+def test_fp8_needs_k_major_operands() -> None:
+    with pytest.raises(ValueError, match="K-major"):
+        Sm90Gemm(128, 128, 128, "e4m3", "f32", mc.heuristic(128, 128, 128))
+
+
+@needs_ptxas
+def test_jit_fp8_matmul_takes_the_sm90_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    fn = ts.jit(lambda a, b: ts.matmul(a, b, transpose_b=True, out_dtype=ts.f32))
+    e4 = ml_dtypes.float8_e4m3fn
+    spec = fn.specialize(np.zeros((96, 64), e4), np.zeros((72, 64), e4))
+    target = spec.ir("target")
+    assert [op for op in target.walk() if isinstance(op, tt.LaunchExOp)]
+    assert "k32.f32.e4m3.e4m3" in spec.ir("ptx")
+    # B row-major (K x N) is not K-major: the generic mma.sync kernel takes it
+    spec = ts.jit(lambda a, b: ts.matmul(a, b, out_dtype=ts.f32)).specialize(
+        np.zeros((96, 64), e4), np.zeros((64, 72), e4))
+    assert not [op for op in spec.ir("target").walk() if isinstance(op, tt.LaunchExOp)]

@@ -300,3 +300,22 @@ def test_jit_batched_epilogue() -> None:
     torch.cuda.synchronize()
     ref = torch.nn.functional.gelu(a.double() @ b.double() + bias.double(), approximate="tanh")
     assert float((out.double() - ref).norm() / ref.norm()) < 1e-2
+
+
+@pytest.mark.parametrize(("fmt", "out"), [("e4m3", "f32"), ("e5m2", "f32"), ("e4m3", "bf16")])
+@pytest.mark.parametrize(("m", "n", "k"), [(1000, 136, 272), (256, 512, 1024), (40, 64, 16)])
+def test_jit_fp8_k_major(fmt: str, out: str, m: int, n: int, k: int) -> None:
+    """fp8 ``a @ b.T`` (both K-major, ``torch._scaled_mm``'s layout) on k32 wgmmas, against
+    float64 of the same fp8 inputs."""
+    tdt = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt]
+    odt = {"f32": ts.f32, "bf16": ts.bf16}[out]
+    a = torch.randn(m, k, device="cuda").to(tdt)
+    b = torch.randn(n, k, device="cuda").to(tdt)
+    fn = ts.jit(lambda a, b: ts.matmul(a, b, transpose_b=True, out_dtype=odt))
+    c = fn(a, b)
+    torch.cuda.synchronize()
+    assert f"k32.f32.{fmt}.{fmt}" in fn.inspect_ir("ptx")
+    ref = a.double() @ b.double().T
+    assert torch.isfinite(c).all()
+    err = float((c.double() - ref).norm() / ref.norm())
+    assert err < (1e-5 if out == "f32" else 1e-2), err

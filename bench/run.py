@@ -329,6 +329,11 @@ def _fp8_gemm(ctx: Ctx, n: int, out: str) -> None:
         ctx, case, "torch._scaled_mm",
         lambda: torch._scaled_mm(a, b.T, scale_a=one, scale_b=one, out_dtype=tdt),
         ref, TOL_BF16, flops))
+    guarded(ctx, case, "torch._scaled_mm fast_accum", lambda: timed_peer(
+        ctx, case, "torch._scaled_mm fast_accum",
+        lambda: torch._scaled_mm(a, b.T, scale_a=one, scale_b=one, out_dtype=tdt,
+                                 use_fast_accum=True),
+        ref, TOL_BF16, flops))
     guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, fn, [a, b], ref, TOL_BF16, flops))
 
 

@@ -306,7 +306,9 @@ def test_jit_batched_epilogue() -> None:
 @pytest.mark.parametrize(("m", "n", "k"), [(1000, 136, 272), (256, 512, 1024), (40, 64, 16)])
 def test_jit_fp8_k_major(fmt: str, out: str, m: int, n: int, k: int) -> None:
     """fp8 ``a @ b.T`` (both K-major, ``torch._scaled_mm``'s layout) on k32 wgmmas, against
-    float64 of the same fp8 inputs."""
+    float64 of the same fp8 inputs. The tensor cores keep fp8 partial sums at reduced
+    precision over a whole tile's K (``_scaled_mm(use_fast_accum=True)``'s behaviour), so
+    the f32 bound is looser than a full-f32 accumulation's."""
     tdt = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt]
     odt = {"f32": ts.f32, "bf16": ts.bf16}[out]
     a = torch.randn(m, k, device="cuda").to(tdt)
@@ -318,4 +320,4 @@ def test_jit_fp8_k_major(fmt: str, out: str, m: int, n: int, k: int) -> None:
     ref = a.double() @ b.double().T
     assert torch.isfinite(c).all()
     err = float((c.double() - ref).norm() / ref.norm())
-    assert err < (1e-5 if out == "f32" else 1e-2), err
+    assert err < (5e-4 if out == "f32" else 1e-2), err

@@ -67,7 +67,13 @@ def test_jit_matmul_generic_when_not_selected(monkeypatch: pytest.MonkeyPatch) -
 
 def test_heuristic() -> None:
     assert mc.heuristic(8192, 8192, 8192) == mc.Sm90Config(bn=256, stages=3, consumers=2)
-    assert mc.heuristic(2048, 2048, 2048) == mc.Sm90Config(bn=128, stages=5, consumers=2)
+    # one wave of 128 x 256 tiles beats two of 128 x 128
+    assert mc.heuristic(2048, 2048, 2048) == mc.Sm90Config(bn=256, stages=3, consumers=2)
+    assert mc.heuristic(1024, 1024, 1024) == mc.Sm90Config(bn=128, stages=5, consumers=2)
+    # ragged, with an even number of tile rows: CTA pairs multicasting B
+    assert mc.heuristic(3000, 5000, 2000).cluster == 2
+    assert mc.heuristic(6000, 6000, 1000).cluster == 1  # 47 tile rows do not pair up
+    assert mc.heuristic(16, 8192, 8192) == mc.Sm90Config(bn=128, stages=5, consumers=1)
     assert mc.heuristic(40, 64, 16).consumers == 1
     for c in mc.search_space(4096, 4096, 4096):
         assert c.valid() and c.stages >= 3

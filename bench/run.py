@@ -362,6 +362,59 @@ def _linear_epilogue(ctx: Ctx) -> None:
                                                       flops))
 
 
+def case_mlp_step(ctx: Ctx) -> None:
+    """A 2-layer gelu MLP's forward and backward (gradients of both weights) through
+    ``ts.grad``, against torch eager autograd, for bf16 and f32."""
+    import tessera as ts
+
+    def loss(x, w1, w2, dy):
+        return ts.sum(ts.gelu(x @ w1) @ w2 * dy)
+
+    step = ts.grad(loss, argnums=(1, 2))
+    t, d, f = (1024, 512, 2048) if ctx.quick else (4096, 2048, 8192)
+    torch = None if ctx.dry else _torch()
+    for dt in ("bf16", "f32"):
+        case = f"mlp step {dt} {t}x{d}x{f}"
+        flops = 3 * 2 * 2.0 * t * d * f  # forward + two backward GEMMs per layer
+        if ctx.dry:
+            dry = [stand_in(s, dt) for s in ((t, d), (d, f), (f, d), (t, d))]
+            guarded(ctx, case, "tessera", lambda dry=dry, case=case: run_tessera(
+                ctx, case, step, [], None, TOL_BF16, dry_args=dry))
+            continue
+        assert torch is not None
+        tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dt]
+        x = torch.randn(t, d, device="cuda", dtype=tdt)
+        w1 = (torch.randn(d, f, device="cuda", dtype=tdt) / d**0.5)
+        w2 = (torch.randn(f, d, device="cuda", dtype=tdt) / f**0.5)
+        dy = torch.randn(t, d, device="cuda", dtype=tdt)
+
+        def eager(x=x, w1=w1, w2=w2, dy=dy, tdt=tdt):
+            a, b = w1.detach().requires_grad_(), w2.detach().requires_grad_()
+            y = torch.nn.functional.gelu(x @ a, approximate="tanh") @ b
+            return torch.autograd.grad(y, (a, b), dy)
+
+        a64, b64 = w1.double().requires_grad_(), w2.double().requires_grad_()
+        y64 = torch.nn.functional.gelu(x.double() @ a64, approximate="tanh") @ b64
+        g1, g2 = torch.autograd.grad(y64, (a64, b64), dy.double())
+        tol = TOL_BF16 if dt == "bf16" else 1e-4
+        guarded(ctx, case, "torch eager", lambda eager=eager, case=case, tol=tol, g1=g1,
+                flops=flops: timed_peer(ctx, case, "torch eager", lambda: eager()[0], g1, tol,
+                                        flops))
+
+        def ours(case=case, x=x, w1=w1, w2=w2, dy=dy, g1=g1, g2=g2, tol=tol, flops=flops):
+            gw1, gw2 = step(x, w1, w2, dy)
+            errs = (rel_err(gw1, g1), rel_err(gw2, g2))
+            if not max(errs) <= tol:
+                ctx.add(Row(case, "tessera", rel_err=max(errs), status="mismatch",
+                            note=f"gradient errors {errs[0]:.3g}, {errs[1]:.3g}; not timed"))
+                return
+            ms = bench(lambda: step(x, w1, w2, dy), ctx.quick)
+            ctx.add(_rate(Row(case, "tessera", ms=ms, rel_err=max(errs)), flops, None))
+
+        guarded(ctx, case, "tessera", ours)
+        del x, w1, w2, dy
+
+
 def case_attention(ctx: Ctx) -> None:
     import tessera as ts
 
@@ -570,6 +623,7 @@ def case_compile(ctx: Ctx) -> None:
 CASES: dict[str, Callable[[Ctx], None]] = {
     "gemm": case_gemm,
     "gemm_layouts": case_gemm_layouts,
+    "mlp_step": case_mlp_step,
     "attention": case_attention,
     "softmax": case_softmax,
     "rmsnorm": case_rmsnorm,

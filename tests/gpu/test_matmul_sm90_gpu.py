@@ -320,4 +320,4 @@ def test_jit_fp8_k_major(fmt: str, out: str, m: int, n: int, k: int) -> None:
     ref = a.double() @ b.double().T
     assert torch.isfinite(c).all()
     err = float((c.double() - ref).norm() / ref.norm())
-    assert err < (5e-4 if out == "f32" else 1e-2), err
+    assert err < (3e-3 if out == "f32" else 1e-2), err

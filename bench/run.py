@@ -415,6 +415,37 @@ def case_mlp_step(ctx: Ctx) -> None:
         del x, w1, w2, dy
 
 
+def case_conv2d(ctx: Ctx) -> None:
+    """conv2d (NCHW, 3x3, pad 1) through ``ts.jit`` against cuDNN (``F.conv2d``)."""
+    import tessera as ts
+
+    shapes = [((32, 64, 56, 56), (64, 64, 3, 3)), ((32, 256, 14, 14), (256, 256, 3, 3))]
+    fn = ts.jit(lambda x, w: ts.conv2d(x, w, stride=1, padding=1))
+    torch = None if ctx.dry else _torch()
+    for xs, ws in shapes[:1] if ctx.quick else shapes:
+        n, c, h, w_ = xs
+        flops = 2.0 * n * ws[0] * h * w_ * c * ws[2] * ws[3]
+        for dt in ("bf16", "f32"):
+            case = f"conv2d {dt} {'x'.join(map(str, xs))} k{ws[0]}x{ws[2]}x{ws[3]}"
+            if ctx.dry:
+                dry = [stand_in(xs, dt), stand_in(ws, dt)]
+                guarded(ctx, case, "tessera", lambda dry=dry, case=case: run_tessera(
+                    ctx, case, fn, [], None, TOL_BF16, dry_args=dry))
+                continue
+            assert torch is not None
+            tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dt]
+            x = torch.randn(xs, device="cuda", dtype=tdt)
+            wt = torch.randn(ws, device="cuda", dtype=tdt) / (c * 9) ** 0.5
+            ref = torch.nn.functional.conv2d(x.double(), wt.double(), padding=1)
+            tol = TOL_BF16 if dt == "bf16" else 1e-4
+            guarded(ctx, case, "cuDNN", lambda x=x, wt=wt, ref=ref, case=case, tol=tol,
+                    flops=flops: timed_peer(
+                        ctx, case, "cuDNN", lambda: torch.nn.functional.conv2d(x, wt, padding=1),
+                        ref, tol, flops))
+            guarded(ctx, case, "tessera", lambda x=x, wt=wt, ref=ref, case=case, tol=tol,
+                    flops=flops: run_tessera(ctx, case, fn, [x, wt], ref, tol, flops))
+
+
 def case_attention(ctx: Ctx) -> None:
     import tessera as ts
 
@@ -624,6 +655,7 @@ CASES: dict[str, Callable[[Ctx], None]] = {
     "gemm": case_gemm,
     "gemm_layouts": case_gemm_layouts,
     "mlp_step": case_mlp_step,
+    "conv2d": case_conv2d,
     "attention": case_attention,
     "softmax": case_softmax,
     "rmsnorm": case_rmsnorm,

@@ -73,6 +73,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import target as tt
+from tessera.passes.conv_sm90 import lower_conv2d_sm90
 from tessera.passes.lower_graph_to_tile import (
     LowerGraphToTile,
     Override,
@@ -789,11 +790,13 @@ def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp
 
 @dataclass(frozen=True)
 class LowerMatmulSm90(LowerGraphToTile):
-    """``lower-graph-to-tile`` with bf16/f16 matmuls as TMA + wgmma kernels (sm_90a)."""
+    """``lower-graph-to-tile`` with bf16/f16/fp8 matmuls and bf16/f16 convolutions
+    (:mod:`tessera.passes.conv_sm90`) as TMA + wgmma kernels (sm_90a)."""
 
     name = "lower-matmul-sm90"
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         return {  # type: ignore[dict-item]
             g.MatmulOp: (lower_matmul_sm90,), g.MatmulEpilogueOp: (lower_matmul_sm90,),
+            g.Conv2dOp: (lower_conv2d_sm90,),
         }

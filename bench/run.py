@@ -433,6 +433,7 @@ def case_conv2d(ctx: Ctx) -> None:
                     ctx, case, fn, [], None, TOL_BF16, dry_args=dry))
                 continue
             assert torch is not None
+            torch.backends.cudnn.allow_tf32 = False  # full f32 on both sides
             tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dt]
             x = torch.randn(xs, device="cuda", dtype=tdt)
             wt = torch.randn(ws, device="cuda", dtype=tdt) / (c * 9) ** 0.5

@@ -8,9 +8,9 @@ For bf16/f16 operands, ``lower-matmul-sm90`` lowers ``y = conv2d(x, w) (+ bias)`
    columns are padded with zeros to ``Kp``, a multiple of 8 (16-byte TMA rows). One lane
    per element, columns fastest, so the stores are coalesced.
 2. **GEMM** ``cols @ w2.T`` on the Hopper kernel (:mod:`tessera.passes.lower_matmul_sm90`)
-   with the weight as the K-major B operand: ``w`` seen as ``[O, C*kh*kw]`` is already
-   ``nn.Linear``'s layout; when ``K != Kp`` the weight is first copied into a zero-padded
-   ``[O, Kp]`` buffer. The product ``[N*Ho*Wo, O]`` is f32.
+   with the weight as the K-major B operand: ``w`` seen as ``[O, C*kh*kw]`` is
+   ``nn.Linear``'s layout, copied first into a 2-D ``[O, Kp]`` buffer (zero-padded
+   columns; the weight is small). The product ``[N*Ho*Wo, O]`` is f32.
 3. **NCHW store**: ``y[n, o, ho, wo] = round(prod[(n, ho, wo), o] + bias[o])``, one lane per
    output element with ``wo`` fastest (coalesced stores), the bias added in f32 and the
    sum rounded once to the result type, as the generic direct convolution does.
@@ -90,26 +90,26 @@ def lower_conv2d_sm90(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
     lw.kernel("conv2d_im2col", [cols, lw.mem(op.input)], GROUP,
               [cdiv(rows * kp, GROUP), 1, 1], im2col)
 
-    weight = lw.mem(op.weight)
-    if kp != k:
-        padded = lw.alloc(TensorType(et, [o, kp]))
+    # the weight as a 2-D [O, Kp] row-major buffer (a tensor map sees a memref as
+    # [rows, last dim], and [O, C, kh, kw]'s last dim is kw); padded columns are zero
+    padded = lw.alloc(TensorType(et, [o, kp]))
 
-        def pad_weight(e: KernelEmitter, args: list[SSAValue]) -> None:
-            out, wt = args
-            lin = e.linear_id()
-            ok = e.lt(lin, o * kp)
-            oi, col = e.unravel(lin, [o, kp])
-            inside = e.and_(ok, e.lt(col, k))
-            assert inside is not None
-            ci, ij = e.div(col, kh * kw), e.rem(col, kh * kw)
-            v = e.load(wt, [e.select(inside, oi, 0), e.select(inside, ci, 0),
-                            e.select(inside, e.div(ij, kw), 0), e.select(inside, e.rem(ij, kw), 0)],
-                       mask=inside, other=e.const(0.0, et))
-            e.store(v, out, [oi, col], mask=ok)
+    def pad_weight(e: KernelEmitter, args: list[SSAValue]) -> None:
+        out, wt = args
+        lin = e.linear_id()
+        ok = e.lt(lin, o * kp)
+        oi, col = e.unravel(lin, [o, kp])
+        inside = e.and_(ok, e.lt(col, k))
+        assert inside is not None
+        ci, ij = e.div(col, kh * kw), e.rem(col, kh * kw)
+        v = e.load(wt, [e.select(inside, oi, 0), e.select(inside, ci, 0),
+                        e.select(inside, e.div(ij, kw), 0), e.select(inside, e.rem(ij, kw), 0)],
+                   mask=inside, other=e.const(0.0, et))
+        e.store(v, out, [oi, col], mask=ok)
 
-        lw.kernel("conv2d_weight", [padded, weight], GROUP, [cdiv(o * kp, GROUP), 1, 1],
-                  pad_weight)
-        weight = padded
+    lw.kernel("conv2d_weight", [padded, lw.mem(op.weight)], GROUP,
+              [cdiv(o * kp, GROUP), 1, 1], pad_weight)
+    weight = padded
 
     gemm = Sm90Gemm(rows, o, kp, ty, "f32", sm90_config(rows, o, kp), device_sms(), b_t=True)
     product = lw.alloc(TensorType(f32, [rows, o]))

@@ -749,7 +749,7 @@ def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp
     gemm = gemm_for(op)
     n = lw.counter.get("matmul", 0)
     lw.counter["matmul"] = n + 1
-    name = f"{lw.name}_matmul_{n}"
+    name = f"{lw.prefix}_matmul_{n}"
     args = [lw.mem(op.lhs), lw.mem(op.rhs)]
     split = False
     if isinstance(op, g.MatmulEpilogueOp):

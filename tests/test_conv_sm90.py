@@ -63,11 +63,11 @@ def test_conv_eligibility() -> None:
 @needs_ptxas
 @pytest.mark.parametrize("sm90", ["0", "1"])
 def test_grad_of_a_lambda_has_valid_kernel_names(monkeypatch: pytest.MonkeyPatch, sm90) -> None:
-    """``<lambda>_grad``'s kernels are PTX identifiers (``lambda_grad_...``)."""
+    """``<lambda>_grad``'s kernels are PTX identifiers (``lambda__grad_...``)."""
     monkeypatch.setenv("TESSERA_SM90_MATMUL", sm90)
     f = ts.grad(lambda x, w, dy: ts.sum(ts.conv2d(x, w, padding=1) * dy), argnums=(0, 1))
     spec = f.specialize(np.zeros((2, 8, 6, 6), bf), np.zeros((8, 8, 3, 3), bf),
                         np.zeros((2, 8, 6, 6), bf))
     names = [o.sym_name.data for o in spec.ir("target").walk() if isinstance(o, tt.FuncOp)]
-    assert names and all(n.startswith("lambda_grad_") for n in names)
+    assert names and all(n.startswith("lambda__grad_") for n in names)
     ptxas.check(spec.ir("ptx"))

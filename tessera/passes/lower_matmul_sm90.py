@@ -82,6 +82,7 @@ from tessera.passes.lower_graph_to_tile import (
 )
 from tessera.passes.matmul_config import NUM_SMS, SMEM_BUDGET, Sm90Config, sm90_config
 from tessera.passes.sm90_epilogue import EpilogueEmitter, Sm90Epilogue
+from tessera.passes.sm90_transpose import transpose_2d
 from tessera.passes.target_asm import TargetAsm
 from tessera.passes.tile_builder import KernelEmitter, cdiv
 from tessera.passes.tile_gemm import FMA_GROUP
@@ -135,8 +136,6 @@ def eligible(op: g.MatmulOp | g.MatmulEpilogueOp) -> str | None:
     if fp8:
         if not isinstance(bt, Float8E4M3FNType | Float8E5M2Type):
             return "an fp8 operand times a non-fp8 one"
-        if op.transpose_lhs is not None or op.transpose_rhs is None:
-            return "fp8 operands must both be K-major (A row-major, B stored N x K)"
     elif not isinstance(et, BFloat16Type | Float16Type) or bt != et:
         return "operands are not both bf16 or both f16"
     rt = g.elem_of(_product_type(op))
@@ -149,10 +148,14 @@ def eligible(op: g.MatmulOp | g.MatmulEpilogueOp) -> str | None:
     if min(prob.m, prob.n, prob.k) < 1:
         return "empty dimension"
     # TMA row strides are 16-byte multiples: the stored last dim of each operand and N
-    per16 = 16 if fp8 else 8
-    if ash[-1] % per16 or bsh[-1] % per16 or prob.n % 8:
-        return (f"the operands' stored rows must be multiples of {per16} and N of 8 (16-byte "
-                "TMA row strides)")
+    if fp8:  # both read K-major (an MN-major operand is copied K-major first)
+        if prob.k % 16 or prob.n % 8:
+            return "fp8 products need K a multiple of 16 and N of 8 (16-byte TMA row strides)"
+        if prob.batch > 1 and (op.transpose_lhs is not None or op.transpose_rhs is None):
+            return "batched fp8 operands must both be K-major (A row-major, B stored N x K)"
+    elif ash[-1] % 8 or bsh[-1] % 8 or prob.n % 8:
+        return ("the operands' stored rows and N must be multiples of 8 (16-byte TMA row "
+                "strides)")
     box_k = SWIZZLE_BYTES // (1 if fp8 else 2)
     if prob.batch > 1 and (prob.m % 64 or prob.k % box_k):
         return (f"batched operands need M a multiple of 64 and K of {box_k} (M = {prob.m}, "
@@ -232,6 +235,9 @@ class Sm90Gemm:
                 f"lower-matmul-sm90: a batched product needs M a multiple of BM = {self.bm} "
                 f"and K a multiple of {self.box_k}, got M = {self.m}, K = {self.k}"
             )
+        if self.fp8 and self.cfg.bn > 128:
+            raise ValueError("lower-matmul-sm90: fp8 tiles are at most 128 wide (the "
+                             "accumulators and their f32 totals share the registers)")
         if self.fp8 and (self.a_t or not self.b_t):
             raise ValueError("lower-matmul-sm90: fp8 operands must both be K-major "
                              "(A row-major, B stored N x K)")
@@ -471,6 +477,10 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.add(tt.SetmaxnregOp("inc", 232))
     cw = e.bin(tt.SubOp, "u32", wg, 1)
     acc = [e.reg("f32") for _ in range(bn // 2)]
+    # fp8: the tensor cores keep fp8 partial sums at reduced precision, so each stage's
+    # product (128 of K) starts afresh and is added into f32 totals (``promote``)
+    promote = gemm.fp8
+    tot = [e.reg("f32") for _ in range(bn // 2)] if promote else acc
     # K-major tiles: 128-byte rows of K, 8-row groups 1 KiB apart; a k16 step is 32 bytes.
     # MN-major tiles: 64-element boxes of M or N 8 KiB apart, 8 K-rows 1 KiB apart; a k16
     # step is 16 rows of 128 bytes.
@@ -511,9 +521,13 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     if bidx is not None:  # C's rows of this batch (M is a multiple of BM)
         m0 = e.mad32(bidx, gemm.m, m0)
     e.mov("u32", kt, 0)
+    if promote:
+        for r in tot:
+            e.add(tt.MovOp("f32", r, e.fimm(0.0)))
     loop = e.label("CONSUME")
     e.add(tt.LabelOp(loop))
-    accumulate = e.setp("ne", kt, 0)  # the tile's first wgmma overwrites the accumulators
+    # the tile's (with promote: each stage's) first wgmma overwrites the accumulators
+    accumulate = e.setp("ne", tid, tid) if promote else e.setp("ne", kt, 0)
     e.wait(e.mad32(stage, 8, full0), phase)
     s64 = e.reg("b64")
     e.add(tt.CvtOp("u64.u32", s64, [stage]))
@@ -529,22 +543,29 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         e.add(tt.WgmmaOp(mma, acc, dak, dbk, accumulate if kk == 0 else always,
                          trans_a=int(gemm.a_t), trans_b=int(not gemm.b_t)))
     e.add(tt.FenceOp("wgmma_commit"))
-    e.add(tt.WgmmaWaitOp(1))
-    frees = e.reg("pred")
-    e.add(tt.AndOp("pred", frees, leader, e.setp("ne", kt, 0)))
-    release(prev, frees)
-    e.mov("u32", prev, stage)
+    if promote:  # this stage's product is complete: add it to the totals, free the slot
+        e.add(tt.WgmmaWaitOp(0))
+        for t_reg, a_reg in zip(tot, acc):
+            e.add(tt.AddOp("rn.f32", t_reg, t_reg, a_reg))
+        release(stage, leader)
+    else:
+        e.add(tt.WgmmaWaitOp(1))
+        frees = e.reg("pred")
+        e.add(tt.AndOp("pred", frees, leader, e.setp("ne", kt, 0)))
+        release(prev, frees)
+        e.mov("u32", prev, stage)
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
     e.advance(stage, phase, stages)
     e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
-    e.add(tt.WgmmaWaitOp(0))
-    # the tile's last slot is free: the producer refills it for the next tile during the
-    # epilogue
-    release(prev, leader)
+    if not promote:
+        e.add(tt.WgmmaWaitOp(0))
+        # the tile's last slot is free: the producer refills it for the next tile during
+        # the epilogue
+        release(prev, leader)
     if store is not None:
-        store.tile(m0, n0, acc)
+        store.tile(m0, n0, tot)
     else:
-        _epilogue(e, gemm, c_param, tid, cw, m0, n0, acc, fused)
+        _epilogue(e, gemm, c_param, tid, cw, m0, n0, tot, fused)
     e.add(tt.AddOp("u32", tile, tile, nunits))
     e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
     if store is not None:  # the last tile's stores have completed before the CTA exits
@@ -712,6 +733,10 @@ def gemm_for(op: g.MatmulOp | g.MatmulEpilogueOp) -> Sm90Gemm:
         cfg = sm90_config(prob.m * prob.batch, prob.n, prob.k)
     a_type = _TYPE_NAMES[type(g.elem_of(op.lhs))]
     b_type = _TYPE_NAMES[type(g.elem_of(op.rhs))]
+    if a_type in FP8:  # the kernel reads K-major copies of MN-major fp8 operands
+        ta, tb = False, True
+        if cfg.bn > 128:  # accumulators and f32 totals: 2 x BN / 2 registers
+            cfg = Sm90Config.from_tile_shape((cfg.bm, 128, 64)) or cfg
     if prob.batch > 1 and prob.m % cfg.bm:  # a tile must not straddle two batches
         cfg = replace(cfg, consumers=1, cluster=1)
     return Sm90Gemm(
@@ -751,6 +776,11 @@ def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp
     lw.counter["matmul"] = n + 1
     name = f"{lw.prefix}_matmul_{n}"
     args = [lw.mem(op.lhs), lw.mem(op.rhs)]
+    if gemm.fp8:  # fp8 wgmma reads K-major only: copy an MN-major operand K-major
+        if op.transpose_lhs is not None:
+            args[0] = transpose_2d(lw, args[0], gemm.k, gemm.m, g.elem_of(op.lhs))
+        if op.transpose_rhs is None:
+            args[1] = transpose_2d(lw, args[1], gemm.k, gemm.n, g.elem_of(op.rhs))
     split = False
     if isinstance(op, g.MatmulEpilogueOp):
         ep = Sm90Epilogue.of(op, gemm.out_type)

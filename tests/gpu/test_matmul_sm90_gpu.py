@@ -306,10 +306,11 @@ def test_jit_batched_epilogue() -> None:
 @pytest.mark.parametrize(("m", "n", "k"), [(1000, 136, 272), (256, 512, 1024), (40, 64, 16)])
 @pytest.mark.parametrize("expr", ["a @ b.T", "a @ b", "a.T @ b"])
 def test_jit_fp8(fmt: str, out: str, m: int, n: int, k: int, expr: str) -> None:
-    """fp8 products on k32 wgmmas, against float64 of the same fp8 inputs: each 128-element
-    K stage's product is added into f32 totals, so the result has f32 accumulation's
-    accuracy (the tensor cores alone keep fp8 partial sums at reduced precision). B
-    row-major (``a @ b``) or A stored transposed are copied K-major first."""
+    """fp8 products on k32 wgmmas, against float64 of the same fp8 inputs. The tensor cores
+    align each MMA's fp8 products to about 13 bits before adding them (relative error
+    ~1.2e-4, the same as ``torch._scaled_mm``'s); each 128-element K stage is then added
+    into f32 totals, so the error does not grow with K. B row-major (``a @ b``) or A
+    stored transposed are copied K-major first."""
     tdt = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt]
     odt = {"f32": ts.f32, "bf16": ts.bf16}[out]
     a = torch.randn(*((k, m) if expr.startswith("a.T") else (m, k)), device="cuda").to(tdt)
@@ -322,4 +323,4 @@ def test_jit_fp8(fmt: str, out: str, m: int, n: int, k: int, expr: str) -> None:
     ref = eval(f"lambda a, b: {expr}")(a.double(), b.double())
     assert torch.isfinite(c).all()
     err = float((c.double() - ref).norm() / ref.norm())
-    assert err < (1e-5 if out == "f32" else 1e-2), err
+    assert err < (3e-4 if out == "f32" else 1e-2), err

@@ -325,3 +325,27 @@ def test_each_pipeline_is_defined_once() -> None:
         sm90_kernels=True, sm90_tiles=(("8x8x8:bf16->bf16", (128, 3, 1, 8, 1)),),
     ))
     assert tile.sm90 and tile.sm90_tiles == ("8x8x8:bf16->bf16=128,3,1,8,1",)
+
+
+def test_autotune_on_a_miss_fills_the_options(fresh, monkeypatch) -> None:
+    import ml_dtypes
+
+    tuned: list[tuple[int, int, int, str, str]] = []
+    pick = mc.search_space(128, 256, 64)[-1]
+
+    def fake_autotune(m, n, k, in_type="bf16", out_type="bf16", reps=20):
+        tuned.append((m, n, k, in_type, out_type))
+        return pick
+
+    monkeypatch.setattr(sm90, "autotune", fake_autotune)
+    a = np.zeros((128, 64), ml_dtypes.bfloat16)
+    b = np.zeros((64, 256), ml_dtypes.bfloat16)
+    graph = ts.jit(lambda a, b: ts.matmul(a, b)).specialize(a, b).ir("graph")
+    on = CompileOptions(arch="sm_90", device="H100", sm90_kernels=True, autotune=True)
+    done = sm90.complete(graph, on)
+    assert tuned == [(128, 256, 64, "bf16", "bf16")]
+    assert done.sm90_tile("128x256x64:bf16->bf16") == mc.as_numbers(pick)
+    assert sm90.complete(graph, done) is done and len(tuned) == 1  # tuned once
+    for off in (on.replace(autotune=False), on.replace(arch=None), on.replace(sm90_kernels=False)):
+        assert sm90.complete(graph, off) is off
+    assert len(tuned) == 1

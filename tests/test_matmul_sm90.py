@@ -68,7 +68,13 @@ def test_jit_matmul_generic_when_not_selected(monkeypatch: pytest.MonkeyPatch) -
 
 def test_heuristic() -> None:
     assert mc.heuristic(8192, 8192, 8192) == mc.Sm90Config(bn=256, stages=3, consumers=2)
-    assert mc.heuristic(2048, 2048, 2048) == mc.Sm90Config(bn=128, stages=5, consumers=2)
+    # one wave of 128 x 256 tiles beats two of 128 x 128
+    assert mc.heuristic(2048, 2048, 2048) == mc.Sm90Config(bn=256, stages=3, consumers=2)
+    assert mc.heuristic(1024, 1024, 1024) == mc.Sm90Config(bn=128, stages=5, consumers=2)
+    # ragged, with an even number of tile rows: CTA pairs multicasting B
+    assert mc.heuristic(3000, 5000, 2000).cluster == 2
+    assert mc.heuristic(6000, 6000, 1000).cluster == 1  # 47 tile rows do not pair up
+    assert mc.heuristic(16, 8192, 8192) == mc.Sm90Config(bn=128, stages=5, consumers=1)
     assert mc.heuristic(40, 64, 16).consumers == 1
     for c in mc.search_space(4096, 4096, 4096):
         assert c.valid() and c.stages >= 3
@@ -280,3 +286,40 @@ def test_jit_batched_matmul_takes_the_sm90_kernel(
     (launch,) = [op for op in target.walk() if isinstance(op, tt.LaunchExOp)]
     assert not [op for op in target.walk() if isinstance(op, tt.LaunchOp)]
     assert launch.grid_value()[0] <= batch * 2
+
+
+@needs_ptxas
+@pytest.mark.parametrize(("a", "b", "out"), [("e4m3", None, "f32"), ("e5m2", None, "bf16"),
+                                             ("e4m3", "e5m2", "f32")])
+def test_fp8_kernel_assembles(a: str, b, out: str) -> None:
+    """fp8 operands (both K-major): ``k32`` wgmmas over 128-element K stages."""
+    m, n, k = 200, 136, 272
+    gemm = Sm90Gemm(m, n, k, a, out, mc.heuristic(m, n, k), b_t=True, b_type=b)
+    assert gemm.box_k == 128 and gemm.boxes()[2:6] == [128, gemm.bm, 128, 64]
+    ptx = emit_ptx(build_kernel("gemm", gemm))
+    assert f"m64n{gemm.cfg.bn}k32.f32.{a}.{b or a}" in ptx
+    ptxas.check(ptx)
+
+
+def test_fp8_needs_k_major_operands() -> None:
+    with pytest.raises(ValueError, match="K-major"):
+        Sm90Gemm(128, 128, 128, "e4m3", "f32", mc.heuristic(128, 128, 128))
+
+
+@needs_ptxas
+def test_jit_fp8_matmul_takes_the_sm90_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    fn = ts.jit(lambda a, b: ts.matmul(a, b, transpose_b=True, out_dtype=ts.f32))
+    e4 = ml_dtypes.float8_e4m3fn
+    spec = fn.specialize(np.zeros((96, 64), e4), np.zeros((72, 64), e4))
+    target = spec.ir("target")
+    assert [op for op in target.walk() if isinstance(op, tt.LaunchExOp)]
+    assert "k32.f32.e4m3.e4m3" in spec.ir("ptx")
+    # B row-major (K x N) is not K-major: it is copied K-major (one transpose kernel) first
+    spec = ts.jit(lambda a, b: ts.matmul(a, b, out_dtype=ts.f32)).specialize(
+        np.zeros((96, 64), e4), np.zeros((64, 72), e4))
+    target = spec.ir("target")
+    assert [op for op in target.walk() if isinstance(op, tt.LaunchExOp)]
+    assert [op.callee.string_value() for op in target.walk() if isinstance(op, tt.LaunchOp)] == [
+        "lambda_transpose_0"]
+    ptxas.check(spec.ir("ptx"))

@@ -2332,7 +2332,8 @@ class SetmaxnregOp(PtxOp):
 
 class _WgmmaBase(PtxOp, ABC):
     """Shared modifiers, shape and accumulator checks of the warpgroup MMAs: ``mods`` is
-    ``m64nNk16.f32.T.T`` with T bf16 or f16, and D has N/2 ``f32`` registers per thread."""
+    ``m64nNk16.f32.T.T`` with T bf16 or f16, or ``m64nNk32.f32.A.B`` with A, B e4m3 or e5m2
+    (fp8 operands are K-major: no transpose), and D has N/2 ``f32`` registers per thread."""
 
     PTX: ClassVar[tuple[int, int]] = (8, 0)
     SM: ClassVar[int] = 90
@@ -2351,13 +2352,21 @@ class _WgmmaBase(PtxOp, ABC):
     def _verify_common(self) -> None:
         mods: str = self.mods.data  # type: ignore[attr-defined]
         parts = parse_mods(mods)
-        if len(parts) != 4 or parts[1] != "f32" or parts[2] != parts[3] or parts[2] not in (
-            "bf16", "f16"
+        fp8 = len(parts) == 4 and {parts[2], parts[3]} <= {"e4m3", "e5m2"}
+        if len(parts) != 4 or parts[1] != "f32" or not fp8 and (
+            parts[2] != parts[3] or parts[2] not in ("bf16", "f16")
         ):
-            self._fail(f"modifiers must be \"m64nNk16.f32.T.T\" with T bf16 or f16, got \"{mods}\"")
+            self._fail(
+                f"modifiers must be \"m64nNk16.f32.T.T\" with T bf16 or f16, or "
+                f"\"m64nNk32.f32.A.B\" with A, B e4m3 or e5m2, got \"{mods}\""
+            )
         m, n, k = self.shape()
-        if m != 64 or k != 16 or n % 8 or not 8 <= n <= 256:
-            self._fail(f"shape m{m}n{n}k{k}: needs m64, k16 and N a multiple of 8 in [8, 256]")
+        kk = 32 if fp8 else 16
+        if m != 64 or k != kk or n % 8 or not 8 <= n <= 256:
+            self._fail(f"shape m{m}n{n}k{k}: needs m64, k{kk} and N a multiple of 8 in [8, 256]")
+        if fp8 and (self.trans_b.value.data or getattr(self, "trans_a", None) is not None  # type: ignore[attr-defined]
+                    and self.trans_a.value.data):  # type: ignore[attr-defined]
+            self._fail("fp8 operands are K-major: trans_a and trans_b must be 0")
         d: Sequence[SSAValue] = self.d  # type: ignore[attr-defined]
         if len(d) != n // 2:
             self._fail(f"D needs {n // 2} f32 registers for N={n}, got {len(d)}")
@@ -2416,10 +2425,12 @@ class WgmmaOp(_WgmmaBase):
             self._fail("trans_a must be 0 or 1")
 
     def ptx(self, names: PtxNames) -> str:
+        # fp8 forms take no transpose immediates
+        trans = "" if "e4m3" in self.mods.data or "e5m2" in self.mods.data else (
+            f", {self.trans_a.value.data}, {self.trans_b.value.data}")
         return (
             f"wgmma.mma_async.sync.aligned.{self.mods.data} {names.vec(self.d)}, "
-            f"{names(self.adesc)}, {names(self.bdesc)}, {names(self.scale_d)}, 1, 1, "
-            f"{self.trans_a.value.data}, {self.trans_b.value.data};"
+            f"{names(self.adesc)}, {names(self.bdesc)}, {names(self.scale_d)}, 1, 1{trans};"
         )
 
 
@@ -2467,8 +2478,9 @@ class WgmmaRsOp(_WgmmaBase):
     def ptx(self, names: PtxNames) -> str:
         return (
             f"wgmma.mma_async.sync.aligned.{self.mods.data} {names.vec(self.d)}, "
-            f"{names.vec(self.a)}, {names(self.bdesc)}, {names(self.scale_d)}, 1, 1, "
-            f"{self.trans_b.value.data};"
+            f"{names.vec(self.a)}, {names(self.bdesc)}, {names(self.scale_d)}, 1, 1"
+            + ("" if "e4m3" in self.mods.data or "e5m2" in self.mods.data
+               else f", {self.trans_b.value.data}") + ";"
         )
 
 

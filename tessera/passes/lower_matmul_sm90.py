@@ -65,6 +65,8 @@ from dataclasses import dataclass, replace
 
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     Float16Type,
     Float32Type,
     TensorType,
@@ -73,6 +75,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import target as tt
+from tessera.passes.conv_sm90 import lower_conv2d_sm90
 from tessera.passes.lower_graph_to_tile import (
     LowerGraphToTile,
     Override,
@@ -81,6 +84,7 @@ from tessera.passes.lower_graph_to_tile import (
 )
 from tessera.passes.matmul_config import NUM_SMS, SMEM_BUDGET, Sm90Config, sm90_config
 from tessera.passes.sm90_epilogue import EpilogueEmitter, Sm90Epilogue
+from tessera.passes.sm90_transpose import transpose_2d
 from tessera.passes.target_asm import TargetAsm
 from tessera.passes.tile_builder import KernelEmitter, cdiv
 from tessera.passes.tile_gemm import FMA_GROUP
@@ -89,10 +93,13 @@ SWIZZLE_BYTES = 128
 """The shared-memory swizzle of every operand tile (TMA ``SWIZZLE_128B`` and the
 wgmma descriptors' layout type 1)."""
 BOX_K = 64
-"""Elements of K per stage: one 128-byte swizzle row of 16-bit elements."""
+"""Elements of K per stage for 16-bit operands: one 128-byte swizzle row (fp8: 128)."""
+BOX_MN = 64
+"""Rows of M or N per operand box (and the width of an MN-major box)."""
 
-BOX_BYTES = BOX_K * BOX_K * 2
-"""One ``64 x 64`` box of 16-bit elements (8 KiB)."""
+BOX_BYTES = BOX_MN * SWIZZLE_BYTES
+"""One box of 64 rows of 128 bytes (8 KiB): ``64 x 64`` 16-bit or ``64 x 128`` fp8 elements."""
+FP8 = ("e4m3", "e5m2")
 
 _DESC_SWIZZLE_128 = 1 << 62
 
@@ -111,8 +118,12 @@ def _elem_bytes(t: Attribute) -> int:
 
 def eligible(op: g.MatmulOp | g.MatmulEpilogueOp) -> str | None:
     """None if ``op``'s product can use the sm90 kernel, else why not."""
-    et = g.elem_of(op.lhs)
-    if not isinstance(et, BFloat16Type | Float16Type) or g.elem_of(op.rhs) != et:
+    et, bt = g.elem_of(op.lhs), g.elem_of(op.rhs)
+    fp8 = isinstance(et, Float8E4M3FNType | Float8E5M2Type)
+    if fp8:
+        if not isinstance(bt, Float8E4M3FNType | Float8E5M2Type):
+            return "an fp8 operand times a non-fp8 one"
+    elif not isinstance(et, BFloat16Type | Float16Type) or bt != et:
         return "operands are not both bf16 or both f16"
     rt = g.elem_of(_product_type(op))
     if not isinstance(rt, BFloat16Type | Float16Type | Float32Type):
@@ -124,10 +135,18 @@ def eligible(op: g.MatmulOp | g.MatmulEpilogueOp) -> str | None:
     if min(prob.m, prob.n, prob.k) < 1:
         return "empty dimension"
     # TMA row strides are 16-byte multiples: the stored last dim of each operand and N
-    if ash[-1] % 8 or bsh[-1] % 8 or prob.n % 8:
-        return "the operands' stored rows and N must be multiples of 8 (16-byte TMA row strides)"
-    if prob.batch > 1 and (prob.m % 64 or prob.k % BOX_K):
-        return f"batched operands need M and K multiples of 64 (M = {prob.m}, K = {prob.k})"
+    if fp8:  # both read K-major (an MN-major operand is copied K-major first)
+        if prob.k % 16 or prob.n % 8:
+            return "fp8 products need K a multiple of 16 and N of 8 (16-byte TMA row strides)"
+        if prob.batch > 1 and (op.transpose_lhs is not None or op.transpose_rhs is None):
+            return "batched fp8 operands must both be K-major (A row-major, B stored N x K)"
+    elif ash[-1] % 8 or bsh[-1] % 8 or prob.n % 8:
+        return ("the operands' stored rows and N must be multiples of 8 (16-byte TMA row "
+                "strides)")
+    box_k = SWIZZLE_BYTES // (1 if fp8 else 2)
+    if prob.batch > 1 and (prob.m % 64 or prob.k % box_k):
+        return (f"batched operands need M a multiple of 64 and K of {box_k} (M = {prob.m}, "
+                f"K = {prob.k})")
     return None
 
 
@@ -174,7 +193,7 @@ class Sm90Gemm:
     m: int
     n: int
     k: int
-    in_type: str  # "bf16" or "f16"
+    in_type: str  # "bf16", "f16", "e4m3" or "e5m2" (A's; B's is ``b_type`` for fp8)
     out_type: str  # "bf16", "f16" or "f32"
     cfg: Sm90Config
     sms: int = NUM_SMS
@@ -191,16 +210,24 @@ class Sm90Gemm:
     """A has the batch dim (else one A is broadcast to every batch)."""
     b_batched: bool = True
     """B has the batch dim (else one B is broadcast to every batch)."""
+    b_type: str | None = None
+    """B's element type when it differs from A's (e4m3 times e5m2)."""
     epilogue: Sm90Epilogue | None = None
     """Bias add and activation applied to the accumulators before the store (the kernel
     then takes the bias pointer as a fourth parameter when there is one)."""
 
     def __post_init__(self) -> None:
-        if self.batch > 1 and (self.m % self.bm or self.k % BOX_K):
+        if self.batch > 1 and (self.m % self.bm or self.k % self.box_k):
             raise ValueError(
                 f"lower-matmul-sm90: a batched product needs M a multiple of BM = {self.bm} "
-                f"and K a multiple of {BOX_K}, got M = {self.m}, K = {self.k}"
+                f"and K a multiple of {self.box_k}, got M = {self.m}, K = {self.k}"
             )
+        if self.fp8 and self.cfg.bn > 128:
+            raise ValueError("lower-matmul-sm90: fp8 tiles are at most 128 wide (the "
+                             "accumulators and their f32 totals share the registers)")
+        if self.fp8 and (self.a_t or not self.b_t):
+            raise ValueError("lower-matmul-sm90: fp8 operands must both be K-major "
+                             "(A row-major, B stored N x K)")
         if not self.cfg.valid():
             raise ValueError(
                 f"lower-matmul-sm90: {self.cfg} is not a valid sm90 configuration (BN in "
@@ -219,12 +246,26 @@ class Sm90Gemm:
         return c if cdiv(self.m, self.bm) % c == 0 else 1
 
     @property
+    def fp8(self) -> bool:
+        return self.in_type in FP8
+
+    @property
+    def box_k(self) -> int:
+        """Elements of K per stage: one 128-byte swizzle row."""
+        return SWIZZLE_BYTES // (1 if self.fp8 else 2)
+
+    @property
+    def mma_k(self) -> int:
+        """K of one wgmma: 16 for 16-bit operands, 32 for fp8 (32 bytes either way)."""
+        return 32 if self.fp8 else 16
+
+    @property
     def a_bytes(self) -> int:
-        return self.bm * BOX_K * 2
+        return self.bm * SWIZZLE_BYTES
 
     @property
     def b_bytes(self) -> int:
-        return BOX_K * self.cfg.bn * 2
+        return self.cfg.bn * SWIZZLE_BYTES
 
     @property
     def tma_store(self) -> bool:
@@ -266,10 +307,11 @@ class Sm90Gemm:
         map for the TMA store; by pointer for f32); A ``64 (K) x BM`` row-major, or
         ``64 (M) x 64 (K)`` boxes when stored transposed; B ``64 x 64`` boxes either way
         (N x K rows when row-major, K x N when transposed)."""
-        c = [BOX_K, BOX_K] if self.tma_store else [0, 0]
-        a = [BOX_K, BOX_K] if self.a_t else [BOX_K, self.bm]
+        c = [BOX_MN, BOX_MN] if self.tma_store else [0, 0]
+        a = [BOX_MN, BOX_K] if self.a_t else [self.box_k, self.bm]
+        b = [self.box_k, BOX_MN] if self.b_t else [BOX_MN, BOX_K]
         bias = [0, 0] if self.has_bias else []
-        return [*c, *a, BOX_K, BOX_K, *bias]
+        return [*c, *a, *b, *bias]
 
     @property
     def has_bias(self) -> bool:
@@ -323,7 +365,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     else:
         unit0, nunits, rank = bid, e.sreg("nctaid.x"), None
     units = gemm.tiles // cl
-    ktiles = cdiv(gemm.k, BOX_K)
+    ktiles = cdiv(gemm.k, gemm.box_k)
 
     def tile_origin(unit: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue | None]:
         """(m0, n0, batch index) of this CTA's tile in work unit ``unit``; the units of a
@@ -368,7 +410,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         e.mov("u32", v, 0)
     e.mov("u32", tile, unit0)
     tx = e.imm(gemm.a_bytes + gemm.b_bytes)
-    boxes_b = bn // BOX_K
+    boxes_b = bn // BOX_MN
     mine = boxes_b // cl  # B boxes this CTA loads (and multicasts when cl > 1)
     mask = e.imm((1 << cl) - 1) if cl > 1 else None
     tile_loop = e.label("PRODUCE_TILE")
@@ -386,13 +428,13 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.add(tt.LabelOp(ready))
     full = e.mad32(stage, 8, full0)
     e.add(tt.MbarrierArriveOp(full, tx))
-    k0 = e.mul32(kt, BOX_K)
+    k0 = e.mul32(kt, gemm.box_k)
     a_dst = e.mad32(stage, gemm.a_bytes, sbase)
     if gemm.a_t:  # one 64 (M) x 64 (K) box per consumer warpgroup
         ka = plus(k0, a_rows)
         for j in range(cfg.consumers):
             dst = e.add32(a_dst, j * BOX_BYTES) if j else a_dst
-            row = e.add32(m0, j * BOX_K) if j else m0
+            row = e.add32(m0, j * BOX_MN) if j else m0
             e.add(tt.CpAsyncBulkTensorOp(dst, tmap_a, row, ka, full))
     else:
         e.add(tt.CpAsyncBulkTensorOp(a_dst, tmap_a, k0, plus(m0, a_rows), full))
@@ -401,12 +443,12 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     if rank is not None:  # rank r loads boxes [r * mine, (r + 1) * mine)
         first_box = e.mul32(rank, mine)
         b_dst = e.mad32(first_box, BOX_BYTES, b_dst)
-        n0 = e.mad32(first_box, BOX_K, n0)
+        n0 = e.mad32(first_box, BOX_MN, n0)
     # B's rows are N (stored transposed) or K: the batch offset goes on that coordinate
     nb, kb = (plus(n0, b_rows), k0) if gemm.b_t else (n0, plus(k0, b_rows))
     for j in range(mine):
         dst = e.add32(b_dst, j * BOX_BYTES) if j else b_dst
-        col = e.add32(nb, j * BOX_K) if j else nb
+        col = e.add32(nb, j * BOX_MN) if j else nb
         inner, outer = (k0, col) if gemm.b_t else (col, kb)
         e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, inner, outer, full, mask=mask))
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
@@ -422,6 +464,10 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.add(tt.SetmaxnregOp("inc", 232))
     cw = e.bin(tt.SubOp, "u32", wg, 1)
     acc = [e.reg("f32") for _ in range(bn // 2)]
+    # fp8: the tensor cores keep fp8 partial sums at reduced precision, so each stage's
+    # product (128 of K) starts afresh and is added into f32 totals (``promote``)
+    promote = gemm.fp8
+    tot = [e.reg("f32") for _ in range(bn // 2)] if promote else acc
     # K-major tiles: 128-byte rows of K, 8-row groups 1 KiB apart; a k16 step is 32 bytes.
     # MN-major tiles: 64-element boxes of M or N 8 KiB apart, 8 K-rows 1 KiB apart; a k16
     # step is 16 rows of 128 bytes.
@@ -443,7 +489,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     for v in (stage, phase, prev):
         e.mov("u32", v, 0)
     e.mov("u32", tile, unit0)
-    mma = f"m64n{bn}k16.f32.{gemm.in_type}.{gemm.in_type}"
+    mma = f"m64n{bn}k{gemm.mma_k}.f32.{gemm.in_type}.{gemm.b_type or gemm.in_type}"
 
     def release(slot: SSAValue, guard: SSAValue) -> None:
         """The warpgroup leader frees ``slot`` in every CTA that shares it."""
@@ -462,9 +508,13 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     if bidx is not None:  # C's rows of this batch (M is a multiple of BM)
         m0 = e.mad32(bidx, gemm.m, m0)
     e.mov("u32", kt, 0)
+    if promote:
+        for r in tot:
+            e.add(tt.MovOp("f32", r, e.fimm(0.0)))
     loop = e.label("CONSUME")
     e.add(tt.LabelOp(loop))
-    accumulate = e.setp("ne", kt, 0)  # the tile's first wgmma overwrites the accumulators
+    # the tile's (with promote: each stage's) first wgmma overwrites the accumulators
+    accumulate = e.setp("ne", tid, tid) if promote else e.setp("ne", kt, 0)
     e.wait(e.mad32(stage, 8, full0), phase)
     s64 = e.reg("b64")
     e.add(tt.CvtOp("u64.u32", s64, [stage]))
@@ -472,7 +522,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.add(tt.MadOp("lo.u64", da, s64, e.imm(gemm.a_bytes >> 4), a_desc0))
     e.add(tt.MadOp("lo.u64", db, s64, e.imm(gemm.b_bytes >> 4), b_desc0))
     e.add(tt.FenceOp("wgmma"))
-    for kk in range(BOX_K // 16):
+    for kk in range(gemm.box_k // gemm.mma_k):
         dak, dbk = da, db
         if kk:
             dak = e.bin(tt.AddOp, "u64", da, kk * a_step, "b64")
@@ -480,22 +530,29 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         e.add(tt.WgmmaOp(mma, acc, dak, dbk, accumulate if kk == 0 else always,
                          trans_a=int(gemm.a_t), trans_b=int(not gemm.b_t)))
     e.add(tt.FenceOp("wgmma_commit"))
-    e.add(tt.WgmmaWaitOp(1))
-    frees = e.reg("pred")
-    e.add(tt.AndOp("pred", frees, leader, e.setp("ne", kt, 0)))
-    release(prev, frees)
-    e.mov("u32", prev, stage)
+    if promote:  # this stage's product is complete: add it to the totals, free the slot
+        e.add(tt.WgmmaWaitOp(0))
+        for t_reg, a_reg in zip(tot, acc):
+            e.add(tt.AddOp("rn.f32", t_reg, t_reg, a_reg))
+        release(stage, leader)
+    else:
+        e.add(tt.WgmmaWaitOp(1))
+        frees = e.reg("pred")
+        e.add(tt.AndOp("pred", frees, leader, e.setp("ne", kt, 0)))
+        release(prev, frees)
+        e.mov("u32", prev, stage)
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
     e.advance(stage, phase, stages)
     e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
-    e.add(tt.WgmmaWaitOp(0))
-    # the tile's last slot is free: the producer refills it for the next tile during the
-    # epilogue
-    release(prev, leader)
+    if not promote:
+        e.add(tt.WgmmaWaitOp(0))
+        # the tile's last slot is free: the producer refills it for the next tile during
+        # the epilogue
+        release(prev, leader)
     if store is not None:
-        store.tile(m0, n0, acc)
+        store.tile(m0, n0, tot)
     else:
-        _epilogue(e, gemm, c_param, tid, cw, m0, n0, acc, fused)
+        _epilogue(e, gemm, c_param, tid, cw, m0, n0, tot, fused)
     e.add(tt.AddOp("u32", tile, tile, nunits))
     e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
     if store is not None:  # the last tile's stores have completed before the CTA exits
@@ -521,7 +578,7 @@ class _TmaStore:
     barrier of the warpgroup make sure the previous stores have read it.
     """
 
-    BOX_BYTES = BOX_K * BOX_K * 2
+    BOX_BYTES = BOX_MN * BOX_MN * 2
 
     def __init__(
         self, e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, sbase: SSAValue, tid: SSAValue,
@@ -565,9 +622,9 @@ class _TmaStore:
         e.add(tt.FenceOp("proxy_async"))  # the writes are visible to the TMA unit
         self._sync()
         row = e.mad32(self.cw, 64, m0)
-        for box in range(gemm.cfg.bn // BOX_K):
+        for box in range(gemm.cfg.bn // BOX_MN):
             src = e.add32(self.slice, box * self.BOX_BYTES) if box else self.slice
-            col = e.add32(n0, box * BOX_K) if box else n0
+            col = e.add32(n0, box * BOX_MN) if box else n0
             e.add(tt.CpAsyncBulkTensorStoreOp(self.tmap, col, row, src, guard=self.leader))
         e.add(tt.FenceOp("bulk_commit"))
 
@@ -638,7 +695,10 @@ def _and(e: TargetAsm, a: SSAValue | None, b: SSAValue | None) -> SSAValue | Non
 # --------------------------------------------------------------------------- lowering
 
 
-_TYPE_NAMES = {BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32"}
+_TYPE_NAMES = {
+    BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32", Float8E4M3FNType: "e4m3",
+    Float8E5M2Type: "e5m2",
+}
 
 
 def _product_type(op: g.MatmulOp | g.MatmulEpilogueOp) -> TensorType:
@@ -661,11 +721,19 @@ def gemm_for(op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = ()) -> 
     out_type = _TYPE_NAMES[type(g.elem_of(_product_type(op)))]
     if cfg is None:
         cfg = sm90_config(prob.m * prob.batch, prob.n, prob.k, in_type, out_type, tiles)
+    a_type = _TYPE_NAMES[type(g.elem_of(op.lhs))]
+    b_type = _TYPE_NAMES[type(g.elem_of(op.rhs))]
+    if a_type in FP8:  # the kernel reads K-major copies of MN-major fp8 operands
+        ta, tb = False, True
+        if cfg.bn > 128:  # accumulators and f32 totals: 2 x BN / 2 registers
+            cfg = Sm90Config.from_tile_shape((cfg.bm, 128, 64)) or cfg
     if prob.batch > 1 and prob.m % cfg.bm:  # a tile must not straddle two batches
         cfg = replace(cfg, consumers=1, cluster=1)
     return Sm90Gemm(
-        prob.m, prob.n, prob.k, in_type, out_type, cfg, device_sms(), a_t=ta, b_t=tb,
+        prob.m, prob.n, prob.k, a_type,
+        _TYPE_NAMES[type(g.elem_of(_product_type(op)))], cfg, device_sms(), a_t=ta, b_t=tb,
         batch=prob.batch, a_batched=prob.a_batched, b_batched=prob.b_batched,
+        b_type=b_type if b_type != a_type else None,
     )
 
 
@@ -698,8 +766,13 @@ def lower_matmul_sm90(
     gemm = gemm_for(op, tiles)
     n = lw.counter.get("matmul", 0)
     lw.counter["matmul"] = n + 1
-    name = f"{lw.name}_matmul_{n}"
+    name = f"{lw.prefix}_matmul_{n}"
     args = [lw.mem(op.lhs), lw.mem(op.rhs)]
+    if gemm.fp8:  # fp8 wgmma reads K-major only: copy an MN-major operand K-major
+        if op.transpose_lhs is not None:
+            args[0] = transpose_2d(lw, args[0], gemm.k, gemm.m, g.elem_of(op.lhs))
+        if op.transpose_rhs is None:
+            args[1] = transpose_2d(lw, args[1], gemm.k, gemm.n, g.elem_of(op.rhs))
     split = False
     if isinstance(op, g.MatmulEpilogueOp):
         ep = Sm90Epilogue.of(op, gemm.out_type)
@@ -739,10 +812,14 @@ def lower_matmul_sm90(
 
 @dataclass(frozen=True)
 class LowerMatmulSm90(LowerGraphToTile):
-    """``lower-graph-to-tile`` with bf16/f16 matmuls as TMA + wgmma kernels (sm_90a)."""
+    """``lower-graph-to-tile`` with bf16/f16/fp8 matmuls and bf16/f16 convolutions
+    (:mod:`tessera.passes.conv_sm90`) as TMA + wgmma kernels (sm_90a)."""
 
     name = "lower-matmul-sm90"
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         lower = functools.partial(lower_matmul_sm90, tiles=self.sm90_tiles)
-        return {g.MatmulOp: (lower,), g.MatmulEpilogueOp: (lower,)}  # type: ignore[dict-item]
+        return {  # type: ignore[dict-item]
+            g.MatmulOp: (lower,), g.MatmulEpilogueOp: (lower,),
+            g.Conv2dOp: (lower_conv2d_sm90,),
+        }

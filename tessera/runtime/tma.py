@@ -56,6 +56,9 @@ def _dtype_enum(x: Any) -> Any:
         torch.bfloat16: t.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         torch.float16: t.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         torch.float32: t.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        # fp8 elements are moved as bytes (the wgmma instruction names their format)
+        torch.float8_e4m3fn: t.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        torch.float8_e5m2: t.CU_TENSOR_MAP_DATA_TYPE_UINT8,
     }
     if x.dtype not in table:
         raise cuda.LaunchError(f"no TMA element type for {x.dtype}")

@@ -178,6 +178,8 @@ def complete(module: ModuleOp, options: CompileOptions) -> CompileOptions:
         ):
             continue
         gemm = gemm_for(op)  # the problem the kernel solves (batches folded into M)
+        if gemm.in_type not in ("bf16", "f16") or getattr(gemm, "b_type", None):
+            continue  # the tuner times bf16/f16 products of one operand type
         m, n, k = gemm.m * gemm.batch, gemm.n, gemm.k
         key = mc.shape_key(m, n, k, gemm.in_type, gemm.out_type)
         if key not in tiles:

@@ -13,7 +13,8 @@ The layers, bottom to top (docs/ARCHITECTURE.md):
 5. ``tessera.tuning``: both autotuners (may build kernels and run them)
 6. ``tessera.compiler``: the driver (stage table, options, program cache)
 7. the front ends: ``tessera.frontend``, ``tessera.autodiff``, ``tessera.dist``,
-   ``tessera.profiler``, ``tessera.tile``
+   ``tessera.profiler``, ``tessera.tile``, and the ``ts.numerics`` user functions
+   (``tessera.numerics.api``, ``.eager``, ``.policy_classes``)
 8. the public API and tools: ``tessera`` (``__init__``), ``tessera.tools``,
    ``tessera.universe``
 
@@ -48,7 +49,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("tessera.compiler",),
     (
         "tessera.frontend", "tessera.autodiff", "tessera.dist", "tessera.profiler",
-        "tessera.tile",
+        "tessera.tile", "tessera.numerics.api", "tessera.numerics.eager",
+        "tessera.numerics.policy_classes",
     ),
     ("tessera", "tessera.tools", "tessera.universe"),
 ]
@@ -56,13 +58,10 @@ LAYERS: list[tuple[str, ...]] = [
 _SIBLINGS = ("tessera.passes", "tessera.runtime")
 
 ALLOWED: dict[tuple[str, str], str] = {
-    ("tessera.numerics.api", "tessera.frontend"):
-        "the ts.numerics user API (cast/quantize on traced tensors) lives with the formats; "
-        "it belongs with the front ends",
     ("tessera.frontend.kernel_api", "tessera"):
         "kernels compiled from source text see the public API as `ts`, as the guide's do",
     ("tessera.numerics.eager", "tessera"):
-        "eager numerics helpers call the public ts.* ops; they belong with the front ends",
+        "policy methods run eagerly see the public API as `ts` (EAGER_TS falls back to it)",
     ("tessera.passes.algebra_utils", "tessera.runtime.graph_interpreter"):
         "constant folding evaluates ops with the reference interpreter; the op semantics "
         "it shares should move below both",

@@ -438,10 +438,22 @@ class CompiledFunction:
         return infos
 
     # ------------------------------------------------------------ tracing
+    def trace_mesh(self) -> dict[str, int] | None:
+        """The mesh axis sizes collectives are traced with: ``mesh=`` of the decorator,
+        else the mesh of an enclosing ``with mesh:`` / ``dist.use_mesh(...)``, else None
+        (then a collective is an error)."""
+        if self.mesh is not None:
+            return self.mesh
+        return _mesh_sizes(context_mesh())
+
     def _specialize(self, infos: list[_ArgInfo]) -> Specialization:
-        key = tuple(
+        key: tuple[Any, ...] = tuple(
             (i.param, i.kind, i.shape, i.policy, _static_key(i.static)) for i in infos
         )
+        if self.mesh is None:
+            ctx = _mesh_sizes(context_mesh())
+            if ctx is not None:
+                key = (*key, ("mesh", tuple(ctx.items())))
         spec = self._cache.get(key)
         if spec is None:
             spec = self._trace(key, infos)
@@ -451,7 +463,7 @@ class CompiledFunction:
 
     def _trace(self, key: tuple[Any, ...], infos: list[_ArgInfo]) -> Specialization:
         t0 = time.perf_counter()
-        trace = Trace(_symbol_name(self.name), self.mesh)
+        trace = Trace(_symbol_name(self.name), self.trace_mesh())
         call_args: dict[str, Any] = {}
         for i in infos:
             if i.kind == "tensor":
@@ -523,7 +535,11 @@ class CompiledFunction:
 
     # ------------------------------------------------------------ calling
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not kwargs:
+        if _traced_call(args, kwargs):
+            from tessera.frontend.inline import inline_call
+
+            return inline_call(self, args, kwargs)
+        if not kwargs and (self.mesh is not None or context_mesh() is None):
             for hot in self._hot:
                 out = hot(args)
                 if out is not None:
@@ -531,7 +547,11 @@ class CompiledFunction:
         from tessera.runtime import convert, dispatch
         from tessera.runtime.graph_interpreter import run_function
 
-        fast = _fast_key(args) if not kwargs and self._fast else None
+        fast = (
+            _fast_key(args)
+            if not kwargs and self._fast and (self.mesh is not None or context_mesh() is None)
+            else None
+        )
         if fast is not None:
             hit = self._fast.get(fast)
             if hit is not None:
@@ -591,6 +611,23 @@ class CompiledFunction:
         if spec is None or sizes:
             spec = self._specialize(self._annotation_infos(dict(sizes)))
         return str(spec.ir(level))
+
+
+def context_mesh() -> Any:
+    """The ``dist.Mesh`` of an enclosing ``with mesh:`` / ``dist.use_mesh(...)``, or None."""
+    from tessera.dist.mesh import current_mesh
+
+    return current_mesh()
+
+
+def _traced_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a call passes traced tensors: a compiled function called inside a traced one."""
+    return any(isinstance(a, TracedTensor) for a in (*args, *kwargs.values())) or any(
+        isinstance(x, TracedTensor)
+        for a in (*args, *kwargs.values())
+        if isinstance(a, tuple | list)
+        for x in a
+    )
 
 
 def _flatten(bound: inspect.BoundArguments) -> list[tuple[str, Any]]:

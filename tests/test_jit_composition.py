@@ -11,7 +11,10 @@ import tessera as ts
 
 
 @ts.jit
-def layer(x: ts.Tensor[B, D, ts.f64], W: ts.Tensor[D, K, ts.f64]) -> ts.Tensor[B, K, ts.f64]:
+def layer(
+    x: ts.Tensor["B", "D", ts.f64],  # noqa: F821
+    W: ts.Tensor["D", "K", ts.f64],  # noqa: F821
+) -> ts.Tensor["B", "K", ts.f64]:  # noqa: F821
     return ts.tanh(ts.matmul(x, W))
 
 
@@ -82,7 +85,7 @@ def test_a_gradient_inside_a_jitted_function_is_inlined() -> None:
 
 def test_annotations_and_policies_of_the_callee_hold() -> None:
     @ts.jit
-    def acc(a: ts.Tensor[N, ts.bf16 @ ts.accum(ts.f32)]):
+    def acc(a: ts.Tensor["N", ts.bf16 @ ts.accum(ts.f32)]):  # noqa: F821
         return ts.sum(a)
 
     @ts.jit

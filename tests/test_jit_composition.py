@@ -1,7 +1,6 @@
 """A ``@ts.jit`` function called inside a traced function is inlined, with its
 annotations, policies and mesh; ``ts.grad`` and ``ts.jvp`` differentiate through it."""
 
-from __future__ import annotations
 
 import numpy as np
 import pytest

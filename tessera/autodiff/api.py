@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -176,6 +177,7 @@ class GradFunction(CompiledFunction):
             traced=module,
             tensor_params=spec.tensor_params,
             returns_tuple=True,
+            captures=spec.captures,
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -268,21 +270,18 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
     from tessera.runtime import convert
     from tessera.runtime.graph_interpreter import run_function
 
+    from tessera.frontend.jit import _traced_call
+
     cf = _compiled(f)
     primals, tangents = tuple(primals), tuple(tangents)
     if len(primals) != len(tangents):
         raise TesseraTypeError(
             f"jvp of {cf.name}: {len(primals)} primals but {len(tangents)} tangents"
         )
+    if _traced_call(primals, {}):
+        return _traced_jvp(cf, primals, tangents)
     spec = cf.specialize(*primals)
-    cache = _JVP_CACHE.setdefault(cf, {})
-    module = cache.get(spec.key)
-    if module is None:
-        try:
-            module = ModuleOp([jvp_function(_only_func(spec.traced), name=f"{cf.name}_jvp")])
-        except AutodiffError as e:
-            raise TesseraError(f"jvp of {cf.name}: {str(e).removeprefix('autodiff: ')}") from None
-        cache[spec.key] = module
+    module = _jvp_module(cf, spec)
     pos = [p.name for p in _positional(cf.signature)]
     by_name = dict(zip(pos, zip(primals, tangents)))
     args, tans = [], []
@@ -299,6 +298,68 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
         args.append(xa)
         tans.append(ta.astype(xa.dtype, copy=False))
     res = run_function(module, f"{cf.name}_jvp", [*args, *tans])
+    n = len(res) // 2
+    outs, touts = res[:n], res[n:]
+    if spec.returns_tuple:
+        return tuple(outs), tuple(touts)
+    return outs[0], touts[0]
+
+
+def _jvp_module(cf: CompiledFunction, spec: Specialization) -> ModuleOp:
+    """The forward-mode function ``<f>_jvp`` of a specialization (built once)."""
+    cache = _JVP_CACHE.setdefault(cf, {})
+    module = cache.get(spec.key)
+    if module is None:
+        try:
+            module = ModuleOp([jvp_function(_only_func(spec.traced), name=f"{cf.name}_jvp")])
+        except AutodiffError as e:
+            raise TesseraError(f"jvp of {cf.name}: {str(e).removeprefix('autodiff: ')}") from None
+        cache[spec.key] = module
+    return module
+
+
+def _traced_jvp(
+    cf: CompiledFunction, primals: tuple[Any, ...], tangents: tuple[Any, ...]
+) -> tuple[Any, Any]:
+    """``ts.jvp`` called inside a traced function: the tangent function's ops are copied
+    into the caller's trace."""
+    from tessera.dist.mesh import use_mesh
+    from tessera.frontend import ops
+    from tessera.frontend.errors import located
+    from tessera.frontend.inline import _adopt_mesh, caller_trace, inline_function, traced_infos
+    from tessera.frontend.tracing import TracedTensor, tracing
+
+    trace = caller_trace(f"jvp of {cf.name}", primals, {})
+    _adopt_mesh(cf, trace)
+    infos, tensors = traced_infos(cf, primals, {})
+    if cf.mesh is None and trace.mesh:
+        with use_mesh(trace.mesh):
+            spec = cf._specialize(infos)
+    else:
+        spec = cf._specialize(infos)
+    fn = _only_func(_jvp_module(cf, spec))
+    by_name = dict(zip([p.name for p in _positional(cf.signature)], tangents))
+    tans = []
+    for p in spec.tensor_params:
+        t, x = by_name.get(p), tensors[p]
+        if t is not None and not isinstance(t, TracedTensor):
+            with tracing(trace):
+                t = ops.constant(t, x.policy)
+        if not isinstance(t, TracedTensor) or t.shape != x.shape:
+            raise TesseraTypeError(
+                located(f"jvp of {cf.name}: tangent for '{p}' must be a tensor of shape "
+                        f"{list(x.shape)}")
+            )
+        if t.type != x.type:
+            with tracing(trace):
+                t = ops.cast(t, x.policy)
+        tans.append(t)
+    with tracing(trace):  # captured tensors: constant along the tangent
+        caps = list(spec.captures)
+        cap_tans = [ops.broadcast_to(ops.constant(0.0, like=c), c.shape) for c in caps]
+    res = inline_function(
+        fn, trace, [*(tensors[p] for p in spec.tensor_params), *caps, *tans, *cap_tans]
+    )
     n = len(res) // 2
     outs, touts = res[:n], res[n:]
     if spec.returns_tuple:
@@ -326,7 +387,8 @@ class CustomVJPFunction:
         self.__signature__ = inspect.signature(fn)
         self.fwd: Callable[..., Any] | None = None
         self.bwd: Callable[..., Any] | None = None
-        self._in_fwd = 0
+        self._fwd_depth = threading.local()
+        """Per thread: >0 while this thread traces ``fwd`` (where ``f`` means its plain body)."""
         self._jitted: CompiledFunction | None = None
 
     def defvjp(self, fwd: Callable[..., Any], bwd: Callable[..., Any]) -> None:
@@ -343,13 +405,14 @@ class CustomVJPFunction:
             if self._jitted is None:
                 self._jitted = CompiledFunction(self.fn, self.__name__)
             return self._jitted(*args, **kwargs)
-        if self.fwd is None or self.bwd is None or self._in_fwd:
+        depth = getattr(self._fwd_depth, "n", 0)
+        if self.fwd is None or self.bwd is None or depth:
             return self.fn(*args, **kwargs)
-        self._in_fwd += 1
+        self._fwd_depth.n = depth + 1
         try:
             res = self.fwd(*args, **kwargs)
         finally:
-            self._in_fwd -= 1
+            self._fwd_depth.n = depth
         if not (isinstance(res, tuple) and len(res) == 2):
             raise TesseraTypeError(
                 f"custom_vjp {self.__name__}: fwd must return (output, saved), got "

@@ -196,10 +196,19 @@ def inline_specialization(
     ``tensors`` (by parameter name); the copied results."""
     fns = [op for op in spec.traced.ops if isinstance(op, func.FuncOp)]
     assert len(fns) == 1, "a specialization holds one function"
-    body = fns[0].body.block
-    mapping: dict[SSAValue, SSAValue] = {
-        arg: tensors[p].value for arg, p in zip(body.args, spec.tensor_params)
-    }
+    args = [tensors[p] for p in spec.tensor_params] + list(spec.captures)
+    return inline_function(fns[0], trace, args)
+
+
+def inline_function(
+    fn: func.FuncOp, trace: Trace, args: list[TracedTensor]
+) -> list[TracedTensor]:
+    """Copy the ops of ``fn`` into ``trace`` with its arguments replaced by ``args``;
+    the copied results."""
+    body = fn.body.block
+    assert len(body.args) == len(args), "one value per argument"
+    with tracing(trace):  # captured tensors resolve to their values in ``trace``
+        mapping: dict[SSAValue, SSAValue] = {arg: a.value for arg, a in zip(body.args, args)}
     results: list[TracedTensor] = []
     for op in body.ops:
         if isinstance(op, func.ReturnOp):
@@ -210,4 +219,6 @@ def inline_specialization(
     return results
 
 
-__all__ = ["caller_trace", "inline_call", "inline_specialization", "traced_infos"]
+__all__ = [
+    "caller_trace", "inline_call", "inline_function", "inline_specialization", "traced_infos",
+]

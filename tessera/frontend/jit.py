@@ -35,7 +35,7 @@ from tessera.frontend.annotations import (
     shape_from_annotation,
 )
 from tessera.frontend.errors import ShapeError, TesseraError, TesseraTypeError
-from tessera.frontend.tracing import Trace, TracedTensor, tracing
+from tessera.frontend.tracing import Trace, TracedTensor, active_trace, tracing
 from tessera.ir.attrs import tensor_type
 from tessera.ir.dtypes import dtype_of
 from tessera.ir.policy import NumericPolicy
@@ -133,6 +133,9 @@ class Specialization:
     tensor_params: list[str]
     returns_tuple: bool
     levels: dict[str, Any] = field(default_factory=dict)
+    captures: list[Any] = field(default_factory=list, repr=False)
+    """Tensors of enclosing traces the function captured (its arguments after the
+    declared ones); only nested specializations have them, and they are not cached."""
     launch_text: str | None = field(default=None, repr=False)
     """The launch module's text (:mod:`tessera.runtime.program_cache`) when the PTX came
     from the disk cache instead of lowering."""
@@ -457,7 +460,8 @@ class CompiledFunction:
         spec = self._cache.get(key)
         if spec is None:
             spec = self._trace(key, infos)
-            self._cache[key] = spec
+            if not spec.captures:  # a closure over traced values is traced per call
+                self._cache[key] = spec
         self._last = spec
         return spec
 
@@ -493,6 +497,7 @@ class CompiledFunction:
             traced=module,
             tensor_params=[i.param for i in infos if i.kind == "tensor"],
             returns_tuple=returns_tuple,
+            captures=trace.captured(),
         )
         seconds = time.perf_counter() - t0
         for o in compile_observers():
@@ -622,6 +627,8 @@ def context_mesh() -> Any:
 
 def _traced_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether a call passes traced tensors: a compiled function called inside a traced one."""
+    if active_trace() is None:  # cheap test first: calls outside any trace
+        return False
     return any(isinstance(a, TracedTensor) for a in (*args, *kwargs.values())) or any(
         isinstance(x, TracedTensor)
         for a in (*args, *kwargs.values())

@@ -61,9 +61,25 @@ class Trace:
         self.mesh = dict(mesh) if mesh is not None else None
         self.locations: dict[int, str] = {}
         self._seed_counter = 0
+        self.captures: dict[SSAValue, tuple[SSAValue, TracedTensor]] = {}
+        """Tensors of enclosing traces used here (a closure inside a nested ``ts.grad`` /
+        ``ts.jvp`` function): their value there -> (the argument added for it here, the
+        tensor). Captured arguments follow the declared ones."""
 
     def add_argument(self, t: Attribute) -> TracedTensor:
         return TracedTensor(self.block.insert_arg(t, len(self.block.args)), self)
+
+    def capture(self, outer: TracedTensor) -> SSAValue:
+        """The argument of this trace standing for ``outer``, a tensor of an enclosing trace."""
+        found = self.captures.get(outer._value)
+        if found is None:
+            arg = self.block.insert_arg(outer._value.type, len(self.block.args))
+            found = self.captures[outer._value] = (arg, outer)
+        return found[0]
+
+    def captured(self) -> list[TracedTensor]:
+        """The captured tensors of enclosing traces, in argument order."""
+        return [t for _, t in self.captures.values()]
 
     def axis_size(self, axis: str, opname: str) -> int:
         """The size of mesh axis ``axis``; a located error when the function has no mesh.
@@ -171,8 +187,29 @@ class TracedTensor:
     __array_priority__ = 1000  # numpy defers binary operators to us
 
     def __init__(self, value: SSAValue, trace: Trace):
-        self.value = value
-        self.trace = trace
+        self._value = value
+        self._trace = trace
+
+    def _lifted_into(self) -> Trace | None:
+        """The active trace when it is nested inside this tensor's trace (a closure over
+        this tensor in a nested traced function), else None."""
+        stack = _ACTIVE.get()
+        if not stack or stack[-1] is self._trace:
+            return None
+        return stack[-1] if any(t is self._trace for t in stack[:-1]) else None
+
+    @property
+    def trace(self) -> Trace:
+        """The trace ops on this tensor append to: its own, or the active trace nested in
+        it (where the tensor is captured as an argument)."""
+        inner = self._lifted_into()
+        return self._trace if inner is None else inner
+
+    @property
+    def value(self) -> SSAValue:
+        """The SSA value in :attr:`trace` (a captured argument inside a nested trace)."""
+        inner = self._lifted_into()
+        return self._value if inner is None else inner.capture(self)
 
     # ------------------------------------------------------------ type info
     @property

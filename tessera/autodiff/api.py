@@ -267,10 +267,9 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
     There is one tangent per primal (``None`` for static Python arguments). The
     tangent function ``<f>_jvp`` is built by the ``autodiff`` pass in forward mode.
     """
+    from tessera.frontend.jit import _traced_call
     from tessera.runtime import convert
     from tessera.runtime.graph_interpreter import run_function
-
-    from tessera.frontend.jit import _traced_call
 
     cf = _compiled(f)
     primals, tangents = tuple(primals), tuple(tangents)

@@ -618,11 +618,17 @@ class CompiledFunction:
         return str(spec.ir(level))
 
 
+_current_mesh: Callable[[], Any] | None = None
+
+
 def context_mesh() -> Any:
     """The ``dist.Mesh`` of an enclosing ``with mesh:`` / ``dist.use_mesh(...)``, or None."""
-    from tessera.dist.mesh import current_mesh
+    global _current_mesh
+    if _current_mesh is None:  # tessera.dist is imported on first use, not with the frontend
+        from tessera.dist.mesh import current_mesh
 
-    return current_mesh()
+        _current_mesh = current_mesh
+    return _current_mesh()
 
 
 def _traced_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

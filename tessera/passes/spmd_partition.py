@@ -61,7 +61,7 @@ from tessera.passes.shard_propagation import (
     ShardingPassError,
     annotate,
     arg_sharding,
-    decide,
+    decide_fitted,
     has_user_collectives,
     mesh_of,
     propagate,
@@ -87,52 +87,6 @@ def local_type(t: Attribute, s: Sharding, mesh: MeshInfo, where: str) -> Attribu
             )
         out.append(-(-n // k))
     return TensorType(t.element_type, out, t.encoding)
-
-
-def fit_uneven(
-    s: Sharding, v_shape: Sequence[int], mesh: MeshInfo, uneven_ok: set[int]
-) -> Sharding:
-    """Like ``fit``, but the dims in ``uneven_ok`` keep splits that do not divide them
-    (as long as every part gets at least one element)."""
-    sp = []
-    for d, (n, axes) in enumerate(zip(v_shape, s.splits)):
-        keep: list[str] = []
-        for a in axes:
-            k = mesh.parts([*keep, a])
-            if n % k == 0 or (d in uneven_ok and k <= n):
-                keep.append(a)
-            else:
-                break
-        sp.append(tuple(keep))
-    return s.with_splits(sp)
-
-
-def uneven_dims(op: Operation) -> tuple[list[set[int]], list[set[int]]]:
-    """For each operand and result of ``op``: the dims an uneven split may stay on (the
-    op never combines elements along them, so padding only makes padding)."""
-    ins = [len(shape(v)) for v in op.operands]
-    outs = [len(shape(r)) for r in op.results]
-    every = ([set(range(r)) for r in ins], [set(range(r)) for r in outs])
-    if isinstance(
-        op, g.ElementwiseBinaryOp | g.SelectOp | g.ElementwiseUnaryOp | g.CastOp | g.TransposeOp
-    ):
-        return every
-    if isinstance(op, g.MatmulOp):
-        ra, rb = ins
-        am, bn = (ra - 1 if op.transpose_lhs else ra - 2), (rb - 2 if op.transpose_rhs else rb - 1)
-        return [set(range(ra - 2)) | {am}, set(range(rb - 2)) | {bn}], every[1]
-    if isinstance(op, g.ReductionOp):
-        axes = set(op.axis_list())
-        return [set(range(ins[0])) - axes], every[1]
-    if isinstance(op, g.SoftmaxOp):
-        ax = op.axis.value.data % ins[0]
-        return [set(range(ins[0])) - {ax}], [set(range(outs[0])) - {ax}]
-    if isinstance(op, g.LayerNormOp | g.RMSNormOp):
-        last = {ins[0] - 1}
-        return [set(range(ins[0])) - last, *[set() for _ in ins[1:]]], [
-            set(range(outs[0])) - last, *[set() for _ in outs[1:]]
-        ]
-    return [set() for _ in ins], [set() for _ in outs]
 
 
 def _with_dim(t: Attribute, d: int, n: int) -> TensorType:
@@ -400,24 +354,11 @@ class _Partitioner:
                 continue
             stage = self.op_stage(op)
             ins = [self.sh[v] for v in op.operands]
-            ok_in, ok_out = uneven_dims(op)
-            dec = decide(op, ins, mesh)
-            for _ in range(len(op.operands) + 1):
-                wants = [
-                    fit_uneven(w, self._global_shape(v), mesh, ok)
-                    for v, w, ok in zip(op.operands, dec.operands, ok_in)
-                ]
-                if wants == list(dec.operands):
-                    break
-                dec = decide(op, wants, mesh)  # a split was dropped: decide from what remains
+            wants, outs = decide_fitted(op, ins, mesh)
             operands = []
             for v, want in zip(op.operands, wants):
                 v2 = self.to_stage(v, stage, op)
                 operands.append(self.redistribute(v2, want, op, stage))
-            outs = [
-                fit_uneven(s, shape(r), mesh, ok)
-                for s, r, ok in zip(dec.results, op.results, ok_out)
-            ]
             gshapes = [shape(r) for r in op.results]
             rtypes = [
                 local_type(r.type, s, mesh, f"{op.name}: result")

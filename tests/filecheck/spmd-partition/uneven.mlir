@@ -24,3 +24,7 @@ func.func @pad(%x: tensor<4x10xf32>, %b: tensor<10xf32> {tessera.shard = #tesser
 // CHECK-NEXT: %1 = tgraph.concat %x, %0 axis = 1 {{.*}} : (tensor<4x10xf32>, tensor<4x2xf32>) -> tensor<4x12xf32>
 // CHECK-NEXT: %2 = tgraph.all_slice %1 axis = "tp" dim = 1 {{.*}} : (tensor<4x12xf32>) -> tensor<4x3xf32>
 // CHECK-NEXT: %z = tgraph.add %2, %b {{.*}} : (tensor<4x3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
+
+// RUN: tessera-opt %s -p shard-propagation | filecheck %s --check-prefix=PROP
+// PROP: %e = tgraph.exp %w {tessera.shard = [#tessera.shard<{{\[\[tp\], \[\]\]}}>]}
+// PROP: %s = tgraph.sum %e axes = [0] {tessera.shard = [#tessera.shard<{{\[\[\]\]}}>]}

@@ -9,7 +9,7 @@ import pytest
 
 import tessera as ts
 from tessera import dist
-from tessera.dist.executor import parse, run_spmd
+from tessera.dist.executor import parse, run_lowered, run_spmd
 from tessera.dist.launch import spawn
 from tessera.dist.sharding import block_range, block_size, valid_shape
 
@@ -122,6 +122,9 @@ def _rank(rank: int, world: int) -> dict:
     out["rows"] = run_spmd(mod, "rows", [X10, W10[:4, :3]], mesh)
     out["col"] = run_spmd(mod, "col", [XM, W10, B10], mesh)
     out["krow"] = run_spmd(mod, "krow", [XM @ W10, W10.T[:, :3]], mesh)
+    # the same per-rank programs lowered to Tile IR as one host program each
+    out["col_lowered"] = run_lowered(parse(PROGRAMS), "col", [XM, W10, B10], mesh)
+    out["rows_lowered"] = run_lowered(parse(PROGRAMS), "rows", [X10, W10[:4, :3]], mesh)
 
     Wd = dist.tensor(W10.shape, dist.ShardSpec(("col",), ("dp",)), mesh, "f64", data=W10)
 
@@ -180,6 +183,10 @@ def test_partitioned_programs_equal_float64(results: list[dict]) -> None:
         np.testing.assert_allclose(z_local[:, : e - s], y[:, s:e], rtol=1e-12)
         np.testing.assert_allclose(m_full, m, rtol=1e-12)
         np.testing.assert_allclose(r["krow"][0], (XM @ W10) @ W10.T[:, :3], rtol=1e-12)
+        z_low, m_low = r["col_lowered"]
+        np.testing.assert_allclose(z_low[:, : e - s], y[:, s:e], rtol=1e-12)
+        np.testing.assert_allclose(m_low, m, rtol=1e-12)
+        np.testing.assert_allclose(r["rows_lowered"][0], np.tanh(X10 @ w).sum(), rtol=1e-12)
 
 
 def test_jit_on_uneven_dist_tensors(results: list[dict]) -> None:

@@ -142,6 +142,15 @@ def _rank(rank: int, world: int) -> dict:
     out["grad_local"] = g.local
     out["grad_valid"] = g.valid_local
     out["grad_full"] = g.numpy()
+
+    @ts.jit
+    def per_rank(x, W):
+        return ts.all_gather(ts.matmul(x, W), axis="dp")
+
+    try:
+        per_rank(XM, Wd)
+    except ts.TesseraError as e:
+        out["per_rank_error"] = str(e)
     return out
 
 
@@ -197,3 +206,8 @@ def test_jit_on_uneven_dist_tensors(results: list[dict]) -> None:
         assert r["grad_local"].shape == (5, 4)
         np.testing.assert_allclose(r["grad_valid"], g[:, s:e], rtol=1e-12)
         np.testing.assert_allclose(r["grad_full"], g, rtol=1e-12)
+
+
+def test_per_rank_programs_refuse_uneven_blocks(results: list[dict]) -> None:
+    for r in results:
+        assert "per_rank: argument 'W' of shape (5, 10) is split unevenly" in r["per_rank_error"]

@@ -237,6 +237,8 @@ def call_sharded(cf: CompiledFunction, bound: inspect.BoundArguments) -> Any:
     device = _device(mesh, values)
     with _traced_on(mesh, cf):
         spec, per_rank = _specialize(cf, bound, dists)
+    if per_rank:
+        _check_even(cf, dists)
     program, sharded = _program(cf, spec, mesh, per_rank, dists)
     by_key = dict(items)
     args = []
@@ -256,6 +258,22 @@ def call_sharded(cf: CompiledFunction, bound: inspect.BoundArguments) -> Any:
         else:
             out.append(r)
     return tuple(out) if spec.returns_tuple else out[0]
+
+
+def _check_even(cf: CompiledFunction, dists: dict[str, DistTensor]) -> None:
+    """Per-rank programs see each rank's block as it is: an uneven layout's padding would
+    flow into hand-written collectives (an all_gather would return the padding too)."""
+    from tessera.dist.sharding import is_even
+
+    for p, d in dists.items():
+        if not is_even(d.shape, d.layout, d.mesh):
+            raise TesseraError(
+                f"{cf.name}: argument '{p}' of shape {d.shape} is split unevenly by "
+                f"{d.layout} over {d.mesh!r}; a function with hand-written collectives runs "
+                "per rank on equal blocks only. Write it in the global view (no collectives; "
+                "the partitioner handles the padding) or pass the padded block "
+                f"(.local, shape {d.local_shape}) and slice the result yourself"
+            )
 
 
 def _dense(layout: ShardSpec) -> ShardSpec:

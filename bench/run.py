@@ -458,6 +458,45 @@ def case_conv2d(ctx: Ctx) -> None:
                     flops=flops: run_tessera(ctx, case, fn, [x, wt], ref, tol, flops))
 
 
+def case_attention_bwd(ctx: Ctx) -> None:
+    """``ts.grad`` of causal attention (dQ, dK, dV) against SDPA's backward."""
+    import tessera as ts
+
+    b, h, s, d = (1, 8, 1024, 128) if ctx.quick else (4, 16, 4096, 128)
+    case = f"attention bwd causal bf16 B{b} H{h} S{s} D{d}"
+    step = ts.grad(lambda q, k, v, do: ts.sum(ts.flash_attention(q, k, v, causal=True) * do),
+                   argnums=(0, 1, 2))
+    flops = 2.5 * 4.0 * b * h * s * s * d  # backward ~2.5x the forward, causal halves both
+    if ctx.dry:
+        dry = [stand_in((b, h, s, d), "bf16")] * 4
+        guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, step, [], None, TOL_BF16,
+                                                          dry_args=dry))
+        return
+    torch = _torch()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+
+    def peer(q=q, k=k, v=v):
+        qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+        return torch.autograd.grad(sdpa(qq, kk, vv, is_causal=True), (qq, kk, vv), do)
+
+    refs = peer()  # the peer in bf16 as the reference (float64 S^2 would not fit)
+    guarded(ctx, case, "SDPA backward", lambda: timed_peer(
+        ctx, case, "SDPA backward", lambda: peer()[0], None, TOL_BF16, flops))
+
+    def ours() -> None:
+        got = step(q, k, v, do)
+        errs = [rel_err(g_, r) for g_, r in zip(got, refs)]
+        if not max(errs) <= 2e-2:
+            ctx.add(Row(case, "tessera", rel_err=max(errs), status="mismatch",
+                        note=f"gradient errors {errs} against SDPA; not timed"))
+            return
+        ms = bench(lambda: step(q, k, v, do), ctx.quick)
+        ctx.add(_rate(Row(case, "tessera", ms=ms, rel_err=max(errs)), flops, None))
+
+    guarded(ctx, case, "tessera", ours)
+
+
 def case_attention(ctx: Ctx) -> None:
     import tessera as ts
 
@@ -668,6 +707,7 @@ CASES: dict[str, Callable[[Ctx], None]] = {
     "gemm_layouts": case_gemm_layouts,
     "mlp_step": case_mlp_step,
     "conv2d": case_conv2d,
+    "attention_bwd": case_attention_bwd,
     "attention": case_attention,
     "softmax": case_softmax,
     "rmsnorm": case_rmsnorm,

@@ -1,4 +1,4 @@
-"""``tgraph.conv2d`` on the sm90 GEMM: an im2col buffer, one wgmma GEMM, one NCHW store.
+"""``tgraph.conv2d`` as a GEMM: an im2col buffer, one wgmma (or FMA) GEMM, one NCHW store.
 
 For bf16/f16 operands, ``lower-matmul-sm90`` lowers ``y = conv2d(x, w) (+ bias)`` with
 ``x: [N, C, H, W]``, ``w: [O, C, kh, kw]``, ``y: [N, O, Ho, Wo]`` as three kernels:
@@ -20,19 +20,24 @@ For bf16/f16 operands, ``lower-matmul-sm90`` lowers ``y = conv2d(x, w) (+ bias)`
 The products are exact in f32 and summed by the tensor cores in f32, so results match
 the direct kernel to f32 rounding. Taken when O is a multiple of 8 (the product's TMA row
 stride); other convolutions keep the direct kernel (``tessera.passes.tile_conv``).
+
+f32 convolutions take the same im2col and store kernels around the FMA GEMM
+(:func:`tessera.passes.tile_gemm.fma_matmul_2d`, 8 x 8 results per lane) instead of the
+direct kernel's one output per lane; the Tile IR interpreter runs that path on the CPU.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, TensorType, f32
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, TensorType, f32
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.matmul_config import sm90_config
 from tessera.passes.tile_builder import KernelEmitter, cdiv
+from tessera.passes.tile_gemm import fma_matmul_2d
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -46,8 +51,10 @@ STORE_GROUP = 64
 def conv_eligible(op: g.Conv2dOp) -> str | None:
     """None if the sm90 path takes ``op``, else why not."""
     et = g.elem_of(op.input)
+    if isinstance(et, Float32Type):
+        return None  # im2col + the FMA GEMM (no TMA row-stride constraint)
     if not isinstance(et, BFloat16Type | Float16Type):
-        return "operands are not bf16 or f16"
+        return "operands are not f32, bf16 or f16"
     o = g.shape_of(op.weight)[0]
     if o % 8:
         return f"{o} output channels: the product's rows need a multiple of 8"
@@ -60,10 +67,8 @@ def lower_conv2d_sm90(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
     """Lower ``op`` through im2col and the sm90 GEMM; False leaves it to the direct kernel."""
     if conv_eligible(op) is not None:
         return False
-    from tessera.passes.lower_matmul_sm90 import Sm90Gemm, build_kernel, device_sms
-
     et = g.elem_of(op.input)
-    ty = "bf16" if isinstance(et, BFloat16Type) else "f16"
+    ty = {BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32"}[type(et)]
     n, c, h, w = g.shape_of(op.input)
     o, _, kh, kw = g.shape_of(op.weight)
     _, _, ho, wo = g.shape_of(op.result)
@@ -133,14 +138,12 @@ def lower_conv2d_sm90(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
               [cdiv(o * kp, GROUP), 1, 1], pad_weight)
     weight = padded
 
-    gemm = Sm90Gemm(rows, o, kp, ty, "f32", sm90_config(rows, o, kp), device_sms(), b_t=True)
     product = lw.alloc(TensorType(f32, [rows, o]))
-    cnt = lw.counter.get("matmul", 0)
-    lw.counter["matmul"] = cnt + 1
-    name = f"{lw.prefix}_matmul_{cnt}"
-    lw.module.body.block.insert_op_before(build_kernel(name, gemm), lw.fn)
-    lw.hb.add_op(tt.LaunchExOp(name, [product, cols, weight], gemm.grid(), gemm.smem_bytes,
-                               gemm.boxes()))
+    if isinstance(et, Float32Type):
+        fma_matmul_2d(lw, product, cols, weight, rows, o, kp, f32, tb=True)
+    else:
+        _wgmma_product(lw, product, cols, weight, rows, o, kp, ty)
+
 
     out = lw.alloc(op.result.type)
     has_bias = op.bias is not None
@@ -170,3 +173,19 @@ def lower_conv2d_sm90(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
     lw.kernel("conv2d_store", args, STORE_GROUP, [n * o * ho, 1, 1], store)
     lw.env[op.result] = out
     return True
+
+
+def _wgmma_product(
+    lw: _FunctionLowering, product: SSAValue, cols: SSAValue, weight: SSAValue, rows: int,
+    o: int, kp: int, ty: str,
+) -> None:
+    """``product[rows, o] (f32) = cols[rows, kp] @ weight[o, kp].T`` on the sm90 kernel."""
+    from tessera.passes.lower_matmul_sm90 import Sm90Gemm, build_kernel, device_sms
+
+    gemm = Sm90Gemm(rows, o, kp, ty, "f32", sm90_config(rows, o, kp), device_sms(), b_t=True)
+    cnt = lw.counter.get("matmul", 0)
+    lw.counter["matmul"] = cnt + 1
+    name = f"{lw.prefix}_matmul_{cnt}"
+    lw.module.body.block.insert_op_before(build_kernel(name, gemm), lw.fn)
+    lw.hb.add_op(tt.LaunchExOp(name, [product, cols, weight], gemm.grid(), gemm.smem_bytes,
+                               gemm.boxes()))

@@ -348,11 +348,10 @@ class _FunctionLowering:
         rt = op.result.type
         assert isinstance(rt, TensorType)
         et = rt.element_type
-        vals = list(op.value.get_values())
         shape = g.shape_of(op.result)
-        if len(vals) == 1:
+        if len(op.value) == 1:
             out = self.alloc(rt)
-            v0 = vals[0]
+            v0 = next(iter(op.value.get_values()))
             self.map_kernel("constant", shape, out, [], lambda e, xs: e.const(v0, et))
             self.env[op.result] = out
             return
@@ -360,10 +359,13 @@ class _FunctionLowering:
         self.counter["cst"] = n + 1
         sym = f"{self.prefix}_cst_{n}"
         mt = memref_of(rt)
-        if is_float(et):
-            data = DenseIntOrFPElementsAttr.from_list(rt, [float(x) for x in vals])
+        # the constant's own bytes (a causal mask has S^2 elements: no per-value rebuild)
+        if op.value.get_element_type() == et:
+            data = DenseIntOrFPElementsAttr(rt, op.value.data)
+        elif is_float(et):
+            data = DenseIntOrFPElementsAttr.from_list(rt, [float(x) for x in op.value.get_values()])
         else:
-            data = DenseIntOrFPElementsAttr.from_list(rt, [int(x) for x in vals])
+            data = DenseIntOrFPElementsAttr.from_list(rt, [int(x) for x in op.value.get_values()])
         gl = memref.GlobalOp.get(StringAttr(sym), mt, data, constant=UnitAttr())
         self.module.body.block.insert_op_before(gl, self.fn)
         m = self.host_op(memref.GetGlobalOp(sym, mt))

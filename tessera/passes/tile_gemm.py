@@ -233,6 +233,23 @@ def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> 
         lw.kernel("matmul", args, FMA_GROUP, grid, lambda e, a: _fma_kernel(e, a, p))
 
 
+def fma_matmul_2d(
+    lw: _FunctionLowering, out: SSAValue, a: SSAValue, b: SSAValue, m: int, n: int, k: int,
+    et: Attribute, tb: bool = False,
+) -> None:
+    """``out[m, n] = a[m, k] @ b`` (``b[k, n]``, or ``b[n, k]`` when ``tb``) on the FMA kernel,
+    for f32/f64 buffers that are not graph values (the f32 convolution's im2col GEMM)."""
+    bm, bn, bk = (128 if m >= 128 else 64 if m >= 64 else 32), (
+        128 if n >= 128 else 64 if n >= 64 else 32), 16
+    p = _MatmulProblem(
+        et, _store_epilogue(et), m, n, k, bm, bn, bk, [], False, tb,
+        lambda bidx: lambda e, r, c: [r, c],
+        lambda bidx: (lambda e, r, c: [c, r]) if tb else (lambda e, r, c: [r, c]),
+    )
+    lw.kernel("matmul", [out, a, b], FMA_GROUP, [cdiv(n, bn), cdiv(m, bm), 1],
+              lambda e, args: _fma_kernel(e, args, p))
+
+
 @dataclass(frozen=True)
 class _MatmulProblem:
     """What a matmul kernel is specialized for: element type, epilogue, sizes ``C[m, n] =

@@ -57,7 +57,8 @@ def test_conv_eligibility() -> None:
 
     assert conv_eligible(op_for((1, 4, 8, 8), (16, 4, 3, 3), bf)) is None
     assert "multiple of 8" in conv_eligible(op_for((1, 4, 8, 8), (12, 4, 3, 3), bf))
-    assert "bf16" in conv_eligible(op_for((1, 4, 8, 8), (16, 4, 3, 3), np.float32))
+    assert conv_eligible(op_for((1, 4, 8, 8), (12, 4, 3, 3), np.float32)) is None  # FMA GEMM
+    assert "f32, bf16 or f16" in conv_eligible(op_for((1, 4, 8, 8), (16, 4, 3, 3), np.float64))
 
 
 @needs_ptxas

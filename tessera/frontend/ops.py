@@ -7,11 +7,17 @@ results. Shapes are checked by the ops' own verifiers (or their
 
 Result-dtype rules:
 
-* Elementwise ops need operands of one element type; there is no implicit
-  promotion (``ts.cast`` converts). A Python scalar becomes a ``tgraph.constant``
-  splat (rank 0) of the other operand's type, policy included. The result
-  keeps the left operand's numeric policy (the right one's if the left has the
-  default policy). Comparisons give ``bool`` (``i1``).
+* Elementwise ops need tensor operands of one element type; two tensors of
+  different types are not promoted (``ts.cast`` converts). A Python scalar
+  becomes a ``tgraph.constant`` splat (rank 0) of the other operand's type,
+  policy included. The result keeps the left operand's numeric policy (the right
+  one's if the left has the default policy). Comparisons give ``bool`` (``i1``).
+* Integer and bool operands follow torch's promotion: ``/`` is true division
+  (integer or bool operands are converted to ``f32``, torch's default float
+  type); an integer or bool tensor with a Python float is converted to ``f32``
+  first, and a bool tensor with a Python int to ``int64``. ``sum`` of bool and
+  integer tensors narrower than 64 bits counts in ``int64``; ``mean`` of them is
+  an error (as in torch).
 * ``matmul``/``gemm`` return ``out_dtype`` if given; else the accumulate dtype
   when the operands' policy declares one (``fp8_e4m3 @accum(f32)`` -> ``f32``);
   else the operands' own type and policy (``bf16 x bf16 -> bf16``, accumulated
@@ -211,7 +217,25 @@ def _has_encoding(x: TracedTensor) -> bool:
 # --------------------------------------------------------------------------- elementwise
 
 
+def _promote_scalar(x: Any, other: Any) -> Any:
+    """``x`` converted as torch does when combined with the Python scalar ``other``: an
+    integer or bool tensor with a float becomes ``f32``, a bool tensor with an int
+    ``int64``."""
+    if not isinstance(x, TracedTensor) or not _is_scalar(other) or x.is_complex:
+        return x
+    if isinstance(other, float | np.floating) and not x.dtype.is_float:
+        return cast(x, fp32)
+    if (
+        isinstance(other, numbers.Integral)
+        and not isinstance(other, bool | np.bool_)
+        and x.dtype == bool_
+    ):
+        return cast(x, int64)
+    return x
+
+
 def _binary(opcls: type[g.ElementwiseBinaryOp], opname: str, a: Any, b: Any) -> TracedTensor:
+    a, b = _promote_scalar(a, b), _promote_scalar(b, a)
     x, y = _operands(opname, a, b)
     _check_same_elem(opname, x, y)
     shape = _broadcast(opname, x, y)
@@ -238,8 +262,13 @@ def mul(a: Any, b: Any) -> TracedTensor:
 
 
 def div(a: Any, b: Any) -> TracedTensor:
-    """Elementwise ``a / b`` with broadcasting."""
-    return _binary(g.DivOp, "div", a, b)
+    """Elementwise true division ``a / b`` with broadcasting; integer and bool operands
+    are converted to ``f32`` first (torch's ``/``)."""
+    a, b = _promote_scalar(a, b), _promote_scalar(b, a)
+    x, y = _operands("div", a, b)
+    if not any(t.is_complex or t.dtype.is_float for t in (x, y)):
+        x, y = cast(x, fp32), cast(y, fp32)
+    return _binary(g.DivOp, "div", x, y)
 
 
 def pow(a: Any, b: Any) -> TracedTensor:  # noqa: A001
@@ -396,13 +425,16 @@ def round(x: Any) -> TracedTensor:  # noqa: A001
 
     Built from casts: values below ``2**nmant`` in magnitude (the only ones
     with a fraction) go through int64 and back; larger ones, inf and NaN pass.
+    A result of zero keeps the sign of ``x`` (``round(-0.4)`` is ``-0.0``, as in
+    torch): it is ``x * 0``.
     """
     x = _tensor_arg(x, "round")
     if not x.dtype.is_float:
         return x
     big = float(2 ** int(ml_dtypes.finfo(x.dtype.np_dtype).nmant))
     as_int = cast(cast(x, int64), x.policy)
-    return where(lt(abs(x), big), as_int, x)
+    signed = where(eq(as_int, 0.0), mul(x, 0.0), as_int)
+    return where(lt(abs(x), big), signed, x)
 
 
 def cast(x: Any, dtype: Any, *, seed: int | None = None) -> TracedTensor:
@@ -460,8 +492,23 @@ def _reduce(
     )
 
 
+def _narrow_int(x: Any) -> bool:
+    """True for a bool or integer tensor narrower than 64 bits."""
+    return (
+        isinstance(x, TracedTensor)
+        and not x.is_complex
+        and not x.dtype.is_float
+        and x.dtype != int64
+    )
+
+
 def sum(x: Any, axis: Any = None, keepdims: bool = False) -> TracedTensor:  # noqa: A001
-    """Sum over ``axis`` (an int, a tuple, or None for all), in a fixed order."""
+    """Sum over ``axis`` (an int, a tuple, or None for all), in a fixed order.
+
+    Bool and narrow integer tensors are summed as ``int64`` (a count for bool),
+    as in torch and numpy."""
+    if _narrow_int(x):
+        x = cast(x, int64)
     return _reduce(g.SumOp, "sum", x, axis, keepdims)
 
 
@@ -476,7 +523,11 @@ def min(x: Any, axis: Any = None, keepdims: bool = False) -> TracedTensor:  # no
 
 
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> TracedTensor:
-    """Arithmetic mean over ``axis`` (None: all axes)."""
+    """Arithmetic mean over ``axis`` (None: all axes) of a float tensor."""
+    if isinstance(x, TracedTensor) and not x.is_complex and not x.dtype.is_float:
+        raise TesseraTypeError(
+            located(f"mean of a {x.dtype!r} tensor: convert it to a float type with ts.cast")
+        )
     return _reduce(g.MeanOp, "mean", x, axis, keepdims)
 
 
@@ -667,8 +718,9 @@ def transpose(x: Any, *dims: Any) -> TracedTensor:
     """Permute dims.
 
     ``transpose(x)`` swaps the last two dims; ``transpose(x, d0, d1)`` swaps two
-    dims (torch style); ``transpose(x, perm)`` or ``transpose(x, *perm)`` with a
-    full permutation reorders all dims (numpy style).
+    dims (torch style, at every rank: ``transpose(x, 0, 1)`` of a matrix is its
+    transpose); ``transpose(x, perm)`` with a list or tuple, or ``transpose(x, *perm)``
+    with a full permutation of three or more dims, reorders all dims (numpy style).
     """
     x = _tensor_arg(x, "transpose")
     rank = x.ndim
@@ -678,7 +730,7 @@ def transpose(x: Any, *dims: Any) -> TracedTensor:
         if rank < 2:
             raise ShapeError(located(f"transpose: needs rank >= 2, got {g.fmt_shape(x.shape)}"))
         perm = [*range(rank - 2), rank - 1, rank - 2]
-    elif len(dims) == 2 and rank != 2:
+    elif len(dims) == 2:
         a, b = (_norm_axis("transpose", int(d), rank) for d in dims)
         perm = list(range(rank))
         perm[a], perm[b] = perm[b], perm[a]

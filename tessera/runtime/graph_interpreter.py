@@ -154,7 +154,7 @@ _UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
     g.SqrtOp: np.sqrt,
     g.RsqrtOp: lambda x: 1.0 / np.sqrt(x),
     g.TanhOp: np.tanh,
-    g.ReluOp: lambda x: np.maximum(x, 0),
+    g.ReluOp: lambda x: np.where(x < 0, x.dtype.type(0), x),  # keeps -0.0 and NaN, as torch
     g.GeluOp: _gelu,
     g.SiluOp: lambda x: x * _sigmoid(x),
     g.SigmoidOp: _sigmoid,

@@ -272,7 +272,17 @@ def div(a: Any, b: Any) -> TracedTensor:
 
 
 def pow(a: Any, b: Any) -> TracedTensor:  # noqa: A001
-    """Elementwise ``a ** b`` with broadcasting."""
+    """Elementwise ``a ** b`` with broadcasting (an integer base needs exponents >= 0)."""
+    if (
+        isinstance(a, TracedTensor)
+        and not a.is_complex
+        and not a.dtype.is_float
+        and isinstance(b, numbers.Integral)
+        and b < 0
+    ):
+        raise TesseraTypeError(
+            located(f"pow: an integer tensor to the negative power {b}; cast it to a float type")
+        )
     return _binary(g.PowOp, "pow", a, b)
 
 
@@ -476,6 +486,13 @@ def _reduce(
         axes = [_norm_axis(opname, int(a), rank) for a in raw]
         if len(set(axes)) != len(axes):
             raise ShapeError(located(f"{opname}: repeated axis in {raw}"))
+    if opcls in (g.MaxOp, g.MinOp) and any(x.shape[a] == 0 for a in axes):
+        raise ShapeError(
+            located(
+                f"{opname} of {g.fmt_shape(x.shape)} over an empty axis: the reduction has no "
+                "identity"
+            )
+        )
     if keepdims:
         shape = [1 if i in axes else d for i, d in enumerate(x.shape)]
     else:
@@ -803,18 +820,82 @@ def slice(  # noqa: A001
     )
 
 
+def _index_array(i: Any) -> np.ndarray | None:
+    """A static integer or bool index array (numpy, list, CPU torch tensor), else None."""
+    if isinstance(i, list):
+        i = np.asarray(i)
+        if i.size == 0:
+            i = i.astype(np.int64)
+    elif _is_array(i):
+        from tessera.runtime.convert import to_numpy
+
+        i = to_numpy(i, where="index")
+    if not isinstance(i, np.ndarray):
+        return None
+    if i.dtype.kind not in "biu":
+        raise TesseraTypeError(located(f"index: an index array must hold ints or bools, got {i.dtype}"))
+    return i
+
+
+def _gather(x: TracedTensor, dim: int, arr: np.ndarray) -> TracedTensor:
+    """``x`` indexed along ``dim`` by the 1-D static int or bool array ``arr`` (numpy's
+    ``x[..., arr, ...]``), as a concatenation of slices (one per run of consecutive
+    indices)."""
+    n = x.shape[dim]
+    if arr.dtype == np.bool_:
+        if arr.ndim != 1 or arr.shape[0] != n:
+            raise ShapeError(
+                located(f"index: a bool mask of shape {list(arr.shape)} for dim {dim} of size {n}")
+            )
+        arr = np.flatnonzero(arr)
+    if arr.ndim != 1:
+        raise TesseraTypeError(
+            located(f"index: only 1-D index arrays are supported, got shape {list(arr.shape)}")
+        )
+    bad = (arr < -n) | (arr >= n)
+    if np.any(bad):
+        v = int(arr[np.argmax(bad)])
+        raise ShapeError(located(f"index {v} out of range for dim {dim} of size {n}"))
+    idx = [int(v) % n for v in arr]
+    runs: list[tuple[int, int]] = []
+    for v in idx:
+        if runs and runs[-1][1] == v:
+            runs[-1] = (runs[-1][0], v + 1)
+        else:
+            runs.append((v, v + 1))
+    if not runs:
+        runs = [(0, 0)]
+    parts = []
+    for a, b in runs:
+        start, limit = [0] * x.ndim, list(x.shape)
+        start[dim], limit[dim] = a, b
+        parts.append(slice(x, start, limit))
+    return parts[0] if len(parts) == 1 else concat(parts, axis=dim)
+
+
 def getitem(x: TracedTensor, index: Any) -> TracedTensor:
-    """``x[...]`` with ints, slices (positive steps) and one Ellipsis: slice, then reshape."""
+    """``x[...]`` with ints, slices (positive steps), one Ellipsis and at most one 1-D
+    static index array (ints or a bool mask; numpy, list or CPU torch): gather, slice,
+    then reshape."""
     idx = index if isinstance(index, tuple) else (index,)
     if builtins.sum(1 for i in idx if i is Ellipsis) > 1:
         raise TesseraTypeError(located("index: at most one Ellipsis"))
-    if Ellipsis in idx:
-        k = idx.index(Ellipsis)
+    k = next((k for k, i in enumerate(idx) if i is Ellipsis), None)
+    if k is not None:
         fill = x.ndim - (len(idx) - 1)
         idx = idx[:k] + (builtins.slice(None),) * fill + idx[k + 1 :]
     if len(idx) > x.ndim:
         raise ShapeError(located(f"index: too many indices for rank {x.ndim}"))
     idx = idx + (builtins.slice(None),) * (x.ndim - len(idx))
+    arrays = {d: a for d, i in enumerate(idx) if (a := _index_array(i)) is not None}
+    for d in [d for d, a in arrays.items() if a.ndim == 0 and a.dtype != np.bool_]:
+        idx = idx[:d] + (int(arrays.pop(d)),) + idx[d + 1 :]
+    if len(arrays) > 1:
+        raise TesseraTypeError(located("index: at most one index array is supported"))
+    if arrays:
+        ((d, arr),) = arrays.items()
+        x = _gather(x, d, arr)
+        idx = idx[:d] + (builtins.slice(None),) + idx[d + 1 :]
     start, limit, stride, keep = [], [], [], []
     for d, (i, n) in enumerate(zip(idx, x.shape)):
         if isinstance(i, builtins.slice):
@@ -844,6 +925,10 @@ def concat(xs: Sequence[Any], axis: int = 0) -> TracedTensor:
         raise TesseraTypeError(located("concat: expects a non-empty list of tensors"))
     ts_ = _operands("concat", *xs)
     _check_same_elem("concat", *ts_)
+    if ts_[0].ndim == 0:
+        raise ShapeError(
+            located("concat: rank-0 tensors cannot be concatenated; reshape them to [1] first")
+        )
     ax = _norm_axis("concat", axis, ts_[0].ndim)
     shape = list(ts_[0].shape)
     for i, t in enumerate(ts_):
@@ -903,9 +988,17 @@ def _complex_type(x: TracedTensor, opname: str) -> Attribute:
     raise TesseraTypeError(located(f"{opname}: needs f32, f64 or complex input, got {el}"))
 
 
+def _check_fft_size(x: TracedTensor, opname: str, ndims: int) -> None:
+    if x.ndim >= ndims and 0 in x.shape[-ndims:]:
+        raise ShapeError(
+            located(f"{opname} of {g.fmt_shape(x.shape)}: a transform of 0 points is undefined")
+        )
+
+
 def fft(x: Any, *, inverse: bool = False) -> TracedTensor:
     """Discrete Fourier transform along the last dim (complex result)."""
     x = _tensor_arg(x, "fft")
+    _check_fft_size(x, "fft", 1)
     rt = TensorType(_complex_type(x, "fft"), list(x.shape))
     return _emit(
         g.FFTOp, x.trace, operands=[x.value], result_types=[rt],
@@ -921,6 +1014,7 @@ def ifft(x: Any) -> TracedTensor:
 def fft2d(x: Any, *, inverse: bool = False) -> TracedTensor:
     """2-D DFT over the last two dims (complex result)."""
     x = _tensor_arg(x, "fft2d")
+    _check_fft_size(x, "fft2d", 2)
     rt = TensorType(_complex_type(x, "fft2d"), list(x.shape))
     return _emit(
         g.FFT2dOp, x.trace, operands=[x.value], result_types=[rt],
@@ -1215,6 +1309,34 @@ def recv(shape: Sequence[int], dtype: Any, axis: str = "pp", peer: int = -1) -> 
     )
 
 
+# --------------------------------------------------------------------------- numpy ufuncs
+
+
+def _ufunc_table() -> dict[str, Any]:
+    return {
+        "add": add, "subtract": sub, "multiply": mul, "divide": div, "true_divide": div,
+        "power": pow, "maximum": maximum, "minimum": minimum, "matmul": matmul,
+        "less": lt, "less_equal": le, "greater": gt, "greater_equal": ge, "equal": eq,
+        "not_equal": ne, "negative": neg, "positive": lambda x: x, "absolute": abs,
+        "exp": exp, "log": log, "sqrt": sqrt, "tanh": tanh,
+    }
+
+
+def array_ufunc(ufunc: Any, method: str, inputs: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """numpy's ufunc protocol for traced tensors: ``np.exp(x)`` is ``ts.exp(x)``,
+    ``array + x`` is ``ts.add(array, x)``; a ufunc with no Tessera op is a located error."""
+    name = getattr(ufunc, "__name__", str(ufunc))
+    fn = _ufunc_table().get(name)
+    if method != "__call__" or fn is None or any(v is not None for v in kwargs.values()):
+        what = f"np.{name}" if method == "__call__" else f"np.{name}.{method}"
+        if kwargs and fn is not None and method == "__call__":
+            what += f" with {', '.join(sorted(kwargs))}="
+        raise TesseraTypeError(
+            located(f"{what} cannot run on a traced tensor; use the ts.* operators instead")
+        )
+    return fn(*inputs)
+
+
 OP_FUNCTIONS: tuple[str, ...] = (
     "add", "sub", "mul", "div", "pow", "maximum", "minimum",
     "lt", "le", "gt", "ge", "eq", "ne", "where", "select",
@@ -1232,4 +1354,4 @@ OP_FUNCTIONS: tuple[str, ...] = (
 """The operator functions exported as ``ts.<name>`` and ``op.<name>``."""
 
 
-__all__ = [*OP_FUNCTIONS, "pi", "e", "inf", "matmul_result_policy", "getitem"]
+__all__ = [*OP_FUNCTIONS, "pi", "e", "inf", "matmul_result_policy", "getitem", "array_ufunc"]

@@ -151,6 +151,12 @@ class TracedTensor:
 
     __array_priority__ = 1000  # numpy defers binary operators to us
 
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """``np.exp(x)``, ``array * x``: the matching ts operator, else a located error."""
+        from tessera.frontend import ops
+
+        return ops.array_ufunc(ufunc, method, inputs, kwargs)
+
     def __init__(self, value: SSAValue, trace: Trace):
         self.value = value
         self.trace = trace

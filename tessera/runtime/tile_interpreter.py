@@ -1093,8 +1093,12 @@ def _launch(
     interp.set_data(
         TileFunctions, "launch", LaunchState((g[0], g[1], g[2]), kernel.group_size_value())
     )
+    name = f"ttile.kernel @{kernel.sym_name.data}"
     with np.errstate(all="ignore"):
-        interp.run_ssacfg_region(kernel.body, vals, f"ttile.kernel @{kernel.sym_name.data}")
+        try:
+            interp.run_ssacfg_region(kernel.body, vals, name)
+        except (InterpretationError, *RUNTIME_ERRORS) as e:
+            raise data_error(e, name) from None
 
 
 # --------------------------------------------------------------------------- host
@@ -1235,5 +1239,8 @@ def run_host(
     interp.register_implementations(HostFunctions())
     interp.register_implementations(HostCollectiveFunctions(mesh))
     with np.errstate(all="ignore"):
-        out = interp.call_op(fn, tuple(vals))
+        try:
+            out = interp.call_op(fn, tuple(vals))
+        except (InterpretationError, *RUNTIME_ERRORS) as e:
+            raise data_error(e, f"func.func @{name}") from None
     return [np.asarray(o) for o in out]

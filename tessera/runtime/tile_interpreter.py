@@ -56,6 +56,7 @@ from xdsl.ir import Attribute, Operation, Region
 from xdsl.traits import SymbolTable
 from xdsl.utils.exceptions import InterpretationError
 
+from tessera.frontend.errors import RUNTIME_ERRORS, data_error
 from tessera.ir import host_collectives as hc
 from tessera.ir import tile as tt
 from tessera.ir.tile import WARP_SIZE

@@ -58,7 +58,7 @@ from tessera.frontend.errors import ShapeError, TesseraTypeError, located
 from tessera.frontend.tracing import Trace, TracedTensor, current_trace, result_type
 from tessera.ir import graph as g
 from tessera.ir.attrs import REDUCTIONS, tensor_type
-from tessera.ir.dtypes import bool_, dtype_of, fp32, int64
+from tessera.ir.dtypes import bool_, dtype_of, fp32, fp64, int64
 from tessera.ir.policy import NumericPolicy
 
 pi = math.pi
@@ -431,20 +431,26 @@ def sigmoid(x: Any) -> TracedTensor:
 
 
 def round(x: Any) -> TracedTensor:  # noqa: A001
-    """Round to the nearest integer, ties to even, keeping the dtype.
+    """Round to the nearest integer, ties to even, keeping the dtype (as ``torch.round``).
 
-    Built from casts: values below ``2**nmant`` in magnitude (the only ones
-    with a fraction) go through int64 and back; larger ones, inf and NaN pass.
-    A result of zero keeps the sign of ``x`` (``round(-0.4)`` is ``-0.0``, as in
-    torch): it is ``x * 0``.
+    Computed in f32 (f64 for f64 tensors) with the round-to-nearest-even of one
+    addition: for ``|x| < 2**p`` (``p`` the format's fraction bits, the only values
+    with a fraction), ``(|x| + 2**p) - 2**p`` is ``|x|`` rounded; larger values,
+    inf and NaN pass. The result takes the sign of ``x``, zeros included
+    (``round(-0.4)`` is ``-0.0``).
     """
     x = _tensor_arg(x, "round")
     if not x.dtype.is_float:
         return x
-    big = float(2 ** int(ml_dtypes.finfo(x.dtype.np_dtype).nmant))
-    as_int = cast(cast(x, int64), x.policy)
-    signed = where(eq(as_int, 0.0), mul(x, 0.0), as_int)
-    return where(lt(abs(x), big), signed, x)
+    wide = fp64 if x.dtype == fp64 else fp32
+    w = x if x.dtype == wide and not _has_encoding(x) else cast(x, wide)
+    big = float(2 ** int(ml_dtypes.finfo(wide.np_dtype).nmant))
+    a = abs(w)
+    r = sub(add(a, big), big)
+    signed = where(lt(w, 0.0), neg(r), r)
+    signed = where(eq(r, 0.0), mul(w, 0.0), signed)  # x * 0 carries the sign of x
+    out = where(lt(a, big), signed, w)
+    return out if out.type == x.type else cast(out, x.policy)
 
 
 def cast(x: Any, dtype: Any, *, seed: int | None = None) -> TracedTensor:

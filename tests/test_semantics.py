@@ -13,7 +13,6 @@ from xdsl.parser import Parser
 
 import tessera as ts
 from tessera.frontend.errors import DataError, ShapeError, TesseraError, TesseraTypeError
-from tessera.passes.emit_ptx import emit_ptx
 from tessera.passes.pipelines import default_context
 from tessera.runtime.tile_interpreter import run_host
 

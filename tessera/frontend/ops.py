@@ -252,7 +252,13 @@ def add(a: Any, b: Any) -> TracedTensor:
 
 
 def sub(a: Any, b: Any) -> TracedTensor:
-    """Elementwise ``a - b`` with broadcasting."""
+    """Elementwise ``a - b`` with broadcasting (not defined for two bool operands)."""
+    if all(
+        isinstance(v, bool | np.bool_) or (isinstance(v, TracedTensor) and v.type.element_type == i1)
+        for v in (a, b)
+    ):
+        current_trace("sub")
+        raise TesseraTypeError(located("sub of two bool tensors is not defined; use ts.ne"))
     return _binary(g.SubOp, "sub", a, b)
 
 
@@ -359,9 +365,20 @@ _SCALAR_UNARY: dict[str, Any] = {
 }
 
 
+_INT_TO_FLOAT = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid"})
+"""Unary ops that take integer and bool tensors as ``f32`` (as torch does)."""
+
+
 def _unary(opcls: type[g.ElementwiseUnaryOp], opname: str, x: Any) -> Any:
     """Emit ``opcls`` on a traced tensor; a Python number is folded at trace time
     (``ts.sqrt(2 * ts.pi)`` is a constant of the program, as in the guide)."""
+    if isinstance(x, TracedTensor) and not x.is_complex and not x.dtype.is_float:
+        if opname in _INT_TO_FLOAT:
+            x = cast(x, fp32)
+        elif x.dtype == bool_ and opname in ("neg", "relu", "gelu", "silu"):
+            raise TesseraTypeError(located(f"{opname} of a bool tensor is not defined"))
+        elif opname == "relu":
+            return maximum(x, 0)
     if isinstance(x, int | float) and not isinstance(x, bool):
         try:
             return _SCALAR_UNARY[opname](x)

@@ -350,6 +350,18 @@ class GraphFunctions(InterpreterFunctions):
     def run_cast(self, interp: Interpreter, op: g.CastOp, args: tuple[Any, ...]):
         (a,) = args
         seed = op.seed.value.data if op.seed is not None else None
+        src, dst = np_dtype_of(op.input.type), np_dtype_of(op.result.type)
+        pol = _policy(op.result.type)
+        if (
+            dst.kind in "iu"
+            and src.kind not in "biu"
+            and not isinstance(op.input.type.element_type, ComplexType)
+            and pol.loss_scale is None
+            and pol.rounding != "stochastic"
+        ):
+            # float -> integer truncates toward zero (torch, numpy and arith.fptosi)
+            with np.errstate(invalid="ignore"):
+                a = np.trunc(load(a, op.input.type, np.dtype(np.float64)))
         return (store(a, op.result.type, with_scale=True, seed=seed),)
 
     # ------------------------------------------------------------ reductions

@@ -295,3 +295,20 @@ def _write_past_end(x: ts.mut[ts.f32[n]]):  # noqa: F821
 def test_kernel_index_out_of_range_is_located():
     _raises(DataError, "index 8 out of bounds for dimension 0 of size 8", _write_past_end,
             np.zeros(8, np.float32))
+
+
+def test_infinite_constants_survive_the_program_cache_text():
+    from xdsl.dialects import memref
+
+    from tessera.runtime import program_cache
+
+    vals = np.array([np.nan, np.inf, -np.inf, 2.0], np.float32)
+    f = jit(lambda x: x + ts.constant(vals))
+    f(np.ones(4, np.float32))
+    target = f._last.ir("target")
+    again = program_cache.parse_launch_module(program_cache.launch_module_text(target))
+
+    def inits(m):
+        return [op.initial_value.data.data for op in m.walk() if isinstance(op, memref.GlobalOp)]
+
+    assert inits(target) and inits(again) == inits(target)

@@ -185,7 +185,7 @@ OPS: list[OpInfo] = [
     OpInfo("silu", ts.silu, F.silu, FLOATS, unary_samples(), grad=True),
     OpInfo("gelu", ts.gelu, _gelu_tanh, FLOATS, unary_samples(), grad=True),
     OpInfo("relu", ts.relu, torch.relu, (*FLOATS, *INTS), unary_samples(), grad=True),
-    OpInfo("round", ts.round, torch.round, (*FLOATS, *INTS), unary_samples(-40, 40)),
+    OpInfo("round", ts.round, torch.round, (*FLOATS, *INTS), unary_samples(-40, 40), grad=True),
     OpInfo("add", ts.add, torch.add, ALL, binary_samples(), grad=True),
     OpInfo("sub", ts.sub, torch.sub, (*FLOATS, *INTS), binary_samples(), grad=True),
     OpInfo("mul", ts.mul, torch.mul, ALL, binary_samples(), grad=True),

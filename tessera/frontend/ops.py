@@ -454,7 +454,8 @@ def round(x: Any) -> TracedTensor:  # noqa: A001
     addition: for ``|x| < 2**p`` (``p`` the format's fraction bits, the only values
     with a fraction), ``(|x| + 2**p) - 2**p`` is ``|x|`` rounded; larger values,
     inf and NaN pass. The result takes the sign of ``x``, zeros included
-    (``round(-0.4)`` is ``-0.0``).
+    (``round(-0.4)`` is ``-0.0``). Integer values pass through ``int64`` (exact),
+    so the gradient is 0 as in torch, except for ``|x| >= 2**62``, inf and NaN.
     """
     x = _tensor_arg(x, "round")
     if not x.dtype.is_float:
@@ -463,10 +464,11 @@ def round(x: Any) -> TracedTensor:  # noqa: A001
     w = x if x.dtype == wide and not _has_encoding(x) else cast(x, wide)
     big = float(2 ** int(ml_dtypes.finfo(wide.np_dtype).nmant))
     a = abs(w)
-    r = sub(add(a, big), big)
+    r = cast(cast(sub(add(a, big), big), int64), wide)
     signed = where(lt(w, 0.0), neg(r), r)
     signed = where(eq(r, 0.0), mul(w, 0.0), signed)  # x * 0 carries the sign of x
-    out = where(lt(a, big), signed, w)
+    whole = where(lt(a, float(2**62)), cast(cast(w, int64), wide), w)
+    out = where(lt(a, big), signed, whole)
     return out if out.type == x.type else cast(out, x.policy)
 
 

@@ -312,3 +312,11 @@ def test_infinite_constants_survive_the_program_cache_text():
         return [op.initial_value.data.data for op in m.walk() if isinstance(op, memref.GlobalOp)]
 
     assert inits(target) and inits(again) == inits(target)
+
+
+def test_binding_errors_name_the_call():
+    f = jit(lambda x: x + 1)
+    _raises(TesseraTypeError, "missing a required argument", f)
+    _raises(TesseraTypeError, "too many positional arguments", f, np.ones(2), np.ones(2))
+    _raises(TesseraTypeError, "unsupported dtype uint16", f, np.ones(2, np.uint16))
+    _raises(TesseraTypeError, "unsupported type dict", f, {})

@@ -27,6 +27,7 @@ from tests.opinfo_samples import (
     binary_samples,
     finite_f64,
     make,
+    np_dtype,
     reduction_samples,
     row_samples,
     unary_samples,
@@ -98,6 +99,15 @@ def _attention_samples(dtype: str, rng: np.random.Generator) -> Iterator[tuple[n
 def _fft_samples(dtype: str, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, ...]]:
     for s in ((1,), (8,), (3, 7)):
         yield (make(rng, s, dtype),)
+
+
+def _masked_rows(dtype: str, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, ...]]:
+    """Row samples, then rows with -inf (masked), +inf and NaN entries."""
+    yield from row_samples(dtype, rng)
+    inf, nan = np.inf, np.nan
+    rows = [[-inf, 0, 1], [0, -inf, -inf], [nan, 1, 2], [inf, 1, 2], [-inf, -inf, -inf],
+            [-0.0, 0.0, -0.0]]
+    yield (np.array(rows, dtype=np_dtype(dtype)),)
 
 
 def _cast_samples(dtype: str, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, ...]]:
@@ -204,9 +214,12 @@ OPS: list[OpInfo] = [
     OpInfo("square", lambda x: x**2, lambda x: x**2, (*FLOATS, *INTS), unary_samples(), grad=True),
     OpInfo("where", ts.where, torch.where, (*FLOATS, *INTS), _where_samples),
     *_reduction_ops(),
-    OpInfo("softmax", ts.softmax, _t_softmax, FLOATS, row_samples, grad=True),
+    OpInfo("softmax", ts.softmax, _t_softmax, FLOATS, _masked_rows, grad=True),
     OpInfo("softmax0", lambda x: ts.softmax(x, axis=0), lambda x: torch.softmax(x, 0), FLOATS,
            row_samples, grad=True),
+    OpInfo("layernorm_plain", lambda x: ts.layernorm(x), lambda x: F.layer_norm(x, x.shape[-1:]),
+           FLOATS, _masked_rows, grad=True, rtol={"bfloat16": 3e-2, "float16": 4e-3, "float32": 2e-5},
+           signed_zeros=False),
     OpInfo("layernorm", ts.layernorm, _t_layernorm, FLOATS, _norm_samples, grad=True,
            rtol={"bfloat16": 3e-2, "float16": 4e-3, "float32": 2e-5}),
     OpInfo("rmsnorm", lambda x, w: ts.rmsnorm(x, w), _t_rmsnorm, FLOATS,
@@ -243,6 +256,13 @@ OPS: list[OpInfo] = [
            _tri_samples, grad=True, rtol={"float32": 1e-5}),
     OpInfo("conv2d", ts.conv2d, F.conv2d, ("float32", "float64"), _conv_samples, grad=True,
            rtol={"float32": 1e-5}),
+    OpInfo("conv2d_bias_stride",
+           lambda x, w: ts.conv2d(x, w, w[:, 0, 0, 0], stride=2, padding=1),
+           lambda x, w: F.conv2d(x, w, w[:, 0, 0, 0], stride=2, padding=1),
+           ("float32", "float64"), _conv_samples, grad=True, rtol={"float32": 1e-5}),
+    OpInfo("flash_attention_causal", lambda q, k, v: ts.flash_attention(q, k, v, causal=True),
+           lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+           ("float32", "float64"), _attention_samples, grad=True, rtol={"float32": 1e-5}),
     OpInfo("flash_attention", ts.flash_attention, F.scaled_dot_product_attention,
            ("float32", "float64"), _attention_samples, grad=True, rtol={"float32": 1e-5}),
     OpInfo("fft", ts.fft, torch.fft.fft, ("float32", "float64"), _fft_samples,

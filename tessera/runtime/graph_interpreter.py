@@ -760,7 +760,8 @@ def run_function(module: ModuleOp, name: str, args: Sequence[np.ndarray]) -> lis
     fn = _find_func(module, name)
     arrays = check_arguments(fn, args)
     try:
-        results = make_interpreter(module).call_op(name, tuple(arrays))
+        with np.errstate(all="ignore"):  # inf and NaN follow IEEE; no warnings
+            results = make_interpreter(module).call_op(name, tuple(arrays))
     except RUNTIME_ERRORS as e:
         raise data_error(e, name) from None
     return [np.asarray(r) for r in results]

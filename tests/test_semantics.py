@@ -320,3 +320,23 @@ def test_binding_errors_name_the_call():
     _raises(TesseraTypeError, "too many positional arguments", f, np.ones(2), np.ones(2))
     _raises(TesseraTypeError, "unsupported dtype uint16", f, np.ones(2, np.uint16))
     _raises(TesseraTypeError, "unsupported type dict", f, {})
+
+
+BAD_ARGUMENTS = {
+    "cast to an unknown dtype": lambda x: ts.cast(x, "foo"),
+    "cast to None": lambda x: ts.cast(x, None),
+    "tile_shape of strings": lambda x: ts.matmul(x, x.T, tile_shape="ab"),
+    "axis of a string": lambda x: ts.sum(x, axis="a"),
+    "transpose dim of a string": lambda x: ts.transpose(x, "a", 1),
+    "sparse_shape of one dim": lambda x: ts.spmm(x, x, x, x, (2,)),
+    "eps of a string": lambda x: ts.layernorm(x, eps="a"),
+    "negative randn shape": lambda x: x + ts.randn((-1, 4)),
+    "int constant out of range": lambda x: ts.cast(x, ts.int32) + 2**40,
+    "softmax axis out of range": lambda x: ts.softmax(x, 5),
+    "index of None": lambda x: x[None],
+}
+
+
+@pytest.mark.parametrize("fn", BAD_ARGUMENTS.values(), ids=BAD_ARGUMENTS.keys())
+def test_bad_arguments_are_located_errors(fn):
+    _raises(TesseraError, "", jit(fn), np.ones((3, 4), np.float32))

@@ -79,8 +79,50 @@ def _named_operands(opcls: type[g.IRDLOperation], **values: Any) -> list[Any]:
     return [values[name] for name, _ in opcls.get_irdl_definition().operands]
 
 
+def _int(v: Any, what: str) -> int:
+    """``v`` as a Python int (a Python or numpy integer), else a located error."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool | np.bool_):
+        return int(v)
+    raise TesseraTypeError(located(f"{what} must be an int, got {type(v).__name__} {v!r}"))
+
+
+def _ints(values: Any, what: str) -> list[int]:
+    """A sequence of ints (``what`` names it in errors)."""
+    if isinstance(values, str) or not isinstance(values, Sequence | np.ndarray):
+        raise TesseraTypeError(
+            located(f"{what} must be a sequence of ints, got {type(values).__name__} {values!r}")
+        )
+    return [_int(v, what) for v in values]
+
+
+def _shape(values: Any, what: str) -> list[int]:
+    """A static shape: ints >= 0."""
+    dims = _ints(values, what)
+    if any(d < 0 for d in dims):
+        raise ShapeError(located(f"{what} {dims} has a negative size"))
+    return dims
+
+
+def _float(v: Any, what: str) -> float:
+    """``v`` as a Python float (any real number), else a located error."""
+    if isinstance(v, numbers.Real) and not isinstance(v, bool | np.bool_):
+        return float(v)
+    raise TesseraTypeError(located(f"{what} must be a number, got {type(v).__name__} {v!r}"))
+
+
+def _policy(dtype: Any, what: str) -> NumericPolicy:
+    """The numeric policy a dtype argument names, else a located error."""
+    try:
+        pol = as_policy_or_none(dtype, what)
+    except TesseraTypeError as e:
+        raise TesseraTypeError(located(str(e))) from None
+    if pol is None:
+        raise TesseraTypeError(located(f"{what}: a dtype is required, got None"))
+    return pol
+
+
 def _dense_props(name: str, values: Sequence[int]) -> dict[str, Attribute]:
-    return {name: DenseArrayBase.from_list(i64, [int(v) for v in values])}
+    return {name: DenseArrayBase.from_list(i64, _ints(values, name))}
 
 
 def _is_scalar(x: Any) -> bool:
@@ -114,8 +156,7 @@ def constant(value: Any, dtype: Any = None, *, like: TracedTensor | None = None)
     if np.iscomplexobj(arr):
         raise TesseraTypeError(located("complex constants are not supported"))
     if dtype is not None:
-        pol = as_policy_or_none(dtype, "constant")
-        assert pol is not None
+        pol = _policy(dtype, "constant")
         rtype: TensorType = tensor_type(arr.shape, pol)
     elif like is not None and _is_scalar(value):
         rtype = result_type((), like.type)
@@ -136,6 +177,12 @@ def constant(value: Any, dtype: Any = None, *, like: TracedTensor | None = None)
                     located(f"constant {value!r} is not an integer but the tensor type is {elem}")
                 )
             vals = [int(v) for v in flat]
+            lo, hi = -(2 ** (elem.width.data - 1)), 2 ** (elem.width.data - 1)
+            out = next((v for v in vals if not lo <= v < hi), None)
+            if out is not None:
+                raise TesseraTypeError(
+                    located(f"constant {out} does not fit in the tensor type {elem}")
+                )
             attr_elem = i64
     else:
         vals = [float(v) for v in arr.astype(np.float64).reshape(-1)]
@@ -199,6 +246,7 @@ def _broadcast(opname: str, *xs: TracedTensor) -> tuple[int, ...]:
 
 
 def _norm_axis(opname: str, axis: int, rank: int) -> int:
+    axis = _int(axis, f"{opname} axis")
     if not -rank <= axis < builtins.max(rank, 1):
         raise ShapeError(located(f"{opname}: axis {axis} out of range for rank {rank}"))
     return axis % builtins.max(rank, 1)
@@ -478,11 +526,10 @@ def cast(x: Any, dtype: Any, *, seed: int | None = None) -> TracedTensor:
     if not isinstance(x, TracedTensor):
         current_trace("cast")
         raise TesseraTypeError(located(f"cast: expected a tensor, got {type(x).__name__}"))
-    pol = as_policy_or_none(dtype, "cast")
-    assert pol is not None
+    pol = _policy(dtype, "cast")
     props: dict[str, Attribute] = {}
     if seed is not None:
-        props["seed"] = IntegerAttr(int(seed), i64)
+        props["seed"] = IntegerAttr(_int(seed, "cast seed"), i64)
     elif pol.rounding == "stochastic":
         props["seed"] = IntegerAttr(x.trace.next_seed(), i64)
     return _emit(
@@ -507,8 +554,8 @@ def _reduce(
     if axis is None:
         axes = list(range(rank))
     else:
-        raw = [axis] if isinstance(axis, int) else list(axis)
-        axes = [_norm_axis(opname, int(a), rank) for a in raw]
+        raw = [axis] if isinstance(axis, numbers.Integral) else _ints(axis, f"{opname} axis")
+        axes = [_norm_axis(opname, _int(a, f"{opname} axis"), rank) for a in raw]
         if len(set(axes)) != len(axes):
             raise ShapeError(located(f"{opname}: repeated axis in {raw}"))
     if opcls in (g.MaxOp, g.MinOp) and any(x.shape[a] == 0 for a in axes):
@@ -615,7 +662,7 @@ def layernorm(
             bias=b.value if b is not None else None,
         ),
         result_types=[x.type],
-        properties={"eps": FloatAttr(float(eps), f64)},
+        properties={"eps": FloatAttr(_float(eps, "layernorm eps"), f64)},
     )
 
 
@@ -630,7 +677,7 @@ def rmsnorm(x: Any, weight: Any = None, *, eps: float = 1e-6) -> TracedTensor:
             g.RMSNormOp, input=x.value, weight=w.value if w is not None else None
         ),
         result_types=[x.type],
-        properties={"eps": FloatAttr(float(eps), f64)},
+        properties={"eps": FloatAttr(_float(eps, "rmsnorm eps"), f64)},
     )
 
 
@@ -643,9 +690,7 @@ def matmul_result_policy(
 ) -> NumericPolicy:
     """The result policy of ``matmul(a, b)`` (see the module docstring)."""
     if out_dtype is not None:
-        pol = as_policy_or_none(out_dtype, "matmul out_dtype")
-        assert pol is not None
-        return pol
+        return _policy(out_dtype, "matmul out_dtype")
     acc = a.accum or b.accum
     if acc is not None:
         return NumericPolicy(acc)
@@ -696,7 +741,7 @@ def flash_attention(
     q, k, v = _operands("flash_attention", q, k, v)
     props: dict[str, Attribute] = {}
     if scale is not None:
-        props["scale"] = FloatAttr(float(scale), f64)
+        props["scale"] = FloatAttr(_float(scale, "flash_attention scale"), f64)
     if causal:
         props["causal"] = UnitAttr()
     shape = (*q.shape[:-1], v.shape[-1]) if q.ndim >= 1 and v.ndim >= 1 else q.shape
@@ -767,17 +812,17 @@ def transpose(x: Any, *dims: Any) -> TracedTensor:
     x = _tensor_arg(x, "transpose")
     rank = x.ndim
     if len(dims) == 1 and isinstance(dims[0], tuple | list):
-        perm = [int(d) for d in dims[0]]
+        perm = _ints(dims[0], "transpose permutation")
     elif not dims:
         if rank < 2:
             raise ShapeError(located(f"transpose: needs rank >= 2, got {g.fmt_shape(x.shape)}"))
         perm = [*range(rank - 2), rank - 1, rank - 2]
     elif len(dims) == 2:
-        a, b = (_norm_axis("transpose", int(d), rank) for d in dims)
+        a, b = (_norm_axis("transpose", _int(d, "transpose dim"), rank) for d in dims)
         perm = list(range(rank))
         perm[a], perm[b] = perm[b], perm[a]
     else:
-        perm = [int(d) for d in dims]
+        perm = _ints(dims, "transpose permutation")
     if sorted(p % builtins.max(rank, 1) for p in perm) != list(range(rank)) or len(perm) != rank:
         raise ShapeError(
             located(f"transpose permutation {perm} is not a permutation of {rank} dims")
@@ -796,7 +841,7 @@ def transpose(x: Any, *dims: Any) -> TracedTensor:
 def reshape(x: Any, shape: Sequence[int]) -> TracedTensor:
     """Same elements in row-major order, new ``shape`` (one dim may be -1)."""
     x = _tensor_arg(x, "reshape")
-    shape = [int(d) for d in shape]
+    shape = _ints(shape, "reshape shape")
     n = int(np.prod(x.shape, dtype=np.int64))
     if shape.count(-1) > 1 or any(d < -1 for d in shape):
         raise ShapeError(located(f"reshape: bad target shape {shape}"))
@@ -817,7 +862,7 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> TracedTensor:
         g.BroadcastOp,
         x.trace,
         operands=[x.value],
-        result_types=[result_type([int(d) for d in shape], x.type)],
+        result_types=[result_type(_shape(shape, "broadcast_to shape"), x.type)],
     )
 
 
@@ -1084,7 +1129,10 @@ def spmm(
 ) -> TracedTensor:
     """CSR sparse [M, K] (``indptr``, ``indices``, ``values``) times ``dense`` [K, N]."""
     ts_ = _operands("spmm", indptr, indices, values, dense)
-    m, _ = (int(d) for d in sparse_shape)
+    dims = _shape(sparse_shape, "spmm sparse_shape")
+    if len(dims) != 2:
+        raise ShapeError(located(f"spmm sparse_shape must be [M, K], got {dims}"))
+    m = dims[0]
     d = ts_[3]
     shape = (m, d.shape[1] if d.ndim == 2 else 0)
     return _emit(
@@ -1176,27 +1224,30 @@ def randn(
     """Standard-normal samples; ``(seed, offset)`` fix the stream (offset defaults to a
     per-function counter, so two calls give different values)."""
     trace = current_trace("randn")
-    pol = as_policy_or_none(dtype, "randn")
-    assert pol is not None
-    off = trace.next_seed() if offset is None else int(offset)
+    pol = _policy(dtype, "randn")
+    off = trace.next_seed() if offset is None else _int(offset, "randn offset")
     return _emit(
         g.RandnOp,
         trace,
-        result_types=[tensor_type([int(d) for d in shape], pol)],
-        properties={"seed": IntegerAttr(int(seed), i64), "offset": IntegerAttr(off, i64)},
+        result_types=[tensor_type(_shape(shape, "randn shape"), pol)],
+        properties={
+            "seed": IntegerAttr(_int(seed, "randn seed"), i64), "offset": IntegerAttr(off, i64)
+        },
     )
 
 
 def poisson(lam: Any, *, seed: int = 0, offset: int | None = None) -> TracedTensor:
     """Poisson samples with rates ``lam`` (result has ``lam``'s type)."""
     x = _tensor_arg(lam, "poisson", "lam")
-    off = x.trace.next_seed() if offset is None else int(offset)
+    off = x.trace.next_seed() if offset is None else _int(offset, "poisson offset")
     return _emit(
         g.PoissonOp,
         x.trace,
         operands=[x.value],
         result_types=[x.type],
-        properties={"seed": IntegerAttr(int(seed), i64), "offset": IntegerAttr(off, i64)},
+        properties={
+            "seed": IntegerAttr(_int(seed, "poisson seed"), i64), "offset": IntegerAttr(off, i64)
+        },
     )
 
 
@@ -1315,7 +1366,7 @@ def send(x: Any, axis: str = "pp", peer: int = 1) -> None:
     x.trace.add(
         g.SendOp.build(
             operands=[x.value],
-            properties={"axis": StringAttr(axis), "peer": IntegerAttr(int(peer), i64)},
+            properties={"axis": StringAttr(axis), "peer": IntegerAttr(_int(peer, "send peer"), i64)},
         )
     )
 
@@ -1324,13 +1375,12 @@ def recv(shape: Sequence[int], dtype: Any, axis: str = "pp", peer: int = -1) -> 
     """Receive a tensor of ``shape``/``dtype`` from the rank ``peer`` steps along ``axis``."""
     trace = current_trace("recv")
     trace.axis_size(axis, "recv")
-    pol = as_policy_or_none(dtype, "recv")
-    assert pol is not None
+    pol = _policy(dtype, "recv")
     return _emit(
         g.RecvOp,
         trace,
-        result_types=[tensor_type([int(d) for d in shape], pol)],
-        properties={"axis": StringAttr(axis), "peer": IntegerAttr(int(peer), i64)},
+        result_types=[tensor_type(_shape(shape, "recv shape"), pol)],
+        properties={"axis": StringAttr(axis), "peer": IntegerAttr(_int(peer, "recv peer"), i64)},
     )
 
 

@@ -19,3 +19,10 @@ func.func @literals() -> (tensor<f32>, tensor<2xf64>, tensor<3xf32>, tensor<f16>
 // CHECK-NEXT: tgraph.constant dense<[1.500000e+00, -0.000000e+00, 2.500000e+00]> : tensor<3xf32> -> tensor<3xf32>
 // CHECK-NEXT: tgraph.constant dense<"0x00FC"> : tensor<f16> -> tensor<f16>
 // CHECK-NEXT: tgraph.constant dense<"0xA379EB4C"> : tensor<f32> -> tensor<f32>
+
+func.func @vector_literal() -> vector<2xf32> {
+  %0 = arith.constant dense<"0x000080FF0000803F"> : vector<2xf32>
+  func.return %0 : vector<2xf32>
+}
+
+// CHECK:      arith.constant dense<"0x000080FF0000803F"> : vector<2xf32>

@@ -177,9 +177,13 @@ def _tile_run(fn, x):
 def test_signed_zeros_on_the_lowered_path(name):
     r, spec = _tile_run(getattr(ts, name), SPECIAL)
     _same(r, getattr(torch, name)(torch.from_numpy(SPECIAL)).numpy())
+    ptx = str(spec.ir("ptx"))
     if name == "relu":
-        ptx = str(spec.ir("ptx"))
         assert "setp.lt.f32" in ptx and "selp.f32" in ptx and "max.NaN.f32" not in ptx
+    from tessera.runtime import ptxas
+
+    if ptxas.find_ptxas() is not None:
+        ptxas.check(ptx)
 
 
 # --------------------------------------------------------------------------- float literals

@@ -70,7 +70,7 @@ def data_error(e: Exception, what: str = "") -> TesseraError:
     msg = msg.removeprefix("Operation does not verify: ")
     if what and not msg.startswith(("tgraph.", "ttile.", "arith.", "memref.", "func.", what)):
         msg = f"{what}: {msg}"
-    cls = type(e) if isinstance(e, TesseraError) else DataError
+    cls = type(e) if type(e) in (ShapeError, TesseraTypeError) else DataError
     loc = user_location()
     err = cls(located(msg, loc))
     err.user_location = loc  # type: ignore[attr-defined]

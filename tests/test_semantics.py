@@ -344,3 +344,22 @@ BAD_ARGUMENTS = {
 @pytest.mark.parametrize("fn", BAD_ARGUMENTS.values(), ids=BAD_ARGUMENTS.keys())
 def test_bad_arguments_are_located_errors(fn):
     _raises(TesseraError, "", jit(fn), np.ones((3, 4), np.float32))
+
+
+def test_numpy_functions_on_traced_tensors():
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    cases = [
+        (lambda x: np.sum(x, axis=1), lambda x: np.sum(x, axis=1)),
+        (lambda x: np.max(x, axis=(0, 2), keepdims=True), lambda x: np.max(x, axis=(0, 2), keepdims=True)),
+        (lambda x: np.transpose(x), np.transpose),
+        (lambda x: np.transpose(x, (1, 0, 2)), lambda x: np.transpose(x, (1, 0, 2))),
+        (lambda x: np.reshape(x, (4, -1)), lambda x: np.reshape(x, (4, -1))),
+        (lambda x: np.concatenate([x, x], axis=2), lambda x: np.concatenate([x, x], axis=2)),
+    ]
+    for f, ref in cases:
+        got, want = jit(f)(x), ref(x)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    _raises(TesseraTypeError, "np.sort cannot run on a traced tensor", jit(lambda x: np.sort(x)), x)
+    _raises(TesseraTypeError, "take only axis and keepdims", jit(lambda x: np.sum(x, dtype=np.float64)), x)
+    _raises(TesseraError, "no values while the function is traced", jit(lambda x: np.asarray(x)), x)

@@ -52,3 +52,31 @@ def located(msg: str, loc: str | None = None) -> str:
     """``msg (file:line)`` with the user's location (computed if not given)."""
     loc = user_location() if loc is None else loc
     return f"{msg} ({loc})" if loc else msg
+
+
+class DataError(TesseraError, ValueError):
+    """Argument values that an operator cannot compute with, found while running
+    (a matrix that is not positive definite, malformed sparse indices, an index out
+    of range in a kernel)."""
+
+
+RUNTIME_ERRORS: tuple[type[Exception], ...] = (
+    ValueError, ZeroDivisionError, IndexError, ArithmeticError
+)
+"""The exception types an interpreter's op implementations raise for bad data."""
+
+
+def data_error(e: Exception, what: str = "") -> TesseraError:
+    """A one-line :class:`DataError` naming the user's ``file:line`` from an error raised
+    while running ``what``; an error made here before is returned as it is."""
+    if getattr(e, "user_location", None) is not None:
+        return e  # type: ignore[return-value]
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    msg = msg.removeprefix("Operation does not verify: ")
+    if what and not msg.startswith(("tgraph.", "ttile.", "arith.", "memref.", "func.", what)):
+        msg = f"{what}: {msg}"
+    cls = type(e) if type(e) in (ShapeError, TesseraTypeError) else DataError
+    loc = user_location()
+    err = cls(located(msg, loc))
+    err.user_location = loc  # type: ignore[attr-defined]
+    return err

@@ -297,6 +297,8 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
         args.append(xa)
         tans.append(ta.astype(xa.dtype, copy=False))
     res = run_function(module, f"{cf.name}_jvp", [*args, *tans])
+    if any(convert.is_torch_tensor(x) for x in primals):
+        res = [convert.to_torch(r) for r in res]
     n = len(res) // 2
     outs, touts = res[:n], res[n:]
     if spec.returns_tuple:

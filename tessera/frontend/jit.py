@@ -36,7 +36,7 @@ from tessera.frontend.annotations import (
     bind_shape,
     shape_from_annotation,
 )
-from tessera.frontend.errors import ShapeError, TesseraError, TesseraTypeError
+from tessera.frontend.errors import ShapeError, TesseraError, TesseraTypeError, located
 from tessera.frontend.tracing import Trace, TracedTensor, active_trace, tracing
 from tessera.ir.attrs import tensor_type
 from tessera.ir.dtypes import dtype_of
@@ -234,7 +234,7 @@ class CompiledFunction:
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
-            raise TesseraTypeError(f"{self.name}: {e}") from None
+            raise TesseraTypeError(located(f"{self.name}: {e}")) from None
         bound.apply_defaults()
         return bound
 
@@ -249,35 +249,41 @@ class CompiledFunction:
                     dt = dtype_of(arr.dtype)
                 except TypeError:
                     raise TesseraTypeError(
-                        f"{self.name}: argument '{pname}' has unsupported dtype {arr.dtype}"
+                        located(f"{self.name}: argument '{pname}' has unsupported dtype {arr.dtype}")
                     ) from None
                 policy = NumericPolicy(dt)
                 if ann is not None:
                     try:
                         bind_shape(ann, arr.shape, symbols, pname)
                     except ShapeError as e:
-                        raise ShapeError(f"{self.name}: {e}") from None
+                        raise ShapeError(located(f"{self.name}: {e}")) from None
                     apol = ann.policy
                     if apol is not None:
                         if apol.storage != dt:
                             raise TesseraTypeError(
-                                f"{self.name}: argument '{pname}' has dtype {dt!r}, but its "
-                                f"annotation says {ann.dtype!r}; convert it before the call"
+                                located(
+                                    f"{self.name}: argument '{pname}' has dtype {dt!r}, but its "
+                                    f"annotation says {ann.dtype!r}; convert it before the call"
+                                )
                             )
                         policy = apol
                 infos.append(_ArgInfo(pname, "tensor", tuple(arr.shape), policy))
             elif _is_static(value):
                 if ann is not None:
                     raise TesseraTypeError(
-                        f"{self.name}: argument '{pname}' is annotated {ann!r} but got "
-                        f"{type(value).__name__} {value!r}"
+                        located(
+                            f"{self.name}: argument '{pname}' is annotated {ann!r} but got "
+                            f"{type(value).__name__} {value!r}"
+                        )
                     )
                 infos.append(_ArgInfo(pname, "static", static=value))
             else:
                 raise TesseraTypeError(
-                    f"{self.name}: argument '{pname}' has unsupported type "
-                    f"{type(value).__name__}; expected a numpy array, a torch tensor or a "
-                    "Python scalar"
+                    located(
+                        f"{self.name}: argument '{pname}' has unsupported type "
+                        f"{type(value).__name__}; expected a numpy array, a torch tensor or a "
+                        "Python scalar"
+                    )
                 )
         return infos
 
@@ -388,7 +394,7 @@ class CompiledFunction:
         try:
             bind_shape(ann, out.shape, symbols, "the result")
         except ShapeError as e:
-            raise ShapeError(f"{self.name}: {e}") from None
+            raise ShapeError(located(f"{self.name}: {e}")) from None
         pol = ann.policy
         if pol is not None and (out.is_complex or out.policy != pol):
             got = out.type.element_type if out.is_complex else out.policy

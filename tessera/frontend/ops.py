@@ -7,11 +7,17 @@ results. Shapes are checked by the ops' own verifiers (or their
 
 Result-dtype rules:
 
-* Elementwise ops need operands of one element type; there is no implicit
-  promotion (``ts.cast`` converts). A Python scalar becomes a ``tgraph.constant``
-  splat (rank 0) of the other operand's type, policy included. The result
-  keeps the left operand's numeric policy (the right one's if the left has the
-  default policy). Comparisons give ``bool`` (``i1``).
+* Elementwise ops need tensor operands of one element type; two tensors of
+  different types are not promoted (``ts.cast`` converts). A Python scalar
+  becomes a ``tgraph.constant`` splat (rank 0) of the other operand's type,
+  policy included. The result keeps the left operand's numeric policy (the right
+  one's if the left has the default policy). Comparisons give ``bool`` (``i1``).
+* Integer and bool operands follow torch's promotion: ``/`` is true division
+  (integer or bool operands are converted to ``f32``, torch's default float
+  type); an integer or bool tensor with a Python float is converted to ``f32``
+  first, and a bool tensor with a Python int to ``int64``. ``sum`` of bool and
+  integer tensors narrower than 64 bits counts in ``int64``; ``mean`` of them is
+  an error (as in torch).
 * ``matmul``/``gemm`` return ``out_dtype`` if given; else the accumulate dtype
   when the operands' policy declares one (``fp8_e4m3 @accum(f32)`` -> ``f32``);
   else the operands' own type and policy (``bf16 x bf16 -> bf16``, accumulated
@@ -52,7 +58,7 @@ from tessera.frontend.errors import ShapeError, TesseraTypeError, located
 from tessera.frontend.tracing import Trace, TracedTensor, current_trace, result_type
 from tessera.ir import graph as g
 from tessera.ir.attrs import REDUCTIONS, tensor_type
-from tessera.ir.dtypes import bool_, dtype_of, fp32, int64
+from tessera.ir.dtypes import bool_, dtype_of, fp32, fp64, int64
 from tessera.ir.policy import NumericPolicy
 
 pi = math.pi
@@ -73,8 +79,50 @@ def _named_operands(opcls: type[g.IRDLOperation], **values: Any) -> list[Any]:
     return [values[name] for name, _ in opcls.get_irdl_definition().operands]
 
 
+def _int(v: Any, what: str) -> int:
+    """``v`` as a Python int (a Python or numpy integer), else a located error."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool | np.bool_):
+        return int(v)
+    raise TesseraTypeError(located(f"{what} must be an int, got {type(v).__name__} {v!r}"))
+
+
+def _ints(values: Any, what: str) -> list[int]:
+    """A sequence of ints (``what`` names it in errors)."""
+    if isinstance(values, str) or not isinstance(values, Sequence | np.ndarray):
+        raise TesseraTypeError(
+            located(f"{what} must be a sequence of ints, got {type(values).__name__} {values!r}")
+        )
+    return [_int(v, what) for v in values]
+
+
+def _shape(values: Any, what: str) -> list[int]:
+    """A static shape: ints >= 0."""
+    dims = _ints(values, what)
+    if any(d < 0 for d in dims):
+        raise ShapeError(located(f"{what} {dims} has a negative size"))
+    return dims
+
+
+def _float(v: Any, what: str) -> float:
+    """``v`` as a Python float (any real number), else a located error."""
+    if isinstance(v, numbers.Real) and not isinstance(v, bool | np.bool_):
+        return float(v)
+    raise TesseraTypeError(located(f"{what} must be a number, got {type(v).__name__} {v!r}"))
+
+
+def _policy(dtype: Any, what: str) -> NumericPolicy:
+    """The numeric policy a dtype argument names, else a located error."""
+    try:
+        pol = as_policy_or_none(dtype, what)
+    except TesseraTypeError as e:
+        raise TesseraTypeError(located(str(e))) from None
+    if pol is None:
+        raise TesseraTypeError(located(f"{what}: a dtype is required, got None"))
+    return pol
+
+
 def _dense_props(name: str, values: Sequence[int]) -> dict[str, Attribute]:
-    return {name: DenseArrayBase.from_list(i64, [int(v) for v in values])}
+    return {name: DenseArrayBase.from_list(i64, _ints(values, name))}
 
 
 def _is_scalar(x: Any) -> bool:
@@ -108,8 +156,7 @@ def constant(value: Any, dtype: Any = None, *, like: TracedTensor | None = None)
     if np.iscomplexobj(arr):
         raise TesseraTypeError(located("complex constants are not supported"))
     if dtype is not None:
-        pol = as_policy_or_none(dtype, "constant")
-        assert pol is not None
+        pol = _policy(dtype, "constant")
         rtype: TensorType = tensor_type(arr.shape, pol)
     elif like is not None and _is_scalar(value):
         rtype = result_type((), like.type)
@@ -130,6 +177,12 @@ def constant(value: Any, dtype: Any = None, *, like: TracedTensor | None = None)
                     located(f"constant {value!r} is not an integer but the tensor type is {elem}")
                 )
             vals = [int(v) for v in flat]
+            lo, hi = -(2 ** (elem.width.data - 1)), 2 ** (elem.width.data - 1)
+            out = next((v for v in vals if not lo <= v < hi), None)
+            if out is not None:
+                raise TesseraTypeError(
+                    located(f"constant {out} does not fit in the tensor type {elem}")
+                )
             attr_elem = i64
     else:
         vals = [float(v) for v in arr.astype(np.float64).reshape(-1)]
@@ -193,6 +246,7 @@ def _broadcast(opname: str, *xs: TracedTensor) -> tuple[int, ...]:
 
 
 def _norm_axis(opname: str, axis: int, rank: int) -> int:
+    axis = _int(axis, f"{opname} axis")
     if not -rank <= axis < builtins.max(rank, 1):
         raise ShapeError(located(f"{opname}: axis {axis} out of range for rank {rank}"))
     return axis % builtins.max(rank, 1)
@@ -211,7 +265,25 @@ def _has_encoding(x: TracedTensor) -> bool:
 # --------------------------------------------------------------------------- elementwise
 
 
+def _promote_scalar(x: Any, other: Any) -> Any:
+    """``x`` converted as torch does when combined with the Python scalar ``other``: an
+    integer or bool tensor with a float becomes ``f32``, a bool tensor with an int
+    ``int64``."""
+    if not isinstance(x, TracedTensor) or not _is_scalar(other) or x.is_complex:
+        return x
+    if isinstance(other, float | np.floating) and not x.dtype.is_float:
+        return cast(x, fp32)
+    if (
+        isinstance(other, numbers.Integral)
+        and not isinstance(other, bool | np.bool_)
+        and x.dtype == bool_
+    ):
+        return cast(x, int64)
+    return x
+
+
 def _binary(opcls: type[g.ElementwiseBinaryOp], opname: str, a: Any, b: Any) -> TracedTensor:
+    a, b = _promote_scalar(a, b), _promote_scalar(b, a)
     x, y = _operands(opname, a, b)
     _check_same_elem(opname, x, y)
     shape = _broadcast(opname, x, y)
@@ -228,7 +300,13 @@ def add(a: Any, b: Any) -> TracedTensor:
 
 
 def sub(a: Any, b: Any) -> TracedTensor:
-    """Elementwise ``a - b`` with broadcasting."""
+    """Elementwise ``a - b`` with broadcasting (not defined for two bool operands)."""
+    if all(
+        isinstance(v, bool | np.bool_) or (isinstance(v, TracedTensor) and v.type.element_type == i1)
+        for v in (a, b)
+    ):
+        current_trace("sub")
+        raise TesseraTypeError(located("sub of two bool tensors is not defined; use ts.ne"))
     return _binary(g.SubOp, "sub", a, b)
 
 
@@ -238,12 +316,27 @@ def mul(a: Any, b: Any) -> TracedTensor:
 
 
 def div(a: Any, b: Any) -> TracedTensor:
-    """Elementwise ``a / b`` with broadcasting."""
-    return _binary(g.DivOp, "div", a, b)
+    """Elementwise true division ``a / b`` with broadcasting; integer and bool operands
+    are converted to ``f32`` first (torch's ``/``)."""
+    a, b = _promote_scalar(a, b), _promote_scalar(b, a)
+    x, y = _operands("div", a, b)
+    if not any(t.is_complex or t.dtype.is_float for t in (x, y)):
+        x, y = cast(x, fp32), cast(y, fp32)
+    return _binary(g.DivOp, "div", x, y)
 
 
 def pow(a: Any, b: Any) -> TracedTensor:  # noqa: A001
-    """Elementwise ``a ** b`` with broadcasting."""
+    """Elementwise ``a ** b`` with broadcasting (an integer base needs exponents >= 0)."""
+    if (
+        isinstance(a, TracedTensor)
+        and not a.is_complex
+        and not a.dtype.is_float
+        and isinstance(b, numbers.Integral)
+        and b < 0
+    ):
+        raise TesseraTypeError(
+            located(f"pow: an integer tensor to the negative power {b}; cast it to a float type")
+        )
     return _binary(g.PowOp, "pow", a, b)
 
 
@@ -320,9 +413,20 @@ _SCALAR_UNARY: dict[str, Any] = {
 }
 
 
+_INT_TO_FLOAT = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid"})
+"""Unary ops that take integer and bool tensors as ``f32`` (as torch does)."""
+
+
 def _unary(opcls: type[g.ElementwiseUnaryOp], opname: str, x: Any) -> Any:
     """Emit ``opcls`` on a traced tensor; a Python number is folded at trace time
     (``ts.sqrt(2 * ts.pi)`` is a constant of the program, as in the guide)."""
+    if isinstance(x, TracedTensor) and not x.is_complex and not x.dtype.is_float:
+        if opname in _INT_TO_FLOAT:
+            x = cast(x, fp32)
+        elif x.dtype == bool_ and opname in ("neg", "relu", "gelu", "silu"):
+            raise TesseraTypeError(located(f"{opname} of a bool tensor is not defined"))
+        elif opname == "relu":
+            return maximum(x, 0)
     if isinstance(x, int | float) and not isinstance(x, bool):
         try:
             return _SCALAR_UNARY[opname](x)
@@ -392,17 +496,28 @@ def sigmoid(x: Any) -> TracedTensor:
 
 
 def round(x: Any) -> TracedTensor:  # noqa: A001
-    """Round to the nearest integer, ties to even, keeping the dtype.
+    """Round to the nearest integer, ties to even, keeping the dtype (as ``torch.round``).
 
-    Built from casts: values below ``2**nmant`` in magnitude (the only ones
-    with a fraction) go through int64 and back; larger ones, inf and NaN pass.
+    Computed in f32 (f64 for f64 tensors) with the round-to-nearest-even of one
+    addition: for ``|x| < 2**p`` (``p`` the format's fraction bits, the only values
+    with a fraction), ``(|x| + 2**p) - 2**p`` is ``|x|`` rounded; larger values,
+    inf and NaN pass. The result takes the sign of ``x``, zeros included
+    (``round(-0.4)`` is ``-0.0``). Integer values pass through ``int64`` (exact),
+    so the gradient is 0 as in torch, except for ``|x| >= 2**62``, inf and NaN.
     """
     x = _tensor_arg(x, "round")
     if not x.dtype.is_float:
         return x
-    big = float(2 ** int(ml_dtypes.finfo(x.dtype.np_dtype).nmant))
-    as_int = cast(cast(x, int64), x.policy)
-    return where(lt(abs(x), big), as_int, x)
+    wide = fp64 if x.dtype == fp64 else fp32
+    w = x if x.dtype == wide and not _has_encoding(x) else cast(x, wide)
+    big = float(2 ** int(ml_dtypes.finfo(wide.np_dtype).nmant))
+    a = abs(w)
+    r = cast(cast(sub(add(a, big), big), int64), wide)
+    signed = where(lt(w, 0.0), neg(r), r)
+    signed = where(eq(r, 0.0), mul(w, 0.0), signed)  # x * 0 carries the sign of x
+    whole = where(lt(a, float(2**62)), cast(cast(w, int64), wide), w)
+    out = where(lt(a, big), signed, whole)
+    return out if out.type == x.type else cast(out, x.policy)
 
 
 def cast(x: Any, dtype: Any, *, seed: int | None = None) -> TracedTensor:
@@ -411,11 +526,10 @@ def cast(x: Any, dtype: Any, *, seed: int | None = None) -> TracedTensor:
     if not isinstance(x, TracedTensor):
         current_trace("cast")
         raise TesseraTypeError(located(f"cast: expected a tensor, got {type(x).__name__}"))
-    pol = as_policy_or_none(dtype, "cast")
-    assert pol is not None
+    pol = _policy(dtype, "cast")
     props: dict[str, Attribute] = {}
     if seed is not None:
-        props["seed"] = IntegerAttr(int(seed), i64)
+        props["seed"] = IntegerAttr(_int(seed, "cast seed"), i64)
     elif pol.rounding == "stochastic":
         props["seed"] = IntegerAttr(x.trace.next_seed(), i64)
     return _emit(
@@ -440,10 +554,17 @@ def _reduce(
     if axis is None:
         axes = list(range(rank))
     else:
-        raw = [axis] if isinstance(axis, int) else list(axis)
-        axes = [_norm_axis(opname, int(a), rank) for a in raw]
+        raw = [axis] if isinstance(axis, numbers.Integral) else _ints(axis, f"{opname} axis")
+        axes = [_norm_axis(opname, _int(a, f"{opname} axis"), rank) for a in raw]
         if len(set(axes)) != len(axes):
             raise ShapeError(located(f"{opname}: repeated axis in {raw}"))
+    if opcls in (g.MaxOp, g.MinOp) and any(x.shape[a] == 0 for a in axes):
+        raise ShapeError(
+            located(
+                f"{opname} of {g.fmt_shape(x.shape)} over an empty axis: the reduction has no "
+                "identity"
+            )
+        )
     if keepdims:
         shape = [1 if i in axes else d for i, d in enumerate(x.shape)]
     else:
@@ -460,8 +581,23 @@ def _reduce(
     )
 
 
+def _narrow_int(x: Any) -> bool:
+    """True for a bool or integer tensor narrower than 64 bits."""
+    return (
+        isinstance(x, TracedTensor)
+        and not x.is_complex
+        and not x.dtype.is_float
+        and x.dtype != int64
+    )
+
+
 def sum(x: Any, axis: Any = None, keepdims: bool = False) -> TracedTensor:  # noqa: A001
-    """Sum over ``axis`` (an int, a tuple, or None for all), in a fixed order."""
+    """Sum over ``axis`` (an int, a tuple, or None for all), in a fixed order.
+
+    Bool and narrow integer tensors are summed as ``int64`` (a count for bool),
+    as in torch and numpy."""
+    if _narrow_int(x):
+        x = cast(x, int64)
     return _reduce(g.SumOp, "sum", x, axis, keepdims)
 
 
@@ -476,7 +612,11 @@ def min(x: Any, axis: Any = None, keepdims: bool = False) -> TracedTensor:  # no
 
 
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> TracedTensor:
-    """Arithmetic mean over ``axis`` (None: all axes)."""
+    """Arithmetic mean over ``axis`` (None: all axes) of a float tensor."""
+    if isinstance(x, TracedTensor) and not x.is_complex and not x.dtype.is_float:
+        raise TesseraTypeError(
+            located(f"mean of a {x.dtype!r} tensor: convert it to a float type with ts.cast")
+        )
     return _reduce(g.MeanOp, "mean", x, axis, keepdims)
 
 
@@ -522,7 +662,7 @@ def layernorm(
             bias=b.value if b is not None else None,
         ),
         result_types=[x.type],
-        properties={"eps": FloatAttr(float(eps), f64)},
+        properties={"eps": FloatAttr(_float(eps, "layernorm eps"), f64)},
     )
 
 
@@ -537,7 +677,7 @@ def rmsnorm(x: Any, weight: Any = None, *, eps: float = 1e-6) -> TracedTensor:
             g.RMSNormOp, input=x.value, weight=w.value if w is not None else None
         ),
         result_types=[x.type],
-        properties={"eps": FloatAttr(float(eps), f64)},
+        properties={"eps": FloatAttr(_float(eps, "rmsnorm eps"), f64)},
     )
 
 
@@ -550,9 +690,7 @@ def matmul_result_policy(
 ) -> NumericPolicy:
     """The result policy of ``matmul(a, b)`` (see the module docstring)."""
     if out_dtype is not None:
-        pol = as_policy_or_none(out_dtype, "matmul out_dtype")
-        assert pol is not None
-        return pol
+        return _policy(out_dtype, "matmul out_dtype")
     acc = a.accum or b.accum
     if acc is not None:
         return NumericPolicy(acc)
@@ -603,7 +741,7 @@ def flash_attention(
     q, k, v = _operands("flash_attention", q, k, v)
     props: dict[str, Attribute] = {}
     if scale is not None:
-        props["scale"] = FloatAttr(float(scale), f64)
+        props["scale"] = FloatAttr(_float(scale, "flash_attention scale"), f64)
     if causal:
         props["causal"] = UnitAttr()
     shape = (*q.shape[:-1], v.shape[-1]) if q.ndim >= 1 and v.ndim >= 1 else q.shape
@@ -667,23 +805,24 @@ def transpose(x: Any, *dims: Any) -> TracedTensor:
     """Permute dims.
 
     ``transpose(x)`` swaps the last two dims; ``transpose(x, d0, d1)`` swaps two
-    dims (torch style); ``transpose(x, perm)`` or ``transpose(x, *perm)`` with a
-    full permutation reorders all dims (numpy style).
+    dims (torch style, at every rank: ``transpose(x, 0, 1)`` of a matrix is its
+    transpose); ``transpose(x, perm)`` with a list or tuple, or ``transpose(x, *perm)``
+    with a full permutation of three or more dims, reorders all dims (numpy style).
     """
     x = _tensor_arg(x, "transpose")
     rank = x.ndim
     if len(dims) == 1 and isinstance(dims[0], tuple | list):
-        perm = [int(d) for d in dims[0]]
+        perm = _ints(dims[0], "transpose permutation")
     elif not dims:
         if rank < 2:
             raise ShapeError(located(f"transpose: needs rank >= 2, got {g.fmt_shape(x.shape)}"))
         perm = [*range(rank - 2), rank - 1, rank - 2]
-    elif len(dims) == 2 and rank != 2:
-        a, b = (_norm_axis("transpose", int(d), rank) for d in dims)
+    elif len(dims) == 2:
+        a, b = (_norm_axis("transpose", _int(d, "transpose dim"), rank) for d in dims)
         perm = list(range(rank))
         perm[a], perm[b] = perm[b], perm[a]
     else:
-        perm = [int(d) for d in dims]
+        perm = _ints(dims, "transpose permutation")
     if sorted(p % builtins.max(rank, 1) for p in perm) != list(range(rank)) or len(perm) != rank:
         raise ShapeError(
             located(f"transpose permutation {perm} is not a permutation of {rank} dims")
@@ -702,7 +841,7 @@ def transpose(x: Any, *dims: Any) -> TracedTensor:
 def reshape(x: Any, shape: Sequence[int]) -> TracedTensor:
     """Same elements in row-major order, new ``shape`` (one dim may be -1)."""
     x = _tensor_arg(x, "reshape")
-    shape = [int(d) for d in shape]
+    shape = _ints(shape, "reshape shape")
     n = int(np.prod(x.shape, dtype=np.int64))
     if shape.count(-1) > 1 or any(d < -1 for d in shape):
         raise ShapeError(located(f"reshape: bad target shape {shape}"))
@@ -723,7 +862,7 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> TracedTensor:
         g.BroadcastOp,
         x.trace,
         operands=[x.value],
-        result_types=[result_type([int(d) for d in shape], x.type)],
+        result_types=[result_type(_shape(shape, "broadcast_to shape"), x.type)],
     )
 
 
@@ -751,18 +890,82 @@ def slice(  # noqa: A001
     )
 
 
+def _index_array(i: Any) -> np.ndarray | None:
+    """A static integer or bool index array (numpy, list, CPU torch tensor), else None."""
+    if isinstance(i, list):
+        i = np.asarray(i)
+        if i.size == 0:
+            i = i.astype(np.int64)
+    elif _is_array(i):
+        from tessera.runtime.convert import to_numpy
+
+        i = to_numpy(i, where="index")
+    if not isinstance(i, np.ndarray):
+        return None
+    if i.dtype.kind not in "biu":
+        raise TesseraTypeError(located(f"index: an index array must hold ints or bools, got {i.dtype}"))
+    return i
+
+
+def _gather(x: TracedTensor, dim: int, arr: np.ndarray) -> TracedTensor:
+    """``x`` indexed along ``dim`` by the 1-D static int or bool array ``arr`` (numpy's
+    ``x[..., arr, ...]``), as a concatenation of slices (one per run of consecutive
+    indices)."""
+    n = x.shape[dim]
+    if arr.dtype == np.bool_:
+        if arr.ndim != 1 or arr.shape[0] != n:
+            raise ShapeError(
+                located(f"index: a bool mask of shape {list(arr.shape)} for dim {dim} of size {n}")
+            )
+        arr = np.flatnonzero(arr)
+    if arr.ndim != 1:
+        raise TesseraTypeError(
+            located(f"index: only 1-D index arrays are supported, got shape {list(arr.shape)}")
+        )
+    bad = (arr < -n) | (arr >= n)
+    if np.any(bad):
+        v = int(arr[np.argmax(bad)])
+        raise ShapeError(located(f"index {v} out of range for dim {dim} of size {n}"))
+    idx = [int(v) % n for v in arr]
+    runs: list[tuple[int, int]] = []
+    for v in idx:
+        if runs and runs[-1][1] == v:
+            runs[-1] = (runs[-1][0], v + 1)
+        else:
+            runs.append((v, v + 1))
+    if not runs:
+        runs = [(0, 0)]
+    parts = []
+    for a, b in runs:
+        start, limit = [0] * x.ndim, list(x.shape)
+        start[dim], limit[dim] = a, b
+        parts.append(slice(x, start, limit))
+    return parts[0] if len(parts) == 1 else concat(parts, axis=dim)
+
+
 def getitem(x: TracedTensor, index: Any) -> TracedTensor:
-    """``x[...]`` with ints, slices (positive steps) and one Ellipsis: slice, then reshape."""
+    """``x[...]`` with ints, slices (positive steps), one Ellipsis and at most one 1-D
+    static index array (ints or a bool mask; numpy, list or CPU torch): gather, slice,
+    then reshape."""
     idx = index if isinstance(index, tuple) else (index,)
     if builtins.sum(1 for i in idx if i is Ellipsis) > 1:
         raise TesseraTypeError(located("index: at most one Ellipsis"))
-    if Ellipsis in idx:
-        k = idx.index(Ellipsis)
+    k = next((k for k, i in enumerate(idx) if i is Ellipsis), None)
+    if k is not None:
         fill = x.ndim - (len(idx) - 1)
         idx = idx[:k] + (builtins.slice(None),) * fill + idx[k + 1 :]
     if len(idx) > x.ndim:
         raise ShapeError(located(f"index: too many indices for rank {x.ndim}"))
     idx = idx + (builtins.slice(None),) * (x.ndim - len(idx))
+    arrays = {d: a for d, i in enumerate(idx) if (a := _index_array(i)) is not None}
+    for d in [d for d, a in arrays.items() if a.ndim == 0 and a.dtype != np.bool_]:
+        idx = idx[:d] + (int(arrays.pop(d)),) + idx[d + 1 :]
+    if len(arrays) > 1:
+        raise TesseraTypeError(located("index: at most one index array is supported"))
+    if arrays:
+        ((d, arr),) = arrays.items()
+        x = _gather(x, d, arr)
+        idx = idx[:d] + (builtins.slice(None),) + idx[d + 1 :]
     start, limit, stride, keep = [], [], [], []
     for d, (i, n) in enumerate(zip(idx, x.shape)):
         if isinstance(i, builtins.slice):
@@ -792,6 +995,10 @@ def concat(xs: Sequence[Any], axis: int = 0) -> TracedTensor:
         raise TesseraTypeError(located("concat: expects a non-empty list of tensors"))
     ts_ = _operands("concat", *xs)
     _check_same_elem("concat", *ts_)
+    if ts_[0].ndim == 0:
+        raise ShapeError(
+            located("concat: rank-0 tensors cannot be concatenated; reshape them to [1] first")
+        )
     ax = _norm_axis("concat", axis, ts_[0].ndim)
     shape = list(ts_[0].shape)
     for i, t in enumerate(ts_):
@@ -851,9 +1058,17 @@ def _complex_type(x: TracedTensor, opname: str) -> Attribute:
     raise TesseraTypeError(located(f"{opname}: needs f32, f64 or complex input, got {el}"))
 
 
+def _check_fft_size(x: TracedTensor, opname: str, ndims: int) -> None:
+    if x.ndim >= ndims and 0 in x.shape[-ndims:]:
+        raise ShapeError(
+            located(f"{opname} of {g.fmt_shape(x.shape)}: a transform of 0 points is undefined")
+        )
+
+
 def fft(x: Any, *, inverse: bool = False) -> TracedTensor:
     """Discrete Fourier transform along the last dim (complex result)."""
     x = _tensor_arg(x, "fft")
+    _check_fft_size(x, "fft", 1)
     rt = TensorType(_complex_type(x, "fft"), list(x.shape))
     return _emit(
         g.FFTOp, x.trace, operands=[x.value], result_types=[rt],
@@ -869,6 +1084,7 @@ def ifft(x: Any) -> TracedTensor:
 def fft2d(x: Any, *, inverse: bool = False) -> TracedTensor:
     """2-D DFT over the last two dims (complex result)."""
     x = _tensor_arg(x, "fft2d")
+    _check_fft_size(x, "fft2d", 2)
     rt = TensorType(_complex_type(x, "fft2d"), list(x.shape))
     return _emit(
         g.FFT2dOp, x.trace, operands=[x.value], result_types=[rt],
@@ -913,7 +1129,10 @@ def spmm(
 ) -> TracedTensor:
     """CSR sparse [M, K] (``indptr``, ``indices``, ``values``) times ``dense`` [K, N]."""
     ts_ = _operands("spmm", indptr, indices, values, dense)
-    m, _ = (int(d) for d in sparse_shape)
+    dims = _shape(sparse_shape, "spmm sparse_shape")
+    if len(dims) != 2:
+        raise ShapeError(located(f"spmm sparse_shape must be [M, K], got {dims}"))
+    m = dims[0]
     d = ts_[3]
     shape = (m, d.shape[1] if d.ndim == 2 else 0)
     return _emit(
@@ -1005,27 +1224,30 @@ def randn(
     """Standard-normal samples; ``(seed, offset)`` fix the stream (offset defaults to a
     per-function counter, so two calls give different values)."""
     trace = current_trace("randn")
-    pol = as_policy_or_none(dtype, "randn")
-    assert pol is not None
-    off = trace.next_seed() if offset is None else int(offset)
+    pol = _policy(dtype, "randn")
+    off = trace.next_seed() if offset is None else _int(offset, "randn offset")
     return _emit(
         g.RandnOp,
         trace,
-        result_types=[tensor_type([int(d) for d in shape], pol)],
-        properties={"seed": IntegerAttr(int(seed), i64), "offset": IntegerAttr(off, i64)},
+        result_types=[tensor_type(_shape(shape, "randn shape"), pol)],
+        properties={
+            "seed": IntegerAttr(_int(seed, "randn seed"), i64), "offset": IntegerAttr(off, i64)
+        },
     )
 
 
 def poisson(lam: Any, *, seed: int = 0, offset: int | None = None) -> TracedTensor:
     """Poisson samples with rates ``lam`` (result has ``lam``'s type)."""
     x = _tensor_arg(lam, "poisson", "lam")
-    off = x.trace.next_seed() if offset is None else int(offset)
+    off = x.trace.next_seed() if offset is None else _int(offset, "poisson offset")
     return _emit(
         g.PoissonOp,
         x.trace,
         operands=[x.value],
         result_types=[x.type],
-        properties={"seed": IntegerAttr(int(seed), i64), "offset": IntegerAttr(off, i64)},
+        properties={
+            "seed": IntegerAttr(_int(seed, "poisson seed"), i64), "offset": IntegerAttr(off, i64)
+        },
     )
 
 
@@ -1144,7 +1366,7 @@ def send(x: Any, axis: str = "pp", peer: int = 1) -> None:
     x.trace.add(
         g.SendOp.build(
             operands=[x.value],
-            properties={"axis": StringAttr(axis), "peer": IntegerAttr(int(peer), i64)},
+            properties={"axis": StringAttr(axis), "peer": IntegerAttr(_int(peer, "send peer"), i64)},
         )
     )
 
@@ -1153,14 +1375,98 @@ def recv(shape: Sequence[int], dtype: Any, axis: str = "pp", peer: int = -1) -> 
     """Receive a tensor of ``shape``/``dtype`` from the rank ``peer`` steps along ``axis``."""
     trace = current_trace("recv")
     trace.axis_size(axis, "recv")
-    pol = as_policy_or_none(dtype, "recv")
-    assert pol is not None
+    pol = _policy(dtype, "recv")
     return _emit(
         g.RecvOp,
         trace,
-        result_types=[tensor_type([int(d) for d in shape], pol)],
-        properties={"axis": StringAttr(axis), "peer": IntegerAttr(int(peer), i64)},
+        result_types=[tensor_type(_shape(shape, "recv shape"), pol)],
+        properties={"axis": StringAttr(axis), "peer": IntegerAttr(_int(peer, "recv peer"), i64)},
     )
+
+
+# --------------------------------------------------------------------------- numpy ufuncs
+
+
+def _ufunc_table() -> dict[str, Any]:
+    return {
+        "add": add, "subtract": sub, "multiply": mul, "divide": div, "true_divide": div,
+        "power": pow, "maximum": maximum, "minimum": minimum, "matmul": matmul,
+        "less": lt, "less_equal": le, "greater": gt, "greater_equal": ge, "equal": eq,
+        "not_equal": ne, "negative": neg, "positive": lambda x: x, "absolute": abs,
+        "exp": exp, "log": log, "sqrt": sqrt, "tanh": tanh,
+    }
+
+
+def array_ufunc(ufunc: Any, method: str, inputs: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """numpy's ufunc protocol for traced tensors: ``np.exp(x)`` is ``ts.exp(x)``,
+    ``array + x`` is ``ts.add(array, x)``; a ufunc with no Tessera op is a located error."""
+    name = getattr(ufunc, "__name__", str(ufunc))
+    fn = _ufunc_table().get(name)
+    if method != "__call__" or fn is None or any(v is not None for v in kwargs.values()):
+        what = f"np.{name}" if method == "__call__" else f"np.{name}.{method}"
+        if kwargs and fn is not None and method == "__call__":
+            what += f" with {', '.join(sorted(kwargs))}="
+        raise TesseraTypeError(
+            located(f"{what} cannot run on a traced tensor; use the ts.* operators instead")
+        )
+    return fn(*inputs)
+
+
+def _np_reduction(fn: Any) -> Any:
+    def call(a: Any, axis: Any = None, dtype: Any = None, out: Any = None,
+             keepdims: Any = False, **kw: Any) -> Any:
+        if dtype is not None or out is not None or kw:
+            raise TesseraTypeError(
+                located("numpy reductions of traced tensors take only axis and keepdims")
+            )
+        return fn(a, axis=axis, keepdims=bool(keepdims))
+
+    return call
+
+
+def _np_transpose(a: Any, axes: Any = None) -> Any:
+    """numpy's ``transpose``: all dims reversed, or the permutation ``axes``."""
+    x = _tensor_arg(a, "np.transpose")
+    if axes is None:
+        return x if x.ndim < 2 else transpose(x, list(range(x.ndim))[::-1])
+    return transpose(x, list(axes))
+
+
+def _np_reshape(a: Any, shape: Any = None, order: str = "C", **kw: Any) -> Any:
+    """numpy's ``reshape`` (C order; ``shape`` or numpy 1's ``newshape``)."""
+    shape = kw.pop("newshape", shape)
+    if order != "C" or kw or shape is None:
+        raise TesseraTypeError(located("np.reshape of a traced tensor takes a shape, C order"))
+    return reshape(a, [shape] if isinstance(shape, numbers.Integral) else shape)
+
+
+def _np_function_table() -> dict[Any, Any]:
+    return {
+        np.sum: _np_reduction(sum), np.mean: _np_reduction(mean),
+        np.max: _np_reduction(max), np.amax: _np_reduction(max),
+        np.min: _np_reduction(min), np.amin: _np_reduction(min),
+        np.transpose: _np_transpose,
+        np.reshape: _np_reshape,
+        np.concatenate: lambda arrays, axis=0: concat(list(arrays), axis=axis),
+        np.where: lambda c, x, y: where(c, x, y),
+        np.matmul: lambda a, b: matmul(a, b),
+        np.broadcast_to: lambda a, shape: broadcast_to(a, shape),
+    }
+
+
+def array_function(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """numpy's function protocol for traced tensors: ``np.sum(x)``, ``np.transpose(x)``,
+    ``np.concatenate([x, y])`` ... are the ts operators (numpy's meaning of the
+    arguments); other numpy functions are a located error."""
+    fn = _np_function_table().get(func)
+    if fn is None:
+        raise TesseraTypeError(
+            located(
+                f"np.{getattr(func, '__name__', func)} cannot run on a traced tensor; use the "
+                "ts.* operators instead"
+            )
+        )
+    return fn(*args, **kwargs)
 
 
 OP_FUNCTIONS: tuple[str, ...] = (
@@ -1180,4 +1486,5 @@ OP_FUNCTIONS: tuple[str, ...] = (
 """The operator functions exported as ``ts.<name>`` and ``op.<name>``."""
 
 
-__all__ = [*OP_FUNCTIONS, "pi", "e", "inf", "matmul_result_policy", "getitem"]
+__all__ = [*OP_FUNCTIONS, "pi", "e", "inf", "matmul_result_policy", "getitem", "array_ufunc",
+           "array_function"]

@@ -186,6 +186,27 @@ class TracedTensor:
 
     __array_priority__ = 1000  # numpy defers binary operators to us
 
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """``np.exp(x)``, ``array * x``: the matching ts operator, else a located error."""
+        from tessera.frontend import ops
+
+        return ops.array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        """``np.sum(x)``, ``np.transpose(x)`` ...: the matching ts operator, else a
+        located error."""
+        from tessera.frontend import ops
+
+        return ops.array_function(func, args, kwargs)
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TraceError(
+            located(
+                "a traced tensor has no values while the function is traced; numpy cannot "
+                "convert it (use ts.* operators)"
+            )
+        )
+
     def __init__(self, value: SSAValue, trace: Trace):
         self._value = value
         self._trace = trace

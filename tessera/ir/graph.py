@@ -55,9 +55,12 @@ from xdsl.irdl import (
 from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
+from tessera.ir import literals
 from tessera.ir.attrs import REDUCTIONS, MeshAttr
 
 TensorT = TensorType.constr()
+
+literals.install()  # dense float literals print in a form that re-parses bit for bit
 
 _FN = "attr-dict `:` functional-type(operands, results)"
 

@@ -958,7 +958,9 @@ def _unary_scalar(
         if issubclass(kind, k):
             return e.op(ctor(x))
     if issubclass(kind, g.ReluOp):
-        return e.fmax(x, e.const(0.0, t))
+        # x < 0 ? 0 : x -- torch's relu: -0.0 and NaN pass unchanged (a max would give +0.0)
+        zero = e.const(0.0, t)
+        return e.vselect(e.op(arith.CmpfOp(x, zero, "olt")), zero, x)
     if issubclass(kind, g.SigmoidOp | g.SiluOp):
         s = e.fdiv(one, e.fadd(one, e.exp(e.op(arith.NegfOp(x)))))
         return s if issubclass(kind, g.SigmoidOp) else e.fmul(x, s)

@@ -11,7 +11,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from tessera.errors import TesseraTypeError
+from tessera.errors import TesseraTypeError, located
 
 # numpy (ml_dtypes) dtype name -> (torch dtype name, same-width integer view)
 _BIT_VIEWS: dict[str, tuple[str, Any, str]] = {
@@ -27,7 +27,8 @@ def is_torch_tensor(x: Any) -> bool:
 
 
 def is_cuda_tensor(x: Any) -> bool:
-    return is_torch_tensor(x) and getattr(x.device, "type", "cpu") != "cpu"
+    """True for a torch tensor on a CUDA device (not for CPU or ``meta`` tensors)."""
+    return is_torch_tensor(x) and getattr(x.device, "type", "cpu") == "cuda"
 
 
 def to_numpy(x: Any, where: str = "argument") -> np.ndarray:
@@ -39,6 +40,13 @@ def to_numpy(x: Any, where: str = "argument") -> np.ndarray:
 
         if is_cuda_tensor(x):
             raise NotImplementedError(f"{where}: a {x.device} tensor needs the GPU path")
+        if x.device.type != "cpu":
+            raise TesseraTypeError(
+                located(
+                    f"{where}: a tensor on device '{x.device}' has no data Tessera can read; "
+                    "pass a CPU or CUDA tensor"
+                )
+            )
         t = x.detach().contiguous()
         name = str(t.dtype).removeprefix("torch.")
         for np_name, (torch_name, _, int_name) in _BIT_VIEWS.items():
@@ -53,17 +61,18 @@ def to_numpy(x: Any, where: str = "argument") -> np.ndarray:
 
 
 def to_torch(a: np.ndarray) -> Any:
-    """A CPU torch tensor with the same values (bf16/fp8 bit for bit)."""
+    """A CPU torch tensor with the same values and shape (0-d stays 0-d; bf16/fp8 bit
+    for bit)."""
     import torch
 
-    a = np.ascontiguousarray(a)
+    a = np.array(a, order="C", copy=True)  # unlike ascontiguousarray, keeps rank 0
     name = a.dtype.name
     if name in _BIT_VIEWS:
         torch_name, int_np, int_name = _BIT_VIEWS[name]
-        t = torch.from_numpy(a.view(int_np).copy())
+        t = torch.from_numpy(a.view(int_np))
         return t.view(getattr(torch, torch_name))
     if a.dtype.kind in "biufc" and a.dtype.itemsize <= 16 and a.dtype.type.__module__ == "numpy":
-        return torch.from_numpy(a.copy())
+        return torch.from_numpy(a)
     raise TesseraTypeError(
         f"torch has no dtype for {a.dtype}; call the function with numpy arrays to get "
         "this result as an ml_dtypes array"

@@ -17,6 +17,7 @@ distributed executor), else they raise ``NotImplementedError``.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -35,7 +36,13 @@ from xdsl.interpreter import (
 from xdsl.interpreters.func import FuncFunctions
 from xdsl.ir import Attribute, Operation
 
-from tessera.errors import ShapeError, TesseraTypeError
+from tessera.errors import (
+    RUNTIME_ERRORS,
+    DataError,
+    ShapeError,
+    TesseraTypeError,
+    data_error,
+)
 from tessera.ir import graph as g
 from tessera.ir.attrs import policy_of
 from tessera.ir.dtypes import fp64
@@ -125,7 +132,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Integer division truncating toward zero (as ``arith.divsi``)."""
     if np.any(b == 0):
-        raise ZeroDivisionError("tgraph.div: integer division by zero")
+        raise DataError("tgraph.div: integer division by zero")
     q = np.abs(a) // np.abs(b)
     return np.where((a < 0) != (b < 0), -q, q)
 
@@ -154,7 +161,7 @@ _UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
     g.SqrtOp: np.sqrt,
     g.RsqrtOp: lambda x: 1.0 / np.sqrt(x),
     g.TanhOp: np.tanh,
-    g.ReluOp: lambda x: np.maximum(x, 0),
+    g.ReluOp: lambda x: np.where(x < 0, x.dtype.type(0), x),  # keeps -0.0 and NaN, as torch
     g.GeluOp: _gelu,
     g.SiluOp: lambda x: x * _sigmoid(x),
     g.SigmoidOp: _sigmoid,
@@ -182,6 +189,8 @@ def _reduce_axes(op: g.ReductionOp) -> tuple[int, ...]:
 
 
 def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    if x.size == 0:
+        return x.copy()
     m = np.max(x, axis=axis, keepdims=True)
     e = np.exp(x - m)
     return e / np.sum(e, axis=axis, keepdims=True)
@@ -218,6 +227,11 @@ class GraphFunctions(InterpreterFunctions):
         x, y = load(a, t), load(b, t)
         if isinstance(op, g.DivOp) and compute_dtype(t).kind == "i":
             fn = _int_div
+        if isinstance(op, g.PowOp) and compute_dtype(t).kind == "i" and np.any(y < 0):
+            raise DataError(
+                "tgraph.pow: integers to negative integer powers are not allowed "
+                f"(exponent {int(np.min(y))})"
+            )
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             r = fn(x, y)
         if isinstance(op, g.CompareOp):
@@ -336,6 +350,18 @@ class GraphFunctions(InterpreterFunctions):
     def run_cast(self, interp: Interpreter, op: g.CastOp, args: tuple[Any, ...]):
         (a,) = args
         seed = op.seed.value.data if op.seed is not None else None
+        src, dst = np_dtype_of(op.input.type), np_dtype_of(op.result.type)
+        pol = _policy(op.result.type)
+        if (
+            dst.kind in "iu"
+            and src.kind not in "biu"
+            and not isinstance(op.input.type.element_type, ComplexType)
+            and pol.loss_scale is None
+            and pol.rounding != "stochastic"
+        ):
+            # float -> integer truncates toward zero (torch, numpy and arith.fptosi)
+            with np.errstate(invalid="ignore"):
+                a = np.trunc(load(a, op.input.type, np.dtype(np.float64)))
         return (store(a, op.result.type, with_scale=True, seed=seed),)
 
     # ------------------------------------------------------------ reductions
@@ -343,7 +369,9 @@ class GraphFunctions(InterpreterFunctions):
         (a,) = args
         t = op.input.type
         x = load(a, t, accum_dtype(t) if acc else None)
-        r = fn(x, axis=_reduce_axes(op), keepdims=op.keepdims is not None)
+        with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)  # the mean of nothing is NaN
+            r = fn(x, axis=_reduce_axes(op), keepdims=op.keepdims is not None)
         return (store(r, op.result.type),)
 
     @impl(g.SumOp)
@@ -521,7 +549,7 @@ class GraphFunctions(InterpreterFunctions):
         try:
             r = np.linalg.cholesky(load(args[0], t))
         except np.linalg.LinAlgError as e:
-            raise ValueError(f"tgraph.cholesky: matrix is not positive definite ({e})") from None
+            raise DataError(f"tgraph.cholesky: matrix is not positive definite ({e})") from None
         return (store(r, op.result.type),)
 
     @impl(g.SVDOp)
@@ -535,13 +563,9 @@ class GraphFunctions(InterpreterFunctions):
         t = op.dense.type
         acc = accum_dtype(t)
         v, d = load(values, t, acc), load(dense, t, acc)
-        m, k = op.sparse_shape.get_values()
-        ip = np.asarray(indptr, dtype=np.int64)
-        ix = np.asarray(indices, dtype=np.int64)
-        if ip[0] != 0 or np.any(np.diff(ip) < 0) or ip[-1] != ix.size or np.any(ix >= k):
-            raise ValueError("tgraph.spmm: malformed CSR operands (indptr/indices)")
+        m, _ = op.sparse_shape.get_values()
+        rows, ix = self._csr_pattern(op, indptr, indices)
         out = np.zeros((m, d.shape[1]), dtype=acc)
-        rows = np.repeat(np.arange(m), np.diff(ip))
         np.add.at(out, rows, v[:, None] * d[ix])
         return (store(out, op.result.type),)
 
@@ -572,7 +596,7 @@ class GraphFunctions(InterpreterFunctions):
             a = np.swapaxes(a, -1, -2)
         diag = np.diagonal(a, axis1=-2, axis2=-1)
         if np.any(diag == 0):
-            raise ValueError("tgraph.triangular_solve: the triangular matrix is singular")
+            raise DataError("tgraph.triangular_solve: the triangular matrix is singular")
         return (store(np.linalg.solve(a, b), op.result.type),)
 
     @staticmethod
@@ -582,13 +606,17 @@ class GraphFunctions(InterpreterFunctions):
         ip = np.asarray(indptr, dtype=np.int64)
         ix = np.asarray(indices, dtype=np.int64)
         if (
-            ip[0] != 0
+            ip.size != m + 1
+            or ip[0] != 0
             or np.any(np.diff(ip) < 0)
             or ip[-1] != ix.size
             or np.any(ix < 0)
             or np.any(ix >= k)
         ):
-            raise ValueError(f"{op.name}: malformed CSR operands (indptr/indices)")
+            raise DataError(
+                f"{op.name}: malformed CSR operands: indptr must have {m + 1} nondecreasing "
+                f"entries from 0 to the number of indices, indices lie in [0, {k})"
+            )
         return np.repeat(np.arange(m), np.diff(ip)), ix
 
     @impl(g.SpMMTransposeOp)
@@ -731,5 +759,9 @@ def run_function(module: ModuleOp, name: str, args: Sequence[np.ndarray]) -> lis
     """Run Graph IR function ``name`` of ``module`` on numpy ``args``; return its results."""
     fn = _find_func(module, name)
     arrays = check_arguments(fn, args)
-    results = make_interpreter(module).call_op(name, tuple(arrays))
+    try:
+        with np.errstate(all="ignore"):  # inf and NaN follow IEEE; no warnings
+            results = make_interpreter(module).call_op(name, tuple(arrays))
+    except RUNTIME_ERRORS as e:
+        raise data_error(e, name) from None
     return [np.asarray(r) for r in results]

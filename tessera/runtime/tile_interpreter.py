@@ -56,6 +56,7 @@ from xdsl.ir import Attribute, Operation, Region
 from xdsl.traits import SymbolTable
 from xdsl.utils.exceptions import InterpretationError
 
+from tessera.errors import RUNTIME_ERRORS, data_error
 from tessera.ir import host_collectives as hc
 from tessera.ir import tile as tt
 from tessera.ir.tile import WARP_SIZE
@@ -1093,8 +1094,12 @@ def _launch(
     interp.set_data(
         TileFunctions, "launch", LaunchState((g[0], g[1], g[2]), kernel.group_size_value())
     )
+    name = f"ttile.kernel @{kernel.sym_name.data}"
     with np.errstate(all="ignore"):
-        interp.run_ssacfg_region(kernel.body, vals, f"ttile.kernel @{kernel.sym_name.data}")
+        try:
+            interp.run_ssacfg_region(kernel.body, vals, name)
+        except (InterpretationError, *RUNTIME_ERRORS) as e:
+            raise data_error(e, name) from None
 
 
 # --------------------------------------------------------------------------- host
@@ -1235,5 +1240,8 @@ def run_host(
     interp.register_implementations(HostFunctions())
     interp.register_implementations(HostCollectiveFunctions(mesh))
     with np.errstate(all="ignore"):
-        out = interp.call_op(fn, tuple(vals))
+        try:
+            out = interp.call_op(fn, tuple(vals))
+        except (InterpretationError, *RUNTIME_ERRORS) as e:
+            raise data_error(e, f"func.func @{name}") from None
     return [np.asarray(o) for o in out]

@@ -91,7 +91,8 @@ func.func @ragged(%x: tensor<5x3xf32>) -> tensor<5x3xf32> {
 // CHECK:        ttile.load %[[X]]
 // CHECK-NEXT:   ttile.load %[[C]]
 // CHECK-NEXT:   arith.mulf
-// CHECK:        arith.maximumf
+// CHECK:        arith.cmpf olt
+// CHECK-NEXT:   arith.select
 // CHECK-NEXT:   ttile.store
 // CHECK:      func.func @ragged
 // CHECK-NEXT:   %[[G:.*]] = memref.get_global @ragged_cst_0 : memref<3xf32>

@@ -36,7 +36,8 @@ func.func @fma(%x: tensor<30x17xf32>, %w: tensor<17x29xf32>, %b: tensor<30x1xf32
 // CHECK-NEXT:   %{{.*}} = arith.constant 0 : index
 // CHECK-NEXT:   %[[BV:.*]] = ttile.load %[[B]][%[[ROW]], %{{.*}}] mask %[[OK]] : memref<30x1xf32> -> f32
 // CHECK-NEXT:   %[[Y:.*]] = arith.addf %{{.*}}, %[[BV]] : f32
-// CHECK:        %[[R:.*]] = arith.maximumf %[[Y]], %{{.*}} : f32
+// CHECK:        %[[NEG:.*]] = arith.cmpf olt, %[[Y]], %[[Z:.*]] : f32
+// CHECK-NEXT:   %[[R:.*]] = arith.select %[[NEG]], %[[Z]], %[[Y]] : f32
 // CHECK-NEXT:   ttile.store %[[R]], %[[C]][%[[ROW]], %{{.*}}] mask %[[OK]] : f32, memref<30x29xf32>
 // CHECK:      ttile.launch @fma_matmul_0(%{{.*}}, %x, %w, %b) grid = [1, 1, 1]
 // CHECK-NOT:  tgraph.

@@ -10,7 +10,7 @@ store, for each pair of accumulators ``(row, col)``, ``(row, col + 1)`` a thread
 * ``v = round(v + bias[...])`` where the bias is a row vector (``[N]``, broadcast over
   the rows) or a full ``[M, N]`` tensor (a residual), read from global memory with
   predicated loads at ragged edges;
-* ``v = round(act(v))`` for ``relu`` (NaN-propagating ``max``), ``silu`` and ``gelu``
+* ``v = round(act(v))`` for ``relu`` (``x < 0 ? 0 : x``), ``silu`` and ``gelu``
   (tanh form), with the same instruction sequences as ``lower-tile-to-target``'s
   lowering of those ops in f32;
 * the store converts ``v`` to the result type.
@@ -178,8 +178,11 @@ class EpilogueEmitter:
 
 def activation(e: TargetAsm, act: str, x: SSAValue) -> SSAValue:
     """``relu`` / ``silu`` / ``gelu`` (tanh form) of the f32 register ``x``."""
-    if act == "relu":
-        return e.fbin(tt.MaxOp, x, 0.0, "NaN.f32")
+    if act == "relu":  # x < 0 ? 0 : x, as torch (keeps -0.0 and NaN)
+        neg, d = e.reg("pred"), e.reg("f32")
+        e.add(tt.SetpOp("lt.f32", neg, x, e.fimm(0.0)))
+        e.add(tt.SelpOp("f32", d, e.fimm(0.0), x, neg))
+        return d
     if act == "silu":
         neg = e.reg("f32")
         e.add(tt.NegOp("f32", neg, x))

@@ -69,21 +69,22 @@ from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.lower_graph_to_tile import LowerGraphToTile, Override, _FunctionLowering
 from tessera.passes.matmul_config import NUM_SMS, SMEM_BUDGET, Sm90Config, sm90_config
-from tessera.passes.target_asm import TargetAsm
+from tessera.passes.sm90 import builders
+from tessera.passes.sm90.asm import TargetAsm
+from tessera.passes.sm90.constants import (
+    ELEM_BYTES,
+    GEMM_REGISTERS,
+    MBARRIER_BYTES,
+    SWIZZLE_BYTES,
+    WARPGROUP_THREADS,
+    WGMMA_K,
+    WGMMA_M,
+    desc_hi,
+)
 from tessera.passes.tile_builder import cdiv
 
-SWIZZLE_BYTES = 128
-"""The shared-memory swizzle of every operand tile (TMA ``SWIZZLE_128B`` and the
-wgmma descriptors' layout type 1)."""
-BOX_K = 64
+BOX_K = SWIZZLE_BYTES // ELEM_BYTES
 """Elements of K per stage: one 128-byte swizzle row of 16-bit elements."""
-
-_DESC_SWIZZLE_128 = 1 << 62
-
-
-def _desc_hi(lbo: int, sbo: int) -> int:
-    """The constant fields of a wgmma shared-memory descriptor (all but the start address)."""
-    return ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | _DESC_SWIZZLE_128
 
 
 # --------------------------------------------------------------------------- eligibility
@@ -156,7 +157,7 @@ class Sm90Gemm:
 
     @property
     def bm(self) -> int:
-        return 64 * self.cfg.consumers
+        return WGMMA_M * self.cfg.consumers
 
     @property
     def cluster(self) -> int:
@@ -166,11 +167,11 @@ class Sm90Gemm:
 
     @property
     def a_bytes(self) -> int:
-        return self.bm * BOX_K * 2
+        return self.bm * BOX_K * ELEM_BYTES
 
     @property
     def b_bytes(self) -> int:
-        return BOX_K * self.cfg.bn * 2
+        return BOX_K * self.cfg.bn * ELEM_BYTES
 
     @property
     def tma_store(self) -> bool:
@@ -185,17 +186,17 @@ class Sm90Gemm:
 
     @property
     def bars_offset(self) -> int:
-        return self.c_offset + (self.bm * self.cfg.bn * 2 if self.tma_store else 0)
+        return self.c_offset + (self.bm * self.cfg.bn * ELEM_BYTES if self.tma_store else 0)
 
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory: the stages, the output staging tile, 2 mbarriers per
         stage, 1 KiB for alignment."""
-        return self.bars_offset + 16 * self.cfg.stages + 1024
+        return self.bars_offset + 2 * MBARRIER_BYTES * self.cfg.stages + 1024
 
     @property
     def threads(self) -> int:
-        return 128 * (1 + self.cfg.consumers)
+        return WARPGROUP_THREADS * (1 + self.cfg.consumers)
 
     @property
     def tiles(self) -> int:
@@ -225,33 +226,22 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     )
     c_param, a_param, b_param = func.block.args
     e = TargetAsm(func)
-    e.add(tt.ExternSharedOp("smem", 1024))
     end = "DONE"
 
-    tid = e.sreg("tid.x")
-    bid = e.sreg("ctaid.x")
-    raw = e.reg("b32")
-    e.add(tt.ExternSharedAddrOp(raw, "smem"))
-    sbase = e.bin(tt.AndOp, "b32", e.add32(raw, 1023), ~1023 & 0xFFFFFFFF)
+    tid, bid, sbase = builders.shared_base(e)
     full0 = e.add32(sbase, gemm.bars_offset)
-    empty0 = e.add32(sbase, gemm.bars_offset + 8 * stages)
+    empty0 = e.add32(sbase, gemm.bars_offset + MBARRIER_BYTES * stages)
 
-    # barriers, initialized by thread 0
-    skip = e.label("INIT_DONE")
-    e.add(tt.BraOp(skip, e.setp("ne", tid, 0)))
-    for s in range(stages):
-        e.add(tt.MbarrierInitOp(e.add32(full0, 8 * s), e.imm(1)))
-        # a slot is free once every consumer warpgroup of every CTA it is multicast to
-        # has read it
-        e.add(tt.MbarrierInitOp(e.add32(empty0, 8 * s), e.imm(cfg.consumers * cl)))
-    e.add(tt.FenceOp("mbarrier_init"))
-    e.add(tt.FenceOp("proxy_async"))
-    e.add(tt.LabelOp(skip))
-    if cl > 1:  # the peer's barriers are initialized before any multicast or remote arrive
-        e.add(tt.FenceOp("cluster_arrive"))
-        e.add(tt.FenceOp("cluster_wait"))
-    else:
-        e.add(tt.BarSyncOp(0))
+    def barriers():
+        for s in range(stages):
+            yield e.add32(full0, MBARRIER_BYTES * s), 1
+            # a slot is free once every consumer warpgroup of every CTA it is multicast to
+            # has read it
+            yield e.add32(empty0, MBARRIER_BYTES * s), cfg.consumers * cl
+
+    # with clusters, the peer's barriers are initialized before any multicast or remote
+    # arrive
+    builders.init_barriers(e, tid, barriers(), cluster=cl > 1)
 
     # work units: one tile per CTA of a cluster (vertically adjacent tiles sharing B)
     if cl > 1:
@@ -278,17 +268,13 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
             pid_m = e.mad32(pid_m, cl, rank)
         return e.mul32(pid_m, bm), e.mul32(pid_n, bn)
 
-    wg = e.bin(tt.ShrOp, "u32", tid, 7)
-    consumer = e.label("CONSUMER")
-    e.add(tt.BraOp(consumer, e.setp("ne", wg, 0)))
+    wg, consumer = builders.split_warpgroups(e, tid)
 
     # ---------------------------------------------------------------- producer
-    e.add(tt.SetmaxnregOp("dec", 40))
-    e.add(tt.BraOp(end, e.setp("ne", tid, 0)))
+    builders.enter_producer(e, tid, end, GEMM_REGISTERS)
     tmap_a, tmap_b = e.reg("b64"), e.reg("b64")
     for reg, param in ((tmap_a, a_param), (tmap_b, b_param)):
-        e.add(tt.ParamAddrOp(reg, param))
-        e.add(tt.CvtaOp("param.u64", reg, reg))  # the generic address TMA expects
+        builders.tensor_map(e, param, reg)
     kt, stage, phase, issued, tile = (e.reg("b32") for _ in range(5))
     for v in (stage, phase, issued):
         e.mov("u32", v, 0)
@@ -303,11 +289,8 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.mov("u32", kt, 0)
     loop = e.label("PRODUCE")
     e.add(tt.LabelOp(loop))
-    ready = e.label("SLOT_FREE")
-    e.add(tt.BraOp(ready, e.setp("lt", issued, stages)))
-    e.wait(e.mad32(stage, 8, empty0), e.bin(tt.XorOp, "b32", phase, 1))
-    e.add(tt.LabelOp(ready))
-    full = e.mad32(stage, 8, full0)
+    builders.wait_slot_free(e, stage, phase, empty0, e.setp("lt", issued, stages))
+    full = builders.slot_barrier(e, stage, full0)
     e.add(tt.MbarrierArriveOp(full, tx))
     k0 = e.mul32(kt, BOX_K)
     a_dst = e.mad32(stage, gemm.a_bytes, sbase)
@@ -316,10 +299,10 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     first_box = 0
     if rank is not None:  # rank r loads boxes [r * mine, (r + 1) * mine)
         first_box = e.mul32(rank, mine)
-        b_dst = e.mad32(first_box, BOX_K * BOX_K * 2, b_dst)
+        b_dst = e.mad32(first_box, BOX_K * BOX_K * ELEM_BYTES, b_dst)
         n0 = e.mad32(first_box, BOX_K, n0)
     for j in range(mine):
-        dst = e.add32(b_dst, j * BOX_K * BOX_K * 2) if j else b_dst
+        dst = e.add32(b_dst, j * BOX_K * BOX_K * ELEM_BYTES) if j else b_dst
         col = e.add32(n0, j * BOX_K) if j else n0
         e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, col, k0, full, mask=mask))
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
@@ -332,16 +315,16 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
 
     # ---------------------------------------------------------------- consumers
     e.add(tt.LabelOp(consumer))
-    e.add(tt.SetmaxnregOp("inc", 232))
+    builders.enter_consumer(e, GEMM_REGISTERS)
     cw = e.bin(tt.SubOp, "u32", wg, 1)
     acc = [e.reg("f32") for _ in range(bn // 2)]
-    a_desc0 = e.desc(e.mad32(cw, 64 * SWIZZLE_BYTES, sbase), _desc_hi(16, 8 * SWIZZLE_BYTES))
+    a_desc0 = e.desc(e.mad32(cw, WGMMA_M * SWIZZLE_BYTES, sbase), desc_hi(16, 8 * SWIZZLE_BYTES))
     b_desc0 = e.desc(
         e.add32(sbase, stages * gemm.a_bytes),
-        _desc_hi(BOX_K * BOX_K * 2, 8 * SWIZZLE_BYTES),
+        desc_hi(BOX_K * BOX_K * ELEM_BYTES, 8 * SWIZZLE_BYTES),
     )
     always = e.setp("eq", tid, tid)
-    leader = e.setp("eq", e.bin(tt.AndOp, "b32", tid, 127), 0)
+    leader = e.setp("eq", e.bin(tt.AndOp, "b32", tid, WARPGROUP_THREADS - 1), 0)
     store = _TmaStore(e, gemm, c_param, sbase, tid, cw, leader) if gemm.tma_store else None
     kt, stage, phase, prev, tile = (e.reg("b32") for _ in range(5))
     for v in (stage, phase, prev):
@@ -351,7 +334,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
 
     def release(slot: SSAValue, guard: SSAValue) -> None:
         """The warpgroup leader frees ``slot`` in every CTA that shares it."""
-        bar = e.mad32(slot, 8, empty0)
+        bar = builders.slot_barrier(e, slot, empty0)
         if cl == 1:
             e.add(tt.MbarrierArriveOp(bar, guard=guard))
             return
@@ -367,18 +350,17 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     loop = e.label("CONSUME")
     e.add(tt.LabelOp(loop))
     accumulate = e.setp("ne", kt, 0)  # the tile's first wgmma overwrites the accumulators
-    e.wait(e.mad32(stage, 8, full0), phase)
-    s64 = e.reg("b64")
-    e.add(tt.CvtOp("u64.u32", s64, [stage]))
+    e.wait(builders.slot_barrier(e, stage, full0), phase)
+    s64 = builders.stage_index64(e, stage)
     da, db = e.reg("b64"), e.reg("b64")
-    e.add(tt.MadOp("lo.u64", da, s64, e.imm(gemm.a_bytes >> 4), a_desc0))
-    e.add(tt.MadOp("lo.u64", db, s64, e.imm(gemm.b_bytes >> 4), b_desc0))
+    builders.stage_descriptor(e, s64, gemm.a_bytes, a_desc0, da)
+    builders.stage_descriptor(e, s64, gemm.b_bytes, b_desc0, db)
     e.add(tt.FenceOp("wgmma"))
-    for kk in range(BOX_K // 16):
+    for kk in range(BOX_K // WGMMA_K):
         dak, dbk = da, db
         if kk:
-            dak = e.bin(tt.AddOp, "u64", da, (kk * 16 * 2) >> 4, "b64")
-            dbk = e.bin(tt.AddOp, "u64", db, (kk * 16 * SWIZZLE_BYTES) >> 4, "b64")
+            dak = e.bin(tt.AddOp, "u64", da, (kk * WGMMA_K * ELEM_BYTES) >> 4, "b64")
+            dbk = e.bin(tt.AddOp, "u64", db, (kk * WGMMA_K * SWIZZLE_BYTES) >> 4, "b64")
         e.add(tt.WgmmaOp(mma, acc, dak, dbk, accumulate if kk == 0 else always,
                          trans_a=0, trans_b=1))
     e.add(tt.FenceOp("wgmma_commit"))
@@ -404,8 +386,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         e.add(tt.BulkWaitOp(0))
     e.add(tt.LabelOp(end))
     if cl > 1:  # no CTA exits while its peer may still multicast into it or arrive on it
-        e.add(tt.FenceOp("cluster_arrive"))
-        e.add(tt.FenceOp("cluster_wait"))
+        builders.cluster_sync(e)
     e.add(tt.RetOp())
     return func
 
@@ -423,23 +404,20 @@ class _TmaStore:
     barrier of the warpgroup make sure the previous stores have read it.
     """
 
-    BOX_BYTES = BOX_K * BOX_K * 2
+    BOX_BYTES = BOX_K * BOX_K * ELEM_BYTES
 
     def __init__(
         self, e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, sbase: SSAValue, tid: SSAValue,
         cw: SSAValue, leader: SSAValue,
     ) -> None:
         self.e, self.gemm, self.cw, self.leader = e, gemm, cw, leader
-        self.tmap = e.reg("b64")
-        e.add(tt.ParamAddrOp(self.tmap, c_param))
-        e.add(tt.CvtaOp("param.u64", self.tmap, self.tmap))
-        t = e.bin(tt.AndOp, "b32", tid, 127)
-        warp, lane = e.bin(tt.ShrOp, "u32", t, 5), e.bin(tt.AndOp, "b32", t, 31)
+        self.tmap = builders.tensor_map(e, c_param)
+        _, warp, lane = builders.fragment_lanes(e, tid)
         row = e.add32(e.mul32(warp, 16), e.bin(tt.ShrOp, "u32", lane, 2))  # r (h = 0)
         swz = e.bin(tt.ShrOp, "u32", lane, 2)  # r % 8
         # this warpgroup's staging area, then the thread's row and its 4-byte column pair
         self.base = e.add32(sbase, gemm.c_offset)
-        self.slice = e.mad32(cw, gemm.bm // gemm.cfg.consumers * gemm.cfg.bn * 2, self.base)
+        self.slice = e.mad32(cw, WGMMA_M * gemm.cfg.bn * ELEM_BYTES, self.base)
         rowbase = e.mad32(row, SWIZZLE_BYTES, e.mad32(e.bin(tt.AndOp, "b32", lane, 3), 4,
                                                       self.slice))
         # address of 16-byte chunk k (k = 0..7) of the thread's row, swizzled
@@ -454,13 +432,12 @@ class _TmaStore:
             box, k = divmod(j, 8)
             for h in (0, 1):
                 lo, hi = acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]
-                packed = e.reg("b32")
-                e.add(tt.CvtOp(f"rn.{gemm.out_type}x2.f32", packed, [hi, lo]))
+                packed = builders.pack_pair(e, lo, hi, gemm.out_type)
                 offset = box * self.BOX_BYTES + h * 8 * SWIZZLE_BYTES
                 e.add(tt.StOp("shared.b32", self.chunk[k], [packed], offset))
         e.add(tt.FenceOp("proxy_async"))  # the writes are visible to the TMA unit
         self._sync()
-        row = e.mad32(self.cw, 64, m0)
+        row = e.mad32(self.cw, WGMMA_M, m0)
         for box in range(gemm.cfg.bn // BOX_K):
             src = e.add32(self.slice, box * self.BOX_BYTES) if box else self.slice
             col = e.add32(n0, box * BOX_K) if box else n0
@@ -471,14 +448,14 @@ class _TmaStore:
         """A barrier of this warpgroup's 128 threads (named barrier 1 + warpgroup index)."""
         e = self.e
         if self.gemm.cfg.consumers == 1:
-            e.add(tt.BarSyncOp(1, threads=128))
+            e.add(tt.BarSyncOp(1, threads=WARPGROUP_THREADS))
             return
         skip, done = e.label("WG1_SYNC"), e.label("SYNCED")
         e.add(tt.BraOp(skip, e.setp("ne", self.cw, 0)))
-        e.add(tt.BarSyncOp(1, threads=128))
+        e.add(tt.BarSyncOp(1, threads=WARPGROUP_THREADS))
         e.add(tt.BraOp(done))
         e.add(tt.LabelOp(skip))
-        e.add(tt.BarSyncOp(2, threads=128))
+        e.add(tt.BarSyncOp(2, threads=WARPGROUP_THREADS))
         e.add(tt.LabelOp(done))
 
 
@@ -487,20 +464,13 @@ def _epilogue(
     n0: SSAValue, acc: Sequence[SSAValue],
 ) -> None:
     """Store the wgmma D fragment (converted to the result type), masked when ragged."""
-    esize = 4 if gemm.out_type == "f32" else 2
-    t = e.bin(tt.AndOp, "b32", tid, 127)
-    warp, lane = e.bin(tt.ShrOp, "u32", t, 5), e.bin(tt.AndOp, "b32", t, 31)
-    row0 = e.add32(e.add32(m0, e.mul32(cw, 64)), e.add32(e.mul32(warp, 16), e.bin(tt.ShrOp, "u32", lane, 2)))
-    col0 = e.add32(n0, e.mul32(e.bin(tt.AndOp, "b32", lane, 3), 2))
-    ptr = e.reg("b64")
-    e.add(tt.LdParamOp("u64", ptr, c_param))
-    e.add(tt.CvtaOp("to.global.u64", ptr, ptr))
-    off = e.reg("b64")
-    e.add(tt.MulOp("wide.u32", off, row0, e.imm(gemm.n * esize)))
-    e.add(tt.AddOp("u64", ptr, ptr, off))
-    coff = e.reg("b64")
-    e.add(tt.MulOp("wide.u32", coff, col0, e.imm(esize)))
-    e.add(tt.AddOp("u64", ptr, ptr, coff))
+    esize = 4 if gemm.out_type == "f32" else ELEM_BYTES
+    _, warp, lane = builders.fragment_lanes(e, tid)
+    row0 = builders.fragment_row(e, m0, cw, warp, lane)
+    col0 = e.add32(n0, builders.fragment_col(e, lane))
+    ptr = builders.global_pointer(e, c_param)
+    builders.advance_pointer(e, ptr, row0, gemm.n * esize)
+    builders.advance_pointer(e, ptr, col0, esize)
     bn = gemm.cfg.bn
     ragged_m, ragged_n = gemm.m % gemm.bm != 0, gemm.n % bn != 0
     rows = [e.setp("lt", e.add32(row0, 8 * h), gemm.m) if ragged_m else None for h in (0, 1)]
@@ -510,12 +480,7 @@ def _epilogue(
             lo, hi = acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]
             guard = _and(e, rows[h], cols[j])
             offset = (8 * h * gemm.n + 8 * j) * esize
-            if gemm.out_type == "f32":
-                e.add(tt.StOp("global.v2.f32", ptr, [lo, hi], offset, guard))
-            else:
-                packed = e.reg("b32")
-                e.add(tt.CvtOp(f"rn.{gemm.out_type}x2.f32", packed, [hi, lo]))
-                e.add(tt.StOp("global.b32", ptr, [packed], offset, guard))
+            builders.store_pair(e, ptr, lo, hi, gemm.out_type, offset, guard)
 
 
 def _and(e: TargetAsm, a: SSAValue | None, b: SSAValue | None) -> SSAValue | None:

@@ -59,7 +59,7 @@ HOST_CALLS = 100
 class Row:
     """One line of the result table."""
 
-    size: int
+    size: str
     impl: str
     config: str = ""
     ms: float | None = None
@@ -80,16 +80,36 @@ def label(cfg: mc.Sm90Config) -> str:
     return f"{cfg.bm}x{cfg.bn}x64 s{cfg.stages}" + (f" c{cfg.cluster}" if cfg.cluster > 1 else "")
 
 
-def configs(n: int, max_configs: int | None) -> list[tuple[bool, mc.Sm90Config]]:
-    """(is_heuristic, config) for ``M = N = K = n``: the heuristic first, then the rest of
-    the autotuner's search space."""
-    h = mc.heuristic(n, n, n)
-    out = [(c == h, c) for c in mc.search_space(n, n, n)]
+Size = tuple[int, int, int]
+
+
+def parse_size(text: str) -> Size:
+    """``"4096"`` (M = N = K) or ``"3000x5000x2000"`` (M x N x K)."""
+    parts = [int(p) for p in text.lower().split("x")]
+    if len(parts) == 1:
+        return (parts[0],) * 3  # type: ignore[return-value]
+    if len(parts) != 3:
+        raise ValueError(f"size {text!r}: expected N or MxNxK")
+    return tuple(parts)  # type: ignore[return-value]
+
+
+def size_name(size: Size) -> str:
+    m, n, k = size
+    return str(m) if m == n == k else f"{m}x{n}x{k}"
+
+
+def configs(size: int | Size, max_configs: int | None) -> list[tuple[bool, mc.Sm90Config]]:
+    """(is_heuristic, config) for ``M x N x K`` (an int: ``M = N = K``): the heuristic
+    first, then the rest of the autotuner's search space."""
+    m, n, k = (size,) * 3 if isinstance(size, int) else size
+    h = mc.heuristic(m, n, k)
+    out = [(c == h, c) for c in mc.search_space(m, n, k)]
     return out[:max_configs] if max_configs else out
 
 
-def gemm(n: int, cfg: mc.Sm90Config) -> Sm90Gemm:
-    return Sm90Gemm(n, n, n, "bf16", "bf16", cfg)
+def gemm(size: int | Size, cfg: mc.Sm90Config) -> Sm90Gemm:
+    m, n, k = (size,) * 3 if isinstance(size, int) else size
+    return Sm90Gemm(m, n, k, "bf16", "bf16", cfg)
 
 
 # --------------------------------------------------------------------------- dry run
@@ -125,13 +145,13 @@ def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict[str, Any]:
     }
 
 
-def dry_run(sizes: list[int], max_configs: int | None) -> list[Row]:
+def dry_run(sizes: list[Size], max_configs: int | None) -> list[Row]:
     """Build every config's PTX and check it with ``ptxas -v`` (no spills, no warnings)."""
     rows = []
     for n in sizes:
         for is_h, cfg in configs(n, max_configs):
             g = gemm(n, cfg)
-            row = Row(n, "tessera sm90" + (" *" if is_h else ""), label(cfg), smem=g.smem_bytes,
+            row = Row(size_name(n), "tessera sm90" + (" *" if is_h else ""), label(cfg), smem=g.smem_bytes,
                       grid=g.grid()[0], status="compiled")
             try:
                 rep = ptxas_report(emit_ptx(build_kernel("tessera_gemm_sm90", g)))
@@ -217,24 +237,26 @@ def _regs(function: Any) -> int | None:
         return None
 
 
-def _one_size(n: int, max_configs: int | None, bench: Callable[[Callable[[], Any]], float],
+def _one_size(size: Size, max_configs: int | None, bench: Callable[[Callable[[], Any]], float],
               deadline: float, budget: float, mm: Any, gen: Any) -> list[Row]:
-    """cuBLAS, every config and the ``ts.jit`` call at ``M = N = K = n``."""
+    """cuBLAS, every config and the ``ts.jit`` call at ``M x N x K = size``."""
     import torch
 
     from tessera.ir import target as tt
     from tessera.runtime import cuda, tma
 
-    flops = 2.0 * n**3
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16, generator=gen)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16, generator=gen)
+    m, n, k = size
+    name = size_name(size)
+    flops = 2.0 * m * n * k
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=gen)
     ref = a.double() @ b.double()
     rows: list[Row] = []
 
     def rate(row: Row, ms: float) -> None:
         row.ms, row.tflops = ms, flops / (ms * 1e-3) / 1e12
 
-    cublas = Row(n, "cuBLAS", "torch.matmul")
+    cublas = Row(name, "cuBLAS", "torch.matmul")
     rows.append(cublas)
     try:
         cublas.rel_err = rel_err(torch.matmul(a, b), ref)
@@ -243,9 +265,9 @@ def _one_size(n: int, max_configs: int | None, bench: Callable[[Callable[[], Any
     except Exception as e:
         cublas.status, cublas.note = "error", f"{type(e).__name__}: {e}"[:300]
 
-    for is_h, cfg in configs(n, max_configs):
-        g = gemm(n, cfg)
-        row = Row(n, "tessera sm90" + (" *" if is_h else ""), label(cfg), smem=g.smem_bytes,
+    for is_h, cfg in configs(size, max_configs):
+        g = gemm(size, cfg)
+        row = Row(name, "tessera sm90" + (" *" if is_h else ""), label(cfg), smem=g.smem_bytes,
                   grid=g.grid()[0])
         rows.append(row)
         if time.perf_counter() > deadline:
@@ -258,7 +280,7 @@ def _one_size(n: int, max_configs: int | None, bench: Callable[[Callable[[], Any
                 row.resident = run.plan.resident_ctas()  # type: ignore[attr-defined]
             except Exception as e:
                 row.note = f"resident CTAs unknown: {type(e).__name__}: {e}"[:200]
-            c = torch.full((n, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
             run(c, a, b)
             torch.cuda.synchronize()
             row.rel_err = rel_err(c, ref)
@@ -270,13 +292,13 @@ def _one_size(n: int, max_configs: int | None, bench: Callable[[Callable[[], Any
         except Exception as e:
             row.status, row.note = "error", f"{type(e).__name__}: {e}"[:300]
 
-    jit = Row(n, "ts.jit", "sm90_config")
+    jit = Row(name, "ts.jit", "sm90_config")
     rows.append(jit)
     try:
         spec = mm.specialize(a, b)
         target = spec.ir("target")
         launch = next((o for o in target.walk() if isinstance(o, tt.LaunchExOp)), None)
-        jit.config = label(mc.sm90_config(n, n, n)) if launch is not None else "mma.sync"
+        jit.config = label(mc.sm90_config(m, n, k)) if launch is not None else "mma.sync"
         if launch is not None:
             jit.smem, jit.grid = launch.smem.value.data, launch.grid_value()[0]
         out = cuda.run_host(target, spec.name, [a, b], poison=True, ptx=spec.ir("ptx"))[0]
@@ -293,7 +315,7 @@ def _one_size(n: int, max_configs: int | None, bench: Callable[[Callable[[], Any
     return rows
 
 
-def gpu_run(sizes: list[int], max_configs: int | None, budget: float, warmup_ms: int,
+def gpu_run(sizes: list[Size], max_configs: int | None, budget: float, warmup_ms: int,
             rep_ms: int) -> list[Row]:
     """Check and time cuBLAS, every sm90 config and the ``ts.jit`` call at each size."""
     import torch
@@ -311,8 +333,9 @@ def gpu_run(sizes: list[int], max_configs: int | None, budget: float, warmup_ms:
     for n in sizes:
         rows += _one_size(n, max_configs, bench, t0 + budget, budget, mm, gen)
         torch.cuda.empty_cache()
-        print(f"[sweep] {n}^3 done at {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-    for n in sizes:
+        print(f"[sweep] {size_name(n)} done at {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    for size in sizes:
+        n = size_name(size)
         peer = next((r for r in rows if r.size == n and r.impl == "cuBLAS" and r.ms), None)
         for r in rows:
             if peer is not None and r.size == n and r.ms:
@@ -357,13 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, help="write the rows as JSON here")
     p.add_argument("--dry-run", action="store_true", help="build every config and ptxas -v it (no GPU)")
-    p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated M=N=K sizes")
+    p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated sizes: N (M = N = K) or MxNxK")
     p.add_argument("--max-configs", type=int, default=None, help="configs per size (heuristic first)")
     p.add_argument("--budget", type=float, default=150.0, help="seconds for the timed part")
     p.add_argument("--warmup-ms", type=int, default=10)
     p.add_argument("--rep-ms", type=int, default=40)
     args = p.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
     t0 = time.perf_counter()
     if args.dry_run:
         rows = dry_run(sizes, args.max_configs)

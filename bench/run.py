@@ -252,6 +252,251 @@ def _gemm_one(ctx: Ctx, mm: Any, n: int) -> None:
     guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, mm, [a, b], ref, TOL_BF16, flops))
 
 
+GEMM_LAYOUTS: list[tuple[str, str, tuple[int, ...], tuple[int, ...], str]] = [
+    # (case, expression, stored A shape, stored B shape, dtype); M, N, K from the shapes
+    ("gemm bf16 NT a@w.T 8192^3", "a @ b.T", (8192, 8192), (8192, 8192), "bf16"),
+    ("gemm bf16 TN a.T@b 4096^3", "a.T @ b", (4096, 4096), (4096, 4096), "bf16"),
+    ("gemm bf16 NT a@b.T 4096^3", "a @ b.T", (4096, 4096), (4096, 4096), "bf16"),
+    ("gemm bf16 TT 4096^3", "a.T @ b.T", (4096, 4096), (4096, 4096), "bf16"),
+    ("gemm bf16 NN 8192x14336x4096", "a @ b", (8192, 4096), (4096, 14336), "bf16"),
+    ("gemm bf16 NT 8192x14336x4096", "a @ b.T", (8192, 4096), (14336, 4096), "bf16"),
+    ("gemm bf16 NT 16384x1024x8192", "a @ b.T", (16384, 8192), (1024, 8192), "bf16"),
+    ("gemm bf16 3-D x@w.T 8x1024x4096->4096", "a @ b.T", (8, 1024, 4096), (4096, 4096), "bf16"),
+    ("gemm bf16 ragged 3000x5000x2000", "a @ b", (3000, 2000), (2000, 5000), "bf16"),
+    ("gemm bf16 decode M=16 8192^2", "a @ b", (16, 8192), (8192, 8192), "bf16"),
+    ("gemm bf16 decode M=16 8192^2 NT", "a @ b.T", (16, 8192), (8192, 8192), "bf16"),
+    ("gemm bf16 batched 32x512x512x128", "a @ b", (32, 512, 128), (32, 128, 512), "bf16"),
+    ("gemm f32 NN 4096^3", "a @ b", (4096, 4096), (4096, 4096), "f32"),
+]
+
+
+def case_gemm_layouts(ctx: Ctx) -> None:
+    """Every GEMM layout and shape family through ``ts.jit`` against ``torch.matmul`` on the
+    same stored operands (a transpose is a view for torch, a layout for Tessera)."""
+    import tessera as ts
+
+    for case, expr, ash, bsh, dt in GEMM_LAYOUTS[:4] if ctx.quick else GEMM_LAYOUTS:
+        fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}))
+        if ctx.dry:
+            dry = [stand_in(ash, dt), stand_in(bsh, dt)]
+            guarded(ctx, case, "tessera", lambda fn=fn, dry=dry, case=case: run_tessera(
+                ctx, case, fn, [], None, TOL_BF16, dry_args=dry))
+            continue
+        torch = _torch()
+        tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dt]
+        a = torch.randn(ash, device="cuda", dtype=tdt)
+        b = torch.randn(bsh, device="cuda", dtype=tdt)
+        peer = eval(f"lambda a, b: {expr}")
+        ref = peer(a.double(), b.double())
+        k = ash[0] if expr.startswith("a.T") else ash[-1]
+        flops = 2.0 * ref.numel() * k
+        tol = TOL_BF16 if dt == "bf16" else 1e-5
+        guarded(ctx, case, "torch.matmul (cuBLAS)", lambda a=a, b=b, ref=ref, case=case, peer=peer,
+                flops=flops, tol=tol: timed_peer(ctx, case, "torch.matmul (cuBLAS)",
+                                                 lambda: peer(a, b), ref, tol, flops))
+        guarded(ctx, case, "tessera", lambda a=a, b=b, ref=ref, case=case, fn=fn, flops=flops,
+                tol=tol: run_tessera(ctx, case, fn, [a, b], ref, tol, flops))
+        del a, b, ref
+    if not ctx.quick:
+        _linear_epilogue(ctx)
+        for out in ("bf16", "f32"):
+            _fp8_gemm(ctx, 8192, out)
+        _fp8_gemm(ctx, 8192, "bf16", nn=True)
+
+
+def _fp8_gemm(ctx: Ctx, n: int, out: str, nn: bool = False) -> None:
+    """fp8 e4m3 ``a @ b.T`` (both K-major) against ``torch._scaled_mm`` with unit scales;
+    ``nn``: ``a @ b`` with B row-major, which both sides first copy K-major."""
+    import tessera as ts
+
+    case = f"gemm fp8 e4m3 {'NN' if nn else 'NT'} {n}^3 -> {out}"
+    odt = {"bf16": ts.bf16, "f32": ts.f32}[out]
+    fn = ts.jit(lambda a, b: ts.matmul(a, b, transpose_b=not nn, out_dtype=odt))
+    if ctx.dry:
+        import ml_dtypes
+        import numpy as np
+
+        dry = [np.zeros((n, n), ml_dtypes.float8_e4m3fn)] * 2
+        guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, fn, [], None, TOL_BF16,
+                                                          dry_args=dry))
+        return
+    torch = _torch()
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    one = torch.ones((), device="cuda")
+    tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[out]
+    ref = a.double() @ (b.double() if nn else b.double().T)
+    flops = 2.0 * n**3
+    if nn:  # the peer needs B column-major: a copy, timed with the product
+        guarded(ctx, case, "torch._scaled_mm", lambda: timed_peer(
+            ctx, case, "torch._scaled_mm",
+            lambda: torch._scaled_mm(a, b.T.contiguous().T, scale_a=one, scale_b=one,
+                                     out_dtype=tdt),
+            ref, TOL_BF16, flops))
+        guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, fn, [a, b], ref, TOL_BF16,
+                                                          flops))
+        return
+    guarded(ctx, case, "torch._scaled_mm", lambda: timed_peer(
+        ctx, case, "torch._scaled_mm",
+        lambda: torch._scaled_mm(a, b.T, scale_a=one, scale_b=one, out_dtype=tdt),
+        ref, TOL_BF16, flops))
+    guarded(ctx, case, "torch._scaled_mm fast_accum", lambda: timed_peer(
+        ctx, case, "torch._scaled_mm fast_accum",
+        lambda: torch._scaled_mm(a, b.T, scale_a=one, scale_b=one, out_dtype=tdt,
+                                 use_fast_accum=True),
+        ref, TOL_BF16, flops))
+    guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, fn, [a, b], ref, TOL_BF16, flops))
+
+
+def _linear_epilogue(ctx: Ctx) -> None:
+    """``gelu(x @ w.T + bias)``: nn.Linear + GELU (tanh) against torch eager."""
+    import tessera as ts
+
+    case, (m, n, k) = "linear+bias+gelu bf16 8192^3", (8192, 8192, 8192)
+    fn = ts.jit(lambda x, w, bias: ts.gelu(x @ w.T + bias))
+    if ctx.dry:
+        dry = [stand_in((m, k), "bf16"), stand_in((n, k), "bf16"), stand_in((n,), "bf16")]
+        guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, fn, [], None, TOL_BF16,
+                                                          dry_args=dry))
+        return
+    torch = _torch()
+    fnn = torch.nn.functional
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / 64
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    ref = fnn.gelu(fnn.linear(x.double(), w.double(), bias.double()), approximate="tanh")
+    flops = 2.0 * m * n * k
+    guarded(ctx, case, "torch eager", lambda: timed_peer(
+        ctx, case, "torch eager", lambda: fnn.gelu(fnn.linear(x, w, bias), approximate="tanh"),
+        ref, TOL_BF16, flops))
+    guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, fn, [x, w, bias], ref, TOL_BF16,
+                                                      flops))
+
+
+def case_mlp_step(ctx: Ctx) -> None:
+    """A 2-layer gelu MLP's forward and backward (gradients of both weights) through
+    ``ts.grad``, against torch eager autograd, for bf16 and f32."""
+    import tessera as ts
+
+    def loss(x, w1, w2, dy):
+        return ts.sum(ts.gelu(x @ w1) @ w2 * dy)
+
+    step = ts.grad(loss, argnums=(1, 2))
+    t, d, f = (1024, 512, 2048) if ctx.quick else (4096, 2048, 8192)
+    torch = None if ctx.dry else _torch()
+    for dt in ("bf16", "f32"):
+        case = f"mlp step {dt} {t}x{d}x{f}"
+        flops = 3 * 2 * 2.0 * t * d * f  # forward + two backward GEMMs per layer
+        if ctx.dry:
+            dry = [stand_in(s, dt) for s in ((t, d), (d, f), (f, d), (t, d))]
+            guarded(ctx, case, "tessera", lambda dry=dry, case=case: run_tessera(
+                ctx, case, step, [], None, TOL_BF16, dry_args=dry))
+            continue
+        assert torch is not None
+        tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dt]
+        x = torch.randn(t, d, device="cuda", dtype=tdt)
+        w1 = (torch.randn(d, f, device="cuda", dtype=tdt) / d**0.5)
+        w2 = (torch.randn(f, d, device="cuda", dtype=tdt) / f**0.5)
+        dy = torch.randn(t, d, device="cuda", dtype=tdt)
+
+        def eager(x=x, w1=w1, w2=w2, dy=dy, tdt=tdt):
+            a, b = w1.detach().requires_grad_(), w2.detach().requires_grad_()
+            y = torch.nn.functional.gelu(x @ a, approximate="tanh") @ b
+            return torch.autograd.grad(y, (a, b), dy)
+
+        a64, b64 = w1.double().requires_grad_(), w2.double().requires_grad_()
+        y64 = torch.nn.functional.gelu(x.double() @ a64, approximate="tanh") @ b64
+        g1, g2 = torch.autograd.grad(y64, (a64, b64), dy.double())
+        tol = TOL_BF16 if dt == "bf16" else 1e-4
+        guarded(ctx, case, "torch eager", lambda eager=eager, case=case, tol=tol, g1=g1,
+                flops=flops: timed_peer(ctx, case, "torch eager", lambda: eager()[0], g1, tol,
+                                        flops))
+
+        def ours(case=case, x=x, w1=w1, w2=w2, dy=dy, g1=g1, g2=g2, tol=tol, flops=flops):
+            gw1, gw2 = step(x, w1, w2, dy)
+            errs = (rel_err(gw1, g1), rel_err(gw2, g2))
+            if not max(errs) <= tol:
+                ctx.add(Row(case, "tessera", rel_err=max(errs), status="mismatch",
+                            note=f"gradient errors {errs[0]:.3g}, {errs[1]:.3g}; not timed"))
+                return
+            ms = bench(lambda: step(x, w1, w2, dy), ctx.quick)
+            ctx.add(_rate(Row(case, "tessera", ms=ms, rel_err=max(errs)), flops, None))
+
+        guarded(ctx, case, "tessera", ours)
+        del x, w1, w2, dy
+
+
+def case_conv2d(ctx: Ctx) -> None:
+    """conv2d (NCHW, 3x3, pad 1) through ``ts.jit`` against cuDNN (``F.conv2d``)."""
+    import tessera as ts
+
+    shapes = [((32, 64, 56, 56), (64, 64, 3, 3)), ((32, 256, 14, 14), (256, 256, 3, 3))]
+    fn = ts.jit(lambda x, w: ts.conv2d(x, w, stride=1, padding=1))
+    torch = None if ctx.dry else _torch()
+    for xs, ws in shapes[:1] if ctx.quick else shapes:
+        n, c, h, w_ = xs
+        flops = 2.0 * n * ws[0] * h * w_ * c * ws[2] * ws[3]
+        for dt in ("bf16", "f32"):
+            case = f"conv2d {dt} {'x'.join(map(str, xs))} k{ws[0]}x{ws[2]}x{ws[3]}"
+            if ctx.dry:
+                dry = [stand_in(xs, dt), stand_in(ws, dt)]
+                guarded(ctx, case, "tessera", lambda dry=dry, case=case: run_tessera(
+                    ctx, case, fn, [], None, TOL_BF16, dry_args=dry))
+                continue
+            assert torch is not None
+            torch.backends.cudnn.allow_tf32 = False  # full f32 on both sides
+            tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dt]
+            x = torch.randn(xs, device="cuda", dtype=tdt)
+            wt = torch.randn(ws, device="cuda", dtype=tdt) / (c * 9) ** 0.5
+            ref = torch.nn.functional.conv2d(x.double(), wt.double(), padding=1)
+            tol = TOL_BF16 if dt == "bf16" else 1e-4
+            guarded(ctx, case, "cuDNN", lambda x=x, wt=wt, ref=ref, case=case, tol=tol,
+                    flops=flops: timed_peer(
+                        ctx, case, "cuDNN", lambda: torch.nn.functional.conv2d(x, wt, padding=1),
+                        ref, tol, flops))
+            guarded(ctx, case, "tessera", lambda x=x, wt=wt, ref=ref, case=case, tol=tol,
+                    flops=flops: run_tessera(ctx, case, fn, [x, wt], ref, tol, flops))
+
+
+def case_attention_bwd(ctx: Ctx) -> None:
+    """``ts.grad`` of causal attention (dQ, dK, dV) against SDPA's backward."""
+    import tessera as ts
+
+    b, h, s, d = (1, 8, 1024, 128) if ctx.quick else (4, 16, 4096, 128)
+    case = f"attention bwd causal bf16 B{b} H{h} S{s} D{d}"
+    step = ts.grad(lambda q, k, v, do: ts.sum(ts.flash_attention(q, k, v, causal=True) * do),
+                   argnums=(0, 1, 2))
+    flops = 2.5 * 4.0 * b * h * s * s * d  # backward ~2.5x the forward, causal halves both
+    if ctx.dry:
+        dry = [stand_in((b, h, s, d), "bf16")] * 4
+        guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, step, [], None, TOL_BF16,
+                                                          dry_args=dry))
+        return
+    torch = _torch()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+
+    def peer(q=q, k=k, v=v):
+        qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+        return torch.autograd.grad(sdpa(qq, kk, vv, is_causal=True), (qq, kk, vv), do)
+
+    refs = peer()  # the peer in bf16 as the reference (float64 S^2 would not fit)
+    guarded(ctx, case, "SDPA backward", lambda: timed_peer(
+        ctx, case, "SDPA backward", lambda: peer()[0], None, TOL_BF16, flops))
+
+    def ours() -> None:
+        got = step(q, k, v, do)
+        errs = [rel_err(g_, r) for g_, r in zip(got, refs)]
+        if not max(errs) <= 2e-2:
+            ctx.add(Row(case, "tessera", rel_err=max(errs), status="mismatch",
+                        note=f"gradient errors {errs} against SDPA; not timed"))
+            return
+        ms = bench(lambda: step(q, k, v, do), ctx.quick)
+        ctx.add(_rate(Row(case, "tessera", ms=ms, rel_err=max(errs)), flops, None))
+
+    guarded(ctx, case, "tessera", ours)
+
+
 def case_attention(ctx: Ctx) -> None:
     import tessera as ts
 
@@ -459,6 +704,10 @@ def case_compile(ctx: Ctx) -> None:
 
 CASES: dict[str, Callable[[Ctx], None]] = {
     "gemm": case_gemm,
+    "gemm_layouts": case_gemm_layouts,
+    "mlp_step": case_mlp_step,
+    "conv2d": case_conv2d,
+    "attention_bwd": case_attention_bwd,
     "attention": case_attention,
     "softmax": case_softmax,
     "rmsnorm": case_rmsnorm,

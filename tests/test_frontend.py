@@ -69,7 +69,7 @@ def test_every_graph_op_has_a_function():
         ops_.append(ts.recv((4, 4), ts.f32, axis="pp", peer=-1))
         return tuple(ops_)
 
-    f = ts.jit(everything)
+    f = ts.jit(everything, mesh={"dp": 1, "tp": 1, "pp": 2})
     module = f.trace(rnd(4, 4), rnd(3, 3), rnd(5), np.array([0, 1, 3], np.int32),
                      np.array([0, 1, 2], np.int32))
     traced = {o.name for o in module.walk()}
@@ -257,11 +257,17 @@ def test_inspect_ir_graph_round_trips_through_tessera_opt():
     assert "tessera.mesh = #tessera.mesh<dp = 2, tp = 2>" in coll.inspect_ir("graph")
 
 
-def test_collectives_without_mesh_are_single_device():
+def test_collectives_without_mesh_are_a_located_error():
     f = ts.jit(lambda x: ts.all_gather(x, axis="tp"))
     x = rnd(3, 4)
-    np.testing.assert_array_equal(f(x), x)
-    assert "#tessera.mesh<tp = 1>" in f.inspect_ir("graph")
+    with pytest.raises(ts.ShapeError, match=r"all_gather: mesh axis 'tp' has no mesh.*"
+                       r"\(test_frontend.py:\d+\)"):
+        f(x)
+    with ts.dist.use_mesh({"tp": 1}):  # a one-rank axis, said explicitly
+        np.testing.assert_array_equal(f(x), x)
+        assert "#tessera.mesh<tp = 1>" in f.inspect_ir("graph")
+    with pytest.raises(ts.ShapeError, match="has no mesh"):
+        f(x)  # the mesh of the context is part of the specialization
     with pytest.raises(ts.ShapeError, match="mesh has no axis 'pp'"):
         ts.jit(lambda x: ts.all_reduce(x, axis="pp"), mesh={"dp": 2})(x)
 

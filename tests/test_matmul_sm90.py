@@ -67,7 +67,13 @@ def test_jit_matmul_generic_when_not_selected(monkeypatch: pytest.MonkeyPatch) -
 
 def test_heuristic() -> None:
     assert mc.heuristic(8192, 8192, 8192) == mc.Sm90Config(bn=256, stages=3, consumers=2)
-    assert mc.heuristic(2048, 2048, 2048) == mc.Sm90Config(bn=128, stages=5, consumers=2)
+    # one wave of 128 x 256 tiles beats two of 128 x 128
+    assert mc.heuristic(2048, 2048, 2048) == mc.Sm90Config(bn=256, stages=3, consumers=2)
+    assert mc.heuristic(1024, 1024, 1024) == mc.Sm90Config(bn=128, stages=5, consumers=2)
+    # ragged, with an even number of tile rows: CTA pairs multicasting B
+    assert mc.heuristic(3000, 5000, 2000).cluster == 2
+    assert mc.heuristic(6000, 6000, 1000).cluster == 1  # 47 tile rows do not pair up
+    assert mc.heuristic(16, 8192, 8192) == mc.Sm90Config(bn=128, stages=5, consumers=1)
     assert mc.heuristic(40, 64, 16).consumers == 1
     for c in mc.search_space(4096, 4096, 4096):
         assert c.valid() and c.stages >= 3
@@ -138,3 +144,179 @@ def test_epilogue_kind_and_invalid_config() -> None:
     assert Sm90Gemm(512, 512, 512, "bf16", "f32", cfg).boxes()[:2] == [0, 0]
     with pytest.raises(ValueError, match="not a valid sm90 configuration"):
         Sm90Gemm(512, 512, 512, "bf16", "bf16", mc.Sm90Config(bn=256, stages=4))
+
+
+@needs_ptxas
+@pytest.mark.parametrize(("a_t", "b_t"), [(False, True), (True, False), (True, True)])
+def test_transposed_layouts_assemble(a_t: bool, b_t: bool) -> None:
+    """A stored ``K x M`` is read M-major (``trans_a = 1``, one 64 x 64 box per consumer);
+    B stored ``N x K`` is read K-major (``trans_b = 0``); no copy of either."""
+    m, n, k = 200, 136, 72
+    gemm = Sm90Gemm(m, n, k, "bf16", "bf16", mc.heuristic(m, n, k), a_t=a_t, b_t=b_t)
+    ptx = emit_ptx(build_kernel("gemm", gemm))
+    wgmmas = [ln for ln in ptx.splitlines() if "wgmma.mma_async" in ln]
+    assert wgmmas and all(ln.rstrip().endswith(f"{int(a_t)}, {int(not b_t)};") for ln in wgmmas)
+    a_box = [64, 64] if a_t else [64, gemm.bm]
+    assert gemm.boxes()[2:4] == a_box
+    ptxas.check(ptx)
+
+
+@pytest.mark.parametrize(
+    ("expr", "a_shape", "b_shape", "a_t", "b_t"),
+    [
+        ("a @ b.T", (96, 40), (72, 40), False, True),
+        ("ts.matmul(a, b, transpose_b=True)", (96, 40), (72, 40), False, True),
+        ("ts.transpose(a) @ b", (40, 96), (40, 72), True, False),
+        ("a.T @ b.T", (40, 96), (72, 40), True, True),
+        ("a @ b.T", (2, 48, 40), (72, 40), False, True),
+    ],
+)
+def test_jit_transposes_fold_into_the_sm90_kernel(
+    monkeypatch: pytest.MonkeyPatch, expr: str, a_shape, b_shape, a_t: bool, b_t: bool
+) -> None:
+    """Every spelling of a transpose reaches the wgmma kernel as an operand layout: the
+    target IR has one launch and no transpose kernel."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}))
+    bf = ml_dtypes.bfloat16
+    spec = fn.specialize(np.zeros(a_shape, bf), np.zeros(b_shape, bf))
+    target = spec.ir("target")
+    launches = [op for op in target.walk() if isinstance(op, tt.LaunchExOp)]
+    assert len(launches) == 1
+    assert not [op for op in target.walk() if isinstance(op, tt.LaunchOp)]
+    wg = [op for op in target.walk() if isinstance(op, tt.WgmmaOp)]
+    assert wg and {(op.trans_a.value.data, op.trans_b.value.data) for op in wg} == {
+        (int(a_t), int(not b_t))
+    }
+
+
+def test_eligibility_of_layouts() -> None:
+    from tessera.ir import graph as g
+    from tessera.passes.lower_matmul_sm90 import eligible
+
+    bf = ml_dtypes.bfloat16
+
+    def op_for(expr, a, b):
+        fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}))
+        graph = fn.specialize(a, b).ir("graph")
+        return next(o for o in graph.walk() if isinstance(o, g.MatmulOp))
+
+    assert eligible(op_for("a @ b.T", np.zeros((8, 16), bf), np.zeros((24, 16), bf))) is None
+    # A stored K x M needs M % 8 == 0 for its TMA row stride
+    assert "multiples of 8" in eligible(op_for("a.T @ b", np.zeros((16, 12), bf), np.zeros((16, 8), bf)))
+    # 3-D A times 2-D B folds the batch into M; a batched B does not (yet) take this kernel
+    assert eligible(op_for("a @ b", np.zeros((2, 8, 16), bf), np.zeros((16, 8), bf))) is None
+    assert "batched" in eligible(op_for("a @ b", np.zeros((2, 8, 16), bf), np.zeros((2, 16, 8), bf)))
+
+
+@needs_ptxas
+@pytest.mark.parametrize("act", ["relu", "gelu", "silu", None])
+@pytest.mark.parametrize(
+    ("bias_shape", "dtype", "fused"),
+    [((72,), "bf16", True), ((96, 72), "bf16", True), ((72,), "f32cast", True),
+     ((96, 1), "bf16", False)],
+)
+def test_epilogue_matmul_takes_the_sm90_kernel(
+    monkeypatch: pytest.MonkeyPatch, act, bias_shape, dtype, fused
+) -> None:
+    """``act(x @ w.T + bias)`` (nn.Linear's form, fused into ``tgraph.matmul_epilogue``):
+    a row-vector or full bias and the activation run in the wgmma kernel's epilogue; a
+    column bias splits into the wgmma product and one elementwise kernel."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    bf = ml_dtypes.bfloat16
+
+    def linear(x, w, bias):
+        if dtype == "f32cast":  # f32 product, bias and activation, then a cast to bf16
+            y = ts.matmul(x, w, transpose_b=True, out_dtype=ts.f32) + bias
+        else:
+            y = x @ w.T + bias
+        y = getattr(ts, act)(y) if act else y
+        return ts.cast(y, ts.bf16) if dtype == "f32cast" else y
+
+    fn = ts.jit(linear)
+    bias = np.zeros(bias_shape, np.float32 if dtype == "f32cast" else bf)
+    spec = fn.specialize(np.zeros((96, 40), bf), np.zeros((72, 40), bf), bias)
+    from tessera.ir import graph as g
+
+    assert [o for o in spec.ir("graph").walk() if isinstance(o, g.MatmulEpilogueOp)]
+    target = spec.ir("target")
+    assert len([o for o in target.walk() if isinstance(o, tt.LaunchExOp)]) == 1
+    assert len([o for o in target.walk() if isinstance(o, tt.LaunchOp)]) == (0 if fused else 1)
+    ptx = spec.ir("ptx")
+    assert "wgmma.mma_async" in ptx
+    ptxas.check(ptx)
+
+
+@needs_ptxas
+@pytest.mark.parametrize(("a_t", "b_t", "a_b", "b_b"), [
+    (False, False, True, True), (True, True, True, True), (False, True, False, True),
+    (True, False, True, False),
+])
+def test_batched_kernel_assembles(a_t: bool, b_t: bool, a_b: bool, b_b: bool) -> None:
+    gemm = Sm90Gemm(128, 136, 192, "bf16", "bf16", mc.heuristic(128, 136, 192), a_t=a_t,
+                    b_t=b_t, batch=6, a_batched=a_b, b_batched=b_b)
+    assert gemm.tiles == 6 * 1 * 2
+    ptxas.check(emit_ptx(build_kernel("gemm", gemm)))
+
+
+def test_batched_needs_whole_tiles_per_batch() -> None:
+    with pytest.raises(ValueError, match="multiple of BM"):
+        Sm90Gemm(100, 64, 64, "bf16", "bf16", mc.heuristic(100, 64, 64), batch=2)
+
+
+@pytest.mark.parametrize(
+    ("expr", "a_shape", "b_shape", "batch"),
+    [
+        ("a @ b", (4, 128, 64), (4, 64, 72), 4),
+        ("a @ b.T", (2, 3, 64, 64), (2, 3, 72, 64), 6),
+        ("a @ b", (128, 64), (5, 64, 72), 5),
+        ("a.T @ b", (3, 64, 128), (64, 72), 3),
+    ],
+)
+def test_jit_batched_matmul_takes_the_sm90_kernel(
+    monkeypatch: pytest.MonkeyPatch, expr: str, a_shape, b_shape, batch: int
+) -> None:
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}))
+    bf = ml_dtypes.bfloat16
+    target = fn.specialize(np.zeros(a_shape, bf), np.zeros(b_shape, bf)).ir("target")
+    (launch,) = [op for op in target.walk() if isinstance(op, tt.LaunchExOp)]
+    assert not [op for op in target.walk() if isinstance(op, tt.LaunchOp)]
+    assert launch.grid_value()[0] <= batch * 2
+
+
+@needs_ptxas
+@pytest.mark.parametrize(("a", "b", "out"), [("e4m3", None, "f32"), ("e5m2", None, "bf16"),
+                                             ("e4m3", "e5m2", "f32")])
+def test_fp8_kernel_assembles(a: str, b, out: str) -> None:
+    """fp8 operands (both K-major): ``k32`` wgmmas over 128-element K stages."""
+    m, n, k = 200, 136, 272
+    gemm = Sm90Gemm(m, n, k, a, out, mc.heuristic(m, n, k), b_t=True, b_type=b)
+    assert gemm.box_k == 128 and gemm.boxes()[2:6] == [128, gemm.bm, 128, 64]
+    ptx = emit_ptx(build_kernel("gemm", gemm))
+    assert f"m64n{gemm.cfg.bn}k32.f32.{a}.{b or a}" in ptx
+    ptxas.check(ptx)
+
+
+def test_fp8_needs_k_major_operands() -> None:
+    with pytest.raises(ValueError, match="K-major"):
+        Sm90Gemm(128, 128, 128, "e4m3", "f32", mc.heuristic(128, 128, 128))
+
+
+@needs_ptxas
+def test_jit_fp8_matmul_takes_the_sm90_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    fn = ts.jit(lambda a, b: ts.matmul(a, b, transpose_b=True, out_dtype=ts.f32))
+    e4 = ml_dtypes.float8_e4m3fn
+    spec = fn.specialize(np.zeros((96, 64), e4), np.zeros((72, 64), e4))
+    target = spec.ir("target")
+    assert [op for op in target.walk() if isinstance(op, tt.LaunchExOp)]
+    assert "k32.f32.e4m3.e4m3" in spec.ir("ptx")
+    # B row-major (K x N) is not K-major: it is copied K-major (one transpose kernel) first
+    spec = ts.jit(lambda a, b: ts.matmul(a, b, out_dtype=ts.f32)).specialize(
+        np.zeros((96, 64), e4), np.zeros((64, 72), e4))
+    target = spec.ir("target")
+    assert [op for op in target.walk() if isinstance(op, tt.LaunchExOp)]
+    assert [op.callee.string_value() for op in target.walk() if isinstance(op, tt.LaunchOp)] == [
+        "lambda_transpose_0"]
+    ptxas.check(spec.ir("ptx"))

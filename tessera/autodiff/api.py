@@ -1,23 +1,34 @@
 """The autodiff API of the guide: ``ts.grad``, ``ts.value_and_grad``, ``ts.jvp``,
 ``@ts.autodiff`` and ``ts.custom_vjp``.
 
-``ts.grad(f, argnums=0)`` follows JAX: ``argnums`` selects the positional
-parameters to differentiate (an int gives one gradient, a tuple a tuple of
-gradients; parameter names are accepted too). ``f`` must return one scalar
-floating-point tensor. The gradient is an ordinary compiled function: the
-``autodiff`` pass turns the traced Graph IR of ``f`` into ``<f>_grad``, which
-runs on the numpy interpreter or the GPU like any graph and shows in
-``inspect_ir("graph")``.
+Which arguments ``ts.grad(f)`` differentiates (docs/AUTODIFF.md):
 
-``@ts.autodiff`` marks a function as differentiated; ``@ts.autodiff(argnums=(1, 2))``
-(or ``wrt=("W", "b")``) also records the default ``argnums`` that ``ts.grad``
-uses for it. A bare ``@ts.autodiff`` keeps JAX's default ``argnums=0``.
+1. ``argnums=`` (positions or parameter names; ``wrt=`` is the same) given to
+   ``ts.grad``: as in JAX, an int gives one gradient, a tuple a tuple of gradients;
+2. else ``argnums=`` / ``wrt=`` declared with ``@ts.autodiff(...)``;
+3. else, for a function marked with a bare ``@ts.autodiff``, its **parameters**: every
+   tensor argument that is not named as data (``x``, ``y``, ``input(s)``,
+   ``target(s)``, ``label(s)``, ``batch`` or a name starting ``x_``/``y_``, such as
+   ``y_true``), in argument order; one parameter gives its gradient, several a tuple.
+   When every tensor argument is named as data, the first one is differentiated;
+4. else (an unmarked function) JAX's default, ``argnums=0``.
+
+So the guide's ``grad_W, grad_b = ts.grad(loss_function)(x, W, b, y_true)`` and
+``grad_W = ts.grad(distributed_loss)(x, W)`` return the gradients of the weights,
+and ``ts.grad(loss_fn)(W)`` the gradient of its one argument.
+
+``f`` must return one scalar floating-point tensor. The gradient is an ordinary
+compiled function: the ``autodiff`` pass turns the traced Graph IR of ``f`` into
+``<f>_grad``, which runs on the numpy interpreter or the GPU like any graph and
+shows in ``inspect_ir("graph")``. Called with traced tensors (inside another
+traced function), a gradient is inlined into the caller.
 """
 
 from __future__ import annotations
 
 import inspect
 import itertools
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,6 +47,29 @@ from tessera.passes.autodiff import jvp_function, vjp_function
 
 Argnums = int | str | Sequence[int | str]
 _MARK = "__tessera_autodiff__"
+
+
+class _Parameters:
+    """The default of a bare ``@ts.autodiff``: the arguments not named as data."""
+
+    def __repr__(self) -> str:
+        return "parameters"
+
+
+PARAMETERS = _Parameters()
+"""``argnums`` value meaning "the function's parameters" (rule 3 of the module docstring)."""
+
+DATA_NAMES = frozenset(
+    {"x", "y", "input", "inputs", "target", "targets", "label", "labels", "batch"}
+)
+"""Argument names (lower-cased) that mark data rather than parameters; names starting
+with ``x_`` or ``y_`` (``y_true``, ``x_batch``) are data too."""
+
+
+def is_data_name(name: str) -> bool:
+    """Whether argument ``name`` is named as data (inputs, targets), not as a parameter."""
+    n = name.lower()
+    return n in DATA_NAMES or n.startswith(("x_", "y_"))
 
 
 def _compiled(f: Any) -> CompiledFunction:
@@ -71,6 +105,11 @@ def _wrt_args(
     name: str, sig: inspect.Signature, argnums: Argnums, tensor_params: Sequence[str]
 ) -> list[int]:
     """Function-argument indices (positions among the tensor params) for ``argnums``."""
+    if argnums is PARAMETERS:
+        if not tensor_params:
+            raise TesseraTypeError(f"grad of {name}: the function has no tensor arguments")
+        chosen = [i for i, p in enumerate(tensor_params) if not is_data_name(p.split("[")[0])]
+        return chosen or [0]
     nums = list(argnums) if isinstance(argnums, tuple | list) else [argnums]
     pos = _positional(sig)
     out = []
@@ -138,39 +177,76 @@ class GradFunction(CompiledFunction):
             traced=module,
             tensor_params=spec.tensor_params,
             returns_tuple=True,
+            captures=spec.captures,
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        flat = list(super().__call__(*args, **kwargs))
+        from tessera.frontend.jit import _traced_call
+
+        if _traced_call(args, kwargs):
+            flat: list[Any] = self._inline(args, kwargs)
+        else:
+            flat = list(super().__call__(*args, **kwargs))
         grads = flat[1:] if self.with_value else flat
-        out = tuple(grads) if isinstance(self.argnums, tuple | list) else grads[0]
+        several = isinstance(self.argnums, tuple | list) or (
+            self.argnums is PARAMETERS and len(grads) > 1
+        )
+        out = tuple(grads) if several else grads[0]
         return (flat[0], out) if self.with_value else out
+
+    def _inline(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """The gradient function's ops copied into the trace of the traced arguments."""
+        from tessera.dist.mesh import use_mesh
+        from tessera.frontend.inline import (
+            _adopt_mesh,
+            caller_trace,
+            inline_specialization,
+            traced_infos,
+        )
+
+        trace = caller_trace(self.name, args, kwargs)
+        _adopt_mesh(self, trace)
+        infos, tensors = traced_infos(self, args, kwargs)
+        if self.mesh is None and trace.mesh:
+            with use_mesh(trace.mesh):
+                spec = self._specialize(infos)
+        else:
+            spec = self._specialize(infos)
+        return list(inline_specialization(spec, trace, tensors))
 
     def __repr__(self) -> str:
         return f"<tessera gradient of {self.primal.name}, argnums={self.argnums!r}>"
 
 
-def grad(f: Any, argnums: Argnums | None = None) -> GradFunction:
-    """The gradient of scalar-valued ``f`` with respect to ``argnums`` (default 0, or the
-    ``argnums`` recorded by ``@ts.autodiff``)."""
-    return GradFunction(f, argnums, with_value=False)
+def _chosen(where: str, argnums: Any, wrt: Any) -> Any:
+    if argnums is not None and wrt is not None:
+        raise TesseraTypeError(f"{where}: give argnums or wrt, not both")
+    return wrt if wrt is not None else argnums
 
 
-def value_and_grad(f: Any, argnums: Argnums | None = None) -> GradFunction:
+def grad(f: Any, argnums: Argnums | None = None, *, wrt: Argnums | None = None) -> GradFunction:
+    """The gradient of scalar-valued ``f`` with respect to ``argnums`` (or ``wrt``); by
+    default what ``@ts.autodiff`` declared, its parameters for a bare ``@ts.autodiff``,
+    else argument 0 (see the module docstring)."""
+    return GradFunction(f, _chosen("ts.grad", argnums, wrt), with_value=False)
+
+
+def value_and_grad(
+    f: Any, argnums: Argnums | None = None, *, wrt: Argnums | None = None
+) -> GradFunction:
     """Like :func:`grad`, returning ``(f(*args), gradient(s))``."""
-    return GradFunction(f, argnums, with_value=True)
+    return GradFunction(f, _chosen("ts.value_and_grad", argnums, wrt), with_value=True)
 
 
 def autodiff(fn: Any = None, *, argnums: Argnums | None = None, wrt: Any = None) -> Any:
     """Mark ``fn`` as differentiated; ``argnums`` / ``wrt`` (parameter names) set the default
-    arguments ``ts.grad`` differentiates with respect to."""
-    if argnums is not None and wrt is not None:
-        raise TesseraTypeError("ts.autodiff: give argnums or wrt, not both")
-    chosen = wrt if wrt is not None else argnums
+    arguments ``ts.grad`` differentiates with respect to, and without them its parameters
+    (the arguments not named as data, see the module docstring)."""
+    chosen = _chosen("ts.autodiff", argnums, wrt)
 
     def mark(f: Any) -> Any:
         try:
-            setattr(f, _MARK, 0 if chosen is None else chosen)
+            setattr(f, _MARK, PARAMETERS if chosen is None else chosen)
         except AttributeError:
             raise TesseraTypeError(
                 f"ts.autodiff: cannot mark {type(f).__name__} objects; decorate a function"
@@ -191,6 +267,7 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
     There is one tangent per primal (``None`` for static Python arguments). The
     tangent function ``<f>_jvp`` is built by the ``autodiff`` pass in forward mode.
     """
+    from tessera.frontend.jit import _traced_call
     from tessera.runtime import convert
     from tessera.runtime.graph_interpreter import run_function
 
@@ -200,15 +277,10 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
         raise TesseraTypeError(
             f"jvp of {cf.name}: {len(primals)} primals but {len(tangents)} tangents"
         )
+    if _traced_call(primals, {}):
+        return _traced_jvp(cf, primals, tangents)
     spec = cf.specialize(*primals)
-    cache = _JVP_CACHE.setdefault(cf, {})
-    module = cache.get(spec.key)
-    if module is None:
-        try:
-            module = ModuleOp([jvp_function(_only_func(spec.traced), name=f"{cf.name}_jvp")])
-        except AutodiffError as e:
-            raise TesseraError(f"jvp of {cf.name}: {str(e).removeprefix('autodiff: ')}") from None
-        cache[spec.key] = module
+    module = _jvp_module(cf, spec)
     pos = [p.name for p in _positional(cf.signature)]
     by_name = dict(zip(pos, zip(primals, tangents)))
     args, tans = [], []
@@ -225,6 +297,68 @@ def jvp(f: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, A
         args.append(xa)
         tans.append(ta.astype(xa.dtype, copy=False))
     res = run_function(module, f"{cf.name}_jvp", [*args, *tans])
+    n = len(res) // 2
+    outs, touts = res[:n], res[n:]
+    if spec.returns_tuple:
+        return tuple(outs), tuple(touts)
+    return outs[0], touts[0]
+
+
+def _jvp_module(cf: CompiledFunction, spec: Specialization) -> ModuleOp:
+    """The forward-mode function ``<f>_jvp`` of a specialization (built once)."""
+    cache = _JVP_CACHE.setdefault(cf, {})
+    module = cache.get(spec.key)
+    if module is None:
+        try:
+            module = ModuleOp([jvp_function(_only_func(spec.traced), name=f"{cf.name}_jvp")])
+        except AutodiffError as e:
+            raise TesseraError(f"jvp of {cf.name}: {str(e).removeprefix('autodiff: ')}") from None
+        cache[spec.key] = module
+    return module
+
+
+def _traced_jvp(
+    cf: CompiledFunction, primals: tuple[Any, ...], tangents: tuple[Any, ...]
+) -> tuple[Any, Any]:
+    """``ts.jvp`` called inside a traced function: the tangent function's ops are copied
+    into the caller's trace."""
+    from tessera.dist.mesh import use_mesh
+    from tessera.frontend import ops
+    from tessera.frontend.errors import located
+    from tessera.frontend.inline import _adopt_mesh, caller_trace, inline_function, traced_infos
+    from tessera.frontend.tracing import TracedTensor, tracing
+
+    trace = caller_trace(f"jvp of {cf.name}", primals, {})
+    _adopt_mesh(cf, trace)
+    infos, tensors = traced_infos(cf, primals, {})
+    if cf.mesh is None and trace.mesh:
+        with use_mesh(trace.mesh):
+            spec = cf._specialize(infos)
+    else:
+        spec = cf._specialize(infos)
+    fn = _only_func(_jvp_module(cf, spec))
+    by_name = dict(zip([p.name for p in _positional(cf.signature)], tangents))
+    tans = []
+    for p in spec.tensor_params:
+        t, x = by_name.get(p), tensors[p]
+        if t is not None and not isinstance(t, TracedTensor):
+            with tracing(trace):
+                t = ops.constant(t, x.policy)
+        if not isinstance(t, TracedTensor) or t.shape != x.shape:
+            raise TesseraTypeError(
+                located(f"jvp of {cf.name}: tangent for '{p}' must be a tensor of shape "
+                        f"{list(x.shape)}")
+            )
+        if t.type != x.type:
+            with tracing(trace):
+                t = ops.cast(t, x.policy)
+        tans.append(t)
+    with tracing(trace):  # captured tensors: constant along the tangent
+        caps = list(spec.captures)
+        cap_tans = [ops.broadcast_to(ops.constant(0.0, like=c), c.shape) for c in caps]
+    res = inline_function(
+        fn, trace, [*(tensors[p] for p in spec.tensor_params), *caps, *tans, *cap_tans]
+    )
     n = len(res) // 2
     outs, touts = res[:n], res[n:]
     if spec.returns_tuple:
@@ -252,7 +386,8 @@ class CustomVJPFunction:
         self.__signature__ = inspect.signature(fn)
         self.fwd: Callable[..., Any] | None = None
         self.bwd: Callable[..., Any] | None = None
-        self._in_fwd = 0
+        self._fwd_depth = threading.local()
+        """Per thread: >0 while this thread traces ``fwd`` (where ``f`` means its plain body)."""
         self._jitted: CompiledFunction | None = None
 
     def defvjp(self, fwd: Callable[..., Any], bwd: Callable[..., Any]) -> None:
@@ -269,13 +404,14 @@ class CustomVJPFunction:
             if self._jitted is None:
                 self._jitted = CompiledFunction(self.fn, self.__name__)
             return self._jitted(*args, **kwargs)
-        if self.fwd is None or self.bwd is None or self._in_fwd:
+        depth = getattr(self._fwd_depth, "n", 0)
+        if self.fwd is None or self.bwd is None or depth:
             return self.fn(*args, **kwargs)
-        self._in_fwd += 1
+        self._fwd_depth.n = depth + 1
         try:
             res = self.fwd(*args, **kwargs)
         finally:
-            self._in_fwd -= 1
+            self._fwd_depth.n = depth
         if not (isinstance(res, tuple) and len(res) == 2):
             raise TesseraTypeError(
                 f"custom_vjp {self.__name__}: fwd must return (output, saved), got "

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 from xdsl.builder import Builder, InsertPoint
 from xdsl.dialects.builtin import (
+    BytesAttr,
     ComplexType,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
@@ -86,9 +88,12 @@ class GraphEmitter:
         attr = DenseIntOrFPElementsAttr.from_list(tensor(shape, elem), [float(v) for v in values])
         return self.insert(g.ConstantOp(attr, tensor(shape, elem)))
 
-    def bool_const(self, values: Sequence[bool], shape: Sequence[int]) -> SSAValue:
-        """A dense ``i1`` constant (row-major ``values``)."""
-        attr = DenseIntOrFPElementsAttr.from_list(tensor(shape, i1), [int(b) for b in values])
+    def bool_const(self, values: Sequence[bool] | np.ndarray, shape: Sequence[int]) -> SSAValue:
+        """A dense ``i1`` constant (row-major ``values``), packed straight from numpy (a
+        causal mask has S^2 elements; xDSL stores an ``i1`` true as the byte 0xff)."""
+        flat = np.asarray(values, dtype=bool).reshape(-1)
+        data = np.where(flat, np.int8(-1), np.int8(0)).tobytes()
+        attr = DenseIntOrFPElementsAttr(tensor(shape, i1), BytesAttr(data))
         return self.insert(g.ConstantOp(attr, tensor(shape, i1)))
 
     def _lift(self, a: Operand, b: Operand) -> tuple[SSAValue, SSAValue]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from xdsl.dialects.builtin import IntegerType
 from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import IRDLOperation
@@ -351,7 +352,7 @@ def attention_probs(e: GraphEmitter, op: g.FlashAttentionOp) -> tuple[SSAValue, 
     s = e.mul(e.matmul(q, k, transpose_rhs=True), scale)
     if op.causal is not None:
         sq, sk = shape_of(q)[-2], shape_of(k)[-2]
-        keep = e.bool_const([j <= i for i in range(sq) for j in range(sk)], [sq, sk])
+        keep = e.bool_const(np.tri(sq, sk, dtype=bool), [sq, sk])
         s = e.select(keep, s, -math.inf)
     p = e.insert(g.SoftmaxOp(s, len(shape_of(s)) - 1))
     return p, scale

@@ -207,19 +207,39 @@ def _concat(parts: Sequence[Any], dim: int) -> Any:
     return np.concatenate(parts, axis=dim)
 
 
-def _split(x: Any, n: int, dim: int, what: str) -> list[Any]:
-    size = x.shape[dim]
-    if size % n:
-        raise CollectiveError(
-            f"{what}: dim {dim} of size {size} does not split over {n} ranks"
-        )
-    k = size // n
+def _pad_dim(x: Any, dim: int, size: int) -> Any:
+    """``x`` extended with zeros along ``dim`` to ``size`` (itself when already that size)."""
+    from tessera.dist.sharding import pad_block
+
+    shape = list(x.shape)
+    if shape[dim] > size:
+        raise CollectiveError(f"dim {dim} of size {shape[dim]} is larger than its block {size}")
+    shape[dim] = size
+    return pad_block(x, shape)
+
+
+def _take(x: Any, dim: int, start: int, stop: int) -> Any:
     idx: list[Any] = [slice(None)] * x.ndim
-    out = []
-    for i in range(n):
-        idx[dim] = slice(i * k, (i + 1) * k)
-        out.append(x[tuple(idx)])
-    return out
+    idx[dim] = slice(start, stop)
+    return x[tuple(idx)]
+
+
+def _split(x: Any, n: int, dim: int, what: str) -> list[Any]:
+    """``n`` blocks of ``dim``; when ``n`` does not divide it, blocks of ``ceil(size / n)``
+    with the last ones padded with zeros (the padded blocks of ``tessera.dist.sharding``)."""
+    from tessera.dist.sharding import block_size
+
+    k = block_size(x.shape[dim], n)
+    x = _pad_dim(x, dim, k * n)
+    return [_take(x, dim, i * k, (i + 1) * k) for i in range(n)]
+
+
+def _valid(block: Any, size: int, n: int, index: int, dim: int) -> Any:
+    """The valid part of padded block ``index`` of a dim of ``size`` split into ``n``."""
+    from tessera.dist.sharding import block_range
+
+    start, stop = block_range(size, n, index)
+    return _take(block, dim, 0, stop - start)
 
 
 def _norm_dim(dim: int, ndim: int, what: str) -> int:
@@ -300,15 +320,32 @@ def _all_reduce_torch(x: Any, op: str, g: _Group) -> Any:
 
 @_observed
 def all_gather(
-    x: Any, axis: str | None = None, dim: int = 0, *, mesh: Mesh | None = None, group: Any = None
+    x: Any,
+    axis: str | None = None,
+    dim: int = 0,
+    *,
+    mesh: Mesh | None = None,
+    group: Any = None,
+    size: int | None = None,
 ) -> Any:
-    """Concatenate every rank's ``x`` along ``dim``, in rank order."""
+    """Concatenate every rank's ``x`` along ``dim``, in rank order.
+
+    ``size`` is the global size of ``dim`` when the blocks are uneven: each rank passes
+    its padded block (``ceil(size / ranks)`` long) or its valid (ragged) part, and the
+    result has ``size`` elements along ``dim``.
+    """
     g = _resolve("all_gather", axis, mesh, group)
     dim = _norm_dim(dim, x.ndim, "all_gather")
+    if size is not None:
+        from tessera.dist.sharding import block_size
+
+        x = _pad_dim(x, dim, block_size(int(size), g.size))
     if g.size == 1:
-        return x.clone() if _is_torch(x) else np.array(x, copy=True)
+        out1 = x.clone() if _is_torch(x) else np.array(x, copy=True)
+        return out1 if size is None else _take(out1, dim, 0, int(size))
     out = _from_bytes(_gather_bytes(_bytes(x, g.device), g), x, (g.size, *x.shape))
-    return _concat([out[i] for i in range(g.size)], dim)
+    full = _concat([out[i] for i in range(g.size)], dim)
+    return full if size is None else _take(full, dim, 0, int(size))
 
 
 @_observed
@@ -321,11 +358,14 @@ def reduce_scatter(
     mesh: Mesh | None = None,
     group: Any = None,
     deterministic: bool = True,
+    padded: bool = True,
 ) -> Any:
     """Reduce over the group; rank ``r`` keeps block ``r`` of ``dim``.
 
     Deterministic: block ``r`` of every rank goes to rank ``r`` (all_to_all), which
-    folds them in rank order.
+    folds them in rank order. When the ranks do not divide ``dim``, blocks are
+    ``ceil(size / ranks)`` long: padded with zeros, or only the valid part with
+    ``padded=False``.
     """
     g = _resolve("reduce_scatter", axis, mesh, group)
     dim = _norm_dim(dim, x.ndim, "reduce_scatter")
@@ -333,14 +373,17 @@ def reduce_scatter(
         raise CollectiveError(
             f"reduce_scatter: unknown reduction '{op}'; valid: {', '.join(REDUCTIONS)}"
         )
+    n = x.shape[dim]
     blocks = _split(x, g.size, dim, "reduce_scatter")
     if g.size == 1:
-        return _fold([blocks[0]], op)
-    if not deterministic:
-        return _split(_all_reduce_torch(x, op, g), g.size, dim, "reduce_scatter")[g.index]
-    send = _stack(blocks)
-    recv = _from_bytes(_a2a_bytes(_bytes(send, g.device), g), x, tuple(send.shape))
-    return _fold([recv[i] for i in range(g.size)], op)
+        out = _fold([blocks[0]], op)
+    elif not deterministic:
+        out = _split(_all_reduce_torch(x, op, g), g.size, dim, "reduce_scatter")[g.index]
+    else:
+        send = _stack(blocks)
+        recv = _from_bytes(_a2a_bytes(_bytes(send, g.device), g), x, tuple(send.shape))
+        out = _fold([recv[i] for i in range(g.size)], op)
+    return out if padded else _valid(out, n, g.size, g.index, dim)
 
 
 @_observed
@@ -354,7 +397,9 @@ def all_to_all(
     group: Any = None,
 ) -> Any:
     """Split ``split_dim`` into one block per rank, send block ``j`` to rank ``j``, and
-    concatenate the received blocks along ``concat_dim`` in rank order."""
+    concatenate the received blocks along ``concat_dim`` in rank order. When the ranks
+    do not divide ``split_dim``, its blocks are ``ceil(size / ranks)`` long, padded with
+    zeros."""
     g = _resolve("all_to_all", axis, mesh, group)
     split_dim = _norm_dim(split_dim, x.ndim, "all_to_all")
     concat_dim = _norm_dim(concat_dim, x.ndim, "all_to_all")
@@ -368,12 +413,21 @@ def all_to_all(
 
 @_observed
 def all_slice(
-    x: Any, axis: str | None = None, dim: int = 0, *, mesh: Mesh | None = None, group: Any = None
+    x: Any,
+    axis: str | None = None,
+    dim: int = 0,
+    *,
+    mesh: Mesh | None = None,
+    group: Any = None,
+    padded: bool = True,
 ) -> Any:
-    """This rank's block ``r`` of ``dim`` (no communication): replicated -> sharded."""
+    """This rank's block ``r`` of ``dim`` (no communication): replicated -> sharded.
+    Uneven blocks are padded with zeros, or the valid part only with ``padded=False``."""
     g = _resolve("all_slice", axis, mesh, group)
     dim = _norm_dim(dim, x.ndim, "all_slice")
     b = _split(x, g.size, dim, "all_slice")[g.index]
+    if not padded:
+        b = _valid(b, x.shape[dim], g.size, g.index, dim)
     return b.clone() if _is_torch(b) else np.array(b, copy=True)
 
 

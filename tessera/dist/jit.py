@@ -46,7 +46,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp
 
-from tessera.dist.mesh import Mesh, MeshError
+from tessera.dist.mesh import Mesh, MeshError, current_mesh, use_mesh
 from tessera.dist.segments import SegmentedProgram
 from tessera.dist.sharding import ShardSpec
 from tessera.dist.tensor import DistTensor
@@ -75,6 +75,9 @@ def _runtime_mesh(cf: CompiledFunction, dists: dict[str, DistTensor]) -> Mesh:
     given = getattr(cf, "runtime_mesh", None) or getattr(
         getattr(cf, "primal", None), "runtime_mesh", None
     )
+    ctx = current_mesh()
+    if given is None and ctx is not None and cf.mesh in (None, dict(zip(ctx.axes, ctx.shape))):
+        given = ctx
     mesh = first[1] if first is not None else given
     if mesh is None and cf.mesh is not None:
         mesh = Mesh(axes=list(cf.mesh), shape=list(cf.mesh.values()))
@@ -101,6 +104,13 @@ def _trace(
     for p, d in dists.items():
         arrays[p] = _stand_in(d.local_shape if local else d.shape, d.dtype.np_dtype)
     return cf._specialize(cf._arg_infos(bound, arrays))
+
+
+def _traced_on(mesh: Mesh, cf: CompiledFunction) -> Any:
+    """Trace inside ``mesh`` (the call's mesh) unless ``cf`` was compiled with its own."""
+    import contextlib
+
+    return use_mesh(mesh) if cf.mesh is None else contextlib.nullcontext()
 
 
 def _specialize(
@@ -225,7 +235,10 @@ def call_sharded(cf: CompiledFunction, bound: inspect.BoundArguments) -> Any:
     mesh.check_world()
     values = [v.local if isinstance(v, DistTensor) else v for _, v in items]
     device = _device(mesh, values)
-    spec, per_rank = _specialize(cf, bound, dists)
+    with _traced_on(mesh, cf):
+        spec, per_rank = _specialize(cf, bound, dists)
+    if per_rank:
+        _check_even(cf, dists)
     program, sharded = _program(cf, spec, mesh, per_rank, dists)
     by_key = dict(items)
     args = []
@@ -247,18 +260,34 @@ def call_sharded(cf: CompiledFunction, bound: inspect.BoundArguments) -> Any:
     return tuple(out) if spec.returns_tuple else out[0]
 
 
+def _check_even(cf: CompiledFunction, dists: dict[str, DistTensor]) -> None:
+    """Per-rank programs see each rank's block as it is: an uneven layout's padding would
+    flow into hand-written collectives (an all_gather would return the padding too)."""
+    from tessera.dist.sharding import is_even
+
+    for p, d in dists.items():
+        if not is_even(d.shape, d.layout, d.mesh):
+            raise TesseraError(
+                f"{cf.name}: argument '{p}' of shape {d.shape} is split unevenly by "
+                f"{d.layout} over {d.mesh!r}; a function with hand-written collectives runs "
+                "per rank on equal blocks only. Write it in the global view (no collectives; "
+                "the partitioner handles the padding) or pass the padded block "
+                f"(.local, shape {d.local_shape}) and slice the result yourself"
+            )
+
+
 def _dense(layout: ShardSpec) -> ShardSpec:
     return ShardSpec(partition=layout.partition, mesh_axes=layout.mesh_axes)
 
 
 def sharded_call(cf: CompiledFunction, values: list[Any]) -> bool:
-    """Whether a call of ``cf`` with ``values`` runs per rank: a DistTensor argument, or
-    a function compiled with a mesh called inside a process group."""
+    """Whether a call of ``cf`` with ``values`` runs per rank: a DistTensor argument, or a
+    function compiled with a mesh (or called inside ``with mesh:``) inside a process group."""
     import sys
 
     if any(isinstance(v, DistTensor) for v in values):
         return True
-    if cf.mesh is None:
+    if cf.mesh is None and current_mesh() is None:
         return False
     tdist = sys.modules.get("torch.distributed")
     return bool(tdist is not None and tdist.is_available() and tdist.is_initialized())

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from tessera.ir.attrs import MeshAttr
@@ -168,12 +170,13 @@ class Mesh:
         return torch.device("cpu")
 
     def __enter__(self) -> Mesh:
-        """``with mesh:`` makes collectives given only an axis run on this mesh."""
-        _CURRENT.append(self)
+        """``with mesh:`` makes this the mesh of collectives given only an axis, and of
+        ``@ts.jit`` functions compiled without ``mesh=`` (in this thread)."""
+        _CURRENT.set((*_CURRENT.get(), self))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        _CURRENT.pop()
+        _CURRENT.set(_CURRENT.get()[:-1])
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -240,12 +243,23 @@ class Mesh:
         return self.device_mesh().get_group(axis)
 
 
-_CURRENT: list[Mesh] = []
+_CURRENT: ContextVar[tuple[Mesh, ...]] = ContextVar("tessera_current_mesh", default=())
+"""The meshes entered with ``with mesh:`` / :func:`use_mesh` in this thread, innermost last."""
 
 
 def current_mesh() -> Mesh | None:
-    """The innermost mesh entered with ``with mesh:``, or None."""
-    return _CURRENT[-1] if _CURRENT else None
+    """The innermost mesh entered with ``with mesh:`` or :func:`use_mesh`, or None."""
+    stack = _CURRENT.get()
+    return stack[-1] if stack else None
+
+
+@contextmanager
+def use_mesh(mesh: Mesh | dict[str, int]) -> Iterator[Mesh]:
+    """``with dist.use_mesh(mesh):`` is ``with mesh:``; a ``{axis: size}`` dict is a mesh of
+    that many devices (enough to trace per-rank programs, e.g. to inspect their IR)."""
+    m = mesh if isinstance(mesh, Mesh) else Mesh(axes=dict(mesh))
+    with m:
+        yield m
 
 
 def mesh(

@@ -8,8 +8,18 @@ an axis name or a tuple of names (the first is major). ``ShardSpec()`` is the
 replicated layout. In the IR a spec is ``#tessera.shard<[[tp], [pp]]>``.
 
 Blocks are contiguous: along a dimension split over axes ``(a, b)``, the rank at
-coordinates ``(i, j)`` holds block ``i * size(b) + j`` of ``size(a) * size(b)``
-equal blocks.
+coordinates ``(i, j)`` holds block ``i * size(b) + j`` of ``P = size(a) * size(b)``
+blocks.
+
+**Uneven dims.** A dim of size ``n`` that ``P`` does not divide is split into blocks of
+``c = ceil(n / P)``: block ``b`` holds elements ``[b*c, min((b+1)*c, n))``, so the last
+blocks are short (possibly empty) and every element of padding lies at the global
+tail (:func:`block_range`). The *padded* block of every rank has ``c`` elements, zeros
+past its valid part; it is what :func:`local_shape` gives, what ``dist.tensor`` holds
+and what per-rank programs compute on, so every rank runs the same program. The
+*ragged* block is the valid part only (``shard(..., padded=False)``,
+:func:`valid_shape`). The guide's 1e6 rows over 72 devices are 71 blocks of 13889 rows
+and one of 13881; 8192 columns over ``tp = 9`` are 8 blocks of 911 and one of 904.
 """
 
 from __future__ import annotations
@@ -153,22 +163,54 @@ def _check_axes(mesh: Mesh, axes: Sequence[str]) -> None:
             raise ShardingError(str(e)) from None
 
 
-def local_shape(shape: Sequence[int], layout: Layout, mesh: Mesh) -> tuple[int, ...]:
-    """The per-rank block shape; errors name the dim that does not divide."""
+def block_size(n: int, parts: int) -> int:
+    """Elements in each (padded) block of a dim of size ``n`` split into ``parts``."""
+    return -(-n // parts)
+
+
+def block_range(n: int, parts: int, b: int) -> tuple[int, int]:
+    """``[start, stop)`` of block ``b`` of a dim of size ``n`` split into ``parts``
+    ceil-sized blocks (the last ones short or empty when ``parts`` does not divide ``n``)."""
+    if not 0 <= b < parts:
+        raise ShardingError(f"block {b} is outside a split into {parts} parts")
+    c = block_size(n, parts)
+    return min(b * c, n), min((b + 1) * c, n)
+
+
+def _parts(mesh: Mesh, axes: Sequence[str]) -> int:
+    n = 1
+    for a in axes:
+        n *= mesh.axis_size(a)
+    return n
+
+
+def is_even(shape: Sequence[int], layout: Layout, mesh: Mesh) -> bool:
+    """Whether every split dim of ``shape`` divides into equal blocks."""
     sp, partial, _ = _splits(layout, len(shape))
     _check_axes(mesh, [a for d in sp for a in d] + partial)
+    return all(n % _parts(mesh, axes) == 0 for n, axes in zip(shape, sp))
+
+
+def local_shape(shape: Sequence[int], layout: Layout, mesh: Mesh) -> tuple[int, ...]:
+    """The per-rank (padded) block shape: ``ceil(n / parts)`` along each split dim."""
+    sp, partial, _ = _splits(layout, len(shape))
+    _check_axes(mesh, [a for d in sp for a in d] + partial)
+    return tuple(block_size(n, _parts(mesh, axes)) for n, axes in zip(shape, sp))
+
+
+def block_slices(shape: Sequence[int], layout: Layout, mesh: Mesh, rank: int) -> tuple[slice, ...]:
+    """The global index of the valid part of ``rank``'s block."""
+    sp, _, _ = _splits(layout, len(shape))
     out = []
-    for d, (n, axes) in enumerate(zip(shape, sp)):
-        parts = 1
-        for a in axes:
-            parts *= mesh.axis_size(a)
-        if n % parts:
-            names = " x ".join(f"'{a}' ({mesh.axis_size(a)})" for a in axes)
-            raise ShardingError(
-                f"dim {d} of size {n} is not divisible by mesh axes {names} = {parts} parts"
-            )
-        out.append(n // parts)
+    for n, axes in zip(shape, sp):
+        b, parts = block_index(mesh, axes, rank)
+        out.append(slice(*block_range(n, parts, b)))
     return tuple(out)
+
+
+def valid_shape(shape: Sequence[int], layout: Layout, mesh: Mesh, rank: int) -> tuple[int, ...]:
+    """The shape of the valid (ragged) part of ``rank``'s block."""
+    return tuple(s.stop - s.start for s in block_slices(shape, layout, mesh, rank))
 
 
 def block_index(mesh: Mesh, axes: Sequence[str], rank: int) -> tuple[int, int]:
@@ -182,8 +224,24 @@ def block_index(mesh: Mesh, axes: Sequence[str], rank: int) -> tuple[int, int]:
     return idx, n
 
 
-def shard(value: Any, layout: Layout, mesh: Mesh, rank: int) -> Any:
-    """The block of global ``value`` (numpy array or torch tensor) that ``rank`` holds.
+def pad_block(block: Any, shape: Sequence[int]) -> Any:
+    """``block`` (numpy or torch) extended with zeros at the end of each dim to ``shape``."""
+    if tuple(block.shape) == tuple(shape):
+        return block
+    if isinstance(block, np.ndarray):
+        out = np.zeros(tuple(shape), dtype=block.dtype)
+    else:
+        import torch
+
+        out = torch.zeros(tuple(shape), dtype=block.dtype, device=block.device)
+    out[tuple(slice(0, n) for n in block.shape)] = block
+    return out
+
+
+def shard(value: Any, layout: Layout, mesh: Mesh, rank: int, *, padded: bool = True) -> Any:
+    """The block of global ``value`` (numpy array or torch tensor) that ``rank`` holds:
+    padded with zeros to :func:`local_shape` (default) or, with ``padded=False``, its valid
+    part only (see the module docstring on uneven dims).
 
     For a partial layout the rank at coordinate 0 of every partial axis holds the
     value and the others hold zeros (so a reduction recovers it exactly).
@@ -191,12 +249,10 @@ def shard(value: Any, layout: Layout, mesh: Mesh, rank: int) -> Any:
     shape = tuple(value.shape)
     sp, partial, op = _splits(layout, len(shape))
     loc = local_shape(shape, layout, mesh)
-    idx: list[slice] = []
-    for d, axes in enumerate(sp):
-        b, _ = block_index(mesh, axes, rank)
-        idx.append(slice(b * loc[d], (b + 1) * loc[d]))
-    out = value[tuple(idx)]
+    out = value[block_slices(shape, layout, mesh, rank)]
     out = out.copy() if isinstance(out, np.ndarray) else out.clone()
+    if padded:
+        out = pad_block(out, loc)
     if partial:
         c = mesh.coords(rank)
         if any(c[a] for a in partial):
@@ -230,8 +286,14 @@ def _reduce_ordered(vals: Sequence[np.ndarray], op: str) -> np.ndarray:
     return acc
 
 
-def unshard(shards: Sequence[Any], layout: Layout, mesh: Mesh) -> np.ndarray:
+def unshard(
+    shards: Sequence[Any], layout: Layout, mesh: Mesh, shape: Sequence[int] | None = None
+) -> np.ndarray:
     """The global value from every rank's block (``shards[r]`` of rank ``r``).
+
+    Blocks may be padded or ragged. ``shape`` is the global shape; without it, a dim
+    is the sum of the blocks' sizes along it (right for ragged and for equal blocks;
+    give ``shape`` for padded blocks of an uneven dim).
 
     Partial layouts are reduced in rank order, the same order as the deterministic
     collectives, so the result is bitwise what ``all_reduce`` would give.
@@ -242,7 +304,18 @@ def unshard(shards: Sequence[Any], layout: Layout, mesh: Mesh) -> np.ndarray:
     ndim = arrs[0].ndim
     sp, partial, op = _splits(layout, ndim)
     _check_axes(mesh, [a for d in sp for a in d] + partial)
-    gshape = [n * block_index(mesh, axes, 0)[1] for n, axes in zip(arrs[0].shape, sp)]
+    if shape is None:
+        gshape = []
+        for d, axes in enumerate(sp):
+            seen: dict[int, int] = {}
+            for r in range(mesh.size):
+                seen[block_index(mesh, axes, r)[0]] = arrs[r].shape[d]
+            gshape.append(sum(seen.values()))
+    else:
+        gshape = [int(n) for n in shape]
+        if len(gshape) != ndim:
+            raise ShardingError(f"unshard: shape {tuple(shape)} has rank {len(gshape)}, the "
+                                f"blocks {ndim}")
     if partial:
         groups: dict[tuple[int, ...], list[int]] = {}
         for r in range(mesh.size):
@@ -256,11 +329,13 @@ def unshard(shards: Sequence[Any], layout: Layout, mesh: Mesh) -> np.ndarray:
                 reduced[r] = red
         arrs = reduced
     out = np.empty(gshape, dtype=arrs[0].dtype)
-    loc = arrs[0].shape
     for r in range(mesh.size):
-        idx = []
-        for d, axes in enumerate(sp):
-            b, _ = block_index(mesh, axes, r)
-            idx.append(slice(b * loc[d], (b + 1) * loc[d]))
-        out[tuple(idx)] = arrs[r]
+        idx = block_slices(gshape, layout, mesh, r)
+        want = tuple(s.stop - s.start for s in idx)
+        if any(h < w for h, w in zip(arrs[r].shape, want)):
+            raise ShardingError(
+                f"unshard: rank {r} holds a block of shape {tuple(arrs[r].shape)}, but its part "
+                f"of the global shape {tuple(gshape)} is {want}"
+            )
+        out[idx] = arrs[r][tuple(slice(0, w) for w in want)]
     return out

@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from tessera.dist.mesh import Mesh
-from tessera.dist.sharding import ShardingError, ShardSpec, local_shape, shard, unshard
+from tessera.dist.sharding import (
+    ShardingError,
+    ShardSpec,
+    local_shape,
+    pad_block,
+    shard,
+    unshard,
+)
 from tessera.ir.dtypes import DType, dtype_of
 
 
@@ -109,7 +116,15 @@ class DistTensor:
 
             for a in self.layout.partial:
                 blocks = all_reduce(blocks, self.layout.partial_op, a, mesh=self.mesh)
-        return blocks
+        return blocks[tuple(slice(0, n) for n in self.shape)]  # padding lies at the tail
+
+    @property
+    def valid_local(self) -> np.ndarray:
+        """This rank's block without the padding of uneven dims (the ragged block)."""
+        from tessera.dist.sharding import valid_shape
+
+        want = valid_shape(self.shape, self.layout, self.mesh, self.mesh.check_world())
+        return self.local[tuple(slice(0, n) for n in want)]
 
     def __repr__(self) -> str:
         return (
@@ -146,16 +161,23 @@ def tensor(
 def from_local(
     local: Any, shape: Sequence[int], layout: ShardSpec, mesh: Mesh, dtype: Any = None
 ) -> DistTensor:
-    """Wrap this rank's block ``local`` of a global tensor of ``shape``."""
+    """Wrap this rank's block ``local`` of a global tensor of ``shape`` (padded, or the
+    valid part of an uneven block, which is padded with zeros)."""
     if not isinstance(local, np.ndarray):
         local = local.detach().cpu().numpy() if hasattr(local, "detach") else np.asarray(local)
     dt = dtype_of(dtype if dtype is not None else local.dtype, where="dist.from_local")
+    want = local_shape(shape, layout, mesh)
+    if local.ndim == len(want) and all(h <= w for h, w in zip(local.shape, want)):
+        local = pad_block(local, want)
     return DistTensor(shape, layout, mesh, dt, local=local)
 
 
-def from_shards(shards: Sequence[np.ndarray], layout: ShardSpec, mesh: Mesh) -> DistTensor:
-    """A single-process DistTensor from every rank's block."""
-    g = unshard(shards, layout, mesh)
+def from_shards(
+    shards: Sequence[np.ndarray], layout: ShardSpec, mesh: Mesh, shape: Sequence[int] | None = None
+) -> DistTensor:
+    """A single-process DistTensor from every rank's block (``shape`` for padded blocks of
+    uneven dims, see :func:`tessera.dist.sharding.unshard`)."""
+    g = unshard(shards, layout, mesh, shape)
     if layout.partial:
         layout = ShardSpec(partition=layout.partition, mesh_axes=layout.mesh_axes)
     return DistTensor(g.shape, layout, mesh, dtype_of(g.dtype), data=g)

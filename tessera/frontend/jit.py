@@ -35,7 +35,7 @@ from tessera.frontend.annotations import (
     shape_from_annotation,
 )
 from tessera.frontend.errors import ShapeError, TesseraError, TesseraTypeError
-from tessera.frontend.tracing import Trace, TracedTensor, tracing
+from tessera.frontend.tracing import Trace, TracedTensor, active_trace, tracing
 from tessera.ir.attrs import tensor_type
 from tessera.ir.dtypes import dtype_of
 from tessera.ir.policy import NumericPolicy
@@ -133,6 +133,9 @@ class Specialization:
     tensor_params: list[str]
     returns_tuple: bool
     levels: dict[str, Any] = field(default_factory=dict)
+    captures: list[Any] = field(default_factory=list, repr=False)
+    """Tensors of enclosing traces the function captured (its arguments after the
+    declared ones); only nested specializations have them, and they are not cached."""
     launch_text: str | None = field(default=None, repr=False)
     """The launch module's text (:mod:`tessera.runtime.program_cache`) when the PTX came
     from the disk cache instead of lowering."""
@@ -438,20 +441,33 @@ class CompiledFunction:
         return infos
 
     # ------------------------------------------------------------ tracing
+    def trace_mesh(self) -> dict[str, int] | None:
+        """The mesh axis sizes collectives are traced with: ``mesh=`` of the decorator,
+        else the mesh of an enclosing ``with mesh:`` / ``dist.use_mesh(...)``, else None
+        (then a collective is an error)."""
+        if self.mesh is not None:
+            return self.mesh
+        return _mesh_sizes(context_mesh())
+
     def _specialize(self, infos: list[_ArgInfo]) -> Specialization:
-        key = tuple(
+        key: tuple[Any, ...] = tuple(
             (i.param, i.kind, i.shape, i.policy, _static_key(i.static)) for i in infos
         )
+        if self.mesh is None:
+            ctx = _mesh_sizes(context_mesh())
+            if ctx is not None:
+                key = (*key, ("mesh", tuple(ctx.items())))
         spec = self._cache.get(key)
         if spec is None:
             spec = self._trace(key, infos)
-            self._cache[key] = spec
+            if not spec.captures:  # a closure over traced values is traced per call
+                self._cache[key] = spec
         self._last = spec
         return spec
 
     def _trace(self, key: tuple[Any, ...], infos: list[_ArgInfo]) -> Specialization:
         t0 = time.perf_counter()
-        trace = Trace(_symbol_name(self.name), self.mesh)
+        trace = Trace(_symbol_name(self.name), self.trace_mesh())
         call_args: dict[str, Any] = {}
         for i in infos:
             if i.kind == "tensor":
@@ -481,6 +497,7 @@ class CompiledFunction:
             traced=module,
             tensor_params=[i.param for i in infos if i.kind == "tensor"],
             returns_tuple=returns_tuple,
+            captures=trace.captured(),
         )
         seconds = time.perf_counter() - t0
         for o in compile_observers():
@@ -523,7 +540,11 @@ class CompiledFunction:
 
     # ------------------------------------------------------------ calling
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not kwargs:
+        if _traced_call(args, kwargs):
+            from tessera.frontend.inline import inline_call
+
+            return inline_call(self, args, kwargs)
+        if not kwargs and (self.mesh is not None or context_mesh() is None):
             for hot in self._hot:
                 out = hot(args)
                 if out is not None:
@@ -531,7 +552,11 @@ class CompiledFunction:
         from tessera.runtime import convert, dispatch
         from tessera.runtime.graph_interpreter import run_function
 
-        fast = _fast_key(args) if not kwargs and self._fast else None
+        fast = (
+            _fast_key(args)
+            if not kwargs and self._fast and (self.mesh is not None or context_mesh() is None)
+            else None
+        )
         if fast is not None:
             hit = self._fast.get(fast)
             if hit is not None:
@@ -591,6 +616,31 @@ class CompiledFunction:
         if spec is None or sizes:
             spec = self._specialize(self._annotation_infos(dict(sizes)))
         return str(spec.ir(level))
+
+
+_current_mesh: Callable[[], Any] | None = None
+
+
+def context_mesh() -> Any:
+    """The ``dist.Mesh`` of an enclosing ``with mesh:`` / ``dist.use_mesh(...)``, or None."""
+    global _current_mesh
+    if _current_mesh is None:  # tessera.dist is imported on first use, not with the frontend
+        from tessera.dist.mesh import current_mesh
+
+        _current_mesh = current_mesh
+    return _current_mesh()
+
+
+def _traced_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a call passes traced tensors: a compiled function called inside a traced one."""
+    if active_trace() is None:  # cheap test first: calls outside any trace
+        return False
+    return any(isinstance(a, TracedTensor) for a in (*args, *kwargs.values())) or any(
+        isinstance(x, TracedTensor)
+        for a in (*args, *kwargs.values())
+        if isinstance(a, tuple | list)
+        for x in a
+    )
 
 
 def _flatten(bound: inspect.BoundArguments) -> list[tuple[str, Any]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from xdsl.dialects import func
@@ -58,18 +59,43 @@ class Trace:
         self.name = name
         self.block = Block()
         self.mesh = dict(mesh) if mesh is not None else None
-        self.used_axes: dict[str, int] = {}
         self.locations: dict[int, str] = {}
         self._seed_counter = 0
+        self.captures: dict[SSAValue, tuple[SSAValue, TracedTensor]] = {}
+        """Tensors of enclosing traces used here (a closure inside a nested ``ts.grad`` /
+        ``ts.jvp`` function): their value there -> (the argument added for it here, the
+        tensor). Captured arguments follow the declared ones."""
 
     def add_argument(self, t: Attribute) -> TracedTensor:
         return TracedTensor(self.block.insert_arg(t, len(self.block.args)), self)
 
+    def capture(self, outer: TracedTensor) -> SSAValue:
+        """The argument of this trace standing for ``outer``, a tensor of an enclosing trace."""
+        found = self.captures.get(outer._value)
+        if found is None:
+            arg = self.block.insert_arg(outer._value.type, len(self.block.args))
+            found = self.captures[outer._value] = (arg, outer)
+        return found[0]
+
+    def captured(self) -> list[TracedTensor]:
+        """The captured tensors of enclosing traces, in argument order."""
+        return [t for _, t in self.captures.values()]
+
     def axis_size(self, axis: str, opname: str) -> int:
-        """The size of mesh axis ``axis``; 1 (a single device) when no mesh was given."""
+        """The size of mesh axis ``axis``; a located error when the function has no mesh.
+
+        A collective never silently runs as if its axis had one rank: the mesh comes
+        from ``@ts.jit(mesh=...)``, an enclosing ``with mesh:`` / ``dist.use_mesh(...)``,
+        or the ``DistTensor`` arguments of the call.
+        """
         if self.mesh is None:
-            self.used_axes.setdefault(axis, 1)
-            return 1
+            raise ShapeError(
+                located(
+                    f"{opname}: mesh axis '{axis}' has no mesh; compile with "
+                    "@ts.jit(mesh=...), call inside 'with mesh:' (or dist.use_mesh(mesh)), "
+                    "or pass dist.tensor arguments"
+                )
+            )
         if axis not in self.mesh:
             raise ShapeError(
                 located(f"{opname}: mesh has no axis '{axis}' (axes: {', '.join(self.mesh)})")
@@ -102,9 +128,8 @@ class Trace:
             ([a.type for a in self.block.args], [r.value.type for r in results]),
             Region(self.block),
         )
-        mesh = self.mesh if self.mesh is not None else self.used_axes
-        if mesh:
-            fn.attributes["tessera.mesh"] = MeshAttr.get(mesh)
+        if self.mesh:
+            fn.attributes["tessera.mesh"] = MeshAttr.get(self.mesh)
         module = ModuleOp([fn])
         try:
             module.verify()
@@ -118,28 +143,38 @@ class Trace:
         return module
 
 
-_ACTIVE: list[Trace] = []
+_ACTIVE: ContextVar[tuple[Trace, ...]] = ContextVar("tessera_active_traces", default=())
+"""The traces being built in this thread (or asyncio task), innermost last. A context
+variable, so concurrent ``@ts.jit`` calls in several threads each see only their own."""
 
 
 @contextmanager
 def tracing(trace: Trace) -> Iterator[Trace]:
-    """Make ``trace`` the one that operator calls append to."""
-    _ACTIVE.append(trace)
+    """Make ``trace`` the one that operator calls append to (in this thread)."""
+    token = _ACTIVE.set((*_ACTIVE.get(), trace))
     try:
         yield trace
     finally:
-        _ACTIVE.pop()
+        _ACTIVE.reset(token)
+
+
+def active_trace() -> Trace | None:
+    """The innermost trace being built in this thread, or None outside traced functions."""
+    stack = _ACTIVE.get()
+    return stack[-1] if stack else None
 
 
 def current_trace(opname: str) -> Trace:
-    if not _ACTIVE:
+    """The innermost active trace; a located error outside traced functions."""
+    trace = active_trace()
+    if trace is None:
         raise TraceError(
             located(
                 f"{opname}: called outside a traced function; decorate the function with "
                 "@ts.jit or @graph.module"
             )
         )
-    return _ACTIVE[-1]
+    return trace
 
 
 class TracedTensor:
@@ -152,8 +187,29 @@ class TracedTensor:
     __array_priority__ = 1000  # numpy defers binary operators to us
 
     def __init__(self, value: SSAValue, trace: Trace):
-        self.value = value
-        self.trace = trace
+        self._value = value
+        self._trace = trace
+
+    def _lifted_into(self) -> Trace | None:
+        """The active trace when it is nested inside this tensor's trace (a closure over
+        this tensor in a nested traced function), else None."""
+        stack = _ACTIVE.get()
+        if not stack or stack[-1] is self._trace:
+            return None
+        return stack[-1] if any(t is self._trace for t in stack[:-1]) else None
+
+    @property
+    def trace(self) -> Trace:
+        """The trace ops on this tensor append to: its own, or the active trace nested in
+        it (where the tensor is captured as an argument)."""
+        inner = self._lifted_into()
+        return self._trace if inner is None else inner
+
+    @property
+    def value(self) -> SSAValue:
+        """The SSA value in :attr:`trace` (a captured argument inside a nested trace)."""
+        inner = self._lifted_into()
+        return self._value if inner is None else inner.capture(self)
 
     # ------------------------------------------------------------ type info
     @property
@@ -380,6 +436,6 @@ def func_name_attr(module: ModuleOp) -> str:
 
 
 __all__ = [
-    "Trace", "TracedTensor", "tracing", "current_trace", "result_type", "short_name",
+    "Trace", "TracedTensor", "tracing", "active_trace", "current_trace", "result_type", "short_name",
     "error_from_verifier", "func_name_attr",
 ]

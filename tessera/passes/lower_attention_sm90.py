@@ -475,7 +475,7 @@ def lower_attention_sm90(lw: _FunctionLowering, op: g.FlashAttentionOp) -> bool:
     spec = spec_for(op)
     n = lw.counter.get("attention", 0)
     lw.counter["attention"] = n + 1
-    name = f"{lw.name}_attention_{n}"
+    name = f"{lw.prefix}_attention_{n}"
     out = lw.alloc(op.result.type)
     lw.env[op.result] = out
     if spec.heads == 0:

@@ -12,6 +12,7 @@ documented in docs/TILE_IR.md. An op without a lowering raises
 from __future__ import annotations
 
 import math as pymath
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
@@ -176,6 +177,9 @@ class _FunctionLowering:
         self.fn = fn
         self.overrides = overrides or {}
         self.name = fn.sym_name.data
+        # kernels and constants are PTX symbols: identifier characters only
+        # (``<lambda>_grad`` -> ``lambda_grad``)
+        self.prefix = re.sub(r"[^0-9A-Za-z_]", "_", self.name).strip("_") or "fn"
         ins = [memref_of(t) for t in fn.function_type.inputs.data]
         outs = [memref_of(t) for t in fn.function_type.outputs.data]
         self.host = func.FuncOp(self.name, (ins, outs))
@@ -210,7 +214,7 @@ class _FunctionLowering:
             return
         n = self.counter.get(tag, 0)
         self.counter[tag] = n + 1
-        name = f"{self.name}_{tag}_{n}"
+        name = f"{self.prefix}_{tag}_{n}"
         k = tt.KernelOp(name, [a.type for a in args], group)
         e = KernelEmitter(k.body.block)
         build(e, list(k.body.block.args))
@@ -344,22 +348,24 @@ class _FunctionLowering:
         rt = op.result.type
         assert isinstance(rt, TensorType)
         et = rt.element_type
-        vals = list(op.value.get_values())
         shape = g.shape_of(op.result)
-        if len(vals) == 1:
+        if len(op.value) == 1:
             out = self.alloc(rt)
-            v0 = vals[0]
+            v0 = next(iter(op.value.get_values()))
             self.map_kernel("constant", shape, out, [], lambda e, xs: e.const(v0, et))
             self.env[op.result] = out
             return
         n = self.counter.get("cst", 0)
         self.counter["cst"] = n + 1
-        sym = f"{self.name}_cst_{n}"
+        sym = f"{self.prefix}_cst_{n}"
         mt = memref_of(rt)
-        if is_float(et):
-            data = DenseIntOrFPElementsAttr.from_list(rt, [float(x) for x in vals])
+        # the constant's own bytes (a causal mask has S^2 elements: no per-value rebuild)
+        if op.value.get_element_type() == et:
+            data = DenseIntOrFPElementsAttr(rt, op.value.data)
+        elif is_float(et):
+            data = DenseIntOrFPElementsAttr.from_list(rt, [float(x) for x in op.value.get_values()])
         else:
-            data = DenseIntOrFPElementsAttr.from_list(rt, [int(x) for x in vals])
+            data = DenseIntOrFPElementsAttr.from_list(rt, [int(x) for x in op.value.get_values()])
         gl = memref.GlobalOp.get(StringAttr(sym), mt, data, constant=UnitAttr())
         self.module.body.block.insert_op_before(gl, self.fn)
         m = self.host_op(memref.GetGlobalOp(sym, mt))

@@ -44,8 +44,10 @@ output tile per CTA:
   stage ring runs on across tiles, and a consumer releases its last slot before its
   epilogue, so the producer already loads the next tile while the consumers store.
 
-``tgraph.matmul_epilogue`` ops are not taken: they lower to the generic ``mma.sync``
-kernel, which applies their bias, activation and cast before its store.
+``tgraph.matmul_epilogue`` ops apply their bias (a row vector or a full ``[M, N]``
+tensor), activation and cast to the accumulators before the store
+(:mod:`tessera.passes.sm90_epilogue`); other bias broadcasts compute the product into a
+buffer and apply the epilogue in one elementwise kernel.
 
 Tile shapes and stages come from the matmul's ``tile_shape`` when it is a valid
 sm90 shape, else from :func:`tessera.passes.matmul_config.sm90_config`
@@ -54,37 +56,54 @@ sm90 shape, else from :func:`tessera.passes.matmul_config.sm90_config`
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    Float8E4M3FNType,
+    Float8E5M2Type,
     Float16Type,
     Float32Type,
+    TensorType,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import target as tt
-from tessera.passes.lower_graph_to_tile import LowerGraphToTile, Override, _FunctionLowering
+from tessera.passes.conv_sm90 import lower_conv2d_sm90
+from tessera.passes.lower_graph_to_tile import (
+    LowerGraphToTile,
+    Override,
+    _FunctionLowering,
+    matmul_epilogue,
+)
 from tessera.passes.matmul_config import NUM_SMS, SMEM_BUDGET, Sm90Config, sm90_config
 from tessera.passes.sm90 import builders
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.constants import (
-    ELEM_BYTES,
     GEMM_REGISTERS,
     MBARRIER_BYTES,
     SWIZZLE_BYTES,
     WARPGROUP_THREADS,
-    WGMMA_K,
     WGMMA_M,
     desc_hi,
 )
-from tessera.passes.tile_builder import cdiv
+from tessera.passes.sm90_epilogue import EpilogueEmitter, Sm90Epilogue
+from tessera.passes.sm90_transpose import transpose_2d
+from tessera.passes.tile_builder import KernelEmitter, cdiv
+from tessera.passes.tile_gemm import FMA_GROUP
 
-BOX_K = SWIZZLE_BYTES // ELEM_BYTES
-"""Elements of K per stage: one 128-byte swizzle row of 16-bit elements."""
+BOX_K = 64
+"""Elements of K per stage for 16-bit operands: one 128-byte swizzle row (fp8: 128)."""
+BOX_MN = 64
+"""Rows of M or N per operand box (and the width of an MN-major box)."""
+
+BOX_BYTES = BOX_MN * SWIZZLE_BYTES
+"""One box of 64 rows of 128 bytes (8 KiB): ``64 x 64`` 16-bit or ``64 x 128`` fp8 elements."""
+FP8 = ("e4m3", "e5m2")
 
 
 # --------------------------------------------------------------------------- eligibility
@@ -109,26 +128,71 @@ def _elem_bytes(t: Attribute) -> int:
     return 4 if isinstance(t, Float32Type) else 2
 
 
-def eligible(op: g.MatmulOp) -> str | None:
-    """None if ``op`` can use the sm90 kernel, else why not."""
-    et = g.elem_of(op.lhs)
-    if not isinstance(et, BFloat16Type | Float16Type) or g.elem_of(op.rhs) != et:
+def eligible(op: g.MatmulOp | g.MatmulEpilogueOp) -> str | None:
+    """None if ``op``'s product can use the sm90 kernel, else why not."""
+    et, bt = g.elem_of(op.lhs), g.elem_of(op.rhs)
+    fp8 = isinstance(et, Float8E4M3FNType | Float8E5M2Type)
+    if fp8:
+        if not isinstance(bt, Float8E4M3FNType | Float8E5M2Type):
+            return "an fp8 operand times a non-fp8 one"
+    elif not isinstance(et, BFloat16Type | Float16Type) or bt != et:
         return "operands are not both bf16 or both f16"
-    rt = g.elem_of(op.result)
+    rt = g.elem_of(_product_type(op))
     if not isinstance(rt, BFloat16Type | Float16Type | Float32Type):
         return f"result type {rt}"
-    if op.transpose_lhs is not None or op.transpose_rhs is not None:
-        return "transposed operands"
+    prob = _problem(op)
+    if isinstance(prob, str):
+        return prob
     ash, bsh = g.shape_of(op.lhs), g.shape_of(op.rhs)
-    if len(ash) != 2 or len(bsh) != 2:
-        return "batched operands"
-    m, k = ash
-    n = bsh[1]
-    if min(m, n, k) < 1:
+    if min(prob.m, prob.n, prob.k) < 1:
         return "empty dimension"
-    if k % 8 or n % 8:
-        return "K and N must be multiples of 8 (16-byte TMA row strides)"
+    # TMA row strides are 16-byte multiples: the stored last dim of each operand and N
+    if fp8:  # both read K-major (an MN-major operand is copied K-major first)
+        if prob.k % 16 or prob.n % 8:
+            return "fp8 products need K a multiple of 16 and N of 8 (16-byte TMA row strides)"
+        if prob.batch > 1 and (op.transpose_lhs is not None or op.transpose_rhs is None):
+            return "batched fp8 operands must both be K-major (A row-major, B stored N x K)"
+    elif ash[-1] % 8 or bsh[-1] % 8 or prob.n % 8:
+        return ("the operands' stored rows and N must be multiples of 8 (16-byte TMA row "
+                "strides)")
+    box_k = SWIZZLE_BYTES // (1 if fp8 else 2)
+    if prob.batch > 1 and (prob.m % 64 or prob.k % box_k):
+        return (f"batched operands need M a multiple of 64 and K of {box_k} (M = {prob.m}, "
+                f"K = {prob.k})")
     return None
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """The sizes of a matmul as the kernel sees them."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    a_batched: bool = True
+    b_batched: bool = True
+
+
+def _problem(op: g.MatmulOp | g.MatmulEpilogueOp) -> _Problem | str:
+    """M, N, K and the batch of ``op``, or why the kernel cannot take its operands.
+
+    A row-major A with batch dims times a 2-D B folds the batch into M (one product);
+    otherwise the batch dims of A and B must be equal, or one operand 2-D (broadcast).
+    """
+    ash, bsh = g.shape_of(op.lhs), g.shape_of(op.rhs)
+    ta, tb = op.transpose_lhs is not None, op.transpose_rhs is not None
+    if len(ash) < 2 or len(bsh) < 2:
+        return "operands of rank < 2"
+    m, k = (ash[-1], ash[-2]) if ta else (ash[-2], ash[-1])
+    n = bsh[-2] if tb else bsh[-1]
+    if len(bsh) == 2 and not ta:
+        return _Problem(math.prod(ash[:-1]), n, k)
+    abatch, bbatch = tuple(ash[:-2]), tuple(bsh[:-2])
+    if abatch and bbatch and abatch != bbatch:
+        return f"batch dims {list(abatch)} and {list(bbatch)} differ (broadcast batch)"
+    batch = math.prod(abatch or bbatch)
+    return _Problem(m, n, k, batch, bool(abatch), bool(bbatch))
 
 
 # --------------------------------------------------------------------------- the kernel
@@ -141,13 +205,41 @@ class Sm90Gemm:
     m: int
     n: int
     k: int
-    in_type: str  # "bf16" or "f16"
+    in_type: str  # "bf16", "f16", "e4m3" or "e5m2" (A's; B's is ``b_type`` for fp8)
     out_type: str  # "bf16", "f16" or "f32"
     cfg: Sm90Config
     sms: int = NUM_SMS
     """CTAs of the persistent grid: the device's SM count (any value is correct)."""
+    a_t: bool = False
+    """A is stored transposed (``K x M`` row-major): its tiles are read M-major."""
+    b_t: bool = False
+    """B is stored transposed (``N x K`` row-major, ``nn.Linear``'s weight): read K-major."""
+    batch: int = 1
+    """Independent products ``C[b] = A[b] @ B[b]``: the operands and C are seen as 2-D
+    ``[batch * rows, cols]`` tensor maps, so a tile must not straddle two batches: M is a
+    multiple of BM and K of 64 (:func:`eligible` checks)."""
+    a_batched: bool = True
+    """A has the batch dim (else one A is broadcast to every batch)."""
+    b_batched: bool = True
+    """B has the batch dim (else one B is broadcast to every batch)."""
+    b_type: str | None = None
+    """B's element type when it differs from A's (e4m3 times e5m2)."""
+    epilogue: Sm90Epilogue | None = None
+    """Bias add and activation applied to the accumulators before the store (the kernel
+    then takes the bias pointer as a fourth parameter when there is one)."""
 
     def __post_init__(self) -> None:
+        if self.batch > 1 and (self.m % self.bm or self.k % self.box_k):
+            raise ValueError(
+                f"lower-matmul-sm90: a batched product needs M a multiple of BM = {self.bm} "
+                f"and K a multiple of {self.box_k}, got M = {self.m}, K = {self.k}"
+            )
+        if self.fp8 and self.cfg.bn > 128:
+            raise ValueError("lower-matmul-sm90: fp8 tiles are at most 128 wide (the "
+                             "accumulators and their f32 totals share the registers)")
+        if self.fp8 and (self.a_t or not self.b_t):
+            raise ValueError("lower-matmul-sm90: fp8 operands must both be K-major "
+                             "(A row-major, B stored N x K)")
         if not self.cfg.valid():
             raise ValueError(
                 f"lower-matmul-sm90: {self.cfg} is not a valid sm90 configuration (BN in "
@@ -157,7 +249,7 @@ class Sm90Gemm:
 
     @property
     def bm(self) -> int:
-        return WGMMA_M * self.cfg.consumers
+        return 64 * self.cfg.consumers
 
     @property
     def cluster(self) -> int:
@@ -166,12 +258,26 @@ class Sm90Gemm:
         return c if cdiv(self.m, self.bm) % c == 0 else 1
 
     @property
+    def fp8(self) -> bool:
+        return self.in_type in FP8
+
+    @property
+    def box_k(self) -> int:
+        """Elements of K per stage: one 128-byte swizzle row."""
+        return SWIZZLE_BYTES // (1 if self.fp8 else 2)
+
+    @property
+    def mma_k(self) -> int:
+        """K of one wgmma: 16 for 16-bit operands, 32 for fp8 (32 bytes either way)."""
+        return 32 if self.fp8 else 16
+
+    @property
     def a_bytes(self) -> int:
-        return self.bm * BOX_K * ELEM_BYTES
+        return self.bm * SWIZZLE_BYTES
 
     @property
     def b_bytes(self) -> int:
-        return BOX_K * self.cfg.bn * ELEM_BYTES
+        return self.cfg.bn * SWIZZLE_BYTES
 
     @property
     def tma_store(self) -> bool:
@@ -186,21 +292,21 @@ class Sm90Gemm:
 
     @property
     def bars_offset(self) -> int:
-        return self.c_offset + (self.bm * self.cfg.bn * ELEM_BYTES if self.tma_store else 0)
+        return self.c_offset + (self.bm * self.cfg.bn * 2 if self.tma_store else 0)
 
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory: the stages, the output staging tile, 2 mbarriers per
         stage, 1 KiB for alignment."""
-        return self.bars_offset + 2 * MBARRIER_BYTES * self.cfg.stages + 1024
+        return self.bars_offset + 16 * self.cfg.stages + 1024
 
     @property
     def threads(self) -> int:
-        return WARPGROUP_THREADS * (1 + self.cfg.consumers)
+        return 128 * (1 + self.cfg.consumers)
 
     @property
     def tiles(self) -> int:
-        return cdiv(self.m, self.bm) * cdiv(self.n, self.cfg.bn)
+        return self.batch * cdiv(self.m, self.bm) * cdiv(self.n, self.cfg.bn)
 
     def grid(self) -> tuple[int, int, int]:
         """Persistent: one CTA per SM (at most one per tile), whole clusters; each CTA loops
@@ -209,10 +315,19 @@ class Sm90Gemm:
         return (c * min(self.tiles // c, max(1, self.sms // c)), 1, 1)
 
     def boxes(self) -> list[int]:
-        """``ttarget.launch_ex`` boxes for (C, A, B): C ``64 x 64`` (a tensor map for the
-        TMA store; by pointer for f32), A ``64 x BM``, B ``64 x 64``."""
-        c = [BOX_K, BOX_K] if self.tma_store else [0, 0]
-        return [*c, BOX_K, self.bm, BOX_K, BOX_K]
+        """``ttarget.launch_ex`` boxes (inner, outer) for (C, A, B): C ``64 x 64`` (a tensor
+        map for the TMA store; by pointer for f32); A ``64 (K) x BM`` row-major, or
+        ``64 (M) x 64 (K)`` boxes when stored transposed; B ``64 x 64`` boxes either way
+        (N x K rows when row-major, K x N when transposed)."""
+        c = [BOX_MN, BOX_MN] if self.tma_store else [0, 0]
+        a = [BOX_MN, BOX_K] if self.a_t else [self.box_k, self.bm]
+        b = [self.box_k, BOX_MN] if self.b_t else [BOX_MN, BOX_K]
+        bias = [0, 0] if self.has_bias else []
+        return [*c, *a, *b, *bias]
+
+    @property
+    def has_bias(self) -> bool:
+        return self.epilogue is not None and self.epilogue.bias is not None
 
 
 def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
@@ -221,10 +336,10 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     cfg = gemm.cfg
     bm, bn, stages, cl = gemm.bm, cfg.bn, cfg.stages, gemm.cluster
     func = tt.FuncOp(
-        name, ["tmap" if gemm.tma_store else "u64", "tmap", "tmap"], gemm.threads,
-        cluster=cl if cl > 1 else None,
+        name, ["tmap" if gemm.tma_store else "u64", "tmap", "tmap"] + (["u64"] * gemm.has_bias),
+        gemm.threads, cluster=cl if cl > 1 else None,
     )
-    c_param, a_param, b_param = func.block.args
+    c_param, a_param, b_param, *bias_param = func.block.args
     e = TargetAsm(func)
     end = "DONE"
 
@@ -251,12 +366,16 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     else:
         unit0, nunits, rank = bid, e.sreg("nctaid.x"), None
     units = gemm.tiles // cl
-    ktiles = cdiv(gemm.k, BOX_K)
+    ktiles = cdiv(gemm.k, gemm.box_k)
 
-    def tile_origin(unit: SSAValue) -> tuple[SSAValue, SSAValue]:
-        """(m0, n0) of this CTA's tile in work unit ``unit``; units go in groups of
-        ``group_m`` tile rows."""
+    def tile_origin(unit: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue | None]:
+        """(m0, n0, batch index) of this CTA's tile in work unit ``unit``; the units of a
+        batch go in groups of ``group_m`` tile rows (the batch index is None unbatched)."""
         rows, tiles_n = cdiv(gemm.m, bm) // cl, cdiv(gemm.n, bn)
+        bidx = None
+        if gemm.batch > 1:
+            bidx = e.bin(tt.DivOp, "u32", unit, rows * tiles_n)
+            unit = e.bin(tt.RemOp, "u32", unit, rows * tiles_n)
         group = max(1, cfg.group_m // cl)
         per_group = group * tiles_n
         first_m = e.mul32(e.bin(tt.DivOp, "u32", unit, per_group), group)
@@ -266,7 +385,15 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         pid_n = e.bin(tt.DivOp, "u32", r, gsize)
         if rank is not None:
             pid_m = e.mad32(pid_m, cl, rank)
-        return e.mul32(pid_m, bm), e.mul32(pid_n, bn)
+        return e.mul32(pid_m, bm), e.mul32(pid_n, bn), bidx
+
+    def batch_rows(bidx: SSAValue | None, rows: int, on: bool) -> SSAValue | None:
+        """The first row of batch ``bidx`` in a 2-D view with ``rows`` rows per batch (None
+        when unbatched or broadcast)."""
+        return e.mul32(bidx, rows) if bidx is not None and on else None
+
+    def plus(a: SSAValue, b: SSAValue | None) -> SSAValue:
+        return a if b is None else e.add32(a, b)
 
     wg, consumer = builders.split_warpgroups(e, tid)
 
@@ -280,31 +407,44 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         e.mov("u32", v, 0)
     e.mov("u32", tile, unit0)
     tx = e.imm(gemm.a_bytes + gemm.b_bytes)
-    boxes_b = bn // BOX_K
+    boxes_b = bn // BOX_MN
     mine = boxes_b // cl  # B boxes this CTA loads (and multicasts when cl > 1)
     mask = e.imm((1 << cl) - 1) if cl > 1 else None
     tile_loop = e.label("PRODUCE_TILE")
     e.add(tt.LabelOp(tile_loop))
-    m0, n0 = tile_origin(tile)
+    m0, n0, bidx = tile_origin(tile)
+    # row offsets of this tile's batch in the operands' 2-D views
+    a_rows = batch_rows(bidx, gemm.k if gemm.a_t else gemm.m, gemm.a_batched)
+    b_rows = batch_rows(bidx, gemm.n if gemm.b_t else gemm.k, gemm.b_batched)
     e.mov("u32", kt, 0)
     loop = e.label("PRODUCE")
     e.add(tt.LabelOp(loop))
     builders.wait_slot_free(e, stage, phase, empty0, e.setp("lt", issued, stages))
     full = builders.slot_barrier(e, stage, full0)
     e.add(tt.MbarrierArriveOp(full, tx))
-    k0 = e.mul32(kt, BOX_K)
+    k0 = e.mul32(kt, gemm.box_k)
     a_dst = e.mad32(stage, gemm.a_bytes, sbase)
-    e.add(tt.CpAsyncBulkTensorOp(a_dst, tmap_a, k0, m0, full))
+    if gemm.a_t:  # one 64 (M) x 64 (K) box per consumer warpgroup
+        ka = plus(k0, a_rows)
+        for j in range(cfg.consumers):
+            dst = e.add32(a_dst, j * BOX_BYTES) if j else a_dst
+            row = e.add32(m0, j * BOX_MN) if j else m0
+            e.add(tt.CpAsyncBulkTensorOp(dst, tmap_a, row, ka, full))
+    else:
+        e.add(tt.CpAsyncBulkTensorOp(a_dst, tmap_a, k0, plus(m0, a_rows), full))
     b_dst = e.mad32(stage, gemm.b_bytes, e.add32(sbase, stages * gemm.a_bytes))
     first_box = 0
     if rank is not None:  # rank r loads boxes [r * mine, (r + 1) * mine)
         first_box = e.mul32(rank, mine)
-        b_dst = e.mad32(first_box, BOX_K * BOX_K * ELEM_BYTES, b_dst)
-        n0 = e.mad32(first_box, BOX_K, n0)
+        b_dst = e.mad32(first_box, BOX_BYTES, b_dst)
+        n0 = e.mad32(first_box, BOX_MN, n0)
+    # B's rows are N (stored transposed) or K: the batch offset goes on that coordinate
+    nb, kb = (plus(n0, b_rows), k0) if gemm.b_t else (n0, plus(k0, b_rows))
     for j in range(mine):
-        dst = e.add32(b_dst, j * BOX_K * BOX_K * ELEM_BYTES) if j else b_dst
-        col = e.add32(n0, j * BOX_K) if j else n0
-        e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, col, k0, full, mask=mask))
+        dst = e.add32(b_dst, j * BOX_BYTES) if j else b_dst
+        col = e.add32(nb, j * BOX_MN) if j else nb
+        inner, outer = (k0, col) if gemm.b_t else (col, kb)
+        e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, inner, outer, full, mask=mask))
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
     e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
     e.advance(stage, phase, stages)
@@ -318,19 +458,34 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     builders.enter_consumer(e, GEMM_REGISTERS)
     cw = e.bin(tt.SubOp, "u32", wg, 1)
     acc = [e.reg("f32") for _ in range(bn // 2)]
-    a_desc0 = e.desc(e.mad32(cw, WGMMA_M * SWIZZLE_BYTES, sbase), desc_hi(16, 8 * SWIZZLE_BYTES))
-    b_desc0 = e.desc(
-        e.add32(sbase, stages * gemm.a_bytes),
-        desc_hi(BOX_K * BOX_K * ELEM_BYTES, 8 * SWIZZLE_BYTES),
+    # fp8: the tensor cores keep fp8 partial sums at reduced precision, so each stage's
+    # product (128 of K) starts afresh and is added into f32 totals (``promote``)
+    promote = gemm.fp8
+    tot = [e.reg("f32") for _ in range(bn // 2)] if promote else acc
+    # K-major tiles: 128-byte rows of K, 8-row groups 1 KiB apart; a k16 step is 32 bytes.
+    # MN-major tiles: 64-element boxes of M or N 8 KiB apart, 8 K-rows 1 KiB apart; a k16
+    # step is 16 rows of 128 bytes.
+    k_major, mn_major = desc_hi(16, 8 * SWIZZLE_BYTES), desc_hi(BOX_BYTES, 8 * SWIZZLE_BYTES)
+    k_step, mn_step = (16 * 2) >> 4, (16 * SWIZZLE_BYTES) >> 4
+    a_desc0 = e.desc(
+        e.mad32(cw, WGMMA_M * SWIZZLE_BYTES, sbase), mn_major if gemm.a_t else k_major
     )
+    b_desc0 = e.desc(e.add32(sbase, stages * gemm.a_bytes), k_major if gemm.b_t else mn_major)
+    a_step, b_step = (mn_step if gemm.a_t else k_step), (k_step if gemm.b_t else mn_step)
     always = e.setp("eq", tid, tid)
     leader = e.setp("eq", e.bin(tt.AndOp, "b32", tid, WARPGROUP_THREADS - 1), 0)
-    store = _TmaStore(e, gemm, c_param, sbase, tid, cw, leader) if gemm.tma_store else None
+    fused = None
+    if gemm.epilogue is not None:
+        fused = EpilogueEmitter(
+            e, gemm.epilogue, gemm.m, gemm.n, bias_param[0] if bias_param else None,
+            gemm.m % bm != 0, gemm.n % bn != 0,
+        )
+    store = _TmaStore(e, gemm, c_param, sbase, tid, cw, leader, fused) if gemm.tma_store else None
     kt, stage, phase, prev, tile = (e.reg("b32") for _ in range(5))
     for v in (stage, phase, prev):
         e.mov("u32", v, 0)
     e.mov("u32", tile, unit0)
-    mma = f"m64n{bn}k16.f32.{gemm.in_type}.{gemm.in_type}"
+    mma = f"m64n{bn}k{gemm.mma_k}.f32.{gemm.in_type}.{gemm.b_type or gemm.in_type}"
 
     def release(slot: SSAValue, guard: SSAValue) -> None:
         """The warpgroup leader frees ``slot`` in every CTA that shares it."""
@@ -345,41 +500,54 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
 
     tile_loop = e.label("CONSUME_TILE")
     e.add(tt.LabelOp(tile_loop))
-    m0, n0 = tile_origin(tile)
+    m0, n0, bidx = tile_origin(tile)
+    if bidx is not None:  # C's rows of this batch (M is a multiple of BM)
+        m0 = e.mad32(bidx, gemm.m, m0)
     e.mov("u32", kt, 0)
+    if promote:
+        for r in tot:
+            e.add(tt.MovOp("f32", r, e.fimm(0.0)))
     loop = e.label("CONSUME")
     e.add(tt.LabelOp(loop))
-    accumulate = e.setp("ne", kt, 0)  # the tile's first wgmma overwrites the accumulators
+    # the tile's (with promote: each stage's) first wgmma overwrites the accumulators
+    accumulate = e.setp("ne", tid, tid) if promote else e.setp("ne", kt, 0)
     e.wait(builders.slot_barrier(e, stage, full0), phase)
     s64 = builders.stage_index64(e, stage)
     da, db = e.reg("b64"), e.reg("b64")
     builders.stage_descriptor(e, s64, gemm.a_bytes, a_desc0, da)
     builders.stage_descriptor(e, s64, gemm.b_bytes, b_desc0, db)
     e.add(tt.FenceOp("wgmma"))
-    for kk in range(BOX_K // WGMMA_K):
+    for kk in range(gemm.box_k // gemm.mma_k):
         dak, dbk = da, db
         if kk:
-            dak = e.bin(tt.AddOp, "u64", da, (kk * WGMMA_K * ELEM_BYTES) >> 4, "b64")
-            dbk = e.bin(tt.AddOp, "u64", db, (kk * WGMMA_K * SWIZZLE_BYTES) >> 4, "b64")
+            dak = e.bin(tt.AddOp, "u64", da, kk * a_step, "b64")
+            dbk = e.bin(tt.AddOp, "u64", db, kk * b_step, "b64")
         e.add(tt.WgmmaOp(mma, acc, dak, dbk, accumulate if kk == 0 else always,
-                         trans_a=0, trans_b=1))
+                         trans_a=int(gemm.a_t), trans_b=int(not gemm.b_t)))
     e.add(tt.FenceOp("wgmma_commit"))
-    e.add(tt.WgmmaWaitOp(1))
-    frees = e.reg("pred")
-    e.add(tt.AndOp("pred", frees, leader, e.setp("ne", kt, 0)))
-    release(prev, frees)
-    e.mov("u32", prev, stage)
+    if promote:  # this stage's product is complete: add it to the totals, free the slot
+        e.add(tt.WgmmaWaitOp(0))
+        for t_reg, a_reg in zip(tot, acc):
+            e.add(tt.AddOp("rn.f32", t_reg, t_reg, a_reg))
+        release(stage, leader)
+    else:
+        e.add(tt.WgmmaWaitOp(1))
+        frees = e.reg("pred")
+        e.add(tt.AndOp("pred", frees, leader, e.setp("ne", kt, 0)))
+        release(prev, frees)
+        e.mov("u32", prev, stage)
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
     e.advance(stage, phase, stages)
     e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
-    e.add(tt.WgmmaWaitOp(0))
-    # the tile's last slot is free: the producer refills it for the next tile during the
-    # epilogue
-    release(prev, leader)
+    if not promote:
+        e.add(tt.WgmmaWaitOp(0))
+        # the tile's last slot is free: the producer refills it for the next tile during
+        # the epilogue
+        release(prev, leader)
     if store is not None:
-        store.tile(m0, n0, acc)
+        store.tile(m0, n0, tot)
     else:
-        _epilogue(e, gemm, c_param, tid, cw, m0, n0, acc)
+        _epilogue(e, gemm, c_param, tid, cw, m0, n0, tot, fused)
     e.add(tt.AddOp("u32", tile, tile, nunits))
     e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
     if store is not None:  # the last tile's stores have completed before the CTA exits
@@ -404,20 +572,21 @@ class _TmaStore:
     barrier of the warpgroup make sure the previous stores have read it.
     """
 
-    BOX_BYTES = BOX_K * BOX_K * ELEM_BYTES
+    BOX_BYTES = BOX_MN * BOX_MN * 2
 
     def __init__(
         self, e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, sbase: SSAValue, tid: SSAValue,
-        cw: SSAValue, leader: SSAValue,
+        cw: SSAValue, leader: SSAValue, fused: EpilogueEmitter | None = None,
     ) -> None:
-        self.e, self.gemm, self.cw, self.leader = e, gemm, cw, leader
+        self.e, self.gemm, self.cw, self.leader, self.fused = e, gemm, cw, leader, fused
         self.tmap = builders.tensor_map(e, c_param)
         _, warp, lane = builders.fragment_lanes(e, tid)
         row = e.add32(e.mul32(warp, 16), e.bin(tt.ShrOp, "u32", lane, 2))  # r (h = 0)
+        self.row, self.col = row, e.mul32(e.bin(tt.AndOp, "b32", lane, 3), 2)
         swz = e.bin(tt.ShrOp, "u32", lane, 2)  # r % 8
         # this warpgroup's staging area, then the thread's row and its 4-byte column pair
         self.base = e.add32(sbase, gemm.c_offset)
-        self.slice = e.mad32(cw, WGMMA_M * gemm.cfg.bn * ELEM_BYTES, self.base)
+        self.slice = e.mad32(cw, gemm.bm // gemm.cfg.consumers * gemm.cfg.bn * 2, self.base)
         rowbase = e.mad32(row, SWIZZLE_BYTES, e.mad32(e.bin(tt.AndOp, "b32", lane, 3), 4,
                                                       self.slice))
         # address of 16-byte chunk k (k = 0..7) of the thread's row, swizzled
@@ -426,21 +595,26 @@ class _TmaStore:
     def tile(self, m0: SSAValue, n0: SSAValue, acc: Sequence[SSAValue]) -> None:
         """Stage the accumulators of the tile at (m0, n0) and start its TMA stores."""
         e, gemm = self.e, self.gemm
+        fused = self.fused
+        if fused is not None:
+            fused.tile(e.add32(e.mad32(self.cw, 64, m0), self.row), e.add32(n0, self.col))
         e.add(tt.BulkWaitOp(0, read=True))  # the previous tile's stores have read the area
         self._sync()
         for j in range(gemm.cfg.bn // 8):
             box, k = divmod(j, 8)
             for h in (0, 1):
                 lo, hi = acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]
+                if fused is not None:
+                    lo, hi = fused.pair(j, h, lo, hi)
                 packed = builders.pack_pair(e, lo, hi, gemm.out_type)
                 offset = box * self.BOX_BYTES + h * 8 * SWIZZLE_BYTES
                 e.add(tt.StOp("shared.b32", self.chunk[k], [packed], offset))
         e.add(tt.FenceOp("proxy_async"))  # the writes are visible to the TMA unit
         self._sync()
-        row = e.mad32(self.cw, WGMMA_M, m0)
-        for box in range(gemm.cfg.bn // BOX_K):
+        row = e.mad32(self.cw, 64, m0)
+        for box in range(gemm.cfg.bn // BOX_MN):
             src = e.add32(self.slice, box * self.BOX_BYTES) if box else self.slice
-            col = e.add32(n0, box * BOX_K) if box else n0
+            col = e.add32(n0, box * BOX_MN) if box else n0
             e.add(tt.CpAsyncBulkTensorStoreOp(self.tmap, col, row, src, guard=self.leader))
         e.add(tt.FenceOp("bulk_commit"))
 
@@ -461,13 +635,16 @@ class _TmaStore:
 
 def _epilogue(
     e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, tid: SSAValue, cw: SSAValue, m0: SSAValue,
-    n0: SSAValue, acc: Sequence[SSAValue],
+    n0: SSAValue, acc: Sequence[SSAValue], fused: EpilogueEmitter | None = None,
 ) -> None:
-    """Store the wgmma D fragment (converted to the result type), masked when ragged."""
-    esize = 4 if gemm.out_type == "f32" else ELEM_BYTES
+    """Store the wgmma D fragment (after the fused epilogue, converted to the result type),
+    masked when ragged."""
+    esize = 4 if gemm.out_type == "f32" else 2
     _, warp, lane = builders.fragment_lanes(e, tid)
     row0 = builders.fragment_row(e, m0, cw, warp, lane)
     col0 = e.add32(n0, builders.fragment_col(e, lane))
+    if fused is not None:
+        fused.tile(row0, col0)
     ptr = builders.global_pointer(e, c_param)
     builders.advance_pointer(e, ptr, row0, gemm.n * esize)
     builders.advance_pointer(e, ptr, col0, esize)
@@ -478,6 +655,8 @@ def _epilogue(
     for j in range(bn // 8):
         for h in (0, 1):
             lo, hi = acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]
+            if fused is not None:
+                lo, hi = fused.pair(j, h, lo, hi)
             guard = _and(e, rows[h], cols[j])
             offset = (8 * h * gemm.n + 8 * j) * esize
             builders.store_pair(e, ptr, lo, hi, gemm.out_type, offset, guard)
@@ -494,21 +673,42 @@ def _and(e: TargetAsm, a: SSAValue | None, b: SSAValue | None) -> SSAValue | Non
 # --------------------------------------------------------------------------- lowering
 
 
-_TYPE_NAMES = {BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32"}
+_TYPE_NAMES = {
+    BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32", Float8E4M3FNType: "e4m3",
+    Float8E5M2Type: "e5m2",
+}
 
 
-def gemm_for(op: g.MatmulOp) -> Sm90Gemm:
+def _product_type(op: g.MatmulOp | g.MatmulEpilogueOp) -> TensorType:
+    """The type the kernel stores: the result, or a fused epilogue's product type."""
+    t = op.product_type if isinstance(op, g.MatmulEpilogueOp) else op.result.type
+    assert isinstance(t, TensorType)
+    return t
+
+
+def gemm_for(op: g.MatmulOp | g.MatmulEpilogueOp) -> Sm90Gemm:
     """The kernel specialization for an eligible matmul (tile_shape or the heuristic)."""
-    m, k = g.shape_of(op.lhs)
-    n = g.shape_of(op.rhs)[1]
+    prob = _problem(op)
+    assert isinstance(prob, _Problem), prob
+    ta, tb = op.transpose_lhs is not None, op.transpose_rhs is not None
     cfg = None
     if op.tile_shape is not None:
         cfg = Sm90Config.from_tile_shape(tuple(op.tile_shape.get_values()))
     if cfg is None:
-        cfg = sm90_config(m, n, k)
+        cfg = sm90_config(prob.m * prob.batch, prob.n, prob.k)
+    a_type = _TYPE_NAMES[type(g.elem_of(op.lhs))]
+    b_type = _TYPE_NAMES[type(g.elem_of(op.rhs))]
+    if a_type in FP8:  # the kernel reads K-major copies of MN-major fp8 operands
+        ta, tb = False, True
+        if cfg.bn > 128:  # accumulators and f32 totals: 2 x BN / 2 registers
+            cfg = Sm90Config.from_tile_shape((cfg.bm, 128, 64)) or cfg
+    if prob.batch > 1 and prob.m % cfg.bm:  # a tile must not straddle two batches
+        cfg = replace(cfg, consumers=1, cluster=1)
     return Sm90Gemm(
-        m, n, k, _TYPE_NAMES[type(g.elem_of(op.lhs))], _TYPE_NAMES[type(g.elem_of(op.result))],
-        cfg, device_sms(),
+        prob.m, prob.n, prob.k, a_type,
+        _TYPE_NAMES[type(g.elem_of(_product_type(op)))], cfg, device_sms(), a_t=ta, b_t=tb,
+        batch=prob.batch, a_batched=prob.a_batched, b_batched=prob.b_batched,
+        b_type=b_type if b_type != a_type else None,
     )
 
 
@@ -525,35 +725,73 @@ def device_sms() -> int:
     return NUM_SMS
 
 
-def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp) -> bool:
+def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> bool:
     """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path.
 
-    Only ``tgraph.matmul`` is taken: ``tgraph.matmul_epilogue`` keeps the ``mma.sync``
-    kernel, which applies its bias and activation (this kernel only converts and stores).
+    A ``tgraph.matmul_epilogue`` applies its bias add, activation and cast in the kernel's
+    epilogue (:mod:`tessera.passes.sm90_epilogue`); a bias broadcast that epilogue does
+    not take (a column, a partial batch) splits it: the product goes to a buffer of the
+    product type, then one elementwise kernel applies the generic lowering's per-element
+    epilogue (the same steps and roundings).
     """
     if eligible(op) is not None:
         return False
     gemm = gemm_for(op)
     n = lw.counter.get("matmul", 0)
     lw.counter["matmul"] = n + 1
-    name = f"{lw.name}_matmul_{n}"
-    out = lw.alloc(op.result.type)
-    lw.env[op.result] = out
+    name = f"{lw.prefix}_matmul_{n}"
+    args = [lw.mem(op.lhs), lw.mem(op.rhs)]
+    if gemm.fp8:  # fp8 wgmma reads K-major only: copy an MN-major operand K-major
+        if op.transpose_lhs is not None:
+            args[0] = transpose_2d(lw, args[0], gemm.k, gemm.m, g.elem_of(op.lhs))
+        if op.transpose_rhs is None:
+            args[1] = transpose_2d(lw, args[1], gemm.k, gemm.n, g.elem_of(op.rhs))
+    split = False
+    if isinstance(op, g.MatmulEpilogueOp):
+        ep = Sm90Epilogue.of(op, gemm.out_type)
+        if isinstance(ep, Sm90Epilogue) and type(g.elem_of(op.result)) in _TYPE_NAMES:
+            gemm = replace(gemm, out_type=_TYPE_NAMES[type(g.elem_of(op.result))], epilogue=ep)
+            if op.bias is not None:
+                args.append(lw.mem(op.bias))
+        else:
+            split = True
+    product = lw.alloc(_product_type(op) if split else op.result.type)
     lw.module.body.block.insert_op_before(build_kernel(name, gemm), lw.fn)
     lw.hb.add_op(
-        tt.LaunchExOp(
-            name, [out, lw.mem(op.lhs), lw.mem(op.rhs)], gemm.grid(), gemm.smem_bytes,
-            gemm.boxes(),
-        )
+        tt.LaunchExOp(name, [product, *args], gemm.grid(), gemm.smem_bytes, gemm.boxes())
     )
+    if not split:
+        lw.env[op.result] = product
+        return True
+    assert isinstance(op, g.MatmulEpilogueOp)
+    out = lw.alloc(op.result.type)
+    lw.env[op.result] = out
+    extra = [lw.mem(op.bias)] if op.bias is not None else []
+    apply = matmul_epilogue(op)
+    shape = g.shape_of(op.result)
+    total = math.prod(shape)
+
+    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+        lin = e.linear_id()
+        ok = e.lt(lin, total)
+        idx = e.unravel(lin, shape)
+        acc = e.load(args[1], idx, mask=ok)
+        e.store(apply(e, args[2:], acc, idx[:-2], idx[-2], idx[-1], ok), args[0], idx, mask=ok)
+
+    lw.kernel("matmul_epilogue", [out, product, *extra], FMA_GROUP,
+              [cdiv(total, FMA_GROUP), 1, 1], build)
     return True
 
 
 @dataclass(frozen=True)
 class LowerMatmulSm90(LowerGraphToTile):
-    """``lower-graph-to-tile`` with bf16/f16 matmuls as TMA + wgmma kernels (sm_90a)."""
+    """``lower-graph-to-tile`` with bf16/f16/fp8 matmuls and bf16/f16 convolutions
+    (:mod:`tessera.passes.conv_sm90`) as TMA + wgmma kernels (sm_90a)."""
 
     name = "lower-matmul-sm90"
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
-        return {g.MatmulOp: (lower_matmul_sm90,)}  # type: ignore[dict-item]
+        return {  # type: ignore[dict-item]
+            g.MatmulOp: (lower_matmul_sm90,), g.MatmulEpilogueOp: (lower_matmul_sm90,),
+            g.Conv2dOp: (lower_conv2d_sm90,),
+        }

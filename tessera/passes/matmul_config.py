@@ -5,10 +5,12 @@ usable ``tile_shape``):
 
 * ``BM = 128`` (two consumer warpgroups of 64 rows each) unless ``M <= 64``,
   then ``BM = 64`` (one consumer warpgroup).
-* ``BN = 256`` when ``N >= 256`` and the ``128 x 256`` grid still has at least
-  one tile per SM (:data:`NUM_SMS`); else ``BN = 128``; ``BN = 64`` when ``N <= 64``.
-  Wider tiles reuse each A box over more columns (fewer bytes per FLOP);
-  narrower ones keep small problems spread over the SMs.
+* ``BN`` of 256 or 128, whichever needs the fewest waves of tiles over the SMs
+  (:data:`NUM_SMS`) weighted by the tile's measured speed (:data:`BN_SPEED`; 128 when
+  ``N <= 128``, 64 when ``N <= 64``). Wider tiles reuse each A box over more columns
+  (fewer bytes per FLOP); narrower ones keep small problems spread over the SMs.
+* ``cluster = 2`` (CTA pairs multicasting B) when M or N is ragged and the tile rows
+  pair up: measured 1.0-1.4x faster there, 0.98x on square multiples of the tile.
 * ``BK = 64``: one 128-byte swizzle row of bf16/f16 per stage (the TMA box and
   the wgmma descriptors share the 128-byte swizzle).
 * ``stages``: as many as fit in :data:`SMEM_BUDGET` next to the ``BM x BN`` output
@@ -94,19 +96,31 @@ class Sm90Config:
         return cfg if cfg.valid() else None
 
 
+BN_SPEED = {64: 0.85, 128: 0.93, 256: 1.0}
+"""Throughput of a ``128 x BN`` tile relative to ``128 x 256`` (H100/H200 sweeps:
+docs/PERFORMANCE.md)."""
+
+
 def heuristic(m: int, n: int, k: int) -> Sm90Config:
     """The documented default (module docstring)."""
     consumers = 1 if m <= 64 else 2
     bm = 64 * consumers
+    rows = cdiv(m, bm)
     if n <= 64:
         bn = 64
-    elif n >= 256 and cdiv(m, bm) * cdiv(n, 256) >= NUM_SMS:
-        bn = 256
     else:
-        bn = 128
+        # fewest waves of tiles over the SMs, weighted by the tile's speed
+        def cost(bn: int) -> float:
+            waves = cdiv(rows * cdiv(n, bn), NUM_SMS)
+            return waves * bn / BN_SPEED[bn]
+
+        bn = min((256, 128), key=cost) if n > 128 else 128
     stage = (bm + bn) * 64 * 2
     stages = max(3, min(5, (SMEM_BUDGET - bm * bn * 2) // stage))
-    return Sm90Config(bn=bn, stages=stages, consumers=consumers)
+    # ragged shapes: CTA pairs sharing B (multicast) measured up to 1.4x faster
+    ragged = m % bm != 0 or n % bn != 0
+    cluster = 2 if consumers == 2 and ragged and rows % 2 == 0 and (bn // 64) % 2 == 0 else 1
+    return Sm90Config(bn=bn, stages=stages, consumers=consumers, cluster=cluster)
 
 
 def search_space(m: int, n: int, k: int) -> list[Sm90Config]:

@@ -14,6 +14,10 @@ keep a value partial while the ops are linear in it (sum-partials through add,
 sub, neg, mul/div by a non-partial value, matmul, sum, transpose, reshape,
 broadcast, slice) and reduce it (``all_reduce``) before anything else.
 
+A split that does not divide its dim (uneven: padded blocks of ``ceil(n / P)``) is
+kept only on dims the op never combines elements along (:func:`uneven_dims`);
+elsewhere it is dropped, so the operand is gathered first (:func:`decide_fitted`).
+
 Programs that already contain collectives written by the user are per-rank
 ("local view") programs: their argument types are shards, and the pass only
 annotates them, following each collective's effect on the sharding.
@@ -381,6 +385,71 @@ def fit(s: Sharding, v_shape: Sequence[int], mesh: MeshInfo) -> Sharding:
     return s.with_splits(sp)
 
 
+def fit_uneven(
+    s: Sharding, v_shape: Sequence[int], mesh: MeshInfo, uneven_ok: set[int]
+) -> Sharding:
+    """Like ``fit``, but the dims in ``uneven_ok`` keep splits that do not divide them
+    (as long as every part gets at least one element)."""
+    sp = []
+    for d, (n, axes) in enumerate(zip(v_shape, s.splits)):
+        keep: list[str] = []
+        for a in axes:
+            k = mesh.parts([*keep, a])
+            if n % k == 0 or (d in uneven_ok and k <= n):
+                keep.append(a)
+            else:
+                break
+        sp.append(tuple(keep))
+    return s.with_splits(sp)
+
+
+def uneven_dims(op: Operation) -> tuple[list[set[int]], list[set[int]]]:
+    """For each operand and result of ``op``: the dims an uneven split may stay on (the
+    op never combines elements along them, so padding only makes padding)."""
+    ins = [len(shape(v)) for v in op.operands]
+    outs = [len(shape(r)) for r in op.results]
+    every = ([set(range(r)) for r in ins], [set(range(r)) for r in outs])
+    if isinstance(
+        op, g.ElementwiseBinaryOp | g.SelectOp | g.ElementwiseUnaryOp | g.CastOp | g.TransposeOp
+    ):
+        return every
+    if isinstance(op, g.MatmulOp):
+        ra, rb = ins
+        am, bn = (ra - 1 if op.transpose_lhs else ra - 2), (rb - 2 if op.transpose_rhs else rb - 1)
+        return [set(range(ra - 2)) | {am}, set(range(rb - 2)) | {bn}], every[1]
+    if isinstance(op, g.ReductionOp):
+        axes = set(op.axis_list())
+        return [set(range(ins[0])) - axes], every[1]
+    if isinstance(op, g.SoftmaxOp):
+        ax = op.axis.value.data % ins[0]
+        return [set(range(ins[0])) - {ax}], [set(range(outs[0])) - {ax}]
+    if isinstance(op, g.LayerNormOp | g.RMSNormOp):
+        last = {ins[0] - 1}
+        return [set(range(ins[0])) - last, *[set() for _ in ins[1:]]], [
+            set(range(outs[0])) - last, *[set() for _ in outs[1:]]
+        ]
+    return [set() for _ in ins], [set() for _ in outs]
+
+
+def decide_fitted(
+    op: Operation, ins: list[Sharding], mesh: MeshInfo
+) -> tuple[list[Sharding], list[Sharding]]:
+    """The operand and result shardings of ``op`` (global view) that fit their dims:
+    ``decide``, then ``fit_uneven`` (uneven splits only where ``uneven_dims`` allows);
+    when fitting drops an operand's split, decide again from what remains."""
+    ok_in, ok_out = uneven_dims(op)
+    dec = decide(op, ins, mesh)
+    wants = list(dec.operands)
+    for _ in range(len(op.operands) + 1):
+        wants = [fit_uneven(w, mesh.shape(v), mesh, ok)
+                 for v, w, ok in zip(op.operands, dec.operands, ok_in)]
+        if wants == list(dec.operands):
+            break
+        dec = decide(op, wants, mesh)
+    outs = [fit_uneven(s, shape(r), mesh, ok) for s, r, ok in zip(dec.results, op.results, ok_out)]
+    return wants, outs
+
+
 # --------------------------------------------------------------------------- local view
 
 
@@ -487,8 +556,7 @@ def propagate(fn: func.FuncOp, view: str = "auto") -> dict[SSAValue, Sharding]:
                 )
             outs = local_view_result(op, ins)
         else:
-            dec = decide(op, ins, mesh)
-            outs = [fit(s, shape(r), mesh) for s, r in zip(dec.results, op.results)]
+            _, outs = decide_fitted(op, ins, mesh)
         for r, s in zip(op.results, outs):
             sh[r] = s
         annotate(op, outs)

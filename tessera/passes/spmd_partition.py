@@ -15,6 +15,16 @@ shapes and whose arguments carry ``tessera.shard`` layouts. Using the rules of
   coordinate on the pipeline axis (``pp``, option ``stage-axis``) is ``k``; a value
   used by a later stage is sent with ``tgraph.send`` / ``tgraph.recv``.
 
+**Uneven splits.** A dim of global size ``n`` split into ``P`` parts that do not
+divide it has local size ``ceil(n / P)``; the blocks are those of
+``tessera.dist.sharding`` (padding at the global tail). Such a split is kept
+through ops that never mix elements along that dim (elementwise ops, casts,
+transposes, the M/N/batch dims of matmul, the dims a reduction, softmax or norm
+does not reduce), where the padding only produces more padding. Before any other
+use the value is gathered (``all_gather`` per axis, then ``tgraph.slice`` drops the
+padding); an uneven split is made by padding with a zero ``tgraph.concat`` and
+``all_slice``. So reductions and contractions never see padding.
+
 Every op keeps its results' shardings in ``tessera.shard``; the function gets
 ``tessera.spmd = "local"``. Functions that already contain collectives are
 per-rank programs: they are only annotated (see ``shard-propagation``).
@@ -28,10 +38,13 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import (
+    AnyFloat,
     ArrayAttr,
     DenseArrayBase,
+    DenseIntOrFPElementsAttr,
     DictionaryAttr,
     IntegerAttr,
+    IntegerType,
     StringAttr,
     TensorType,
     i64,
@@ -48,8 +61,7 @@ from tessera.passes.shard_propagation import (
     ShardingPassError,
     annotate,
     arg_sharding,
-    decide,
-    fit,
+    decide_fitted,
     has_user_collectives,
     mesh_of,
     propagate,
@@ -61,17 +73,19 @@ SPMD = "tessera.spmd"
 
 
 def local_type(t: Attribute, s: Sharding, mesh: MeshInfo, where: str) -> Attribute:
-    """The per-rank tensor type of global type ``t`` under sharding ``s``."""
+    """The per-rank tensor type of global type ``t`` under sharding ``s``: ``ceil(n / P)``
+    along a dim split into ``P`` parts (padded blocks when ``P`` does not divide ``n``)."""
     assert isinstance(t, TensorType)
     out = []
     for d, (n, axes) in enumerate(zip(t.get_shape(), s.splits)):
         k = mesh.parts(axes)
-        if n % k:
+        if k > n:
             names = " x ".join(f"'{a}' ({mesh.sizes[a]})" for a in axes)
             raise ShardingPassError(
-                f"{where}: dim {d} of size {n} is not divisible by mesh axes {names} = {k} parts"
+                f"{where}: dim {d} of size {n} is split over mesh axes {names} = {k} parts, "
+                "more parts than elements"
             )
-        out.append(n // k)
+        out.append(-(-n // k))
     return TensorType(t.element_type, out, t.encoding)
 
 
@@ -88,6 +102,8 @@ class _Partitioner:
         self.mesh = mesh
         mesh.global_shape = self._global_shape
         self.sh: dict[SSAValue, Sharding] = {}
+        self.gshape: dict[SSAValue, tuple[int, ...]] = {}
+        """The global shape of each value (local shapes of uneven splits are padded)."""
         self.stage: dict[SSAValue, int | None] = {}
         self.stage_axis = stage_axis if stage_axis in mesh.sizes else None
         self.sent: dict[tuple[SSAValue, int], SSAValue] = {}
@@ -126,6 +142,7 @@ class _Partitioner:
         cur_v, cur = v, src
         splits = [list(d) for d in cur.splits]
         partial = list(cur.partial)
+        gsh = self._global_shape(v)
 
         def now() -> Sharding:
             return Sharding(
@@ -134,6 +151,19 @@ class _Partitioner:
 
         def dim(n: int) -> IntegerAttr:
             return IntegerAttr(n, i64)
+
+        def uneven(d: int, axes: Sequence[str]) -> bool:
+            return bool(axes) and gsh[d] % self.mesh.parts(axes) != 0
+
+        def gather_whole(x: SSAValue, d: int) -> SSAValue:
+            """Un-split dim ``d`` over all its axes, then drop the padding."""
+            while splits[d]:
+                a = splits[d].pop()
+                t = _with_dim(x.type, d, shape(x)[d] * self.mesh.sizes[a])
+                x = self._collective(g.AllGatherOp, x, t, a, {"dim": dim(d)}, now(), before, stage)
+            if shape(x)[d] != gsh[d]:
+                x = self._slice_dim(x, d, gsh[d], now(), before, stage)
+            return x
 
         # 1. pending reductions
         for a in list(partial):
@@ -148,7 +178,7 @@ class _Partitioner:
                 None,
             )
             op_attr = StringAttr(cur.op)
-            if d is not None:
+            if d is not None and not uneven(d, [*splits[d], a]):
                 n = shape(cur_v)[d] // self.mesh.sizes[a]
                 splits[d].append(a)
                 cur_v = self._collective(
@@ -163,8 +193,11 @@ class _Partitioner:
             raise ShardingPassError(
                 f"{before.name}: cannot make a value partial over {list(dst.partial)}"
             )
-        # 2. un-split what dst does not split the same way (minor axis first)
+        # 2. un-split what dst does not split the same way (minor axis first); an uneven
+        # split is gathered whole and its padding dropped
         for d in range(len(splits)):
+            if splits[d] != list(dst.splits[d][: len(splits[d])]) and uneven(d, splits[d]):
+                cur_v = gather_whole(cur_v, d)
             while splits[d] != list(dst.splits[d][: len(splits[d])]):
                 a = splits[d].pop()
                 e = next(
@@ -175,7 +208,11 @@ class _Partitioner:
                     None,
                 )
                 sz = self.mesh.sizes[a]
-                if e is not None and shape(cur_v)[e] % sz == 0:
+                if (
+                    e is not None
+                    and shape(cur_v)[e] % sz == 0
+                    and not uneven(e, [*splits[e], a])
+                ):
                     t = _with_dim(_with_dim(cur_v.type, e, shape(cur_v)[e] // sz), d,
                                   shape(cur_v)[d] * sz)
                     splits[e].append(a)
@@ -188,8 +225,13 @@ class _Partitioner:
                     cur_v = self._collective(
                         g.AllGatherOp, cur_v, t, a, {"dim": dim(d)}, now(), before, stage
                     )
-        # 3. split what dst splits further
+        # 3. split what dst splits further; an uneven split starts from the whole dim,
+        # padded with zeros to a multiple of its parts
         for d in range(len(splits)):
+            if dst.splits[d][len(splits[d]):] and uneven(d, dst.splits[d]):
+                cur_v = gather_whole(cur_v, d)
+                k = self.mesh.parts(dst.splits[d])
+                cur_v = self._pad_dim(cur_v, d, -(-gsh[d] // k) * k, now(), before, stage)
             for a in dst.splits[d][len(splits[d]):]:
                 splits[d].append(a)
                 t = _with_dim(cur_v.type, d, shape(cur_v)[d] // self.mesh.sizes[a])
@@ -197,9 +239,54 @@ class _Partitioner:
                     g.AllSliceOp, cur_v, t, a, {"dim": dim(d)}, now(), before, stage
                 )
         self.sh[cur_v] = now()
+        self.gshape[cur_v] = gsh
         self.stage[cur_v] = stage if stage is not None else self.stage.get(v)
         self.moved[key] = cur_v
         return cur_v
+
+    def _slice_dim(
+        self, x: SSAValue, d: int, n: int, s: Sharding, before: Operation, stage: int | None
+    ) -> SSAValue:
+        """The first ``n`` elements of dim ``d`` of ``x`` (drops the padding at the tail)."""
+        sh = list(shape(x))
+        lim = [*sh[:d], n, *sh[d + 1:]]
+        op = g.SliceOp.create(
+            operands=[x], result_types=[_with_dim(x.type, d, n)],
+            properties={
+                "start": DenseArrayBase.from_list(i64, [0] * len(sh)),
+                "limit": DenseArrayBase.from_list(i64, lim),
+                "stride": DenseArrayBase.from_list(i64, [1] * len(sh)),
+            },
+        )
+        self._insert(before, op, s, stage)
+        return op.results[0]
+
+    def _pad_dim(
+        self, x: SSAValue, d: int, n: int, s: Sharding, before: Operation, stage: int | None
+    ) -> SSAValue:
+        """``x`` extended with zeros along dim ``d`` to ``n`` elements."""
+        t = x.type
+        assert isinstance(t, TensorType)
+        extra = n - shape(x)[d]
+        if extra == 0:
+            return x
+        elem = t.element_type
+        if isinstance(elem, IntegerType):
+            value = DenseIntOrFPElementsAttr.from_list(TensorType(elem, []), [0])
+        elif isinstance(elem, AnyFloat):
+            value = DenseIntOrFPElementsAttr.from_list(TensorType(elem, []), [0.0])
+        else:
+            raise ShardingPassError(
+                f"{before.name}: cannot pad a {elem} tensor for an uneven split of dim {d}"
+            )
+        zeros = g.ConstantOp(value, _with_dim(t, d, extra))
+        self._insert(before, zeros, s, stage)
+        cat = g.ConcatOp.create(
+            operands=[x, zeros.results[0]], result_types=[_with_dim(t, d, n)],
+            properties={"axis": IntegerAttr(d, i64)},
+        )
+        self._insert(before, cat, s, stage)
+        return cat.results[0]
 
     def to_stage(self, v: SSAValue, t: int | None, before: Operation) -> SSAValue:
         """``v`` made available at pipeline stage ``t`` (send/recv along the stage axis)."""
@@ -224,6 +311,7 @@ class _Partitioner:
             )
             self._insert(before, recv, self.sh[v], t)
             self.sh[recv.results[0]] = self.sh[v]
+            self.gshape[recv.results[0]] = self._global_shape(v)
             self.stage[recv.results[0]] = t
             self.sent[key] = recv.results[0]
         return self.sent[key]
@@ -255,8 +343,10 @@ class _Partitioner:
         for i, arg in enumerate(list(block.args)):
             s = arg_sharding(fn, i, mesh)
             lt = local_type(arg.type, s, mesh, f"{name}: argument {i}")
+            gs = shape(arg)
             new = Rewriter.replace_value_with_new_type(arg, lt) if lt != arg.type else arg
             self.sh[new] = s
+            self.gshape[new] = gs
             self.stage[new] = None
         for op in list(block.ops):
             if isinstance(op, func.ReturnOp):
@@ -264,13 +354,12 @@ class _Partitioner:
                 continue
             stage = self.op_stage(op)
             ins = [self.sh[v] for v in op.operands]
-            dec = decide(op, ins, mesh)
+            wants, outs = decide_fitted(op, ins, mesh)
             operands = []
-            for v, want in zip(op.operands, dec.operands):
-                want = fit(want, self._global_shape(v), mesh)
+            for v, want in zip(op.operands, wants):
                 v2 = self.to_stage(v, stage, op)
                 operands.append(self.redistribute(v2, want, op, stage))
-            outs = [fit(s, shape(r), mesh) for s, r in zip(dec.results, op.results)]
+            gshapes = [shape(r) for r in op.results]
             rtypes = [
                 local_type(r.type, s, mesh, f"{op.name}: result")
                 for r, s in zip(op.results, outs)
@@ -291,13 +380,16 @@ class _Partitioner:
             if stage is not None:
                 new.attributes[STAGE] = IntegerAttr(stage, i64)
             Rewriter.replace_op(op, new)
-            for r, s in zip(new.results, outs):
+            for r, s, gs in zip(new.results, outs, gshapes):
                 self.sh[r] = s
+                self.gshape[r] = gs
                 self.stage[r] = stage
         fn.attributes[SPMD] = StringAttr("local")
         fn.update_function_type()
 
     def _global_shape(self, v: SSAValue) -> tuple[int, ...]:
+        if v in self.gshape:
+            return self.gshape[v]
         s = self.sh.get(v)
         if s is None:
             return shape(v)

@@ -83,7 +83,7 @@ def _twiddles(lw: _FunctionLowering, n: int, inverse: bool, et: Attribute) -> SS
     vals = np.stack([np.cos(ang), np.sin(ang)], axis=-1)
     k = lw.counter.get("cst", 0)
     lw.counter["cst"] = k + 1
-    sym = f"{lw.name}_cst_{k}"
+    sym = f"{lw.prefix}_cst_{k}"
     mt = MemRefType(et, [n, 2])
     data = DenseIntOrFPElementsAttr.from_list(TensorType(et, [n, 2]), vals.ravel().tolist())
     gl = memref.GlobalOp.get(StringAttr(sym), mt, data, constant=UnitAttr())

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING
 
+from xdsl.dialects import math
 from xdsl.dialects.builtin import (
     BFloat16Type,
     Float8E4M3FNType,
@@ -152,8 +153,10 @@ def _mm_tile(
         bm, bn, bk = op.tile_shape.get_values()
     elif mma:
         bm, bn, bk = (64 if m > 32 else 32), (64 if n > 32 else 32), 32
-    else:
-        bm, bn, bk = 32, 32, 16
+    else:  # f32/f64 FMA: 8 x 8 results per lane on large tiles (16 operand loads per 64 FMAs)
+        bm = 128 if m >= 128 else (64 if m >= 64 else 32)
+        bn = 128 if n >= 128 else (64 if n >= 64 else 32)
+        bk = 16
     if mma and (bm % 32 or bn % 16 or bk % kstep):
         raise ValueError(
             f"{op.name}: tile_shape [{bm}, {bn}, {bk}] cannot be lowered to mma tiles: "
@@ -228,6 +231,23 @@ def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> 
         lw.kernel("matmul", args, MMA_GROUP, grid, lambda e, a: _mma_kernel(e, a, p))
     else:
         lw.kernel("matmul", args, FMA_GROUP, grid, lambda e, a: _fma_kernel(e, a, p))
+
+
+def fma_matmul_2d(
+    lw: _FunctionLowering, out: SSAValue, a: SSAValue, b: SSAValue, m: int, n: int, k: int,
+    et: Attribute, tb: bool = False,
+) -> None:
+    """``out[m, n] = a[m, k] @ b`` (``b[k, n]``, or ``b[n, k]`` when ``tb``) on the FMA kernel,
+    for f32/f64 buffers that are not graph values (the f32 convolution's im2col GEMM)."""
+    bm, bn, bk = (128 if m >= 128 else 64 if m >= 64 else 32), (
+        128 if n >= 128 else 64 if n >= 64 else 32), 16
+    p = _MatmulProblem(
+        et, _store_epilogue(et), m, n, k, bm, bn, bk, [], False, tb,
+        lambda bidx: lambda e, r, c: [r, c],
+        lambda bidx: (lambda e, r, c: [c, r]) if tb else (lambda e, r, c: [r, c]),
+    )
+    lw.kernel("matmul", [out, a, b], FMA_GROUP, [cdiv(n, bn), cdiv(m, bm), 1],
+              lambda e, args: _fma_kernel(e, args, p))
 
 
 @dataclass(frozen=True)
@@ -380,7 +400,7 @@ def _fma_kernel(e: KernelEmitter, args: list[SSAValue], p: _MatmulProblem) -> No
             av = [je.load(sa, [je.add(ty, 16 * i), kk]) for i in range(tm)]
             bv = [je.load(sb, [kk, je.add(tx, 16 * j)]) for j in range(tn)]
             return [
-                je.fadd(acc[i * tn + j], je.fmul(av[i], bv[j]))
+                je.op(math.FmaOp(av[i], bv[j], acc[i * tn + j]))
                 for i in range(tm) for j in range(tn)
             ]
 

@@ -55,6 +55,9 @@ def _dtype_enum(x: Any) -> Any:
         torch.bfloat16: t.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         torch.float16: t.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         torch.float32: t.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        # fp8 elements are moved as bytes (the wgmma instruction names their format)
+        torch.float8_e4m3fn: t.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        torch.float8_e5m2: t.CU_TENSOR_MAP_DATA_TYPE_UINT8,
     }
     if x.dtype not in table:
         raise cuda.LaunchError(f"no TMA element type for {x.dtype}")
@@ -307,7 +310,8 @@ _RUNNERS: dict[tuple[Any, int], Callable[[Any, Any, Any], None]] = {}
 
 def gemm_runner(gemm: Any) -> Callable[[Any, Any, Any], None]:
     """Load the sm90 kernel for ``gemm`` (a :class:`~tessera.passes.lower_matmul_sm90.Sm90Gemm`)
-    and return ``run(c, a, b, stream=None)`` launching it on torch tensors (built and loaded
+    and return ``run(c, a, b, *extra, stream=None)`` launching it on torch tensors (``extra``:
+    the fused epilogue's bias, if any; built and loaded
     once per specialization and device)."""
     import torch
 
@@ -323,11 +327,11 @@ def gemm_runner(gemm: Any) -> Callable[[Any, Any, Any], None]:
     module = cuda.load_module(emit_ptx(kernel), device)
     function = cuda.get_function(module, "tessera_gemm_sm90")
     boxes = gemm.boxes()
-    pairs = [(boxes[2 * i], boxes[2 * i + 1]) for i in range(3)]
+    pairs = [(boxes[2 * i], boxes[2 * i + 1]) for i in range(len(boxes) // 2)]
     plan = LaunchExPlan(function, kernel, gemm.grid(), gemm.smem_bytes, pairs)
 
-    def run(c: Any, a: Any, b: Any, stream: int | None = None) -> None:
-        plan.launch((c, a, b), stream)
+    def run(c: Any, a: Any, b: Any, *extra: Any, stream: int | None = None) -> None:
+        plan.launch((c, a, b, *extra), stream)
 
     run.plan = plan  # type: ignore[attr-defined]
     _RUNNERS[(gemm, device)] = run

@@ -153,3 +153,174 @@ def test_cluster_grid_is_resident() -> None:
     plan = tma.gemm_runner(gemm).plan  # type: ignore[attr-defined]
     assert plan.cluster == 2
     assert gemm.grid()[0] <= plan.resident_ctas()
+
+
+LAYOUTS = [(False, False), (False, True), (True, False), (True, True)]
+
+
+@pytest.mark.parametrize(("a_t", "b_t"), LAYOUTS)
+@pytest.mark.parametrize(("m", "n", "k"), [(1000, 136, 72), (200, 264, 1000), (40, 64, 16),
+                                           (1024, 1024, 1024)])
+@pytest.mark.parametrize("out_t", ["bf16", "f32"])
+def test_layouts(a_t: bool, b_t: bool, m: int, n: int, k: int, out_t: str) -> None:
+    """A stored K x M / B stored N x K, read through TMA in that layout (no copy)."""
+    gen = torch.Generator(device="cuda").manual_seed(m + 3 * n + 7 * k + 11 * a_t + 13 * b_t)
+    a = torch.randn(*((k, m) if a_t else (m, k)), device="cuda", dtype=torch.bfloat16,
+                    generator=gen)
+    b = torch.randn(*((n, k) if b_t else (k, n)), device="cuda", dtype=torch.bfloat16,
+                    generator=gen)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=TYPES[out_t])
+    gemm = Sm90Gemm(m, n, k, "bf16", out_t, mc.heuristic(m, n, k), a_t=a_t, b_t=b_t)
+    tma.gemm_runner(gemm)(c, a, b)
+    torch.cuda.synchronize()
+    _check(c, a.T if a_t else a, b.T if b_t else b)
+
+
+@pytest.mark.parametrize("cfg", [c for c in mc.search_space(520, 392, 328) if c.cluster == 2][:2])
+@pytest.mark.parametrize(("a_t", "b_t"), LAYOUTS[1:])
+def test_layouts_with_cluster_multicast(cfg: mc.Sm90Config, a_t: bool, b_t: bool) -> None:
+    m, n, k = 520, 392, 328
+    a = torch.randn(*((k, m) if a_t else (m, k)), device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(*((n, k) if b_t else (k, n)), device="cuda", dtype=torch.bfloat16)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    tma.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", cfg, a_t=a_t, b_t=b_t))(c, a, b)
+    torch.cuda.synchronize()
+    _check(c, a.T if a_t else a, b.T if b_t else b)
+
+
+@pytest.mark.parametrize(
+    ("expr", "ash", "bsh"),
+    [
+        ("a @ b.T", (1000, 264), (136, 264)),
+        ("ts.matmul(a, b, transpose_b=True)", (256, 512), (384, 512)),
+        ("ts.transpose(a) @ b", (264, 200), (264, 136)),
+        ("a.T @ b.T", (264, 200), (136, 264)),
+        ("a @ b.T", (3, 100, 264), (136, 264)),
+        ("a @ b", (2, 7, 96), (96, 64)),
+    ],
+)
+def test_jit_layouts_on_wgmma(expr: str, ash, bsh) -> None:
+    fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}))
+    a = torch.randn(ash, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(bsh, device="cuda", dtype=torch.bfloat16)
+    c = fn(a, b)
+    torch.cuda.synchronize()
+    assert "wgmma.mma_async" in fn.inspect_ir("ptx")
+    torch_expr = expr.replace("ts.matmul(a, b, transpose_b=True)", "a @ b.T").replace(
+        "ts.transpose(a)", "a.T")
+    ref = eval(f"lambda a, b: {torch_expr}")(a.double(), b.double())
+    assert c.shape == ref.shape
+    assert torch.isfinite(c).all()
+    assert float((c.double() - ref).norm() / ref.norm()) < 1e-2
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "silu", None])
+@pytest.mark.parametrize("bias_shape", [(136,), (1000, 136), (1000, 1)])
+def test_jit_linear_epilogue_on_wgmma(act, bias_shape) -> None:
+    """nn.Linear's form with a bias (row vector or a full residual) and an activation."""
+    x = torch.randn(1000, 264, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(136, 264, device="cuda", dtype=torch.bfloat16) / 16
+    bias = torch.randn(bias_shape, device="cuda", dtype=torch.bfloat16)
+
+    def linear(x, w, bias):
+        y = x @ w.T + bias
+        return getattr(ts, act)(y) if act else y
+
+    fn = ts.jit(linear)
+    out = fn(x, w, bias)
+    torch.cuda.synchronize()
+    assert "wgmma.mma_async" in fn.inspect_ir("ptx")
+    y = x.double() @ w.double().T + bias.double()
+    ref = {"relu": torch.relu, "silu": torch.nn.functional.silu,
+           "gelu": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+           None: lambda t: t}[act](y)
+    assert torch.isfinite(out).all()
+    assert float((out.double() - ref).norm() / ref.norm()) < 1e-2
+
+
+@pytest.mark.parametrize("act", ["gelu", None])
+def test_jit_f32_product_epilogue_cast_to_bf16(act) -> None:
+    """An f32 product, f32 bias and activation, then a cast to bf16 (mixed precision's
+    usual form), ragged in M and N."""
+    x = torch.randn(1000, 264, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(136, 264, device="cuda", dtype=torch.bfloat16) / 16
+    bias = torch.randn(136, device="cuda", dtype=torch.float32)
+
+    def linear(x, w, bias):
+        y = ts.matmul(x, w, transpose_b=True, out_dtype=ts.f32) + bias
+        return ts.cast(ts.gelu(y) if act else y, ts.bf16)
+
+    fn = ts.jit(linear)
+    out = fn(x, w, bias)
+    torch.cuda.synchronize()
+    assert out.dtype == torch.bfloat16
+    y = x.double() @ w.double().T + bias.double()
+    ref = torch.nn.functional.gelu(y, approximate="tanh") if act else y
+    assert float((out.double() - ref).norm() / ref.norm()) < 1e-2
+
+
+@pytest.mark.parametrize(
+    ("expr", "ash", "bsh"),
+    [
+        ("a @ b", (4, 128, 64), (4, 64, 72)),
+        ("a @ b", (32, 512, 128), (32, 128, 512)),
+        ("a @ b.T", (2, 3, 192, 64), (2, 3, 200, 64)),
+        ("a.T @ b", (5, 128, 64), (5, 128, 136)),
+        ("a.T @ b.T", (3, 64, 192), (3, 136, 64)),
+        ("a @ b", (128, 64), (5, 64, 72)),
+        ("a.T @ b", (3, 64, 128), (64, 72)),
+        ("a @ b", (3, 100, 64), (3, 64, 72)),
+    ],
+)
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_jit_batched(expr: str, ash, bsh, dtype: str) -> None:
+    """Batched products (equal batch dims, or one operand broadcast) on the wgmma kernel,
+    each batch checked; the last shape (M = 100) takes the generic kernel."""
+    fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}))
+    a = torch.randn(ash, device="cuda", dtype=TYPES[dtype])
+    b = torch.randn(bsh, device="cuda", dtype=TYPES[dtype])
+    c = fn(a, b)
+    torch.cuda.synchronize()
+    ref = eval(f"lambda a, b: {expr}".replace(".T", ".mT"))(a.double(), b.double())
+    assert c.shape == ref.shape
+    assert torch.isfinite(c).all()
+    for i in range(ref.shape[0]):
+        assert float((c[i].double() - ref[i]).norm() / ref[i].norm()) < 1e-2
+    if ash[-2] % 64 == 0:
+        assert "wgmma.mma_async" in fn.inspect_ir("ptx")
+
+
+def test_jit_batched_epilogue() -> None:
+    """A batched product with a row bias and gelu in the fused epilogue."""
+    fn = ts.jit(lambda a, b, bias: ts.gelu(a @ b + bias))
+    a = torch.randn(4, 128, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4, 64, 136, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(136, device="cuda", dtype=torch.bfloat16)
+    out = fn(a, b, bias)
+    torch.cuda.synchronize()
+    ref = torch.nn.functional.gelu(a.double() @ b.double() + bias.double(), approximate="tanh")
+    assert float((out.double() - ref).norm() / ref.norm()) < 1e-2
+
+
+@pytest.mark.parametrize(("fmt", "out"), [("e4m3", "f32"), ("e5m2", "f32"), ("e4m3", "bf16")])
+@pytest.mark.parametrize(("m", "n", "k"), [(1000, 136, 272), (256, 512, 1024), (40, 64, 16)])
+@pytest.mark.parametrize("expr", ["a @ b.T", "a @ b", "a.T @ b"])
+def test_jit_fp8(fmt: str, out: str, m: int, n: int, k: int, expr: str) -> None:
+    """fp8 products on k32 wgmmas, against float64 of the same fp8 inputs. The tensor cores
+    align each MMA's fp8 products to about 13 bits before adding them (relative error
+    ~1.2e-4, the same as ``torch._scaled_mm``'s); each 128-element K stage is then added
+    into f32 totals, so the error does not grow with K. B row-major (``a @ b``) or A
+    stored transposed are copied K-major first."""
+    tdt = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt]
+    odt = {"f32": ts.f32, "bf16": ts.bf16}[out]
+    a = torch.randn(*((k, m) if expr.startswith("a.T") else (m, k)), device="cuda").to(tdt)
+    b = torch.randn(*((n, k) if expr.endswith("b.T") else (k, n)), device="cuda").to(tdt)
+    ta, tb = expr.startswith("a.T"), expr.endswith("b.T")
+    fn = ts.jit(lambda a, b: ts.matmul(a, b, transpose_a=ta, transpose_b=tb, out_dtype=odt))
+    c = fn(a, b)
+    torch.cuda.synchronize()
+    assert f"k32.f32.{fmt}.{fmt}" in fn.inspect_ir("ptx")
+    ref = eval(f"lambda a, b: {expr}")(a.double(), b.double())
+    assert torch.isfinite(c).all()
+    err = float((c.double() - ref).norm() / ref.norm())
+    assert err < (3e-4 if out == "f32" else 1e-2), err

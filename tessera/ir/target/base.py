@@ -17,7 +17,9 @@ Every instruction describes its PTX line declaratively (:class:`PtxOp`):
 :meth:`PtxOp.ptx` is the only printer: it adds the guard prefix (``@%p`` / ``@!%p``)
 of ops with a ``guard`` operand, joins the arguments with ``", "`` and ends the line
 with ``PTX_END`` (``;``). Ops whose opcode depends on their operands override
-:meth:`PtxOp.ptx_opcode` (or add format fields with :meth:`PtxOp.ptx_fields`).
+:meth:`PtxOp.ptx_opcode` (or add format fields with :meth:`PtxOp.ptx_fields`); an op whose operand list depends on its form returns
+a subset of ``PTX_ARGS`` from :meth:`PtxOp.ptx_args` (the fp8 ``wgmma`` forms drop the
+transpose immediates).
 
 The module also holds the two declarations every instruction uses as operands,
 :class:`RegOp` (a virtual register) and :class:`ImmOp` (an immediate).
@@ -225,12 +227,17 @@ class PtxOp(IRDLOperation, ABC):
         """The opcode and modifiers, from ``PTX_OPCODE``."""
         return self.PTX_OPCODE.format_map(_OpcodeFields(self, self.ptx_fields()))
 
+    def ptx_args(self) -> tuple[str, ...]:
+        """The operand templates to print: ``PTX_ARGS`` (a form with fewer operands
+        returns a subset)."""
+        return self.PTX_ARGS
+
     @final
     def ptx(self, names: PtxNames) -> str:
         """This instruction as one line of PTX (without indentation)."""
         guard = names.guard(getattr(self, "guard", None), getattr(self, "negate", None))
         args = []
-        for template in self.PTX_ARGS:
+        for template in self.ptx_args():
             try:
                 args.append(_arg(self, template, names))
             except _Absent:

@@ -91,10 +91,24 @@ class MmaOp(PtxOp):
 
 class _WgmmaBase(PtxOp, ABC):
     """Shared modifiers, shape and accumulator checks of the warpgroup MMAs: ``mods`` is
-    ``m64nNk16.f32.T.T`` with T bf16 or f16, and D has N/2 ``f32`` registers per thread."""
+    ``m64nNk16.f32.T.T`` with T bf16 or f16, or ``m64nNk32.f32.A.B`` with A, B e4m3 or e5m2
+    (fp8 operands are K-major: no transpose), and D has N/2 ``f32`` registers per thread.
+
+    The PTX operands end in the transpose immediates (``TRANS_ARGS`` of them); the fp8
+    forms take none."""
 
     PTX: ClassVar[tuple[int, int]] = (8, 0)
     SM: ClassVar[int] = 90
+    TRANS_ARGS: ClassVar[int] = 0
+    """How many of the trailing ``PTX_ARGS`` are transpose immediates."""
+
+    @property
+    def is_fp8(self) -> bool:
+        mods: str = self.mods.data  # type: ignore[attr-defined]
+        return "e4m3" in mods or "e5m2" in mods
+
+    def ptx_args(self) -> tuple[str, ...]:
+        return self.PTX_ARGS[: -self.TRANS_ARGS] if self.is_fp8 else self.PTX_ARGS
 
     def shape(self) -> tuple[int, int, int]:
         parts = parse_mods(self.mods.data)  # type: ignore[attr-defined]
@@ -110,13 +124,21 @@ class _WgmmaBase(PtxOp, ABC):
     def _verify_common(self) -> None:
         mods: str = self.mods.data  # type: ignore[attr-defined]
         parts = parse_mods(mods)
-        if len(parts) != 4 or parts[1] != "f32" or parts[2] != parts[3] or parts[2] not in (
-            "bf16", "f16"
+        fp8 = len(parts) == 4 and {parts[2], parts[3]} <= {"e4m3", "e5m2"}
+        if len(parts) != 4 or parts[1] != "f32" or not fp8 and (
+            parts[2] != parts[3] or parts[2] not in ("bf16", "f16")
         ):
-            self._fail(f"modifiers must be \"m64nNk16.f32.T.T\" with T bf16 or f16, got \"{mods}\"")
+            self._fail(
+                f"modifiers must be \"m64nNk16.f32.T.T\" with T bf16 or f16, or "
+                f"\"m64nNk32.f32.A.B\" with A, B e4m3 or e5m2, got \"{mods}\""
+            )
         m, n, k = self.shape()
-        if m != 64 or k != 16 or n % 8 or not 8 <= n <= 256:
-            self._fail(f"shape m{m}n{n}k{k}: needs m64, k16 and N a multiple of 8 in [8, 256]")
+        kk = 32 if fp8 else 16
+        if m != 64 or k != kk or n % 8 or not 8 <= n <= 256:
+            self._fail(f"shape m{m}n{n}k{k}: needs m64, k{kk} and N a multiple of 8 in [8, 256]")
+        if fp8 and (self.trans_b.value.data or getattr(self, "trans_a", None) is not None  # type: ignore[attr-defined]
+                    and self.trans_a.value.data):  # type: ignore[attr-defined]
+            self._fail("fp8 operands are K-major: trans_a and trans_b must be 0")
         d: Sequence[SSAValue] = self.d  # type: ignore[attr-defined]
         if len(d) != n // 2:
             self._fail(f"D needs {n // 2} f32 registers for N={n}, got {len(d)}")
@@ -147,6 +169,7 @@ class WgmmaOp(_WgmmaBase):
     PTX_ARGS: ClassVar[tuple[str, ...]] = (
         "$d", "$adesc", "$bdesc", "$scale_d", "1", "1", "$trans_a", "$trans_b",
     )
+    TRANS_ARGS: ClassVar[int] = 2
 
     mods = prop_def(StringAttr)
     d = var_operand_def(RegisterType)
@@ -195,6 +218,7 @@ class WgmmaRsOp(_WgmmaBase):
     name = "ttarget.wgmma_rs"
     PTX_OPCODE: ClassVar[str] = "wgmma.mma_async.sync.aligned.{mods}"
     PTX_ARGS: ClassVar[tuple[str, ...]] = ("$d", "$a", "$bdesc", "$scale_d", "1", "1", "$trans_b")
+    TRANS_ARGS: ClassVar[int] = 1
 
     mods = prop_def(StringAttr)
     d = var_operand_def(RegisterType)

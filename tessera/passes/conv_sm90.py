@@ -1,0 +1,191 @@
+"""``tgraph.conv2d`` as a GEMM: an im2col buffer, one wgmma (or FMA) GEMM, one NCHW store.
+
+For bf16/f16 operands, ``lower-matmul-sm90`` lowers ``y = conv2d(x, w) (+ bias)`` with
+``x: [N, C, H, W]``, ``w: [O, C, kh, kw]``, ``y: [N, O, Ho, Wo]`` as three kernels:
+
+1. **im2col**: ``cols[(n, ho, wo), (c, i, j)] = x[n, c, ho*sh + i - ph, wo*sw + j - pw]``
+   (zero in the padding), a ``[N*Ho*Wo, Kp]`` row-major buffer whose ``K = C*kh*kw``
+   columns are padded with zeros to ``Kp``, a multiple of 8 (16-byte TMA rows). One tile
+   per output row ``(n, ho)``: lanes own columns (consecutive lanes, consecutive columns:
+   coalesced stores) and walk ``wo``, so no lane divides per element.
+2. **GEMM** ``cols @ w2.T`` on the Hopper kernel (:mod:`tessera.passes.lower_matmul_sm90`)
+   with the weight as the K-major B operand: ``w`` seen as ``[O, C*kh*kw]`` is
+   ``nn.Linear``'s layout, copied first into a 2-D ``[O, Kp]`` buffer (zero-padded
+   columns; the weight is small). The product ``[N*Ho*Wo, O]`` is f32.
+3. **NCHW store**: ``y[n, o, ho, wo] = round(prod[(n, ho, wo), o] + bias[o])``, one tile per
+   output row ``(n, o, ho)`` with lanes along ``wo`` (coalesced stores), the bias added in
+   f32 and the sum rounded once to the result type, as the generic direct convolution
+   does.
+
+The products are exact in f32 and summed by the tensor cores in f32, so results match
+the direct kernel to f32 rounding. Taken when O is a multiple of 8 (the product's TMA row
+stride); other convolutions keep the direct kernel (``tessera.passes.tile_conv``).
+
+f32 convolutions take the same im2col and store kernels around the FMA GEMM
+(:func:`tessera.passes.tile_gemm.fma_matmul_2d`, 8 x 8 results per lane) instead of the
+direct kernel's one output per lane; the Tile IR interpreter runs that path on the CPU.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, TensorType, f32
+from xdsl.ir import SSAValue
+
+from tessera.ir import graph as g
+from tessera.ir import target as tt
+from tessera.passes.matmul_config import sm90_config
+from tessera.passes.tile_builder import KernelEmitter, cdiv
+from tessera.passes.tile_gemm import fma_matmul_2d
+
+if TYPE_CHECKING:
+    from tessera.passes.lower_graph_to_tile import _FunctionLowering
+
+GROUP = 256
+"""Lanes per tile of the im2col and weight-padding kernels."""
+STORE_GROUP = 64
+"""Lanes per tile of the NCHW store (one tile per output row of ``Wo`` elements)."""
+
+
+def conv_eligible(op: g.Conv2dOp) -> str | None:
+    """None if the sm90 path takes ``op``, else why not."""
+    et = g.elem_of(op.input)
+    if isinstance(et, Float32Type):
+        return None  # im2col + the FMA GEMM (no TMA row-stride constraint)
+    if not isinstance(et, BFloat16Type | Float16Type):
+        return "operands are not f32, bf16 or f16"
+    o = g.shape_of(op.weight)[0]
+    if o % 8:
+        return f"{o} output channels: the product's rows need a multiple of 8"
+    if min(g.shape_of(op.result)) < 1 or min(g.shape_of(op.input)) < 1:
+        return "empty dimension"
+    return None
+
+
+def lower_conv2d_sm90(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
+    """Lower ``op`` through im2col and the sm90 GEMM; False leaves it to the direct kernel."""
+    if conv_eligible(op) is not None:
+        return False
+    et = g.elem_of(op.input)
+    ty = {BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32"}[type(et)]
+    n, c, h, w = g.shape_of(op.input)
+    o, _, kh, kw = g.shape_of(op.weight)
+    _, _, ho, wo = g.shape_of(op.result)
+    sh, sw = op.stride.get_values()
+    ph, pw = op.padding.get_values()
+    k = c * kh * kw
+    kp = cdiv(k, 8) * 8
+    rows = n * ho * wo
+
+    cols = lw.alloc(TensorType(et, [rows, kp]))
+
+    def im2col(e: KernelEmitter, args: list[SSAValue]) -> None:
+        # one tile per output row (n, ho); lanes own columns (c, i, j) and walk wo, so
+        # the only divisions are per tile and per column, none per element
+        out, x = args
+        bid = e.tile_id("x")
+        bn, y0 = e.div(bid, ho), e.rem(bid, ho)
+        hbase = e.sub(e.mul(y0, sh), ph)
+        lane = e.local_id()
+        zero = e.const(0.0, et)
+
+        def chunk(ce: KernelEmitter, c0: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+            col = ce.add(c0, lane)
+            live = ce.lt(col, kp)
+            real = ce.and_(live, ce.lt(col, k))
+            ci, ij = ce.div(col, kh * kw), ce.rem(col, kh * kw)
+            hi = ce.add(hbase, ce.div(ij, kw))
+            row_in = ce.and_(real, ce.and_(ce.le(0, hi), ce.lt(hi, h)))
+            wj = ce.sub(ce.rem(ij, kw), pw)
+            r0 = ce.mul(bid, wo)
+
+            def pixel(pe: KernelEmitter, x0: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+                wi = pe.add(pe.mul(x0, sw), wj)
+                inside = pe.and_(row_in, pe.and_(pe.le(0, wi), pe.lt(wi, w)))
+                assert inside is not None
+                v = pe.load(x, [pe.select(inside, bn, 0), pe.select(inside, ci, 0),
+                                pe.select(inside, hi, 0), pe.select(inside, wi, 0)],
+                            mask=inside, other=zero)
+                pe.store(v, out, [pe.add(r0, x0), col], mask=live)
+                return []
+
+            ce.for_(0, wo, 1, [], pixel)
+            return []
+
+        e.for_(0, kp, GROUP, [], chunk)
+
+    lw.kernel("conv2d_im2col", [cols, lw.mem(op.input)], GROUP, [n * ho, 1, 1], im2col)
+
+    # the weight as a 2-D [O, Kp] row-major buffer (a tensor map sees a memref as
+    # [rows, last dim], and [O, C, kh, kw]'s last dim is kw); padded columns are zero
+    padded = lw.alloc(TensorType(et, [o, kp]))
+
+    def pad_weight(e: KernelEmitter, args: list[SSAValue]) -> None:
+        out, wt = args
+        lin = e.linear_id()
+        ok = e.lt(lin, o * kp)
+        oi, col = e.unravel(lin, [o, kp])
+        inside = e.and_(ok, e.lt(col, k))
+        assert inside is not None
+        ci, ij = e.div(col, kh * kw), e.rem(col, kh * kw)
+        v = e.load(wt, [e.select(inside, oi, 0), e.select(inside, ci, 0),
+                        e.select(inside, e.div(ij, kw), 0), e.select(inside, e.rem(ij, kw), 0)],
+                   mask=inside, other=e.const(0.0, et))
+        e.store(v, out, [oi, col], mask=ok)
+
+    lw.kernel("conv2d_weight", [padded, lw.mem(op.weight)], GROUP,
+              [cdiv(o * kp, GROUP), 1, 1], pad_weight)
+    weight = padded
+
+    product = lw.alloc(TensorType(f32, [rows, o]))
+    if isinstance(et, Float32Type):
+        fma_matmul_2d(lw, product, cols, weight, rows, o, kp, f32, tb=True)
+    else:
+        _wgmma_product(lw, product, cols, weight, rows, o, kp, ty)
+
+
+    out = lw.alloc(op.result.type)
+    has_bias = op.bias is not None
+
+    def store(e: KernelEmitter, args: list[SSAValue]) -> None:
+        # one tile per output row (n, o, ho); lanes walk wo
+        y, prod_ref = args[:2]
+        bid = e.tile_id("x")
+        row, y0 = e.div(bid, ho), e.rem(bid, ho)
+        bn, oi = e.div(row, o), e.rem(row, o)
+        r0 = e.mul(e.add(e.mul(bn, ho), y0), wo)
+        b = e.convert(e.load(args[2], [oi]), f32) if has_bias else None
+        lane = e.local_id()
+
+        def chunk(ce: KernelEmitter, x0: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+            xi = ce.add(x0, lane)
+            ok = ce.lt(xi, wo)
+            v = ce.load(prod_ref, [ce.add(r0, xi), oi], mask=ok)
+            if b is not None:
+                v = ce.fadd(v, b)
+            ce.store(ce.convert(v, et), y, [bn, oi, y0, xi], mask=ok)
+            return []
+
+        e.for_(0, wo, STORE_GROUP, [], chunk)
+
+    args = [out, product] + ([lw.mem(op.bias)] if op.bias is not None else [])
+    lw.kernel("conv2d_store", args, STORE_GROUP, [n * o * ho, 1, 1], store)
+    lw.env[op.result] = out
+    return True
+
+
+def _wgmma_product(
+    lw: _FunctionLowering, product: SSAValue, cols: SSAValue, weight: SSAValue, rows: int,
+    o: int, kp: int, ty: str,
+) -> None:
+    """``product[rows, o] (f32) = cols[rows, kp] @ weight[o, kp].T`` on the sm90 kernel."""
+    from tessera.passes.lower_matmul_sm90 import Sm90Gemm, build_kernel, device_sms
+
+    gemm = Sm90Gemm(rows, o, kp, ty, "f32", sm90_config(rows, o, kp), device_sms(), b_t=True)
+    cnt = lw.counter.get("matmul", 0)
+    lw.counter["matmul"] = cnt + 1
+    name = f"{lw.prefix}_matmul_{cnt}"
+    lw.module.body.block.insert_op_before(build_kernel(name, gemm), lw.fn)
+    lw.hb.add_op(tt.LaunchExOp(name, [product, cols, weight], gemm.grid(), gemm.smem_bytes,
+                               gemm.boxes()))

@@ -1,0 +1,228 @@
+"""The fused epilogue of the sm90 GEMM: bias add and activation on the accumulators.
+
+A ``tgraph.matmul_epilogue`` computes ``cast(act(matmul(lhs, rhs) + bias))`` with every
+step rounded to the product type, as the unfused ops would (see
+:func:`tessera.passes.lower_graph_to_tile.matmul_epilogue`). :class:`Sm90Epilogue` is the
+part of that the Hopper kernel applies in registers, between the last wgmma and the
+store, for each pair of accumulators ``(row, col)``, ``(row, col + 1)`` a thread holds:
+
+* ``v = round(acc)`` to the product type (a no-op for f32 products);
+* ``v = round(v + bias[...])`` where the bias is a row vector (``[N]``, broadcast over
+  the rows) or a full ``[M, N]`` tensor (a residual), read from global memory with
+  predicated loads at ragged edges;
+* ``v = round(act(v))`` for ``relu`` (NaN-propagating ``max``), ``silu`` and ``gelu``
+  (tanh form), with the same instruction sequences as ``lower-tile-to-target``'s
+  lowering of those ops in f32;
+* the store converts ``v`` to the result type.
+
+Other bias broadcasts (a column ``[M, 1]``, partial batch broadcasts) are not taken:
+:meth:`Sm90Epilogue.of` says why, and the matmul keeps the split lowering (product on
+wgmma, then one elementwise kernel).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from xdsl.ir import SSAValue
+
+from tessera.ir import graph as g
+from tessera.ir import target as tt
+from tessera.passes.sm90.asm import TargetAsm
+
+LOG2E = 1.4426950408889634
+ACTIVATIONS = ("relu", "gelu", "silu")
+_TYPE_NAMES = {"bf16": 2, "f16": 2, "f32": 4}
+
+
+@dataclass(frozen=True)
+class Sm90Epilogue:
+    """What the kernel applies to each accumulator before its store."""
+
+    prod_type: str
+    """``bf16``, ``f16`` or ``f32``: the product's type; every step rounds to it."""
+    bias: str | None = None
+    """``"row"`` (``[N]`` broadcast over the rows), ``"full"`` (``[M, N]``) or None."""
+    act: str | None = None
+    """``"relu"``, ``"gelu"``, ``"silu"`` or None."""
+
+    def __post_init__(self) -> None:
+        if self.prod_type not in _TYPE_NAMES:
+            raise ValueError(f"sm90 epilogue: product type {self.prod_type!r}")
+        if self.bias not in (None, "row", "full"):
+            raise ValueError(f"sm90 epilogue: bias kind {self.bias!r}")
+        if self.act is not None and self.act not in ACTIVATIONS:
+            raise ValueError(f"sm90 epilogue: activation {self.act!r}")
+
+    @property
+    def bias_bytes(self) -> int:
+        """Bytes of one bias element (the bias has the product's type)."""
+        return _TYPE_NAMES[self.prod_type]
+
+    @staticmethod
+    def of(op: g.MatmulEpilogueOp, prod_type: str) -> Sm90Epilogue | str:
+        """The epilogue of ``op``, or why the kernel cannot apply it in registers."""
+        bias = None
+        if op.bias is not None:
+            bsh, osh = g.shape_of(op.bias), g.shape_of(op.result)
+            n = osh[-1]
+            if tuple(bsh) == tuple(osh):
+                bias = "full"
+            elif bsh and bsh[-1] == n and math.prod(bsh) == n:
+                bias = "row"
+            else:
+                return f"bias of shape {list(bsh)} is neither [N] nor the result's shape"
+        act = op.activation.data if op.activation is not None else None
+        return Sm90Epilogue(prod_type, bias, act)
+
+
+class EpilogueEmitter:
+    """Emits :class:`Sm90Epilogue` for one consumer warpgroup's fragment of a tile.
+
+    ``row0`` / ``col0`` are the thread's first row and column in the output (the wgmma D
+    fragment: rows ``row0 + 8h``, columns ``col0 + 8j`` and ``+ 1``); call :meth:`tile` once
+    per tile, then :meth:`pair` for each accumulator pair in ``j``-major order.
+    """
+
+    def __init__(
+        self, e: TargetAsm, ep: Sm90Epilogue, m: int, n: int, bias_param: SSAValue | None,
+        ragged_m: bool, ragged_n: bool,
+    ) -> None:
+        self.e, self.ep, self.m, self.n = e, ep, m, n
+        self.ragged_m, self.ragged_n = ragged_m, ragged_n
+        self.base: SSAValue | None = None
+        if ep.bias is not None:
+            assert bias_param is not None
+            self.base = e.reg("b64")
+            e.add(tt.LdParamOp("u64", self.base, bias_param))
+            e.add(tt.CvtaOp("to.global.u64", self.base, self.base))
+        self._row_bias: dict[int, tuple[SSAValue, SSAValue]] = {}
+
+    def tile(self, row0: SSAValue, col0: SSAValue) -> None:
+        """Per-tile setup: the thread's bias pointer and edge predicates."""
+        e, ep = self.e, self.ep
+        self._row_bias = {}
+        self.row0, self.col0 = row0, col0
+        if self.base is None:
+            return
+        self.ptr = e.reg("b64")
+        off = e.reg("b64")
+        if ep.bias == "row":
+            e.add(tt.MulOp("wide.u32", off, col0, e.imm(ep.bias_bytes)))
+        else:
+            lin = e.reg("b64")
+            e.add(tt.MulOp("wide.u32", lin, row0, e.imm(self.n)))
+            c64 = e.reg("b64")
+            e.add(tt.CvtOp("u64.u32", c64, [col0]))
+            e.add(tt.AddOp("u64", lin, lin, c64))
+            e.add(tt.MulOp("lo.u64", off, lin, e.imm(ep.bias_bytes)))
+        e.add(tt.AddOp("u64", self.ptr, self.base, off))
+
+    def _guard(self, j: int, h: int) -> SSAValue | None:
+        e = self.e
+        row = e.setp("lt", e.add32(self.row0, 8 * h), self.m) if (
+            self.ragged_m and self.ep.bias == "full") else None
+        col = e.setp("lt", e.add32(self.col0, 8 * j), self.n) if self.ragged_n else None
+        if row is None or col is None:
+            return row if col is None else col
+        p = e.reg("pred")
+        e.add(tt.AndOp("pred", p, row, col))
+        return p
+
+    def _load_pair(self, offset: int, guard: SSAValue | None) -> tuple[SSAValue, SSAValue]:
+        """Two consecutive bias elements at byte ``offset`` from the thread's pointer, as f32."""
+        e, ty = self.e, self.ep.prod_type
+        lo, hi = e.reg("f32"), e.reg("f32")
+        if ty == "f32":
+            e.add(tt.LdOp("global.v2.f32", [lo, hi], self.ptr, offset, guard))
+            return lo, hi
+        packed, h0, h1 = e.reg("b32"), e.reg("b16"), e.reg("b16")
+        e.mov("b32", packed, 0)  # defined on masked lanes too
+        e.add(tt.LdOp("global.b32", [packed], self.ptr, offset, guard))
+        e.add(tt.UnpackOp("b32", [h0, h1], packed))
+        e.add(tt.CvtOp(f"f32.{ty}", lo, [h0]))
+        e.add(tt.CvtOp(f"f32.{ty}", hi, [h1]))
+        return lo, hi
+
+    def _round(self, v: SSAValue) -> SSAValue:
+        """``v`` rounded to the product type (kept in an f32 register)."""
+        ty = self.ep.prod_type
+        if ty == "f32":
+            return v
+        e = self.e
+        h, out = e.reg("b16"), e.reg("f32")
+        e.add(tt.CvtOp(f"rn.{ty}.f32", h, [v]))
+        e.add(tt.CvtOp(f"f32.{ty}", out, [h]))
+        return out
+
+    def pair(self, j: int, h: int, lo: SSAValue, hi: SSAValue) -> tuple[SSAValue, SSAValue]:
+        """The epilogue of the accumulators at ``(row0 + 8h, col0 + 8j)`` and ``+ 1``."""
+        e, ep = self.e, self.ep
+        vals = [self._round(lo), self._round(hi)]
+        if ep.bias is not None:
+            if ep.bias == "row":
+                if j not in self._row_bias:
+                    self._row_bias[j] = self._load_pair(8 * j * ep.bias_bytes, self._guard(j, 0))
+                b = self._row_bias[j]
+            else:
+                b = self._load_pair((8 * h * self.n + 8 * j) * ep.bias_bytes, self._guard(j, h))
+            vals = [self._round(e.fbin(tt.AddOp, v, bv, "rn.f32")) for v, bv in zip(vals, b)]
+        if ep.act is not None:
+            vals = [self._round(activation(e, ep.act, v)) for v in vals]
+        return vals[0], vals[1]
+
+
+# --------------------------------------------------------------------------- f32 math
+
+
+def activation(e: TargetAsm, act: str, x: SSAValue) -> SSAValue:
+    """``relu`` / ``silu`` / ``gelu`` (tanh form) of the f32 register ``x``."""
+    if act == "relu":
+        return e.fbin(tt.MaxOp, x, 0.0, "NaN.f32")
+    if act == "silu":
+        neg = e.reg("f32")
+        e.add(tt.NegOp("f32", neg, x))
+        s = e.fbin(tt.DivOp, e.fimm(1.0), e.fbin(tt.AddOp, e.fimm(1.0), exp(e, neg), "rn.f32"),
+                   "rn.f32")
+        return e.fbin(tt.MulOp, x, s, "rn.f32")
+    if act == "gelu":
+        x3 = e.fbin(tt.MulOp, e.fbin(tt.MulOp, x, x, "rn.f32"), x, "rn.f32")
+        inner = e.fbin(tt.AddOp, x, e.fbin(tt.MulOp, e.fimm(0.044715), x3, "rn.f32"), "rn.f32")
+        inner = e.fbin(tt.MulOp, e.fimm(math.sqrt(2.0 / math.pi)), inner, "rn.f32")
+        half = e.fbin(tt.MulOp, e.fimm(0.5), x, "rn.f32")
+        return e.fbin(tt.MulOp, half, e.fbin(tt.AddOp, e.fimm(1.0), tanh(e, inner), "rn.f32"),
+                      "rn.f32")
+    raise ValueError(f"sm90 epilogue: activation {act!r}")
+
+
+def exp(e: TargetAsm, x: SSAValue) -> SSAValue:
+    """``e ** x`` as ``ex2.approx.f32(x * log2 e)``."""
+    d = e.reg("f32")
+    e.add(tt.Ex2Op("approx.f32", d, e.fbin(tt.MulOp, x, LOG2E, "rn.f32")))
+    return d
+
+
+def tanh(e: TargetAsm, x: SSAValue) -> SSAValue:
+    """``tanh(x) = sign(x) (1 - t) / (1 + t)``, ``t = exp(-2|x|)``; an odd Taylor polynomial
+    for ``|x| < 0.3``."""
+    ax = e.reg("f32")
+    e.add(tt.AbsOp("f32", ax, x))
+    t = e.reg("f32")
+    e.add(tt.Ex2Op("approx.f32", t, e.fbin(tt.MulOp, ax, -2.0 * LOG2E, "rn.f32")))
+    big = e.fbin(tt.DivOp, e.fbin(tt.SubOp, e.fimm(1.0), t, "rn.f32"),
+                 e.fbin(tt.AddOp, e.fimm(1.0), t, "rn.f32"), "rn.f32")
+    big_s = e.reg("f32")
+    e.add(tt.CopysignOp("f32", big_s, x, big))
+    x2 = e.fbin(tt.MulOp, x, x, "rn.f32")
+    coeffs = [62.0 / 2835.0, -17.0 / 315.0, 2.0 / 15.0, -1.0 / 3.0]
+    poly = e.reg("f32")
+    e.add(tt.MovOp("f32", poly, e.fimm(coeffs[0])))
+    for c in coeffs[1:]:
+        e.fma(poly, x2, c, dst=poly)
+    small = e.fma(e.fbin(tt.MulOp, poly, x2, "rn.f32"), x, x)
+    is_small = e.reg("pred")
+    e.add(tt.SetpOp("lt.f32", is_small, ax, e.fimm(0.3)))
+    d = e.reg("f32")
+    e.add(tt.SelpOp("f32", d, small, big_s, is_small))
+    return d

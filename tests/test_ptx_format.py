@@ -138,3 +138,19 @@ def test_fence_forms() -> None:
         assert op.requirement() == form.needs
     with pytest.raises(Exception, match="unknown fence 'nope'"):
         tt.FenceOp("nope").verify()
+
+
+def test_fp8_wgmma_prints_no_transpose_immediates() -> None:
+    r = _Regs()
+    d = [r("f32") for _ in range(4)]
+    adesc, bdesc, p = r("b64"), r("b64"), r("pred")
+    fp8 = tt.WgmmaOp("m64n8k32.f32.e4m3.e5m2", d, adesc, bdesc, p)
+    assert fp8.ptx(r.names).endswith("%rd0, %rd1, %p0, 1, 1;")
+    bf16 = tt.WgmmaOp("m64n8k16.f32.bf16.bf16", d, adesc, bdesc, p, trans_b=1)
+    assert bf16.ptx(r.names).endswith("%rd0, %rd1, %p0, 1, 1, 0, 1;")
+    a = [r("b32") for _ in range(4)]
+    rs = tt.WgmmaRsOp("m64n8k32.f32.e4m3.e4m3", d, a, bdesc, p)
+    assert rs.ptx(r.names) == (
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%f0, %f1, %f2, %f3}, "
+        "{%r0, %r1, %r2, %r3}, %rd1, %p0, 1, 1;"
+    )

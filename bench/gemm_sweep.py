@@ -8,7 +8,7 @@ For each size (bf16 in, f32 accumulate, bf16 out, ``C = A @ B`` with M = N = K):
 * ``cuBLAS``: ``torch.matmul``.
 * one row per configuration of :func:`tessera.passes.matmul_config.search_space`
   (the heuristic's first, marked ``*``), the kernel launched directly through
-  :func:`tessera.runtime.tma.gemm_runner` (no front end);
+  :func:`tessera.tuning.sm90.gemm_runner` (no front end);
 * ``ts.jit``: the whole ``@ts.jit`` call (front end, host plan, launch), to show
   the host overhead next to the kernel.
 
@@ -48,6 +48,7 @@ if str(ROOT) not in sys.path:
 from tessera.passes import matmul_config as mc  # noqa: E402
 from tessera.passes.emit_ptx import emit_ptx  # noqa: E402
 from tessera.passes.lower_matmul_sm90 import Sm90Gemm, build_kernel  # noqa: E402
+from tessera.tuning import sm90  # noqa: E402
 
 SIZES = (2048, 4096, 8192)
 TOL = 1e-2
@@ -243,7 +244,7 @@ def _one_size(size: Size, max_configs: int | None, bench: Callable[[Callable[[],
     import torch
 
     from tessera.ir import target as tt
-    from tessera.runtime import cuda, tma
+    from tessera.runtime import cuda
 
     m, n, k = size
     name = size_name(size)
@@ -274,7 +275,7 @@ def _one_size(size: Size, max_configs: int | None, bench: Callable[[Callable[[],
             row.status, row.note = "skipped", f"time budget {budget:.0f} s spent"
             continue
         try:
-            run = tma.gemm_runner(g)
+            run = sm90.gemm_runner(g)
             row.regs = _regs(run.plan.function)  # type: ignore[attr-defined]
             try:
                 row.resident = run.plan.resident_ctas()  # type: ignore[attr-defined]
@@ -298,7 +299,9 @@ def _one_size(size: Size, max_configs: int | None, bench: Callable[[Callable[[],
         spec = mm.specialize(a, b)
         target = spec.ir("target")
         launch = next((o for o in target.walk() if isinstance(o, tt.LaunchExOp)), None)
-        jit.config = label(mc.sm90_config(m, n, k)) if launch is not None else "mma.sync"
+        jit.config = label(mc.sm90_config(
+            m, n, k, tiles=mc.format_tiles(spec.options.sm90_tiles)
+        )) if launch is not None else "mma.sync"
         if launch is not None:
             jit.smem, jit.grid = launch.smem.value.data, launch.grid_value()[0]
         out = cuda.run_host(target, spec.name, [a, b], poison=True, ptx=spec.ir("ptx"))[0]

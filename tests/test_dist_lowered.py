@@ -17,8 +17,8 @@ from tessera.dist.launch import spawn
 from tessera.ir import tile as tt
 from tessera.passes.emit_ptx import emit_ptx
 from tessera.passes.lower_graph_to_tile import LowerGraphToTile
+from tessera.passes.pipelines import lower_to_target
 from tessera.runtime import ptxas
-from tessera.runtime.cuda import lower_to_target
 from tessera.runtime.tile_interpreter import run_host
 
 WORLD = 2

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import tessera as ts
-from tessera.frontend import jit
-from tessera.passes.pipelines import GRAPH_PASSES
+from tessera.options import DEFAULT_GRAPH_PASSES
 from tessera.runtime import progress
 
 
@@ -28,33 +27,15 @@ def _mm():
     return ts.jit(mm)
 
 
-def _lowerings(monkeypatch):
-    """Register the tile/target/ptx lowerings for this test (no GPU needed to build PTX)."""
-    from tessera.passes.emit_ptx import emit_ptx
-    from tessera.passes.lower_graph_to_tile import LowerGraphToTile
-    from tessera.passes.pipelines import default_context
-    from tessera.runtime.cuda import lower_to_target
-
-    def to_tile(m):
-        m = m.clone()
-        LowerGraphToTile().apply(default_context(), m)
-        return m
-
-    monkeypatch.setitem(jit.LOWERINGS, "tile", to_tile)
-    monkeypatch.setitem(jit.LOWERINGS, "target", lower_to_target)
-    monkeypatch.setitem(jit.LOWERINGS, "ptx", emit_ptx)
-
-
 def test_dump_dir_has_every_stage(tmp_path, monkeypatch):
     monkeypatch.setenv("TESSERA_DUMP_DIR", str(tmp_path))
-    _lowerings(monkeypatch)
     fn = _mm()
     x, w = np.ones((4, 8), np.float32), np.ones((8, 3), np.float32)
     fn(x, w)
     (folder,) = tmp_path.iterdir()
     assert re.fullmatch(r"mm-[0-9a-f]{12}", folder.name)
     names = sorted(p.name for p in folder.iterdir())
-    passes = [n for n, _ in GRAPH_PASSES]
+    passes = list(DEFAULT_GRAPH_PASSES)
     want = ["00-traced.mlir"] + [f"{i + 1:02d}-{n}.mlir" for i, n in enumerate(passes)]
     want.append(f"{len(passes) + 1:02d}-graph.mlir")
     assert names == want
@@ -84,9 +65,11 @@ def test_dump_one_folder_per_signature(tmp_path, monkeypatch):
 def test_dump_off_without_env(tmp_path, monkeypatch):
     monkeypatch.delenv("TESSERA_DUMP_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
+    from tessera.options import CompileOptions
     from tessera.runtime import dump
 
-    assert dump.observers() == []
+    assert CompileOptions.from_env(device=None).dump_dir is None
+    assert dump.observers(None) == [] and dump.observers("") == []
     _fn()(np.ones((4, 8), np.float32), np.ones((8, 3), np.float32))
     assert list(tmp_path.iterdir()) == []
 

@@ -11,8 +11,8 @@ from xdsl.parser import Parser
 
 from tessera.ir import tile as tt
 from tessera.passes.emit_ptx import emit_ptx
+from tessera.passes.pipelines import lower_to_target
 from tessera.runtime import ptxas
-from tessera.runtime.cuda import lower_to_target
 from tessera.runtime.graph_interpreter import run_function
 from tessera.runtime.tile_interpreter import run_host
 from tests.test_lower_graph_to_tile import context, lower

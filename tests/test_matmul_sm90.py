@@ -13,6 +13,7 @@ from tessera.passes import matmul_config as mc
 from tessera.passes.emit_ptx import emit_ptx
 from tessera.passes.lower_matmul_sm90 import Sm90Gemm, build_kernel
 from tessera.runtime import ptxas
+from tessera.tuning import sm90
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 
@@ -86,14 +87,16 @@ def test_tile_shape_hint() -> None:
 
 def test_tuning_cache_round_trip(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
-    key = mc.cache_key("H100", 256, 256, 256, "bf16", "bf16")
-    assert mc.cached(key) is None
+    key = sm90.cache_key("H100", 256, 256, 256, "bf16", "bf16")
+    assert sm90.cached(key) is None
     cfg = mc.Sm90Config(bn=128, stages=4, consumers=2)
-    mc.store(key, cfg, 1e-5)
+    assert sm90.store(key, cfg, 1e-5)
     assert (tmp_path / "matmul_sm90.json").exists()
-    assert mc.cached(key) == cfg
+    assert sm90.cached(key) == cfg
+    assert sm90.tiles_for("H100") == (("256x256x256:bf16->bf16", (128, 4, 2, 8, 1)),)
+    assert sm90.tiles_for("A100") == ()
     (tmp_path / "matmul_sm90.json").write_text("{not json")
-    assert mc.cached(key) is None
+    assert sm90.cached(key) is None and sm90.tiles_for("H100") == ()
 
 
 def test_eligibility() -> None:

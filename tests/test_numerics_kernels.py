@@ -14,9 +14,9 @@ import tessera as ts
 from tessera.numerics import cast_array
 from tessera.numerics.pack import pack_fp4, pack_fp6, unpack_fp4, unpack_fp6
 from tessera.passes.emit_ptx import emit_ptx
+from tessera.passes.pipelines import lower_to_target
 from tessera.passes.tile_numerics import PACKED
 from tessera.runtime import ptxas
-from tessera.runtime.cuda import lower_to_target
 from tessera.runtime.tile_interpreter import run_host
 from tests.test_lower_graph_to_tile import lower
 

@@ -14,7 +14,7 @@ from xdsl.dialects import func
 
 import tessera as ts
 from tessera.ir import graph as g
-from tessera.passes.pipelines import GRAPH_PASSES
+from tessera.options import DEFAULT_GRAPH_PASSES
 from tessera.profiler import costs
 from tessera.profiler.roofline import Ceilings, Point, plot
 
@@ -56,7 +56,7 @@ def test_table_lists_every_op_and_pass(profiled):
     assert "CPU reference ops" in text and "Compile" in text
     for kind in ("rmsnorm", "matmul", "flash_attention", "matmul_epilogue", "transpose"):
         assert f"\n{kind} (" in text
-    for name, _ in GRAPH_PASSES:
+    for name in DEFAULT_GRAPH_PASSES:
         assert f"pass {name} " in text
     rows = prof.rows("op")
     assert len(rows) == len(graph_ops) and all(r.calls == 2 for r in rows)
@@ -80,7 +80,7 @@ def test_chrome_trace_structure(profiled, tmp_path):
     assert len(ops) == 2 * len(graph_ops)
     assert sorted(e["name"] for e in ops) == sorted(2 * [op.name for op in graph_ops])
     passes = [e["name"] for e in xs if e["cat"] == "pass"]
-    assert passes == [n for n, _ in GRAPH_PASSES]
+    assert passes == list(DEFAULT_GRAPH_PASSES)
     # bytes and FLOPs in the args follow the shapes of the example
     dh = D // H
     f4 = 4

@@ -33,6 +33,7 @@ from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import PassFailedException
 
 from tessera.autodiff.emitter import GraphEmitter, numel
+from tessera.errors import TesseraError
 from tessera.ir import graph as g
 from tessera.ir.graph import elem_of, shape_of
 
@@ -45,7 +46,7 @@ GELU_C = math.sqrt(2.0 / math.pi)
 GELU_K = 0.044715
 
 
-class AutodiffError(PassFailedException):
+class AutodiffError(TesseraError, PassFailedException):
     """An op or program that cannot be differentiated; the message names the op."""
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.errors import TesseraError
 from tessera.dist.mesh import Mesh, MeshError, current_mesh
 from tessera.ir.attrs import REDUCTIONS
 
@@ -53,7 +54,7 @@ def _observed(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-class CollectiveError(RuntimeError):
+class CollectiveError(TesseraError, RuntimeError):
     """A collective that cannot run as asked (no process group, bad shape, ...)."""
 
 

@@ -206,8 +206,11 @@ def run_lowered(
         a.to(dev) if convert.is_torch_tensor(a) else convert.to_torch(np.asarray(a)).to(dev)
         for a in local
     ]
+    from tessera.passes.pipelines import lower_to_target, to_ptx
+
+    target = lower_to_target(tile_module)
     with mesh:
-        return cuda.run_host(cuda.lower_to_target(tile_module), name, local)
+        return cuda.run_host(target, name, local, ptx=to_ptx(target))
 
 
 def parse(text: str, name: str = "<string>") -> ModuleOp:

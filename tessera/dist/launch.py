@@ -21,10 +21,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from tessera.errors import TesseraError
 from tessera.dist.mesh import _free_port
 
 
-class SpawnError(RuntimeError):
+class SpawnError(TesseraError, RuntimeError):
     """A rank of a spawned run failed."""
 
 

@@ -18,10 +18,12 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from tessera.errors import TesseraError
 from tessera.ir.attrs import MeshAttr
+from tessera.options import process_group_env
 
 
-class MeshError(ValueError):
+class MeshError(TesseraError, ValueError):
     """A mesh that cannot be built or used as asked (bad shape, unknown axis, ...)."""
 
 
@@ -288,13 +290,8 @@ def init(backend: str | None = None, device_type: str | None = None) -> int:
         device_type = "cuda" if torch.cuda.is_available() else "cpu"
     if backend is None:
         backend = "nccl" if device_type == "cuda" else "gloo"
-    if "RANK" not in os.environ:
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
-        os.environ.setdefault("RANK", "0")
-        os.environ.setdefault("WORLD_SIZE", "1")
+    local = process_group_env(_free_port)
     if backend == "nccl":
-        local = int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
         torch.cuda.set_device(local % torch.cuda.device_count())
     tdist.init_process_group(backend)
     return tdist.get_rank()

@@ -32,6 +32,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, TensorType
 from xdsl.ir import Block, Operation, Region, SSAValue
 
+from tessera.errors import TesseraError
 from tessera.dist.mesh import Mesh
 from tessera.ir import graph as g
 from tessera.passes.shard_propagation import SHARD, STAGE, USER_COLLECTIVES
@@ -40,7 +41,7 @@ DEVICES = ("cpu", "cuda")
 """Where segments run: the numpy reference interpreter, or PTX on CUDA tensors."""
 
 
-class SegmentError(RuntimeError):
+class SegmentError(TesseraError, RuntimeError):
     """A per-rank program that cannot be split or run as asked."""
 
 

@@ -29,13 +29,14 @@ from typing import Any
 
 import numpy as np
 
+from tessera.errors import TesseraError
 from tessera.dist.mesh import Mesh, MeshError
 from tessera.ir.attrs import REDUCTIONS, ShardSpecAttr
 
 _DIM_NAMES = ("row", "col", "batch")
 
 
-class ShardingError(ValueError):
+class ShardingError(TesseraError, ValueError):
     """A layout that does not fit a tensor or a mesh (dim not divisible, unknown axis)."""
 
 

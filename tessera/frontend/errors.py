@@ -1,49 +1,13 @@
-"""Tessera's exception types and the user source location they report.
+"""The front end's view of :mod:`tessera.errors` (kept so ``tessera.frontend.errors``
+imports keep working; the classes are defined once, at the bottom of the package)."""
 
-Every error raised while tracing or running a Tessera program derives from
-:class:`TesseraError`. Errors about user code name the user's ``file:line``
-(the innermost stack frame outside the ``tessera`` package), in the guide's
-style::
+from tessera.errors import (
+    ShapeError,
+    TesseraError,
+    TesseraTypeError,
+    TraceError,
+    located,
+    user_location,
+)
 
-    matmul inner dimensions differ: left K=128, right K=256 (model.py:12)
-"""
-
-from __future__ import annotations
-
-import os
-import sys
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-class TesseraError(Exception):
-    """Base of every error Tessera raises about a user's program."""
-
-
-class ShapeError(TesseraError, ValueError):
-    """Operand shapes that an operator does not accept."""
-
-
-class TesseraTypeError(TesseraError, TypeError):
-    """A wrong dtype, numeric policy or Python value."""
-
-
-class TraceError(TesseraError):
-    """A construct that cannot be traced into Graph IR (e.g. Python control flow on a tensor)."""
-
-
-def user_location() -> str:
-    """``file:line`` of the innermost frame outside the tessera package ("" if none)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_PACKAGE_DIR + os.sep):
-            return f"{os.path.basename(path)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return ""
-
-
-def located(msg: str, loc: str | None = None) -> str:
-    """``msg (file:line)`` with the user's location (computed if not given)."""
-    loc = user_location() if loc is None else loc
-    return f"{msg} ({loc})" if loc else msg
+__all__ = ["ShapeError", "TesseraError", "TesseraTypeError", "TraceError", "located", "user_location"]

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
+from tessera import compiler
+from tessera.compiler import COMPILE_OBSERVERS, LEVELS, CompileObserver
 from tessera.frontend.annotations import (
     TensorAnnotation,
     bind_shape,
@@ -39,81 +41,14 @@ from tessera.frontend.tracing import Trace, TracedTensor, active_trace, tracing
 from tessera.ir.attrs import tensor_type
 from tessera.ir.dtypes import dtype_of
 from tessera.ir.policy import NumericPolicy
+from tessera.options import CompileOptions
 
-LEVELS: tuple[str, ...] = ("traced", "graph", "tile", "target", "ptx")
-"""The IR levels ``inspect_ir`` can print, in pipeline order."""
-
-def _lower_to_tile(m: Any) -> Any:
-    from tessera.passes.pipelines import lower_to_tile
-
-    return lower_to_tile(m)
-
-
-def _lower_to_target(m: Any) -> Any:
-    from tessera.passes.pipelines import lower_to_target
-
-    return lower_to_target(m)
-
-
-def _to_ptx(m: Any) -> Any:
-    from tessera.passes.pipelines import to_ptx
-
-    return to_ptx(m)
-
-
-LOWERINGS: dict[str, Callable[[Any], Any]] = {
-    "tile": _lower_to_tile,
-    "target": _lower_to_target,
-    "ptx": _to_ptx,
-}
-"""Lowering from the previous level: ``LOWERINGS["tile"](graph_module) -> tile module``,
-``LOWERINGS["target"](tile_module)``, ``LOWERINGS["ptx"](target_module) -> str``.
-Compiling to PTX needs no GPU; a level without an entry raises NotImplementedError."""
+__all__ = [
+    "COMPILE_OBSERVERS", "LEVELS", "CompileObserver", "CompiledFunction", "Specialization",
+    "jit", "module",
+]
 
 _STATIC_TYPES = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
-
-
-class CompileObserver:
-    """Told about each compile step of a :class:`Specialization`.
-
-    Register instances in :data:`COMPILE_OBSERVERS`; ``ts.profiler`` sessions,
-    ``TESSERA_DUMP_DIR`` (:mod:`tessera.runtime.dump`) and the compile progress
-    bar (:mod:`tessera.runtime.progress`) are observers.
-    """
-
-    def begin(self, spec: Specialization, level: str, steps: int) -> None:
-        """Building ``level`` starts; it takes ``steps`` passes."""
-
-    def pass_done(self, spec: Specialization, name: str, module: ModuleOp, seconds: float) -> None:
-        """Pass ``name`` ran in ``seconds``; ``module`` is the IR after it."""
-
-    def stage(self, spec: Specialization, level: str, ir: Any, seconds: float) -> None:
-        """``level`` (one of :data:`LEVELS`) was built in ``seconds``; ``ir`` is its module or text."""
-
-
-COMPILE_OBSERVERS: list[CompileObserver] = []
-"""Observers added by code (profiler sessions); see :func:`compile_observers`."""
-
-
-def compile_observers() -> list[CompileObserver]:
-    """:data:`COMPILE_OBSERVERS` plus those the environment switches on (dump dir, progress bar)."""
-    from tessera.runtime import dump, progress
-
-    return [*COMPILE_OBSERVERS, *dump.observers(), *progress.compile_observers()]
-
-
-def _pass_callback(spec: Specialization, observers: list[CompileObserver]) -> Callable[..., None]:
-    """An xDSL PassPipeline callback reporting each pass's time (observers' own time excluded)."""
-    last = [time.perf_counter()]
-
-    def callback(prev: Any, module: ModuleOp, nxt: Any) -> None:
-        if prev is not None:
-            seconds = time.perf_counter() - last[0]
-            for o in observers:
-                o.pass_done(spec, prev.name, module, seconds)
-        last[0] = time.perf_counter()
-
-    return callback
 
 
 def _is_static(v: Any) -> bool:
@@ -132,6 +67,8 @@ class Specialization:
     traced: ModuleOp
     tensor_params: list[str]
     returns_tuple: bool
+    options: CompileOptions = field(default_factory=CompileOptions)
+    """The options this signature compiles under (resolved when it was traced)."""
     levels: dict[str, Any] = field(default_factory=dict)
     captures: list[Any] = field(default_factory=list, repr=False)
     """Tensors of enclosing traces the function captured (its arguments after the
@@ -142,91 +79,18 @@ class Specialization:
     _launch: Any = field(default=None, repr=False, compare=False)
 
     def ir(self, level: str) -> Any:
-        """The module (or PTX text) at ``level``, computed on first use.
+        """The module (or PTX text) at ``level``, computed on first use by the compiler
+        driver (:func:`tessera.compiler.build`).
 
         The PTX is looked up in the persistent program cache first
         (:mod:`tessera.runtime.program_cache`); on a hit the other levels are still
         computed from the traced module when asked for."""
-        if level == "traced":
-            return self.traced
-        if level in self.levels:
-            return self.levels[level]
-        if level == "ptx":
-            return self._ptx()
-        observers = compile_observers()
-        if level == "graph":
-            from tessera.passes.pipelines import GRAPH_PASSES, run_graph_pipeline
-
-            for o in observers:
-                o.begin(self, "graph", len(GRAPH_PASSES))
-            cb = _pass_callback(self, observers) if observers else None
-            t0 = time.perf_counter()
-            self.levels["graph"] = run_graph_pipeline(self.traced.clone(), callback=cb)
-            seconds = time.perf_counter() - t0
-            for o in observers:
-                o.stage(self, "graph", self.levels["graph"], seconds)
-            return self.levels["graph"]
-        prev = LEVELS[LEVELS.index(level) - 1]
-        lower = LOWERINGS.get(level)
-        if lower is None:
-            raise NotImplementedError(
-                f"inspect_ir('{level}'): the {prev} -> {level} lowering is not available yet "
-                "(no GPU lowering registered in tessera.frontend.jit.LOWERINGS)"
-            )
-        below = self.ir(prev)
-        for o in observers:
-            o.begin(self, level, 1)
-        t0 = time.perf_counter()
-        self.levels[level] = lower(below)
-        seconds = time.perf_counter() - t0
-        for o in observers:
-            o.stage(self, level, self.levels[level], seconds)
-        return self.levels[level]
-
-    def _ptx(self) -> str:
-        """The PTX: from the program cache, else lowered (and then stored there)."""
-        from tessera.runtime import program_cache
-
-        key = program_cache.program_key(self)
-        if key is not None:
-            found = program_cache.load(key)
-            if found is not None:
-                self.levels["ptx"] = found.ptx
-                self.launch_text = found.launch
-                return found.ptx
-        prev = LEVELS[LEVELS.index("ptx") - 1]
-        lower = LOWERINGS.get("ptx")
-        if lower is None:
-            raise NotImplementedError(
-                f"inspect_ir('ptx'): the {prev} -> ptx lowering is not available yet "
-                "(no GPU lowering registered in tessera.frontend.jit.LOWERINGS)"
-            )
-        below = self.ir(prev)
-        observers = compile_observers()
-        for o in observers:
-            o.begin(self, "ptx", 1)
-        t0 = time.perf_counter()
-        ptx = self.levels["ptx"] = lower(below)
-        seconds = time.perf_counter() - t0
-        for o in observers:
-            o.stage(self, "ptx", ptx, seconds)
-        if key is not None:
-            launch = program_cache.launch_module_text(below)
-            program_cache.store(key, program_cache.CompiledProgram(ptx=ptx, launch=launch))
-        return ptx
+        return compiler.build(self, level)
 
     def launch_module(self) -> ModuleOp:
         """The Target-level module the GPU runtime runs: the lowered one when it was built
-        in this process, else the launch module from the program cache (parsed once)."""
-        if "target" in self.levels:
-            return self.levels["target"]
-        if self.launch_text is not None:
-            if self._launch is None:
-                from tessera.runtime import program_cache
-
-                self._launch = program_cache.parse_launch_module(self.launch_text)
-            return self._launch
-        return self.ir("target")
+        in this process, else the launch module from the program cache."""
+        return compiler.launch_module(self)
 
 
 def _fast_key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -333,8 +197,12 @@ class CompiledFunction:
         name: str | None = None,
         *,
         mesh: Any = None,
+        options: CompileOptions | None = None,
     ):
         self.fn = fn
+        self.options = options
+        """Compile options given by the caller (None: from the environment and the device),
+        completed by :func:`tessera.compiler.resolve_options` for each traced signature."""
         self.name = name or getattr(fn, "__name__", "fn")
         self.__name__ = self.name
         self.__doc__ = getattr(fn, "__doc__", None)
@@ -498,9 +366,10 @@ class CompiledFunction:
             tensor_params=[i.param for i in infos if i.kind == "tensor"],
             returns_tuple=returns_tuple,
             captures=trace.captured(),
+            options=compiler.resolve_options(self.options),
         )
         seconds = time.perf_counter() - t0
-        for o in compile_observers():
+        for o in compiler.compile_observers(spec.options):
             o.stage(spec, "traced", module, seconds)
         return spec
 

@@ -14,9 +14,10 @@ arguments:
 * on the CPU interpreter, timings mean nothing: the first agreeing config is
   picked; a line on stderr says so.
 
-Winners are kept in memory and in ``$TESSERA_CACHE_DIR/autotune.json``
-(default ``~/.cache/tessera/autotune.json``), so later processes skip the
-search. A progress bar (:mod:`tessera.runtime.progress`) is drawn on stderr only
+Winners are kept in memory and in ``autotune.json`` under the cache root
+(:mod:`tessera.tuning.kernel`, shared safely between processes), so later
+processes skip the search; a stored config that is not a point of the space is
+never run (the kernel is tuned again). A progress bar (:mod:`tessera.runtime.progress`) is drawn on stderr only
 when stderr is a terminal.
 """
 
@@ -25,12 +26,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
-import statistics
 import sys
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,32 +35,7 @@ import numpy as np
 from tessera.frontend.errors import TesseraError
 from tessera.frontend.kernel import BoundCall, Kernel
 from tessera.runtime import progress
-
-
-def cache_path() -> Path:
-    """Where tuned configs are stored."""
-    root = os.environ.get("TESSERA_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "tessera"
-    )
-    return Path(root) / "autotune.json"
-
-
-def _load(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _store(path: Path, key: str, entry: dict[str, Any]) -> None:
-    """Add one entry to the JSON cache (read-modify-write, replaced atomically)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = _load(path)
-    data[key] = entry
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".autotune.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+from tessera.tuning import kernel as store
 
 
 @dataclass
@@ -127,8 +99,7 @@ class AutotunedKernel(Kernel):
         key = self.signature(call, fixed)
         cfg = self.best.get(key)
         if cfg is None:
-            entry = _load(cache_path()).get(key)
-            cfg = entry["config"] if entry else None
+            cfg = store.cached_config(key, self.configs())
         if cfg is None:
             cfg = self.tune(args, kwargs, grid, group_size, call, key)
         self.best[key] = cfg
@@ -218,7 +189,7 @@ class AutotunedKernel(Kernel):
                 f"{len(trials)} configs on the CPU interpreter ({len(good)} ran and agreed), "
                 f"picked the first: {win.config}\n"
             )
-        _store(cache_path(), key, {
+        store.record(key, {
             "config": win.config, "how": how,
             "trials": [{"config": t.config, "ok": t.ok, "ms": t.ms, "error": t.error}
                        for t in trials],
@@ -228,16 +199,6 @@ class AutotunedKernel(Kernel):
     def _time_gpu(
         self, args: tuple, kwargs: dict, cfg: dict[str, Any], grid: Any, group_size: int | None
     ) -> float:
-        import torch
-
-        for _ in range(self.warmup):
-            self._run(args, kwargs, cfg, grid, group_size)
-        times = []
-        for _ in range(self.rep):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            self._run(args, kwargs, cfg, grid, group_size)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
+        return store.time_ms(
+            lambda: self._run(args, kwargs, cfg, grid, group_size), self.warmup, self.rep
+        )

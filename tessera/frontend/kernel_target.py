@@ -1,43 +1,32 @@
 """From a compiled tile kernel to Target IR, PTX and a GPU launch.
 
-The lowering itself belongs to ``tessera.passes.lower_tile_to_target`` and
-``tessera.passes.emit_ptx``; this module only connects a
-:class:`~tessera.frontend.kernel.CompiledKernel` to them and to the CUDA
-runtime (``tessera.runtime.cuda``), raising a clear ``NotImplementedError``
-when a piece is not available.
+The lowering goes through the compiler driver (:mod:`tessera.compiler`: the
+``target`` and ``ptx`` stages, under the options of
+:func:`tessera.compiler.resolve_options`); this module only connects a
+:class:`~tessera.frontend.kernel.CompiledKernel` to it and to the CUDA runtime
+(``tessera.runtime.cuda``).
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
-from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+
+from tessera import compiler
 
 if TYPE_CHECKING:
     from tessera.frontend.kernel import BoundCall, CompiledKernel
 
 
-def _optional(module: str, what: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise NotImplementedError(f"{what} is not available ({module}: {e})") from None
-
-
 def lower_to_target(module: ModuleOp) -> ModuleOp:
     """A copy of ``module`` with its ``ttile.kernel`` lowered to ``ttarget.func``."""
-    lowering = _optional("tessera.passes.lower_tile_to_target", "the Tile IR -> PTX lowering")
-    out = module.clone()
-    lowering.LowerTileToTargetPass().apply(Context(allow_unregistered=True), out)
-    return out
+    return compiler.lower(module, "target")
 
 
 def lower_to_ptx(module: ModuleOp) -> str:
     """PTX text for the kernels of a Tile IR module."""
-    emit = _optional("tessera.passes.emit_ptx", "PTX emission")
-    return emit.emit_ptx(lower_to_target(module))
+    return compiler.lower(lower_to_target(module), "ptx")
 
 
 def launch_gpu(ck: CompiledKernel, call: BoundCall, grid: tuple[int, int, int]) -> Any:
@@ -49,18 +38,18 @@ def launch_gpu(ck: CompiledKernel, call: BoundCall, grid: tuple[int, int, int]) 
     misaligned tensor runs on a copy that is copied back); the loaded module
     is kept on ``ck``.
     """
-    cuda = _optional("tessera.runtime.cuda", "the CUDA runtime")
     import torch
     from xdsl.dialects.builtin import MemRefType
 
     from tessera.frontend.kernel import kernel_args
     from tessera.ir import target as tt
+    from tessera.runtime import cuda
 
     device = next(v.device for v in call.values.values() if isinstance(v, torch.Tensor))
     loaded = getattr(ck, "_gpu", None)
     if loaded is None or loaded[0] != device.index:
         target = lower_to_target(ck.module)
-        ptx = _optional("tessera.passes.emit_ptx", "PTX emission").emit_ptx(target)
+        ptx = compiler.lower(target, "ptx")
         func = next(
             op for op in target.walk() if isinstance(op, tt.FuncOp) and op.sym_name.data == ck.name
         )

@@ -43,6 +43,8 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
+from tessera.errors import TesseraError
+
 INDEX = IndexType()
 
 
@@ -70,7 +72,7 @@ class VectorValue:
         return t
 
 
-class KernelTypeError(Exception):
+class KernelTypeError(TesseraError):
     """A type error while emitting scalar code; the caller adds the source line."""
 
 

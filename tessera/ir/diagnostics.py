@@ -17,6 +17,8 @@ from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
+from tessera.errors import TesseraError
+
 
 class LocatingParser(Parser):
     """A Parser that remembers the source span where each operation starts."""
@@ -38,7 +40,7 @@ class LocatingParser(Parser):
 
 
 @dataclass
-class LocatedError(Exception):
+class LocatedError(TesseraError):
     """An error at a place in the source: printed as ``file:line:col: error: message``."""
 
     file: str

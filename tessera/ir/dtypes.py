@@ -64,7 +64,7 @@ class DType:
 
     def __getitem__(self, dims: Any) -> Any:
         """``f32[n]`` in kernel signatures: a tensor annotation of this dtype."""
-        from tessera.frontend.annotations import TensorAnnotation
+        from tessera.ir.annotations import TensorAnnotation
 
         if not isinstance(dims, tuple):
             dims = (dims,)

@@ -21,6 +21,7 @@ from xdsl.ir import Operation
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.target import Target
 
+from tessera.errors import TesseraError
 from tessera.ir.target import (
     REG_CLASSES,
     REG_PREFIX,
@@ -36,7 +37,7 @@ from tessera.ir.target import (
 )
 
 
-class PtxEmissionError(ValueError):
+class PtxEmissionError(TesseraError, ValueError):
     """The module cannot be printed as PTX (no kernels, invalid IR, mixed targets)."""
 
 

@@ -1,11 +1,10 @@
-"""``graph-optimize``: the Graph IR optimization pipeline as one pass with an option per step.
+"""``graph-optimize``: the graph stage's steps as one pass with an option per step.
 
-The steps, in order: ``algebraic-simplify``, ``cse``, ``fuse-attention``,
-``fuse-matmul-epilogue``, ``fuse-elementwise``, ``dce``. Attention and epilogue
-fusion run before elementwise fusion so that the scale, mask, bias and
-activation ops they absorb are still standalone. ``graph_optimize_passes()``
-returns the same steps as separate passes (the compile pipeline runs them that
-way, so each step can be printed).
+The steps are those of :data:`tessera.options.DEFAULT_GRAPH_PASSES` after
+``canonicalize``, in the same order: ``algebraic-simplify``, ``cse``,
+``fuse-attention``, ``fuse-matmul-epilogue``, ``fuse-elementwise``, ``dce``.
+``graph_optimize_passes()`` returns the steps that are switched on as separate
+passes.
 """
 
 from __future__ import annotations
@@ -15,15 +14,11 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import builtin
 from xdsl.passes import ModulePass
-from xdsl.transforms.common_subexpression_elimination import (
-    CommonSubexpressionElimination,
-)
-from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
-from tessera.passes.algebraic_simplify import AlgebraicSimplifyPass
-from tessera.passes.fuse_attention import FuseAttentionPass
-from tessera.passes.fuse_elementwise import FuseElementwisePass
-from tessera.passes.fuse_matmul_epilogue import FuseMatmulEpiloguePass
+from tessera.options import DEFAULT_GRAPH_PASSES
+
+STEPS: tuple[str, ...] = tuple(n for n in DEFAULT_GRAPH_PASSES if n != "canonicalize")
+"""The steps, in pipeline order (pass names)."""
 
 
 def graph_optimize_passes(
@@ -36,15 +31,17 @@ def graph_optimize_passes(
     dce: bool = True,
 ) -> list[ModulePass]:
     """The Graph IR optimization steps that are switched on, in pipeline order."""
-    steps: list[tuple[bool, ModulePass]] = [
-        (algebraic_simplify, AlgebraicSimplifyPass()),
-        (cse, CommonSubexpressionElimination()),
-        (fuse_attention, FuseAttentionPass()),
-        (fuse_matmul_epilogue, FuseMatmulEpiloguePass()),
-        (fuse_elementwise, FuseElementwisePass()),
-        (dce, DeadCodeElimination()),
-    ]
-    return [p for on, p in steps if on]
+    from tessera.passes.pipelines import graph_pass
+
+    on = {
+        "algebraic-simplify": algebraic_simplify,
+        "cse": cse,
+        "fuse-attention": fuse_attention,
+        "fuse-matmul-epilogue": fuse_matmul_epilogue,
+        "fuse-elementwise": fuse_elementwise,
+        "dce": dce,
+    }
+    return [graph_pass(n) for n in STEPS if on[n]]
 
 
 @dataclass(frozen=True)

@@ -1038,6 +1038,9 @@ class LowerGraphToTile(ModulePass):
     name = "lower-graph-to-tile"
 
     sm90: bool = False
+    sm90_tiles: tuple[str, ...] = ()
+    """Tuned sm90 matmul tile configs, ``"MxNxK:in->out=bn,stages,consumers,group_m,cluster"``
+    each (:func:`tessera.passes.matmul_config.parse_tiles`); other shapes use the heuristic."""
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         """Lowerings tried before the generic one, by op type."""
@@ -1046,7 +1049,10 @@ class LowerGraphToTile(ModulePass):
         from tessera.passes.lower_attention_sm90 import LowerAttentionSm90
         from tessera.passes.lower_matmul_sm90 import LowerMatmulSm90
 
-        return {**LowerMatmulSm90().overrides(), **LowerAttentionSm90().overrides()}
+        return {
+            **LowerMatmulSm90(sm90_tiles=self.sm90_tiles).overrides(),
+            **LowerAttentionSm90().overrides(),
+        }
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for fn in [f for f in op.body.block.ops if isinstance(f, func.FuncOp)]:

@@ -4,8 +4,9 @@
 :func:`eligible` accepts becomes a Target IR kernel built here (a
 ``ttarget.func``) and a host ``ttarget.launch_ex`` instead of the generic
 ``mma.sync`` Tile IR kernel; everything else lowers as before.
-``tessera.passes.pipelines.lower_to_tile`` uses it when :func:`selected` says the
-compile is for a compute capability 9.0 device.
+The ``tile`` stage of ``tessera.passes.pipelines`` uses it when the compile options
+enable the sm90 kernels (``CompileOptions.sm90_kernels``: a compute capability 9.0
+device, or ``TESSERA_SM90_MATMUL=1``).
 
 The kernel (``C[M, N] = A[M, K] @ B[K, N]``, f32 accumulate), one ``BM x BN``
 output tile per CTA:
@@ -50,14 +51,15 @@ tensor), activation and cast to the accumulators before the store
 buffer and apply the epilogue in one elementwise kernel.
 
 Tile shapes and stages come from the matmul's ``tile_shape`` when it is a valid
-sm90 shape, else from :func:`tessera.passes.matmul_config.sm90_config`
-(docs/PERFORMANCE.md).
+sm90 shape, else from :func:`tessera.passes.matmul_config.sm90_config`: the tuned
+config of the pass's ``sm90_tiles`` option (filled from ``CompileOptions.sm90_tiles``)
+or the heuristic (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
 
+import functools
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -107,21 +109,6 @@ FP8 = ("e4m3", "e5m2")
 
 
 # --------------------------------------------------------------------------- eligibility
-
-
-def selected() -> bool:
-    """Whether ``@ts.jit`` uses the sm_90a kernels (these matmuls and ``lower-attention-sm90``'s
-    attention): ``TESSERA_SM90_MATMUL=1/0`` decides,
-    else the current CUDA device having compute capability 9.0."""
-    env = os.environ.get("TESSERA_SM90_MATMUL")
-    if env is not None:
-        return env not in ("", "0")
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available()) and torch.cuda.get_device_capability() == (9, 0)
-    except Exception:
-        return False
 
 
 def _elem_bytes(t: Attribute) -> int:
@@ -686,16 +673,19 @@ def _product_type(op: g.MatmulOp | g.MatmulEpilogueOp) -> TensorType:
     return t
 
 
-def gemm_for(op: g.MatmulOp | g.MatmulEpilogueOp) -> Sm90Gemm:
-    """The kernel specialization for an eligible matmul (tile_shape or the heuristic)."""
+def gemm_for(op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = ()) -> Sm90Gemm:
+    """The kernel specialization for an eligible matmul (tile_shape, a tuned config of
+    ``tiles`` or the heuristic)."""
     prob = _problem(op)
     assert isinstance(prob, _Problem), prob
     ta, tb = op.transpose_lhs is not None, op.transpose_rhs is not None
     cfg = None
     if op.tile_shape is not None:
         cfg = Sm90Config.from_tile_shape(tuple(op.tile_shape.get_values()))
+    in_type = _TYPE_NAMES[type(g.elem_of(op.lhs))]
+    out_type = _TYPE_NAMES[type(g.elem_of(_product_type(op)))]
     if cfg is None:
-        cfg = sm90_config(prob.m * prob.batch, prob.n, prob.k)
+        cfg = sm90_config(prob.m * prob.batch, prob.n, prob.k, in_type, out_type, tiles)
     a_type = _TYPE_NAMES[type(g.elem_of(op.lhs))]
     b_type = _TYPE_NAMES[type(g.elem_of(op.rhs))]
     if a_type in FP8:  # the kernel reads K-major copies of MN-major fp8 operands
@@ -725,7 +715,9 @@ def device_sms() -> int:
     return NUM_SMS
 
 
-def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> bool:
+def lower_matmul_sm90(
+    lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = ()
+) -> bool:
     """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path.
 
     A ``tgraph.matmul_epilogue`` applies its bias add, activation and cast in the kernel's
@@ -736,7 +728,7 @@ def lower_matmul_sm90(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp
     """
     if eligible(op) is not None:
         return False
-    gemm = gemm_for(op)
+    gemm = gemm_for(op, tiles)
     n = lw.counter.get("matmul", 0)
     lw.counter["matmul"] = n + 1
     name = f"{lw.prefix}_matmul_{n}"
@@ -791,7 +783,8 @@ class LowerMatmulSm90(LowerGraphToTile):
     name = "lower-matmul-sm90"
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
+        lower = functools.partial(lower_matmul_sm90, tiles=self.sm90_tiles)
         return {  # type: ignore[dict-item]
-            g.MatmulOp: (lower_matmul_sm90,), g.MatmulEpilogueOp: (lower_matmul_sm90,),
+            g.MatmulOp: (lower,), g.MatmulEpilogueOp: (lower,),
             g.Conv2dOp: (lower_conv2d_sm90,),
         }

@@ -1,4 +1,4 @@
-"""Tile shapes for the sm90 (TMA + wgmma) matmul: the heuristic and the autotuner.
+"""Tile shapes for the sm90 (TMA + wgmma) matmul: the heuristic and tuned configs.
 
 **Heuristic** (:func:`heuristic`, used when tuning is off and the matmul has no
 usable ``tile_shape``):
@@ -19,23 +19,19 @@ usable ``tile_shape``):
 * ``group_m = 8``: CTAs walk the output in groups of 8 tile rows so that the B
   panel of a group stays in L2.
 
-**Autotuner** (:func:`autotune`): times every config of :func:`search_space` on the
-current GPU (CUDA events, median of a few runs, after a correctness check against
-``torch.matmul``) and records the winner in ``$TESSERA_CACHE_DIR/matmul_sm90.json``
-(default ``~/.cache/tessera``) keyed by device name, M, N, K and dtypes.
-:func:`sm90_config` consults that cache first, tunes on a miss when
-``TESSERA_AUTOTUNE=1`` and a Hopper GPU is present, and otherwise uses the
-heuristic. Progress is shown only on a terminal.
+**Tuned configs** come from the autotuner (:mod:`tessera.tuning.sm90`), which
+times every config of :func:`search_space` on the GPU and records the winner per
+device and shape. The compiler passes the current device's winners to the
+lowering as ``lower-graph-to-tile``'s ``sm90_tiles`` option
+(``CompileOptions.sm90_tiles``); :func:`sm90_config` takes the one of the shape
+when it is a config of :func:`search_space`, and the heuristic otherwise. This
+module does no I/O and reads no environment.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tessera.passes.tile_builder import cdiv
 
@@ -137,139 +133,56 @@ def search_space(m: int, n: int, k: int) -> list[Sm90Config]:
     return [h, *[c for c in out if c != h]]
 
 
-# --------------------------------------------------------------------------- persistent cache
+# --------------------------------------------------------------------------- tuned configs
 
 
-def cache_path() -> Path:
-    root = os.environ.get("TESSERA_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "tessera"
-    )
-    return Path(root) / "matmul_sm90.json"
+def shape_key(m: int, n: int, k: int, in_type: str, out_type: str) -> str:
+    """The key of one matmul shape in a tile table: ``"MxNxK:in->out"``."""
+    return f"{m}x{n}x{k}:{in_type}->{out_type}"
 
 
-def cache_key(device: str, m: int, n: int, k: int, in_type: str, out_type: str) -> str:
-    return f"{device}|{m}x{n}x{k}|{in_type}->{out_type}"
+def as_numbers(cfg: Sm90Config) -> tuple[int, int, int, int, int]:
+    """``cfg`` as ``(bn, stages, consumers, group_m, cluster)``."""
+    return (cfg.bn, cfg.stages, cfg.consumers, cfg.group_m, cfg.cluster)
 
 
-def load_cache(path: Path | None = None) -> dict[str, Any]:
-    try:
-        data = json.loads((path or cache_path()).read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def store(key: str, cfg: Sm90Config, seconds: float, path: Path | None = None) -> None:
-    """Record a winner (read-modify-write, replaced atomically; silent if not writable)."""
-    path = path or cache_path()
-    data = load_cache(path)
-    data[key] = {**asdict(cfg), "seconds": seconds}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError:
-        pass
-
-
-def cached(key: str) -> Sm90Config | None:
-    entry = load_cache().get(key)
-    if not isinstance(entry, dict):
+def from_numbers(numbers: Sequence[int]) -> Sm90Config | None:
+    """The config of ``(bn, stages, consumers, group_m, cluster)``; None if not valid."""
+    if len(numbers) != 5:
         return None
-    try:
-        cfg = Sm90Config(
-            bn=int(entry["bn"]), stages=int(entry["stages"]),
-            consumers=int(entry["consumers"]), group_m=int(entry.get("group_m", 8)),
-            cluster=int(entry.get("cluster", 1)),
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
+    bn, stages, consumers, group_m, cluster = (int(x) for x in numbers)
+    cfg = Sm90Config(bn=bn, stages=stages, consumers=consumers, group_m=group_m, cluster=cluster)
     return cfg if cfg.valid() else None
 
 
-def _device_name() -> str | None:
-    try:
-        import torch
-
-        if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0):
-            return torch.cuda.get_device_name()
-    except Exception:
-        pass
-    return None
+def format_tiles(tiles: Sequence[tuple[str, Sequence[int]]]) -> tuple[str, ...]:
+    """``(shape key, numbers)`` pairs (``CompileOptions.sm90_tiles``) as the entries
+    :func:`parse_tiles` reads: ``"MxNxK:in->out=bn,stages,consumers,group_m,cluster"``."""
+    return tuple(f"{key}={','.join(str(int(x)) for x in cfg)}" for key, cfg in tiles)
 
 
-def sm90_config(m: int, n: int, k: int, in_type: str = "bf16", out_type: str = "bf16") -> Sm90Config:
-    """The tuned config from the cache, a fresh tuning (``TESSERA_AUTOTUNE=1``), or the heuristic."""
-    dev = _device_name()
-    if dev is not None:
-        key = cache_key(dev, m, n, k, in_type, out_type)
-        found = cached(key)
-        if found is not None:
-            return found
-        if os.environ.get("TESSERA_AUTOTUNE", "") not in ("", "0"):
-            return autotune(m, n, k, in_type, out_type)
-    return heuristic(m, n, k)
+def parse_tiles(tiles: Sequence[str]) -> dict[str, Sm90Config]:
+    """A tile table from ``"MxNxK:in->out=bn,stages,consumers,group_m,cluster"`` entries
+    (the ``sm90_tiles`` option); malformed or invalid entries are left out."""
+    out: dict[str, Sm90Config] = {}
+    for entry in tiles:
+        key, _, numbers = entry.partition("=")
+        try:
+            cfg = from_numbers([int(x) for x in numbers.split(",")])
+        except ValueError:
+            continue
+        if cfg is not None:
+            out[key] = cfg
+    return out
 
 
-# --------------------------------------------------------------------------- tuning
-
-
-def autotune(
-    m: int, n: int, k: int, in_type: str = "bf16", out_type: str = "bf16", reps: int = 20,
+def sm90_config(
+    m: int, n: int, k: int, in_type: str = "bf16", out_type: str = "bf16",
+    tiles: Sequence[str] = (),
 ) -> Sm90Config:
-    """Time :func:`search_space` on the current GPU; record and return the fastest correct config."""
-    import torch
-
-    from tessera.passes.lower_matmul_sm90 import Sm90Gemm
-    from tessera.runtime import progress, tma
-
-    dev = torch.cuda.get_device_name()
-    tdt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
-    a = torch.randn(m, k, device="cuda", dtype=tdt[in_type])
-    b = torch.randn(k, n, device="cuda", dtype=tdt[in_type])
-    ref = (a.double() @ b.double())
-    best: tuple[float, Sm90Config] | None = None
-    space = search_space(m, n, k)
-    bar = progress.bar(len(space), f"tuning sm90 matmul {m}x{n}x{k}")
-    try:
-        for cfg in space:
-            bar.update(1)
-            gemm = Sm90Gemm(m, n, k, in_type, out_type, cfg)
-            try:
-                run = tma.gemm_runner(gemm)
-                c = torch.full((m, n), float("nan"), device="cuda", dtype=tdt[out_type])
-                run(c, a, b)
-                torch.cuda.synchronize()
-                err = float((c.double() - ref).norm() / ref.norm().clamp_min(1e-30))
-                if not err < 2e-2:
-                    continue
-                seconds = _time(lambda run=run, c=c: run(c, a, b), reps)
-            except Exception:
-                continue
-            if best is None or seconds < best[0]:
-                best = (seconds, cfg)
-    finally:
-        bar.close()
-    if best is None:
-        return heuristic(m, n, k)
-    store(cache_key(dev, m, n, k, in_type, out_type), best[1], best[0])
-    return best[1]
-
-
-def _time(fn: Any, reps: int) -> float:
-    import torch
-
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / 1e3)
-    times.sort()
-    return times[len(times) // 2]
+    """The tuned config of this shape in ``tiles`` when it is one of :func:`search_space`
+    (a config outside it is never used), else the heuristic."""
+    found = parse_tiles(tiles).get(shape_key(m, n, k, in_type, out_type))
+    if found is not None and found in search_space(m, n, k):
+        return found
+    return heuristic(m, n, k)

@@ -1,10 +1,22 @@
-"""Named pass pipelines.
+"""The pass pipelines of each compile stage, defined once.
 
-``graph_pipeline()`` is what a traced function goes through before
-``inspect_ir("graph")``, execution and lowering: xDSL's canonicalize, cse and
-dce, with Tessera's graph-level passes added through
-:func:`register_graph_pass`. ``GraphPipelinePass`` (``tessera-graph-pipeline``
-in ``tessera-opt``) runs the same list over IR text.
+A compile goes through the stages of :data:`STAGE_PASSES` (Graph IR → Graph IR →
+Tile IR → Target IR), then :func:`to_ptx` prints PTX. Each stage's passes are a
+function of the :class:`~tessera.options.CompileOptions`, so the options are the
+only input besides the IR:
+
+* ``graph``: ``options.graph_passes`` by name (default
+  :data:`~tessera.options.DEFAULT_GRAPH_PASSES`: canonicalize, algebraic-simplify,
+  cse, the three fusions, dce);
+* ``tile``: ``lower-graph-to-tile``, with the sm_90a matmul and attention kernels when
+  ``options.sm90_kernels`` (their tile configs from ``options.sm90_tiles``);
+* ``target``: ``lower-tile-to-target``.
+
+The compiler driver (:mod:`tessera.compiler`) runs this table for ``@ts.jit``,
+``@ts.kernel``, the profiler and ``inspect_ir``; ``tessera-opt``'s composite passes
+are the same lists: ``tessera-graph-pipeline`` is the ``graph`` stage,
+``graph-optimize`` its steps after canonicalize (each can be switched off), and
+``tessera-ptx-pipeline`` the ``graph``, ``tile`` and ``target`` stages in a row.
 """
 
 from __future__ import annotations
@@ -15,145 +27,111 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline, PassPipelineCallbackType
-from xdsl.transforms.canonicalize import CanonicalizePass
-from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
-from xdsl.transforms.dead_code_elimination import DeadCodeElimination
 
+from tessera.ir.context import default_context
+from tessera.options import DEFAULT_GRAPH_PASSES, CompileOptions, OptionsError
 
-def _algebra(name: str) -> Callable[[], ModulePass]:
-    """A lazy factory for one of the algebra passes (docs/ALGEBRA.md)."""
-
-    def make() -> ModulePass:
-        from tessera.passes import ALL_PASSES
-
-        return ALL_PASSES[name]()()
-
-    return make
-
-
-GRAPH_PASSES: list[tuple[str, Callable[[], ModulePass]]] = [
-    ("canonicalize", CanonicalizePass),
-    ("algebraic-simplify", _algebra("algebraic-simplify")),
-    ("cse", CommonSubexpressionElimination),
-    ("fuse-attention", _algebra("fuse-attention")),
-    ("fuse-matmul-epilogue", _algebra("fuse-matmul-epilogue")),
-    ("fuse-elementwise", _algebra("fuse-elementwise")),
-    ("dce", DeadCodeElimination),
+__all__ = [
+    "DEFAULT_GRAPH_PASSES", "STAGE_PASSES", "GraphPipelinePass", "PtxPipelinePass",
+    "default_context", "graph_pass", "graph_pipeline", "lower", "lower_to_target",
+    "lower_to_tile", "ptx_pipeline", "run_graph_pipeline", "stage_passes", "to_ptx",
 ]
-"""The graph pipeline, in order: (name, factory) pairs."""
+
+_DEFAULT = CompileOptions()
 
 
-def register_graph_pass(
-    name: str,
-    factory: Callable[[], ModulePass],
-    *,
-    before: str | None = None,
-    after: str | None = None,
-) -> None:
-    """Add a pass to the graph pipeline (at the end, or next to the pass named
-    ``before``/``after``). Registering a name twice replaces the earlier entry."""
-    for i, (n, _) in enumerate(GRAPH_PASSES):
-        if n == name:
-            del GRAPH_PASSES[i]
-            break
-    names = [n for n, _ in GRAPH_PASSES]
-    anchor = before or after
-    if anchor is not None and anchor not in names:
-        raise KeyError(f"graph pipeline has no pass '{anchor}' (passes: {', '.join(names)})")
-    if before is not None:
-        pos = names.index(before)
-    elif after is not None:
-        pos = names.index(after) + 1
-    else:
-        pos = len(GRAPH_PASSES)
-    GRAPH_PASSES.insert(pos, (name, factory))
+def graph_pass(name: str) -> ModulePass:
+    """A fresh instance of the pass ``name`` (a Tessera pass or xDSL's canonicalize, cse,
+    dce); an unknown name is an :class:`~tessera.options.OptionsError`."""
+    from xdsl.transforms.canonicalize import CanonicalizePass
+    from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
+    from xdsl.transforms.dead_code_elimination import DeadCodeElimination
+
+    from tessera.passes import ALL_PASSES
+
+    xdsl_passes: dict[str, type[ModulePass]] = {
+        "canonicalize": CanonicalizePass,
+        "cse": CommonSubexpressionElimination,
+        "dce": DeadCodeElimination,
+    }
+    if name in xdsl_passes:
+        return xdsl_passes[name]()
+    if name in ALL_PASSES:
+        return ALL_PASSES[name]()()
+    known = sorted({*xdsl_passes, *ALL_PASSES})
+    raise OptionsError(f"graph pipeline: unknown pass '{name}' (passes: {', '.join(known)})")
 
 
-def graph_pipeline() -> list[ModulePass]:
-    """Fresh instances of the graph pipeline's passes, in order."""
-    return [factory() for _, factory in GRAPH_PASSES]
+def graph_pipeline(options: CompileOptions = _DEFAULT) -> list[ModulePass]:
+    """Fresh instances of the graph stage's passes, in order."""
+    return [graph_pass(n) for n in options.graph_passes]
 
 
-def default_context() -> Context:
-    """A context with every Tessera dialect and xDSL's builtin/func/arith/scf loaded."""
-    from xdsl.dialects.arith import Arith
-    from xdsl.dialects.builtin import Builtin
-    from xdsl.dialects.func import Func
-    from xdsl.dialects.scf import Scf
+def _tile_passes(options: CompileOptions) -> list[ModulePass]:
+    from tessera.passes.lower_graph_to_tile import LowerGraphToTile
+    from tessera.passes.matmul_config import format_tiles
 
-    from tessera.universe import ALL_DIALECTS
+    tiles = format_tiles(options.sm90_tiles)
+    return [LowerGraphToTile(sm90=options.sm90_kernels, sm90_tiles=tiles)]
 
-    ctx = Context()
-    for d in (Builtin, Func, Arith, Scf):
-        ctx.load_dialect(d)
-    for name, factory in ALL_DIALECTS.items():
-        if name not in ctx.registered_dialect_names:
-            ctx.register_dialect(name, factory)
-    return ctx
+
+def _target_passes(options: CompileOptions) -> list[ModulePass]:
+    from tessera.passes.lower_tile_to_target import LowerTileToTargetPass
+
+    return [LowerTileToTargetPass()]
+
+
+STAGE_PASSES: dict[str, Callable[[CompileOptions], list[ModulePass]]] = {
+    "graph": graph_pipeline,
+    "tile": _tile_passes,
+    "target": _target_passes,
+}
+"""The IR-to-IR stages in order: each builds its level from the previous one
+(``graph`` from ``traced``) with these passes."""
+
+
+def stage_passes(stage: str, options: CompileOptions = _DEFAULT) -> list[ModulePass]:
+    """The passes of ``stage`` (a key of :data:`STAGE_PASSES`) under ``options``."""
+    return STAGE_PASSES[stage](options)
+
+
+def lower(
+    module: ModuleOp,
+    stage: str,
+    options: CompileOptions = _DEFAULT,
+    callback: PassPipelineCallbackType | None = None,
+) -> ModuleOp:
+    """Run ``stage`` on a copy of ``module`` and verify the result (the input is unchanged).
+
+    ``callback`` is an xDSL ``PassPipeline`` callback ``(previous, module, next)``,
+    called before the first pass, between passes and after the last one (the
+    profiler and ``TESSERA_DUMP_DIR`` use it)."""
+    m = module.clone()
+    PassPipeline(tuple(stage_passes(stage, options)), callback).apply(default_context(), m)
+    m.verify()
+    return m
 
 
 def run_graph_pipeline(
     module: ModuleOp,
     ctx: Context | None = None,
     callback: PassPipelineCallbackType | None = None,
+    options: CompileOptions = _DEFAULT,
 ) -> ModuleOp:
-    """Run the graph pipeline over ``module`` in place and verify the result.
-
-    ``callback`` is an xDSL ``PassPipeline`` callback ``(previous, module, next)``,
-    called before the first pass, between passes and after the last one (the
-    profiler and ``TESSERA_DUMP_DIR`` use it).
-    """
-    ctx = ctx or default_context()
-    PassPipeline(tuple(graph_pipeline()), callback).apply(ctx, module)
+    """Run the graph stage over ``module`` in place and verify the result."""
+    PassPipeline(tuple(graph_pipeline(options)), callback).apply(ctx or default_context(), module)
     module.verify()
     return module
 
 
-@dataclass(frozen=True)
-class GraphPipelinePass(ModulePass):
-    """The graph pipeline as one pass: ``tessera-opt -p tessera-graph-pipeline``."""
-
-    name = "tessera-graph-pipeline"
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for p in graph_pipeline():
-            p.apply(ctx, op)
-
-
-def ptx_pipeline() -> list[ModulePass]:
-    """Graph IR to Target IR: the graph pipeline, lower-graph-to-tile, lower-tile-to-target.
-
-    ``tessera.passes.emit_ptx.emit_ptx`` prints the result as PTX.
-    """
-    from tessera.passes import ALL_PASSES
-
-    return [
-        *graph_pipeline(),
-        ALL_PASSES["lower-graph-to-tile"]()(),
-        ALL_PASSES["lower-tile-to-target"]()(),
-    ]
-
-
-def lower_to_tile(graph_module: ModuleOp) -> ModuleOp:
+def lower_to_tile(graph_module: ModuleOp, options: CompileOptions = _DEFAULT) -> ModuleOp:
     """Graph-level module → Tile-level module (a copy; the input is unchanged)."""
-    from tessera.passes.lower_graph_to_tile import LowerGraphToTile
-    from tessera.passes.lower_matmul_sm90 import selected
-
-    m = graph_module.clone()
-    # bf16/f16 matmuls and attention become TMA + wgmma kernels when compiling for Hopper
-    LowerGraphToTile(sm90=selected()).apply(default_context(), m)
-    m.verify()
-    return m
+    return lower(graph_module, "tile", options)
 
 
-def lower_to_target(tile_module: ModuleOp) -> ModuleOp:
+def lower_to_target(tile_module: ModuleOp, options: CompileOptions = _DEFAULT) -> ModuleOp:
     """Tile-level module → Target-level module (a copy; the input is unchanged)."""
-    from tessera.passes.lower_tile_to_target import LowerTileToTargetPass
-
-    m = tile_module.clone()
-    LowerTileToTargetPass().apply(default_context(), m)
-    m.verify()
-    return m
+    return lower(tile_module, "target", options)
 
 
 def to_ptx(target_module: ModuleOp) -> str:
@@ -163,6 +141,26 @@ def to_ptx(target_module: ModuleOp) -> str:
     return emit_ptx(target_module)
 
 
+def ptx_pipeline(options: CompileOptions = _DEFAULT) -> list[ModulePass]:
+    """Graph IR to Target IR: the ``graph``, ``tile`` and ``target`` stages in a row
+    (:func:`to_ptx` prints the result as PTX)."""
+    return [p for stage in STAGE_PASSES for p in stage_passes(stage, options)]
+
+
+@dataclass(frozen=True)
+class GraphPipelinePass(ModulePass):
+    """The graph stage as one pass: ``tessera-opt -p tessera-graph-pipeline``."""
+
+    name = "tessera-graph-pipeline"
+
+    def passes(self) -> list[ModulePass]:
+        return graph_pipeline()
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for p in self.passes():
+            p.apply(ctx, op)
+
+
 @dataclass(frozen=True)
 class PtxPipelinePass(ModulePass):
     """Graph IR to Target IR in one pass: ``tessera-opt -p tessera-ptx-pipeline -t ptx``
@@ -170,6 +168,9 @@ class PtxPipelinePass(ModulePass):
 
     name = "tessera-ptx-pipeline"
 
+    def passes(self) -> list[ModulePass]:
+        return ptx_pipeline()
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for p in ptx_pipeline():
+        for p in self.passes():
             p.apply(ctx, op)

@@ -35,6 +35,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException
 
+from tessera.errors import TesseraError
 from tessera.ir import graph as g
 from tessera.ir.attrs import MeshAttr, ShardSpecAttr
 
@@ -47,7 +48,7 @@ USER_COLLECTIVES = (
 )
 
 
-class ShardingPassError(DiagnosticException):
+class ShardingPassError(TesseraError, DiagnosticException):
     """A program the sharding passes cannot handle; the message names the op and dims."""
 
 

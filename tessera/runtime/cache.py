@@ -1,16 +1,20 @@
-"""Caches for compiled kernels.
+"""Caches for compiled kernels, and the atomic file writes every disk cache uses.
 
 * In memory: one loaded ``CUmodule`` per (PTX hash, device) for the life of the
   process (:class:`ModuleCache`, used by :mod:`tessera.runtime.cuda`).
-* On disk: cubins under ``$TESSERA_CACHE_DIR`` (default ``~/.cache/tessera``),
-  keyed by :func:`cache_key` = sha256 of (PTX text, arch, ptxas version,
-  driver version). The PTX is printed 1:1 from the Target IR, so its hash is the
-  IR's hash. Files are written atomically (temp file + rename); a corrupt or
-  unreadable entry is treated as absent and rewritten.
+* On disk: cubins under :func:`cache_dir` (:func:`tessera.options.cache_root`),
+  keyed by :func:`cache_key` = sha256 of (PTX text, arch, ptxas version, driver
+  version). The PTX is printed 1:1 from the Target IR, so its hash is the IR's
+  hash. Each file starts with a checksum of its contents: a file that is
+  truncated, edited or unreadable is treated as absent and rewritten.
+
+:func:`write_atomic` writes a file through a temporary file in the same folder
+and a rename, and removes the temporary file when anything fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -18,11 +22,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tessera.options import cache_root
+
+_MAGIC = b"tessera-cubin-1\0"
+"""The start of a cubin file, followed by the sha256 of the cubin and the cubin."""
+
 
 def cache_dir() -> Path:
-    """Where cubins are kept: ``$TESSERA_CACHE_DIR`` or ``~/.cache/tessera``."""
-    env = os.environ.get("TESSERA_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "tessera"
+    """Where cubins are kept: :func:`tessera.options.cache_root`."""
+    return cache_root()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically (a temporary file in the same folder, then a
+    rename); the temporary file never stays behind. Raises ``OSError`` on failure."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def cache_key(ptx: str, arch: str, toolchain: str, driver: str) -> str:
@@ -34,28 +56,37 @@ def cache_key(ptx: str, arch: str, toolchain: str, driver: str) -> str:
     return h.hexdigest()
 
 
+def cubin_path(key: str) -> Path:
+    return cache_dir() / f"{key}.cubin"
+
+
 def load_cubin(key: str) -> bytes | None:
-    path = cache_dir() / f"{key}.cubin"
+    """The stored cubin of ``key``; None when absent, unreadable or failing its checksum."""
     try:
-        data = path.read_bytes()
+        raw = cubin_path(key).read_bytes()
     except OSError:
         return None
-    return data or None
+    head = len(_MAGIC) + 32
+    if not raw.startswith(_MAGIC) or len(raw) <= head:
+        return None
+    digest, data = raw[len(_MAGIC):head], raw[head:]
+    return data if hashlib.sha256(data).digest() == digest else None
 
 
 def store_cubin(key: str, data: bytes) -> Path | None:
     """Write a cubin atomically; returns its path, None if the cache is not writable."""
-    d = cache_dir()
+    path = cubin_path(key)
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        final = d / f"{key}.cubin"
-        os.replace(tmp, final)
-        return final
+        write_atomic(path, _MAGIC + hashlib.sha256(data).digest() + data)
     except OSError:
         return None
+    return path
+
+
+def discard_cubin(key: str) -> None:
+    """Remove the stored cubin of ``key`` (one the driver refused to load)."""
+    with contextlib.suppress(OSError):
+        cubin_path(key).unlink()
 
 
 def cubin_for(ptx: str, arch: str, toolchain: str, driver: str, build: Callable[[], bytes]) -> bytes:

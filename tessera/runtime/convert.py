@@ -11,7 +11,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from tessera.frontend.errors import TesseraTypeError
+from tessera.errors import TesseraTypeError
 
 # numpy (ml_dtypes) dtype name -> (torch dtype name, same-width integer view)
 _BIT_VIEWS: dict[str, tuple[str, Any, str]] = {

@@ -38,7 +38,6 @@ buffer (:class:`KernelLaunch`); ``ts.jit`` keeps it per signature
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 import threading
 import warnings
@@ -64,8 +63,10 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, SSAValue
 
+from tessera.errors import TesseraError
 from tessera.ir import host_collectives as hc
 from tessera.ir import target as tt
+from tessera.options import RuntimeOptions
 from tessera.runtime import cache
 
 LOG_SIZE = 1 << 16
@@ -76,11 +77,11 @@ is told which compiled specialization runs next; ``LAUNCH_HOOK.launch(host, kern
 run)`` is called instead of each kernel launch and calls ``run()`` to launch it."""
 
 
-class CudaError(RuntimeError):
+class CudaError(TesseraError, RuntimeError):
     """A CUDA driver call failed; the message names the call and the CUresult."""
 
 
-class LaunchError(ValueError):
+class LaunchError(TesseraError, ValueError):
     """The arguments cannot be passed to the kernel (device, dtype, shape, count)."""
 
 
@@ -196,14 +197,16 @@ def load_module(ptx: str, device: int = 0) -> Any:
     module = None
     from tessera.runtime import ptxas
 
-    if ptxas.find_ptxas() is not None and not os.environ.get("TESSERA_NO_DISK_CACHE"):
+    if ptxas.find_ptxas() is not None and RuntimeOptions.from_env().disk_cache:
         arch = device_arch(device)
+        key = cache.cache_key(ptx, arch, ptxas.version(), driver_version())
         try:
             cubin = cache.cubin_for(
                 ptx, arch, ptxas.version(), driver_version(), lambda: ptxas.assemble(ptx, arch)
             )
             module = _load_image(cubin, "cubin")
         except CudaError as e:
+            cache.discard_cubin(key)  # rebuilt by the next process instead of failing again
             warnings.warn(
                 f"tessera: cached cubin did not load ({e}); loading the PTX through the driver JIT",
                 stacklevel=2,
@@ -388,7 +391,7 @@ class KernelLaunch:
         self._ok = d.CUresult.CUDA_SUCCESS
         self._streams: dict[int, Any] = {}
         self._what = f"cuLaunchKernel({self.name})"
-        self._sync = bool(os.environ.get("TESSERA_CUDA_SYNC"))
+        self._sync = RuntimeOptions.from_env().cuda_sync
 
     def __call__(self, values: Sequence[Any], stream: int | None = None) -> None:
         """Launch on ``stream`` (a raw ``CUstream`` handle; default: torch's current stream)."""
@@ -489,8 +492,6 @@ class HostPlan:
     constants and kernel launches on slots of an environment list."""
 
     def __init__(self, module: ModuleOp, name: str, device: int, ptx: str | None) -> None:
-        from tessera.passes.emit_ptx import emit_ptx
-
         host = None
         for op in module.body.block.ops:
             if isinstance(op, func.FuncOp) and op.sym_name.data == name:
@@ -503,9 +504,12 @@ class HostPlan:
         kernels = {
             k.sym_name.data: k for k in module.body.block.ops if isinstance(k, tt.FuncOp)
         }
-        cu_module = (
-            load_module(ptx if ptx is not None else emit_ptx(module), device) if kernels else None
-        )
+        if kernels and ptx is None:
+            raise LaunchError(
+                f"run_host: the module of @{name} has kernels ({', '.join(sorted(kernels))}); "
+                "pass their PTX as ptx= (tessera.passes.pipelines.to_ptx of the module)"
+            )
+        cu_module = load_module(ptx, device) if kernels and ptx is not None else None
         slots: dict[SSAValue, int] = {}
 
         def slot(v: SSAValue) -> int:
@@ -697,18 +701,7 @@ class HostPlan:
         return [env[s] for s in self.results]
 
 
-# --------------------------------------------------------------------------- front-end hook
-
-
-def lower_to_target(tile_module: ModuleOp) -> ModuleOp:
-    """Tile-level module → Target-level module (a copy; the input is unchanged)."""
-    from xdsl.context import Context
-
-    from tessera.passes.lower_tile_to_target import LowerTileToTargetPass
-
-    m = tile_module.clone()
-    LowerTileToTargetPass().apply(Context(), m)
-    return m
+# --------------------------------------------------------------------------- compiled specializations
 
 
 def run_specialization(spec: Any, args: list[Any]) -> Any:
@@ -786,12 +779,8 @@ run_specialization.runner = specialization_runner  # type: ignore[attr-defined]
 
 
 def install() -> None:
-    """Register the Target lowering, PTX emission and this GPU backend with the front end."""
-    from tessera.frontend import jit
-    from tessera.passes.emit_ptx import emit_ptx
+    """Make this the GPU backend of compiled functions (:mod:`tessera.runtime.dispatch`)."""
     from tessera.runtime import dispatch
 
-    jit.LOWERINGS.setdefault("target", lower_to_target)
-    jit.LOWERINGS.setdefault("ptx", emit_ptx)
     if dispatch.GPU_BACKEND is None:
         dispatch.GPU_BACKEND = run_specialization

@@ -21,7 +21,6 @@ in a folder this process writes to first are removed.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import weakref
 from pathlib import Path
@@ -87,9 +86,9 @@ class DumpObserver:
 _OBSERVERS: dict[str, DumpObserver] = {}
 
 
-def observers() -> list[DumpObserver]:
-    """The dump observer for ``$TESSERA_DUMP_DIR`` (none when it is unset or empty)."""
-    root = os.environ.get(ENV)
+def observers(root: str | None) -> list[DumpObserver]:
+    """The dump observer writing under ``root`` (``CompileOptions.dump_dir``, from
+    ``$TESSERA_DUMP_DIR``); none when it is None or empty."""
     if not root:
         return []
     obs = _OBSERVERS.get(root)

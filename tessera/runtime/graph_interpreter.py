@@ -35,7 +35,7 @@ from xdsl.interpreter import (
 from xdsl.interpreters.func import FuncFunctions
 from xdsl.ir import Attribute, Operation
 
-from tessera.frontend.errors import ShapeError, TesseraTypeError
+from tessera.errors import ShapeError, TesseraTypeError
 from tessera.ir import graph as g
 from tessera.ir.attrs import policy_of
 from tessera.ir.dtypes import fp64

@@ -1,67 +1,53 @@
 """Persistent cache of compiled programs, one entry per compiled signature.
 
-A compiled :class:`~tessera.frontend.jit.Specialization` is, for running it, two
-pieces of text: the PTX of its kernels and its *launch module*, the Target-level
-module with every kernel's body cut down to ``ttarget.ret`` (the host ``func.func`` that allocates
+A compiled ``@ts.jit`` signature is, for running it, two pieces of text: the PTX
+of its kernels and its *launch module*, the Target-level module with every
+kernel's body cut down to ``ttarget.ret`` (the host ``func.func`` that allocates
 outputs and launches kernels, the ``memref.global`` constants it uses, and each
 ``ttarget.func``'s name, parameter types and block size). Both are stored as one
-JSON file under ``$TESSERA_CACHE_DIR/programs/`` (default
-``~/.cache/tessera/programs``), so a fresh process that traces the same function
-with the same signature skips the graph pipeline and both lowerings: it parses
-the small launch module and hands the PTX to the cubin cache
-(:mod:`tessera.runtime.cache`).
+JSON file under ``<cache root>/programs/`` (:func:`tessera.options.cache_root`),
+so a fresh process that traces the same function with the same signature skips
+the graph pipeline and both lowerings: it parses the small launch module and
+hands the PTX to the cubin cache (:mod:`tessera.runtime.cache`).
 
-The key (:func:`program_key`) is the sha256 of everything that changes the result:
+The key (:func:`program_key`) is the sha256 of
 
-* the traced Graph IR as text: the function body, static arguments, each tensor
-  argument's shape, dtype and numeric policy, the mesh;
-* the symbol name, the tensor parameters and whether the result is a tuple;
-* the compiler: a hash of every ``.py`` file of the ``tessera`` package, its
-  version, and the versions of xDSL, numpy, ml_dtypes and Python;
-* what the lowering reads besides the IR (:func:`lowering_context`): every
-  ``TESSERA_*`` environment variable except those that only steer caching,
-  logging or launching (:data:`NEUTRAL_ENV`), the current CUDA device's name and
-  compute capability (which decide, with ``TESSERA_SM90_MATMUL``, whether matmuls
-  lower for sm90), and the contents of the sm90 autotuning cache file.
+* the compile options' key (``CompileOptions.key()``: device, enabled kernels,
+  tuned tile configs, graph pipeline; everything besides the IR that changes the
+  generated code);
+* the source: the traced Graph IR as text and the specialization's name, tensor
+  parameters and result form, as the compiler driver (:mod:`tessera.compiler`)
+  passes them;
+* the compiler (:func:`compiler_fingerprint`): a hash of every ``.py`` file of the
+  ``tessera`` package and the versions of Tessera, xDSL, numpy, ml_dtypes and Python.
 
-Programs that depend on Python state of the process are never cached
-(:func:`cacheable`): a traced ``custom_vjp`` (its rule is a Python callback),
-a graph pass registered from outside Tessera and xDSL, a replaced lowering in
-:data:`tessera.frontend.jit.LOWERINGS`, or an active compile observer (a
-profiler session or ``TESSERA_DUMP_DIR`` wants to see every pass run). Set
-``TESSERA_NO_DISK_CACHE=1`` to turn this cache (and the cubin cache) off.
-
-Entries are written atomically (temp file + rename). An entry that cannot be
-read or does not have the expected form is reported with a warning, ignored, and
-replaced by the rebuilt program.
+Entries carry a sha256 checksum of their PTX and launch text and are written
+atomically (temp file + rename, the temp file removed on failure). An entry that
+cannot be read, has another form, fails its checksum (an edited PTX) or whose
+launch text does not parse is reported with a warning, removed, and replaced by
+the rebuilt program: no entry can wedge a signature. ``TESSERA_NO_DISK_CACHE=1``
+turns this cache (and the cubin cache) off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
-import os
 import sys
-import tempfile
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from tessera.runtime.cache import cache_dir
+from tessera.options import RuntimeOptions, cache_root
+from tessera.runtime.cache import write_atomic
 
-FORMAT = 1
+FORMAT = 2
 """Version of the entry layout; part of the key and checked on load."""
-
-NEUTRAL_ENV: frozenset[str] = frozenset({
-    "TESSERA_CACHE_DIR", "TESSERA_NO_DISK_CACHE", "TESSERA_DUMP_DIR", "TESSERA_PROGRESS",
-    "TESSERA_PROGRESS_MIN_STEPS", "TESSERA_CUDA_SYNC", "TESSERA_PTXAS", "TESSERA_DEBUG",
-    "TESSERA_BENCH",
-})
-"""``TESSERA_*`` variables that do not change the compiled program (left out of the key)."""
-
-CUSTOM_VJP_ATTR = "tessera.custom_vjp"
 
 
 @dataclass(frozen=True)
@@ -71,15 +57,21 @@ class CompiledProgram:
     ptx: str
     launch: str
 
+    def checksum(self) -> str:
+        h = hashlib.sha256(self.ptx.encode())
+        h.update(b"\0")
+        h.update(self.launch.encode())
+        return h.hexdigest()
+
 
 def enabled() -> bool:
     """Whether the disk caches are on (``TESSERA_NO_DISK_CACHE`` unset or empty)."""
-    return not os.environ.get("TESSERA_NO_DISK_CACHE")
+    return RuntimeOptions.from_env().disk_cache
 
 
 def programs_dir() -> Path:
-    """The folder of program entries: ``cache_dir() / "programs"``."""
-    return cache_dir() / "programs"
+    """The folder of program entries: ``cache_root() / "programs"``."""
+    return cache_root() / "programs"
 
 
 # --------------------------------------------------------------------------- keys
@@ -93,98 +85,31 @@ def compiler_fingerprint() -> str:
     import numpy
     import xdsl
 
-    import tessera
-
     h = hashlib.sha256()
-    root = Path(tessera.__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]
     for path in sorted(root.rglob("*.py")):
         h.update(path.relative_to(root).as_posix().encode())
         h.update(b"\0")
         h.update(path.read_bytes())
         h.update(b"\0")
+    try:
+        version = metadata.version("tessera")
+    except metadata.PackageNotFoundError:
+        version = ""
     for part in (
-        getattr(tessera, "__version__", ""), getattr(xdsl, "__version__", ""),
-        numpy.__version__, ml_dtypes.__version__, sys.version,
+        version, getattr(xdsl, "__version__", ""), numpy.__version__, ml_dtypes.__version__,
+        sys.version,
     ):
         h.update(str(part).encode())
         h.update(b"\0")
     return h.hexdigest()
 
 
-def _device() -> str:
-    """The current CUDA device's name and compute capability, or "none"."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        try:
-            import torch
-        except ImportError:
-            return "none"
-    try:
-        if not torch.cuda.is_available():
-            return "none"
-        index = torch.cuda.current_device()
-        return f"{torch.cuda.get_device_name(index)}|{torch.cuda.get_device_capability(index)}"
-    except Exception as e:  # a broken driver: lowering sees no device either
-        return f"none ({type(e).__name__})"
-
-
-def _file_hash(path: Path) -> str:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return "absent"
-
-
-def lowering_context() -> list[str]:
-    """What the lowering depends on besides the IR (see the module docstring)."""
-    from tessera.passes.matmul_config import cache_path
-
-    env = sorted(
-        f"{k}={v}" for k, v in os.environ.items()
-        if k.startswith("TESSERA_") and k not in NEUTRAL_ENV
-    )
-    return [
-        *env,  # TESSERA_SM90_MATMUL among them
-        f"device={_device()}",  # what lower_matmul_sm90.selected() reads when that is unset
-        f"autotune={_file_hash(cache_path())}",
-    ]
-
-
-def cacheable(spec: Any, traced_text: str) -> bool:
-    """Whether ``spec``'s program depends only on what :func:`program_key` covers."""
-    from tessera.frontend import jit
-    from tessera.passes.pipelines import GRAPH_PASSES
-    from tessera.runtime import dump
-
-    if not enabled() or jit.COMPILE_OBSERVERS or dump.observers():
-        return False
-    if CUSTOM_VJP_ATTR in traced_text:
-        return False
-    for _, factory in GRAPH_PASSES:
-        if not getattr(factory, "__module__", "").startswith(("tessera.", "xdsl.")):
-            return False
-    return all(
-        getattr(jit.LOWERINGS.get(level), "__module__", "").startswith("tessera.")
-        for level in ("tile", "target", "ptx")
-    )
-
-
-def program_key(spec: Any) -> str | None:
-    """The cache key of ``spec``'s compiled program, None if it must not be cached."""
-    traced = str(spec.traced)
-    if not cacheable(spec, traced):
-        return None
+def program_key(options_key: str, source: Sequence[str]) -> str:
+    """The cache key of a program: the options' key, the source parts (traced IR text,
+    name, parameters ...) and :func:`compiler_fingerprint`."""
     h = hashlib.sha256()
-    parts = [
-        f"format={FORMAT}",
-        compiler_fingerprint(),
-        spec.name,
-        ",".join(spec.tensor_params),
-        str(spec.returns_tuple),
-        *lowering_context(),
-        traced,
-    ]
-    for part in parts:
+    for part in (f"format={FORMAT}", compiler_fingerprint(), options_key, *source):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -197,9 +122,19 @@ def entry_path(key: str) -> Path:
     return programs_dir() / f"{key}.json"
 
 
+def _reject(path: Path, why: str) -> None:
+    warnings.warn(
+        f"tessera: ignoring corrupt compile cache entry {path} ({why}); rebuilding it",
+        stacklevel=4,
+    )
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
 def load(key: str) -> CompiledProgram | None:
-    """The stored program of ``key``; None when absent. A damaged entry gives a warning
-    (naming its file) and None, so the caller rebuilds and overwrites it."""
+    """The stored program of ``key``; None when absent. A damaged entry (unreadable, of
+    another form, or failing its checksum) gives a warning naming its file, is removed,
+    and None is returned, so the caller rebuilds and stores the program again."""
     path = entry_path(key)
     try:
         raw = path.read_bytes()
@@ -217,29 +152,32 @@ def load(key: str) -> CompiledProgram | None:
         ptx, launch = data.get("ptx"), data.get("launch")
         if not isinstance(ptx, str) or not isinstance(launch, str) or not ptx or not launch:
             raise ValueError("'ptx' or 'launch' missing")
+        program = CompiledProgram(ptx=ptx, launch=launch)
+        if data.get("sha256") != program.checksum():
+            raise ValueError("checksum mismatch: the PTX or launch text was changed")
     except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
-        warnings.warn(
-            f"tessera: ignoring corrupt compile cache entry {path} ({e}); rebuilding it",
-            stacklevel=3,
-        )
+        _reject(path, str(e))
         return None
-    return CompiledProgram(ptx=ptx, launch=launch)
+    return program
+
+
+def discard(key: str, why: str) -> None:
+    """Remove the entry of ``key`` with a warning (its launch text did not load)."""
+    _reject(entry_path(key), why)
 
 
 def store(key: str, program: CompiledProgram) -> Path | None:
     """Write an entry atomically; returns its path, None if the cache is not writable."""
-    d = programs_dir()
-    data = {"format": FORMAT, "key": key, "ptx": program.ptx, "launch": program.launch}
+    data = {
+        "format": FORMAT, "key": key, "sha256": program.checksum(),
+        "ptx": program.ptx, "launch": program.launch,
+    }
+    path = entry_path(key)
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        final = entry_path(key)
-        os.replace(tmp, final)
-        return final
+        write_atomic(path, json.dumps(data).encode())
     except OSError:
         return None
+    return path
 
 
 # --------------------------------------------------------------------------- launch modules
@@ -263,13 +201,16 @@ def launch_module_text(target: Any) -> str:
 
 
 def parse_launch_module(text: str) -> Any:
-    """Parse a launch module's text (from :func:`launch_module_text`)."""
+    """Parse and verify a launch module's text (from :func:`launch_module_text`); raises
+    xDSL's ``ParseError``/``VerifyException`` (or a ``ValueError``) when it is not one."""
     from xdsl.dialects.memref import MemRef
     from xdsl.parser import Parser
 
-    from tessera.passes.pipelines import default_context
+    from tessera.ir.context import default_context
 
     ctx = default_context()
     if MemRef.name not in ctx.registered_dialect_names:
         ctx.load_dialect(MemRef)
-    return Parser(ctx, text).parse_module()
+    module = Parser(ctx, text).parse_module()
+    module.verify()
+    return module

@@ -11,9 +11,10 @@ half a second
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any, TextIO
+
+from tessera.options import RuntimeOptions
 
 MIN_STEPS_DEFAULT = 6
 """Fewest passes a compile stage needs before it gets a bar."""
@@ -24,7 +25,7 @@ COMPILE_BAR_DELAY = 0.5
 
 def enabled(stream: TextIO | None = None) -> bool:
     """Whether bars are drawn on ``stream`` (a terminal, and not switched off)."""
-    if os.environ.get("TESSERA_PROGRESS", "") == "0":
+    if not RuntimeOptions.from_env().progress:
         return False
     stream = stream or sys.stderr
     try:
@@ -89,7 +90,8 @@ def bar(
 
 def _min_steps() -> int:
     try:
-        return int(os.environ.get("TESSERA_PROGRESS_MIN_STEPS", MIN_STEPS_DEFAULT))
+        steps = RuntimeOptions.from_env().progress_min_steps
+        return MIN_STEPS_DEFAULT if steps is None else steps
     except ValueError:
         return MIN_STEPS_DEFAULT
 

@@ -18,19 +18,22 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from tessera.errors import TesseraError
+from tessera.options import RuntimeOptions
 
-class PtxasError(RuntimeError):
+
+class PtxasError(TesseraError, RuntimeError):
     """ptxas rejected the PTX; the message is ptxas's."""
 
 
-class PtxasNotFound(RuntimeError):
+class PtxasNotFound(TesseraError, RuntimeError):
     """No ptxas executable could be found."""
 
 
 @functools.cache
 def find_ptxas() -> str | None:
     """Path of the ptxas executable, or None."""
-    env = os.environ.get("TESSERA_PTXAS")
+    env = RuntimeOptions.from_env().ptxas
     if env:
         return env if os.path.exists(env) else None
     found = shutil.which("ptxas")

@@ -16,15 +16,15 @@
 * :func:`run_launch_ex` runs a host ``ttarget.launch_ex`` through the plan cached
   for that op and function; :func:`launch_ex` does the same for an explicit
   grid, shared-memory size and boxes.
-* :func:`gemm_runner` loads one sm90 matmul kernel (once per specialization and
-  device) and returns ``run(c, a, b)`` (the autotuner, the GPU tests and
-  ``bench/gemm_sweep.py`` use it).
+* :func:`kernel_runner` loads one kernel given its ``ttarget.func`` and PTX (once per
+  specialization and device) and returns ``run(*tensors)``
+  (``tessera.tuning.sm90.gemm_runner`` builds the sm90 matmul kernels with it for the
+  autotuner, the GPU tests and ``bench/gemm_sweep.py``).
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tessera.ir import target as tt
+from tessera.options import RuntimeOptions
 from tessera.runtime import cuda
 
 TENSOR_MAP_BYTES = 128
@@ -182,6 +183,7 @@ class LaunchExPlan:
         self._params = ctypes.addressof(self._array)
         self._lock = threading.Lock()
         self._streams: dict[int, Any] = {}
+        self._sync = RuntimeOptions.from_env().cuda_sync
         if self.smem > SMEM_DEFAULT_LIMIT:
             d = cuda._driver()
             cuda.check(
@@ -249,7 +251,7 @@ class LaunchExPlan:
                 ),
                 f"cuLaunchKernel({self.name})",
             )
-        if os.environ.get("TESSERA_CUDA_SYNC"):
+        if self._sync:
             cuda.check(d.cuStreamSynchronize(self._stream(stream)), f"kernel {self.name}")
 
 
@@ -305,34 +307,35 @@ def run_launch_ex(op: tt.LaunchExOp, kernel: tt.FuncOp, function: Any, values: S
     plan_for(op, kernel, function).launch(values)
 
 
-_RUNNERS: dict[tuple[Any, int], Callable[[Any, Any, Any], None]] = {}
+_RUNNERS: dict[tuple[Any, int], Callable[..., None]] = {}
 
 
-def gemm_runner(gemm: Any) -> Callable[[Any, Any, Any], None]:
-    """Load the sm90 kernel for ``gemm`` (a :class:`~tessera.passes.lower_matmul_sm90.Sm90Gemm`)
-    and return ``run(c, a, b, *extra, stream=None)`` launching it on torch tensors (``extra``:
-    the fused epilogue's bias, if any; built and loaded
-    once per specialization and device)."""
+def kernel_runner(
+    spec: Any,
+    name: str,
+    build: Callable[[], tuple[tt.FuncOp, str]],
+    grid: Sequence[int],
+    smem: int,
+    boxes: Sequence[tuple[int, int]],
+) -> Callable[..., None]:
+    """``run(*tensors, stream=None)`` launching the kernel ``name`` that ``build()`` returns
+    (its ``ttarget.func`` and PTX) with tensor maps of ``boxes``; built and loaded once per
+    ``spec`` (a hashable description of the kernel) and device. ``run.plan`` is the
+    :class:`LaunchExPlan`."""
     import torch
 
     device = torch.cuda.current_device()
-    found = _RUNNERS.get((gemm, device))
+    found = _RUNNERS.get((spec, device))
     if found is not None:
         return found
+    kernel, ptx = build()
+    module = cuda.load_module(ptx, device)
+    function = cuda.get_function(module, name)
+    plan = LaunchExPlan(function, kernel, grid, smem, boxes)
 
-    from tessera.passes.emit_ptx import emit_ptx
-    from tessera.passes.lower_matmul_sm90 import build_kernel
-
-    kernel = build_kernel("tessera_gemm_sm90", gemm)
-    module = cuda.load_module(emit_ptx(kernel), device)
-    function = cuda.get_function(module, "tessera_gemm_sm90")
-    boxes = gemm.boxes()
-    pairs = [(boxes[2 * i], boxes[2 * i + 1]) for i in range(len(boxes) // 2)]
-    plan = LaunchExPlan(function, kernel, gemm.grid(), gemm.smem_bytes, pairs)
-
-    def run(c: Any, a: Any, b: Any, *extra: Any, stream: int | None = None) -> None:
-        plan.launch((c, a, b, *extra), stream)
+    def run(*tensors: Any, stream: int | None = None) -> None:
+        plan.launch(tensors, stream)
 
     run.plan = plan  # type: ignore[attr-defined]
-    _RUNNERS[(gemm, device)] = run
+    _RUNNERS[(spec, device)] = run
     return run

@@ -8,7 +8,6 @@ input prints ``file:line:col: error: ...`` and exits 1, never a traceback.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from typing import IO
@@ -22,6 +21,7 @@ from tessera.ir.diagnostics import (
     located_parse_error,
     verify_located,
 )
+from tessera.options import CompileOptions
 
 
 class TesseraOptMain(xDSLOptMain):
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tessera-opt: error: {e}", file=sys.stderr)
         return 1
     except Exception as e:  # an internal error: still one line, with a hint to debug
-        if os.environ.get("TESSERA_DEBUG"):
+        if CompileOptions.from_env(device=None).debug:
             raise
         print(
             f"tessera-opt: internal error: {type(e).__name__}: {e} "

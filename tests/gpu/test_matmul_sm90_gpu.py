@@ -21,7 +21,7 @@ pytestmark = [
 import tessera as ts  # noqa: E402
 from tessera.passes import matmul_config as mc  # noqa: E402
 from tessera.passes.lower_matmul_sm90 import Sm90Gemm  # noqa: E402
-from tessera.runtime import tma  # noqa: E402
+from tessera.tuning import sm90  # noqa: E402
 
 SHAPES = [
     (128, 128, 64),
@@ -49,7 +49,7 @@ def test_kernel_heuristic_config(m: int, n: int, k: int) -> None:
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=gen)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    tma.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", mc.heuristic(m, n, k)))(c, a, b)
+    sm90.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", mc.heuristic(m, n, k)))(c, a, b)
     torch.cuda.synchronize()
     _check(c, a, b)
 
@@ -60,7 +60,7 @@ def test_every_tuning_config(cfg: mc.Sm90Config) -> None:
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    tma.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", cfg))(c, a, b)
+    sm90.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", cfg))(c, a, b)
     torch.cuda.synchronize()
     _check(c, a, b)
 
@@ -71,7 +71,7 @@ def test_types(in_t: str, out_t: str) -> None:
     a = torch.randn(m, k, device="cuda", dtype=TYPES[in_t])
     b = torch.randn(k, n, device="cuda", dtype=TYPES[in_t])
     c = torch.full((m, n), float("nan"), device="cuda", dtype=TYPES[out_t])
-    tma.gemm_runner(Sm90Gemm(m, n, k, in_t, out_t, mc.heuristic(m, n, k)))(c, a, b)
+    sm90.gemm_runner(Sm90Gemm(m, n, k, in_t, out_t, mc.heuristic(m, n, k)))(c, a, b)
     torch.cuda.synchronize()
     _check(c, a, b)
 
@@ -92,10 +92,10 @@ def test_jit_dispatches_to_wgmma(m: int, n: int, k: int) -> None:
 
 def test_autotune_records_a_winner(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
-    cfg = mc.autotune(512, 512, 512, reps=3)
+    cfg = sm90.autotune(512, 512, 512, reps=3)
     assert cfg.valid()
-    key = mc.cache_key(torch.cuda.get_device_name(), 512, 512, 512, "bf16", "bf16")
-    assert mc.cached(key) == cfg
+    key = sm90.cache_key(torch.cuda.get_device_name(), 512, 512, 512, "bf16", "bf16")
+    assert sm90.cached(key) == cfg
 
 
 @pytest.mark.parametrize(("m", "n", "k", "sms"), [(1000, 520, 392, 3), (2048, 2048, 2048, 7)])
@@ -107,11 +107,11 @@ def test_persistent_grid_smaller_than_tiles(m: int, n: int, k: int, sms: int) ->
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     gemm = Sm90Gemm(m, n, k, "bf16", "bf16", mc.heuristic(m, n, k), sms)
     assert gemm.tiles > 2 * sms
-    tma.gemm_runner(gemm)(c, a, b)
+    sm90.gemm_runner(gemm)(c, a, b)
     torch.cuda.synchronize()
     _check(c, a, b)
     full = torch.full_like(c, float("nan"))
-    tma.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", mc.heuristic(m, n, k)))(full, a, b)
+    sm90.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", mc.heuristic(m, n, k)))(full, a, b)
     torch.cuda.synchronize()
     assert torch.equal(c, full)
 
@@ -136,12 +136,12 @@ def test_cluster_multicast(cfg: mc.Sm90Config, m: int, n: int, k: int, sms: int)
     gemm = Sm90Gemm(m, n, k, "bf16", "bf16", cfg, sms)
     assert gemm.cluster == 2 and gemm.grid()[0] % 2 == 0
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    tma.gemm_runner(gemm)(c, a, b)
+    sm90.gemm_runner(gemm)(c, a, b)
     torch.cuda.synchronize()
     _check(c, a, b)
     single = torch.full_like(c, float("nan"))
     plain = mc.Sm90Config(bn=cfg.bn, stages=cfg.stages, consumers=cfg.consumers)
-    tma.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", plain, sms))(single, a, b)
+    sm90.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", plain, sms))(single, a, b)
     torch.cuda.synchronize()
     assert torch.equal(c, single)
 
@@ -150,7 +150,7 @@ def test_cluster_grid_is_resident() -> None:
     """The persistent clustered grid fits on the device at once (no cluster waits for
     another to finish)."""
     gemm = Sm90Gemm(4096, 4096, 4096, "bf16", "bf16", CLUSTERED[0])
-    plan = tma.gemm_runner(gemm).plan  # type: ignore[attr-defined]
+    plan = sm90.gemm_runner(gemm).plan  # type: ignore[attr-defined]
     assert plan.cluster == 2
     assert gemm.grid()[0] <= plan.resident_ctas()
 
@@ -171,7 +171,7 @@ def test_layouts(a_t: bool, b_t: bool, m: int, n: int, k: int, out_t: str) -> No
                     generator=gen)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=TYPES[out_t])
     gemm = Sm90Gemm(m, n, k, "bf16", out_t, mc.heuristic(m, n, k), a_t=a_t, b_t=b_t)
-    tma.gemm_runner(gemm)(c, a, b)
+    sm90.gemm_runner(gemm)(c, a, b)
     torch.cuda.synchronize()
     _check(c, a.T if a_t else a, b.T if b_t else b)
 
@@ -183,7 +183,7 @@ def test_layouts_with_cluster_multicast(cfg: mc.Sm90Config, a_t: bool, b_t: bool
     a = torch.randn(*((k, m) if a_t else (m, k)), device="cuda", dtype=torch.bfloat16)
     b = torch.randn(*((n, k) if b_t else (k, n)), device="cuda", dtype=torch.bfloat16)
     c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    tma.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", cfg, a_t=a_t, b_t=b_t))(c, a, b)
+    sm90.gemm_runner(Sm90Gemm(m, n, k, "bf16", "bf16", cfg, a_t=a_t, b_t=b_t))(c, a, b)
     torch.cuda.synchronize()
     _check(c, a.T if a_t else a, b.T if b_t else b)
 

@@ -103,9 +103,10 @@ def test_fp8_gemm_on_gpu_error_bound() -> None:
 def _run_gpu(module, name: str, args: list) -> list:
     """Lower a Tile IR module to PTX and run its host function on CUDA tensors."""
     from tessera.passes.emit_ptx import emit_ptx
+    from tessera.passes.pipelines import lower_to_target
     from tessera.runtime import cuda
 
-    target = cuda.lower_to_target(module)
+    target = lower_to_target(module)
     return cuda.run_host(target, name, args, ptx=emit_ptx(target))
 
 

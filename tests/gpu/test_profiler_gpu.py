@@ -15,23 +15,14 @@ pytestmark = [
 ]
 
 import tessera as ts  # noqa: E402
-from tessera.frontend import jit  # noqa: E402
 
 M, K, N = 64, 96, 48
 
 
 @pytest.fixture
 def lowered(monkeypatch):
-    """The Graph -> Tile lowering for ts.jit (target and PTX come from the CUDA runtime)."""
-    from tessera.passes.lower_graph_to_tile import LowerGraphToTile
-    from tessera.passes.pipelines import default_context
-
-    def to_tile(m):
-        m = m.clone()
-        LowerGraphToTile().apply(default_context(), m)
-        return m
-
-    monkeypatch.setitem(jit.LOWERINGS, "tile", to_tile)
+    """ts.jit with the generic (mma.sync) kernels."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "0")
 
 
 def _program():

@@ -56,6 +56,11 @@ def _tolerance(case: Case) -> tuple[float, float]:
     return 1e-5, 2e-5
 
 
+def run_host(module: object, name: str, args: list, **kw: object) -> list:
+    """``cuda.run_host`` with the module's PTX."""
+    return cuda.run_host(module, name, args, ptx=emit_ptx(module), **kw)  # type: ignore[arg-type]
+
+
 @pytest.fixture(scope="module")
 def modules() -> dict[str, object]:
     return {c.name: lower_case(c) for c in CASES}
@@ -65,7 +70,7 @@ def modules() -> dict[str, object]:
 def test_op_matches_torch(case: Case, modules: dict[str, object]) -> None:
     gen = torch.Generator().manual_seed(1234)
     args = _inputs(case, gen)
-    (out,) = cuda.run_host(modules[case.name], case.name, args, poison=True)  # type: ignore[arg-type]
+    (out,) = run_host(modules[case.name], case.name, args, poison=True)  # type: ignore[arg-type]
     torch.cuda.synchronize()
     want = case.ref(*args)
     assert out.device == args[0].device
@@ -88,7 +93,7 @@ def test_launch_on_current_stream(modules: dict[str, object]) -> None:
     args = _inputs(case, gen)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
-        (out,) = cuda.run_host(modules["add"], "add", args, poison=True)  # type: ignore[arg-type]
+        (out,) = run_host(modules["add"], "add", args, poison=True)  # type: ignore[arg-type]
     s.synchronize()
     torch.testing.assert_close(out, args[0] + args[1])
 
@@ -97,21 +102,21 @@ def test_non_contiguous_input_is_made_contiguous(modules: dict[str, object]) -> 
     a = torch.randn(45, 37, device="cuda").t()
     b = torch.randn(45, device="cuda")
     assert not a.is_contiguous()
-    (out,) = cuda.run_host(modules["add"], "add", [a, b], poison=True)  # type: ignore[arg-type]
+    (out,) = run_host(modules["add"], "add", [a, b], poison=True)  # type: ignore[arg-type]
     torch.testing.assert_close(out, a + b)
 
 
 def test_cpu_tensor_is_rejected(modules: dict[str, object]) -> None:
     with pytest.raises(cuda.LaunchError, match="argument 0: tensor is on cpu, expected a CUDA tensor"):
-        cuda.run_host(modules["add"], "add", [torch.zeros(37, 45), torch.zeros(45, device="cuda")])  # type: ignore[arg-type]
+        run_host(modules["add"], "add", [torch.zeros(37, 45), torch.zeros(45, device="cuda")])  # type: ignore[arg-type]
 
 
 def test_wrong_dtype_and_shape_are_rejected(modules: dict[str, object]) -> None:
     good = torch.zeros(45, device="cuda")
     with pytest.raises(cuda.LaunchError, match="dtype torch.float64, expected torch.float32"):
-        cuda.run_host(modules["add"], "add", [torch.zeros(37, 45, device="cuda", dtype=torch.float64), good])  # type: ignore[arg-type]
+        run_host(modules["add"], "add", [torch.zeros(37, 45, device="cuda", dtype=torch.float64), good])  # type: ignore[arg-type]
     with pytest.raises(cuda.LaunchError, match=r"shape \(37, 44\), expected \(37, 45\)"):
-        cuda.run_host(modules["add"], "add", [torch.zeros(37, 44, device="cuda"), good])  # type: ignore[arg-type]
+        run_host(modules["add"], "add", [torch.zeros(37, 44, device="cuda"), good])  # type: ignore[arg-type]
 
 
 def test_bad_ptx_reports_the_jit_log(modules: dict[str, object]) -> None:

@@ -132,10 +132,6 @@ class PtxNames:
 _ARG_FIELD = re.compile(r"\[\$(\w+)\+\$(\w+)\]|(\*?)\$(\w+)")
 
 
-class _Absent(Exception):
-    """An argument template names an optional field that is not set."""
-
-
 def _text(op: Operation, field: str, value: object, names: PtxNames, splat: bool = False) -> str:
     """The PTX text of one field value of ``op`` (see :class:`PtxOp`)."""
     if isinstance(value, SSAValue):
@@ -156,17 +152,15 @@ def _text(op: Operation, field: str, value: object, names: PtxNames, splat: bool
     raise TypeError(f"{op.name}: field '{field}' of type {type(value).__name__} has no PTX form")
 
 
-def _arg(op: Operation, template: str, names: PtxNames) -> str:
+def _arg(op: Operation, template: str, names: PtxNames) -> str | None:
+    """One operand of ``op`` from its template; None when it names an absent field."""
+    if any(getattr(op, m[1] or m[4]) is None for m in _ARG_FIELD.finditer(template)):
+        return None
+
     def sub(m: re.Match[str]) -> str:
         if m[1] is not None:  # [$base+$offset]
-            base, offset = getattr(op, m[1]), getattr(op, m[2])
-            if base is None:
-                raise _Absent
-            return names.addr(base, offset)
-        value = getattr(op, m[4])
-        if value is None:
-            raise _Absent
-        return _text(op, m[4], value, names, splat=m[3] == "*")
+            return names.addr(getattr(op, m[1]), getattr(op, m[2]))
+        return _text(op, m[4], getattr(op, m[4]), names, splat=m[3] == "*")
 
     return _ARG_FIELD.sub(sub, template)
 
@@ -236,12 +230,7 @@ class PtxOp(IRDLOperation, ABC):
     def ptx(self, names: PtxNames) -> str:
         """This instruction as one line of PTX (without indentation)."""
         guard = names.guard(getattr(self, "guard", None), getattr(self, "negate", None))
-        args = []
-        for template in self.ptx_args():
-            try:
-                args.append(_arg(self, template, names))
-            except _Absent:
-                continue
+        args = [a for t in self.ptx_args() if (a := _arg(self, t, names)) is not None]
         tail = " " + ", ".join(args) if args else ""
         return f"{guard}{self.ptx_opcode()}{tail}{self.PTX_END}"
 

@@ -15,8 +15,10 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute
 
+from tessera.errors import TesseraError
 
-class TileLoweringError(ValueError):
+
+class TileLoweringError(TesseraError, ValueError):
     """A Tile IR construct that ``lower-tile-to-target`` cannot lower."""
 
 

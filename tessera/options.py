@@ -1,0 +1,277 @@
+"""Compile and runtime options: the one place Tessera reads its environment.
+
+A :class:`CompileOptions` is a frozen, hashable value that says everything
+besides the IR that decides the code Tessera generates: the device compiled for,
+which hand-written kernels are enabled, the graph pass pipeline, the tuned tile
+configurations and whether to autotune. It is built once per compile at the API
+boundary (:meth:`CompileOptions.from_env` from ``TESSERA_*`` variables and a
+device query, then completed by :func:`tessera.compiler.resolve_options`) and
+passed down the pipeline explicitly; no pass reads the environment. Its
+:meth:`~CompileOptions.key` is part of the program cache key
+(:mod:`tessera.runtime.program_cache`).
+
+Fields that do not change the generated code (debug and dump switches) are
+declared with ``compare=False``: they are left out of ``==``, ``hash`` and
+:meth:`~CompileOptions.key`.
+
+:class:`RuntimeOptions` holds the switches of loading and launching (disk
+caches, ptxas, synchronous launches, progress bars); :func:`cache_root` is where
+every on-disk cache lives.
+
+Environment variables (read only here):
+
+=============================  ====================================================
+``TESSERA_SM90_MATMUL``        ``1``/``0``: use the sm_90a (TMA + wgmma) matmul and
+                               attention kernels; unset: when the device is sm_90
+``TESSERA_AUTOTUNE``           ``1``: time the sm90 tile configs of a matmul shape
+                               that has no tuned entry yet
+``TESSERA_DUMP_DIR``           write every IR stage of every compile there
+``TESSERA_DEBUG``              ``tessera-opt`` shows Python tracebacks
+``TESSERA_CACHE_DIR``          the cache root (else ``$XDG_CACHE_HOME/tessera``, else
+                               the platform's user cache folder)
+``TESSERA_NO_DISK_CACHE``      ``1``: no program or cubin cache on disk
+``TESSERA_PTXAS``              the ptxas executable to use
+``TESSERA_CUDA_SYNC``          ``1``: synchronize after every kernel launch
+``TESSERA_PROGRESS``           ``0``: no progress bars
+``TESSERA_PROGRESS_MIN_STEPS`` fewest passes a compile stage needs to get a bar
+=============================  ====================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tessera.errors import TesseraError
+
+DEFAULT_GRAPH_PASSES: tuple[str, ...] = (
+    "canonicalize",
+    "algebraic-simplify",
+    "cse",
+    "fuse-attention",
+    "fuse-matmul-epilogue",
+    "fuse-elementwise",
+    "dce",
+)
+"""The graph pipeline, in order (pass names of ``tessera-opt``): the one definition of
+it. Attention and epilogue fusion run before elementwise fusion so that the scale, mask,
+bias and activation ops they absorb are still standalone."""
+
+TileConfig = tuple[int, int, int, int, int]
+"""An sm90 matmul tile configuration as plain numbers: ``(bn, stages, consumers, group_m,
+cluster)`` (``tessera.passes.matmul_config.Sm90Config``)."""
+
+
+class OptionsError(TesseraError, ValueError):
+    """An option value or ``TESSERA_*`` variable that Tessera does not accept."""
+
+
+def _flag(env: dict[str, str] | os._Environ[str], name: str) -> bool | None:
+    """A boolean variable: None when unset, False for ``""``/``0``, True otherwise."""
+    v = env.get(name)
+    if v is None:
+        return None
+    return v not in ("", "0")
+
+
+@dataclass(frozen=True)
+class Device:
+    """The CUDA device compiled for: its name and compute capability."""
+
+    name: str
+    capability: tuple[int, int]
+
+    @property
+    def arch(self) -> str:
+        """``sm_XY``."""
+        return f"sm_{self.capability[0]}{self.capability[1]}"
+
+
+@functools.lru_cache(maxsize=16)
+def _device_at(index: int) -> Device | None:
+    import torch
+
+    try:
+        return Device(
+            torch.cuda.get_device_name(index), tuple(torch.cuda.get_device_capability(index))
+        )
+    except Exception:  # a broken driver: compile as if there were no device
+        return None
+
+
+def _no_driver() -> bool:
+    """Whether this is a Linux machine without the NVIDIA driver (then there is no CUDA
+    device to ask torch about, and torch need not be imported to find that out)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    return not (Path("/proc/driver/nvidia").exists() or Path("/dev/nvidiactl").exists())
+
+
+def current_device() -> Device | None:
+    """The current CUDA device (torch's), or None when there is none (or no torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        if _no_driver():
+            return None
+        try:
+            import torch
+        except ImportError:
+            return None
+    try:
+        if not torch.cuda.is_available():
+            return None
+        return _device_at(torch.cuda.current_device())
+    except Exception:
+        return None
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """What decides the generated code besides the IR (see the module docstring)."""
+
+    arch: str | None = None
+    """The compute capability compiled for (``"sm_90"``), None without a GPU."""
+    device: str = ""
+    """The device's name ("" without a GPU): tuned tile configs are per device."""
+    sm90_kernels: bool = False
+    """Lower bf16/f16 matmuls and attention to the sm_90a TMA + wgmma kernels
+    (``lower-matmul-sm90``, ``lower-attention-sm90``)."""
+    autotune: bool = False
+    """Time the sm90 tile configs of a matmul shape with no tuned entry (needs the GPU)."""
+    sm90_tiles: tuple[tuple[str, TileConfig], ...] = ()
+    """Tuned sm90 matmul tile configs of :attr:`device`, as ``(shape key, config)`` pairs
+    sorted by key (``tessera.tuning.sm90``); shapes without one use the heuristic."""
+    graph_passes: tuple[str, ...] = DEFAULT_GRAPH_PASSES
+    """The graph pipeline (pass names, in order)."""
+    dump_dir: str | None = field(default=None, compare=False)
+    """Write every IR stage of every compile under this folder."""
+    debug: bool = field(default=False, compare=False)
+    """Show internal tracebacks (``tessera-opt``)."""
+
+    @staticmethod
+    def from_env(
+        env: dict[str, str] | None = None, device: Device | None | bool = True, **overrides: Any
+    ) -> CompileOptions:
+        """Options from ``TESSERA_*`` variables (``env``, default ``os.environ``) and the
+        current device (``device=True``: query it; a :class:`Device` or None: use that),
+        then ``overrides`` (field names)."""
+        e = os.environ if env is None else env
+        dev = current_device() if device is True else device or None
+        arch = dev.arch if dev is not None else None
+        sm90 = _flag(e, "TESSERA_SM90_MATMUL")
+        opts = CompileOptions(
+            arch=arch,
+            device=dev.name if dev is not None else "",
+            sm90_kernels=arch == "sm_90" if sm90 is None else sm90,
+            autotune=bool(_flag(e, "TESSERA_AUTOTUNE")),
+            dump_dir=e.get("TESSERA_DUMP_DIR") or None,
+            debug=bool(_flag(e, "TESSERA_DEBUG")),
+        )
+        return opts.replace(**overrides) if overrides else opts
+
+    def replace(self, **changes: Any) -> CompileOptions:
+        """A copy with ``changes``; an unknown field name is an :class:`OptionsError`."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise OptionsError(
+                f"CompileOptions: unknown option(s) {', '.join(unknown)}; "
+                f"options: {', '.join(sorted(names))}"
+            )
+        if "graph_passes" in changes:
+            changes["graph_passes"] = tuple(changes["graph_passes"])
+        if "sm90_tiles" in changes:
+            changes["sm90_tiles"] = tuple(sorted((str(k), tuple(v)) for k, v in changes["sm90_tiles"]))
+        return dataclasses.replace(self, **changes)
+
+    def key(self) -> str:
+        """A stable digest of the fields that change the generated code (the same in every
+        process, unlike ``hash``)."""
+        parts = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.compare
+        }
+        text = json.dumps(parts, sort_keys=True, default=list)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def sm90_tile(self, shape_key: str) -> TileConfig | None:
+        """The tuned config of ``shape_key`` (``tessera.tuning.sm90.shape_key``), or None."""
+        for k, cfg in self.sm90_tiles:
+            if k == shape_key:
+                return cfg
+        return None
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """Switches of loading and launching; none of them changes the generated code."""
+
+    disk_cache: bool = True
+    """Keep compiled programs and cubins on disk under :func:`cache_root`."""
+    ptxas: str | None = None
+    """The ptxas executable (else found on ``PATH`` or in the ``nvidia-cuda-nvcc`` wheel)."""
+    cuda_sync: bool = False
+    """Synchronize the stream after every launch (errors at the launch that caused them)."""
+    progress: bool = True
+    """Draw progress bars (on a terminal only)."""
+    progress_min_steps: int | None = None
+    """Fewest passes a compile stage needs before it gets a bar (None: the default)."""
+
+    @staticmethod
+    def from_env(env: dict[str, str] | None = None) -> RuntimeOptions:
+        e = os.environ if env is None else env
+        steps = e.get("TESSERA_PROGRESS_MIN_STEPS")
+        try:
+            min_steps = int(steps) if steps not in (None, "") else None
+        except ValueError:
+            raise OptionsError(
+                f"TESSERA_PROGRESS_MIN_STEPS={steps!r} is not an integer"
+            ) from None
+        return RuntimeOptions(
+            disk_cache=not _flag(e, "TESSERA_NO_DISK_CACHE"),
+            ptxas=e.get("TESSERA_PTXAS") or None,
+            cuda_sync=bool(_flag(e, "TESSERA_CUDA_SYNC")),
+            progress=e.get("TESSERA_PROGRESS", "") != "0",
+            progress_min_steps=min_steps,
+        )
+
+
+def cache_root(env: dict[str, str] | None = None) -> Path:
+    """The folder of every on-disk cache: ``$TESSERA_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/tessera``, else the platform's user cache folder
+    (``~/Library/Caches/tessera`` on macOS, ``%LOCALAPPDATA%\\tessera\\Cache`` on
+    Windows, ``~/.cache/tessera`` elsewhere), as ``platformdirs`` resolves it."""
+    e = os.environ if env is None else env
+    explicit = e.get("TESSERA_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = e.get("XDG_CACHE_HOME")
+    if xdg and Path(xdg).is_absolute():  # the XDG spec ignores relative paths
+        return Path(xdg) / "tessera"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "tessera"
+    if sys.platform == "win32":
+        local = e.get("LOCALAPPDATA")
+        base = Path(local) if local else Path.home() / "AppData" / "Local"
+        return base / "tessera" / "Cache"
+    return Path.home() / ".cache" / "tessera"
+
+
+def process_group_env(free_port: Callable[[], int]) -> int:
+    """Prepare torch.distributed's ``env://`` rendezvous and return this process's local
+    rank: torchrun's variables when set (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+    ``MASTER_PORT``, ``LOCAL_RANK``); without them, a one-process group on localhost on
+    the port ``free_port()`` gives."""
+    if "RANK" not in os.environ:
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        os.environ.setdefault("RANK", "0")
+        os.environ.setdefault("WORLD_SIZE", "1")
+    return int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))

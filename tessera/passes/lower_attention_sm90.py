@@ -52,12 +52,22 @@ from xdsl.ir import Operation, SSAValue
 from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.lower_graph_to_tile import LowerGraphToTile, Override, _FunctionLowering
-from tessera.passes.lower_matmul_sm90 import SWIZZLE_BYTES, _desc_hi
-from tessera.passes.target_asm import TargetAsm
+from tessera.passes.sm90 import builders
+from tessera.passes.sm90.asm import TargetAsm
+from tessera.passes.sm90.constants import (
+    ATTENTION_REGISTERS,
+    ELEM_BYTES,
+    MBARRIER_BYTES,
+    SWIZZLE_BYTES,
+    WARPGROUP_THREADS,
+    WGMMA_K,
+    WGMMA_M,
+    desc_hi,
+)
 from tessera.passes.tile_builder import cdiv
 
 LOG2E = 1.4426950408889634
-BOX = 64
+BOX = SWIZZLE_BYTES // ELEM_BYTES
 """Elements of D per TMA box: one 128-byte swizzle row of 16-bit elements."""
 BLOCK_Q = 128
 BLOCK_KV = 128
@@ -121,11 +131,11 @@ class Sm90Attention:
     @property
     def smem_bytes(self) -> int:
         """Q, the K and V slots, ``1 + 4 stages`` mbarriers and 1 KiB for alignment."""
-        return self.bars_offset + 8 * (1 + 4 * self.stages) + 1024
+        return self.bars_offset + MBARRIER_BYTES * (1 + 4 * self.stages) + 1024
 
     @property
     def threads(self) -> int:
-        return 128 * (1 + CONSUMERS)
+        return WARPGROUP_THREADS * (1 + CONSUMERS)
 
     @property
     def q_tiles(self) -> int:
@@ -152,30 +162,22 @@ class _Builder:
     def build(self) -> tt.FuncOp:
         s, e = self.spec, self.e
         o_param, q_param, k_param, v_param = self.func.block.args
-        e.add(tt.ExternSharedOp("smem", 1024))
-        self.tid = e.sreg("tid.x")
-        bid = e.sreg("ctaid.x")
-        raw = e.reg("b32")
-        e.add(tt.ExternSharedAddrOp(raw, "smem"))
-        self.sbase = e.bin(tt.AndOp, "b32", e.add32(raw, 1023), ~1023 & 0xFFFFFFFF)
+        self.tid, bid, self.sbase = builders.shared_base(e)
         bars = e.add32(self.sbase, s.bars_offset)
         self.q_full = bars
-        self.k_full = e.add32(bars, 8)
-        self.k_empty = e.add32(bars, 8 * (1 + s.stages))
-        self.v_full = e.add32(bars, 8 * (1 + 2 * s.stages))
-        self.v_empty = e.add32(bars, 8 * (1 + 3 * s.stages))
+        self.k_full = e.add32(bars, MBARRIER_BYTES)
+        self.k_empty = e.add32(bars, MBARRIER_BYTES * (1 + s.stages))
+        self.v_full = e.add32(bars, MBARRIER_BYTES * (1 + 2 * s.stages))
+        self.v_empty = e.add32(bars, MBARRIER_BYTES * (1 + 3 * s.stages))
 
-        skip = e.label("INIT_DONE")
-        e.add(tt.BraOp(skip, e.setp("ne", self.tid, 0)))
-        e.add(tt.MbarrierInitOp(self.q_full, e.imm(1)))
-        for st in range(s.stages):
-            for base, count in ((self.k_full, 1), (self.v_full, 1), (self.k_empty, CONSUMERS),
-                                (self.v_empty, CONSUMERS)):
-                e.add(tt.MbarrierInitOp(e.add32(base, 8 * st), e.imm(count)))
-        e.add(tt.FenceOp("mbarrier_init"))
-        e.add(tt.FenceOp("proxy_async"))
-        e.add(tt.LabelOp(skip))
-        e.add(tt.BarSyncOp(0))
+        def barriers():
+            yield self.q_full, 1
+            for st in range(s.stages):
+                for base, count in ((self.k_full, 1), (self.v_full, 1),
+                                    (self.k_empty, CONSUMERS), (self.v_empty, CONSUMERS)):
+                    yield e.add32(base, MBARRIER_BYTES * st), count
+
+        builders.init_barriers(e, self.tid, barriers())
 
         # this CTA's (head, query tile); causal CTAs take late (heavier) tiles first
         self.bh = e.bin(tt.DivOp, "u32", bid, s.q_tiles)
@@ -196,9 +198,7 @@ class _Builder:
             e.mov("u32", self.n_plain, s.sk // BLOCK_KV)
 
         self.end = "DONE"
-        wg = e.bin(tt.ShrOp, "u32", self.tid, 7)
-        consumer = e.label("CONSUMER")
-        e.add(tt.BraOp(consumer, e.setp("ne", wg, 0)))
+        wg, consumer = builders.split_warpgroups(e, self.tid)
         self.producer(q_param, k_param, v_param)
         e.add(tt.LabelOp(consumer))
         self.consumer(o_param, e.bin(tt.SubOp, "u32", wg, 1))
@@ -210,15 +210,8 @@ class _Builder:
 
     def producer(self, q_param: SSAValue, k_param: SSAValue, v_param: SSAValue) -> None:
         s, e = self.spec, self.e
-        e.add(tt.SetmaxnregOp("dec", 24))
-        e.add(tt.BraOp(self.end, e.setp("ne", self.tid, 0)))
-        maps = []
-        for param in (q_param, k_param, v_param):
-            reg = e.reg("b64")
-            e.add(tt.ParamAddrOp(reg, param))
-            e.add(tt.CvtaOp("param.u64", reg, reg))  # the generic address TMA expects
-            maps.append(reg)
-        tmap_q, tmap_k, tmap_v = maps
+        builders.enter_producer(e, self.tid, self.end, ATTENTION_REGISTERS)
+        tmap_q, tmap_k, tmap_v = (builders.tensor_map(e, p) for p in (q_param, k_param, v_param))
 
         e.add(tt.MbarrierArriveOp(self.q_full, e.imm(s.q_bytes)))
         q_row = e.mad32(self.bh, s.sq, self.q0)
@@ -238,11 +231,8 @@ class _Builder:
             (self.k_full, self.k_empty, tmap_k, s.k_offset(0)),
             (self.v_full, self.v_empty, tmap_v, s.v_offset(0)),
         ):
-            ready = e.label("SLOT_FREE")
-            e.add(tt.BraOp(ready, first))
-            e.wait(e.mad32(stage, 8, empty0), e.bin(tt.XorOp, "b32", phase, 1))
-            e.add(tt.LabelOp(ready))
-            full = e.mad32(stage, 8, full0)
+            builders.wait_slot_free(e, stage, phase, empty0, first)
+            full = builders.slot_barrier(e, stage, full0)
             e.add(tt.MbarrierArriveOp(full, e.imm(s.kv_bytes)))
             base = e.mad32(stage, s.kv_bytes, e.add32(self.sbase, offset))
             for b in range(s.nbox):
@@ -257,24 +247,22 @@ class _Builder:
 
     def consumer(self, o_param: SSAValue, cw: SSAValue) -> None:
         s, e = self.spec, self.e
-        e.add(tt.SetmaxnregOp("inc", 240))
-        t = e.bin(tt.AndOp, "b32", self.tid, 127)
-        warp, lane = e.bin(tt.ShrOp, "u32", t, 5), e.bin(tt.AndOp, "b32", t, 31)
+        builders.enter_consumer(e, ATTENTION_REGISTERS)
+        t, warp, lane = builders.fragment_lanes(e, self.tid)
         self.leader = e.setp("eq", t, 0)
         self.always = e.setp("eq", t, t)
         # rows of this thread (the two halves of the D fragment) and its first column
-        self.row0 = e.add32(
-            e.add32(self.q0, e.mul32(cw, 64)),
-            e.add32(e.mul32(warp, 16), e.bin(tt.ShrOp, "u32", lane, 2)),
-        )
-        self.col0 = e.mul32(e.bin(tt.AndOp, "b32", lane, 3), 2)
+        self.row0 = builders.fragment_row(e, self.q0, cw, warp, lane)
+        self.col0 = builders.fragment_col(e, lane)
 
         # shared-memory descriptors: the first k-step of each operand
-        self.q_desc = e.desc(e.mad32(cw, 64 * SWIZZLE_BYTES, self.sbase), _desc_hi(16, 8 * SWIZZLE_BYTES))
-        self.k_desc = e.desc(e.add32(self.sbase, s.k_offset(0)), _desc_hi(16, 8 * SWIZZLE_BYTES))
+        self.q_desc = e.desc(
+            e.mad32(cw, WGMMA_M * SWIZZLE_BYTES, self.sbase), desc_hi(16, 8 * SWIZZLE_BYTES)
+        )
+        self.k_desc = e.desc(e.add32(self.sbase, s.k_offset(0)), desc_hi(16, 8 * SWIZZLE_BYTES))
         self.v_desc = e.desc(
             e.add32(self.sbase, s.v_offset(0)),
-            _desc_hi(BLOCK_KV * SWIZZLE_BYTES, 8 * SWIZZLE_BYTES),
+            desc_hi(BLOCK_KV * SWIZZLE_BYTES, 8 * SWIZZLE_BYTES),
         )
 
         self.sacc = [e.reg("f32") for _ in range(BLOCK_KV // 2)]
@@ -312,19 +300,21 @@ class _Builder:
             top, done = e.label("ATTN_LOOP"), e.label("ATTN_LOOP_END")
             e.add(tt.LabelOp(top))
             e.add(tt.BraOp(done, e.setp("ge", kb, bound)))
-            e.wait(e.mad32(st_n, 8, self.k_full), ph_n)
+            e.wait(builders.slot_barrier(e, st_n, self.k_full), ph_n)
             e.add(tt.FenceOp("wgmma"))
             self.qk(st_n)
             e.add(tt.FenceOp("wgmma_commit"))
-            e.wait(e.mad32(st_c, 8, self.v_full), ph_c)
+            e.wait(builders.slot_barrier(e, st_c, self.v_full), ph_c)
             e.add(tt.FenceOp("wgmma"))
             self.pv(st_c)
             e.add(tt.FenceOp("wgmma_commit"))
             e.add(tt.WgmmaWaitOp(1))
-            e.add(tt.MbarrierArriveOp(e.mad32(st_n, 8, self.k_empty), guard=self.leader))
+            release = builders.slot_barrier(e, st_n, self.k_empty)
+            e.add(tt.MbarrierArriveOp(release, guard=self.leader))
             alpha = self.softmax(kb, masked=masked, first=False)
             e.add(tt.WgmmaWaitOp(0))
-            e.add(tt.MbarrierArriveOp(e.mad32(st_c, 8, self.v_empty), guard=self.leader))
+            release = builders.slot_barrier(e, st_c, self.v_empty)
+            e.add(tt.MbarrierArriveOp(release, guard=self.leader))
             for i, o in enumerate(self.oacc):
                 e.add(tt.MulOp("rn.f32", o, o, alpha[(i // 2) % 2]))
             self.pack_p()
@@ -336,7 +326,7 @@ class _Builder:
             e.add(tt.LabelOp(done))
 
         # the last block's P V
-        e.wait(e.mad32(st_c, 8, self.v_full), ph_c)
+        e.wait(builders.slot_barrier(e, st_c, self.v_full), ph_c)
         e.add(tt.FenceOp("wgmma"))
         self.pv(st_c)
         e.add(tt.FenceOp("wgmma_commit"))
@@ -346,15 +336,12 @@ class _Builder:
     def qk(self, stage: SSAValue) -> None:
         """Issue ``S = Q K_stageᵀ`` (``D / 16`` wgmmas, S overwritten by the first)."""
         s, e = self.spec, self.e
-        s64 = e.reg("b64")
-        e.add(tt.CvtOp("u64.u32", s64, [stage]))
-        kd = e.reg("b64")
-        e.add(tt.MadOp("lo.u64", kd, s64, e.imm(s.kv_bytes >> 4), self.k_desc))
+        kd = builders.stage_descriptor(e, builders.stage_index64(e, stage), s.kv_bytes, self.k_desc)
         never = e.setp("ne", self.tid, self.tid)
-        for kk in range(s.d // 16):
-            step = (kk // 4) * BLOCK_Q * SWIZZLE_BYTES + (kk % 4) * 32
+        for kk in range(s.d // WGMMA_K):
+            step = (kk // 4) * BLOCK_Q * SWIZZLE_BYTES + (kk % 4) * WGMMA_K * ELEM_BYTES
             qd = e.bin(tt.AddOp, "u64", self.q_desc, step >> 4, "b64") if step else self.q_desc
-            kstep = (kk // 4) * BLOCK_KV * SWIZZLE_BYTES + (kk % 4) * 32
+            kstep = (kk // 4) * BLOCK_KV * SWIZZLE_BYTES + (kk % 4) * WGMMA_K * ELEM_BYTES
             kdk = e.bin(tt.AddOp, "u64", kd, kstep >> 4, "b64") if kstep else kd
             mma = f"m64n{BLOCK_KV}k16.f32.{s.et}.{s.et}"
             e.add(tt.WgmmaOp(mma, self.sacc, qd, kdk, never if kk == 0 else self.always,
@@ -363,13 +350,10 @@ class _Builder:
     def pv(self, stage: SSAValue) -> None:
         """Issue ``O += P V_stage`` (``BKV / 16`` wgmmas, A = P from registers)."""
         s, e = self.spec, self.e
-        s64 = e.reg("b64")
-        e.add(tt.CvtOp("u64.u32", s64, [stage]))
-        vd = e.reg("b64")
-        e.add(tt.MadOp("lo.u64", vd, s64, e.imm(s.kv_bytes >> 4), self.v_desc))
+        vd = builders.stage_descriptor(e, builders.stage_index64(e, stage), s.kv_bytes, self.v_desc)
         mma = f"m64n{s.d}k16.f32.{s.et}.{s.et}"
-        for kk in range(BLOCK_KV // 16):
-            step = kk * 16 * SWIZZLE_BYTES
+        for kk in range(BLOCK_KV // WGMMA_K):
+            step = kk * WGMMA_K * SWIZZLE_BYTES
             vdk = e.bin(tt.AddOp, "u64", vd, step >> 4, "b64") if step else vd
             e.add(tt.WgmmaRsOp(mma, self.oacc, self.p[4 * kk:4 * kk + 4], vdk, self.always,
                                trans_b=1))
@@ -427,16 +411,9 @@ class _Builder:
     def store(self, o_param: SSAValue) -> None:
         """``O / l`` in the element type, rows past ``Sq`` skipped."""
         s, e = self.spec, self.e
-        ptr = e.reg("b64")
-        e.add(tt.LdParamOp("u64", ptr, o_param))
-        e.add(tt.CvtaOp("to.global.u64", ptr, ptr))
-        row = e.mad32(self.bh, s.sq, self.row0)
-        off = e.reg("b64")
-        e.add(tt.MulOp("wide.u32", off, row, e.imm(s.d * 2)))
-        e.add(tt.AddOp("u64", ptr, ptr, off))
-        coff = e.reg("b64")
-        e.add(tt.MulOp("wide.u32", coff, self.col0, e.imm(2)))
-        e.add(tt.AddOp("u64", ptr, ptr, coff))
+        ptr = builders.global_pointer(e, o_param)
+        builders.advance_pointer(e, ptr, e.mad32(self.bh, s.sq, self.row0), s.d * ELEM_BYTES)
+        builders.advance_pointer(e, ptr, self.col0, ELEM_BYTES)
         inv = []
         for h in (0, 1):
             lt = self.l[h]
@@ -451,9 +428,8 @@ class _Builder:
             for h in (0, 1):
                 lo = e.fbin(tt.MulOp, self.oacc[4 * j + 2 * h], inv[h], "rn.f32")
                 hi = e.fbin(tt.MulOp, self.oacc[4 * j + 2 * h + 1], inv[h], "rn.f32")
-                packed = e.reg("b32")
-                e.add(tt.CvtOp(f"rn.{s.et}x2.f32", packed, [hi, lo]))
-                e.add(tt.StOp("global.b32", ptr, [packed], (8 * h * s.d + 8 * j) * 2, rows[h]))
+                offset = (8 * h * s.d + 8 * j) * ELEM_BYTES
+                builders.store_pair(e, ptr, lo, hi, s.et, offset, rows[h])
 
 
 def _tree(vals: list[SSAValue], combine: Callable[[SSAValue, SSAValue], SSAValue]) -> SSAValue:

@@ -83,15 +83,21 @@ from tessera.passes.lower_graph_to_tile import (
     matmul_epilogue,
 )
 from tessera.passes.matmul_config import NUM_SMS, SMEM_BUDGET, Sm90Config, sm90_config
+from tessera.passes.sm90 import builders
+from tessera.passes.sm90.asm import TargetAsm
+from tessera.passes.sm90.constants import (
+    GEMM_REGISTERS,
+    MBARRIER_BYTES,
+    SWIZZLE_BYTES,
+    WARPGROUP_THREADS,
+    WGMMA_M,
+    desc_hi,
+)
 from tessera.passes.sm90_epilogue import EpilogueEmitter, Sm90Epilogue
 from tessera.passes.sm90_transpose import transpose_2d
-from tessera.passes.target_asm import TargetAsm
 from tessera.passes.tile_builder import KernelEmitter, cdiv
 from tessera.passes.tile_gemm import FMA_GROUP
 
-SWIZZLE_BYTES = 128
-"""The shared-memory swizzle of every operand tile (TMA ``SWIZZLE_128B`` and the
-wgmma descriptors' layout type 1)."""
 BOX_K = 64
 """Elements of K per stage for 16-bit operands: one 128-byte swizzle row (fp8: 128)."""
 BOX_MN = 64
@@ -100,13 +106,6 @@ BOX_MN = 64
 BOX_BYTES = BOX_MN * SWIZZLE_BYTES
 """One box of 64 rows of 128 bytes (8 KiB): ``64 x 64`` 16-bit or ``64 x 128`` fp8 elements."""
 FP8 = ("e4m3", "e5m2")
-
-_DESC_SWIZZLE_128 = 1 << 62
-
-
-def _desc_hi(lbo: int, sbo: int) -> int:
-    """The constant fields of a wgmma shared-memory descriptor (all but the start address)."""
-    return ((lbo >> 4) & 0x3FFF) << 16 | ((sbo >> 4) & 0x3FFF) << 32 | _DESC_SWIZZLE_128
 
 
 # --------------------------------------------------------------------------- eligibility
@@ -329,33 +328,22 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     )
     c_param, a_param, b_param, *bias_param = func.block.args
     e = TargetAsm(func)
-    e.add(tt.ExternSharedOp("smem", 1024))
     end = "DONE"
 
-    tid = e.sreg("tid.x")
-    bid = e.sreg("ctaid.x")
-    raw = e.reg("b32")
-    e.add(tt.ExternSharedAddrOp(raw, "smem"))
-    sbase = e.bin(tt.AndOp, "b32", e.add32(raw, 1023), ~1023 & 0xFFFFFFFF)
+    tid, bid, sbase = builders.shared_base(e)
     full0 = e.add32(sbase, gemm.bars_offset)
-    empty0 = e.add32(sbase, gemm.bars_offset + 8 * stages)
+    empty0 = e.add32(sbase, gemm.bars_offset + MBARRIER_BYTES * stages)
 
-    # barriers, initialized by thread 0
-    skip = e.label("INIT_DONE")
-    e.add(tt.BraOp(skip, e.setp("ne", tid, 0)))
-    for s in range(stages):
-        e.add(tt.MbarrierInitOp(e.add32(full0, 8 * s), e.imm(1)))
-        # a slot is free once every consumer warpgroup of every CTA it is multicast to
-        # has read it
-        e.add(tt.MbarrierInitOp(e.add32(empty0, 8 * s), e.imm(cfg.consumers * cl)))
-    e.add(tt.FenceOp("mbarrier_init"))
-    e.add(tt.FenceOp("proxy_async"))
-    e.add(tt.LabelOp(skip))
-    if cl > 1:  # the peer's barriers are initialized before any multicast or remote arrive
-        e.add(tt.FenceOp("cluster_arrive"))
-        e.add(tt.FenceOp("cluster_wait"))
-    else:
-        e.add(tt.BarSyncOp(0))
+    def barriers():
+        for s in range(stages):
+            yield e.add32(full0, MBARRIER_BYTES * s), 1
+            # a slot is free once every consumer warpgroup of every CTA it is multicast to
+            # has read it
+            yield e.add32(empty0, MBARRIER_BYTES * s), cfg.consumers * cl
+
+    # with clusters, the peer's barriers are initialized before any multicast or remote
+    # arrive
+    builders.init_barriers(e, tid, barriers(), cluster=cl > 1)
 
     # work units: one tile per CTA of a cluster (vertically adjacent tiles sharing B)
     if cl > 1:
@@ -394,17 +382,13 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     def plus(a: SSAValue, b: SSAValue | None) -> SSAValue:
         return a if b is None else e.add32(a, b)
 
-    wg = e.bin(tt.ShrOp, "u32", tid, 7)
-    consumer = e.label("CONSUMER")
-    e.add(tt.BraOp(consumer, e.setp("ne", wg, 0)))
+    wg, consumer = builders.split_warpgroups(e, tid)
 
     # ---------------------------------------------------------------- producer
-    e.add(tt.SetmaxnregOp("dec", 40))
-    e.add(tt.BraOp(end, e.setp("ne", tid, 0)))
+    builders.enter_producer(e, tid, end, GEMM_REGISTERS)
     tmap_a, tmap_b = e.reg("b64"), e.reg("b64")
     for reg, param in ((tmap_a, a_param), (tmap_b, b_param)):
-        e.add(tt.ParamAddrOp(reg, param))
-        e.add(tt.CvtaOp("param.u64", reg, reg))  # the generic address TMA expects
+        builders.tensor_map(e, param, reg)
     kt, stage, phase, issued, tile = (e.reg("b32") for _ in range(5))
     for v in (stage, phase, issued):
         e.mov("u32", v, 0)
@@ -422,11 +406,8 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.mov("u32", kt, 0)
     loop = e.label("PRODUCE")
     e.add(tt.LabelOp(loop))
-    ready = e.label("SLOT_FREE")
-    e.add(tt.BraOp(ready, e.setp("lt", issued, stages)))
-    e.wait(e.mad32(stage, 8, empty0), e.bin(tt.XorOp, "b32", phase, 1))
-    e.add(tt.LabelOp(ready))
-    full = e.mad32(stage, 8, full0)
+    builders.wait_slot_free(e, stage, phase, empty0, e.setp("lt", issued, stages))
+    full = builders.slot_barrier(e, stage, full0)
     e.add(tt.MbarrierArriveOp(full, tx))
     k0 = e.mul32(kt, gemm.box_k)
     a_dst = e.mad32(stage, gemm.a_bytes, sbase)
@@ -461,7 +442,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
 
     # ---------------------------------------------------------------- consumers
     e.add(tt.LabelOp(consumer))
-    e.add(tt.SetmaxnregOp("inc", 232))
+    builders.enter_consumer(e, GEMM_REGISTERS)
     cw = e.bin(tt.SubOp, "u32", wg, 1)
     acc = [e.reg("f32") for _ in range(bn // 2)]
     # fp8: the tensor cores keep fp8 partial sums at reduced precision, so each stage's
@@ -471,13 +452,15 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     # K-major tiles: 128-byte rows of K, 8-row groups 1 KiB apart; a k16 step is 32 bytes.
     # MN-major tiles: 64-element boxes of M or N 8 KiB apart, 8 K-rows 1 KiB apart; a k16
     # step is 16 rows of 128 bytes.
-    k_major, mn_major = _desc_hi(16, 8 * SWIZZLE_BYTES), _desc_hi(BOX_BYTES, 8 * SWIZZLE_BYTES)
+    k_major, mn_major = desc_hi(16, 8 * SWIZZLE_BYTES), desc_hi(BOX_BYTES, 8 * SWIZZLE_BYTES)
     k_step, mn_step = (16 * 2) >> 4, (16 * SWIZZLE_BYTES) >> 4
-    a_desc0 = e.desc(e.mad32(cw, 64 * SWIZZLE_BYTES, sbase), mn_major if gemm.a_t else k_major)
+    a_desc0 = e.desc(
+        e.mad32(cw, WGMMA_M * SWIZZLE_BYTES, sbase), mn_major if gemm.a_t else k_major
+    )
     b_desc0 = e.desc(e.add32(sbase, stages * gemm.a_bytes), k_major if gemm.b_t else mn_major)
     a_step, b_step = (mn_step if gemm.a_t else k_step), (k_step if gemm.b_t else mn_step)
     always = e.setp("eq", tid, tid)
-    leader = e.setp("eq", e.bin(tt.AndOp, "b32", tid, 127), 0)
+    leader = e.setp("eq", e.bin(tt.AndOp, "b32", tid, WARPGROUP_THREADS - 1), 0)
     fused = None
     if gemm.epilogue is not None:
         fused = EpilogueEmitter(
@@ -493,7 +476,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
 
     def release(slot: SSAValue, guard: SSAValue) -> None:
         """The warpgroup leader frees ``slot`` in every CTA that shares it."""
-        bar = e.mad32(slot, 8, empty0)
+        bar = builders.slot_barrier(e, slot, empty0)
         if cl == 1:
             e.add(tt.MbarrierArriveOp(bar, guard=guard))
             return
@@ -515,12 +498,11 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.add(tt.LabelOp(loop))
     # the tile's (with promote: each stage's) first wgmma overwrites the accumulators
     accumulate = e.setp("ne", tid, tid) if promote else e.setp("ne", kt, 0)
-    e.wait(e.mad32(stage, 8, full0), phase)
-    s64 = e.reg("b64")
-    e.add(tt.CvtOp("u64.u32", s64, [stage]))
+    e.wait(builders.slot_barrier(e, stage, full0), phase)
+    s64 = builders.stage_index64(e, stage)
     da, db = e.reg("b64"), e.reg("b64")
-    e.add(tt.MadOp("lo.u64", da, s64, e.imm(gemm.a_bytes >> 4), a_desc0))
-    e.add(tt.MadOp("lo.u64", db, s64, e.imm(gemm.b_bytes >> 4), b_desc0))
+    builders.stage_descriptor(e, s64, gemm.a_bytes, a_desc0, da)
+    builders.stage_descriptor(e, s64, gemm.b_bytes, b_desc0, db)
     e.add(tt.FenceOp("wgmma"))
     for kk in range(gemm.box_k // gemm.mma_k):
         dak, dbk = da, db
@@ -559,8 +541,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         e.add(tt.BulkWaitOp(0))
     e.add(tt.LabelOp(end))
     if cl > 1:  # no CTA exits while its peer may still multicast into it or arrive on it
-        e.add(tt.FenceOp("cluster_arrive"))
-        e.add(tt.FenceOp("cluster_wait"))
+        builders.cluster_sync(e)
     e.add(tt.RetOp())
     return func
 
@@ -585,11 +566,8 @@ class _TmaStore:
         cw: SSAValue, leader: SSAValue, fused: EpilogueEmitter | None = None,
     ) -> None:
         self.e, self.gemm, self.cw, self.leader, self.fused = e, gemm, cw, leader, fused
-        self.tmap = e.reg("b64")
-        e.add(tt.ParamAddrOp(self.tmap, c_param))
-        e.add(tt.CvtaOp("param.u64", self.tmap, self.tmap))
-        t = e.bin(tt.AndOp, "b32", tid, 127)
-        warp, lane = e.bin(tt.ShrOp, "u32", t, 5), e.bin(tt.AndOp, "b32", t, 31)
+        self.tmap = builders.tensor_map(e, c_param)
+        _, warp, lane = builders.fragment_lanes(e, tid)
         row = e.add32(e.mul32(warp, 16), e.bin(tt.ShrOp, "u32", lane, 2))  # r (h = 0)
         self.row, self.col = row, e.mul32(e.bin(tt.AndOp, "b32", lane, 3), 2)
         swz = e.bin(tt.ShrOp, "u32", lane, 2)  # r % 8
@@ -615,8 +593,7 @@ class _TmaStore:
                 lo, hi = acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]
                 if fused is not None:
                     lo, hi = fused.pair(j, h, lo, hi)
-                packed = e.reg("b32")
-                e.add(tt.CvtOp(f"rn.{gemm.out_type}x2.f32", packed, [hi, lo]))
+                packed = builders.pack_pair(e, lo, hi, gemm.out_type)
                 offset = box * self.BOX_BYTES + h * 8 * SWIZZLE_BYTES
                 e.add(tt.StOp("shared.b32", self.chunk[k], [packed], offset))
         e.add(tt.FenceOp("proxy_async"))  # the writes are visible to the TMA unit
@@ -632,14 +609,14 @@ class _TmaStore:
         """A barrier of this warpgroup's 128 threads (named barrier 1 + warpgroup index)."""
         e = self.e
         if self.gemm.cfg.consumers == 1:
-            e.add(tt.BarSyncOp(1, threads=128))
+            e.add(tt.BarSyncOp(1, threads=WARPGROUP_THREADS))
             return
         skip, done = e.label("WG1_SYNC"), e.label("SYNCED")
         e.add(tt.BraOp(skip, e.setp("ne", self.cw, 0)))
-        e.add(tt.BarSyncOp(1, threads=128))
+        e.add(tt.BarSyncOp(1, threads=WARPGROUP_THREADS))
         e.add(tt.BraOp(done))
         e.add(tt.LabelOp(skip))
-        e.add(tt.BarSyncOp(2, threads=128))
+        e.add(tt.BarSyncOp(2, threads=WARPGROUP_THREADS))
         e.add(tt.LabelOp(done))
 
 
@@ -650,21 +627,14 @@ def _epilogue(
     """Store the wgmma D fragment (after the fused epilogue, converted to the result type),
     masked when ragged."""
     esize = 4 if gemm.out_type == "f32" else 2
-    t = e.bin(tt.AndOp, "b32", tid, 127)
-    warp, lane = e.bin(tt.ShrOp, "u32", t, 5), e.bin(tt.AndOp, "b32", t, 31)
-    row0 = e.add32(e.add32(m0, e.mul32(cw, 64)), e.add32(e.mul32(warp, 16), e.bin(tt.ShrOp, "u32", lane, 2)))
-    col0 = e.add32(n0, e.mul32(e.bin(tt.AndOp, "b32", lane, 3), 2))
+    _, warp, lane = builders.fragment_lanes(e, tid)
+    row0 = builders.fragment_row(e, m0, cw, warp, lane)
+    col0 = e.add32(n0, builders.fragment_col(e, lane))
     if fused is not None:
         fused.tile(row0, col0)
-    ptr = e.reg("b64")
-    e.add(tt.LdParamOp("u64", ptr, c_param))
-    e.add(tt.CvtaOp("to.global.u64", ptr, ptr))
-    off = e.reg("b64")
-    e.add(tt.MulOp("wide.u32", off, row0, e.imm(gemm.n * esize)))
-    e.add(tt.AddOp("u64", ptr, ptr, off))
-    coff = e.reg("b64")
-    e.add(tt.MulOp("wide.u32", coff, col0, e.imm(esize)))
-    e.add(tt.AddOp("u64", ptr, ptr, coff))
+    ptr = builders.global_pointer(e, c_param)
+    builders.advance_pointer(e, ptr, row0, gemm.n * esize)
+    builders.advance_pointer(e, ptr, col0, esize)
     bn = gemm.cfg.bn
     ragged_m, ragged_n = gemm.m % gemm.bm != 0, gemm.n % bn != 0
     rows = [e.setp("lt", e.add32(row0, 8 * h), gemm.m) if ragged_m else None for h in (0, 1)]
@@ -676,12 +646,7 @@ def _epilogue(
                 lo, hi = fused.pair(j, h, lo, hi)
             guard = _and(e, rows[h], cols[j])
             offset = (8 * h * gemm.n + 8 * j) * esize
-            if gemm.out_type == "f32":
-                e.add(tt.StOp("global.v2.f32", ptr, [lo, hi], offset, guard))
-            else:
-                packed = e.reg("b32")
-                e.add(tt.CvtOp(f"rn.{gemm.out_type}x2.f32", packed, [hi, lo]))
-                e.add(tt.StOp("global.b32", ptr, [packed], offset, guard))
+            builders.store_pair(e, ptr, lo, hi, gemm.out_type, offset, guard)
 
 
 def _and(e: TargetAsm, a: SSAValue | None, b: SSAValue | None) -> SSAValue | None:

@@ -29,7 +29,7 @@ from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import target as tt
-from tessera.passes.target_asm import TargetAsm
+from tessera.passes.sm90.asm import TargetAsm
 
 LOG2E = 1.4426950408889634
 ACTIVATIONS = ("relu", "gelu", "silu")

@@ -43,7 +43,7 @@ class TargetAsm:
     def _v(self, v: SSAValue | int) -> SSAValue:
         return self.imm(v) if isinstance(v, int) else v
 
-    def bin(self, cls: tt.ArithOp.__class__, mods: str, a: SSAValue | int, b: SSAValue | int,
+    def bin(self, cls: type[tt.ArithOp], mods: str, a: SSAValue | int, b: SSAValue | int,
             rc: str = "b32") -> SSAValue:
         d = self.reg(rc)
         self.add(cls(mods, d, self._v(a), self._v(b)))  # type: ignore[call-arg]

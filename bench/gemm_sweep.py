@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:
 
 from tessera.passes import matmul_config as mc  # noqa: E402
 from tessera.passes.emit_ptx import emit_ptx  # noqa: E402
-from tessera.passes.lower_matmul_sm90 import Sm90Gemm, build_kernel  # noqa: E402
+from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm, build_kernel  # noqa: E402
 from tessera.tuning import sm90  # noqa: E402
 
 SIZES = (2048, 4096, 8192)

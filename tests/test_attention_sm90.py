@@ -11,7 +11,7 @@ from xdsl.dialects.builtin import ModuleOp
 import tessera as ts
 from tessera.ir import target as tt
 from tessera.passes.emit_ptx import emit_ptx
-from tessera.passes.lower_attention_sm90 import Sm90Attention, build_kernel
+from tessera.passes.sm90.lower_attention_sm90 import Sm90Attention, build_kernel
 from tessera.runtime import ptxas
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
@@ -86,7 +86,7 @@ def test_ineligible_attention_keeps_the_tile_kernel(
     monkeypatch: pytest.MonkeyPatch, dt: type, d: int, why: str
 ) -> None:
     from tessera.ir import graph as g
-    from tessera.passes.lower_attention_sm90 import eligible
+    from tessera.passes.sm90.lower_attention_sm90 import eligible
 
     monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
     spec = _attention(False).specialize(*_qkv(64, 64, d, dt))

@@ -10,7 +10,7 @@ import pytest
 import tessera as ts
 from tessera.ir import graph as g
 from tessera.ir import target as tt
-from tessera.passes.conv_sm90 import conv_eligible
+from tessera.passes.sm90.conv import conv_eligible
 from tessera.runtime import ptxas
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")

@@ -11,7 +11,7 @@ import tessera as ts
 from tessera.ir import target as tt
 from tessera.passes import matmul_config as mc
 from tessera.passes.emit_ptx import emit_ptx
-from tessera.passes.lower_matmul_sm90 import Sm90Gemm, build_kernel
+from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm, build_kernel
 from tessera.runtime import ptxas
 from tessera.tuning import sm90
 
@@ -100,7 +100,7 @@ def test_tuning_cache_round_trip(tmp_path, monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_eligibility() -> None:
-    from tessera.passes.lower_matmul_sm90 import eligible
+    from tessera.passes.sm90.lower_matmul_sm90 import eligible
 
     @ts.jit
     def mm(a, b):
@@ -195,7 +195,7 @@ def test_jit_transposes_fold_into_the_sm90_kernel(
 
 def test_eligibility_of_layouts() -> None:
     from tessera.ir import graph as g
-    from tessera.passes.lower_matmul_sm90 import eligible
+    from tessera.passes.sm90.lower_matmul_sm90 import eligible
 
     bf = ml_dtypes.bfloat16
 

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tessera.passes import matmul_config as mc  # noqa: E402
-from tessera.passes.lower_matmul_sm90 import Sm90Gemm, build_kernel  # noqa: E402
+from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm, build_kernel  # noqa: E402
 from tessera.runtime import cuda, tma  # noqa: E402
 
 

@@ -112,7 +112,7 @@ ALL_PASSES["tessera-ptx-pipeline"] = _ptx_pipeline
 
 
 def _lower_matmul_sm90() -> type[ModulePass]:
-    from tessera.passes.lower_matmul_sm90 import LowerMatmulSm90
+    from tessera.passes.sm90.lower_matmul_sm90 import LowerMatmulSm90
 
     return LowerMatmulSm90
 
@@ -121,7 +121,7 @@ ALL_PASSES["lower-matmul-sm90"] = _lower_matmul_sm90
 
 
 def _lower_attention_sm90() -> type[ModulePass]:
-    from tessera.passes.lower_attention_sm90 import LowerAttentionSm90
+    from tessera.passes.sm90.lower_attention_sm90 import LowerAttentionSm90
 
     return LowerAttentionSm90
 

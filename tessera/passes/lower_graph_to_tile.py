@@ -1048,8 +1048,8 @@ class LowerGraphToTile(ModulePass):
         """Lowerings tried before the generic one, by op type."""
         if not self.sm90:
             return {}
-        from tessera.passes.lower_attention_sm90 import LowerAttentionSm90
-        from tessera.passes.lower_matmul_sm90 import LowerMatmulSm90
+        from tessera.passes.sm90.lower_attention_sm90 import LowerAttentionSm90
+        from tessera.passes.sm90.lower_matmul_sm90 import LowerMatmulSm90
 
         return {
             **LowerMatmulSm90(sm90_tiles=self.sm90_tiles).overrides(),

@@ -3,7 +3,7 @@
 * :func:`encode_tensor_map` builds the 128-byte ``CUtensorMap`` of a row-major
   torch tensor seen as 2-D (the last dim by the product of the others) with ``cuTensorMapEncodeTiled``: dims innermost first, 128-byte
   swizzle (the layout the wgmma descriptors of
-  :mod:`tessera.passes.lower_matmul_sm90` assume), zero fill out of bounds.
+  :mod:`tessera.passes.sm90.lower_matmul_sm90` assume), zero fill out of bounds.
   :func:`tensor_map` keeps the encoded maps in a bounded cache keyed by address,
   shape, strides, dtype and box, so a repeated call on the same buffers encodes
   nothing (a map only describes those, so a hit is always the same map).

@@ -100,11 +100,11 @@ def tiles_for(device: str, path: Path | None = None) -> tuple[tuple[str, TileCon
 
 def gemm_runner(gemm: Any) -> Callable[..., None]:
     """``run(c, a, b, *extra, stream=None)`` launching the sm90 kernel of ``gemm`` (a
-    :class:`~tessera.passes.lower_matmul_sm90.Sm90Gemm`) on torch tensors (``extra``: the
+    :class:`~tessera.passes.sm90.lower_matmul_sm90.Sm90Gemm`) on torch tensors (``extra``: the
     fused epilogue's bias, if any); built and loaded once per specialization and device
     (``run.plan`` is its launch plan)."""
     from tessera.passes.emit_ptx import emit_ptx
-    from tessera.passes.lower_matmul_sm90 import build_kernel
+    from tessera.passes.sm90.lower_matmul_sm90 import build_kernel
     from tessera.runtime import tma
 
     name = "tessera_gemm_sm90"
@@ -125,7 +125,7 @@ def autotune(
     (the heuristic when none runs correctly)."""
     import torch
 
-    from tessera.passes.lower_matmul_sm90 import Sm90Gemm
+    from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm
     from tessera.runtime import progress
 
     dev = torch.cuda.get_device_name()
@@ -167,7 +167,7 @@ def complete(module: ModuleOp, options: CompileOptions) -> CompileOptions:
     if not (options.autotune and options.sm90_kernels and options.arch == "sm_90"):
         return options
     from tessera.ir import graph as g
-    from tessera.passes.lower_matmul_sm90 import eligible, gemm_for
+    from tessera.passes.sm90.lower_matmul_sm90 import eligible, gemm_for
 
     tiles = dict(options.sm90_tiles)
     for op in module.walk():

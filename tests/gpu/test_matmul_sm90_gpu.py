@@ -20,7 +20,7 @@ pytestmark = [
 
 import tessera as ts  # noqa: E402
 from tessera.passes import matmul_config as mc  # noqa: E402
-from tessera.passes.lower_matmul_sm90 import Sm90Gemm  # noqa: E402
+from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm  # noqa: E402
 from tessera.tuning import sm90  # noqa: E402
 
 SHAPES = [

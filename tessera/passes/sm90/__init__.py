@@ -7,5 +7,9 @@
 * :mod:`.builders`: the prologue (shared base, mbarrier initialization, the producer /
   consumer split), producer (tensor maps, waiting for a free slot), consumer (wgmma
   descriptors, fragment coordinates) and epilogue (global stores of fragment pairs)
-  steps both kernels take.
+  steps both kernels take;
+* the kernels and their lowerings: :mod:`.lower_matmul_sm90` (the GEMM, pass
+  ``lower-matmul-sm90``), :mod:`.epilogue` (its fused bias and activation),
+  :mod:`.transpose` (K-major copies of fp8 operands), :mod:`.conv` (conv2d through
+  im2col and the GEMM) and :mod:`.lower_attention_sm90` (pass ``lower-attention-sm90``).
 """

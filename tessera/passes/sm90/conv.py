@@ -8,7 +8,7 @@ For bf16/f16 operands, ``lower-matmul-sm90`` lowers ``y = conv2d(x, w) (+ bias)`
    columns are padded with zeros to ``Kp``, a multiple of 8 (16-byte TMA rows). One tile
    per output row ``(n, ho)``: lanes own columns (consecutive lanes, consecutive columns:
    coalesced stores) and walk ``wo``, so no lane divides per element.
-2. **GEMM** ``cols @ w2.T`` on the Hopper kernel (:mod:`tessera.passes.lower_matmul_sm90`)
+2. **GEMM** ``cols @ w2.T`` on the Hopper kernel (:mod:`tessera.passes.sm90.lower_matmul_sm90`)
    with the weight as the K-major B operand: ``w`` seen as ``[O, C*kh*kw]`` is
    ``nn.Linear``'s layout, copied first into a 2-D ``[O, Kp]`` buffer (zero-padded
    columns; the weight is small). The product ``[N*Ho*Wo, O]`` is f32.
@@ -180,7 +180,7 @@ def _wgmma_product(
     o: int, kp: int, ty: str,
 ) -> None:
     """``product[rows, o] (f32) = cols[rows, kp] @ weight[o, kp].T`` on the sm90 kernel."""
-    from tessera.passes.lower_matmul_sm90 import Sm90Gemm, build_kernel, device_sms
+    from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm, build_kernel, device_sms
 
     gemm = Sm90Gemm(rows, o, kp, ty, "f32", sm90_config(rows, o, kp), device_sms(), b_t=True)
     cnt = lw.counter.get("matmul", 0)

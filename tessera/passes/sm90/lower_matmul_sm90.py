@@ -47,7 +47,7 @@ output tile per CTA:
 
 ``tgraph.matmul_epilogue`` ops apply their bias (a row vector or a full ``[M, N]``
 tensor), activation and cast to the accumulators before the store
-(:mod:`tessera.passes.sm90_epilogue`); other bias broadcasts compute the product into a
+(:mod:`tessera.passes.sm90.epilogue`); other bias broadcasts compute the product into a
 buffer and apply the epilogue in one elementwise kernel.
 
 Tile shapes and stages come from the matmul's ``tile_shape`` when it is a valid
@@ -75,7 +75,6 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import target as tt
-from tessera.passes.conv_sm90 import lower_conv2d_sm90
 from tessera.passes.lower_graph_to_tile import (
     LowerGraphToTile,
     Override,
@@ -93,8 +92,9 @@ from tessera.passes.sm90.constants import (
     WGMMA_M,
     desc_hi,
 )
-from tessera.passes.sm90_epilogue import EpilogueEmitter, Sm90Epilogue
-from tessera.passes.sm90_transpose import transpose_2d
+from tessera.passes.sm90.conv import lower_conv2d_sm90
+from tessera.passes.sm90.epilogue import EpilogueEmitter, Sm90Epilogue
+from tessera.passes.sm90.transpose import transpose_2d
 from tessera.passes.tile_builder import KernelEmitter, cdiv
 from tessera.passes.tile_gemm import FMA_GROUP
 
@@ -721,7 +721,7 @@ def lower_matmul_sm90(
     """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path.
 
     A ``tgraph.matmul_epilogue`` applies its bias add, activation and cast in the kernel's
-    epilogue (:mod:`tessera.passes.sm90_epilogue`); a bias broadcast that epilogue does
+    epilogue (:mod:`tessera.passes.sm90.epilogue`); a bias broadcast that epilogue does
     not take (a column, a partial batch) splits it: the product goes to a buffer of the
     product type, then one elementwise kernel applies the generic lowering's per-element
     epilogue (the same steps and roundings).
@@ -778,7 +778,7 @@ def lower_matmul_sm90(
 @dataclass(frozen=True)
 class LowerMatmulSm90(LowerGraphToTile):
     """``lower-graph-to-tile`` with bf16/f16/fp8 matmuls and bf16/f16 convolutions
-    (:mod:`tessera.passes.conv_sm90`) as TMA + wgmma kernels (sm_90a)."""
+    (:mod:`tessera.passes.sm90.conv`) as TMA + wgmma kernels (sm_90a)."""
 
     name = "lower-matmul-sm90"
 

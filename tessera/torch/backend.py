@@ -1,0 +1,107 @@
+"""The ``torch.compile`` backend: TorchDynamo + AOTAutograd FX graphs into Tessera.
+
+:func:`backend` is what ``torch.compile(model, backend="tessera")`` calls with
+each graph dynamo captures. AOTAutograd splits it into a forward and a
+backward graph of core ATen ops (:data:`DECOMPOSITIONS`), and
+:func:`compile_graph` hands each to :func:`tessera.torch.partition.partition`,
+which replaces the translatable parts by Tessera partitions and leaves the rest
+to eager torch. Training works because the backward graph is translated the
+same way as the forward.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._decomp import core_aten_decompositions
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from tessera.torch import report as _report
+from tessera.torch.partition import partition
+
+aten = torch.ops.aten
+
+
+def _sdpa_cpu_backward(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    logsumexp: torch.Tensor,
+    dropout_p: float,
+    is_causal: bool,
+    attn_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> Any:
+    """The backward of CPU flash attention in matmuls and a softmax (recomputed), so
+    that it can be translated; dropout keeps torch's own kernel."""
+    if dropout_p or q.shape[:-2] != k.shape[:-2]:
+        return NotImplemented
+    dt = q.dtype
+    s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    qf, kf, vf, gf = (x.float() for x in (q, k, v, grad_out))
+    scores = torch.matmul(qf, kf.transpose(-2, -1)) * s
+    if is_causal:
+        lq, lk = q.shape[-2], k.shape[-2]
+        keep = torch.arange(lq, device=q.device)[:, None] >= torch.arange(lk, device=q.device)[None, :]
+        scores = torch.where(keep, scores, torch.full_like(scores, float("-inf")))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = torch.where(attn_mask, scores, torch.full_like(scores, float("-inf")))
+        else:
+            scores = scores + attn_mask.float()
+    p = torch.softmax(scores, dim=-1)
+    grad_v = torch.matmul(p.transpose(-2, -1), gf)
+    dp = torch.matmul(gf, vf.transpose(-2, -1))
+    ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
+    grad_q = torch.matmul(ds, kf) * s
+    grad_k = torch.matmul(ds.transpose(-2, -1), qf) * s
+    return grad_q.to(dt), grad_k.to(dt), grad_v.to(dt)
+
+
+def _decompositions() -> dict[Any, Callable[..., Any]]:
+    table = dict(core_aten_decompositions())
+    table[aten._scaled_dot_product_flash_attention_for_cpu_backward.default] = _sdpa_cpu_backward
+    return table
+
+
+DECOMPOSITIONS: dict[Any, Callable[..., Any]] = _decompositions()
+"""The core ATen decompositions, plus attention's CPU backward in matmuls."""
+
+_GRAPH_IDS = itertools.count()
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, kind: str, name: str) -> Any:
+    """Partition one AOTAutograd graph into Tessera partitions and eager torch."""
+    rep = _report.GraphReport(name=f"{name}_{kind}", kind=kind)
+    fused = partition(gm, rep.name, rep)
+    _report.record(rep)
+    return make_boxed_func(fused.forward)
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: Any, **options: Any) -> Any:
+    """``torch.compile`` backend ``"tessera"`` (options are not used yet)."""
+    name = f"graph{next(_GRAPH_IDS)}"
+    aot = aot_autograd(
+        fw_compiler=functools.partial(compile_graph, kind="forward", name=name),
+        bw_compiler=functools.partial(compile_graph, kind="backward", name=name),
+        inference_compiler=functools.partial(compile_graph, kind="inference", name=name),
+        decompositions=DECOMPOSITIONS,
+    )
+    return aot(gm, example_inputs)
+
+
+def compile(model: Any, *, dynamic: bool | None = None, fullgraph: bool = False, **kw: Any) -> Any:  # noqa: A001
+    """``torch.compile(model, backend=tessera.torch.backend)``; starts a new report."""
+    _report.reset()
+    return torch.compile(model, backend=backend, dynamic=dynamic, fullgraph=fullgraph, **kw)
+
+
+__all__ = ["backend", "compile", "compile_graph", "DECOMPOSITIONS"]

@@ -642,17 +642,50 @@ def _convolution(
 
 def _sdpa_check(node: torch.fx.Node) -> str | None:
     args = list(node.args)
-    kw = node.kwargs
-    dropout = args[3] if len(args) > 3 else kw.get("dropout_p", 0.0)
-    mask = args[5] if len(args) > 5 else kw.get("attn_mask")
+    dropout = args[3] if len(args) > 3 else node.kwargs.get("dropout_p", 0.0)
     if dropout:
         return f"dropout_p={dropout}"
-    if mask is not None:
-        return "attn_mask"
     q, k = val(args[0]), val(args[1])
-    if q.shape[:-2] != k.shape[:-2]:
-        return "grouped query heads"
+    if q.dim() != k.dim() or q.dim() < 3:
+        return "operands of different ranks"
+    hq, hk = q.shape[-3], k.shape[-3]
+    if isinstance(hq, int) and isinstance(hk, int) and hq % hk:
+        return f"{hq} query heads over {hk} key heads"
     return _only_outputs(0)(node) or _float_only_index(node, 0)
+
+
+def _repeat_heads(x: TracedTensor, heads: int) -> TracedTensor:
+    """``x`` [..., Hk, S, D] with each head repeated for ``heads // Hk`` query heads."""
+    *b, hk, s, d = x.shape
+    if hk == heads:
+        return x
+    g = heads // hk
+    y = ops.broadcast_to(ops.reshape(x, [*b, hk, 1, s, d]), [*b, hk, g, s, d])
+    return ops.reshape(y, [*b, heads, s, d])
+
+
+def attention(
+    q: TracedTensor, k: TracedTensor, v: TracedTensor, mask: Any, causal: bool, scale: Any
+) -> TracedTensor:
+    """``softmax(scale q kᵀ + mask) v`` as torch's SDPA defines it: ``flash_attention``
+    without a mask, else matmuls and a softmax (a bool mask keeps True positions)."""
+    k = _repeat_heads(k, q.shape[-3])
+    v = _repeat_heads(v, q.shape[-3])
+    if mask is None:
+        return ops.flash_attention(q, k, v, scale=scale, causal=causal)
+    dt = torch_dtype(q)
+    sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    s = ops.mul(ops.matmul(q, ops.transpose(k)), to(float(sc), dt))
+    ninf = to(float("-inf"), dt)
+    if causal:
+        lq, lk = q.shape[-2], k.shape[-2]
+        keep = np.arange(lq)[:, None] >= np.arange(lk)[None, :]
+        s = ops.where(ops.constant(keep, ts_dtype(torch.bool)), s, ninf)
+    if torch_dtype(mask) == torch.bool:
+        s = ops.where(mask, s, ninf)
+    else:
+        s = ops.add(s, to(mask, dt))
+    return ops.matmul(ops.softmax(s, axis=-1), v)
 
 
 @rule(aten._scaled_dot_product_flash_attention_for_cpu.default, check=_sdpa_check)
@@ -660,9 +693,7 @@ def _sdpa_cpu(
     node: torch.fx.Node, q: Any, k: Any, v: Any, dropout_p: float = 0.0,
     is_causal: bool = False, *, attn_mask: Any = None, scale: Any = None,
 ) -> tuple[TracedTensor, ...]:
-    if is_causal and q.shape[-2] != k.shape[-2]:
-        raise Unsupported("causal attention with different query and key lengths")
-    return (ops.flash_attention(q, k, v, scale=scale, causal=bool(is_causal)),)
+    return (attention(q, k, v, attn_mask, bool(is_causal), scale),)
 
 
 @rule(aten._adaptive_avg_pool2d.default)
@@ -777,6 +808,29 @@ def _slice(
     st = [1] * a.ndim
     lo[d], hi[d], st[d] = s, e, int(step)
     return ops.slice(a, lo, hi, st)
+
+
+@rule(aten.slice_scatter.default)
+def _slice_scatter(
+    node: torch.fx.Node, base: Any, src: Any, dim: int = 0, start: Any = None, end: Any = None,
+    step: int = 1,
+) -> TracedTensor:
+    if int(step) != 1:
+        raise Unsupported(f"slice_scatter with step {step}")
+    d = int(dim) % base.ndim
+    s, e = _slice_bounds(base.shape[d], start, end, 1)
+    parts = []
+    for piece in ("before", "src", "after"):
+        if piece == "src":
+            parts.append(to(src, torch_dtype(base)))
+            continue
+        a, b = (0, s) if piece == "before" else (e, base.shape[d])
+        if b > a:
+            lo = [0] * base.ndim
+            hi = list(base.shape)
+            lo[d], hi[d] = a, b
+            parts.append(ops.slice(base, lo, hi))
+    return parts[0] if len(parts) == 1 else ops.concat(parts, axis=d)
 
 
 @rule(aten.select.int, aten.select_copy.int, compute=False)

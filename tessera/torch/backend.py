@@ -40,21 +40,33 @@ def _sdpa_cpu_backward(
     attn_mask: torch.Tensor | None = None,
     scale: float | None = None,
 ) -> Any:
-    """The backward of CPU flash attention in matmuls and a softmax (recomputed), so
-    that it can be translated; dropout keeps torch's own kernel."""
-    if dropout_p or q.shape[:-2] != k.shape[:-2]:
+    """The backward of CPU flash attention in matmuls and a softmax recomputed from q, k
+    and v (grouped key/value heads included), so that it can be translated and needs
+    no saved log-sum-exp; with dropout, torch's own kernel runs."""
+    if dropout_p:
         return NotImplemented
+    hq, hk = q.shape[-3], k.shape[-3]
+    groups = hq // hk
     dt = q.dtype
     s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     qf, kf, vf, gf = (x.float() for x in (q, k, v, grad_out))
+    if groups != 1:
+        kf, vf = (
+            x.unsqueeze(-3).expand(*x.shape[:-2], groups, *x.shape[-2:]).reshape(
+                *x.shape[:-3], hq, *x.shape[-2:]
+            )
+            for x in (kf, vf)
+        )
     scores = torch.matmul(qf, kf.transpose(-2, -1)) * s
+    neg_inf = torch.full_like(scores, float("-inf"))
     if is_causal:
         lq, lk = q.shape[-2], k.shape[-2]
-        keep = torch.arange(lq, device=q.device)[:, None] >= torch.arange(lk, device=q.device)[None, :]
-        scores = torch.where(keep, scores, torch.full_like(scores, float("-inf")))
+        rows = torch.arange(lq, device=q.device)[:, None]
+        keep = rows >= torch.arange(lk, device=q.device)[None, :]
+        scores = torch.where(keep, scores, neg_inf)
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
-            scores = torch.where(attn_mask, scores, torch.full_like(scores, float("-inf")))
+            scores = torch.where(attn_mask, scores, neg_inf)
         else:
             scores = scores + attn_mask.float()
     p = torch.softmax(scores, dim=-1)
@@ -63,17 +75,26 @@ def _sdpa_cpu_backward(
     ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
     grad_q = torch.matmul(ds, kf) * s
     grad_k = torch.matmul(ds.transpose(-2, -1), qf) * s
+    if groups != 1:
+        grad_k, grad_v = (
+            x.reshape(*x.shape[:-3], hk, groups, *x.shape[-2:]).sum(dim=-3)
+            for x in (grad_k, grad_v)
+        )
     return grad_q.to(dt), grad_k.to(dt), grad_v.to(dt)
 
 
 def _decompositions() -> dict[Any, Callable[..., Any]]:
     table = dict(core_aten_decompositions())
+    # Kept whole: it becomes flash_attention. (Its decomposition also hands the attention
+    # weights to the fused backward in place of the log-sum-exp.)
+    del table[aten._scaled_dot_product_flash_attention_for_cpu.default]
     table[aten._scaled_dot_product_flash_attention_for_cpu_backward.default] = _sdpa_cpu_backward
     return table
 
 
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = _decompositions()
-"""The core ATen decompositions, plus attention's CPU backward in matmuls."""
+"""The core ATen decompositions, with CPU flash attention kept whole and its backward
+in matmuls."""
 
 _GRAPH_IDS = itertools.count()
 

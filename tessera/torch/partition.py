@@ -214,6 +214,8 @@ class TesseraPartition(torch.nn.Module):
         if fake is not None:
             if t.device != fake.device:
                 t = t.to(fake.device)
+            if fake.dim() == 0 and t.dim() == 1 and t.numel() == 1:
+                t = t.reshape(())  # numpy's ascontiguousarray gives 0-d arrays one dim
             ok_shape = all(
                 not isinstance(f, int) or f == s for f, s in zip(fake.shape, t.shape)
             ) and len(fake.shape) == t.dim()

@@ -523,6 +523,10 @@ class CompiledFunction:
 
     # ------------------------------------------------------------ calling
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _requires_grad(args, kwargs):
+            from tessera.torch.autograd import call_differentiable
+
+            return call_differentiable(self, args, kwargs)
         if not kwargs:
             for hot in self._hot:
                 out = hot(args)
@@ -591,6 +595,12 @@ class CompiledFunction:
         if spec is None or sizes:
             spec = self._specialize(self._annotation_infos(dict(sizes)))
         return str(spec.ir(level))
+
+
+def _requires_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """True when some argument is a torch tensor that requires grad: the call then goes
+    through torch autograd (:mod:`tessera.torch.autograd`)."""
+    return any(getattr(a, "requires_grad", False) is True for a in (*args, *kwargs.values()))
 
 
 def _flatten(bound: inspect.BoundArguments) -> list[tuple[str, Any]]:

@@ -30,13 +30,6 @@ from tessera.passes.autodiff import vjp_function
 from tessera.runtime import convert
 
 
-def requires_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """True when some argument is a torch tensor that requires grad."""
-    return any(
-        getattr(a, "requires_grad", False) is True for a in (*args, *kwargs.values())
-    )
-
-
 @dataclass
 class _Call:
     """One differentiable call: the function, its specialization and argument layout."""
@@ -54,7 +47,11 @@ class _Call:
         values.update(zip(self.spec.tensor_params, tensors))
         pos, kw = _unflatten(self.fn.signature, values)
         out = self.fn(*pos, **kw)
-        return tuple(out) if self.spec.returns_tuple else (out,)
+        outs = tuple(out) if self.spec.returns_tuple else (out,)
+        return tuple(
+            o.reshape(shape) if tuple(o.shape) != shape else o
+            for o, shape in zip(outs, _output_shapes(self.spec))
+        )
 
 
 _VJP_CACHE: dict[tuple[int, Any, tuple[int, ...]], Specialization] = {}
@@ -115,14 +112,23 @@ class JitFunction(torch.autograd.Function):
         tensors = ctx.saved_tensors
         spec = _vjp_spec(call)
         dtypes = _output_dtypes(call)
+        shapes = _output_shapes(call.spec)
         cts = [
-            grads[i].to(dtypes[i]).contiguous() for i, f in enumerate(call.out_float) if f
+            grads[i].to(dtypes[i]).reshape(shapes[i]).contiguous()
+            for i, f in enumerate(call.out_float)
+            if f
         ]
         got = _run_spec(spec, [*tensors, *cts])
         result: list[Any] = [None] * len(tensors)
         for i, g in zip(call.wrt, got):
-            result[i] = g.to(tensors[i].device)
+            result[i] = g.reshape(tensors[i].shape).to(tensors[i].device)
         return (None, *result)
+
+
+def _output_shapes(spec: Specialization) -> list[tuple[int, ...]]:
+    """The shapes of the compiled function's results, from its traced IR."""
+    fns = [op for op in spec.traced.ops if isinstance(op, func.FuncOp)]
+    return [tuple(t.get_shape()) for t in fns[0].function_type.outputs.data]
 
 
 def _output_dtypes(call: _Call) -> list[Any]:
@@ -170,4 +176,4 @@ def _detach(v: Any) -> Any:
     return v.detach() if isinstance(v, torch.Tensor) else v
 
 
-__all__ = ["JitFunction", "call_differentiable", "requires_grad"]
+__all__ = ["JitFunction", "call_differentiable"]

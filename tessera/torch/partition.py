@@ -89,7 +89,7 @@ def unsupported_reason(node: torch.fx.Node) -> str | None:
 
 
 class _Support(OperatorSupportBase):
-    def __init__(self, reasons: dict[torch.fx.Node, str]):
+    def __init__(self, reasons: dict[str, str]):
         self.reasons = reasons
 
     def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
@@ -97,7 +97,7 @@ class _Support(OperatorSupportBase):
             return False
         reason = unsupported_reason(node)
         if reason is not None:
-            self.reasons[node] = reason
+            self.reasons[node.name] = reason
             return False
         return True
 
@@ -116,7 +116,8 @@ def _is_eager_op(node: torch.fx.Node) -> bool:
 
 def partition(gm: torch.fx.GraphModule, name: str, report: GraphReport) -> torch.fx.GraphModule:
     """Replace the translatable parts of ``gm`` by :class:`TesseraPartition` modules."""
-    reasons: dict[torch.fx.Node, str] = {}
+    reasons: dict[str, str] = {}
+    """Why each node (by name) that has a rule was not translated."""
     support = _Support(reasons)
     report.aten_ops = sum(1 for n in gm.graph.nodes if _is_eager_op(n))
     partitioner = CapabilityBasedPartitioner(
@@ -134,10 +135,10 @@ def partition(gm: torch.fx.GraphModule, name: str, report: GraphReport) -> torch
     for n in fused.graph.nodes:
         if n.op == "call_function" and _is_eager_op(n):
             key = op_name(n.target)
-            if n.target in aten_ops.RULES and n not in reasons:
+            if n.target in aten_ops.RULES and n.name not in reasons:
                 continue  # a data-movement op of a partition kept in torch: free there
             report.fallback_ops[key] += 1
-            report.fallback_reasons.setdefault(key, reasons.get(n, "no Tessera rule"))
+            report.fallback_reasons.setdefault(key, reasons.get(n.name, "no Tessera rule"))
     count = 0
     for n in list(fused.graph.nodes):
         if n.op == "call_module" and n.target.startswith("fused_"):

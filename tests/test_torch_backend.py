@@ -234,3 +234,48 @@ def test_exact_gelu_uses_erf_to_float32_precision():
     yr.sum().backward()
     torch.testing.assert_close(y.double(), yr, rtol=0, atol=1e-6)
     torch.testing.assert_close(x.grad.double(), xr.grad, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_fused_attention_backwards_recompute_exactly(causal, kv_heads):
+    """The decompositions of the fused attention backwards (CPU flash, CUDA flash,
+    memory-efficient, cuDNN) equal autograd through plain attention, in float64."""
+    from tessera.torch.backend import ATTENTION_BACKWARDS
+
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 5, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    k = torch.randn(2, kv_heads, 5, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    v = torch.randn(2, kv_heads, 5, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    bias = torch.randn(2, 1, 5, 5, dtype=torch.float64, generator=g)
+    go = torch.randn(2, 4, 5, 8, dtype=torch.float64, generator=g)
+
+    def reference(mask):
+        for t in (q, k, v):
+            t.grad = None
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=kv_heads != 4, scale=0.3
+        )
+        out.backward(go)
+        return [t.grad.clone() for t in (q, k, v)]
+
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    none = torch.empty(0)
+    calls = {
+        aten._scaled_dot_product_flash_attention_for_cpu_backward.default: (
+            (go, qd, kd, vd, none, none, 0.0, causal), {"scale": 0.3}, None),
+        aten._scaled_dot_product_flash_attention_backward.default: (
+            (go, qd, kd, vd, none, none, none, none, 5, 5, 0.0, causal, none, none),
+            {"scale": 0.3}, None),
+        aten._scaled_dot_product_efficient_attention_backward.default: (
+            (go, qd, kd, vd, bias, none, none, none, none, 0.0, [True, True, True, False],
+             causal), {"scale": 0.3}, bias),
+        aten._scaled_dot_product_cudnn_attention_backward.default: (
+            (go, qd, kd, vd, none, none, none, none, bias, none, none, 5, 5, 0.0, causal),
+            {"scale": 0.3}, bias),
+    }
+    for op, (args, kwargs, mask) in calls.items():
+        got = ATTENTION_BACKWARDS[op](*args, **kwargs)[:3]
+        for a, r in zip(got, reference(mask)):
+            torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12, msg=str(op))

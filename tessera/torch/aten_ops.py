@@ -649,18 +649,27 @@ def _convolution(
     )
 
 
-def _sdpa_check(node: torch.fx.Node) -> str | None:
-    args = list(node.args)
-    dropout = args[3] if len(args) > 3 else node.kwargs.get("dropout_p", 0.0)
-    if dropout:
-        return f"dropout_p={dropout}"
-    q, k = val(args[0]), val(args[1])
-    if q.dim() != k.dim() or q.dim() < 3:
-        return "operands of different ranks"
-    hq, hk = q.shape[-3], k.shape[-3]
-    if isinstance(hq, int) and isinstance(hk, int) and hq % hk:
-        return f"{hq} query heads over {hk} key heads"
-    return _only_outputs(0)(node) or _float_only_index(node, 0)
+def _sdpa_check_at(dropout_at: int) -> Check:
+    """The check of a fused attention op whose dropout is positional argument
+    ``dropout_at``."""
+
+    def check(node: torch.fx.Node) -> str | None:
+        args = list(node.args)
+        dropout = args[dropout_at] if len(args) > dropout_at else node.kwargs.get("dropout_p", 0.0)
+        if dropout:
+            return f"dropout_p={dropout}"
+        q, k = val(args[0]), val(args[1])
+        if q.dim() != k.dim() or q.dim() < 3:
+            return "operands of different ranks"
+        hq, hk = q.shape[-3], k.shape[-3]
+        if isinstance(hq, int) and isinstance(hk, int) and hq % hk:
+            return f"{hq} query heads over {hk} key heads"
+        return _only_outputs(0)(node) or _float_only_index(node, 0)
+
+    return check
+
+
+_sdpa_check = _sdpa_check_at(3)
 
 
 def _repeat_heads(x: TracedTensor, heads: int) -> TracedTensor:
@@ -703,6 +712,31 @@ def _sdpa_cpu(
     is_causal: bool = False, *, attn_mask: Any = None, scale: Any = None,
 ) -> tuple[TracedTensor, ...]:
     return (attention(q, k, v, attn_mask, bool(is_causal), scale),)
+
+
+@rule(aten._scaled_dot_product_flash_attention.default, check=_sdpa_check)
+def _sdpa_flash(
+    node: torch.fx.Node, q: Any, k: Any, v: Any, dropout_p: float = 0.0,
+    is_causal: bool = False, return_debug_mask: bool = False, *, scale: Any = None,
+) -> tuple[TracedTensor, ...]:
+    return (attention(q, k, v, None, bool(is_causal), scale),)
+
+
+@rule(aten._scaled_dot_product_efficient_attention.default, check=_sdpa_check_at(5))
+def _sdpa_efficient(
+    node: torch.fx.Node, q: Any, k: Any, v: Any, attn_bias: Any, compute_log_sumexp: bool,
+    dropout_p: float = 0.0, is_causal: bool = False, *, scale: Any = None,
+) -> tuple[TracedTensor, ...]:
+    return (attention(q, k, v, attn_bias, bool(is_causal), scale),)
+
+
+@rule(aten._scaled_dot_product_cudnn_attention.default, check=_sdpa_check_at(5))
+def _sdpa_cudnn(
+    node: torch.fx.Node, q: Any, k: Any, v: Any, attn_bias: Any, compute_log_sumexp: bool,
+    dropout_p: float = 0.0, is_causal: bool = False, return_debug_mask: bool = False, *,
+    scale: Any = None,
+) -> tuple[TracedTensor, ...]:
+    return (attention(q, k, v, attn_bias, bool(is_causal), scale),)
 
 
 @rule(aten._adaptive_avg_pool2d.default)

@@ -201,7 +201,7 @@ def _div_check(node: torch.fx.Node) -> str | None:
     return None if mode is None else f"rounding_mode={mode!r}"
 
 
-@rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, check=_div_check)
+@rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.true_divide.Tensor, check=_div_check)
 def _div(node: torch.fx.Node, a: Any, b: Any, rounding_mode: Any = None) -> TracedTensor:
     dt = out_dtype(node)
     return ops.div(to(a, dt), to(b, dt))

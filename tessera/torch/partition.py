@@ -33,6 +33,12 @@ from tessera.runtime import convert
 from tessera.torch import aten_ops
 from tessera.torch.report import GraphReport
 
+aten = torch.ops.aten
+
+_SCALARS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+"""Non-tensor operands a partition takes: sizes, symbolic at compile time, concrete
+Python numbers (static arguments of the Tessera function) at run time."""
+
 _SYM_OPS = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv,
             operator.neg, operator.mod, operator.pow, operator.eq, operator.ne, operator.lt,
             operator.le, operator.gt, operator.ge}
@@ -76,8 +82,8 @@ def unsupported_reason(node: torch.fx.Node) -> str | None:
             return "sparse or complex tensor"
     for a in node.all_input_nodes:
         av = a.meta.get("val")
-        if not isinstance(av, torch.Tensor | tuple | list):
-            return "symbolic size operand"
+        if not isinstance(av, (torch.Tensor, tuple, list, *_SCALARS)):
+            return f"operand {a.name} of type {type(av).__name__}"
     if target is operator.getitem and not isinstance(node.args[0].meta.get("val"), tuple | list):
         return "getitem of a non-tuple"
     if r.check is not None:
@@ -139,6 +145,7 @@ def partition(gm: torch.fx.GraphModule, name: str, report: GraphReport) -> torch
                 continue  # a data-movement op of a partition kept in torch: free there
             report.fallback_ops[key] += 1
             report.fallback_reasons.setdefault(key, reasons.get(n.name, "no Tessera rule"))
+    _views_to_reshapes(fused)
     count = 0
     for n in list(fused.graph.nodes):
         if n.op == "call_module" and n.target.startswith("fused_"):
@@ -153,6 +160,15 @@ def partition(gm: torch.fx.GraphModule, name: str, report: GraphReport) -> torch
     report.partitions = count
     fused.recompile()
     return fused
+
+
+def _views_to_reshapes(gm: torch.fx.GraphModule) -> None:
+    """Views left to torch become reshapes: a Tessera partition returns contiguous
+    tensors where the graph may have expected other strides, and in a functional
+    graph a reshape means the same as a view."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target in (aten.view.default, aten._unsafe_view.default):
+            n.target = aten.reshape.default
 
 
 class TesseraPartition(torch.nn.Module):

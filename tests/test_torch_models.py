@@ -67,7 +67,7 @@ def test_training_step_matches_eager(name):
     if name == "resnet50":  # batch norm over 2 images of 1x1 pixels late in the net:
         model, inputs = model.double(), {"x": inputs["x"].double()}  # compare in float64
     fwd, grad = compare_training_step(model, inputs, tt.compile)
-    tol = 1e-9 if name == "resnet50" else 1e-5
+    tol = 1e-8 if name == "resnet50" else 1e-5
     assert fwd < tol, f"{name} forward error {fwd:.3g}"
     assert grad < tol, f"{name} gradient error {grad:.3g}"
     rep = tt.last_report()

@@ -103,17 +103,49 @@ class _CNN(nn.Module):
         return self.fc(torch.flatten(self.pool(h), 1))
 
 
-def test_cnn_training_step_matches_eager_and_reports_conv_backward():
+def test_cnn_training_step_matches_eager():
     torch.manual_seed(0)
     m = _CNN()
     x = torch.randn(2, 3, 8, 8)
     res = _run(m, x)
     _assert_close(*res, rtol=1e-4, atol=1e-5)
     rep = tt.last_report()
-    fwd, bwd = rep.graphs
-    assert not fwd.fallback_ops  # conv2d, batch norm (training), relu, pooling, linear
-    assert set(bwd.fallback_ops) == {"aten.convolution_backward.default"}
-    assert bwd.fallback_reasons["aten.convolution_backward.default"] == "no Tessera rule"
+    assert [g.kind for g in rep.graphs] == ["forward", "backward"]
+    assert rep.graph_breaks == 0, str(rep)  # conv2d and its backward, batch norm, pooling
+
+
+@pytest.mark.parametrize(
+    "kernel, stride, padding, size",
+    [(3, 1, 1, 8), (3, 2, 1, 9), (7, 2, 3, 16), (1, 2, 0, 7), (4, 4, 0, 16), (3, 2, 0, 8)],
+)
+def test_convolution_backward_as_convolutions(kernel, stride, padding, size):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, size, size + 1, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(4, 3, kernel, kernel, dtype=torch.float64, generator=g, requires_grad=True)
+    b = torch.randn(4, dtype=torch.float64, generator=g, requires_grad=True)
+
+    def f(x, w, b):
+        return F.conv2d(x, w, b, stride=stride, padding=padding)
+
+    tt.compile(f)(x, w, b).pow(2).sum().backward()
+    got = [t.grad.clone() for t in (x, w, b)]
+    assert tt.last_report().graph_breaks == 0
+    for t in (x, w, b):
+        t.grad = None
+    f(x, w, b).pow(2).sum().backward()
+    for a, t in zip(got, (x, w, b)):
+        torch.testing.assert_close(a, t.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_dilated_convolution_falls_back_with_its_reason():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 2, 9, 9, generator=g)
+    w = torch.randn(3, 2, 3, 3, generator=g)
+    out = tt.compile(lambda x, w: F.conv2d(x, w, dilation=2))(x, w)
+    torch.testing.assert_close(out, F.conv2d(x, w, dilation=2))
+    rep = tt.last_report()
+    assert rep.fallback_ops["aten.convolution.default"] == 1
+    assert rep.reasons()["aten.convolution.default"] == "dilation=[2, 2]"
 
 
 def test_cnn_eval_mode_uses_running_statistics():

@@ -649,6 +649,90 @@ def _convolution(
     )
 
 
+def _conv_backward_check(node: torch.fx.Node) -> str | None:
+    grad, x, w, _bias_sizes, stride, padding, dilation, transposed, out_pad, groups = node.args[:10]
+    if len(val(x).shape) != 4:
+        return "not a 2-D convolution"
+    if transposed:
+        return "transposed convolution"
+    if any(int(d) != 1 for d in dilation):
+        return f"dilation={list(dilation)}"
+    if int(groups) != 1:
+        return f"groups={groups}"
+    return None if val(x).dtype in FLOAT_DTYPES else f"{val(x).dtype} input"
+
+
+def _zeros_like_shape(x: TracedTensor, shape: Sequence[int]) -> TracedTensor:
+    return ops.broadcast_to(to(0.0, torch_dtype(x)), list(shape))
+
+
+def _dilate(g: TracedTensor, s: int, axis: int) -> TracedTensor:
+    """``s - 1`` zeros after each element of ``g`` along ``axis`` (none after the last)."""
+    if s == 1:
+        return g
+    shape = list(g.shape)
+    n = shape[axis]
+    inner = [*shape[: axis + 1], 1, *shape[axis + 1 :]]
+    zeros = [*shape[: axis + 1], s - 1, *shape[axis + 1 :]]
+    y = ops.concat([ops.reshape(g, inner), _zeros_like_shape(g, zeros)], axis=axis + 1)
+    y = ops.reshape(y, [*shape[:axis], n * s, *shape[axis + 1 :]])
+    return _take(y, axis, 0, (n - 1) * s + 1)
+
+
+def _take(x: TracedTensor, axis: int, start: int, stop: int) -> TracedTensor:
+    if start == 0 and stop == x.shape[axis]:
+        return x
+    lo = [0] * x.ndim
+    hi = list(x.shape)
+    lo[axis], hi[axis] = start, stop
+    return ops.slice(x, lo, hi)
+
+
+def _flip(x: TracedTensor, axis: int) -> TracedTensor:
+    n = x.shape[axis]
+    if n == 1:
+        return x
+    return ops.concat([_take(x, axis, i, i + 1) for i in reversed(range(n))], axis=axis)
+
+
+@rule(aten.convolution_backward.default, check=_conv_backward_check)
+def _convolution_backward(
+    node: torch.fx.Node, grad: Any, x: Any, w: Any, bias_sizes: Any, stride: Any,
+    padding: Any, dilation: Any, transposed: bool, output_padding: Any, groups: int,
+    output_mask: Sequence[bool],
+) -> tuple[Any, Any, Any]:
+    """Gradients of a 2-D convolution as convolutions: the input's is the gradient,
+    dilated by the stride, convolved with the flipped, transposed kernel; the kernel's
+    is the input (channels as batch) convolved with the dilated gradient."""
+    dt = torch_dtype(x)
+    g = to(grad, dt)
+    st, pd = _shape(stride), _shape(padding)
+    _, _, h, wd = x.shape
+    kh, kw = w.shape[2], w.shape[3]
+    gd = _dilate(_dilate(g, st[0], 2), st[1], 3)
+    gx = gw = gb = None
+    if output_mask[0]:
+        wf = ops.transpose(_flip(_flip(w, 2), 3), [1, 0, 2, 3])
+        full = ops.conv2d(gd, wf, padding=[kh - 1, kw - 1])
+        for axis, (n, p) in ((2, (h, pd[0])), (3, (wd, pd[1]))):
+            short = n + 2 * p - full.shape[axis]
+            if short > 0:
+                zshape = list(full.shape)
+                zshape[axis] = short
+                full = ops.concat([full, _zeros_like_shape(full, zshape)], axis=axis)
+            full = _take(full, axis, p, p + n)
+        gx = full
+    if output_mask[1]:
+        xt = ops.transpose(x, [1, 0, 2, 3])
+        kt = ops.transpose(gd, [1, 0, 2, 3])
+        r = ops.conv2d(xt, kt, padding=pd)
+        r = _take(_take(r, 2, 0, kh), 3, 0, kw)
+        gw = ops.transpose(r, [1, 0, 2, 3])
+    if output_mask[2]:
+        gb = ops.sum(g, axis=(0, 2, 3))
+    return gx, gw, gb
+
+
 def _sdpa_check_at(dropout_at: int) -> Check:
     """The check of a fused attention op whose dropout is positional argument
     ``dropout_at``."""

@@ -311,3 +311,26 @@ def test_fused_attention_backwards_recompute_exactly(causal, kv_heads):
         got = ATTENTION_BACKWARDS[op](*args, **kwargs)[:3]
         for a, r in zip(got, reference(mask)):
             torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12, msg=str(op))
+
+
+@pytest.mark.parametrize("kernel, stride, padding", [(3, 2, 1), (2, 2, 0), (3, 1, 1), (3, 2, 0)])
+def test_max_pool_and_its_backward_pick_torchs_first_maximum(kernel, stride, padding):
+    """After a ReLU, windows of zeros tie: the gradient goes to the first maximum in
+    torch's scan order, as its indices say."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 9, 10, dtype=torch.float64, generator=g, requires_grad=True)
+
+    def f(x):
+        return F.max_pool2d(torch.relu(x), kernel, stride, padding, return_indices=True)
+
+    out, idx = tt.compile(f)(x)
+    weights = torch.arange(out.numel(), dtype=out.dtype).reshape(out.shape)
+    (out * weights).sum().backward()
+    got = x.grad.clone()
+    assert tt.last_report().graph_breaks == 0
+    x.grad = None
+    ref, ref_idx = f(x)
+    (ref * weights).sum().backward()
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(idx, ref_idx, rtol=0, atol=0)
+    torch.testing.assert_close(got, x.grad, rtol=0, atol=0)

@@ -27,7 +27,7 @@ def _need(module: str) -> None:
 
 
 # ops each model leaves to torch, and why: Tessera has no gather/scatter, sort or
-# cumulative ops, no sin/cos, no pooling with indices and no rounding integer division
+# cumulative ops, no sin/cos and no rounding integer division
 EXPECTED_FALLBACKS: dict[str, set[str]] = {
     "gpt2": {"aten.embedding.default", "aten.gather.default", "aten.scatter.value",
              "aten.index_put.default"},
@@ -40,8 +40,7 @@ EXPECTED_FALLBACKS: dict[str, set[str]] = {
                 "aten.cos.default", "aten.topk.default", "aten.sort.default",
                 "aten.index.Tensor", "aten.histc.default", "aten.cumsum.default",
                 "aten.empty_permuted.default", "aten.div.Tensor_mode"},
-    "resnet50": {"aten.max_pool2d_with_indices.default",
-                 "aten.max_pool2d_with_indices_backward.default"},
+    "resnet50": set(),
     "vit_b16": set(),
 }
 

@@ -733,6 +733,127 @@ def _convolution_backward(
     return gx, gw, gb
 
 
+def _pool_params(kernel: Any, stride: Any, padding: Any) -> tuple[list[int], list[int], list[int]]:
+    k = _shape(kernel) if len(kernel) == 2 else _shape(kernel) * 2
+    st = _shape(stride) if stride else k
+    st = st if len(st) == 2 else st * 2
+    pd = _shape(padding) if not isinstance(padding, int) else [padding, padding]
+    pd = pd if len(pd) == 2 else pd * 2
+    return k, st, pd
+
+
+def _max_pool_check(node: torch.fx.Node) -> str | None:
+    args = list(node.args)
+    backward = node.target is aten.max_pool2d_with_indices_backward.default
+    x = args[1] if backward else args[0]
+    rest = args[2:] if backward else args[1:]
+    dilation = rest[3] if len(rest) > 3 else 1
+    ceil_mode = rest[4] if len(rest) > 4 else False
+    if len(val(x).shape) != 4:
+        return "not a batched 2-D pooling"
+    if any(int(d) != 1 for d in ([dilation] if isinstance(dilation, int) else dilation)):
+        return f"dilation={dilation}"
+    if ceil_mode:
+        return "ceil_mode"
+    return None if val(x).dtype in FLOAT_DTYPES else f"{val(x).dtype} input"
+
+
+def _pool_windows(
+    x: TracedTensor, k: list[int], st: list[int], pd: list[int]
+) -> tuple[list[tuple[int, int, TracedTensor]], int, int]:
+    """The k×k strided views of ``x`` padded with -inf, in torch's scan order, and the
+    output size."""
+    n, c, h, w = x.shape
+    ho = (h + 2 * pd[0] - k[0]) // st[0] + 1
+    wo = (w + 2 * pd[1] - k[1]) // st[1] + 1
+    xp = x
+    for axis, p in ((2, pd[0]), (3, pd[1])):
+        if p:
+            shape = list(xp.shape)
+            shape[axis] = p
+            edge = ops.broadcast_to(to(float("-inf"), torch_dtype(x)), shape)
+            xp = ops.concat([edge, xp, edge], axis=axis)
+    wins = []
+    for i in range(k[0]):
+        for j in range(k[1]):
+            lo = [0, 0, i, j]
+            hi = [n, c, i + st[0] * (ho - 1) + 1, j + st[1] * (wo - 1) + 1]
+            wins.append((i, j, ops.slice(xp, lo, hi, [1, 1, st[0], st[1]])))
+    return wins, ho, wo
+
+
+def _first_max(
+    wins: list[tuple[int, int, TracedTensor]], out: TracedTensor
+) -> list[tuple[int, int, TracedTensor]]:
+    """Per window offset, where it holds the maximum first in scan order (torch's index)."""
+    taken: TracedTensor | None = None
+    hits = []
+    for i, j, win in wins:
+        hit = ops.eq(win, out)
+        if taken is not None:
+            hit = ops.where(taken, False, hit)
+            taken = ops.where(hit, True, taken)
+        else:
+            taken = hit
+        hits.append((i, j, hit))
+    return hits
+
+
+@rule(aten.max_pool2d_with_indices.default, check=_max_pool_check)
+def _max_pool(
+    node: torch.fx.Node, x: Any, kernel: Any, stride: Any = (), padding: Any = 0,
+    dilation: Any = 1, ceil_mode: bool = False,
+) -> tuple[TracedTensor, TracedTensor]:
+    k, st, pd = _pool_params(kernel, stride, padding)
+    wins, ho, wo = _pool_windows(x, k, st, pd)
+    out = wins[0][2]
+    for _, _, win in wins[1:]:
+        out = ops.maximum(out, win)
+    w = x.shape[3]
+    idx = to(0, torch.int64)
+    for i, j, hit in reversed(_first_max(wins, out)):
+        rows = (np.arange(ho) * st[0] + i - pd[0])[:, None]
+        cols = (np.arange(wo) * st[1] + j - pd[1])[None, :]
+        flat = ops.constant((rows * w + cols).astype(np.int64), ts_dtype(torch.int64))
+        idx = ops.where(hit, flat, idx)
+    return out, idx
+
+
+@rule(aten.max_pool2d_with_indices_backward.default, check=_max_pool_check)
+def _max_pool_backward(
+    node: torch.fx.Node, grad: Any, x: Any, kernel: Any, stride: Any, padding: Any,
+    dilation: Any, ceil_mode: bool, indices: Any,
+) -> TracedTensor:
+    """The gradient goes to the first maximum of each window (recomputed from ``x``,
+    which is where ``indices`` points), summed where windows overlap."""
+    k, st, pd = _pool_params(kernel, stride, padding)
+    wins, ho, wo = _pool_windows(x, k, st, pd)
+    out = wins[0][2]
+    for _, _, win in wins[1:]:
+        out = ops.maximum(out, win)
+    dt = torch_dtype(x)
+    g = to(grad, dt)
+    n, c, h, w = x.shape
+    hp, wp = h + 2 * pd[0], w + 2 * pd[1]
+    total: TracedTensor | None = None
+    for i, j, hit in _first_max(wins, out):
+        part = _dilate(_dilate(ops.where(hit, g, to(0.0, dt)), st[0], 2), st[1], 3)
+        for axis, (before, full) in ((2, (i, hp)), (3, (j, wp))):
+            after = full - before - part.shape[axis]
+            pieces = []
+            for width in (before, None, after):
+                if width is None:
+                    pieces.append(part)
+                elif width > 0:
+                    shape = list(part.shape)
+                    shape[axis] = width
+                    pieces.append(_zeros_like_shape(part, shape))
+            part = ops.concat(pieces, axis=axis) if len(pieces) > 1 else part
+        total = part if total is None else ops.add(total, part)
+    assert total is not None
+    return _take(_take(total, 2, pd[0], pd[0] + h), 3, pd[1], pd[1] + w)
+
+
 def _sdpa_check_at(dropout_at: int) -> Check:
     """The check of a fused attention op whose dropout is positional argument
     ``dropout_at``."""

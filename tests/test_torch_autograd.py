@@ -149,3 +149,14 @@ def test_sharded_function_is_refused_not_cut():
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__])
+
+
+def test_numpy_arguments_beside_tensors_that_require_grad():
+    @ts.jit
+    def f(x, w):
+        return ts.sum(x @ w)
+
+    x = np.ones((2, 3))
+    w = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    f(x, w).backward()
+    torch.testing.assert_close(w.grad, torch.full((3, 4), 2.0, dtype=torch.float64))

@@ -16,9 +16,11 @@ integer and bool results are marked non-differentiable.
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -54,13 +56,17 @@ class _Call:
         )
 
 
-_VJP_CACHE: dict[tuple[int, Any, tuple[int, ...]], Specialization] = {}
+_VJP_CACHE: weakref.WeakKeyDictionary[CompiledFunction, dict[Any, Specialization]] = (
+    weakref.WeakKeyDictionary()
+)
+"""VJP programs per compiled function, keyed by (specialization key, wrt)."""
 
 
 def _vjp_spec(call: _Call) -> Specialization:
     """The VJP program of ``call``'s specialization for its ``wrt`` (built once)."""
-    key = (id(call.fn), call.spec.key, tuple(call.wrt))
-    spec = _VJP_CACHE.get(key)
+    key = (call.spec.key, tuple(call.wrt))
+    cache = _VJP_CACHE.setdefault(call.fn, {})
+    spec = cache.get(key)
     if spec is not None:
         return spec
     fns = [op for op in call.spec.traced.ops if isinstance(op, func.FuncOp)]
@@ -78,7 +84,7 @@ def _vjp_spec(call: _Call) -> Specialization:
     spec = Specialization(
         key=key, name=name, traced=module, tensor_params=params, returns_tuple=True
     )
-    _VJP_CACHE[key] = spec
+    cache[key] = spec
     return spec
 
 
@@ -154,7 +160,7 @@ def call_differentiable(fn: CompiledFunction, args: tuple[Any, ...], kwargs: dic
     bound = fn._bind(args, kwargs)
     spec = fn.specialize(*detached_args, **detached_kwargs)
     by_key = dict(_flatten(bound))
-    tensors = [by_key[p] for p in spec.tensor_params]
+    tensors = [_as_torch(by_key[p]) for p in spec.tensor_params]
     wrt = [
         i
         for i, t in enumerate(tensors)
@@ -170,6 +176,11 @@ def call_differentiable(fn: CompiledFunction, args: tuple[Any, ...], kwargs: dic
     call = _Call(fn=fn, spec=spec, bound=fn._bind(detached_args, detached_kwargs), wrt=wrt)
     outs = JitFunction.apply(call, *tensors)
     return tuple(outs) if spec.returns_tuple else outs[0]
+
+
+def _as_torch(v: Any) -> Any:
+    """A numpy argument beside torch ones, as a CPU tensor (autograd saves tensors only)."""
+    return torch.from_numpy(v) if isinstance(v, np.ndarray) and v.dtype.kind in "biuf" else v
 
 
 def _detach(v: Any) -> Any:

@@ -334,3 +334,22 @@ def test_max_pool_and_its_backward_pick_torchs_first_maximum(kernel, stride, pad
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
     torch.testing.assert_close(idx, ref_idx, rtol=0, atol=0)
     torch.testing.assert_close(got, x.grad, rtol=0, atol=0)
+
+
+def test_a_partition_that_cannot_be_traced_runs_in_torch_and_is_reported(monkeypatch):
+    """A rule that gives up at trace time sends its partition to torch, with the reason
+    in the report: the result is still right."""
+    original = aten_ops.RULES[torch.ops.aten.tanh.default]
+
+    def refuse(node, *args, **kwargs):
+        raise aten_ops.Unsupported("tanh refused for the test")
+
+    monkeypatch.setitem(
+        aten_ops.RULES, torch.ops.aten.tanh.default,
+        aten_ops.Rule(refuse, original.check, original.compute),
+    )
+    x = torch.randn(3, 4)
+    out = tt.compile(lambda t: torch.tanh(t * 2.0) + 1.0)(x)
+    torch.testing.assert_close(out, torch.tanh(x * 2.0) + 1.0)
+    (why,) = tt.last_report().runtime_fallbacks.values()
+    assert "tanh refused for the test" in why

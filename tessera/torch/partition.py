@@ -31,7 +31,7 @@ from tessera.frontend.jit import CompiledFunction
 from tessera.frontend.tracing import TracedTensor
 from tessera.runtime import convert
 from tessera.torch import aten_ops
-from tessera.torch.report import GraphReport
+from tessera.torch.report import LOG, GraphReport
 
 aten = torch.ops.aten
 
@@ -216,9 +216,12 @@ class TesseraPartition(torch.nn.Module):
         ]
         try:
             results = self.compiled(*call_args)
-        except aten_ops.Unsupported as e:
-            self.eager_reason = str(e)
-            self.report.runtime_fallbacks[self.name] = str(e)
+        except (aten_ops.Unsupported, NotImplementedError) as e:
+            # a node found untranslatable at trace time, or a Graph IR op the GPU
+            # lowering does not have yet: this partition runs in torch from now on
+            self.eager_reason = f"{type(e).__name__}: {e}"
+            self.report.runtime_fallbacks[self.name] = self.eager_reason
+            LOG.warning("tessera.torch: %s runs in torch (%s)", self.name, self.eager_reason)
             return self.gm(*args)
         outs = [self._check(n, r) for n, r in zip(self._out_nodes, results)]
         self.report.tessera_calls += 1

@@ -104,7 +104,7 @@ def test_training_loop_with_torch_optim_matches_eager():
                 loss = ((torch.tanh(x @ w + b) - y) ** 2).mean()
             loss.backward()
             opt.step()
-            losses.append(loss.item())
+            losses.append(loss.detach().item())
         runs.append((losses, w.detach().clone()))
     (l1, w1), (l2, w2) = runs
     np.testing.assert_allclose(l1, l2, rtol=1e-12)

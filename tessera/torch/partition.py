@@ -46,10 +46,10 @@ _SYM_OPS = {operator.add, operator.sub, operator.mul, operator.floordiv, operato
 
 def op_name(target: Any) -> str:
     """A short printable name of a node target (``aten.mm.default``)."""
-    name = getattr(target, "__name__", None)
     if isinstance(target, torch._ops.OpOverload):
         return str(target)
-    return f"{getattr(target, '__module__', '')}.{name}".strip(".") if name else str(target)
+    name = getattr(target, "__name__", None)
+    return f"{target.__module__}.{name}" if name else str(target)
 
 
 def _tensor_vals(v: Any) -> list[Any]:
@@ -122,8 +122,7 @@ def _is_eager_op(node: torch.fx.Node) -> bool:
 
 def partition(gm: torch.fx.GraphModule, name: str, report: GraphReport) -> torch.fx.GraphModule:
     """Replace the translatable parts of ``gm`` by :class:`TesseraPartition` modules."""
-    reasons: dict[str, str] = {}
-    """Why each node (by name) that has a rule was not translated."""
+    reasons: dict[str, str] = {}  # node name -> why a node with a rule was not translated
     support = _Support(reasons)
     report.aten_ops = sum(1 for n in gm.graph.nodes if _is_eager_op(n))
     partitioner = CapabilityBasedPartitioner(

@@ -160,3 +160,26 @@ def test_numpy_arguments_beside_tensors_that_require_grad():
     w = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     f(x, w).backward()
     torch.testing.assert_close(w.grad, torch.full((3, 4), 2.0, dtype=torch.float64))
+
+
+def test_ts_grad_of_tensors_that_require_grad_is_differentiable_again():
+    """ts.grad called on tensors that require grad: the gradient is right and carries a
+    grad_fn, whose backward (the VJP of the gradient program) gives second derivatives."""
+
+    @ts.jit
+    def f(x):
+        return ts.sum(ts.tanh(x) * x)
+
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    g = ts.grad(f)(x)
+    value, g2 = ts.value_and_grad(f)(x)
+    ref = torch.autograd.grad((torch.tanh(x) * x).sum(), x, create_graph=True)[0]
+    torch.testing.assert_close(g, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g2, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(value, (torch.tanh(x) * x).sum(), rtol=1e-12, atol=1e-12)
+    assert g.requires_grad
+    g.sum().backward()
+    second = x.grad.clone()
+    x.grad = None
+    ref.sum().backward()
+    torch.testing.assert_close(second, x.grad, rtol=1e-12, atol=1e-12)

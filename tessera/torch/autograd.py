@@ -48,7 +48,7 @@ class _Call:
         values = dict(_flatten(self.bound))
         values.update(zip(self.spec.tensor_params, tensors))
         pos, kw = _unflatten(self.fn.signature, values)
-        out = self.fn(*pos, **kw)
+        out = CompiledFunction.__call__(self.fn, *pos, **kw)  # results as the spec has them
         outs = tuple(out) if self.spec.returns_tuple else (out,)
         return tuple(
             o.reshape(shape) if tuple(o.shape) != shape else o
@@ -156,7 +156,7 @@ def call_differentiable(fn: CompiledFunction, args: tuple[Any, ...], kwargs: dic
     detached_args = tuple(_detach(a) for a in args)
     detached_kwargs = {k: _detach(v) for k, v in kwargs.items()}
     if not torch.is_grad_enabled():
-        return fn(*detached_args, **detached_kwargs)
+        return CompiledFunction.__call__(fn, *detached_args, **detached_kwargs)
     bound = fn._bind(args, kwargs)
     spec = fn.specialize(*detached_args, **detached_kwargs)
     by_key = dict(_flatten(bound))
@@ -167,7 +167,7 @@ def call_differentiable(fn: CompiledFunction, args: tuple[Any, ...], kwargs: dic
         if isinstance(t, torch.Tensor) and t.requires_grad and torch.is_floating_point(t)
     ]
     if not wrt:
-        return fn(*detached_args, **detached_kwargs)
+        return CompiledFunction.__call__(fn, *detached_args, **detached_kwargs)
     if fn.mesh is not None:
         raise TesseraError(
             f"{fn.name}: a sharded function (mesh=...) cannot be differentiated through torch "

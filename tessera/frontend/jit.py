@@ -419,6 +419,10 @@ class CompiledFunction:
             from tessera.frontend.inline import inline_call
 
             return inline_call(self, args, kwargs)
+        if _requires_grad(args, kwargs):
+            from tessera.frontend.torch_autograd import call_differentiable
+
+            return call_differentiable(self, args, kwargs)
         if not kwargs and (self.mesh is not None or context_mesh() is None):
             for hot in self._hot:
                 out = hot(args)
@@ -516,6 +520,12 @@ def _traced_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         if isinstance(a, tuple | list)
         for x in a
     )
+
+
+def _requires_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """True when some argument is a torch tensor that requires grad: the call then goes
+    through torch autograd (:mod:`tessera.frontend.torch_autograd`)."""
+    return any(getattr(a, "requires_grad", False) is True for a in (*args, *kwargs.values()))
 
 
 def _flatten(bound: inspect.BoundArguments) -> list[tuple[str, Any]]:

@@ -1,0 +1,256 @@
+"""Splitting an ATen FX graph into Tessera partitions and eager torch code.
+
+:func:`partition` marks each ``call_function`` node that has a rule in
+:data:`tessera.torch.aten_ops.RULES` (and passes its checks) as supported,
+groups supported nodes into maximal partitions with torch's
+``CapabilityBasedPartitioner``, and replaces each partition by a
+:class:`TesseraPartition` module. Everything else stays in the graph and runs
+in torch: those nodes are the fallbacks that the report counts.
+
+A :class:`TesseraPartition` traces its sub-graph into Graph IR through the
+operator functions of :mod:`tessera.frontend.ops`, as a ``ts.jit`` compiled
+function of the partition's inputs: Graph IR shapes are static, so each new
+set of input shapes (batch, sequence length) traces and caches its own
+specialization, while dynamo's graph, compiled with symbolic sizes, is reused.
+CPU tensors run on the numpy reference interpreter, CUDA tensors on the GPU.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from tessera.frontend.errors import TesseraError
+from tessera.frontend.jit import CompiledFunction
+from tessera.frontend.tracing import TracedTensor
+from tessera.runtime import convert
+from tessera.torch import aten_ops
+from tessera.torch.report import LOG, GraphReport
+
+aten = torch.ops.aten
+
+_SCALARS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+"""Non-tensor operands a partition takes: sizes, symbolic at compile time, concrete
+Python numbers (static arguments of the Tessera function) at run time."""
+
+_SYM_OPS = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv,
+            operator.neg, operator.mod, operator.pow, operator.eq, operator.ne, operator.lt,
+            operator.le, operator.gt, operator.ge}
+
+
+def op_name(target: Any) -> str:
+    """A short printable name of a node target (``aten.mm.default``)."""
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    name = getattr(target, "__name__", None)
+    return f"{target.__module__}.{name}" if name else str(target)
+
+
+def _tensor_vals(v: Any) -> list[Any]:
+    if isinstance(v, torch.Tensor):
+        return [v]
+    if isinstance(v, tuple | list):
+        return [t for x in v for t in _tensor_vals(x)]
+    return []
+
+
+def unsupported_reason(node: torch.fx.Node) -> str | None:
+    """None when ``node`` can be translated, else why not (for the report)."""
+    target = node.target
+    r = aten_ops.RULES.get(target)
+    if r is None:
+        return "no Tessera rule"
+    v = node.meta.get("val")
+    outs = _tensor_vals(v)
+    if not outs:
+        return "no tensor result"
+    ins = [
+        t
+        for a in node.all_input_nodes
+        for t in _tensor_vals(a.meta.get("val"))
+    ]
+    for t in (*outs, *ins):
+        if t.dtype not in aten_ops.SUPPORTED_DTYPES:
+            return f"dtype {t.dtype}"
+        if t.is_sparse or t.is_complex():
+            return "sparse or complex tensor"
+    for a in node.all_input_nodes:
+        av = a.meta.get("val")
+        if not isinstance(av, (torch.Tensor, tuple, list, *_SCALARS)):
+            return f"operand {a.name} of type {type(av).__name__}"
+    if target is operator.getitem and not isinstance(node.args[0].meta.get("val"), tuple | list):
+        return "getitem of a non-tuple"
+    if r.check is not None:
+        try:
+            return r.check(node)
+        except (IndexError, AttributeError, TypeError) as e:
+            return f"unexpected arguments ({e})"
+    return None
+
+
+class _Support(OperatorSupportBase):
+    def __init__(self, reasons: dict[str, str]):
+        self.reasons = reasons
+
+    def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        reason = unsupported_reason(node)
+        if reason is not None:
+            self.reasons[node.name] = reason
+            return False
+        return True
+
+
+def _is_eager_op(node: torch.fx.Node) -> bool:
+    """Nodes that count as fallbacks: ATen ops left to torch (not size arithmetic)."""
+    return (
+        node.op == "call_function"
+        and node.target is not operator.getitem
+        and node.target not in _SYM_OPS
+        and isinstance(node.target, torch._ops.OpOverload)
+        and node.target.namespace in ("aten", "prims")
+        and "sym_" not in node.target.__name__
+    )
+
+
+def partition(gm: torch.fx.GraphModule, name: str, report: GraphReport) -> torch.fx.GraphModule:
+    """Replace the translatable parts of ``gm`` by :class:`TesseraPartition` modules."""
+    reasons: dict[str, str] = {}  # node name -> why a node with a rule was not translated
+    support = _Support(reasons)
+    report.aten_ops = sum(1 for n in gm.graph.nodes if _is_eager_op(n))
+    partitioner = CapabilityBasedPartitioner(
+        gm, support, allows_single_node_partition=True
+    )
+    parts = partitioner.propose_partitions()
+    kept = []
+    for p in parts:
+        nodes = list(p.nodes)
+        if any(aten_ops.RULES[n.target].compute for n in nodes):
+            kept.append(p)
+    fused = partitioner.fuse_partitions(kept) if kept else gm
+    report.fallback_ops = Counter()
+    report.fallback_reasons = {}
+    for n in fused.graph.nodes:
+        if n.op == "call_function" and _is_eager_op(n):
+            key = op_name(n.target)
+            if n.target in aten_ops.RULES and n.name not in reasons:
+                continue  # a data-movement op of a partition kept in torch: free there
+            report.fallback_ops[key] += 1
+            report.fallback_reasons.setdefault(key, reasons.get(n.name, "no Tessera rule"))
+    _views_to_reshapes(fused)
+    count = 0
+    for n in list(fused.graph.nodes):
+        if n.op == "call_module" and n.target.startswith("fused_"):
+            sub = getattr(fused, n.target)
+            report.tessera_ops += sum(
+                1 for m in sub.graph.nodes
+                if m.op == "call_function" and m.target is not operator.getitem
+            )
+            mod = TesseraPartition(f"{name}_p{count}", sub, report)
+            setattr(fused, n.target, mod)
+            count += 1
+    report.partitions = count
+    fused.recompile()
+    return fused
+
+
+def _views_to_reshapes(gm: torch.fx.GraphModule) -> None:
+    """Views left to torch become reshapes: a Tessera partition returns contiguous
+    tensors where the graph may have expected other strides, and in a functional
+    graph a reshape means the same as a view."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target in (aten.view.default, aten._unsafe_view.default):
+            n.target = aten.reshape.default
+
+
+class TesseraPartition(torch.nn.Module):
+    """One translated sub-graph, run as a Tessera compiled function of its inputs."""
+
+    def __init__(self, name: str, gm: torch.fx.GraphModule, report: GraphReport):
+        super().__init__()
+        self.name = name
+        self.gm = gm
+        self.report = report
+        self.eager_reason: str | None = None
+        self.compiled = CompiledFunction(self._body, name)
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        self._single = isinstance(out.args[0], torch.fx.Node)
+        self._out_nodes = [out.args[0]] if self._single else list(out.args[0])
+
+    def _body(self, *args: Any) -> tuple[TracedTensor, ...]:
+        """The partition's sub-graph on traced values (run by the tracer)."""
+        env: dict[torch.fx.Node, Any] = {}
+        it = iter(args)
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = next(it)
+            elif node.op == "call_function":
+                a = torch.fx.node.map_arg(node.args, lambda n: env[n])
+                kw = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+                env[node] = aten_ops.RULES[node.target].emit(node, *a, **kw)
+            elif node.op == "output":
+                break
+            else:
+                raise aten_ops.Unsupported(f"{node.op} node {node.name}")
+        outs = tuple(env[n] for n in self._out_nodes)
+        for n, o in zip(self._out_nodes, outs):
+            if not isinstance(o, TracedTensor):
+                raise aten_ops.Unsupported(f"result {n.name} is not a tensor")
+        return outs
+
+    def forward(self, *args: Any) -> Any:
+        if self.eager_reason is not None:
+            return self.gm(*args)
+        cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+        call_args = [
+            (a.contiguous() if cuda else a) if isinstance(a, torch.Tensor) else _static(a)
+            for a in args
+        ]
+        try:
+            results = self.compiled(*call_args)
+        except (aten_ops.Unsupported, NotImplementedError) as e:
+            # a node found untranslatable at trace time, or a Graph IR op the GPU
+            # lowering does not have yet: this partition runs in torch from now on
+            self.eager_reason = f"{type(e).__name__}: {e}"
+            self.report.runtime_fallbacks[self.name] = self.eager_reason
+            LOG.warning("tessera.torch: %s runs in torch (%s)", self.name, self.eager_reason)
+            return self.gm(*args)
+        outs = [self._check(n, r) for n, r in zip(self._out_nodes, results)]
+        self.report.tessera_calls += 1
+        return outs[0] if self._single else tuple(outs)
+
+    def _check(self, node: torch.fx.Node, r: Any) -> torch.Tensor:
+        """``r`` as a torch tensor on the device dynamo expects, checked against its fake."""
+        fake = node.meta.get("val")
+        t = r if isinstance(r, torch.Tensor) else convert.to_torch(r)
+        if fake is not None:
+            if t.device != fake.device:
+                t = t.to(fake.device)
+            if fake.dim() == 0 and t.dim() == 1 and t.numel() == 1:
+                t = t.reshape(())  # numpy's ascontiguousarray gives 0-d arrays one dim
+            ok_shape = all(
+                not isinstance(f, int) or f == s for f, s in zip(fake.shape, t.shape)
+            ) and len(fake.shape) == t.dim()
+            if t.dtype != fake.dtype or not ok_shape:
+                raise TesseraError(
+                    f"tessera.torch: partition {self.name} result {node.name} is "
+                    f"{t.dtype}{list(t.shape)}, torch expects {fake.dtype}{list(fake.shape)}"
+                )
+        return t
+
+
+def _static(a: Any) -> Any:
+    """Size arguments: concrete Python numbers (symbolic sizes are resolved at call time)."""
+    if isinstance(a, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return a.node.hint if hasattr(a.node, "hint") else int(a)
+    return a
+
+
+__all__ = ["partition", "TesseraPartition", "unsupported_reason", "op_name"]

@@ -1,0 +1,331 @@
+"""ATen rules: elementwise ops and reductions.
+
+The rules register themselves in :data:`tessera.torch.aten_ops.RULES` when this
+module is imported (``aten_ops`` imports it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+
+from tessera.frontend import ops
+from tessera.torch.aten_ops import (
+    Emit,
+    TracedTensor,
+    float_only,
+    norm_dims,
+    out_dtype,
+    promote,
+    rule,
+    to,
+    torch_dtype,
+    val,
+)
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+def _binary(fn: Callable[[Any, Any], TracedTensor]) -> Emit:
+    def emit(node: torch.fx.Node, a: Any, b: Any, *, alpha: Any = 1) -> TracedTensor:
+        dt = out_dtype(node)
+        x, y = to(a, dt), to(b, dt)
+        if alpha != 1:
+            y = ops.mul(y, to(alpha, dt))
+        return fn(x, y)
+
+    return emit
+
+
+rule(aten.add.Tensor, aten.add.Scalar)(_binary(ops.add))
+rule(aten.sub.Tensor, aten.sub.Scalar)(_binary(ops.sub))
+rule(aten.mul.Tensor, aten.mul.Scalar)(_binary(ops.mul))
+rule(aten.maximum.default)(_binary(ops.maximum))
+rule(aten.minimum.default)(_binary(ops.minimum))
+
+
+@rule(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(node: torch.fx.Node, a: Any, b: Any, *, alpha: Any = 1) -> TracedTensor:
+    dt = out_dtype(node)
+    x, y = to(a, dt), to(b, dt)
+    return ops.sub(y, ops.mul(x, to(alpha, dt)) if alpha != 1 else x)
+
+
+def _div_check(node: torch.fx.Node) -> str | None:
+    mode = node.kwargs.get("rounding_mode", node.args[2] if len(node.args) > 2 else None)
+    return None if mode is None else f"rounding_mode={mode!r}"
+
+
+@rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.true_divide.Tensor, check=_div_check)
+def _div(node: torch.fx.Node, a: Any, b: Any, rounding_mode: Any = None) -> TracedTensor:
+    dt = out_dtype(node)
+    return ops.div(to(a, dt), to(b, dt))
+
+
+@rule(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar, check=float_only)
+def _pow(node: torch.fx.Node, a: Any, b: Any) -> TracedTensor:
+    dt = out_dtype(node)
+    if isinstance(a, TracedTensor) and not isinstance(b, TracedTensor):
+        if b == 2:
+            x = to(a, dt)
+            return ops.mul(x, x)
+        if b == 1:
+            return to(a, dt)
+        if b == 0.5:
+            return ops.sqrt(to(a, dt))
+        if b == -1:
+            return ops.div(to(1.0, dt), to(a, dt))
+    return ops.pow(to(a, dt), to(b, dt))
+
+
+def _compare(fn: Callable[[Any, Any], TracedTensor]) -> Emit:
+    def emit(node: torch.fx.Node, a: Any, b: Any) -> TracedTensor:
+        dt = promote(a, b)
+        return fn(to(a, dt), to(b, dt))
+
+    return emit
+
+
+rule(aten.eq.Tensor, aten.eq.Scalar)(_compare(ops.eq))
+rule(aten.ne.Tensor, aten.ne.Scalar)(_compare(ops.ne))
+rule(aten.lt.Tensor, aten.lt.Scalar)(_compare(ops.lt))
+rule(aten.le.Tensor, aten.le.Scalar)(_compare(ops.le))
+rule(aten.gt.Tensor, aten.gt.Scalar)(_compare(ops.gt))
+rule(aten.ge.Tensor, aten.ge.Scalar)(_compare(ops.ge))
+
+
+@rule(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(node: torch.fx.Node, c: Any, a: Any, b: Any) -> TracedTensor:
+    dt = out_dtype(node)
+    return ops.where(to(c, torch.bool), to(a, dt), to(b, dt))
+
+
+def _bool_only(node: torch.fx.Node) -> str | None:
+    dts = [val(a).dtype for a in node.args if isinstance(a, torch.fx.Node)]
+    return None if all(d == torch.bool for d in dts) else "non-bool operands"
+
+
+@rule(aten.logical_not.default, aten.bitwise_not.default, check=_bool_only)
+def _not(node: torch.fx.Node, a: Any) -> TracedTensor:
+    return ops.eq(to(a, torch.bool), False)
+
+
+@rule(aten.logical_and.default, aten.bitwise_and.Tensor, check=_bool_only)
+def _and(node: torch.fx.Node, a: Any, b: Any) -> TracedTensor:
+    return ops.where(to(a, torch.bool), to(b, torch.bool), False)
+
+
+@rule(aten.logical_or.default, aten.bitwise_or.Tensor, check=_bool_only)
+def _or(node: torch.fx.Node, a: Any, b: Any) -> TracedTensor:
+    return ops.where(to(a, torch.bool), True, to(b, torch.bool))
+
+
+def _unary(fn: Callable[[TracedTensor], TracedTensor]) -> Emit:
+    def emit(node: torch.fx.Node, a: Any) -> TracedTensor:
+        return fn(to(a, out_dtype(node)))
+
+    return emit
+
+
+rule(aten.neg.default)(_unary(ops.neg))
+rule(aten.abs.default)(_unary(ops.abs))
+for _t, _f in (
+    (aten.exp.default, ops.exp),
+    (aten.log.default, ops.log),
+    (aten.sqrt.default, ops.sqrt),
+    (aten.rsqrt.default, ops.rsqrt),
+    (aten.tanh.default, ops.tanh),
+    (aten.sigmoid.default, ops.sigmoid),
+    (aten.silu.default, ops.silu),
+):
+    rule(_t, check=float_only)(_unary(_f))
+rule(aten.relu.default)(_unary(ops.relu))
+
+
+@rule(aten.reciprocal.default, check=float_only)
+def _reciprocal(node: torch.fx.Node, a: Any) -> TracedTensor:
+    dt = out_dtype(node)
+    return ops.div(to(1.0, dt), to(a, dt))
+
+
+_ERF_P = 0.3275911
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def erf(x: TracedTensor) -> TracedTensor:
+    """``erf(x)`` from exp (Abramowitz & Stegun 7.1.26, absolute error below 1.5e-7),
+    computed in f32 at least."""
+    dt = torch_dtype(x)
+    wide = torch.float64 if dt == torch.float64 else torch.float32
+    x = to(x, wide)
+    ax = ops.abs(x)
+    t = ops.div(to(1.0, wide), ops.add(ops.mul(ax, to(_ERF_P, wide)), to(1.0, wide)))
+    poly = to(_ERF_A[4], wide)
+    for a in reversed(_ERF_A[:4]):
+        poly = ops.add(ops.mul(poly, t), to(a, wide))
+    poly = ops.mul(poly, t)
+    y = ops.sub(to(1.0, wide), ops.mul(poly, ops.exp(ops.neg(ops.mul(x, x)))))
+    y = ops.where(ops.lt(x, to(0.0, wide)), ops.neg(y), y)
+    return to(y, dt)
+
+
+def _erf_check(node: torch.fx.Node) -> str | None:
+    dt = out_dtype(node)
+    if dt == torch.float64:
+        return "erf in float64 (the exp-based erf is accurate to 1.5e-7)"
+    return float_only(node)
+
+
+@rule(aten.erf.default, check=_erf_check)
+def _erf(node: torch.fx.Node, a: Any) -> TracedTensor:
+    return erf(to(a, out_dtype(node)))
+
+
+def _gelu_check(node: torch.fx.Node) -> str | None:
+    approx = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+    if approx not in ("none", "tanh"):
+        return f"approximate={approx!r}"
+    if approx == "none":
+        return _erf_check(node)
+    return float_only(node)
+
+
+@rule(aten.gelu.default, check=_gelu_check)
+def _gelu(node: torch.fx.Node, a: Any, approximate: str = "none") -> TracedTensor:
+    x = to(a, out_dtype(node))
+    if approximate == "tanh":
+        return ops.gelu(x)
+    dt = torch_dtype(x)
+    half = ops.mul(x, to(0.5, dt))
+    return ops.mul(half, ops.add(erf(ops.mul(x, to(1 / math.sqrt(2), dt))), to(1.0, dt)))
+
+
+@rule(aten.gelu_backward.default, check=_gelu_check)
+def _gelu_backward(
+    node: torch.fx.Node, grad: Any, a: Any, approximate: str = "none"
+) -> TracedTensor:
+    dt = out_dtype(node)
+    g, x = to(grad, dt), to(a, dt)
+    if approximate == "tanh":
+        k, c = math.sqrt(2 / math.pi), 0.044715
+        inner = ops.mul(ops.add(x, ops.mul(ops.mul(ops.mul(x, x), x), to(c, dt))), to(k, dt))
+        th = ops.tanh(inner)
+        sech2 = ops.sub(to(1.0, dt), ops.mul(th, th))
+        dinner = ops.mul(ops.add(to(1.0, dt), ops.mul(ops.mul(x, x), to(3 * c, dt))), to(k, dt))
+        d = ops.add(
+            ops.mul(ops.add(th, to(1.0, dt)), to(0.5, dt)),
+            ops.mul(ops.mul(ops.mul(x, to(0.5, dt)), sech2), dinner),
+        )
+        return ops.mul(g, d)
+    cdf = ops.mul(ops.add(erf(ops.mul(x, to(1 / math.sqrt(2), dt))), to(1.0, dt)), to(0.5, dt))
+    pdf = ops.mul(ops.exp(ops.mul(ops.mul(x, x), to(-0.5, dt))), to(1 / math.sqrt(2 * math.pi), dt))
+    return ops.mul(g, ops.add(cdf, ops.mul(x, pdf)))
+
+
+@rule(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default, aten.hardtanh.default)
+def _clamp(node: torch.fx.Node, a: Any, lo: Any = None, hi: Any = None) -> TracedTensor:
+    dt = out_dtype(node)
+    if node.target is aten.clamp_max.default:
+        lo, hi = None, lo
+    if node.target is aten.hardtanh.default:
+        lo = -1.0 if lo is None else lo
+        hi = 1.0 if hi is None else hi
+    x = to(a, dt)
+    if lo is not None:
+        x = ops.maximum(x, to(lo, dt))
+    if hi is not None:
+        x = ops.minimum(x, to(hi, dt))
+    return x
+
+
+@rule(aten.threshold_backward.default)
+def _threshold_backward(node: torch.fx.Node, grad: Any, a: Any, threshold: Any) -> TracedTensor:
+    dt = out_dtype(node)
+    x = to(a, promote(a, threshold))
+    return ops.where(ops.le(x, to(threshold, torch_dtype(x))), to(0, dt), to(grad, dt))
+
+
+@rule(aten._to_copy.default, prims.convert_element_type.default, compute=False)
+def _to_copy(node: torch.fx.Node, a: Any, dtype: Any = None, **_: Any) -> TracedTensor:
+    return to(a, out_dtype(node))
+
+
+@rule(
+    aten.clone.default, aten.alias.default, aten.lift_fresh_copy.default, aten.detach.default,
+    compute=False,
+)
+def _identity(node: torch.fx.Node, a: Any, *args: Any, **kwargs: Any) -> TracedTensor:
+    return a
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+def _reduction(fn: Callable[..., TracedTensor], cast_first: bool = True) -> Emit:
+    def emit(
+        node: torch.fx.Node, a: Any, dims: Any = None, keepdim: bool = False, *, dtype: Any = None
+    ) -> TracedTensor:
+        dt = out_dtype(node)
+        x = to(a, dt) if cast_first else a
+        axes = norm_dims(dims, x.ndim)
+        if x.ndim == 0:
+            return x
+        return fn(x, axis=tuple(axes), keepdims=bool(keepdim))
+
+    return emit
+
+
+rule(aten.sum.dim_IntList, aten.sum.default)(_reduction(ops.sum))
+rule(aten.mean.dim, aten.mean.default, check=float_only)(_reduction(ops.mean))
+rule(aten.amax.default)(_reduction(ops.max))
+rule(aten.amin.default)(_reduction(ops.min))
+
+
+@rule(aten.any.dim, aten.any.dims, aten.any.default)
+def _any(node: torch.fx.Node, a: Any, dims: Any = None, keepdim: bool = False) -> TracedTensor:
+    x = ops.ne(to(a, promote(a, 0)), 0) if torch_dtype(a) != torch.bool else a
+    if x.ndim == 0:
+        return x
+    counts = ops.sum(to(x, torch.int64), axis=tuple(norm_dims(dims, x.ndim)), keepdims=keepdim)
+    return ops.gt(counts, 0)
+
+
+def _var(x: TracedTensor, axes: list[int], correction: float, keepdim: bool) -> TracedTensor:
+    dt = torch_dtype(x)
+    mean = ops.mean(x, axis=tuple(axes), keepdims=True)
+    d = ops.sub(x, mean)
+    n = math.prod(x.shape[a] for a in axes)
+    s = ops.sum(ops.mul(d, d), axis=tuple(axes), keepdims=keepdim)
+    return ops.div(s, to(max(n - correction, 0), dt))
+
+
+def _correction(correction: Any, unbiased: Any) -> float:
+    if correction is not None:
+        return float(correction)
+    return 1.0 if unbiased is None or unbiased else 0.0
+
+
+@rule(aten.var.correction, check=float_only)
+def _var_correction(
+    node: torch.fx.Node, a: Any, dims: Any = None, *, correction: Any = None, keepdim: bool = False
+) -> TracedTensor:
+    x = to(a, out_dtype(node))
+    return _var(x, norm_dims(dims, x.ndim), _correction(correction, None), keepdim)
+
+
+@rule(aten.var_mean.correction)
+def _var_mean(
+    node: torch.fx.Node, a: Any, dims: Any = None, *, correction: Any = None, keepdim: bool = False
+) -> tuple[TracedTensor, TracedTensor]:
+    x = to(a, out_dtype(node, 0))
+    axes = norm_dims(dims, x.ndim)
+    var = _var(x, axes, _correction(correction, None), keepdim)
+    return var, ops.mean(x, axis=tuple(axes), keepdims=keepdim)

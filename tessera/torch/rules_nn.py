@@ -1,0 +1,512 @@
+"""ATen rules: softmax, normalizations, matmuls, convolution, pooling and attention.
+
+The rules register themselves in :data:`tessera.torch.aten_ops.RULES` when this
+module is imported (``aten_ops`` imports it).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx
+
+from tessera.frontend import ops
+from tessera.torch.aten_ops import (
+    FLOAT_DTYPES,
+    Check,
+    TracedTensor,
+    Unsupported,
+    dilate,
+    float_only,
+    float_only_index,
+    int_list,
+    only_outputs,
+    out_dtype,
+    rule,
+    take,
+    to,
+    torch_dtype,
+    ts_dtype,
+    val,
+    zeros_of,
+)
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+# --------------------------------------------------------------------------- softmax, norms
+
+
+def _softmax_check(node: torch.fx.Node) -> str | None:
+    if node.args[2]:
+        return "half_to_float"
+    return float_only(node)
+
+
+@rule(aten._softmax.default, check=_softmax_check)
+def _softmax(node: torch.fx.Node, a: Any, dim: int, half_to_float: bool) -> TracedTensor:
+    return ops.softmax(a, axis=int(dim))
+
+
+@rule(aten._log_softmax.default, check=_softmax_check)
+def _log_softmax(node: torch.fx.Node, a: Any, dim: int, half_to_float: bool) -> TracedTensor:
+    m = ops.max(a, axis=int(dim), keepdims=True)
+    shifted = ops.sub(a, m)
+    lse = ops.log(ops.sum(ops.exp(shifted), axis=int(dim), keepdims=True))
+    return ops.sub(shifted, lse)
+
+
+@rule(aten._softmax_backward_data.default)
+def _softmax_backward(
+    node: torch.fx.Node, grad: Any, out: Any, dim: int, input_dtype: Any
+) -> TracedTensor:
+    dt = out_dtype(node)
+    g, y = to(grad, dt), to(out, dt)
+    gy = ops.mul(g, y)
+    return ops.sub(gy, ops.mul(y, ops.sum(gy, axis=int(dim), keepdims=True)))
+
+
+@rule(aten._log_softmax_backward_data.default)
+def _log_softmax_backward(
+    node: torch.fx.Node, grad: Any, out: Any, dim: int, input_dtype: Any
+) -> TracedTensor:
+    dt = out_dtype(node)
+    g, y = to(grad, dt), to(out, dt)
+    return ops.sub(g, ops.mul(ops.exp(y), ops.sum(g, axis=int(dim), keepdims=True)))
+
+
+@rule(aten.native_layer_norm.default, check=lambda n: float_only_index(n, 0))
+def _native_layer_norm(
+    node: torch.fx.Node, a: Any, shape: Sequence[int], w: Any, b: Any, eps: float
+) -> tuple[TracedTensor, TracedTensor, TracedTensor]:
+    x = a
+    k = len(shape)
+    axes = tuple(range(x.ndim - k, x.ndim))
+    dt = torch_dtype(x)
+    used = {u.args[1] for u in node.users if u.target is operator.getitem}
+    wide = torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+    if k == 1 and not used - {0}:
+        out = ops.layernorm(x, w, b, eps=float(eps))
+        return out, out, out
+    xw = to(x, wide)
+    mean = ops.mean(xw, axis=axes, keepdims=True)
+    d = ops.sub(xw, mean)
+    var = ops.mean(ops.mul(d, d), axis=axes, keepdims=True)
+    rstd = ops.rsqrt(ops.add(var, to(float(eps), wide)))
+    y = ops.mul(d, rstd)
+    if w is not None:
+        y = ops.mul(y, to(w, wide))
+    if b is not None:
+        y = ops.add(y, to(b, wide))
+    return to(y, dt), mean, rstd
+
+
+
+
+def _bn_shape(x: TracedTensor) -> list[int]:
+    return [1, x.shape[1], *([1] * (x.ndim - 2))]
+
+
+def _bn_apply(
+    x: TracedTensor, mean: TracedTensor, rstd: TracedTensor, w: Any, b: Any
+) -> TracedTensor:
+    shp = _bn_shape(x)
+    y = ops.mul(ops.sub(x, ops.reshape(mean, shp)), ops.reshape(rstd, shp))
+    if w is not None:
+        y = ops.mul(y, ops.reshape(to(w, torch_dtype(x)), shp))
+    if b is not None:
+        y = ops.add(y, ops.reshape(to(b, torch_dtype(x)), shp))
+    return y
+
+
+@rule(aten._native_batch_norm_legit_no_training.default, check=only_outputs(0))
+def _batch_norm_eval(
+    node: torch.fx.Node, a: Any, w: Any, b: Any, rm: Any, rv: Any, momentum: float, eps: float
+) -> tuple[TracedTensor, ...]:
+    dt = torch_dtype(a)
+    rstd = ops.rsqrt(ops.add(to(rv, dt), to(float(eps), dt)))
+    y = _bn_apply(a, to(rm, dt), rstd, w, b)
+    return (y,)
+
+
+def _bn_train_check(node: torch.fx.Node) -> str | None:
+    training = node.args[5] if node.target is _BN_FUNCTIONAL else node.args[5]
+    return None if training else "training=False"
+
+
+_BN_FUNCTIONAL = aten._native_batch_norm_legit_functional.default
+
+
+@rule(_BN_FUNCTIONAL, check=_bn_train_check)
+def _batch_norm_train(
+    node: torch.fx.Node,
+    a: Any, w: Any, b: Any, rm: Any, rv: Any, training: bool, momentum: float, eps: float,
+) -> tuple[TracedTensor, ...]:
+    x = a
+    dt = torch_dtype(x)
+    axes = tuple(i for i in range(x.ndim) if i != 1)
+    n = math.prod(x.shape[i] for i in axes)
+    mean = ops.mean(x, axis=axes)
+    d = ops.sub(x, ops.reshape(mean, _bn_shape(x)))
+    var = ops.mean(ops.mul(d, d), axis=axes)
+    rstd = ops.rsqrt(ops.add(var, to(float(eps), dt)))
+    y = _bn_apply(x, mean, rstd, w, b)
+    m = float(momentum)
+    new_rm = ops.add(ops.mul(to(rm, dt), to(1 - m, dt)), ops.mul(mean, to(m, dt)))
+    unbiased = ops.mul(var, to(n / max(n - 1, 1), dt))
+    new_rv = ops.add(ops.mul(to(rv, dt), to(1 - m, dt)), ops.mul(unbiased, to(m, dt)))
+    return y, mean, rstd, to(new_rm, torch_dtype(rm)), to(new_rv, torch_dtype(rv))
+
+
+# --------------------------------------------------------------------------- matmul, conv, attention
+
+
+def _same(x: Any, y: Any, dt: torch.dtype) -> tuple[TracedTensor, TracedTensor]:
+    return to(x, dt), to(y, dt)
+
+
+@rule(aten.mm.default, aten.bmm.default, check=float_only)
+def _mm(node: torch.fx.Node, a: Any, b: Any) -> TracedTensor:
+    x, y = _same(a, b, out_dtype(node))
+    return ops.matmul(x, y)
+
+
+@rule(aten.addmm.default, check=float_only)
+def _addmm(
+    node: torch.fx.Node, bias: Any, a: Any, b: Any, *, beta: Any = 1, alpha: Any = 1
+) -> TracedTensor:
+    dt = out_dtype(node)
+    x, y = _same(a, b, dt)
+    p = ops.matmul(x, y)
+    if alpha != 1:
+        p = ops.mul(p, to(alpha, dt))
+    if beta == 0:
+        return p
+    c = to(bias, dt)
+    if beta != 1:
+        c = ops.mul(c, to(beta, dt))
+    return ops.add(p, c)
+
+
+def _conv_check(node: torch.fx.Node) -> str | None:
+    x, w, _b, stride, padding, dilation, transposed, out_pad, groups = node.args[:9]
+    if len(val(x).shape) != 4:
+        return "not a 2-D convolution"
+    if transposed:
+        return "transposed convolution"
+    if any(int(d) != 1 for d in dilation):
+        return f"dilation={list(dilation)}"
+    if int(groups) != 1:
+        return f"groups={groups}"
+    return float_only(node)
+
+
+@rule(aten.convolution.default, check=_conv_check)
+def _convolution(
+    node: torch.fx.Node, x: Any, w: Any, b: Any, stride: Any, padding: Any, *rest: Any
+) -> TracedTensor:
+    dt = out_dtype(node)
+    return ops.conv2d(
+        to(x, dt), to(w, dt), to(b, dt) if b is not None else None,
+        stride=int_list(stride), padding=int_list(padding),
+    )
+
+
+def _conv_backward_check(node: torch.fx.Node) -> str | None:
+    grad, x, w, _bias_sizes, stride, padding, dilation, transposed, out_pad, groups = node.args[:10]
+    if len(val(x).shape) != 4:
+        return "not a 2-D convolution"
+    if transposed:
+        return "transposed convolution"
+    if any(int(d) != 1 for d in dilation):
+        return f"dilation={list(dilation)}"
+    if int(groups) != 1:
+        return f"groups={groups}"
+    return None if val(x).dtype in FLOAT_DTYPES else f"{val(x).dtype} input"
+
+
+
+
+
+
+
+
+def _flip(x: TracedTensor, axis: int) -> TracedTensor:
+    n = x.shape[axis]
+    if n == 1:
+        return x
+    return ops.concat([take(x, axis, i, i + 1) for i in reversed(range(n))], axis=axis)
+
+
+@rule(aten.convolution_backward.default, check=_conv_backward_check)
+def _convolution_backward(
+    node: torch.fx.Node, grad: Any, x: Any, w: Any, bias_sizes: Any, stride: Any,
+    padding: Any, dilation: Any, transposed: bool, output_padding: Any, groups: int,
+    output_mask: Sequence[bool],
+) -> tuple[Any, Any, Any]:
+    """Gradients of a 2-D convolution as convolutions: the input's is the gradient,
+    dilated by the stride, convolved with the flipped, transposed kernel; the kernel's
+    is the input (channels as batch) convolved with the dilated gradient."""
+    dt = torch_dtype(x)
+    g = to(grad, dt)
+    st, pd = int_list(stride), int_list(padding)
+    _, _, h, wd = x.shape
+    kh, kw = w.shape[2], w.shape[3]
+    gd = dilate(dilate(g, st[0], 2), st[1], 3)
+    gx = gw = gb = None
+    if output_mask[0]:
+        wf = ops.transpose(_flip(_flip(w, 2), 3), [1, 0, 2, 3])
+        full = ops.conv2d(gd, wf, padding=[kh - 1, kw - 1])
+        for axis, (n, p) in ((2, (h, pd[0])), (3, (wd, pd[1]))):
+            short = n + 2 * p - full.shape[axis]
+            if short > 0:
+                zshape = list(full.shape)
+                zshape[axis] = short
+                full = ops.concat([full, zeros_of(full, zshape)], axis=axis)
+            full = take(full, axis, p, p + n)
+        gx = full
+    if output_mask[1]:
+        xt = ops.transpose(x, [1, 0, 2, 3])
+        kt = ops.transpose(gd, [1, 0, 2, 3])
+        r = ops.conv2d(xt, kt, padding=pd)
+        r = take(take(r, 2, 0, kh), 3, 0, kw)
+        gw = ops.transpose(r, [1, 0, 2, 3])
+    if output_mask[2]:
+        gb = ops.sum(g, axis=(0, 2, 3))
+    return gx, gw, gb
+
+
+def _pool_params(kernel: Any, stride: Any, padding: Any) -> tuple[list[int], list[int], list[int]]:
+    k = int_list(kernel) if len(kernel) == 2 else int_list(kernel) * 2
+    st = int_list(stride) if stride else k
+    st = st if len(st) == 2 else st * 2
+    pd = int_list(padding) if not isinstance(padding, int) else [padding, padding]
+    pd = pd if len(pd) == 2 else pd * 2
+    return k, st, pd
+
+
+def _max_pool_check(node: torch.fx.Node) -> str | None:
+    args = list(node.args)
+    backward = node.target is aten.max_pool2d_with_indices_backward.default
+    x = args[1] if backward else args[0]
+    rest = args[2:] if backward else args[1:]
+    dilation = rest[3] if len(rest) > 3 else 1
+    ceil_mode = rest[4] if len(rest) > 4 else False
+    if len(val(x).shape) != 4:
+        return "not a batched 2-D pooling"
+    if any(int(d) != 1 for d in ([dilation] if isinstance(dilation, int) else dilation)):
+        return f"dilation={dilation}"
+    if ceil_mode:
+        return "ceil_mode"
+    return None if val(x).dtype in FLOAT_DTYPES else f"{val(x).dtype} input"
+
+
+def _pool_windows(
+    x: TracedTensor, k: list[int], st: list[int], pd: list[int]
+) -> tuple[list[tuple[int, int, TracedTensor]], int, int]:
+    """The k×k strided views of ``x`` padded with -inf, in torch's scan order, and the
+    output size."""
+    n, c, h, w = x.shape
+    ho = (h + 2 * pd[0] - k[0]) // st[0] + 1
+    wo = (w + 2 * pd[1] - k[1]) // st[1] + 1
+    xp = x
+    for axis, p in ((2, pd[0]), (3, pd[1])):
+        if p:
+            shape = list(xp.shape)
+            shape[axis] = p
+            edge = ops.broadcast_to(to(float("-inf"), torch_dtype(x)), shape)
+            xp = ops.concat([edge, xp, edge], axis=axis)
+    wins = []
+    for i in range(k[0]):
+        for j in range(k[1]):
+            lo = [0, 0, i, j]
+            hi = [n, c, i + st[0] * (ho - 1) + 1, j + st[1] * (wo - 1) + 1]
+            wins.append((i, j, ops.slice(xp, lo, hi, [1, 1, st[0], st[1]])))
+    return wins, ho, wo
+
+
+def _first_max(
+    wins: list[tuple[int, int, TracedTensor]], out: TracedTensor
+) -> list[tuple[int, int, TracedTensor]]:
+    """Per window offset, where it holds the maximum first in scan order (torch's index)."""
+    taken: TracedTensor | None = None
+    hits = []
+    for i, j, win in wins:
+        hit = ops.eq(win, out)
+        if taken is not None:
+            hit = ops.where(taken, False, hit)
+            taken = ops.where(hit, True, taken)
+        else:
+            taken = hit
+        hits.append((i, j, hit))
+    return hits
+
+
+@rule(aten.max_pool2d_with_indices.default, check=_max_pool_check)
+def _max_pool(
+    node: torch.fx.Node, x: Any, kernel: Any, stride: Any = (), padding: Any = 0,
+    dilation: Any = 1, ceil_mode: bool = False,
+) -> tuple[TracedTensor, TracedTensor]:
+    k, st, pd = _pool_params(kernel, stride, padding)
+    wins, ho, wo = _pool_windows(x, k, st, pd)
+    out = wins[0][2]
+    for _, _, win in wins[1:]:
+        out = ops.maximum(out, win)
+    w = x.shape[3]
+    idx = to(0, torch.int64)
+    for i, j, hit in reversed(_first_max(wins, out)):
+        rows = (np.arange(ho) * st[0] + i - pd[0])[:, None]
+        cols = (np.arange(wo) * st[1] + j - pd[1])[None, :]
+        flat = ops.constant((rows * w + cols).astype(np.int64), ts_dtype(torch.int64))
+        idx = ops.where(hit, flat, idx)
+    return out, idx
+
+
+@rule(aten.max_pool2d_with_indices_backward.default, check=_max_pool_check)
+def _max_pool_backward(
+    node: torch.fx.Node, grad: Any, x: Any, kernel: Any, stride: Any, padding: Any,
+    dilation: Any, ceil_mode: bool, indices: Any,
+) -> TracedTensor:
+    """The gradient goes to the first maximum of each window (recomputed from ``x``,
+    which is where ``indices`` points), summed where windows overlap."""
+    k, st, pd = _pool_params(kernel, stride, padding)
+    wins, ho, wo = _pool_windows(x, k, st, pd)
+    out = wins[0][2]
+    for _, _, win in wins[1:]:
+        out = ops.maximum(out, win)
+    dt = torch_dtype(x)
+    g = to(grad, dt)
+    n, c, h, w = x.shape
+    hp, wp = h + 2 * pd[0], w + 2 * pd[1]
+    total: TracedTensor | None = None
+    for i, j, hit in _first_max(wins, out):
+        part = dilate(dilate(ops.where(hit, g, to(0.0, dt)), st[0], 2), st[1], 3)
+        for axis, (before, full) in ((2, (i, hp)), (3, (j, wp))):
+            after = full - before - part.shape[axis]
+            pieces = []
+            for width in (before, None, after):
+                if width is None:
+                    pieces.append(part)
+                elif width > 0:
+                    shape = list(part.shape)
+                    shape[axis] = width
+                    pieces.append(zeros_of(part, shape))
+            part = ops.concat(pieces, axis=axis) if len(pieces) > 1 else part
+        total = part if total is None else ops.add(total, part)
+    assert total is not None
+    return take(take(total, 2, pd[0], pd[0] + h), 3, pd[1], pd[1] + w)
+
+
+def _sdpa_check_at(dropout_at: int) -> Check:
+    """The check of a fused attention op whose dropout is positional argument
+    ``dropout_at``."""
+
+    def check(node: torch.fx.Node) -> str | None:
+        args = list(node.args)
+        dropout = args[dropout_at] if len(args) > dropout_at else node.kwargs.get("dropout_p", 0.0)
+        if dropout:
+            return f"dropout_p={dropout}"
+        q, k = val(args[0]), val(args[1])
+        if q.dim() != k.dim() or q.dim() < 3:
+            return "operands of different ranks"
+        hq, hk = q.shape[-3], k.shape[-3]
+        if isinstance(hq, int) and isinstance(hk, int) and hq % hk:
+            return f"{hq} query heads over {hk} key heads"
+        return only_outputs(0)(node) or float_only_index(node, 0)
+
+    return check
+
+
+_sdpa_check = _sdpa_check_at(3)
+
+
+def _repeat_heads(x: TracedTensor, heads: int) -> TracedTensor:
+    """``x`` [..., Hk, S, D] with each head repeated for ``heads // Hk`` query heads."""
+    *b, hk, s, d = x.shape
+    if hk == heads:
+        return x
+    g = heads // hk
+    y = ops.broadcast_to(ops.reshape(x, [*b, hk, 1, s, d]), [*b, hk, g, s, d])
+    return ops.reshape(y, [*b, heads, s, d])
+
+
+def attention(
+    q: TracedTensor, k: TracedTensor, v: TracedTensor, mask: Any, causal: bool, scale: Any
+) -> TracedTensor:
+    """``softmax(scale q kᵀ + mask) v`` as torch's SDPA defines it: ``flash_attention``
+    without a mask, else matmuls and a softmax (a bool mask keeps True positions)."""
+    k = _repeat_heads(k, q.shape[-3])
+    v = _repeat_heads(v, q.shape[-3])
+    if mask is None:
+        return ops.flash_attention(q, k, v, scale=scale, causal=causal)
+    dt = torch_dtype(q)
+    sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    s = ops.mul(ops.matmul(q, ops.transpose(k)), to(float(sc), dt))
+    ninf = to(float("-inf"), dt)
+    if causal:
+        lq, lk = q.shape[-2], k.shape[-2]
+        keep = np.arange(lq)[:, None] >= np.arange(lk)[None, :]
+        s = ops.where(ops.constant(keep, ts_dtype(torch.bool)), s, ninf)
+    if torch_dtype(mask) == torch.bool:
+        s = ops.where(mask, s, ninf)
+    else:
+        s = ops.add(s, to(mask, dt))
+    return ops.matmul(ops.softmax(s, axis=-1), v)
+
+
+@rule(aten._scaled_dot_product_flash_attention_for_cpu.default, check=_sdpa_check)
+def _sdpa_cpu(
+    node: torch.fx.Node, q: Any, k: Any, v: Any, dropout_p: float = 0.0,
+    is_causal: bool = False, *, attn_mask: Any = None, scale: Any = None,
+) -> tuple[TracedTensor, ...]:
+    return (attention(q, k, v, attn_mask, bool(is_causal), scale),)
+
+
+@rule(aten._scaled_dot_product_flash_attention.default, check=_sdpa_check)
+def _sdpa_flash(
+    node: torch.fx.Node, q: Any, k: Any, v: Any, dropout_p: float = 0.0,
+    is_causal: bool = False, return_debug_mask: bool = False, *, scale: Any = None,
+) -> tuple[TracedTensor, ...]:
+    return (attention(q, k, v, None, bool(is_causal), scale),)
+
+
+@rule(aten._scaled_dot_product_efficient_attention.default, check=_sdpa_check_at(5))
+def _sdpa_efficient(
+    node: torch.fx.Node, q: Any, k: Any, v: Any, attn_bias: Any, compute_log_sumexp: bool,
+    dropout_p: float = 0.0, is_causal: bool = False, *, scale: Any = None,
+) -> tuple[TracedTensor, ...]:
+    return (attention(q, k, v, attn_bias, bool(is_causal), scale),)
+
+
+@rule(aten._scaled_dot_product_cudnn_attention.default, check=_sdpa_check_at(5))
+def _sdpa_cudnn(
+    node: torch.fx.Node, q: Any, k: Any, v: Any, attn_bias: Any, compute_log_sumexp: bool,
+    dropout_p: float = 0.0, is_causal: bool = False, return_debug_mask: bool = False, *,
+    scale: Any = None,
+) -> tuple[TracedTensor, ...]:
+    return (attention(q, k, v, attn_bias, bool(is_causal), scale),)
+
+
+@rule(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool(node: torch.fx.Node, x: Any, size: Sequence[int]) -> TracedTensor:
+    if int_list(size) != [1, 1]:
+        h, w = x.shape[-2:]
+        if int_list(size) != [h, w]:
+            raise Unsupported(f"adaptive_avg_pool2d to {list(size)}")
+        return x
+    return ops.mean(x, axis=(x.ndim - 2, x.ndim - 1), keepdims=True)
+
+
+@rule(aten._adaptive_avg_pool2d_backward.default)
+def _adaptive_avg_pool_backward(node: torch.fx.Node, grad: Any, x: Any) -> TracedTensor:
+    h, w = x.shape[-2:]
+    if grad.shape[-2:] != (1, 1):
+        raise Unsupported("adaptive_avg_pool2d backward to a size other than 1x1")
+    g = ops.div(grad, to(h * w, torch_dtype(grad)))
+    return ops.broadcast_to(g, x.shape)

@@ -1,0 +1,232 @@
+"""ATen rules: views, shape ops, data movement and tensor creation.
+
+The rules register themselves in :data:`tessera.torch.aten_ops.RULES` when this
+module is imported (``aten_ops`` imports it).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx
+
+from tessera.frontend import ops
+from tessera.torch.aten_ops import (
+    TracedTensor,
+    Unsupported,
+    int_list,
+    norm_dims,
+    out_dtype,
+    rule,
+    slice_bounds,
+    to,
+    torch_dtype,
+    ts_dtype,
+)
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@rule(
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default,
+    compute=False,
+)
+def _view(node: torch.fx.Node, a: Any, shape: Sequence[Any]) -> TracedTensor:
+    return ops.reshape(a, int_list(shape))
+
+
+@rule(aten.permute.default, aten.permute_copy.default, compute=False)
+def _permute(node: torch.fx.Node, a: Any, dims: Sequence[int]) -> TracedTensor:
+    if a.ndim == 0:
+        return a
+    return ops.transpose(a, [int(d) % a.ndim for d in dims])
+
+
+@rule(aten.t.default, compute=False)
+def _t(node: torch.fx.Node, a: Any) -> TracedTensor:
+    return a if a.ndim < 2 else ops.transpose(a, [1, 0])
+
+
+@rule(aten.transpose.int, compute=False)
+def _transpose(node: torch.fx.Node, a: Any, d0: int, d1: int) -> TracedTensor:
+    if a.ndim < 2:
+        return a
+    perm = list(range(a.ndim))
+    i, j = int(d0) % a.ndim, int(d1) % a.ndim
+    perm[i], perm[j] = perm[j], perm[i]
+    return ops.transpose(a, perm)
+
+
+@rule(aten.expand.default, aten.expand_copy.default, compute=False)
+def _expand(node: torch.fx.Node, a: Any, sizes: Sequence[Any], *, implicit: bool = False) -> TracedTensor:
+    sizes = int_list(sizes)
+    lead = len(sizes) - a.ndim
+    shape = [a.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes)]
+    if tuple(shape) == a.shape:
+        return a
+    return ops.broadcast_to(a, shape)
+
+
+@rule(aten.unsqueeze.default, aten.unsqueeze_copy.default, compute=False)
+def _unsqueeze(node: torch.fx.Node, a: Any, dim: int) -> TracedTensor:
+    d = int(dim) % (a.ndim + 1)
+    shape = list(a.shape)
+    shape.insert(d, 1)
+    return ops.reshape(a, shape)
+
+
+@rule(
+    aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze_copy.dims,
+    compute=False,
+)
+def _squeeze(node: torch.fx.Node, a: Any, dims: Any = None) -> TracedTensor:
+    axes = set(norm_dims(dims, a.ndim)) if dims is not None else set(range(a.ndim))
+    shape = [s for i, s in enumerate(a.shape) if not (i in axes and s == 1)]
+    return a if len(shape) == a.ndim else ops.reshape(a, shape)
+
+
+@rule(aten.cat.default, compute=False)
+def _cat(node: torch.fx.Node, xs: Sequence[Any], dim: int = 0) -> TracedTensor:
+    dt = out_dtype(node)
+    parts = [to(x, dt) for x in xs if not (x.ndim == 1 and x.shape[0] == 0)]
+    if len(parts) == 1:
+        return parts[0]
+    return ops.concat(parts, axis=int(dim) % parts[0].ndim)
+
+
+
+
+@rule(aten.slice.Tensor, aten.slice_copy.Tensor, compute=False)
+def _slice(
+    node: torch.fx.Node, a: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
+) -> TracedTensor:
+    d = int(dim) % a.ndim
+    s, e = slice_bounds(a.shape[d], start, end, int(step))
+    if s == 0 and e == a.shape[d] and step == 1:
+        return a
+    lo = [0] * a.ndim
+    hi = list(a.shape)
+    st = [1] * a.ndim
+    lo[d], hi[d], st[d] = s, e, int(step)
+    return ops.slice(a, lo, hi, st)
+
+
+@rule(aten.slice_scatter.default)
+def _slice_scatter(
+    node: torch.fx.Node, base: Any, src: Any, dim: int = 0, start: Any = None, end: Any = None,
+    step: int = 1,
+) -> TracedTensor:
+    if int(step) != 1:
+        raise Unsupported(f"slice_scatter with step {step}")
+    d = int(dim) % base.ndim
+    s, e = slice_bounds(base.shape[d], start, end, 1)
+    parts = []
+    for piece in ("before", "src", "after"):
+        if piece == "src":
+            parts.append(to(src, torch_dtype(base)))
+            continue
+        a, b = (0, s) if piece == "before" else (e, base.shape[d])
+        if b > a:
+            lo = [0] * base.ndim
+            hi = list(base.shape)
+            lo[d], hi[d] = a, b
+            parts.append(ops.slice(base, lo, hi))
+    return parts[0] if len(parts) == 1 else ops.concat(parts, axis=d)
+
+
+@rule(aten.select.int, aten.select_copy.int, compute=False)
+def _select(node: torch.fx.Node, a: Any, dim: int, index: int) -> TracedTensor:
+    d = int(dim) % a.ndim
+    i = int(index) % a.shape[d]
+    lo = [0] * a.ndim
+    hi = list(a.shape)
+    lo[d], hi[d] = i, i + 1
+    part = ops.slice(a, lo, hi)
+    return ops.reshape(part, [s for j, s in enumerate(a.shape) if j != d])
+
+
+@rule(aten.split_with_sizes.default, aten.split.Tensor, aten.split_with_sizes_copy.default,
+      compute=False)
+def _split(node: torch.fx.Node, a: Any, sizes: Any, dim: int = 0) -> tuple[TracedTensor, ...]:
+    d = int(dim) % a.ndim
+    n = a.shape[d]
+    if isinstance(sizes, int):
+        sizes = [min(sizes, n - i) for i in range(0, n, sizes)]
+    out = []
+    pos = 0
+    for s in int_list(sizes):
+        lo = [0] * a.ndim
+        hi = list(a.shape)
+        lo[d], hi[d] = pos, pos + s
+        out.append(ops.slice(a, lo, hi))
+        pos += s
+    return tuple(out)
+
+
+@rule(aten.constant_pad_nd.default)
+def _pad(node: torch.fx.Node, a: Any, pad: Sequence[int], value: Any = 0) -> TracedTensor:
+    x = a
+    pad = int_list(pad)
+    dt = torch_dtype(x)
+    for i in range(len(pad) // 2):
+        d = x.ndim - 1 - i
+        before, after = pad[2 * i], pad[2 * i + 1]
+        if before < 0 or after < 0:
+            lo = [0] * x.ndim
+            hi = list(x.shape)
+            lo[d] = max(-before, 0)
+            hi[d] = x.shape[d] - max(-after, 0)
+            x = ops.slice(x, lo, hi)
+            before, after = max(before, 0), max(after, 0)
+        parts = []
+        for width in (before, None, after):
+            if width is None:
+                parts.append(x)
+            elif width > 0:
+                shape = list(x.shape)
+                shape[d] = width
+                parts.append(ops.broadcast_to(to(value, dt), shape))
+        if len(parts) > 1:
+            x = ops.concat(parts, axis=d)
+    return x
+
+
+@rule(operator.getitem, compute=False)
+def _getitem(node: torch.fx.Node, a: Any, i: int) -> Any:
+    return a[i]
+
+
+# --------------------------------------------------------------------------- creation
+
+
+def _full_value(value: Any, dt: torch.dtype, shape: Sequence[int]) -> TracedTensor:
+    c = to(value, dt)
+    return c if not shape else ops.broadcast_to(c, int_list(shape))
+
+
+@rule(aten.full.default, aten.scalar_tensor.default)
+def _full(node: torch.fx.Node, *args: Any, **kwargs: Any) -> TracedTensor:
+    if node.target is aten.scalar_tensor.default:
+        return _full_value(args[0], out_dtype(node), [])
+    return _full_value(args[1], out_dtype(node), args[0])
+
+
+@rule(aten.full_like.default)
+def _full_like(node: torch.fx.Node, a: Any, value: Any, **kwargs: Any) -> TracedTensor:
+    return _full_value(value, out_dtype(node), a.shape)
+
+
+@rule(aten.arange.start_step, aten.arange.default, aten.arange.start)
+def _arange(node: torch.fx.Node, *args: Any, **kwargs: Any) -> TracedTensor:
+    dt = out_dtype(node)
+    nums = [a for a in args if isinstance(a, int | float)]
+    values = np.arange(*nums).astype(ts_dtype(dt).np_dtype)
+    return ops.constant(values, ts_dtype(dt))

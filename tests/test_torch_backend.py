@@ -1,0 +1,355 @@
+"""``torch.compile(backend="tessera")``: FX graphs through AOTAutograd into Tessera.
+
+Each test compiles a small module, checks the forward result and the parameter
+gradients of one backward pass against eager torch, and checks the report:
+which ops Tessera ran and which fell back to eager torch.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import tessera.torch as tt
+from tessera.torch import aten_ops
+
+
+def _run(model: nn.Module, *inputs: torch.Tensor, dynamic: bool | None = None):
+    """(compiled output, eager output, compiled grads, eager grads) of ``model``."""
+    ref_model = copy.deepcopy(model)
+    compiled = tt.compile(model, dynamic=dynamic)
+    out = compiled(*inputs)
+    ref = ref_model(*inputs)
+    out.float().pow(2).sum().backward()
+    ref.float().pow(2).sum().backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    ref_grads = {n: p.grad for n, p in ref_model.named_parameters()}
+    return out, ref, grads, ref_grads
+
+
+def _assert_close(out, ref, grads, ref_grads, rtol=1e-5, atol=1e-6):
+    torch.testing.assert_close(out, ref, rtol=rtol, atol=atol)
+    scale = max(g.abs().max().item() for g in ref_grads.values())
+    for n, g in ref_grads.items():
+        torch.testing.assert_close(grads[n], g, rtol=rtol, atol=atol * max(scale, 1.0), msg=n)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class _MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 32)
+        self.norm = nn.LayerNorm(32)
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.norm(F.gelu(self.fc1(x)))
+        return torch.log_softmax(self.fc2(F.silu(h)), dim=-1) + torch.sigmoid(h).mean(-1, keepdim=True)
+
+
+def test_mlp_forward_and_gradients_match_eager():
+    torch.manual_seed(0)
+    _assert_close(*_run(_MLP(), torch.randn(5, 8)))
+    rep = tt.last_report()
+    assert [g.kind for g in rep.graphs] == ["forward", "backward"]
+    assert rep.graph_breaks == 0 and not rep.fallback_ops
+    assert rep.partitions == 2 and rep.tessera_ops > 20
+
+
+def test_backend_is_registered_under_its_name():
+    torch.manual_seed(0)
+    m = _MLP()
+    x = torch.randn(3, 8)
+    tt.reset()
+    out = torch.compile(m, backend="tessera")(x)
+    torch.testing.assert_close(out, m(x), rtol=1e-5, atol=1e-6)
+    assert tt.last_report().partitions >= 1
+
+
+def test_float64_is_exact_to_rounding():
+    """In float64 the exact GELU stays in torch (Tessera's erf is a float32-accurate
+    approximation); everything else is Tessera's, and agrees to rounding."""
+    torch.manual_seed(0)
+    m = _MLP().double()
+    _assert_close(*_run(m, torch.randn(5, 8, dtype=torch.float64)), rtol=1e-12, atol=1e-12)
+    rep = tt.last_report()
+    assert set(rep.fallback_ops) == {"aten.gelu.default", "aten.erf.default"}  # erf: backward
+    assert "float64" in rep.reasons()["aten.gelu.default"]
+
+
+class _CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.conv1(x)))
+        h = torch.relu(self.conv2(h))
+        return self.fc(torch.flatten(self.pool(h), 1))
+
+
+def test_cnn_training_step_matches_eager():
+    torch.manual_seed(0)
+    m = _CNN()
+    x = torch.randn(2, 3, 8, 8)
+    res = _run(m, x)
+    _assert_close(*res, rtol=1e-4, atol=1e-5)
+    rep = tt.last_report()
+    assert [g.kind for g in rep.graphs] == ["forward", "backward"]
+    assert rep.graph_breaks == 0, str(rep)  # conv2d and its backward, batch norm, pooling
+
+
+@pytest.mark.parametrize(
+    "kernel, stride, padding, size",
+    [(3, 1, 1, 8), (3, 2, 1, 9), (7, 2, 3, 16), (1, 2, 0, 7), (4, 4, 0, 16), (3, 2, 0, 8)],
+)
+def test_convolution_backward_as_convolutions(kernel, stride, padding, size):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, size, size + 1, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(4, 3, kernel, kernel, dtype=torch.float64, generator=g, requires_grad=True)
+    b = torch.randn(4, dtype=torch.float64, generator=g, requires_grad=True)
+
+    def f(x, w, b):
+        return F.conv2d(x, w, b, stride=stride, padding=padding)
+
+    tt.compile(f)(x, w, b).pow(2).sum().backward()
+    got = [t.grad.clone() for t in (x, w, b)]
+    assert tt.last_report().graph_breaks == 0
+    for t in (x, w, b):
+        t.grad = None
+    f(x, w, b).pow(2).sum().backward()
+    for a, t in zip(got, (x, w, b)):
+        torch.testing.assert_close(a, t.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_dilated_convolution_falls_back_with_its_reason():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 2, 9, 9, generator=g)
+    w = torch.randn(3, 2, 3, 3, generator=g)
+    out = tt.compile(lambda x, w: F.conv2d(x, w, dilation=2))(x, w)
+    torch.testing.assert_close(out, F.conv2d(x, w, dilation=2))
+    rep = tt.last_report()
+    assert rep.fallback_ops["aten.convolution.default"] == 1
+    assert rep.reasons()["aten.convolution.default"] == "dilation=[2, 2]"
+
+
+def test_cnn_eval_mode_uses_running_statistics():
+    torch.manual_seed(0)
+    m = _CNN()
+    m.bn.running_mean.uniform_(-0.5, 0.5)
+    m.bn.running_var.uniform_(0.5, 2.0)
+    m.eval()
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        out = tt.compile(m)(x)
+    torch.testing.assert_close(out, m(x), rtol=1e-5, atol=1e-6)
+    assert [g.kind for g in tt.last_report().graphs] == ["inference"]
+
+
+class _Attention(nn.Module):
+    def __init__(self, heads=4, kv_heads=2, dim=32, causal=True):
+        super().__init__()
+        self.h, self.kv, self.d, self.causal = heads, kv_heads, dim // heads, causal
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, kv_heads * self.d)
+        self.v = nn.Linear(dim, kv_heads * self.d)
+        self.o = nn.Linear(dim, dim)
+
+    def forward(self, x, mask=None):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.h, self.d).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kv, self.d).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kv, self.d).transpose(1, 2)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=self.causal and mask is None,
+            enable_gqa=self.kv != self.h,
+        )
+        return self.o(y.transpose(1, 2).reshape(b, s, -1))
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_attention_becomes_flash_attention_and_its_backward_is_translated(kv_heads):
+    torch.manual_seed(0)
+    m = _Attention(kv_heads=kv_heads)
+    _assert_close(*_run(m, torch.randn(2, 6, 32)), rtol=1e-4, atol=1e-5)
+    rep = tt.last_report()
+    assert rep.graph_breaks == 0, str(rep)
+
+
+def test_attention_with_an_additive_mask():
+    torch.manual_seed(0)
+    m = _Attention(kv_heads=4, causal=False)
+    x = torch.randn(2, 5, 32)
+    mask = torch.randn(2, 1, 5, 5)
+    ref_m = copy.deepcopy(m)
+    out = tt.compile(m)(x, mask)
+    torch.testing.assert_close(out, ref_m(x, mask), rtol=1e-5, atol=1e-6)
+
+
+class _WithSort(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = self.fc(x)
+        top, _ = torch.sort(h, dim=-1)
+        return torch.tanh(top) * 2.0
+
+
+def test_unsupported_ops_run_in_torch_and_are_counted(caplog):
+    torch.manual_seed(0)
+    with caplog.at_level(logging.INFO, logger="tessera.torch"):
+        _assert_close(*_run(_WithSort(), torch.randn(3, 6)))
+    rep = tt.last_report()
+    assert rep.fallback_ops["aten.sort.default"] == 1
+    assert rep.graphs[0].partitions == 2  # linear | sort | tanh * 2
+    assert rep.graph_breaks >= 1
+    assert any("aten.sort.default x1" in r.getMessage() for r in caplog.records)
+    assert "aten.sort.default" in str(rep)
+
+
+def test_bfloat16_within_bf16_tolerance():
+    torch.manual_seed(0)
+    m = _MLP().to(torch.bfloat16)
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = tt.compile(m)(x)
+        ref = m.float()(x.float())
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2)
+
+
+def test_dynamic_sequence_lengths_reuse_the_graph_and_stay_correct():
+    torch.manual_seed(0)
+    m = _Attention(kv_heads=4)
+    compiled = tt.compile(m, dynamic=True)
+    for s in (5, 9, 12):
+        x = torch.randn(2, s, 32)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), m(x), rtol=1e-5, atol=1e-6)
+    rep = tt.last_report()
+    assert len(rep.graphs) == 1  # one symbolic graph for every length
+    part = rep.graphs[0]
+    assert part.tessera_calls >= 3
+
+
+def test_every_rule_target_is_an_aten_or_prims_op():
+    for target in aten_ops.RULES:
+        name = getattr(target, "namespace", None)
+        assert name in ("aten", "prims") or target.__module__ == "_operator"
+
+
+def test_exact_gelu_uses_erf_to_float32_precision():
+    x = torch.linspace(-6, 6, 101, dtype=torch.float32, requires_grad=True)
+    f = tt.compile(lambda t: F.gelu(t))
+    y = f(x)
+    y.sum().backward()
+    assert tt.last_report().graph_breaks == 0
+    xr = x.detach().double().requires_grad_()
+    yr = F.gelu(xr)
+    yr.sum().backward()
+    torch.testing.assert_close(y.double(), yr, rtol=0, atol=1e-6)
+    torch.testing.assert_close(x.grad.double(), xr.grad, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_fused_attention_backwards_recompute_exactly(causal, kv_heads):
+    """The decompositions of the fused attention backwards (CPU flash, CUDA flash,
+    memory-efficient, cuDNN) equal autograd through plain attention, in float64."""
+    from tessera.torch.backend import ATTENTION_BACKWARDS
+
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 5, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    k = torch.randn(2, kv_heads, 5, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    v = torch.randn(2, kv_heads, 5, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    bias = torch.randn(2, 1, 5, 5, dtype=torch.float64, generator=g)
+    go = torch.randn(2, 4, 5, 8, dtype=torch.float64, generator=g)
+
+    def reference(mask):
+        for t in (q, k, v):
+            t.grad = None
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=kv_heads != 4, scale=0.3
+        )
+        out.backward(go)
+        return [t.grad.clone() for t in (q, k, v)]
+
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    none = torch.empty(0)
+    calls = {
+        aten._scaled_dot_product_flash_attention_for_cpu_backward.default: (
+            (go, qd, kd, vd, none, none, 0.0, causal), {"scale": 0.3}, None),
+        aten._scaled_dot_product_flash_attention_backward.default: (
+            (go, qd, kd, vd, none, none, none, none, 5, 5, 0.0, causal, none, none),
+            {"scale": 0.3}, None),
+        aten._scaled_dot_product_efficient_attention_backward.default: (
+            (go, qd, kd, vd, bias, none, none, none, none, 0.0, [True, True, True, False],
+             causal), {"scale": 0.3}, bias),
+        aten._scaled_dot_product_cudnn_attention_backward.default: (
+            (go, qd, kd, vd, none, none, none, none, bias, none, none, 5, 5, 0.0, causal),
+            {"scale": 0.3}, bias),
+    }
+    for op, (args, kwargs, mask) in calls.items():
+        got = ATTENTION_BACKWARDS[op](*args, **kwargs)[:3]
+        for a, r in zip(got, reference(mask)):
+            torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12, msg=str(op))
+
+
+@pytest.mark.parametrize("kernel, stride, padding", [(3, 2, 1), (2, 2, 0), (3, 1, 1), (3, 2, 0)])
+def test_max_pool_and_its_backward_pick_torchs_first_maximum(kernel, stride, padding):
+    """After a ReLU, windows of zeros tie: the gradient goes to the first maximum in
+    torch's scan order, as its indices say."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 9, 10, dtype=torch.float64, generator=g, requires_grad=True)
+
+    def f(x):
+        return F.max_pool2d(torch.relu(x), kernel, stride, padding, return_indices=True)
+
+    out, idx = tt.compile(f)(x)
+    weights = torch.arange(out.numel(), dtype=out.dtype).reshape(out.shape)
+    (out * weights).sum().backward()
+    got = x.grad.clone()
+    assert tt.last_report().graph_breaks == 0
+    x.grad = None
+    ref, ref_idx = f(x)
+    (ref * weights).sum().backward()
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(idx, ref_idx, rtol=0, atol=0)
+    torch.testing.assert_close(got, x.grad, rtol=0, atol=0)
+
+
+def test_a_partition_that_cannot_be_traced_runs_in_torch_and_is_reported(monkeypatch):
+    """A rule that gives up at trace time sends its partition to torch, with the reason
+    in the report: the result is still right."""
+    original = aten_ops.RULES[torch.ops.aten.tanh.default]
+
+    def refuse(node, *args, **kwargs):
+        raise aten_ops.Unsupported("tanh refused for the test")
+
+    monkeypatch.setitem(
+        aten_ops.RULES, torch.ops.aten.tanh.default,
+        aten_ops.Rule(refuse, original.check, original.compute),
+    )
+    x = torch.randn(3, 4)
+    out = tt.compile(lambda t: torch.tanh(t * 2.0) + 1.0)(x)
+    torch.testing.assert_close(out, torch.tanh(x * 2.0) + 1.0)
+    (why,) = tt.last_report().runtime_fallbacks.values()
+    assert "tanh refused for the test" in why

@@ -1,0 +1,151 @@
+"""Models from ``transformers`` and ``timm`` with random weights, for the backend tests.
+
+Each builder takes a size (``"tiny"`` for the CPU reference, ``"full"`` for the
+published configuration) and returns ``(model, inputs, loss_fn)``. Nothing is
+downloaded: models are built from their configurations.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def gpt2(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    import transformers as T
+
+    if size == "tiny":
+        cfg = T.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64)
+        batch, seq = 2, 16
+    else:
+        cfg = T.GPT2Config()  # GPT-2 124M
+        batch, seq = 2, 256
+    cfg.resid_pdrop = cfg.embd_pdrop = cfg.attn_pdrop = 0.0
+    return T.GPT2LMHeadModel(cfg), _lm_inputs(cfg.vocab_size, batch, seq, device)
+
+
+def llama(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    import transformers as T
+
+    if size == "tiny":
+        cfg = T.LlamaConfig(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=128, max_position_embeddings=64,
+        )
+        batch, seq = 2, 16
+    else:  # a LLaMA-style 1B configuration
+        cfg = T.LlamaConfig(
+            num_hidden_layers=16, hidden_size=2048, intermediate_size=8192,
+            num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+            max_position_embeddings=2048,
+        )
+        batch, seq = 1, 256
+    return T.LlamaForCausalLM(cfg), _lm_inputs(cfg.vocab_size, batch, seq, device)
+
+
+def bert(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    import transformers as T
+
+    if size == "tiny":
+        cfg = T.BertConfig(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            vocab_size=128, max_position_embeddings=64,
+        )
+        batch, seq = 2, 16
+    else:
+        cfg = T.BertConfig()  # BERT-base
+        batch, seq = 2, 128
+    cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = 0.0
+    return T.BertForMaskedLM(cfg), _lm_inputs(cfg.vocab_size, batch, seq, device)
+
+
+def mixtral(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    import transformers as T
+
+    if size == "tiny":
+        cfg = T.MixtralConfig(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=128, num_local_experts=4, num_experts_per_tok=2,
+            max_position_embeddings=64,
+        )
+        batch, seq = 2, 16
+    else:  # Mixtral's layout (8 experts, top 2, grouped heads) at a size one GPU trains
+        cfg = T.MixtralConfig(
+            num_hidden_layers=4, hidden_size=1024, intermediate_size=3584,
+            num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+            num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=1024,
+        )
+        batch, seq = 2, 128
+    return T.MixtralForCausalLM(cfg), _lm_inputs(cfg.vocab_size, batch, seq, device)
+
+
+def resnet50(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    import timm
+
+    model = timm.create_model("resnet50", pretrained=False, num_classes=10 if size == "tiny" else 1000)
+    batch, hw = (2, 32) if size == "tiny" else (8, 224)
+    return model, {"x": torch.randn(batch, 3, hw, hw, device=device)}
+
+
+def vit_b16(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    import timm
+
+    if size == "tiny":
+        model = timm.create_model(
+            "vit_base_patch16_224", pretrained=False, num_classes=10, img_size=32, depth=2,
+            embed_dim=64, num_heads=4,
+        )
+        batch, hw = 2, 32
+    else:
+        model = timm.create_model("vit_base_patch16_224", pretrained=False)
+        batch, hw = 8, 224
+    return model, {"x": torch.randn(batch, 3, hw, hw, device=device)}
+
+
+def _lm_inputs(vocab: int, batch: int, seq: int, device: str) -> dict[str, Any]:
+    ids = torch.randint(0, vocab, (batch, seq), device=device)
+    return {"input_ids": ids, "labels": ids}
+
+
+def _loss(out: Any) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out.float().pow(2).mean()
+    return out.loss
+
+
+def _output(out: Any) -> torch.Tensor:
+    return out if isinstance(out, torch.Tensor) else out.logits
+
+
+def compare_training_step(
+    model: torch.nn.Module,
+    inputs: dict[str, Any],
+    compile_fn: Callable[[torch.nn.Module], Any],
+) -> tuple[float, float]:
+    """(forward error, gradient error) of one training step, each relative to the largest
+    magnitude of the eager value (output, or gradient over all parameters)."""
+    ref_model = copy.deepcopy(model)
+    out = compile_fn(model)(**inputs)
+    _loss(out).backward()
+    ref = ref_model(**inputs)
+    _loss(ref).backward()
+    o, r = _output(out).float(), _output(ref).float()
+    fwd = ((o - r).abs().max() / r.abs().max()).item()
+    ref_grads = {n: p.grad for n, p in ref_model.named_parameters() if p.grad is not None}
+    scale = max(g.abs().max().item() for g in ref_grads.values())
+    grads = dict(model.named_parameters())
+    worst = 0.0
+    for n, g in ref_grads.items():
+        got = grads[n].grad
+        assert got is not None, f"no gradient for {n}"
+        worst = max(worst, (got.float() - g.float()).abs().max().item() / scale)
+    return fwd, worst
+
+
+MODELS: dict[str, Callable[..., tuple[Any, dict[str, Any]]]] = {
+    "gpt2": gpt2, "llama": llama, "bert": bert, "mixtral": mixtral,
+    "resnet50": resnet50, "vit_b16": vit_b16,
+}

@@ -12,10 +12,13 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
-from xdsl.parser import Parser
+from xdsl.ir import Operation, SSAValue
+from xdsl.irdl import AttributeInvT
+from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Span
+
+from tessera.ir.dominance import find_dominance_violation
 
 
 class LocatingParser(Parser):
@@ -24,6 +27,7 @@ class LocatingParser(Parser):
     def __init__(self, ctx: Context, input: str | bytes, name: str = "<unknown>"):
         super().__init__(ctx, input, name)
         self.op_spans: dict[int, Span] = {}
+        self._first_uses: dict[str, Span] = {}
 
     def parse_operation(self) -> Operation:
         tok = self._current_token
@@ -35,6 +39,47 @@ class LocatingParser(Parser):
             raise ParseError(tok.span, _verify_message(e)) from None
         self.op_spans[id(op)] = tok.span
         return op
+
+    def resolve_operand(self, operand: UnresolvedOperand, type: AttributeInvT) -> SSAValue:
+        if operand.operand_name not in self.ssa_values:
+            self._first_uses.setdefault(operand.operand_name, operand.span)
+        return super().resolve_operand(operand, type)
+
+    def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
+        # xDSL reports values that are never defined at the end of the input: report
+        # the first use of the first one instead.
+        try:
+            return super().parse_module(allow_implicit_module)
+        except ParseError as e:
+            if not e.msg.startswith("values used but not defined") or not self.forward_ssa_references:
+                raise
+            name = next(iter(self.forward_ssa_references))
+            span = self._first_uses.get(name, e.span)
+            raise ParseError(span, f"use of undefined value '%{name}'") from None
+
+    def _get_op_by_name(self, name: str) -> type[Operation]:
+        # xDSL reports an unknown op at the token after its name; point at the name.
+        try:
+            return super()._get_op_by_name(name)
+        except ParseError as e:
+            text = self.lexer.input.content
+            end = self._current_token.span.start
+            start = text.rfind(name, 0, end)
+            if start < 0:
+                raise
+            if start > 0 and text[start - 1] == '"':
+                start -= 1
+            raise ParseError(Span(start, start + len(name), self.lexer.input), e.msg) from None
+
+    def span_of(self, op: Operation) -> Span | None:
+        """Where ``op`` (or, for an op the parser did not create, its nearest parent) starts."""
+        current: Operation | None = op
+        while current is not None:
+            span = self.op_spans.get(id(current))
+            if span is not None:
+                return span
+            current = current.parent_op()
+        return None
 
 
 @dataclass
@@ -68,12 +113,25 @@ def _verify_message(e: Exception) -> str:
 
 
 def verify_located(module: ModuleOp, parser: LocatingParser, line_offset: int = 0) -> None:
-    """Verify ``module``; on failure raise a LocatedError at the innermost failing op."""
+    """Verify ``module`` and its SSA dominance; on failure raise a LocatedError at the
+    innermost failing op."""
     try:
         module.verify()
-        return
     except (DiagnosticException, ValueError) as first:
         failure: Exception = first
+    else:
+        violation = find_dominance_violation(module)
+        if violation is None:
+            return
+        span = parser.span_of(violation.op)
+        loc = span.get_location() if span is not None else None
+        raise LocatedError(
+            loc.file if loc else parser.lexer.input.name,
+            (loc.line if loc else 1) + line_offset,
+            loc.col if loc else 1,
+            f"'{violation.op.name}' {violation.message}",
+            _context(span) if span is not None else "",
+        ) from None
     for op in reversed(list(module.walk())):
         try:
             op.verify(verify_nested_ops=False)

@@ -25,10 +25,12 @@ import re
 import sys
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from io import BytesIO
 from typing import IO, ClassVar
 
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.utils.lexer import Span
 from xdsl.xdsl_opt_main import xDSLOptMain
@@ -54,6 +56,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 _SYMBOL_REF = re.compile(r"@([A-Za-z_][\w$.]*)")
+_OP_NAME = re.compile(r"\b[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_.]*\b")
 _SPLIT = re.compile(rb"^// -----.*$", re.M)
 
 
@@ -84,7 +87,7 @@ class TesseraOptMain(xDSLOptMain):
 
     def __init__(self, args: Sequence[str] | None = None):
         self._line_offset = 0
-        self._symbols: dict[str, Span] = {}
+        self._places: list[_OpPlace] = []
         super().__init__(description=self._description(), args=args)
 
     @staticmethod
@@ -144,7 +147,7 @@ class TesseraOptMain(xDSLOptMain):
             parser = LocatingParser(self.ctx, _decode(io.read(), self.get_input_name()),
                                     self.get_input_name())
             module = parser.parse_module(not self.args.no_implicit_module)
-            self._symbols = _symbol_spans(module, parser)
+            self._places = _op_places(module, parser)
             if not self.args.disable_verify:
                 verify_located(module, parser, self._line_offset)
             return module
@@ -166,7 +169,7 @@ class TesseraOptMain(xDSLOptMain):
 
     def parse_chunk(self, chunk: IO[bytes], file_extension: str, start_offset: int = 0):
         self._line_offset = start_offset
-        self._symbols = {}
+        self._places = []
         return super().parse_chunk(chunk, file_extension, start_offset)
 
     # --- running ---------------------------------------------------------------------
@@ -244,13 +247,12 @@ class TesseraOptMain(xDSLOptMain):
             return Diagnostic("error", e.msg.splitlines()[0] if e.msg else "error",
                               e.file, e.line, e.col)
         message = _first_line(e)
-        # A pass error names the function (or other symbol) it failed in: report it there.
-        for m in _SYMBOL_REF.finditer(message):
-            span = self._symbols.get(m.group(1))
-            if span is not None:
-                loc = span.get_location()
-                return Diagnostic("error", message, name, loc.line + offset, loc.col)
-        return Diagnostic("error", message, name)
+        # A pass error names the op and the function it failed in: report it there.
+        span = locate_message(message, self._places)
+        if span is None:
+            return Diagnostic("error", message, name)
+        loc = span.get_location()
+        return Diagnostic("error", message, name, loc.line + offset, loc.col)
 
 
 def _first_line(e: object) -> str:
@@ -268,16 +270,51 @@ def _decode(data: bytes, name: str) -> str:
         raise LocatedError(name, line, col, f"invalid UTF-8 byte 0x{data[e.start]:02x}") from None
 
 
-def _symbol_spans(module: ModuleOp, parser: LocatingParser) -> dict[str, Span]:
-    """Where each symbol (``func.func @name``) of ``module`` was defined."""
-    spans: dict[str, Span] = {}
-    for op in module.walk():
+@dataclass(frozen=True)
+class _OpPlace:
+    """Where an op of the input was: its name, the symbol it is in, its span."""
+
+    name: str
+    symbol: str | None
+    span: Span
+
+
+def _op_places(module: ModuleOp, parser: LocatingParser) -> list[_OpPlace]:
+    """The ops of ``module`` that came from the text, in order, with their symbols."""
+    places: list[_OpPlace] = []
+
+    def visit(op: Operation, symbol: str | None) -> None:
         sym = op.properties.get("sym_name") or op.attributes.get("sym_name")
+        if isinstance(getattr(sym, "data", None), str):
+            symbol = sym.data  # type: ignore[union-attr]
         span = parser.op_spans.get(id(op))
-        data = getattr(sym, "data", None)
-        if isinstance(data, str) and span is not None:
-            spans.setdefault(data, span)
-    return spans
+        if span is not None:
+            places.append(_OpPlace(op.name, symbol, span))
+        for region in op.regions:
+            for block in region.blocks:
+                for child in block.ops:
+                    visit(child, symbol)
+
+    visit(module, None)
+    return places
+
+
+def locate_message(message: str, places: list[_OpPlace]) -> Span | None:
+    """Where a pass error that names an op and/or a symbol (``math.exp in kernel @k``)
+    happened: the first such op in that symbol, else the symbol, else the first such op."""
+    symbols = {p.symbol for p in places}
+    symbol = next((m.group(1) for m in _SYMBOL_REF.finditer(message) if m.group(1) in symbols),
+                  None)
+    op_names = {p.name for p in places}
+    named = [m.group(0) for m in _OP_NAME.finditer(message) if m.group(0) in op_names]
+    for name in named:
+        for place in places:
+            if place.name == name and (symbol is None or place.symbol == symbol):
+                return place.span
+    if symbol is not None:
+        # The symbol's own op is the first place in it.
+        return next(p.span for p in places if p.symbol == symbol)
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,17 +8,83 @@ an invalid op is reported as ``file:line:col: error: message``.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    BFloat16Type,
+    ComplexType,
+    IntegerType,
+    ModuleOp,
+    Signedness,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import AttributeInvT
-from xdsl.parser import Parser, UnresolvedOperand
+from xdsl.parser import AttrParser, Parser, UnresolvedOperand
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Span
 
 from tessera.ir.dominance import find_dominance_violation
+
+_FLOAT_BITS = {16: "<e", 32: "<f", 64: "<d"}
+
+
+@dataclass
+class _LiteralElement(AttrParser._TensorLiteralElement):
+    """A dense literal element read as MLIR reads it.
+
+    A hexadecimal literal of a float element type is the float's bit pattern (how
+    non-finite values print: ``dense<0xFF800000> : tensor<f32>`` is -inf), not an
+    integer to convert; an out-of-range or complex element is a located error.
+    """
+
+    def to_type(self, parser: AttrParser, type: Attribute):
+        text = self.span.text.lstrip("-")
+        if isinstance(type, AnyFloat) and text[:2] in ("0x", "0X") and isinstance(self.value, int):
+            return _float_from_bits(parser, self, type)
+        if isinstance(type, ComplexType):
+            if not isinstance(self.value, tuple):
+                parser.raise_error("expected a complex literal (re, im)", at_position=self.span)
+            if not isinstance(type.element_type, AnyFloat | IntegerType):
+                parser.raise_error(f"unsupported complex element type {type.element_type}",
+                                   at_position=self.span)
+        if isinstance(type, IntegerType) and isinstance(self.value, int):
+            low, high = _int_range(type)
+            if not low <= self.value <= high:
+                parser.raise_error(
+                    f"integer literal {self.value} does not fit in {type}", at_position=self.span
+                )
+        return super().to_type(parser, type)  # type: ignore[arg-type]
+
+
+def _int_range(type: IntegerType) -> tuple[int, int]:
+    width = type.width.data
+    if type.signedness.data == Signedness.UNSIGNED:
+        return 0, (1 << width) - 1
+    if width == 1:
+        return -1, 1
+    # MLIR accepts signless literals in the signed or the unsigned range.
+    low = -(1 << (width - 1))
+    high = (1 << width) - 1 if type.signedness.data == Signedness.SIGNLESS else -low - 1
+    return low, high
+
+
+def _float_from_bits(parser: AttrParser, element: AttrParser._TensorLiteralElement,
+                     type: Attribute) -> float:
+    width = type.bitwidth if isinstance(type, AnyFloat) else 0
+    bits = int(element.value)  # type: ignore[arg-type]
+    if element.is_negative or bits >= 1 << width:
+        parser.raise_error(f"hexadecimal float literal does not fit in {type}",
+                           at_position=element.span)
+    if type == BFloat16Type():
+        return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
+    fmt = _FLOAT_BITS.get(width)
+    if fmt is None:
+        parser.raise_error(f"hexadecimal literals of {type} are not supported",
+                           at_position=element.span)
+    return struct.unpack(fmt, bits.to_bytes(width // 8, "little"))[0]
 
 
 class LocatingParser(Parser):
@@ -56,6 +122,10 @@ class LocatingParser(Parser):
             name = next(iter(self.forward_ssa_references))
             span = self._first_uses.get(name, e.span)
             raise ParseError(span, f"use of undefined value '%{name}'") from None
+
+    def _parse_tensor_literal_element(self) -> AttrParser._TensorLiteralElement:
+        element = super()._parse_tensor_literal_element()
+        return _LiteralElement(element.is_negative, element.value, element.span)
 
     def _get_op_by_name(self, name: str) -> type[Operation]:
         # xDSL reports an unknown op at the token after its name; point at the name.

@@ -60,7 +60,7 @@ _OP_NAME = re.compile(r"\b[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_.]*\b")
 _SPLIT = re.compile(rb"^// -----.*$", re.M)
 
 
-def _user_error_types() -> tuple[type[BaseException], ...]:
+def user_error_types() -> tuple[type[BaseException], ...]:
     from tessera.frontend.errors import TesseraError
 
     return (*USER_ERRORS, TesseraError)
@@ -220,8 +220,8 @@ class TesseraOptMain(xDSLOptMain):
                 if module is not None:
                     self.apply_passes(module)
                     text = self.output_resulting_program(module)
-            except _user_error_types() as e:
-                diagnostics.append(self._diagnostic(e, offset))
+            except user_error_types() as e:
+                diagnostics.append(self.diagnostic_for(e, offset))
                 text = ""
             except RecursionError:
                 diagnostics.append(Diagnostic("error", "input nested too deeply", name, 1 + offset, 1))
@@ -239,7 +239,8 @@ class TesseraOptMain(xDSLOptMain):
         warned = [Diagnostic("warning", _first_line(w.message), name) for w in caught]
         return text, warned + diagnostics
 
-    def _diagnostic(self, e: BaseException, offset: int) -> Diagnostic:
+    def diagnostic_for(self, e: BaseException, offset: int) -> Diagnostic:
+        """The diagnostic of the user error ``e`` in a chunk that starts after ``offset`` lines."""
         name = self.get_input_name()
         if isinstance(e, ParseError):
             e = located_parse_error(e, offset)

@@ -8,8 +8,11 @@ an invalid op is reported as ``file:line:col: error: message``.
 
 from __future__ import annotations
 
+import re
 import struct
+from collections import defaultdict
 from dataclasses import dataclass
+from math import prod
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
@@ -23,8 +26,10 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.irdl import AttributeInvT
 from xdsl.parser import AttrParser, Parser, UnresolvedOperand
+from xdsl.parser.generic_parser import ParserState
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
-from xdsl.utils.lexer import Span
+from xdsl.utils.lexer import Input, Span
+from xdsl.utils.mlir_lexer import MLIRLexer
 
 from tessera.ir.dominance import find_dominance_violation
 
@@ -87,11 +92,50 @@ def _float_from_bits(parser: AttrParser, element: AttrParser._TensorLiteralEleme
     return struct.unpack(fmt, bits.to_bytes(width // 8, "little"))[0]
 
 
+# The most elements a dense literal may describe: a splat of a larger type would be
+# expanded element by element in memory.
+MAX_DENSE_ELEMENTS = 1 << 22
+
+
+class _Lexer(MLIRLexer):
+    """xDSL's lexer with a string-literal pattern that runs in linear time.
+
+    xDSL's pattern nests a ``+`` inside a ``*``, so an unterminated string makes
+    the regex engine try every way of splitting it: time doubles per character.
+    """
+
+    _unescaped_characters_regex = re.compile(
+        r'"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*"'
+    )
+
+
+def decode_source(data: bytes, name: str) -> str:
+    """``data`` as UTF-8 text; an invalid byte is a ParseError at its line and column."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        text = data.decode("utf-8", "replace")
+        at = len(data[: e.start].decode("utf-8"))
+        raise ParseError(
+            Span(at, at + 1, Input(text, name)), f"invalid UTF-8 byte 0x{data[e.start]:02x}"
+        ) from None
+
+
 class LocatingParser(Parser):
-    """A Parser that remembers the source span where each operation starts."""
+    """A Parser that remembers the source span where each operation starts.
+
+    It also reads the input as MLIR does where xDSL differs: see :class:`_Lexer`,
+    :class:`_LiteralElement` and :data:`MAX_DENSE_ELEMENTS`.
+    """
 
     def __init__(self, ctx: Context, input: str | bytes, name: str = "<unknown>"):
-        super().__init__(ctx, input, name)
+        text = decode_source(input, name) if isinstance(input, bytes) else input
+        # Parser.__init__, with the linear-time lexer.
+        super(Parser, self).__init__(ParserState(_Lexer(Input(text, name))), ctx)
+        self.ssa_values = {}
+        self.blocks = {}
+        self.forward_block_references = defaultdict(list)
+        self.forward_ssa_references = {}
         self.op_spans: dict[int, Span] = {}
         self._first_uses: dict[str, Span] = {}
 
@@ -102,6 +146,9 @@ class LocatingParser(Parser):
         except VerifyException as e:
             # An attribute or type failed its verifier while being parsed: report it at
             # the op that contains it rather than without a location.
+            raise ParseError(tok.span, _verify_message(e)) from None
+        except (OverflowError, struct.error, ValueError) as e:
+            # A literal the attribute that holds it rejects (out of range, say).
             raise ParseError(tok.span, _verify_message(e)) from None
         self.op_spans[id(op)] = tok.span
         return op
@@ -122,6 +169,17 @@ class LocatingParser(Parser):
             name = next(iter(self.forward_ssa_references))
             span = self._first_uses.get(name, e.span)
             raise ParseError(span, f"use of undefined value '%{name}'") from None
+
+    def _parse_dense_literal_type(self):
+        start = self._current_token.span
+        type = super()._parse_dense_literal_type()
+        count = prod(type.get_shape())
+        if count > MAX_DENSE_ELEMENTS:
+            raise ParseError(
+                Span(start.start, self._current_token.span.start, start.input),
+                f"dense literal of {count} elements: at most {MAX_DENSE_ELEMENTS} are supported",
+            )
+        return type
 
     def _parse_tensor_literal_element(self) -> AttrParser._TensorLiteralElement:
         element = super()._parse_tensor_literal_element()

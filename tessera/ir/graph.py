@@ -142,6 +142,10 @@ def _mesh_axis_size(op: Operation, axis: str) -> int | None:
 # --------------------------------------------------------------------------- elementwise
 
 
+# The largest tile_shape size a matmul accepts: a block's tile is unrolled into
+# registers, so the size bounds the kernel (and the time and memory to build it).
+MAX_TILE_SIZE = 256
+
 class ElementwiseBinaryOp(IRDLOperation, ABC):
     """Base of binary elementwise ops with numpy broadcasting."""
 
@@ -637,6 +641,10 @@ class MatmulOp(IRDLOperation):
                 raise VerifyException(
                     f"{self.name}: tile_shape must be three positive sizes (BM, BN, BK), "
                     f"got {list(ts)}"
+                )
+            if any(x > MAX_TILE_SIZE for x in ts):
+                raise VerifyException(
+                    f"{self.name}: tile_shape sizes must be at most {MAX_TILE_SIZE}, got {list(ts)}"
                 )
 
 
@@ -1451,6 +1459,10 @@ class MatmulEpilogueOp(IRDLOperation):
                 raise VerifyException(
                     f"{self.name}: tile_shape must be three positive sizes (BM, BN, BK), "
                     f"got {list(ts)}"
+                )
+            if any(x > MAX_TILE_SIZE for x in ts):
+                raise VerifyException(
+                    f"{self.name}: tile_shape sizes must be at most {MAX_TILE_SIZE}, got {list(ts)}"
                 )
 
 

@@ -144,8 +144,7 @@ class TesseraOptMain(xDSLOptMain):
         super().register_all_frontends()
 
         def parse_mlir(io: IO[bytes]) -> ModuleOp:
-            parser = LocatingParser(self.ctx, _decode(io.read(), self.get_input_name()),
-                                    self.get_input_name())
+            parser = LocatingParser(self.ctx, io.read(), self.get_input_name())
             module = parser.parse_module(not self.args.no_implicit_module)
             self._places = _op_places(module, parser)
             if not self.args.disable_verify:
@@ -259,16 +258,6 @@ class TesseraOptMain(xDSLOptMain):
 def _first_line(e: object) -> str:
     text = str(e)
     return text.splitlines()[0] if text.strip() else type(e).__name__
-
-
-def _decode(data: bytes, name: str) -> str:
-    """``data`` as UTF-8 text; invalid bytes are an error at their line and column."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise LocatedError(name, line, col, f"invalid UTF-8 byte 0x{data[e.start]:02x}") from None
 
 
 @dataclass(frozen=True)

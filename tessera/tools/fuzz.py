@@ -321,7 +321,7 @@ class _Pool:
         return proc, parent
 
     def run(self, jobs: Iterator[tuple[str, int]]) -> Iterator[tuple[str, int, Result]]:
-        busy: dict[Connection, tuple[int, str, int, float]] = {}
+        busy: dict[Connection, tuple[int, str, int, float, float]] = {}
         pending = iter(jobs)
         startup = 120.0  # the first case of a worker also imports Tessera
 
@@ -331,7 +331,8 @@ class _Pool:
                 return False
             proc, conn = self._workers[index]
             conn.send(job)
-            busy[conn] = (index, job[0], job[1], time.monotonic() + (startup if fresh else 0))
+            busy[conn] = (index, job[0], job[1], time.monotonic() + (startup if fresh else 0),
+                          _cpu_seconds(proc.pid) + (startup if fresh else 0))
             return True
 
         for index in range(len(self._workers)):
@@ -340,7 +341,7 @@ class _Pool:
             ready = wait(list(busy), timeout=1.0)
             now = time.monotonic()
             for conn in ready:
-                index, kind, number, _ = busy.pop(conn)
+                index, kind, number, _, _ = busy.pop(conn)
                 try:
                     _, result = conn.recv()
                 except EOFError:  # the worker died (a crash of the interpreter itself)
@@ -351,9 +352,12 @@ class _Pool:
                     continue
                 yield kind, number, result
                 feed(index, False)
-            for conn, (index, kind, number, since) in list(busy.items()):
-                if now - since > 10 * self._limit + 30 and conn not in ready:
-                    # Stuck where the alarm cannot reach (in C code): kill and replace.
+            for conn, (index, kind, number, since, cpu) in list(busy.items()):
+                if conn in ready:
+                    continue
+                spent = _cpu_seconds(self._workers[index][0].pid) - cpu
+                if spent > 2 * self._limit + 5 or now - since > 30 * self._limit + 300:
+                    # Stuck where the alarm cannot reach (in C code), or blocked: replace it.
                     busy.pop(conn)
                     self._replace(index)
                     yield kind, number, Result("hang", f"over the {self._limit:g} s limit (killed)")
@@ -377,6 +381,15 @@ class _Pool:
             if proc.is_alive():
                 proc.kill()
             conn.close()
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """The CPU time process ``pid`` has used (0 if it cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def default_corpus() -> Path:

@@ -31,7 +31,10 @@ TYPES = [
     b"none", b'"b32"', b'"pred"', b'"f64"', b'"u8"', b'"q99"',
 ]
 
-_TYPE_WORD = re.compile(rb"^(?:[fi]\d+|bf16|index|f\d+E\d+M\d+\w*|ui\d+)$")
+# An element type: a word of its own, or the end of a shape (``4x8xf32``).
+_TYPE_WORD = re.compile(
+    rb"(?:(?<=\dx)|(?<![\w.$]))(?:bf16|f\d+E\d+M\d+(?:FNUZ|FN)?|[fi]\d+|ui\d+|index)(?![\w.$])"
+)
 _SHAPE_DIM = re.compile(rb"(?<=[<x])(\d+|\?)(?=x)")
 
 
@@ -79,11 +82,11 @@ def mutate_literal(text: bytes, rng: random.Random) -> bytes:
 
 
 def mutate_type(text: bytes, rng: random.Random) -> bytes:
-    tokens = tokenize(text)
-    types = [i for i, t in enumerate(tokens) if _TYPE_WORD.match(t)]
-    if types:
-        tokens[rng.choice(types)] = rng.choice(TYPES)
-    return b"".join(tokens)
+    found = list(_TYPE_WORD.finditer(text))
+    if not found:
+        return text
+    m = rng.choice(found)
+    return text[: m.start()] + rng.choice(TYPES) + text[m.end() :]
 
 
 def mutate_shape(text: bytes, rng: random.Random) -> bytes:

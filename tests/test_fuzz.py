@@ -96,8 +96,8 @@ def test_frontend_cases_are_deterministic():
 
 def test_fuzz_ci_run_finds_no_bugs():
     """The short run: a few thousand cases, fixed seed, no traceback, hang or invalid output."""
-    reports = fuzz(CI_IR_CASES, CI_FRONTEND_CASES, seed=0, jobs=2, time_limit=10.0)
-    ir, frontend = reports["ir"], reports["frontend"]
+    run = fuzz(CI_IR_CASES, CI_FRONTEND_CASES, seed=0, jobs=2, time_limit=10.0)
+    ir, frontend = run.reports["ir"], run.reports["frontend"]
     assert sum(ir.counts.values()) == CI_IR_CASES
     assert sum(frontend.counts.values()) == CI_FRONTEND_CASES
     assert ir.findings == [] and frontend.findings == [], (ir.findings + frontend.findings)[:10]

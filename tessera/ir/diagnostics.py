@@ -260,7 +260,8 @@ def verify_located(module: ModuleOp, parser: LocatingParser, line_offset: int = 
             f"'{violation.op.name}' {violation.message}",
             _context(span) if span is not None else "",
         ) from None
-    for op in reversed(list(module.walk())):
+    # The first failing op in source order, nested ops before the ops that hold them.
+    for op in module.walk(region_first=True):
         try:
             op.verify(verify_nested_ops=False)
         except (DiagnosticException, ValueError) as e:

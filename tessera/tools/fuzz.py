@@ -285,6 +285,19 @@ def _worker(conn: Connection, corpus: str, seed: int, time_limit: float, memory:
 
 
 @dataclass
+class FuzzRun:
+    """The reports of a run (``ir`` and ``frontend``) and the time it took."""
+
+    reports: dict[str, Report]
+    wall_seconds: float
+    cpu_seconds: float  # of the worker processes
+
+    @property
+    def bugs(self) -> int:
+        return sum(r.bugs for r in self.reports.values())
+
+
+@dataclass
 class Report:
     """Counts per outcome and the first findings of each bug kind."""
 
@@ -311,6 +324,7 @@ class _Pool:
         self._ctx = mp.get_context("fork")
         self._args = (corpus, seed, time_limit, memory)
         self._limit = time_limit
+        self.cpu_seconds = 0.0  # CPU time of the workers that have finished
         self._workers = [self._start() for _ in range(jobs)]
 
     def _start(self) -> tuple[mp.process.BaseProcess, Connection]:
@@ -365,13 +379,15 @@ class _Pool:
 
     def _replace(self, index: int) -> None:
         proc, conn = self._workers[index]
+        self.cpu_seconds += _cpu_seconds(proc.pid)
         proc.kill()
         proc.join()
         conn.close()
         self._workers[index] = self._start()
 
     def close(self) -> None:
-        for _proc, conn in self._workers:
+        for proc, conn in self._workers:
+            self.cpu_seconds += _cpu_seconds(proc.pid)
             try:
                 conn.send(None)
             except OSError:
@@ -407,8 +423,9 @@ def fuzz(
     memory_bytes: int = 3 << 30,
     corpus: Path | None = None,
     log=None,
-) -> dict[str, Report]:
-    """Run ``ir_cases`` IR cases and ``frontend_cases`` front-end cases; a report of each."""
+) -> FuzzRun:
+    """Run ``ir_cases`` IR cases and ``frontend_cases`` front-end cases."""
+    start = time.monotonic()
     corpus = corpus or default_corpus()
     reports = {"ir": Report(), "frontend": Report()}
     jobs_list = [("ir", i) for i in range(ir_cases)] + [
@@ -426,7 +443,7 @@ def fuzz(
                 log(f"{done} cases: ir {reports['ir'].summary()}")
     finally:
         pool.close()
-    return reports
+    return FuzzRun(reports, time.monotonic() - start, pool.cpu_seconds)
 
 
 def replay(number: int, seed: int, corpus: Path | None = None, frontend: bool = False) -> None:
@@ -476,15 +493,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.long:
         args.cases, args.frontend_cases = 100_000, 10_000
-    start = time.monotonic()
-    reports = fuzz(args.cases, args.frontend_cases, seed=args.seed, jobs=args.jobs,
-                   time_limit=args.time_limit, corpus=args.corpus,
-                   log=lambda s: print(s, file=sys.stderr, flush=True))
-    elapsed = time.monotonic() - start
-    for kind, report in reports.items():
+    run = fuzz(args.cases, args.frontend_cases, seed=args.seed, jobs=args.jobs,
+               time_limit=args.time_limit, corpus=args.corpus,
+               log=lambda s: print(s, file=sys.stderr, flush=True))
+    for kind, report in run.reports.items():
         print(f"{kind}: {report.summary()}")
-    print(f"{args.cases + args.frontend_cases} cases in {elapsed:.1f} s (seed {args.seed})")
-    return 1 if any(r.bugs for r in reports.values()) else 0
+    print(f"{args.cases + args.frontend_cases} cases in {run.wall_seconds:.1f} s "
+          f"({run.cpu_seconds:.1f} s CPU in {args.jobs} workers; seed {args.seed})")
+    return 1 if run.bugs else 0
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ As in MLIR, the input states what it expects in comments::
 
 The text between ``{{`` and ``}}`` must occur in the message. The line is the
 comment's own, or shifted by ``@+N``/``@-N``, or ``@above``/``@below`` (the line
-before/after); ``@unknown`` expects a diagnostic that names no line (an error a
-pass raises without pointing at an op). Each expected diagnostic must be
+before/after); ``@unknown`` expects a diagnostic that names no line (a warning:
+errors always have one, the module's when nothing closer is known). Each expected diagnostic must be
 produced, and each produced one must be expected.
 """
 

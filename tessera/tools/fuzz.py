@@ -8,8 +8,8 @@ pipeline (one of its file's ``-p`` pipelines, or any registered pass) the way
 * ``ok``: the pipeline ran, and its output verifies and prints back the same
   after a re-parse;
 * ``error``: a diagnostic at ``file:line:col`` (what bad input must give);
-* ``unlocated``: a diagnostic that names no line (a pass error that names neither
-  an op nor a function);
+* ``unlocated``: an error that names no line (a front-end ``TesseraError`` without
+  the user's ``file.py:line``; ``tessera-opt`` always names one);
 * ``traceback``: any other exception (a bug);
 * ``hang``: the case ran past its time limit or out of memory (a bug);
 * ``invalid``: a pass produced IR that does not verify, or does not print back

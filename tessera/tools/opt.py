@@ -247,10 +247,13 @@ class TesseraOptMain(xDSLOptMain):
             return Diagnostic("error", e.msg.splitlines()[0] if e.msg else "error",
                               e.file, e.line, e.col)
         message = _first_line(e)
-        # A pass error names the op and the function it failed in: report it there.
+        # A pass error names the op and the function it failed in: report it there; one
+        # about the whole module, at the module (the chunk's first op), as MLIR does.
         span = locate_message(message, self._places)
+        if span is None and self._places:
+            span = self._places[0].span
         if span is None:
-            return Diagnostic("error", message, name)
+            return Diagnostic("error", message, name, offset + 1, 1)
         loc = span.get_location()
         return Diagnostic("error", message, name, loc.line + offset, loc.col)
 

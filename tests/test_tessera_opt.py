@@ -88,6 +88,19 @@ def test_use_before_def_is_located_before_any_pass(capsys, monkeypatch):
         ), p
 
 
+def test_use_before_def_in_a_kernel_is_located(capsys, monkeypatch):
+    text = (b"ttile.kernel @k(%x: memref<4xf32>) group_size = 32 {\n"
+            b"  %v = ttile.load %x[%c0] : memref<4xf32> -> f32\n"
+            b"  %c0 = arith.constant 0 : index\n"
+            b"  ttile.store %v, %x[%c0] : f32, memref<4xf32>\n"
+            b"  ttile.return\n}\n")
+    rc, _, err = run(["-", "-p", "lower-tile-to-target"], text, capsys, monkeypatch)
+    assert rc == 1
+    assert err.strip() == (
+        "<stdin>:2:3: error: 'ttile.load' operand #1 (%c0) is used before it is defined"
+    )
+
+
 def test_every_error_is_one_line(capsys, monkeypatch):
     for text in (b"func.func @f(", b"\"x\"() : () -> ()\n", b"%0 = arith.constant 1 : i32 {"):
         rc, out, err = run(["-"], text, capsys, monkeypatch)

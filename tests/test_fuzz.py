@@ -5,6 +5,8 @@ front-end cases)."""
 
 import random
 
+import pytest
+
 from tessera.tools.fuzz import (
     BUGS,
     Case,
@@ -96,7 +98,7 @@ def test_frontend_cases_are_deterministic():
 
 def test_fuzz_ci_run_finds_no_bugs():
     """The short run: a few thousand cases, fixed seed, no traceback, hang or invalid output."""
-    run = fuzz(CI_IR_CASES, CI_FRONTEND_CASES, seed=0, jobs=2, time_limit=10.0)
+    run = fuzz(CI_IR_CASES, CI_FRONTEND_CASES, seed=0, jobs=2, time_limit=30.0)
     ir, frontend = run.reports["ir"], run.reports["frontend"]
     assert sum(ir.counts.values()) == CI_IR_CASES
     assert sum(frontend.counts.values()) == CI_FRONTEND_CASES
@@ -105,3 +107,17 @@ def test_fuzz_ci_run_finds_no_bugs():
     # The run exercises both ends: programs that compile and programs that are rejected.
     assert ir.counts["ok"] > CI_IR_CASES // 20 and ir.counts["error"] > CI_IR_CASES // 4
     assert frontend.counts["ok"] > 0 and frontend.counts["error"] + frontend.counts["unlocated"] > 0
+
+
+def test_frontend_regressions():
+    """Front-end inputs the fuzzer found: Python scalars beyond the tensor type's range."""
+    import numpy as np
+
+    import tessera as ts
+
+    c, x = np.array([True, False]), np.array([1.0, 2.0], np.float32)
+    # torch.where(c, x, 1e308) on a float32 x saturates the scalar to inf.
+    np.testing.assert_array_equal(ts.jit(lambda c, x: ts.where(c, x, 1e308))(c, x), [1.0, np.inf])
+    xi = np.array([1, 2], np.int64)
+    with pytest.raises(ts.TesseraTypeError, match=r"out of the range of int64 \(test_fuzz.py:\d+\)"):
+        ts.jit(lambda x: x + 10**30)(xi)

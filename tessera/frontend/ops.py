@@ -130,6 +130,8 @@ def constant(value: Any, dtype: Any = None, *, like: TracedTensor | None = None)
                     located(f"constant {value!r} is not an integer but the tensor type is {elem}")
                 )
             vals = [int(v) for v in flat]
+            if any(not -(2**63) <= v < 2**63 for v in vals):
+                raise TesseraTypeError(located(f"constant {value!r} is out of the range of int64"))
             attr_elem = i64
     else:
         attr_elem = f32 if elem == f32 else f64

@@ -146,6 +146,9 @@ def _mesh_axis_size(op: Operation, axis: str) -> int | None:
 # registers, so the size bounds the kernel (and the time and memory to build it).
 MAX_TILE_SIZE = 256
 
+# The largest finite f32 (3.4028235e38).
+MAX_F32 = 3.4028234663852886e38
+
 class ElementwiseBinaryOp(IRDLOperation, ABC):
     """Base of binary elementwise ops with numpy broadcasting."""
 
@@ -535,6 +538,10 @@ class _NormOp(IRDLOperation, ABC):
             v = getattr(self, name, None)
             if v is not None:
                 _check_shape(self, name, shape_of(v), (s[-1],))
+        eps = self.eps.value.data
+        # Kernels add eps in f32: it must be a non-negative f32 value.
+        if not 0.0 <= eps <= MAX_F32:
+            raise VerifyException(f"{self.name}: eps must be in [0, {MAX_F32:.6e}], got {eps}")
 
 
 @irdl_op_definition

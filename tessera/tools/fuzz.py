@@ -419,7 +419,7 @@ def fuzz(
     *,
     seed: int = 0,
     jobs: int = 2,
-    time_limit: float = 10.0,
+    time_limit: float = 30.0,
     memory_bytes: int = 3 << 30,
     corpus: Path | None = None,
     log=None,
@@ -476,8 +476,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a long run: 100000 IR and 10000 front-end cases")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("-j", "--jobs", type=int, default=min(2, os.cpu_count() or 1))
-    parser.add_argument("--time-limit", type=float, default=10.0,
-                        help="CPU seconds per case before it counts as a hang (default 10)")
+    parser.add_argument("--time-limit", type=float, default=30.0,
+                        help="CPU seconds per case before it counts as a hang (default 30)")
     parser.add_argument("--corpus", type=Path, default=None,
                         help="directory of .mlir seeds (default tests/filecheck)")
     parser.add_argument("--replay", type=int, default=None, metavar="N",

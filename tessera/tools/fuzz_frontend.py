@@ -18,33 +18,43 @@ from typing import Any
 _LOCATED = re.compile(r"\.py:\d+")
 
 
+# The programs, compiled under a file name outside the tessera package: to Tessera they
+# are user code, whose file:line an error must name.
+PROGRAM_FILE = "fuzz_programs.py"
+_PROGRAM_SOURCE = """
+mk, kn, fixed = ts.Tensor["M", "K", ts.f32], ts.Tensor["K", "N", ts.f32], ts.Tensor[4, 3, ts.f32]
+
+def annotated_matmul(a: mk, b: kn):
+    return a @ b
+
+def fixed_add(x: fixed, y: fixed):
+    return x + y
+
+PROGRAMS = {
+    "matmul": (lambda a, b: a @ b, 2),
+    "add": (lambda x, y: x + y, 2),
+    "softmax": (lambda x: ts.softmax(x), 1),
+    "sum": (lambda x: ts.sum(x), 1),
+    "relu-scale": (lambda x: ts.relu(x) * 2.0, 1),
+    "layernorm": (lambda x: ts.layernorm(x), 1),
+    "transpose": (lambda x: ts.transpose(x), 1),
+    "reshape": (lambda x: ts.reshape(x, (2, -1)), 1),
+    "attention": (lambda q, k, v: ts.flash_attention(q, k, v), 3),
+    "where": (lambda c, x, y: ts.where(c, x, y), 3),
+    "cast": (lambda x: ts.cast(x, ts.bf16), 1),
+    "annotated-matmul": (annotated_matmul, 2),
+    "fixed-add": (fixed_add, 2),
+}
+"""
+
+
 def _programs() -> dict[str, tuple[Callable[..., Any], int]]:
     """Name -> (function to jit, number of arguments)."""
     import tessera as ts
 
-    mk, kn, fixed = ts.Tensor["M", "K", ts.f32], ts.Tensor["K", "N", ts.f32], ts.Tensor[4, 3, ts.f32]
-
-    def annotated_matmul(a: mk, b: kn):
-        return a @ b
-
-    def fixed_add(x: fixed, y: fixed):
-        return x + y
-
-    return {
-        "matmul": (lambda a, b: a @ b, 2),
-        "add": (lambda x, y: x + y, 2),
-        "softmax": (lambda x: ts.softmax(x), 1),
-        "sum": (lambda x: ts.sum(x), 1),
-        "relu-scale": (lambda x: ts.relu(x) * 2.0, 1),
-        "layernorm": (lambda x: ts.layernorm(x), 1),
-        "transpose": (lambda x: ts.transpose(x), 1),
-        "reshape": (lambda x: ts.reshape(x, (2, -1)), 1),
-        "attention": (lambda q, k, v: ts.flash_attention(q, k, v), 3),
-        "where": (lambda c, x, y: ts.where(c, x, y), 3),
-        "cast": (lambda x: ts.cast(x, ts.bf16), 1),
-        "annotated-matmul": (annotated_matmul, 2),
-        "fixed-add": (fixed_add, 2),
-    }
+    namespace: dict[str, Any] = {"ts": ts}
+    exec(compile(_PROGRAM_SOURCE, PROGRAM_FILE, "exec"), namespace)
+    return namespace["PROGRAMS"]
 
 
 _DIMS = [0, 1, 2, 3, 4, 7, 8]
@@ -166,6 +176,10 @@ class FrontendRunner:
             if reraise:
                 raise
             where = traceback.extract_tb(e.__traceback__)[-1]
+            if where.filename == PROGRAM_FILE:
+                # The program's own Python failed (a tuple + an int, say): as it would
+                # without Tessera.
+                return Result("error", f"{name}: {type(e).__name__} in the program: {e}")
             return Result(
                 "traceback",
                 f"{name}: {type(e).__name__}: {str(e)[:200]} "

@@ -79,3 +79,12 @@ ttarget.func @k() maxntid = 32 {
   %a = ttarget.reg "q99"
   ttarget.ret
 }
+
+// -----
+
+// Kernels add eps in f32: an eps beyond f32's range was an internal error.
+func.func @f(%x: tensor<6x64xbf16>, %w: tensor<64xbf16>) -> tensor<6x64xbf16> {
+  // expected-error @+1 {{tgraph.rmsnorm: eps must be in [0, 3.402823e+38], got 1e+308}}
+  %1 = tgraph.rmsnorm %x weight %w : tensor<64xbf16> eps = 1.0e308 : tensor<6x64xbf16> -> tensor<6x64xbf16>
+  func.return %1 : tensor<6x64xbf16>
+}

@@ -31,6 +31,7 @@ from tessera.ir.policy import (
     saturate,
     stochastic_round,
 )
+from tessera.version import __version__
 
 # Short spellings used throughout the guide.
 f64, f32, f16 = fp64, fp32, fp16
@@ -38,7 +39,7 @@ fp6, fp4 = fp6_e2m3, fp4_e2m1
 i8, i32, i64 = int8, int32, int64
 
 __all__ = [
-    "DType", "NumericPolicy",
+    "__version__", "DType", "NumericPolicy",
     "bf16", "bool_", "fp4_e2m1", "fp6_e2m3", "fp6_e3m2", "fp8_e4m3", "fp8_e5m2", "fp16",
     "fp32", "fp64", "int8", "int32", "int64", "f64", "f32", "f16", "fp6", "fp4", "i8", "i32",
     "i64",

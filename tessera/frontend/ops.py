@@ -185,8 +185,10 @@ def constant(value: Any, dtype: Any = None, *, like: TracedTensor | None = None)
                 )
             attr_elem = i64
     else:
-        vals = [float(v) for v in arr.astype(np.float64).reshape(-1)]
         attr_elem = f32 if elem == f32 else f64
+        with np.errstate(over="ignore"):  # out of f32's range: +-inf, as torch and numpy give
+            wide = arr.astype(np.float32 if attr_elem == f32 else np.float64)
+        vals = [float(v) for v in wide.reshape(-1)]
     attr = DenseIntOrFPElementsAttr.from_list(TensorType(attr_elem, list(arr.shape)), vals)
     return _emit(g.ConstantOp, trace, result_types=[rtype], properties={"value": attr})
 

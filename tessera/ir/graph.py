@@ -145,6 +145,13 @@ def _mesh_axis_size(op: Operation, axis: str) -> int | None:
 # --------------------------------------------------------------------------- elementwise
 
 
+# The largest tile_shape size a matmul accepts: a block's tile is unrolled into
+# registers, so the size bounds the kernel (and the time and memory to build it).
+MAX_TILE_SIZE = 256
+
+# The largest finite f32 (3.4028235e38).
+MAX_F32 = 3.4028234663852886e38
+
 class ElementwiseBinaryOp(IRDLOperation, ABC):
     """Base of binary elementwise ops with numpy broadcasting."""
 
@@ -534,6 +541,10 @@ class _NormOp(IRDLOperation, ABC):
             v = getattr(self, name, None)
             if v is not None:
                 _check_shape(self, name, shape_of(v), (s[-1],))
+        eps = self.eps.value.data
+        # Kernels add eps in f32: it must be a non-negative f32 value.
+        if not 0.0 <= eps <= MAX_F32:
+            raise VerifyException(f"{self.name}: eps must be in [0, {MAX_F32:.6e}], got {eps}")
 
 
 @irdl_op_definition
@@ -640,6 +651,10 @@ class MatmulOp(IRDLOperation):
                 raise VerifyException(
                     f"{self.name}: tile_shape must be three positive sizes (BM, BN, BK), "
                     f"got {list(ts)}"
+                )
+            if any(x > MAX_TILE_SIZE for x in ts):
+                raise VerifyException(
+                    f"{self.name}: tile_shape sizes must be at most {MAX_TILE_SIZE}, got {list(ts)}"
                 )
 
 
@@ -1454,6 +1469,10 @@ class MatmulEpilogueOp(IRDLOperation):
                 raise VerifyException(
                     f"{self.name}: tile_shape must be three positive sizes (BM, BN, BK), "
                     f"got {list(ts)}"
+                )
+            if any(x > MAX_TILE_SIZE for x in ts):
+                raise VerifyException(
+                    f"{self.name}: tile_shape sizes must be at most {MAX_TILE_SIZE}, got {list(ts)}"
                 )
 
 

@@ -165,6 +165,18 @@ def _parse_dim(parser: Parser, opname: str) -> str:
 # --------------------------------------------------------------------------- kernel
 
 
+# CUDA's grid limits: 2^31 - 1 blocks along x, 65535 along y and z.
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+
+
+def check_grid_limits(where: str, grid: Sequence[int]) -> None:
+    """Raise a VerifyException naming ``where`` if ``grid`` exceeds CUDA's limits."""
+    if any(n > limit for n, limit in zip(grid, GRID_LIMITS)):
+        raise VerifyException(
+            f"{where}: grid {list(grid)} exceeds the CUDA limits "
+            f"(x <= {GRID_LIMITS[0]}, y and z <= {GRID_LIMITS[1]})"
+        )
+
 class KernelSymbolUser(SymbolUserOpInterface):
     def verify(self, op: Operation) -> None:
         assert isinstance(op, LaunchOp)
@@ -291,6 +303,7 @@ class KernelOp(IRDLOperation):
                 raise VerifyException(
                     f"{self.name} @{self.sym_name.data}: grid must be three sizes >= 1, got {g}"
                 )
+            check_grid_limits(f"{self.name} @{self.sym_name.data}", g)
         if self.function_type.outputs.data:
             raise VerifyException(f"{self.name} @{self.sym_name.data}: kernels return nothing")
         block = self.body.block
@@ -433,6 +446,7 @@ class LaunchOp(IRDLOperation):
         g = list(self.grid.get_values())
         if len(g) != 3 or min(g) < 1:
             raise VerifyException(f"{self.name}: grid must be three sizes >= 1, got {g}")
+        check_grid_limits(self.name, g)
         if enclosing_kernel(self) is not None:
             raise VerifyException(f"{self.name}: cannot launch from inside a ttile.kernel")
 

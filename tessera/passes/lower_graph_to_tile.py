@@ -1064,6 +1064,18 @@ class LowerGraphToTile(ModulePass):
                         f"lower-graph-to-tile: func.func @{fn.sym_name.data} has more than one "
                         "block"
                     )
+                _check_static(fn)
                 _FunctionLowering(op, fn, self.overrides()).run()
+
+
+def _check_static(fn: func.FuncOp) -> None:
+    """Graph IR is lowered for static shapes only: reject a dynamic size by name."""
+    values = [*fn.body.block.args, *(r for o in fn.body.walk() for r in o.results)]
+    for v in values:
+        if isinstance(v.type, TensorType) and any(d < 0 for d in v.type.get_shape()):
+            raise NotImplementedError(
+                f"lower-graph-to-tile: func.func @{fn.sym_name.data}: {v.type} has a dynamic "
+                "size; Graph IR is lowered for static shapes only"
+            )
 
 

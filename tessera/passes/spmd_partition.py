@@ -75,7 +75,12 @@ SPMD = "tessera.spmd"
 def local_type(t: Attribute, s: Sharding, mesh: MeshInfo, where: str) -> Attribute:
     """The per-rank tensor type of global type ``t`` under sharding ``s``: ``ceil(n / P)``
     along a dim split into ``P`` parts (padded blocks when ``P`` does not divide ``n``)."""
-    assert isinstance(t, TensorType)
+    if not isinstance(t, TensorType):
+        # Only tensors are split; any other value (an index, a per-rank memref) is the
+        # same on every rank.
+        if any(s.splits):
+            raise ShardingPassError(f"{where}: only tensors can be sharded, got {t}")
+        return t
     out = []
     for d, (n, axes) in enumerate(zip(t.get_shape(), s.splits)):
         k = mesh.parts(axes)

@@ -570,9 +570,12 @@ class CvtOp(PtxOp):
             if dty in FP8_PAIR_TYPES and "satfinite" not in mods:
                 self._fail(f"cvt to .{dty} needs .satfinite")
         elif dty in FLOAT_TYPES and sty in FLOAT_TYPES:
-            if TYPE_BITS[dty] < TYPE_BITS[sty] and not rf:
+            # f16 <-> bf16 keep the width but not the values: they round like a narrowing.
+            rounds = TYPE_BITS[dty] < TYPE_BITS[sty] or (
+                TYPE_BITS[dty] == TYPE_BITS[sty] and dty != sty)
+            if rounds and not rf:
                 self._fail(f"narrowing .{sty} to .{dty} needs a rounding modifier (rn, rz, rm, rp)")
-            if TYPE_BITS[dty] >= TYPE_BITS[sty] and rf and dty != sty:
+            if not rounds and rf and dty != sty:
                 self._fail(f"widening .{sty} to .{dty} is exact; drop the rounding modifier")
             if ri and dty != sty:
                 self._fail("integer rounding applies to float->int or same-type float cvt")

@@ -77,6 +77,8 @@ def compatible(cls: str, ty: str) -> bool:
     """Whether a register of class ``cls`` may hold an operand of PTX type ``ty``."""
     if ty == "pred" or cls == "pred":
         return ty == cls
+    if ty not in TYPE_BITS or cls not in REG_CLASSES:
+        return False
     bits = TYPE_BITS[ty]
     if bits == 8:
         return cls in ("b16", "b32")

@@ -9,5 +9,5 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> attributes {tessera.mesh = #tes
   func.return %y : tensor<4xf32>
 }
 // CHECK-NOT: internal error
-// CHECK: tessera-opt: error: lower-graph-to-tile: tgraph.send has no Tile IR lowering (ops of a pipeline stage, tessera.stage, run through tessera.dist.segments)
+// CHECK: collectives-errors.mlir:7:3: error: lower-graph-to-tile: tgraph.send has no Tile IR lowering (ops of a pipeline stage, tessera.stage, run through tessera.dist.segments)
 // CHECK-NOT: Traceback

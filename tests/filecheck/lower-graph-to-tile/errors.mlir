@@ -8,5 +8,5 @@ func.func @f(%x: tensor<1x3x8x8xi32>, %k: tensor<4x3x3x3xi32>) -> tensor<1x4x8x8
   func.return %0 : tensor<1x4x8x8xi32>
 }
 // CHECK-NOT: internal error
-// CHECK: tessera-opt: error: lower-graph-to-tile: tgraph.conv2d has no Tile IR lowering
+// CHECK: errors.mlir:7:3: error: lower-graph-to-tile: tgraph.conv2d has no Tile IR lowering
 // CHECK-NOT: Traceback

@@ -9,4 +9,4 @@ ttile.kernel @k64(%x: memref<4xf64>) group_size = 32 {
   ttile.store %y, %x[%c0] : f64, memref<4xf64>
   ttile.return
 }
-// CHECK: tessera-opt: error: lower-tile-to-target: math.exp in kernel @k64: only f32 is lowered, got f64
+// CHECK: errors-f64.mlir:8:3: error: lower-tile-to-target: math.exp in kernel @k64: only f32 is lowered, got f64

@@ -9,4 +9,4 @@ ttile.kernel @k(%x: memref<4xf32>) group_size = 32 {
   ttile.store %y, %x[%c0] : f32, memref<4xf32>
   ttile.return
 }
-// CHECK: tessera-opt: error: lower-tile-to-target: math.atan in kernel @k: no lowering to Target IR for this op
+// CHECK: errors.mlir:8:3: error: lower-tile-to-target: math.atan in kernel @k: no lowering to Target IR for this op

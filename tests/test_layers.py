@@ -184,6 +184,8 @@ def _exception_classes() -> list[tuple[str, str]]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef):
                 bases = [ast.unparse(b) for b in node.bases]
+                if bases == ["BaseException"]:
+                    continue  # a control-flow signal (like KeyboardInterrupt), not an error
                 if node.name.endswith(("Error", "Exception", "NotFound")) or any(
                     b.endswith(("Error", "Exception")) for b in bases
                 ):

@@ -323,3 +323,14 @@ def test_jit_fp8_matmul_takes_the_sm90_kernel(monkeypatch: pytest.MonkeyPatch) -
     assert [op.callee.string_value() for op in target.walk() if isinstance(op, tt.LaunchOp)] == [
         "lambda_transpose_0"]
     ptxas.check(spec.ir("ptx"))
+
+
+def test_gradients_compile_with_the_primal_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ts.grad's program compiles under the same options as its function: its GEMMs take
+    the sm90 kernel when the function's do."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    bf = ml_dtypes.bfloat16
+    step = ts.grad(lambda x, w, dy: ts.sum(x @ w * dy), argnums=1)
+    spec = step.specialize(np.zeros((64, 32), bf), np.zeros((32, 64), bf), np.zeros((64, 64), bf))
+    assert spec.options.sm90_kernels
+    assert [op for op in spec.ir("target").walk() if isinstance(op, tt.LaunchExOp)]

@@ -178,6 +178,7 @@ class GradFunction(CompiledFunction):
             tensor_params=spec.tensor_params,
             returns_tuple=True,
             captures=spec.captures,
+            options=spec.options,  # the primal's compile options (sm90 kernels, tiles, ...)
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -67,8 +67,10 @@ class Specialization:
     traced: ModuleOp
     tensor_params: list[str]
     returns_tuple: bool
-    options: CompileOptions = field(default_factory=CompileOptions)
-    """The options this signature compiles under (resolved when it was traced)."""
+    options: CompileOptions = field(default_factory=lambda: compiler.resolve_options())
+    """The options this signature compiles under, resolved when it was traced (from the
+    environment and the current device unless given: a bare ``CompileOptions()`` would
+    turn the device's kernels off)."""
     levels: dict[str, Any] = field(default_factory=dict)
     captures: list[Any] = field(default_factory=list, repr=False)
     """Tensors of enclosing traces the function captured (its arguments after the

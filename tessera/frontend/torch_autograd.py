@@ -82,7 +82,8 @@ def _vjp_spec(call: _Call) -> Specialization:
     module.verify()
     params = [*call.spec.tensor_params, *(f"grad_out[{i}]" for i, f in enumerate(call.out_float) if f)]
     spec = Specialization(
-        key=key, name=name, traced=module, tensor_params=params, returns_tuple=True
+        key=key, name=name, traced=module, tensor_params=params, returns_tuple=True,
+        options=call.spec.options,
     )
     cache[key] = spec
     return spec

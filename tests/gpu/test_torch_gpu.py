@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -74,6 +75,11 @@ PACKAGE = {"gpt2": "transformers", "llama": "transformers", "bert": "transformer
            "mixtral": "transformers", "resnet50": "timm", "vit_b16": "timm"}
 
 
+@pytest.mark.skipif(
+    os.environ.get("TESSERA_GPU_FULL_MODELS") != "1",
+    reason="full-size models take minutes each through torch.compile (one did not finish in "
+    "200 s on an H100); set TESSERA_GPU_FULL_MODELS=1 to run them",
+)
 @pytest.mark.parametrize("name", list(MODELS))
 def test_full_size_training_step_on_the_gpu(name):
     try:

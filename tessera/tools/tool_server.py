@@ -19,6 +19,7 @@ JSON object ``{"tool", "argv", "cwd", "env"}`` with its fds 0, 1 and 2 attached
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import runpy
@@ -77,6 +78,20 @@ def _exit_status(code: object) -> int:
     return 1
 
 
+def _fresh_std_streams() -> None:
+    """New ``sys.stdin/stdout/stderr`` over the client's descriptors 0-2. The server's own
+    stream objects cached facts about the files the server started with (a log file is
+    seekable, a pipe is not), which ``TextIOWrapper.reconfigure`` and ``tell`` rely on."""
+    line = {"stdin": False, "stdout": False, "stderr": True}
+    for fd, name, mode in ((0, "stdin", "rb"), (1, "stdout", "wb"), (2, "stderr", "wb")):
+        raw = io.FileIO(fd, mode[0], closefd=False)
+        buffered = io.BufferedReader(raw) if mode == "rb" else io.BufferedWriter(raw)
+        stream = io.TextIOWrapper(buffered, encoding="utf-8", errors="surrogateescape" if
+                                  fd == 0 else "backslashreplace", line_buffering=line[name])
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
 def _run_child(request: dict, fds: list[int]) -> int:
     """In the forked child: become the client's command and run it; its exit status."""
     os.chdir(request["cwd"])
@@ -87,6 +102,7 @@ def _run_child(request: dict, fds: list[int]) -> int:
     for fd in fds:
         if fd > 2:
             os.close(fd)
+    _fresh_std_streams()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:

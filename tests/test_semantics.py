@@ -363,3 +363,10 @@ def test_numpy_functions_on_traced_tensors():
     _raises(TesseraTypeError, "np.sort cannot run on a traced tensor", jit(lambda x: np.sort(x)), x)
     _raises(TesseraTypeError, "take only axis and keepdims", jit(lambda x: np.sum(x, dtype=np.float64)), x)
     _raises(TesseraError, "no values while the function is traced", jit(lambda x: np.asarray(x)), x)
+
+
+def test_a_non_tensor_result_names_the_call() -> None:
+    """A traced function that returns a Python float is a located error."""
+    fn = ts.jit(lambda x: 2.0)
+    with pytest.raises(ts.TesseraTypeError, match=r"must return tensors \(test_semantics.py:\d+\)"):
+        fn(np.ones(3, np.float32))

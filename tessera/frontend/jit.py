@@ -358,12 +358,13 @@ class CompiledFunction:
         outs = list(out) if returns_tuple else [out]
         for k, o in enumerate(outs):
             if not isinstance(o, TracedTensor):
-                raise TesseraTypeError(
+                raise TesseraTypeError(located(
                     f"{self.name}: result {k} is {type(o).__name__} {o!r}; a traced function "
                     "must return tensors"
-                )
+                ))
             if o.trace is not trace:
-                raise TesseraTypeError(f"{self.name}: result {k} comes from another trace")
+                raise TesseraTypeError(
+                    located(f"{self.name}: result {k} comes from another trace"))
         if not returns_tuple:
             self._check_return(outs[0], infos)
         module = trace.finish(outs)

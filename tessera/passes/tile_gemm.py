@@ -146,6 +146,13 @@ def _async_chunk(elem_bytes: int, row_len: int, cols: int, contiguous: bool) -> 
     return None
 
 
+def _fma_tile(m: int, n: int) -> tuple[int, int, int]:
+    """The f32/f64 FMA kernel's tile: 8 x 8 results per lane on large tiles (16 operand
+    loads per 64 FMAs), smaller tiles for small M or N."""
+    return (128 if m >= 128 else 64 if m >= 64 else 32), (
+        128 if n >= 128 else 64 if n >= 64 else 32), 16
+
+
 def _mm_tile(
     op: g.MatmulOp | g.MatmulEpilogueOp, mma: bool, m: int, n: int, kstep: int = 16
 ) -> tuple[int, int, int]:
@@ -153,10 +160,8 @@ def _mm_tile(
         bm, bn, bk = op.tile_shape.get_values()
     elif mma:
         bm, bn, bk = (64 if m > 32 else 32), (64 if n > 32 else 32), 32
-    else:  # f32/f64 FMA: 8 x 8 results per lane on large tiles (16 operand loads per 64 FMAs)
-        bm = 128 if m >= 128 else (64 if m >= 64 else 32)
-        bn = 128 if n >= 128 else (64 if n >= 64 else 32)
-        bk = 16
+    else:
+        bm, bn, bk = _fma_tile(m, n)
     if mma and (bm % 32 or bn % 16 or bk % kstep):
         raise ValueError(
             f"{op.name}: tile_shape [{bm}, {bn}, {bk}] cannot be lowered to mma tiles: "
@@ -239,8 +244,7 @@ def fma_matmul_2d(
 ) -> None:
     """``out[m, n] = a[m, k] @ b`` (``b[k, n]``, or ``b[n, k]`` when ``tb``) on the FMA kernel,
     for f32/f64 buffers that are not graph values (the f32 convolution's im2col GEMM)."""
-    bm, bn, bk = (128 if m >= 128 else 64 if m >= 64 else 32), (
-        128 if n >= 128 else 64 if n >= 64 else 32), 16
+    bm, bn, bk = _fma_tile(m, n)
     p = _MatmulProblem(
         et, _store_epilogue(et), m, n, k, bm, bn, bk, [], False, tb,
         lambda bidx: lambda e, r, c: [r, c],

@@ -33,7 +33,8 @@ from tessera.passes.sm90.asm import TargetAsm
 
 LOG2E = 1.4426950408889634
 ACTIVATIONS = ("relu", "gelu", "silu")
-_TYPE_NAMES = {"bf16": 2, "f16": 2, "f32": 4}
+_ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
+"""Bytes of an element of each product type the epilogue takes."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class Sm90Epilogue:
     """``"relu"``, ``"gelu"``, ``"silu"`` or None."""
 
     def __post_init__(self) -> None:
-        if self.prod_type not in _TYPE_NAMES:
+        if self.prod_type not in _ELEM_BYTES:
             raise ValueError(f"sm90 epilogue: product type {self.prod_type!r}")
         if self.bias not in (None, "row", "full"):
             raise ValueError(f"sm90 epilogue: bias kind {self.bias!r}")
@@ -58,7 +59,7 @@ class Sm90Epilogue:
     @property
     def bias_bytes(self) -> int:
         """Bytes of one bias element (the bias has the product's type)."""
-        return _TYPE_NAMES[self.prod_type]
+        return _ELEM_BYTES[self.prod_type]
 
     @staticmethod
     def of(op: g.MatmulEpilogueOp, prod_type: str) -> Sm90Epilogue | str:

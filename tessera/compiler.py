@@ -161,7 +161,7 @@ class Stage:
 
 STAGES: tuple[Stage, ...] = (
     Stage("graph", "traced", _ir_stage("graph"), lambda o: len(pipelines.graph_pipeline(o))),
-    Stage("tile", "graph", _ir_stage("tile"), lambda o: 1),
+    Stage("tile", "graph", _ir_stage("tile"), lambda o: len(pipelines.stage_passes("tile", o))),
     Stage("target", "tile", _ir_stage("target"), lambda o: 1),
     Stage("ptx", "target", _ptx),
     Stage("cubin", "ptx", _cubin),

@@ -102,6 +102,15 @@ def _lower_graph_to_tile() -> type[ModulePass]:
 ALL_PASSES["lower-graph-to-tile"] = _lower_graph_to_tile
 
 
+def _dedupe_kernels() -> type[ModulePass]:
+    from tessera.passes.dedupe_kernels import DedupeKernelsPass
+
+    return DedupeKernelsPass
+
+
+ALL_PASSES["dedupe-kernels"] = _dedupe_kernels
+
+
 def _ptx_pipeline() -> type[ModulePass]:
     from tessera.passes.pipelines import PtxPipelinePass
 

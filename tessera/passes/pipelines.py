@@ -68,11 +68,12 @@ def graph_pipeline(options: CompileOptions = _DEFAULT) -> list[ModulePass]:
 
 
 def _tile_passes(options: CompileOptions) -> list[ModulePass]:
+    from tessera.passes.dedupe_kernels import DedupeKernelsPass
     from tessera.passes.lower_graph_to_tile import LowerGraphToTile
     from tessera.passes.matmul_config import format_tiles
 
     tiles = format_tiles(options.sm90_tiles)
-    return [LowerGraphToTile(sm90=options.sm90_kernels, sm90_tiles=tiles)]
+    return [LowerGraphToTile(sm90=options.sm90_kernels, sm90_tiles=tiles), DedupeKernelsPass()]
 
 
 def _target_passes(options: CompileOptions) -> list[ModulePass]:

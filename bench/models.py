@@ -1,0 +1,243 @@
+"""Real models through ``torch.compile``: Tessera's backend against Inductor and eager.
+
+    python bench/models.py --out $OUT/models.json                   # all models (GPU)
+    python bench/models.py --models gpt2 --modes infer,train --batch 8 --seq 1024
+
+Models are built from their published configurations with random weights (nothing
+is downloaded): GPT-2 124M (batch 8 x 1024 tokens), a LLaMA-style 1B (batch 4 x
+2048), ResNet-50 and ViT-B/16 (batch 128, 224 x 224), all in bf16 on the GPU.
+``infer`` times a forward under ``torch.no_grad``; ``train`` times forward, loss
+and backward (the gradients of every parameter). For each (model, mode) row:
+
+* eager, Inductor (``torch.compile``) and Tessera (``torch.compile(backend="tessera")``)
+  times per step (CUDA events, median of ``--reps`` after warm-up);
+* the first call's wall time of each compiled model (the compile time);
+* Tessera's output (and, in ``train``, every gradient) against eager, as the largest
+  difference relative to the largest eager magnitude; a row over tolerance is
+  reported as wrong and its time is not used for a ratio;
+* the backend's report: partitions, ATen ops left to torch, runtime fallbacks.
+
+Every row runs under ``try`` with a per-row alarm (``--limit`` seconds): a failure
+or a timeout becomes an error row with its message. The table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import signal
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TOL = 5e-2
+"""Largest difference, relative to the largest eager magnitude, of a bf16 model's
+output or gradients (bf16 rounding of activations over many layers)."""
+
+
+@dataclass
+class Row:
+    model: str
+    mode: str
+    eager_ms: float | None = None
+    inductor_ms: float | None = None
+    tessera_ms: float | None = None
+    inductor_compile_s: float | None = None
+    tessera_compile_s: float | None = None
+    error: float | None = None
+    report: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def build(name: str, batch: int | None, seq: int | None) -> tuple[Any, dict[str, Any]]:
+    """``(model, inputs)`` of ``name`` at its benchmark size, random weights, on the CPU."""
+    import torch
+
+    if name in ("gpt2", "llama"):
+        import transformers as T
+
+        if name == "gpt2":
+            cfg = T.GPT2Config()
+            cfg.resid_pdrop = cfg.embd_pdrop = cfg.attn_pdrop = 0.0
+            model, (b, s) = T.GPT2LMHeadModel(cfg), (batch or 8, seq or 1024)
+        else:
+            cfg = T.LlamaConfig(
+                num_hidden_layers=16, hidden_size=2048, intermediate_size=8192,
+                num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+                max_position_embeddings=4096,
+            )
+            model, (b, s) = T.LlamaForCausalLM(cfg), (batch or 4, seq or 2048)
+        ids = torch.randint(0, cfg.vocab_size, (b, s))
+        return model, {"input_ids": ids, "labels": ids}
+    import timm
+
+    arch = {"resnet50": "resnet50", "vit_b16": "vit_base_patch16_224"}[name]
+    model = timm.create_model(arch, pretrained=False)
+    return model, {"x": torch.randn(batch or 128, 3, 224, 224)}
+
+
+def _loss(out: Any) -> Any:
+    return out.loss if hasattr(out, "loss") and out.loss is not None else out.float().pow(2).mean()
+
+
+def _output(out: Any) -> Any:
+    return out.logits if hasattr(out, "logits") else out
+
+
+def _rel(a: Any, b: Any) -> float:
+    a, b = a.float(), b.float()
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+
+def _time_ms(fn: Callable[[], Any], reps: int) -> float:
+    import torch
+
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    traceback.print_stack(frame)  # where the time went
+    raise _Timeout("row time limit reached")
+
+
+def run_row(name: str, mode: str, args: argparse.Namespace) -> Row:
+    import torch
+
+    import tessera.torch as tt
+
+    row = Row(name, mode)
+    torch.manual_seed(0)
+    base, cpu_inputs = build(name, args.batch, args.seq)
+    base = base.to(device="cuda", dtype=torch.bfloat16)
+    inputs = {
+        k: (v.cuda().to(torch.bfloat16) if v.is_floating_point() else v.cuda())
+        for k, v in cpu_inputs.items()
+    }
+    train = mode == "train"
+    base.train(train)
+
+    def step_fn(model: Any) -> Callable[[], Any]:
+        def step() -> Any:
+            if train:
+                for p in model.parameters():
+                    p.grad = None
+                out = model(**inputs)
+                _loss(out).backward()
+                return out
+            with torch.no_grad():
+                return model(**inputs)
+        return step
+
+    eager = step_fn(base)
+    ref_out = _output(eager()).detach().clone()
+    ref_grads = {n: p.grad.detach().clone() for n, p in base.named_parameters()
+                 if train and p.grad is not None}
+    row.eager_ms = _time_ms(eager, args.reps)
+
+    for which in ("inductor", "tessera"):
+        torch._dynamo.reset()
+        model = copy.deepcopy(base)
+        compiled = torch.compile(model) if which == "inductor" else tt.compile(model)
+        step = step_fn(compiled)
+        try:
+            t0 = time.perf_counter()
+            out = step()
+            torch.cuda.synchronize()
+            setattr(row, f"{which}_compile_s", time.perf_counter() - t0)
+            if which == "tessera":
+                err = _rel(_output(out), ref_out)
+                for n, p in model.named_parameters():
+                    if n in ref_grads:
+                        scale = max(g.float().abs().max().item() for g in ref_grads.values())
+                        got = p.grad
+                        if got is None:
+                            raise AssertionError(f"no gradient for {n}")
+                        err = max(err, (got.float() - ref_grads[n].float()).abs().max().item()
+                                  / scale)
+                row.error = err
+                row.report = str(tt.last_report())
+                if err > TOL:
+                    row.notes.append(f"tessera differs from eager: {err:.3g} > {TOL}")
+                    continue
+            setattr(row, f"{which}_ms", _time_ms(step, args.reps))
+        except _Timeout:
+            raise
+        except Exception as e:  # a failing backend is a row note, not the end of the run
+            row.notes.append(f"{which}: {type(e).__name__}: {str(e)[:400]}")
+            traceback.print_exc()
+        del compiled, model
+        torch.cuda.empty_cache()
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--models", default="gpt2,llama,resnet50,vit_b16")
+    ap.add_argument("--modes", default="infer,train")
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--seq", type=int, default=None)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--limit", type=int, default=300, help="seconds per row")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    import torch
+
+    rows: list[Row] = []
+    signal.signal(signal.SIGALRM, _alarm)
+    for name in args.models.split(","):
+        for mode in args.modes.split(","):
+            print(f"== {name} {mode}", flush=True)
+            signal.alarm(args.limit)
+            try:
+                row = run_row(name, mode, args)
+            except Exception as e:
+                traceback.print_exc()
+                row = Row(name, mode, notes=[f"{type(e).__name__}: {str(e)[:400]}"])
+            finally:
+                signal.alarm(0)
+            rows.append(row)
+            print(json.dumps(asdict(row)), flush=True)
+            torch._dynamo.reset()
+            torch.cuda.empty_cache()
+    if args.out:
+        Path(args.out).write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    print(f"\n{torch.cuda.get_device_name()}  ratio = peer time / Tessera time")
+    print(f"{'model':10} {'mode':6} {'eager ms':>9} {'ind. ms':>9} {'tessera':>9} "
+          f"{'vs eager':>8} {'vs ind.':>8} {'ind. s':>7} {'tes. s':>7} {'err':>8}  notes")
+    for r in rows:
+        def f(x: float | None, w: int = 9, p: int = 3) -> str:
+            return f"{x:{w}.{p}f}" if x is not None else " " * (w - 1) + "-"
+        ve = r.eager_ms / r.tessera_ms if r.eager_ms and r.tessera_ms else None
+        vi = r.inductor_ms / r.tessera_ms if r.inductor_ms and r.tessera_ms else None
+        print(f"{r.model:10} {r.mode:6} {f(r.eager_ms)} {f(r.inductor_ms)} {f(r.tessera_ms)} "
+              f"{f(ve, 8, 2)} {f(vi, 8, 2)} {f(r.inductor_compile_s, 7, 1)} "
+              f"{f(r.tessera_compile_s, 7, 1)} {f(r.error, 8, 4)}  {'; '.join(r.notes)[:200]}")
+
+
+if __name__ == "__main__":
+    main()

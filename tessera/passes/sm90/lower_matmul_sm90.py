@@ -1,4 +1,4 @@
-"""``lower-matmul-sm90``: bf16/f16 matmuls as Hopper TMA + wgmma kernels.
+"""``lower-matmul-sm90``: bf16/f16, fp8 and f32 matmuls as Hopper TMA + wgmma kernels.
 
 ``lower-graph-to-tile`` with one change: every ``tgraph.matmul`` that
 :func:`eligible` accepts becomes a Target IR kernel built here (a
@@ -44,6 +44,21 @@ output tile per CTA:
   ``b + grid``, ... in groups of ``group_m`` tile rows (an L2-friendly order). The
   stage ring runs on across tiles, and a consumer releases its last slot before its
   epilogue, so the producer already loads the next tile while the consumers store.
+
+f32 operands run on ``wgmma ... k8.f32.tf32.tf32`` (4-byte elements: a 128-byte swizzle
+row is 32 of K, 4 k8 wgmmas per stage). tf32 reads both operands K-major only, so an
+MN-major operand is first copied K-major by :func:`~tessera.passes.sm90.split_tf32.split_tf32`
+(which also pads K to a 16-byte row):
+
+* ``allow_tf32`` (``CompileOptions.allow_tf32``): one TF32 product; K-major operands with
+  K a multiple of 4 are read as they are (the tensor cores use the top 19 bits of each
+  element), the others through a TF32-rounded copy.
+* default (``3xtf32``, full f32 accuracy): both operands are split into ``hi = tf32(x)``
+  and ``lo = tf32(x - hi)`` copies (one ``[2, rows, K]`` buffer, lo after hi in the same
+  tensor map); each stage loads both, each k8 step issues ``A_lo B_hi``, ``A_hi B_lo``,
+  ``A_hi B_hi``, and each stage's product is added into f32 totals with ``add.rn``
+  (as for fp8) -- measured more accurate than cuBLAS SGEMM
+  (docs/perf/2026-11-24-h100-f32-gemm.txt).
 
 ``tgraph.matmul_epilogue`` ops apply their bias (a row vector or a full ``[M, N]``
 tensor), activation and cast to the accumulators before the store
@@ -111,11 +126,6 @@ FP8 = ("e4m3", "e5m2")
 TF32 = ("tf32", "3xtf32")
 """The f32 products on tf32 wgmmas: one TF32 product (``CompileOptions.allow_tf32``), or
 the error-compensated 3xTF32 one (full f32 accuracy, the default)."""
-SPLIT_PROMOTE = True
-"""3xTF32: add each stage's product (32 of K) into f32 totals with ``add.rn.f32`` (the fp8
-kernel's promotion) instead of accumulating all of K in the wgmma accumulators. The
-tensor cores' own accumulation is not round-to-nearest; per-stage totals keep the error
-at or below SGEMM's (docs/perf/2026-11-24-h100-f32-gemm.txt)."""
 
 
 # --------------------------------------------------------------------------- eligibility
@@ -239,9 +249,6 @@ class Sm90Gemm:
     epilogue: Sm90Epilogue | None = None
     """Bias add and activation applied to the accumulators before the store (the kernel
     then takes the bias pointer as a fourth parameter when there is one)."""
-    promote: bool = False
-    """Add each stage's product into f32 totals (always for fp8; :data:`SPLIT_PROMOTE`
-    for 3xTF32)."""
 
     def __post_init__(self) -> None:
         mn_major = self.a_t or not self.b_t
@@ -291,7 +298,11 @@ class Sm90Gemm:
 
     @property
     def promotes(self) -> bool:
-        return self.fp8 or self.promote
+        """Each stage's product is added into f32 totals with ``add.rn.f32`` (fp8 and
+        3xTF32): the tensor cores' own accumulation does not round to nearest, and over
+        all of K it costs 3xTF32 ~90x its error (2.9e-5 against 3.2e-7 normwise at
+        K = 4096; docs/perf/2026-11-24-h100-f32-gemm.txt)."""
+        return self.fp8 or self.copies == 2
 
     @property
     def elem_bytes(self) -> int:
@@ -518,8 +529,9 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     builders.enter_consumer(e, GEMM_REGISTERS)
     cw = e.bin(tt.SubOp, "u32", wg, 1)
     acc = [e.reg("f32") for _ in range(bn // 2)]
-    # fp8: the tensor cores keep fp8 partial sums at reduced precision, so each stage's
-    # product (128 of K) starts afresh and is added into f32 totals (``promote``)
+    # fp8: the tensor cores keep fp8 partial sums at reduced precision; 3xTF32: they do not
+    # round to nearest. Each stage's product (a 128-byte row of K) starts afresh and is
+    # added into f32 totals (``promote``)
     promote = gemm.promotes
     tot = [e.reg("f32") for _ in range(bn // 2)] if promote else acc
     # K-major tiles: 128-byte rows of K, 8-row groups 1 KiB apart; a k16 step is 32 bytes.
@@ -772,11 +784,9 @@ def gemm_for(
         cfg = sm90_config(prob.m * prob.batch, prob.n, prob.k, in_type, out_type, tiles)
     a_type = in_type
     b_type = _TYPE_NAMES[type(g.elem_of(op.rhs))] if in_type not in TF32 else in_type
-    promote = False
     if in_type in TF32:  # read K-major copies (split_tf32) or the K-major operands
         ta, tb = False, True
-        promote = in_type == "3xtf32" and SPLIT_PROMOTE
-        cfg = tf32_config(cfg, in_type == "3xtf32", promote, out_type != "f32")
+        cfg = tf32_config(cfg, in_type == "3xtf32", out_type != "f32")
     if a_type in FP8:  # the kernel reads K-major copies of MN-major fp8 operands
         ta, tb = False, True
         if cfg.bn > 128:  # accumulators and f32 totals: 2 x BN / 2 registers
@@ -787,16 +797,16 @@ def gemm_for(
         prob.m, prob.n, prob.k, a_type,
         _TYPE_NAMES[type(g.elem_of(_product_type(op)))], cfg, device_sms(), a_t=ta, b_t=tb,
         batch=prob.batch, a_batched=prob.a_batched, b_batched=prob.b_batched,
-        b_type=b_type if b_type != a_type else None, promote=promote,
+        b_type=b_type if b_type != a_type else None,
     )
 
 
-def tf32_config(cfg: Sm90Config, split: bool, promote: bool, staging: bool) -> Sm90Config:
+def tf32_config(cfg: Sm90Config, split: bool, staging: bool) -> Sm90Config:
     """``cfg`` adapted to the tf32 kernels: as many stages as fit (at most 5; f32 results
     need no staging tile); a 3xTF32 stage holds two copies of each operand; promoting
-    tiles are at most 128 wide."""
+    tiles (3xTF32) are at most 128 wide."""
     copies = 2 if split else 1
-    if promote and cfg.bn > 128:
+    if split and cfg.bn > 128:
         cfg = replace(cfg, bn=128)
     fits = [s for s in range(2, 6) if replace(cfg, stages=s).valid(copies, staging)]
     if not fits:  # a 128-wide tile always fits two stages

@@ -141,3 +141,18 @@ def test_3xtf32_is_as_accurate_as_torch_f32(k: int) -> None:
     theirs = float((peer.double() - ref).abs().max()) / scale
     assert ours <= theirs, (ours, theirs)
     assert _err(c, ref) <= _err(peer, ref)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_f32_product_cast_to_bf16(mode: str) -> None:
+    """A bf16 result of an f32 product (bias, gelu and the cast in the epilogue; the
+    TMA-store path), ragged in M and N."""
+    x = torch.randn(1000, 264, device="cuda")
+    w = torch.randn(136, 264, device="cuda") / 16
+    bias = torch.randn(136, device="cuda")
+    fn = ts.jit(lambda x, w, b: ts.cast(ts.gelu(x @ w.T + b), ts.bf16),
+                options=CompileOptions.from_env(allow_tf32=MODES[mode]))
+    out = _run_poisoned(fn, x, w, bias)
+    assert out.dtype == torch.bfloat16 and "k8.f32.tf32.tf32" in fn.inspect_ir("ptx")
+    ref = torch.nn.functional.gelu(x.double() @ w.double().T + bias.double(), approximate="tanh")
+    assert _err(out, ref) < 1e-2

@@ -863,7 +863,11 @@ def lower_matmul_sm90(
     if isinstance(op, g.MatmulEpilogueOp):
         ep = Sm90Epilogue.of(op, gemm.out_type)
         if isinstance(ep, Sm90Epilogue) and type(g.elem_of(op.result)) in _TYPE_NAMES:
-            gemm = replace(gemm, out_type=_TYPE_NAMES[type(g.elem_of(op.result))], epilogue=ep)
+            out = _TYPE_NAMES[type(g.elem_of(op.result))]
+            cfg = gemm.cfg
+            if gemm.tf32:  # a 16-bit result needs the staging tile: fewer stages may fit
+                cfg = tf32_config(replace(cfg, stages=2), gemm.copies == 2, out != "f32")
+            gemm = replace(gemm, out_type=out, epilogue=ep, cfg=cfg)
             if op.bias is not None:
                 args.append(lw.mem(op.bias))
         else:

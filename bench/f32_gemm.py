@@ -39,7 +39,9 @@ def compiled(expr: str, allow_tf32: bool, args: list[torch.Tensor], config: str 
                 options=CompileOptions.from_env(allow_tf32=allow_tf32))
     old = lm.tf32_config
     if config:
-        cfg = mc.from_numbers([int(x) for x in config.split(",")])
+        bn, stages, consumers, group_m, cluster = (int(x) for x in config.split(","))
+        cfg = mc.Sm90Config(bn=bn, stages=stages, consumers=consumers, group_m=group_m,
+                            cluster=cluster)  # Sm90Gemm checks it (copies, staging)
         lm.tf32_config = lambda *_: cfg  # type: ignore[assignment]
     try:
         spec = fn.specialize(*args)
@@ -132,7 +134,7 @@ def speed(cases: list[tuple[str, int]], variants: list[str], configs: list[str])
             label = f"{layout} {n}^3{'':14}"[:22] + f"  {f'{name} {config}'.strip():28}"
             try:
                 fn, spec = compiled(expr, tf32, [a, b], config)
-            except ValueError as e:  # a swept config this kernel cannot take
+            except Exception as e:  # a swept config this kernel cannot take
                 lines.append(f"{label}  {str(e)[:60]}")
                 continue
             c = poisoned(spec, [a, b])

@@ -74,6 +74,8 @@ class Ctx:
     quick: bool
     dry: bool
     rows: list[Row]
+    only: str = ""
+    """Row cases of ``gemm_layouts`` to run: those whose name contains this ("": all)."""
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
@@ -266,17 +268,37 @@ GEMM_LAYOUTS: list[tuple[str, str, tuple[int, ...], tuple[int, ...], str]] = [
     ("gemm bf16 decode M=16 8192^2", "a @ b", (16, 8192), (8192, 8192), "bf16"),
     ("gemm bf16 decode M=16 8192^2 NT", "a @ b.T", (16, 8192), (8192, 8192), "bf16"),
     ("gemm bf16 batched 32x512x512x128", "a @ b", (32, 512, 128), (32, 128, 512), "bf16"),
+    # f32: Tessera's default (3xTF32) against torch with TF32 off (cuBLAS SGEMM); tf32:
+    # allow_tf32 on both sides
     ("gemm f32 NN 4096^3", "a @ b", (4096, 4096), (4096, 4096), "f32"),
+    ("gemm f32 NT 4096^3", "a @ b.T", (4096, 4096), (4096, 4096), "f32"),
+    ("gemm f32 TN 4096^3", "a.T @ b", (4096, 4096), (4096, 4096), "f32"),
+    ("gemm f32 TT 4096^3", "a.T @ b.T", (4096, 4096), (4096, 4096), "f32"),
+    ("gemm f32 NN 8192^3", "a @ b", (8192, 8192), (8192, 8192), "f32"),
+    ("gemm f32 ragged 3000x5000x2000", "a @ b", (3000, 2000), (2000, 5000), "f32"),
+    ("gemm tf32 NN 4096^3", "a @ b", (4096, 4096), (4096, 4096), "tf32"),
+    ("gemm tf32 NT 4096^3", "a @ b.T", (4096, 4096), (4096, 4096), "tf32"),
+    ("gemm tf32 TN 4096^3", "a.T @ b", (4096, 4096), (4096, 4096), "tf32"),
+    ("gemm tf32 TT 4096^3", "a.T @ b.T", (4096, 4096), (4096, 4096), "tf32"),
+    ("gemm tf32 NN 8192^3", "a @ b", (8192, 8192), (8192, 8192), "tf32"),
 ]
+TOL_TF32 = 5e-3
+"""TF32 products (10-bit mantissas) against float64."""
 
 
 def case_gemm_layouts(ctx: Ctx) -> None:
     """Every GEMM layout and shape family through ``ts.jit`` against ``torch.matmul`` on the
     same stored operands (a transpose is a view for torch, a layout for Tessera)."""
     import tessera as ts
+    from tessera.options import CompileOptions
 
-    for case, expr, ash, bsh, dt in GEMM_LAYOUTS[:4] if ctx.quick else GEMM_LAYOUTS:
-        fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}))
+    layouts = GEMM_LAYOUTS[:4] if ctx.quick else GEMM_LAYOUTS
+    for case, expr, ash, bsh, dt in [r for r in layouts if ctx.only in r[0]]:
+        tf32 = dt == "tf32"
+        options = CompileOptions.from_env(allow_tf32=True) if tf32 else None
+        fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}), options=options)
+        if tf32:
+            dt = "f32"
         if ctx.dry:
             dry = [stand_in(ash, dt), stand_in(bsh, dt)]
             guarded(ctx, case, "tessera", lambda fn=fn, dry=dry, case=case: run_tessera(
@@ -286,22 +308,37 @@ def case_gemm_layouts(ctx: Ctx) -> None:
         tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dt]
         a = torch.randn(ash, device="cuda", dtype=tdt)
         b = torch.randn(bsh, device="cuda", dtype=tdt)
-        peer = eval(f"lambda a, b: {expr}")
+        peer = _with_tf32(eval(f"lambda a, b: {expr}"), tf32)
         ref = peer(a.double(), b.double())
         k = ash[0] if expr.startswith("a.T") else ash[-1]
         flops = 2.0 * ref.numel() * k
-        tol = TOL_BF16 if dt == "bf16" else 1e-5
+        tol = TOL_BF16 if dt == "bf16" else TOL_TF32 if tf32 else 1e-5
         guarded(ctx, case, "torch.matmul (cuBLAS)", lambda a=a, b=b, ref=ref, case=case, peer=peer,
                 flops=flops, tol=tol: timed_peer(ctx, case, "torch.matmul (cuBLAS)",
                                                  lambda: peer(a, b), ref, tol, flops))
         guarded(ctx, case, "tessera", lambda a=a, b=b, ref=ref, case=case, fn=fn, flops=flops,
                 tol=tol: run_tessera(ctx, case, fn, [a, b], ref, tol, flops))
         del a, b, ref
-    if not ctx.quick:
+    if not ctx.quick and not ctx.only:
         _linear_epilogue(ctx)
         for out in ("bf16", "f32"):
             _fp8_gemm(ctx, 8192, out)
         _fp8_gemm(ctx, 8192, "bf16", nn=True)
+
+
+def _with_tf32(fn: Callable[..., Any], allow: bool) -> Callable[..., Any]:
+    """``fn`` run with ``torch.backends.cuda.matmul.allow_tf32 = allow`` (restored after)."""
+
+    def run(*args: Any) -> Any:
+        torch = _torch()
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = allow
+        try:
+            return fn(*args)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+
+    return run
 
 
 def _fp8_gemm(ctx: Ctx, n: int, out: str, nn: bool = False) -> None:
@@ -773,12 +810,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of " + ",".join(CASES))
     p.add_argument("--tune", action="store_true", help="autotune sm90 matmul tile shapes first (TESSERA_AUTOTUNE=1)")
     p.add_argument("--strict", action="store_true", help="exit 1 when a Tessera row is not ok")
+    p.add_argument("--only", default="", help="gemm_layouts: only the rows whose case name "
+                   "contains this (e.g. 'f32')")
     args = p.parse_args(argv)
     if args.dry_run:
         os.environ.setdefault("TESSERA_SM90_MATMUL", "1")  # check the Hopper GEMM path too
     if args.tune:
         os.environ["TESSERA_AUTOTUNE"] = "1"
-    ctx = Ctx(quick=args.quick, dry=args.dry_run, rows=[])
+    ctx = Ctx(quick=args.quick, dry=args.dry_run, rows=[], only=args.only)
     t0 = time.perf_counter()
     for name in [c.strip() for c in args.cases.split(",") if c.strip()]:
         if name not in CASES:

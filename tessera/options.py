@@ -25,6 +25,9 @@ Environment variables (read only here):
                                attention kernels; unset: when the device is sm_90
 ``TESSERA_AUTOTUNE``           ``1``: time the sm90 tile configs of a matmul shape
                                that has no tuned entry yet
+``TESSERA_ALLOW_TF32``         ``1``: f32 matmuls may round their operands to TF32
+                               (one TF32 tensor-core product, like torch's
+                               ``allow_tf32``); else they keep full f32 accuracy
 ``TESSERA_DUMP_DIR``           write every IR stage of every compile there
 ``TESSERA_DEBUG``              ``tessera-opt`` shows Python tracebacks
 ``TESSERA_CACHE_DIR``          the cache root (else ``$XDG_CACHE_HOME/tessera``, else
@@ -149,6 +152,10 @@ class CompileOptions:
     sm90_tiles: tuple[tuple[str, TileConfig], ...] = ()
     """Tuned sm90 matmul tile configs of :attr:`device`, as ``(shape key, config)`` pairs
     sorted by key (``tessera.tuning.sm90``); shapes without one use the heuristic."""
+    allow_tf32: bool = False
+    """f32 matmuls may round their operands to TF32 (10-bit mantissa) and run as one TF32
+    tensor-core product (``torch.backends.cuda.matmul.allow_tf32``'s trade); False keeps
+    full f32 accuracy (on sm90: the error-compensated 3xTF32 product)."""
     graph_passes: tuple[str, ...] = DEFAULT_GRAPH_PASSES
     """The graph pipeline (pass names, in order)."""
     dump_dir: str | None = field(default=None, compare=False)
@@ -172,6 +179,7 @@ class CompileOptions:
             device=dev.name if dev is not None else "",
             sm90_kernels=arch == "sm_90" if sm90 is None else sm90,
             autotune=bool(_flag(e, "TESSERA_AUTOTUNE")),
+            allow_tf32=bool(_flag(e, "TESSERA_ALLOW_TF32")),
             dump_dir=e.get("TESSERA_DUMP_DIR") or None,
             debug=bool(_flag(e, "TESSERA_DEBUG")),
         )

@@ -42,6 +42,11 @@ def test_options_from_env_and_device() -> None:
     env = {"TESSERA_AUTOTUNE": "1", "TESSERA_DUMP_DIR": "/tmp/d", "TESSERA_DEBUG": "1"}
     o = CompileOptions.from_env(env, device=None)
     assert o.autotune and o.dump_dir == "/tmp/d" and o.debug
+    # TF32 only when asked for; it changes the code, so it is part of the key
+    assert not on.allow_tf32
+    tf32 = CompileOptions.from_env({"TESSERA_ALLOW_TF32": "1"}, device=None)
+    assert tf32.allow_tf32 and tf32.key() != CompileOptions().key()
+    assert not CompileOptions.from_env({"TESSERA_ALLOW_TF32": "0"}, device=None).allow_tf32
     assert CompileOptions.from_env({}, device=None, graph_passes=["dce"]).graph_passes == ("dce",)
 
 

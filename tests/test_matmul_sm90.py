@@ -9,8 +9,10 @@ import pytest
 
 import tessera as ts
 from tessera.ir import target as tt
+from tessera.ir import tile as tl
 from tessera.passes import matmul_config as mc
 from tessera.passes.emit_ptx import emit_ptx
+from tessera.passes.sm90 import lower_matmul_sm90 as lm
 from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm, build_kernel
 from tessera.runtime import ptxas
 from tessera.tuning import sm90
@@ -115,7 +117,10 @@ def test_eligibility() -> None:
     bf = ml_dtypes.bfloat16
     assert eligible(op_for(np.zeros((8, 16), bf), np.zeros((16, 8), bf))) is None
     assert "multiples of 8" in eligible(op_for(np.zeros((8, 12), bf), np.zeros((12, 8), bf)))
-    assert "bf16" in eligible(op_for(np.zeros((8, 16), np.float32), np.zeros((16, 8), np.float32)))
+    f = np.float32
+    # f32 (tf32 kernels, any K: the operands are copied K-major with K padded)
+    assert eligible(op_for(np.zeros((8, 13), f), np.zeros((13, 8), f))) is None
+    assert "even" in eligible(op_for(np.zeros((8, 16), f), np.zeros((16, 7), f)))
 
 
 @needs_ptxas
@@ -334,3 +339,127 @@ def test_gradients_compile_with_the_primal_options(monkeypatch: pytest.MonkeyPat
     spec = step.specialize(np.zeros((64, 32), bf), np.zeros((32, 64), bf), np.zeros((64, 64), bf))
     assert spec.options.sm90_kernels
     assert [op for op in spec.ir("target").walk() if isinstance(op, tt.LaunchExOp)]
+
+
+# --------------------------------------------------------------------------- f32: tf32 kernels
+
+
+@needs_ptxas
+@pytest.mark.parametrize(("in_t", "out_t"), [("tf32", "f32"), ("3xtf32", "f32"),
+                                             ("3xtf32", "bf16")])
+def test_tf32_kernels_assemble(in_t: str, out_t: str) -> None:
+    """tf32 wgmmas (k8, 32 of K per stage); 3xTF32 loads hi and lo boxes of each operand,
+    issues three products per k8 step and promotes each stage into f32 totals."""
+    m, n, k = 1000, 264, 200
+    cfg = lm.tf32_config(mc.heuristic(m, n, k), in_t == "3xtf32", out_t != "f32")
+    gemm = Sm90Gemm(m, n, k, in_t, out_t, cfg, b_t=True)
+    assert gemm.box_k == 32 and gemm.mma_k == 8
+    assert gemm.boxes()[2:6] == [32, gemm.bm, 32, 64]
+    assert gemm.promotes == (in_t == "3xtf32") and gemm.cfg.bn <= (128 if gemm.promotes else 256)
+    ptx = emit_ptx(build_kernel("gemm", gemm))
+    mma = f"wgmma.mma_async.sync.aligned.m64n{gemm.cfg.bn}k8.f32.tf32.tf32"
+    assert ptx.count(mma) == (12 if in_t == "3xtf32" else 4)
+    loads = ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global")
+    assert loads == (2 if in_t == "3xtf32" else 1) * (1 + gemm.cfg.bn // 64 // gemm.cluster)
+    ptxas.check(ptx)
+
+
+def test_tf32_needs_k_major_operands() -> None:
+    with pytest.raises(ValueError, match="K-major"):
+        Sm90Gemm(128, 128, 128, "tf32", "f32", mc.heuristic(128, 128, 128))
+    with pytest.raises(ValueError, match="at most 128 wide"):
+        Sm90Gemm(128, 256, 128, "3xtf32", "f32", mc.Sm90Config(bn=256, stages=2), b_t=True)
+
+
+def _launches(spec) -> tuple[list[str], list[str]]:
+    target = spec.ir("target")
+    return ([op.callee.string_value() for op in target.walk() if isinstance(op, tt.LaunchOp)],
+            [op.callee.string_value() for op in target.walk() if isinstance(op, tt.LaunchExOp)])
+
+
+@needs_ptxas
+@pytest.mark.parametrize("expr", ["a @ b", "a @ b.T", "a.T @ b", "a.T @ b.T"])
+def test_jit_f32_takes_3xtf32_unless_tf32_allowed(monkeypatch: pytest.MonkeyPatch, expr: str) -> None:
+    """Default f32: hi/lo copies of both operands and the 3xTF32 kernel. With
+    ``allow_tf32`` (option or TESSERA_ALLOW_TF32): one product, and only MN-major
+    operands are copied."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    f = np.float32
+    a = np.zeros((72, 96) if expr.startswith("a.T") else (96, 72), f)
+    b = np.zeros((136, 72) if expr.endswith("b.T") else (72, 136), f)
+    spec = ts.jit(eval(f"lambda a, b: {expr}")).specialize(a, b)
+    assert _launches(spec) == (["lambda_split_tf32_0", "lambda_split_tf32_1"], ["lambda_matmul_0"])
+    ptx = spec.ir("ptx")
+    assert ptx.count("k8.f32.tf32.tf32") == 12
+    ptxas.check(ptx)
+    monkeypatch.setenv("TESSERA_ALLOW_TF32", "1")
+    spec = ts.jit(eval(f"lambda a, b: {expr}")).specialize(a, b)
+    assert spec.options.allow_tf32
+    copies = int(expr.startswith("a.T")) + int(not expr.endswith("b.T"))
+    assert _launches(spec) == ([f"lambda_split_tf32_{i}" for i in range(copies)],
+                               ["lambda_matmul_0"])
+    ptx = spec.ir("ptx")
+    assert ptx.count("k8.f32.tf32.tf32") == 4
+    ptxas.check(ptx)
+
+
+def test_jit_f32_batched_and_epilogue_take_the_tf32_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    f = np.float32
+    spec = ts.jit(lambda a, b, c: ts.gelu(a @ b.mT + c)).specialize(
+        np.zeros((2, 3, 128, 40), f), np.zeros((2, 3, 72, 40), f), np.zeros(72, f))
+    assert _launches(spec)[1] == ["lambda_matmul_0"]
+    assert "k8.f32.tf32.tf32" in spec.ir("ptx")
+    # batched with M not a multiple of 64: the generic kernel
+    spec = ts.jit(lambda a, b: a @ b).specialize(np.zeros((2, 40, 8), f), np.zeros((2, 8, 16), f))
+    assert _launches(spec)[1] == []
+
+
+@pytest.mark.parametrize(("expr", "allow_tf32"), [("a @ b", False), ("a @ b", True),
+                                                ("a @ b.T", False)])
+def test_split_tf32_kernels_on_the_interpreter(monkeypatch: pytest.MonkeyPatch, expr: str,
+                                                allow_tf32: bool) -> None:
+    """The pre-pass kernels, run by the Tile IR interpreter: ``[parts, rows, Kp]`` K-major
+    copies with hi = x rounded to TF32 (nearest, ties away from zero), lo = tf32(x - hi),
+    K padded to a multiple of 4 with zeros, a ``K x N`` B transposed."""
+    from tessera.runtime.tile_interpreter import run_kernel
+
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_ALLOW_TF32", "1" if allow_tf32 else "0")
+    rng = np.random.default_rng(7)
+    m, n, k = 40, 38, 10  # K pads to 12
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    a[0, :5] = [1 + 2**-11, -(1 + 2**-11), 1 + 2**-12, np.inf, 3.0]  # ties away, below, inf
+    b = rng.standard_normal((n, k) if expr.endswith("b.T") else (k, n)).astype(np.float32)
+    spec = ts.jit(eval(f"lambda a, b: {expr}")).specialize(a, b)
+    module = spec.ir("tile")
+    launches = [op for op in module.walk() if isinstance(op, tl.LaunchOp)]
+    parts = 1 if allow_tf32 else 2
+    # allow_tf32 reads A (K-major) as is, but K = 10 is no 16-byte row: both are copied
+    assert len(launches) == 2
+    # the K-major views the kernels read: A [M, K], B [N, K]
+    for launch, src, x in zip(launches, (a, b), (a, b if expr.endswith("b.T") else b.T)):
+        dst = np.full((parts, x.shape[0], 12), np.nan, np.float32)
+        grid = [int(v) for v in launch.grid.get_values()]
+        run_kernel(module, launch.callee.string_value(), [dst, src], grid)
+        hi, lo = _tf32_split_reference(x)
+        np.testing.assert_array_equal(dst[0, :, :k], hi)
+        np.testing.assert_array_equal(dst[:, :, k:], 0)
+        if parts == 2:
+            np.testing.assert_array_equal(dst[1, :, :k], lo)
+            finite = np.isfinite(x)
+            # hi + lo keeps ~22 bits of x
+            err = np.abs(hi + lo - x)[finite] / np.abs(x)[finite]
+            assert err.max() < 2.0**-21
+    assert _tf32_split_reference(np.float32([1 + 2**-11]))[0][0] == 1 + 2**-10
+    assert _tf32_split_reference(np.float32([1 + 2**-12]))[0][0] == 1
+
+
+def _tf32_split_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """hi = x rounded to TF32 (nearest, ties away from zero), lo = tf32(x - hi)."""
+    x = np.ascontiguousarray(x, np.float32)
+    hi = ((x.view(np.int32) + 0x1000) & np.int32(-0x2000)).view(np.float32)
+    with np.errstate(invalid="ignore"):
+        r = np.ascontiguousarray(x - hi)
+    lo = ((r.view(np.int32) + 0x1000) & np.int32(-0x2000)).view(np.float32)
+    return hi, lo

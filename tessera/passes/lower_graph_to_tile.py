@@ -1043,6 +1043,9 @@ class LowerGraphToTile(ModulePass):
     sm90_tiles: tuple[str, ...] = ()
     """Tuned sm90 matmul tile configs, ``"MxNxK:in->out=bn,stages,consumers,group_m,cluster"``
     each (:func:`tessera.passes.matmul_config.parse_tiles`); other shapes use the heuristic."""
+    allow_tf32: bool = False
+    """With ``sm90``: f32 matmuls run as one TF32 wgmma product (operands rounded to TF32)
+    instead of the full-accuracy 3xTF32 one (``CompileOptions.allow_tf32``)."""
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         """Lowerings tried before the generic one, by op type."""
@@ -1052,7 +1055,8 @@ class LowerGraphToTile(ModulePass):
         from tessera.passes.sm90.lower_matmul_sm90 import LowerMatmulSm90
 
         return {
-            **LowerMatmulSm90(sm90_tiles=self.sm90_tiles).overrides(),
+            **LowerMatmulSm90(sm90_tiles=self.sm90_tiles,
+                             allow_tf32=self.allow_tf32).overrides(),
             **LowerAttentionSm90().overrides(),
         }
 

@@ -58,19 +58,23 @@ class Sm90Config:
         return 64 * self.consumers
 
     def stage_bytes(self) -> int:
+        """One stage: a 128-byte row of K (64 16-bit, 32 f32 elements) per row of A and B."""
         return (self.bm + self.bn) * 64 * 2
 
     def epilogue_bytes(self) -> int:
         """The output tile staged in shared memory for the TMA-store epilogue (16-bit)."""
         return self.bm * self.bn * 2
 
-    def smem_bytes(self) -> int:
-        return self.stages * self.stage_bytes() + self.epilogue_bytes()
+    def smem_bytes(self, copies: int = 1, staging: bool = True) -> int:
+        """Shared memory of the stages (``copies`` of each operand: 2 for 3xTF32's hi and
+        lo) and, with ``staging``, the output tile (f32 results are stored from
+        registers)."""
+        return self.stages * self.stage_bytes() * copies + staging * self.epilogue_bytes()
 
-    def valid(self) -> bool:
+    def valid(self, copies: int = 1, staging: bool = True) -> bool:
         return (
             self.bn in (64, 128, 192, 256) and self.consumers in (1, 2)
-            and 2 <= self.stages <= 8 and self.smem_bytes() <= SMEM_BUDGET
+            and 2 <= self.stages <= 8 and self.smem_bytes(copies, staging) <= SMEM_BUDGET
             and self.group_m >= 1 and self.cluster in (1, 2)
             and (self.bn // 64) % self.cluster == 0
         )

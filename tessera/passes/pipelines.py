@@ -73,7 +73,10 @@ def _tile_passes(options: CompileOptions) -> list[ModulePass]:
     from tessera.passes.matmul_config import format_tiles
 
     tiles = format_tiles(options.sm90_tiles)
-    return [LowerGraphToTile(sm90=options.sm90_kernels, sm90_tiles=tiles), DedupeKernelsPass()]
+    return [
+        LowerGraphToTile(sm90=options.sm90_kernels, sm90_tiles=tiles, allow_tf32=options.allow_tf32),
+        DedupeKernelsPass(),
+    ]
 
 
 def _target_passes(options: CompileOptions) -> list[ModulePass]:

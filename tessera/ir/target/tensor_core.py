@@ -91,11 +91,12 @@ class MmaOp(PtxOp):
 
 class _WgmmaBase(PtxOp, ABC):
     """Shared modifiers, shape and accumulator checks of the warpgroup MMAs: ``mods`` is
-    ``m64nNk16.f32.T.T`` with T bf16 or f16, or ``m64nNk32.f32.A.B`` with A, B e4m3 or e5m2
-    (fp8 operands are K-major: no transpose), and D has N/2 ``f32`` registers per thread.
+    ``m64nNk16.f32.T.T`` with T bf16 or f16, ``m64nNk32.f32.A.B`` with A, B e4m3 or e5m2, or
+    ``m64nNk8.f32.tf32.tf32`` (fp8 and tf32 operands are K-major: no transpose), and D has
+    N/2 ``f32`` registers per thread.
 
-    The PTX operands end in the transpose immediates (``TRANS_ARGS`` of them); the fp8
-    forms take none."""
+    The PTX operands end in the transpose immediates (``TRANS_ARGS`` of them); the fp8 and
+    tf32 forms take none."""
 
     PTX: ClassVar[tuple[int, int]] = (8, 0)
     SM: ClassVar[int] = 90
@@ -107,8 +108,14 @@ class _WgmmaBase(PtxOp, ABC):
         mods: str = self.mods.data  # type: ignore[attr-defined]
         return "e4m3" in mods or "e5m2" in mods
 
+    @property
+    def k_major_only(self) -> bool:
+        """fp8 and tf32 operands are read K-major only: no transpose immediates."""
+        mods: str = self.mods.data  # type: ignore[attr-defined]
+        return self.is_fp8 or "tf32" in mods
+
     def ptx_args(self) -> tuple[str, ...]:
-        return self.PTX_ARGS[: -self.TRANS_ARGS] if self.is_fp8 else self.PTX_ARGS
+        return self.PTX_ARGS[: -self.TRANS_ARGS] if self.k_major_only else self.PTX_ARGS
 
     def shape(self) -> tuple[int, int, int]:
         parts = parse_mods(self.mods.data)  # type: ignore[attr-defined]
@@ -125,20 +132,23 @@ class _WgmmaBase(PtxOp, ABC):
         mods: str = self.mods.data  # type: ignore[attr-defined]
         parts = parse_mods(mods)
         fp8 = len(parts) == 4 and {parts[2], parts[3]} <= {"e4m3", "e5m2"}
-        if len(parts) != 4 or parts[1] != "f32" or not fp8 and (
+        tf32 = len(parts) == 4 and parts[2] == parts[3] == "tf32"
+        if len(parts) != 4 or parts[1] != "f32" or not fp8 and not tf32 and (
             parts[2] != parts[3] or parts[2] not in ("bf16", "f16")
         ):
             self._fail(
-                f"modifiers must be \"m64nNk16.f32.T.T\" with T bf16 or f16, or "
-                f"\"m64nNk32.f32.A.B\" with A, B e4m3 or e5m2, got \"{mods}\""
+                f"modifiers must be \"m64nNk16.f32.T.T\" with T bf16 or f16, "
+                f"\"m64nNk32.f32.A.B\" with A, B e4m3 or e5m2, or \"m64nNk8.f32.tf32.tf32\", "
+                f"got \"{mods}\""
             )
         m, n, k = self.shape()
-        kk = 32 if fp8 else 16
+        kk = 32 if fp8 else 8 if tf32 else 16
         if m != 64 or k != kk or n % 8 or not 8 <= n <= 256:
             self._fail(f"shape m{m}n{n}k{k}: needs m64, k{kk} and N a multiple of 8 in [8, 256]")
-        if fp8 and (self.trans_b.value.data or getattr(self, "trans_a", None) is not None  # type: ignore[attr-defined]
-                    and self.trans_a.value.data):  # type: ignore[attr-defined]
-            self._fail("fp8 operands are K-major: trans_a and trans_b must be 0")
+        if (fp8 or tf32) and (self.trans_b.value.data or getattr(self, "trans_a", None) is not None  # type: ignore[attr-defined]
+                              and self.trans_a.value.data):  # type: ignore[attr-defined]
+            self._fail(f"{'fp8' if fp8 else 'tf32'} operands are K-major: trans_a and trans_b "
+                       "must be 0")
         d: Sequence[SSAValue] = self.d  # type: ignore[attr-defined]
         if len(d) != n // 2:
             self._fail(f"D needs {n // 2} f32 registers for N={n}, got {len(d)}")

@@ -1,4 +1,4 @@
-"""``lower-matmul-sm90``: bf16/f16 matmuls as Hopper TMA + wgmma kernels.
+"""``lower-matmul-sm90``: bf16/f16, fp8 and f32 matmuls as Hopper TMA + wgmma kernels.
 
 ``lower-graph-to-tile`` with one change: every ``tgraph.matmul`` that
 :func:`eligible` accepts becomes a Target IR kernel built here (a
@@ -44,6 +44,21 @@ output tile per CTA:
   ``b + grid``, ... in groups of ``group_m`` tile rows (an L2-friendly order). The
   stage ring runs on across tiles, and a consumer releases its last slot before its
   epilogue, so the producer already loads the next tile while the consumers store.
+
+f32 operands run on ``wgmma ... k8.f32.tf32.tf32`` (4-byte elements: a 128-byte swizzle
+row is 32 of K, 4 k8 wgmmas per stage). tf32 reads both operands K-major only, so an
+MN-major operand is first copied K-major by :func:`~tessera.passes.sm90.split_tf32.split_tf32`
+(which also pads K to a 16-byte row):
+
+* ``allow_tf32`` (``CompileOptions.allow_tf32``): one TF32 product; K-major operands with
+  K a multiple of 4 are read as they are (the tensor cores use the top 19 bits of each
+  element), the others through a TF32-rounded copy.
+* default (``3xtf32``, full f32 accuracy): both operands are split into ``hi = tf32(x)``
+  and ``lo = tf32(x - hi)`` copies (one ``[2, rows, K]`` buffer, lo after hi in the same
+  tensor map); each stage loads both, each k8 step issues ``A_lo B_hi``, ``A_hi B_lo``,
+  ``A_hi B_hi``, and each stage's product is added into f32 totals with ``add.rn``
+  (as for fp8) -- measured more accurate than cuBLAS SGEMM
+  (docs/perf/2026-11-24-h100-f32-gemm.txt).
 
 ``tgraph.matmul_epilogue`` ops apply their bias (a row vector or a full ``[M, N]``
 tensor), activation and cast to the accumulators before the store
@@ -94,6 +109,7 @@ from tessera.passes.sm90.constants import (
 )
 from tessera.passes.sm90.conv import lower_conv2d_sm90
 from tessera.passes.sm90.epilogue import EpilogueEmitter, Sm90Epilogue
+from tessera.passes.sm90.split_tf32 import split_tf32
 from tessera.passes.sm90.transpose import transpose_2d
 from tessera.passes.tile_builder import KernelEmitter, cdiv
 from tessera.passes.tile_gemm import FMA_GROUP
@@ -104,8 +120,12 @@ BOX_MN = 64
 """Rows of M or N per operand box (and the width of an MN-major box)."""
 
 BOX_BYTES = BOX_MN * SWIZZLE_BYTES
-"""One box of 64 rows of 128 bytes (8 KiB): ``64 x 64`` 16-bit or ``64 x 128`` fp8 elements."""
+"""One box of 64 rows of 128 bytes (8 KiB): ``64 x 64`` 16-bit, ``64 x 128`` fp8 or
+``64 x 32`` f32 elements."""
 FP8 = ("e4m3", "e5m2")
+TF32 = ("tf32", "3xtf32")
+"""The f32 products on tf32 wgmmas: one TF32 product (``CompileOptions.allow_tf32``), or
+the error-compensated 3xTF32 one (full f32 accuracy, the default)."""
 
 
 # --------------------------------------------------------------------------- eligibility
@@ -119,9 +139,13 @@ def eligible(op: g.MatmulOp | g.MatmulEpilogueOp) -> str | None:
     """None if ``op``'s product can use the sm90 kernel, else why not."""
     et, bt = g.elem_of(op.lhs), g.elem_of(op.rhs)
     fp8 = isinstance(et, Float8E4M3FNType | Float8E5M2Type)
+    f32 = isinstance(et, Float32Type)
     if fp8:
         if not isinstance(bt, Float8E4M3FNType | Float8E5M2Type):
             return "an fp8 operand times a non-fp8 one"
+    elif f32:
+        if not isinstance(bt, Float32Type):
+            return "an f32 operand times a non-f32 one"
     elif not isinstance(et, BFloat16Type | Float16Type) or bt != et:
         return "operands are not both bf16 or both f16"
     rt = g.elem_of(_product_type(op))
@@ -133,6 +157,14 @@ def eligible(op: g.MatmulOp | g.MatmulEpilogueOp) -> str | None:
     ash, bsh = g.shape_of(op.lhs), g.shape_of(op.rhs)
     if min(prob.m, prob.n, prob.k) < 1:
         return "empty dimension"
+    if f32:  # both operands are read from K-major TF32 copies (any K; split_tf32)
+        wide = isinstance(g.elem_of(op.result), Float32Type) and isinstance(rt, Float32Type)
+        if prob.n % (2 if wide else 8):
+            return ("f32 products need N even (8-byte f32 stores), or a multiple of 8 for "
+                    "16-bit results (16-byte TMA row strides)")
+        if prob.batch > 1 and prob.m % 64:
+            return f"batched operands need M a multiple of 64 (M = {prob.m})"
+        return None
     # TMA row strides are 16-byte multiples: the stored last dim of each operand and N
     if fp8:  # both read K-major (an MN-major operand is copied K-major first)
         if prob.k % 16 or prob.n % 8:
@@ -192,7 +224,10 @@ class Sm90Gemm:
     m: int
     n: int
     k: int
-    in_type: str  # "bf16", "f16", "e4m3" or "e5m2" (A's; B's is ``b_type`` for fp8)
+    in_type: str
+    """"bf16", "f16", "e4m3" or "e5m2" (A's; B's is ``b_type`` for fp8), or for f32
+    operands "tf32" (one TF32 product) or "3xtf32" (A and B are ``[2, rows, K]`` hi/lo
+    copies, :mod:`tessera.passes.sm90.split_tf32`)."""
     out_type: str  # "bf16", "f16" or "f32"
     cfg: Sm90Config
     sms: int = NUM_SMS
@@ -216,22 +251,26 @@ class Sm90Gemm:
     then takes the bias pointer as a fourth parameter when there is one)."""
 
     def __post_init__(self) -> None:
-        if self.batch > 1 and (self.m % self.bm or self.k % self.box_k):
+        mn_major = self.a_t or not self.b_t
+        if self.batch > 1 and (self.m % self.bm or mn_major and self.k % self.box_k):
             raise ValueError(
                 f"lower-matmul-sm90: a batched product needs M a multiple of BM = {self.bm} "
-                f"and K a multiple of {self.box_k}, got M = {self.m}, K = {self.k}"
+                f"and, with an MN-major operand, K a multiple of {self.box_k}, got "
+                f"M = {self.m}, K = {self.k}"
             )
-        if self.fp8 and self.cfg.bn > 128:
-            raise ValueError("lower-matmul-sm90: fp8 tiles are at most 128 wide (the "
-                             "accumulators and their f32 totals share the registers)")
-        if self.fp8 and (self.a_t or not self.b_t):
-            raise ValueError("lower-matmul-sm90: fp8 operands must both be K-major "
-                             "(A row-major, B stored N x K)")
-        if not self.cfg.valid():
+        if self.promotes and self.cfg.bn > 128:
+            raise ValueError("lower-matmul-sm90: tiles that promote (fp8, 3xTF32) are at "
+                             "most 128 wide (the accumulators and their f32 totals share "
+                             "the registers)")
+        if (self.fp8 or self.tf32) and mn_major:
+            raise ValueError(f"lower-matmul-sm90: {self.in_type} operands must both be "
+                             "K-major (A row-major, B stored N x K)")
+        if not self.cfg.valid(self.copies, self.tma_store):
             raise ValueError(
                 f"lower-matmul-sm90: {self.cfg} is not a valid sm90 configuration (BN in "
                 f"64/128/192/256, 1 or 2 consumers and clusters, stages and the output tile "
-                f"within {SMEM_BUDGET} bytes of shared memory; needs {self.cfg.smem_bytes()})"
+                f"within {SMEM_BUDGET} bytes of shared memory; needs "
+                f"{self.cfg.smem_bytes(self.copies, self.tma_store)})"
             )
 
     @property
@@ -249,22 +288,60 @@ class Sm90Gemm:
         return self.in_type in FP8
 
     @property
+    def tf32(self) -> bool:
+        return self.in_type in TF32
+
+    @property
+    def copies(self) -> int:
+        """Operand copies per stage: 2 for 3xTF32 (hi and lo), else 1."""
+        return 2 if self.in_type == "3xtf32" else 1
+
+    @property
+    def promotes(self) -> bool:
+        """Each stage's product is added into f32 totals with ``add.rn.f32`` (fp8 and
+        3xTF32): the tensor cores' own accumulation does not round to nearest, and over
+        all of K it costs 3xTF32 ~90x its error (2.9e-5 against 3.2e-7 normwise at
+        K = 4096; docs/perf/2026-11-24-h100-f32-gemm.txt)."""
+        return self.fp8 or self.copies == 2
+
+    @property
+    def elem_bytes(self) -> int:
+        return 1 if self.fp8 else 4 if self.tf32 else 2
+
+    @property
     def box_k(self) -> int:
         """Elements of K per stage: one 128-byte swizzle row."""
-        return SWIZZLE_BYTES // (1 if self.fp8 else 2)
+        return SWIZZLE_BYTES // self.elem_bytes
 
     @property
     def mma_k(self) -> int:
-        """K of one wgmma: 16 for 16-bit operands, 32 for fp8 (32 bytes either way)."""
-        return 32 if self.fp8 else 16
+        """K of one wgmma: 16 for 16-bit operands, 32 for fp8, 8 for tf32 (32 bytes)."""
+        return 32 // self.elem_bytes
+
+    @property
+    def mma_type(self) -> str:
+        """The wgmma's operand types (``A.B``)."""
+        if self.tf32:
+            return "tf32.tf32"
+        return f"{self.in_type}.{self.b_type or self.in_type}"
 
     @property
     def a_bytes(self) -> int:
-        return self.bm * SWIZZLE_BYTES
+        return self.bm * SWIZZLE_BYTES * self.copies
 
     @property
     def b_bytes(self) -> int:
-        return self.cfg.bn * SWIZZLE_BYTES
+        return self.cfg.bn * SWIZZLE_BYTES * self.copies
+
+    @property
+    def a_rows(self) -> int:
+        """Rows of A's 2-D (K-major) view: its lo copy starts there (3xTF32)."""
+        return self.m * (self.batch if self.a_batched else 1)
+
+    @property
+    def b_rows(self) -> int:
+        """Rows of B's 2-D (K-major) view: its lo copy starts there (3xTF32)."""
+        return self.n * (self.batch if self.b_batched else 1)
 
     @property
     def tma_store(self) -> bool:
@@ -418,7 +495,11 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
             row = e.add32(m0, j * BOX_MN) if j else m0
             e.add(tt.CpAsyncBulkTensorOp(dst, tmap_a, row, ka, full))
     else:
-        e.add(tt.CpAsyncBulkTensorOp(a_dst, tmap_a, k0, plus(m0, a_rows), full))
+        arow = plus(m0, a_rows)
+        e.add(tt.CpAsyncBulkTensorOp(a_dst, tmap_a, k0, arow, full))
+        if gemm.copies == 2:  # A's lo copy: rows a_rows.. of the view, after hi in the slot
+            e.add(tt.CpAsyncBulkTensorOp(e.add32(a_dst, gemm.a_bytes // 2), tmap_a, k0,
+                                         e.add32(arow, gemm.a_rows), full))
     b_dst = e.mad32(stage, gemm.b_bytes, e.add32(sbase, stages * gemm.a_bytes))
     first_box = 0
     if rank is not None:  # rank r loads boxes [r * mine, (r + 1) * mine)
@@ -432,6 +513,9 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         col = e.add32(nb, j * BOX_MN) if j else nb
         inner, outer = (k0, col) if gemm.b_t else (col, kb)
         e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, inner, outer, full, mask=mask))
+        if gemm.copies == 2:  # B's lo copy (K-major): rows b_rows.. of the view
+            e.add(tt.CpAsyncBulkTensorOp(e.add32(dst, gemm.b_bytes // 2), tmap_b, k0,
+                                         e.add32(col, gemm.b_rows), full, mask=mask))
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
     e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
     e.advance(stage, phase, stages)
@@ -445,9 +529,10 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     builders.enter_consumer(e, GEMM_REGISTERS)
     cw = e.bin(tt.SubOp, "u32", wg, 1)
     acc = [e.reg("f32") for _ in range(bn // 2)]
-    # fp8: the tensor cores keep fp8 partial sums at reduced precision, so each stage's
-    # product (128 of K) starts afresh and is added into f32 totals (``promote``)
-    promote = gemm.fp8
+    # fp8: the tensor cores keep fp8 partial sums at reduced precision; 3xTF32: they do not
+    # round to nearest. Each stage's product (a 128-byte row of K) starts afresh and is
+    # added into f32 totals (``promote``)
+    promote = gemm.promotes
     tot = [e.reg("f32") for _ in range(bn // 2)] if promote else acc
     # K-major tiles: 128-byte rows of K, 8-row groups 1 KiB apart; a k16 step is 32 bytes.
     # MN-major tiles: 64-element boxes of M or N 8 KiB apart, 8 K-rows 1 KiB apart; a k16
@@ -472,7 +557,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     for v in (stage, phase, prev):
         e.mov("u32", v, 0)
     e.mov("u32", tile, unit0)
-    mma = f"m64n{bn}k{gemm.mma_k}.f32.{gemm.in_type}.{gemm.b_type or gemm.in_type}"
+    mma = f"m64n{bn}k{gemm.mma_k}.f32.{gemm.mma_type}"
 
     def release(slot: SSAValue, guard: SSAValue) -> None:
         """The warpgroup leader frees ``slot`` in every CTA that shares it."""
@@ -509,8 +594,14 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         if kk:
             dak = e.bin(tt.AddOp, "u64", da, kk * a_step, "b64")
             dbk = e.bin(tt.AddOp, "u64", db, kk * b_step, "b64")
-        e.add(tt.WgmmaOp(mma, acc, dak, dbk, accumulate if kk == 0 else always,
-                         trans_a=int(gemm.a_t), trans_b=int(not gemm.b_t)))
+        pairs = [(dak, dbk)]
+        if gemm.copies == 2:  # 3xTF32: A_lo B_hi + A_hi B_lo + A_hi B_hi (small terms first)
+            dal = e.bin(tt.AddOp, "u64", dak, (gemm.a_bytes // 2) >> 4, "b64")
+            dbl = e.bin(tt.AddOp, "u64", dbk, (gemm.b_bytes // 2) >> 4, "b64")
+            pairs = [(dal, dbk), (dak, dbl), (dak, dbk)]
+        for i, (x, y) in enumerate(pairs):
+            e.add(tt.WgmmaOp(mma, acc, x, y, accumulate if kk == 0 and i == 0 else always,
+                             trans_a=int(gemm.a_t), trans_b=int(not gemm.b_t)))
     e.add(tt.FenceOp("wgmma_commit"))
     if promote:  # this stage's product is complete: add it to the totals, free the slot
         e.add(tt.WgmmaWaitOp(0))
@@ -673,9 +764,12 @@ def _product_type(op: g.MatmulOp | g.MatmulEpilogueOp) -> TensorType:
     return t
 
 
-def gemm_for(op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = ()) -> Sm90Gemm:
+def gemm_for(
+    op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = (), allow_tf32: bool = False,
+) -> Sm90Gemm:
     """The kernel specialization for an eligible matmul (tile_shape, a tuned config of
-    ``tiles`` or the heuristic)."""
+    ``tiles`` or the heuristic); f32 operands take the ``tf32`` kernel when ``allow_tf32``,
+    else the ``3xtf32`` one."""
     prob = _problem(op)
     assert isinstance(prob, _Problem), prob
     ta, tb = op.transpose_lhs is not None, op.transpose_rhs is not None
@@ -684,10 +778,15 @@ def gemm_for(op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = ()) -> 
         cfg = Sm90Config.from_tile_shape(tuple(op.tile_shape.get_values()))
     in_type = _TYPE_NAMES[type(g.elem_of(op.lhs))]
     out_type = _TYPE_NAMES[type(g.elem_of(_product_type(op)))]
+    if in_type == "f32":
+        in_type = "tf32" if allow_tf32 else "3xtf32"
     if cfg is None:
         cfg = sm90_config(prob.m * prob.batch, prob.n, prob.k, in_type, out_type, tiles)
-    a_type = _TYPE_NAMES[type(g.elem_of(op.lhs))]
-    b_type = _TYPE_NAMES[type(g.elem_of(op.rhs))]
+    a_type = in_type
+    b_type = _TYPE_NAMES[type(g.elem_of(op.rhs))] if in_type not in TF32 else in_type
+    if in_type in TF32:  # read K-major copies (split_tf32) or the K-major operands
+        ta, tb = False, True
+        cfg = tf32_config(cfg, in_type == "3xtf32", out_type != "f32")
     if a_type in FP8:  # the kernel reads K-major copies of MN-major fp8 operands
         ta, tb = False, True
         if cfg.bn > 128:  # accumulators and f32 totals: 2 x BN / 2 registers
@@ -700,6 +799,20 @@ def gemm_for(op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = ()) -> 
         batch=prob.batch, a_batched=prob.a_batched, b_batched=prob.b_batched,
         b_type=b_type if b_type != a_type else None,
     )
+
+
+def tf32_config(cfg: Sm90Config, split: bool, staging: bool) -> Sm90Config:
+    """``cfg`` adapted to the tf32 kernels: as many stages as fit (at most 5; f32 results
+    need no staging tile); a 3xTF32 stage holds two copies of each operand; promoting
+    tiles (3xTF32) are at most 128 wide."""
+    copies = 2 if split else 1
+    if split and cfg.bn > 128:
+        cfg = replace(cfg, bn=128)
+    fits = [s for s in range(2, 6) if replace(cfg, stages=s).valid(copies, staging)]
+    if not fits:  # a 128-wide tile always fits two stages
+        cfg = replace(cfg, bn=128)
+        fits = [s for s in range(2, 6) if replace(cfg, stages=s).valid(copies, staging)]
+    return replace(cfg, stages=max(fits))
 
 
 def device_sms() -> int:
@@ -716,7 +829,8 @@ def device_sms() -> int:
 
 
 def lower_matmul_sm90(
-    lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = ()
+    lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = (),
+    allow_tf32: bool = False,
 ) -> bool:
     """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path.
 
@@ -728,7 +842,7 @@ def lower_matmul_sm90(
     """
     if eligible(op) is not None:
         return False
-    gemm = gemm_for(op, tiles)
+    gemm = gemm_for(op, tiles, allow_tf32)
     n = lw.counter.get("matmul", 0)
     lw.counter["matmul"] = n + 1
     name = f"{lw.prefix}_matmul_{n}"
@@ -738,11 +852,22 @@ def lower_matmul_sm90(
             args[0] = transpose_2d(lw, args[0], gemm.k, gemm.m, g.elem_of(op.lhs))
         if op.transpose_rhs is None:
             args[1] = transpose_2d(lw, args[1], gemm.k, gemm.n, g.elem_of(op.rhs))
+    if gemm.tf32:  # K-major TF32 copies (hi, or hi and lo); tf32 reads aligned K-major as is
+        for i, (operand, k_major) in enumerate(
+            ((op.lhs, op.transpose_lhs is None), (op.rhs, op.transpose_rhs is not None))
+        ):
+            if gemm.copies == 2 or not k_major or gemm.k % 4:
+                args[i] = split_tf32(lw, args[i], g.shape_of(operand), not k_major,
+                                     gemm.copies)
     split = False
     if isinstance(op, g.MatmulEpilogueOp):
         ep = Sm90Epilogue.of(op, gemm.out_type)
         if isinstance(ep, Sm90Epilogue) and type(g.elem_of(op.result)) in _TYPE_NAMES:
-            gemm = replace(gemm, out_type=_TYPE_NAMES[type(g.elem_of(op.result))], epilogue=ep)
+            out = _TYPE_NAMES[type(g.elem_of(op.result))]
+            cfg = gemm.cfg
+            if gemm.tf32:  # a 16-bit result needs the staging tile: fewer stages may fit
+                cfg = tf32_config(replace(cfg, stages=2), gemm.copies == 2, out != "f32")
+            gemm = replace(gemm, out_type=out, epilogue=ep, cfg=cfg)
             if op.bias is not None:
                 args.append(lw.mem(op.bias))
         else:
@@ -783,7 +908,8 @@ class LowerMatmulSm90(LowerGraphToTile):
     name = "lower-matmul-sm90"
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
-        lower = functools.partial(lower_matmul_sm90, tiles=self.sm90_tiles)
+        lower = functools.partial(lower_matmul_sm90, tiles=self.sm90_tiles,
+                                  allow_tf32=self.allow_tf32)
         return {  # type: ignore[dict-item]
             g.MatmulOp: (lower,), g.MatmulEpilogueOp: (lower,),
             g.Conv2dOp: (lower_conv2d_sm90,),

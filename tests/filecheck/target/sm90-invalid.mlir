@@ -12,6 +12,28 @@ ttarget.func @k() maxntid = 128 {
 // -----
 
 ttarget.func @k() maxntid = 128 {
+  %d = ttarget.reg "f32"
+  %a = ttarget.reg "b64"
+  %p = ttarget.reg "pred"
+  // expected-error@+1 {{ttarget.wgmma: tf32 operands are K-major: trans_a and trans_b must be 0}}
+  ttarget.wgmma "m64n8k8.f32.tf32.tf32" (%d, %d, %d, %d), %a, %a, %p trans_a = 0 trans_b = 1
+  ttarget.ret
+}
+
+// -----
+
+ttarget.func @k() maxntid = 128 {
+  %d = ttarget.reg "f32"
+  %a = ttarget.reg "b64"
+  %p = ttarget.reg "pred"
+  // expected-error@+1 {{ttarget.wgmma: shape m64n8k16: needs m64, k8 and N a multiple of 8 in [8, 256]}}
+  ttarget.wgmma "m64n8k16.f32.tf32.tf32" (%d, %d, %d, %d), %a, %a, %p trans_a = 0 trans_b = 0
+  ttarget.ret
+}
+
+// -----
+
+ttarget.func @k() maxntid = 128 {
   // expected-error@+1 {{ttarget.setmaxnreg: register count must be a multiple of 8 in [24, 256], got 20}}
   ttarget.setmaxnreg "dec" 20
   ttarget.ret

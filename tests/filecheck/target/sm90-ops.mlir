@@ -33,6 +33,7 @@ ttarget.func @hopper(%c: !ttarget.param<u64>, %t: !ttarget.param<tmap>) maxntid 
   ttarget.bra "W" if %p negated
   ttarget.fence "wgmma"
   ttarget.wgmma "m64n8k16.f32.bf16.bf16" (%d0, %d1, %d2, %d3), %da, %db, %p trans_a = 0 trans_b = 1
+  ttarget.wgmma "m64n8k8.f32.tf32.tf32" (%d0, %d1, %d2, %d3), %da, %db, %p trans_a = 0 trans_b = 0
   ttarget.fence "wgmma_commit"
   ttarget.wgmma_wait 0
   ttarget.mbarrier_arrive [%bar] if %p
@@ -56,6 +57,7 @@ ttarget.func @hopper(%c: !ttarget.param<u64>, %t: !ttarget.param<tmap>) maxntid 
 // CHECK-NEXT:   ttarget.bra "W" if %p negated
 // CHECK-NEXT:   ttarget.fence "wgmma"
 // CHECK-NEXT:   ttarget.wgmma "m64n8k16.f32.bf16.bf16" (%d0, %d1, %d2, %d3), %da, %db, %p trans_a = 0 trans_b = 1
+// CHECK-NEXT:   ttarget.wgmma "m64n8k8.f32.tf32.tf32" (%d0, %d1, %d2, %d3), %da, %db, %p trans_a = 0 trans_b = 0
 // CHECK-NEXT:   ttarget.fence "wgmma_commit"
 // CHECK-NEXT:   ttarget.wgmma_wait 0
 // CHECK-NEXT:   ttarget.mbarrier_arrive [%bar] if %p
@@ -79,6 +81,7 @@ ttarget.func @hopper(%c: !ttarget.param<u64>, %t: !ttarget.param<tmap>) maxntid 
 // PTX-NEXT: @!%p0 bra W;
 // PTX-NEXT: wgmma.fence.sync.aligned;
 // PTX-NEXT: wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%f0, %f1, %f2, %f3}, %rd1, %rd2, %p0, 1, 1, 0, 1;
+// PTX-NEXT: wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%f0, %f1, %f2, %f3}, %rd1, %rd2, %p0, 1, 1;
 // PTX-NEXT: wgmma.commit_group.sync.aligned;
 // PTX-NEXT: wgmma.wait_group.sync.aligned 0;
 // PTX-NEXT: @%p0 mbarrier.arrive.shared::cta.b64 _, [%r1];

@@ -324,9 +324,9 @@ def test_each_pipeline_is_defined_once() -> None:
         n for n in graph[1:] if n != "cse"
     ]
     assert [p.name for p in expand([PtxPipelinePass()])] == [
-        *graph, "lower-graph-to-tile", "lower-tile-to-target",
+        *graph, "lower-graph-to-tile", "dedupe-kernels", "lower-tile-to-target",
     ]
-    (tile,) = stage_passes("tile", CompileOptions(
+    (tile, _dedupe) = stage_passes("tile", CompileOptions(
         sm90_kernels=True, sm90_tiles=(("8x8x8:bf16->bf16", (128, 3, 1, 8, 1)),),
     ))
     assert tile.sm90 and tile.sm90_tiles == ("8x8x8:bf16->bf16=128,3,1,8,1",)

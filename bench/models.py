@@ -181,7 +181,7 @@ def run_row(name: str, mode: str, args: argparse.Namespace) -> Row:
                                   / scale)
                 row.error = err
                 row.report = str(tt.last_report())
-                if err > TOL:
+                if not err <= TOL:  # NaN too
                     row.notes.append(f"tessera differs from eager: {err:.3g} > {TOL}")
                     continue
             setattr(row, f"{which}_ms", _time_ms(step, args.reps))

@@ -58,3 +58,19 @@ def test_infinite_constants_on_cuda() -> None:
     x = torch.tensor([1.0, float("-inf"), float("nan")], device="cuda")
     f = ts.jit(lambda x: ts.maximum(x, -ts.inf) + ts.constant(0.0, like=x))
     _same(f(x), torch.maximum(x, torch.tensor(float("-inf"), device="cuda")))
+
+
+def test_pow_of_negative_bases_on_cuda() -> None:
+    """``pow`` as C's powf: a negative base to an integer power keeps its sign rule (GELU's
+    ``x ** 3``), to a non-integer power is NaN; ``x ** 0 = 1 ** y = 1``; ``0 ** y`` is 0 or
+    inf. Against torch on the GPU, within the approximate exp2/log2's error."""
+    base = torch.tensor([-2.0, -2.0, -2.0, -3.5, -0.5, -1.0, 0.0, 0.0, 0.0, 1.0, float("nan"),
+                         -2.0, 7.0, -1e-3, -40.0], device="cuda")
+    expo = torch.tensor([3.0, 2.0, 0.5, 3.0, -3.0, 1e9 + 1, 0.0, -1.0, 2.0, float("nan"), 0.0,
+                         -2.0, 1.5, 3.0, 5.0], device="cuda")
+    got = ts.jit(lambda x, y: ts.pow(x, y))(base, expo)
+    want = torch.pow(base.double(), expo.double()).float()
+    torch.testing.assert_close(got, want, rtol=2e-6, atol=0, equal_nan=True)
+    x = torch.randn(4099, device="cuda") * 4
+    torch.testing.assert_close(ts.jit(lambda t: ts.pow(t, 3.0))(x), x.double().pow(3).float(),
+                               rtol=2e-6, atol=1e-30)

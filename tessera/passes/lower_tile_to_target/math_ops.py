@@ -142,12 +142,43 @@ def _fma(lw: KernelLowering, op: Operation) -> None:
 
 @lowers(mathd.PowFOp)
 def _powf(lw: KernelLowering, op: Operation) -> None:
-    """a**b = exp2(b * log2(a)) for a > 0 (NaN for a < 0, as log2 of a negative is NaN)."""
+    """``a ** b`` with C's ``powf`` (and numpy's) special cases: ``|a| ** b =
+    exp2(b * log2 |a|)``; for ``a < 0`` the result is negated when ``b`` is an odd
+    integer and NaN when ``b`` is not an integer; ``a ** 0 = 1`` and ``1 ** b = 1``
+    for every ``a`` and ``b`` (NaN included); ``0 ** b`` is ``0`` or ``inf`` by the sign
+    of ``b`` (exp2 of ``-inf`` / ``inf``)."""
     _f32_only(lw, op)
     a, b = (lw.one(v) for v in op.operands)
     d = lw.define(op.results[0])
-    lg = lw.reg("f32")
-    lw.emit(tt.Lg2Op("approx.f32", lg, a))
-    t = lw.reg("f32")
+    one = lw.imm(1.0, f32)
+
+    def reg(kind: str = "f32") -> SSAValue:
+        return lw.reg(kind)
+
+    abs_a, lg, t, mag = reg(), reg(), reg(), reg()
+    lw.emit(tt.AbsOp("f32", abs_a, a))
+    lw.emit(tt.Lg2Op("approx.f32", lg, abs_a))
     lw.emit(tt.MulOp("rn.f32", t, lg, b))
-    lw.emit(tt.Ex2Op("approx.f32", d, t))
+    lw.emit(tt.Ex2Op("approx.f32", mag, t))
+    # the sign for a < 0: b an integer (trunc(b) == b), odd when trunc(b / 2) != b / 2
+    tb, half, th = reg(), reg(), reg()
+    lw.emit(tt.CvtOp("rzi.f32.f32", tb, [b]))
+    lw.emit(tt.MulOp("rn.f32", half, b, lw.imm(0.5, f32)))
+    lw.emit(tt.CvtOp("rzi.f32.f32", th, [half]))
+    is_int, is_odd, neg = reg("pred"), reg("pred"), reg("pred")
+    lw.emit(tt.SetpOp("eq.f32", is_int, tb, b))
+    lw.emit(tt.SetpOp("neu.f32", is_odd, th, half))
+    lw.emit(tt.SetpOp("lt.f32", neg, a, lw.imm(0.0, f32)))
+    minus, signed, on_neg = reg(), reg(), reg()
+    lw.emit(tt.NegOp("f32", minus, mag))
+    lw.emit(tt.SelpOp("f32", signed, minus, mag, is_odd))
+    lw.emit(tt.SelpOp("f32", on_neg, signed, lw.imm(float("nan"), f32), is_int))
+    r1 = reg()
+    lw.emit(tt.SelpOp("f32", r1, on_neg, mag, neg))
+    # b == 0 or a == 1: exactly 1
+    b0, a1 = reg("pred"), reg("pred")
+    lw.emit(tt.SetpOp("eq.f32", b0, b, lw.imm(0.0, f32)))
+    lw.emit(tt.SetpOp("eq.f32", a1, a, one))
+    r2 = reg()
+    lw.emit(tt.SelpOp("f32", r2, one, r1, b0))
+    lw.emit(tt.SelpOp("f32", d, one, r2, a1))

@@ -110,7 +110,7 @@ def test_ptxas_accepts(text):
 
 def test_jit_fft_product_lowers_and_matches():
     @ts.jit
-    def spectrum(x: ts.Tensor["N", ts.f64], y: ts.Tensor["N", ts.f64]):
+    def spectrum(x, y):
         a, b = ts.fft(x), ts.fft(y)
         return a * b / (a - b) + a
 

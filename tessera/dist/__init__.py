@@ -25,7 +25,15 @@ from tessera.dist.collectives import (
     reduce_scatter,
     send,
 )
-from tessera.dist.mesh import Mesh, MeshError, current_mesh, init, mesh, use_mesh
+from tessera.dist.mesh import (
+    GPUUnavailableError,
+    Mesh,
+    MeshError,
+    current_mesh,
+    init,
+    mesh,
+    use_mesh,
+)
 from tessera.dist.sharding import (
     ShardingError,
     ShardSpec,
@@ -37,7 +45,7 @@ from tessera.dist.sharding import (
 from tessera.dist.tensor import DistTensor, from_local, from_shards, tensor
 
 __all__ = [
-    "CollectiveError", "DistTensor", "Mesh", "MeshError", "ShardSpec", "ShardingError",
+    "CollectiveError", "DistTensor", "GPUUnavailableError", "Mesh", "MeshError", "ShardSpec", "ShardingError",
     "all_gather", "all_reduce", "all_slice", "all_to_all", "current_mesh", "from_local",
     "from_shards", "init", "local_shape", "mesh", "rank_ordered_reduce", "recv",
     "reduce_scatter", "send", "shard", "shard_all", "tensor", "unshard", "use_mesh",

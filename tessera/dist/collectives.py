@@ -104,6 +104,7 @@ def _resolve(
         n = mesh.axis_size(axis)
     except MeshError as e:
         raise CollectiveError(f"{what}: {e}") from None
+    mesh.check_devices()
     if not mesh.is_initialized():
         if n == 1:
             return _Group(None, 1, 0, torch.device("cpu"))

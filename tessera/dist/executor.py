@@ -25,7 +25,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp
 
-from tessera.dist.mesh import Mesh, MeshError
+from tessera.dist.mesh import Mesh, MeshError, require_gpus
 from tessera.dist.sharding import shard
 from tessera.dist.tensor import DistTensor
 from tessera.ir.attrs import MeshAttr, ShardSpecAttr
@@ -151,6 +151,7 @@ def run_compiled(
 
         from tessera.runtime import convert
 
+        require_gpus(f"@{name} on {mesh!r}")
         dev = torch.device("cuda", torch.cuda.current_device())
         local = [
             a.to(dev) if convert.is_torch_tensor(a) else convert.to_torch(np.asarray(a)).to(dev)
@@ -201,6 +202,7 @@ def run_lowered(
 
     from tessera.runtime import convert, cuda
 
+    require_gpus(f"@{name} on {mesh!r}")
     dev = torch.device("cuda", torch.cuda.current_device())
     local = [
         a.to(dev) if convert.is_torch_tensor(a) else convert.to_torch(np.asarray(a)).to(dev)

@@ -12,7 +12,6 @@ gloo serves CPU devices.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -25,6 +24,26 @@ from tessera.options import process_group_env
 
 class MeshError(TesseraError, ValueError):
     """A mesh that cannot be built or used as asked (bad shape, unknown axis, ...)."""
+
+
+class GPUUnavailableError(MeshError):
+    """A mesh of ``cuda:*`` devices (or the NCCL backend) used where torch sees no GPU."""
+
+
+def require_gpus(what: str) -> int:
+    """The number of CUDA devices torch sees; :class:`GPUUnavailableError` naming ``what``
+    when there are none (torch without CUDA, or no device visible)."""
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n == 0:
+        why = ("torch was built without CUDA" if not torch.backends.cuda.is_built()
+               else "torch sees no CUDA device")
+        raise GPUUnavailableError(
+            f"{what} needs CUDA devices, but {why}; on a CPU machine use a mesh of int "
+            "ranks or 'cpu' devices (gloo), e.g. dist.Mesh(axes=..., devices=range(n))"
+        )
+    return n
 
 
 def _device_kind(d: Any) -> str:
@@ -165,6 +184,7 @@ class Mesh:
         import torch
 
         if self.device_type == "cuda":
+            self.check_devices()
             d = self.devices[rank]
             if isinstance(d, str) and d.startswith("cuda"):
                 return torch.device(d)
@@ -197,6 +217,12 @@ class Mesh:
 
     # ------------------------------------------------------------------ execution
 
+    def check_devices(self) -> None:
+        """:class:`GPUUnavailableError` when the mesh names CUDA devices and torch sees
+        none (a mesh of int ranks runs on whatever the machine has)."""
+        if self._kind == "cuda":
+            require_gpus(f"{self!r} (devices {self.devices[0]!r}, ...)")
+
     def is_initialized(self) -> bool:
         import torch.distributed as tdist
 
@@ -206,6 +232,7 @@ class Mesh:
         """This process's rank; errors if no process group exists or its size differs."""
         import torch.distributed as tdist
 
+        self.check_devices()
         if not self.is_initialized():
             raise MeshError(
                 f"{self!r} needs an initialized torch.distributed process group to execute "
@@ -292,7 +319,7 @@ def init(backend: str | None = None, device_type: str | None = None) -> int:
         backend = "nccl" if device_type == "cuda" else "gloo"
     local = process_group_env(_free_port)
     if backend == "nccl":
-        torch.cuda.set_device(local % torch.cuda.device_count())
+        torch.cuda.set_device(local % require_gpus("dist.init with the NCCL backend"))
     tdist.init_process_group(backend)
     return tdist.get_rank()
 

@@ -72,6 +72,8 @@ class Mesh:
         axes: Sequence[str] | dict[str, int],
         devices: Iterable[Any] | int | None = None,
         shape: Sequence[int] | None = None,
+        *,
+        ranks_per_node: int | None = None,
     ):
         if isinstance(axes, dict):
             if shape is not None:
@@ -114,6 +116,15 @@ class Mesh:
         self.devices: tuple[Any, ...] = tuple(devs)
         self._kind = next(iter(kinds - {"rank"}), "rank")
         self._device_mesh: Any = None
+        if ranks_per_node is not None and (
+            isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int)
+            or ranks_per_node < 1
+        ):
+            raise MeshError(f"ranks_per_node must be an int >= 1, got {ranks_per_node!r}")
+        self.ranks_per_node = ranks_per_node
+        """Ranks per machine (consecutive ranks share one); None: from the devices
+        (see :mod:`tessera.dist.topology`)."""
+        self._topology: Any = None
 
     # ------------------------------------------------------------------ description
 
@@ -216,6 +227,15 @@ class Mesh:
         return f"Mesh({ax}; {self.size} {self.device_type} devices)"
 
     # ------------------------------------------------------------------ execution
+
+    def topology(self) -> Any:
+        """The :class:`tessera.dist.topology.Topology` the collectives' reduction order is
+        chosen from (computed once)."""
+        if self._topology is None:
+            from tessera.dist.topology import Topology
+
+            self._topology = Topology.of(self)
+        return self._topology
 
     def check_devices(self) -> None:
         """:class:`GPUUnavailableError` when the mesh names CUDA devices and torch sees

@@ -32,8 +32,8 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, TensorType
 from xdsl.ir import Block, Operation, Region, SSAValue
 
-from tessera.errors import TesseraError
 from tessera.dist.mesh import Mesh
+from tessera.errors import TesseraError
 from tessera.ir import graph as g
 from tessera.passes.shard_propagation import SHARD, STAGE, USER_COLLECTIVES
 

@@ -79,3 +79,77 @@ def test_collectives_keep_their_order_and_chain():
     # flight while exp(x) runs; both exp consumers wait (the comm stream is in order)
     assert shape(p) == ["tanh", "tgraph.all_reduce", "exp", "tgraph.all_reduce", "exp+exp"]
     assert overlap_plan(p.steps) == [InFlight(1, (2,), 4), InFlight(3, (), 4)]
+
+
+class _FakeCuda:
+    """Records what StreamOverlap asks of torch.cuda (streams, events, waits)."""
+
+    def __init__(self, log: list):
+        self.log = log
+        test = self
+
+        class Stream:
+            def __init__(self, name="comm", device=None):
+                self.name, self.device = name, device
+
+            def wait_event(self, ev):
+                test.log.append(f"{self.name} waits {ev.name}")
+
+        class Event:
+            n = 0
+
+            def __init__(self):
+                Event.n += 1
+                self.name = f"e{Event.n}"
+
+            def record(self, stream):
+                test.log.append(f"{self.name} on {stream.name}")
+
+        class _Ctx:
+            def __init__(self, s):
+                self.s = s
+
+            def __enter__(self):
+                test.log.append(f"enter {self.s.name}")
+
+            def __exit__(self, *a):
+                test.log.append(f"exit {self.s.name}")
+
+        self.Stream, self.Event = Stream, Event
+        self.current_stream = lambda: Stream("compute")
+        self.stream = _Ctx
+
+
+class _FakeTorch:
+    class Tensor:
+        is_cuda = True
+
+        def __init__(self, name, log):
+            self.name, self.log = name, log
+
+        def record_stream(self, s):
+            self.log.append(f"{self.name} used on {s.name}")
+
+    def __init__(self, log):
+        self.cuda = _FakeCuda(log)
+
+
+def test_stream_overlap_orders_with_events():
+    from tessera.dist.overlap import StreamOverlap
+
+    log: list = []
+    fake = _FakeTorch(log)
+    so = StreamOverlap(torch_module=fake)
+    a, b, c = object(), object(), object()  # the IR values of a program
+    x = fake.Tensor("x", log)
+    so.before_segment([])
+    (r,) = so.collective(lambda: [fake.Tensor("r", log)], [x], [b])
+    so.before_segment([a])  # independent: no wait
+    log.append("-- consumer")
+    so.before_segment([b, c])  # uses the collective's result: waits for it
+    so.finish([b])
+    assert log == [
+        "e1 on compute", "comm waits e1", "x used on comm", "enter comm", "exit comm",
+        "e2 on comm", "r used on compute", "-- consumer", "compute waits e2",
+    ]
+    assert so.used_streams == ["compute", "comm", "compute", "compute"]

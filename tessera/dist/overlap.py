@@ -134,10 +134,10 @@ def overlap_plan(steps: Sequence[Any]) -> list[InFlight]:
 class StreamOverlap:
     """The CUDA streams and events of one overlapped run (see the module docstring)."""
 
-    def __init__(self) -> None:
-        import torch
-
-        self.torch = torch
+    def __init__(self, torch_module: Any = None) -> None:
+        if torch_module is None:
+            import torch as torch_module
+        torch = self.torch = torch_module
         self.compute = torch.cuda.current_stream()
         self.comm = torch.cuda.Stream(device=self.compute.device)
         self.pending: dict[SSAValue, Any] = {}

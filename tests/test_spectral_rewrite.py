@@ -147,3 +147,14 @@ def test_jit_default_pipeline_folds_the_pair():
     x = RNG.standard_normal((2, 8))
     assert np.array_equal(roundtrip(x), x)
     assert "tgraph.fft" not in roundtrip.inspect_ir("graph")
+
+
+def test_jit_parseval_in_the_guides_spelling():
+    @ts.jit
+    def energy(x):
+        X = ts.fft(x)
+        return ts.sum(ts.real(X) * ts.real(X) + ts.imag(X) ** 2, axis=-1)
+
+    x = RNG.standard_normal((3, 16))
+    np.testing.assert_allclose(energy(x), (np.abs(np.fft.fft(x)) ** 2).sum(-1), rtol=1e-12)
+    assert "tgraph.fft" not in energy.inspect_ir("graph")

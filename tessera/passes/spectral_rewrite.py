@@ -118,10 +118,20 @@ class FoldComplexParts(RewritePattern):
 # --------------------------------------------------------------------------- Parseval
 
 
+def _same(a: SSAValue, b: SSAValue) -> bool:
+    """``a`` and ``b`` are one value: the same SSA value, or the same part of one complex
+    value taken twice (``ts.real(X) * ts.real(X)`` before CSE)."""
+    if a == b:
+        return True
+    oa, ob = a.owner, b.owner
+    return (isinstance(oa, g.RealOp | g.ImagOp) and type(oa) is type(ob)
+            and oa.input == ob.input)  # type: ignore[union-attr]
+
+
 def _square_of(v: SSAValue) -> SSAValue | None:
     """``p`` when ``v`` is ``p * p`` or ``p ** 2``."""
     o = v.owner
-    if isinstance(o, g.MulOp) and o.lhs == o.rhs:
+    if isinstance(o, g.MulOp) and _same(o.lhs, o.rhs):
         return o.lhs
     if isinstance(o, g.PowOp) and splat_value(o.rhs) == 2:
         return o.lhs

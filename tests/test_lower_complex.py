@@ -129,3 +129,27 @@ def test_complex_pow_is_reported():
     with pytest.raises(NotImplementedError, match=r"tgraph.pow has no Tile IR lowering "
                                                   r"\(complex tensors"):
         lower(text)
+
+
+def test_python_scalars_with_complex_tensors_on_the_tile_interpreter():
+    from xdsl.parser import Parser
+
+    from tessera.ir.context import default_context
+    from tessera.passes.lower_graph_to_tile import LowerGraphToTile
+
+    @ts.jit
+    def f(x):
+        X = ts.fft(x)
+        return (-X * 2.0 + 1) / (1 + 2j) - 3
+
+    x = RNG.standard_normal((3, 16))
+    X = np.fft.fft(x)
+    want = (-X * 2.0 + 1) / (1 + 2j) - 3
+    np.testing.assert_allclose(f(x), want, rtol=1e-13, atol=1e-13)  # Graph IR interpreter
+    ctx = default_context()
+    m = Parser(ctx, f.inspect_ir("graph")).parse_module()
+    LowerGraphToTile().apply(ctx, m)
+    (got,) = run_host(m, "f", [x])
+    np.testing.assert_allclose(as_complex(got), want, rtol=1e-13, atol=1e-13)
+    with pytest.raises(ts.TesseraTypeError, match="cannot combine True with a complex tensor"):
+        ts.jit(lambda x: ts.fft(x) * True)(x)

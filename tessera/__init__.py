@@ -59,11 +59,11 @@ from tessera.frontend.jit import CompiledFunction, jit  # noqa: E402
 from tessera.frontend.ops import *  # noqa: E402, F403, A004
 from tessera.frontend.ops import OP_FUNCTIONS as _OP_FUNCTIONS  # noqa: E402
 from tessera.frontend.ops import e, inf, pi  # noqa: E402
-from tessera.frontend.tracing import TracedTensor  # noqa: E402
+from tessera.frontend.tracing import TracedTensor, stage  # noqa: E402
 
 __all__ += [
     "graph", "op", "Tensor", "TensorAnnotation", "TracedTensor", "CompiledFunction", "jit",
-    "TesseraError", "ShapeError", "TesseraTypeError", "TraceError", "pi", "e", "inf",
+    "TesseraError", "ShapeError", "TesseraTypeError", "TraceError", "pi", "e", "inf", "stage",
     *_OP_FUNCTIONS,
 ]
 # --- tile kernels (@kernel, ts.tile) ---

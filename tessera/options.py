@@ -58,6 +58,7 @@ from tessera.errors import TesseraError
 DEFAULT_GRAPH_PASSES: tuple[str, ...] = (
     "canonicalize",
     "algebraic-simplify",
+    "spectral-rewrite",
     "cse",
     "fuse-attention",
     "fuse-matmul-epilogue",

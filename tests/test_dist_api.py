@@ -36,7 +36,9 @@ def test_mesh_spellings_and_errors():
         dist.mesh(devices=range(5), axes=("dp", "tp"), shape=(2, 2))
     with pytest.raises(dist.MeshError, match="mesh has no axis 'ep'"):
         m2.axis_size("ep")
-    with pytest.raises(dist.MeshError, match="needs an initialized torch.distributed"):
+    # without a process group; on a machine without GPUs, first: no CUDA devices
+    with pytest.raises(dist.MeshError,
+                       match="needs an initialized torch.distributed|needs CUDA devices"):
         m2.device_mesh()
 
 

@@ -1,7 +1,10 @@
 """Multi-process gloo runs (one spawn of 2 ranks, one of 4; every check of a world size
 runs in its single spawn): deterministic collectives, and sharded Graph IR programs each
 equal to the single-process float64 reference (TP GEMMs: column, row, reduce-scattered;
-2D sharding; a DP training step; a 2-stage pipeline; hand-written collectives)."""
+2D sharding; a DP training step; a 2-stage pipeline; hand-written collectives); compiled
+segments with and without compute/communication overlap (bitwise equal); every reduction
+order (ring, tree, hierarchical) giving its documented result; a pipeline written with
+``ts.stage``; a ``cuda:*`` mesh without GPUs as a named error."""
 
 from __future__ import annotations
 
@@ -12,8 +15,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import tessera as ts
 from tessera import dist
-from tessera.dist.executor import parse, run_spmd
+from tessera.dist.executor import parse, run_compiled, run_spmd
 from tessera.dist.launch import spawn
 from tessera.runtime.graph_interpreter import run_function
 
@@ -132,6 +136,94 @@ def _programs_rank(rank: int, world: int) -> dict:
         m_pp = dist.mesh(devices=range(2), axes=("pp",))
         out["pipe"] = run_spmd(parse(pipeline_program("pp = 2", False)), "pipe",
                                [XP, W1, W2], m_pp)
+        out.update(_stage_and_gpu_checks(rank))
+    out.update(_overlap_checks(rank, world))
+    if world == 4:
+        out.update(_order_checks(rank))
+    return out
+
+
+# --------------------------------------------------------------------------- overlap, orders
+
+
+OVERLAP = """
+func.func @ov(%x: tensor<8x8xf64>, %w: tensor<8x8xf64>, %v: tensor<8x8xf64>) -> tensor<8x8xf64> attributes {tessera.mesh = #tessera.mesh<dp = WORLD>} {
+  %g = tgraph.matmul %x, %w : (tensor<8x8xf64>, tensor<8x8xf64>) -> tensor<8x8xf64>
+  %h = tgraph.tanh %v : (tensor<8x8xf64>) -> tensor<8x8xf64>
+  %k = tgraph.matmul %h, %h : (tensor<8x8xf64>, tensor<8x8xf64>) -> tensor<8x8xf64>
+  %r = tgraph.all_reduce %g op = "sum" axis = "dp" : (tensor<8x8xf64>) -> tensor<8x8xf64>
+  %s = tgraph.add %r, %k : (tensor<8x8xf64>, tensor<8x8xf64>) -> tensor<8x8xf64>
+  func.return %s : tensor<8x8xf64>
+}
+"""
+
+
+def _bytes_of(results: list) -> list:
+    return [None if r is None else np.asarray(r).tobytes() for r in results]
+
+
+def _overlap_checks(rank: int, world: int) -> dict:
+    """Each program compiled into segments, run with and without overlap."""
+    m_tp = dist.mesh(devices=range(world), axes=("tp",))
+    m_dp = dist.mesh(devices=range(world), axes=("dp",))
+    progs = [
+        (parse(tp_program(world)), "col", [X, W], m_tp),
+        (parse(tp_program(world)), "row_rs", [X, W], m_tp),
+        (parse(OVERLAP.replace("WORLD", str(world))), "ov",
+         [_data(20 + rank, 8, 8), _data(30 + rank, 8, 8), _data(40 + rank, 8, 8)], m_dp),
+    ]
+    if world == 2:
+        progs.append((parse(pipeline_program("pp = 2", False)), "pipe", [XP, W1, W2],
+                      dist.mesh(devices=range(2), axes=("pp",))))
+    out = {}
+    for mod, name, args, mesh in progs:
+        on = run_compiled(mod, name, args, mesh, overlap=True)
+        off = run_compiled(mod, name, args, mesh, overlap=False)
+        out[f"ov_{name}"] = (_bytes_of(on), _bytes_of(off), on)
+    return out
+
+
+def _order_inputs(rank: int) -> np.ndarray:
+    return _inputs(rank, 64)
+
+
+def _order_checks(rank: int) -> dict:
+    """all_reduce / reduce_scatter over 4 ranks in every order, on one host and on a
+    mesh that says 2 ranks per node (auto: hierarchical)."""
+    flat = dist.mesh(devices=range(4), axes=("dp",))
+    two_nodes = dist.Mesh(axes=["dp"], devices=range(4), ranks_per_node=2)
+    x = _order_inputs(rank)
+    out = {f"order_{o}": dist.all_reduce(x, "sum", "dp", mesh=flat, order=o)
+           for o in dist.ORDERS}
+    out["order_auto_flat"] = dist.all_reduce(x, "sum", "dp", mesh=flat)
+    out["order_auto_nodes"] = dist.all_reduce(x, "sum", "dp", mesh=two_nodes)
+    out["order_rs_tree"] = dist.reduce_scatter(x.reshape(8, 8), "sum", "dp", 0, mesh=flat,
+                                               order="tree")
+    return out
+
+
+def _stage_and_gpu_checks(rank: int) -> dict:
+    """A 2-stage pipeline written with ts.stage, and a cuda:* mesh on a CPU machine."""
+    import torch
+
+    out: dict = {}
+    mesh = dist.Mesh(axes=["pp"], devices=range(2))
+
+    @ts.jit(mesh=mesh)
+    def pipe(x, w1, w2):
+        with ts.stage(0):
+            h = ts.tanh(ts.matmul(x, w1))
+        with ts.stage(1):
+            y = ts.matmul(h, w2)
+        return y
+
+    out["ts_stage"] = pipe(XP, W1, W2)
+    if not torch.cuda.is_available():
+        gpu_mesh = dist.Mesh(axes=["tp"], devices=["cuda:0", "cuda:1"])
+        try:
+            dist.all_reduce(np.ones(3), "sum", "tp", mesh=gpu_mesh)
+        except dist.GPUUnavailableError as e:
+            out["gpu_error"] = str(e)
     return out
 
 
@@ -309,3 +401,56 @@ def test_example_dist_tp_gemm_runs_on_two_ranks(ranks):
     for out in outs:
         np.testing.assert_allclose(out["example"]["y"], np.maximum(x @ w, 0), rtol=1e-5, atol=1e-4)
         np.testing.assert_allclose(out["example"]["y_guide"], x @ w, rtol=1e-5, atol=1e-4)
+
+
+def test_overlap_is_bitwise_the_ordered_run(ranks):
+    world, outs = ranks
+    for out in outs:
+        names = [k for k in out if k.startswith("ov_")]
+        assert len(names) == (4 if world == 2 else 3)
+        for k in names:
+            on, off, _ = out[k]
+            assert on == off, f"{k}: results differ with overlap"
+    # and the overlapped program computes its reference
+    xs = [(_data(20 + r, 8, 8) @ _data(30 + r, 8, 8)) for r in range(world)]
+    for r, out in enumerate(outs):
+        h = np.tanh(_data(40 + r, 8, 8))
+        want = dist.rank_ordered_reduce(xs) + h @ h
+        np.testing.assert_allclose(out["ov_ov"][2][0], want, rtol=1e-12, atol=1e-12)
+
+
+def test_every_reduction_order_gives_its_documented_result(ranks):
+    world, outs = ranks
+    if world != 4:
+        pytest.skip("orders differ from 4 ranks on")
+    xs = [_order_inputs(r) for r in range(4)]
+    want = {
+        "ring": ((xs[0] + xs[1]) + xs[2]) + xs[3],
+        "tree": (xs[0] + xs[1]) + (xs[2] + xs[3]),
+        "hierarchical": xs[0] + xs[1] + xs[2] + xs[3],  # one host: one node, a ring
+    }
+    nodes = dist.ReductionOrder("hierarchical", ((0, 1), (2, 3)))
+    assert len({w.tobytes() for w in want.values()} - {want["ring"].tobytes()}) == 1
+    for out in outs:
+        for o in dist.ORDERS:
+            assert out[f"order_{o}"].tobytes() == want[o].tobytes(), o
+            assert out[f"order_{o}"].tobytes() == dist.ordered_reduce(
+                xs, "sum", o if o != "hierarchical" else dist.ReductionOrder("ring")).tobytes()
+        assert out["order_auto_flat"].tobytes() == want["ring"].tobytes()  # CPU: ring
+        auto = (xs[0] + xs[1]) + (xs[2] + xs[3])  # 2 ranks per node: nodes first
+        assert out["order_auto_nodes"].tobytes() == auto.tobytes()
+        assert out["order_auto_nodes"].tobytes() == dist.ordered_reduce(xs, "sum", nodes).tobytes()
+    tree = want["tree"].reshape(8, 8)
+    for r, out in enumerate(outs):
+        assert out["order_rs_tree"].tobytes() == tree[2 * r:2 * r + 2].tobytes()
+
+
+def test_ts_stage_pipeline_and_gpu_error_on_two_ranks(ranks):
+    world, outs = ranks
+    if world != 2:
+        pytest.skip("checked in the 2-rank spawn")
+    assert outs[0]["ts_stage"] is None  # stage 0 hands its activations on
+    np.testing.assert_allclose(outs[1]["ts_stage"], np.tanh(XP @ W1) @ W2, rtol=1e-12)
+    for out in outs:
+        if "gpu_error" in out:
+            assert "needs CUDA devices" in out["gpu_error"]

@@ -68,16 +68,6 @@ def test_complex_part_of_f16_is_reported():
         lower(text)
 
 
-def test_complex_mul_is_still_reported():
-    c = ty((4,), "complex<f32>")
-    text = f"""func.func @f(%x: {c}) -> {c} {{
-      %0 = tgraph.mul %x, %x : ({c}, {c}) -> {c}
-      func.return %0 : {c} }}"""
-    with pytest.raises(NotImplementedError, match=r"tgraph.mul has no Tile IR lowering "
-                                                  r"\(complex tensors"):
-        lower(text)
-
-
 # --------------------------------------------------------------------------- triangular solve
 
 

@@ -2,9 +2,10 @@
 
 The guide leaves ``process`` undefined; here it is a plain Python helper,
 which the kernel compiler inlines from its source (``@ts.kernel.func`` marks
-it as meant for kernels). ``ts.tile.range`` is a loop run by every lane, so
-every lane walks all chunks (the guide's kernel writes each output element
-with the same value from every lane).
+it as meant for kernels). ``ts.tile.range`` shares its iterations out
+(tessera/frontend/kernel_worksharing.py): the chunk loop goes round the tiles
+of the grid and each chunk's elements round the lanes of its tile, so every
+output element is computed once.
 """
 
 import numpy as np

@@ -20,12 +20,22 @@ from tessera.dist.collectives import (
     all_reduce,
     all_slice,
     all_to_all,
+    ordered_reduce,
     rank_ordered_reduce,
     recv,
     reduce_scatter,
+    reduction_order,
     send,
 )
-from tessera.dist.mesh import Mesh, MeshError, current_mesh, init, mesh, use_mesh
+from tessera.dist.mesh import (
+    GPUUnavailableError,
+    Mesh,
+    MeshError,
+    current_mesh,
+    init,
+    mesh,
+    use_mesh,
+)
 from tessera.dist.sharding import (
     ShardingError,
     ShardSpec,
@@ -35,10 +45,13 @@ from tessera.dist.sharding import (
     unshard,
 )
 from tessera.dist.tensor import DistTensor, from_local, from_shards, tensor
+from tessera.dist.topology import ORDERS, ReductionOrder, Topology, choose_order
 
 __all__ = [
-    "CollectiveError", "DistTensor", "Mesh", "MeshError", "ShardSpec", "ShardingError",
+    "CollectiveError", "DistTensor", "GPUUnavailableError", "Mesh", "MeshError", "ShardSpec",
+    "ShardingError",
     "all_gather", "all_reduce", "all_slice", "all_to_all", "current_mesh", "from_local",
     "from_shards", "init", "local_shape", "mesh", "rank_ordered_reduce", "recv",
+    "ORDERS", "ReductionOrder", "Topology", "choose_order", "ordered_reduce", "reduction_order",
     "reduce_scatter", "send", "shard", "shard_all", "tensor", "unshard", "use_mesh",
 ]

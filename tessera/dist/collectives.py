@@ -31,8 +31,15 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import TesseraError
 from tessera.dist.mesh import Mesh, MeshError, current_mesh
+from tessera.dist.topology import (
+    OrderError,
+    ReductionOrder,
+    Topology,
+    choose_order,
+    named_order,
+)
+from tessera.errors import TesseraError
 from tessera.ir.attrs import REDUCTIONS
 
 COLLECTIVE_HOOK: Any = None
@@ -62,13 +69,25 @@ class CollectiveError(TesseraError, RuntimeError):
 
 
 class _Group:
-    """A resolved communication group: the torch group (None = world), its size, my index."""
+    """A resolved communication group: the torch group (None = world), its size, my
+    index, and the global ranks and topology its reduction order is chosen from."""
 
-    def __init__(self, pg: Any, size: int, index: int, device: Any):
+    def __init__(
+        self, pg: Any, size: int, index: int, device: Any,
+        ranks: Sequence[int] | None = None, topo: Topology | None = None,
+    ):
         self.pg = pg
         self.size = size
         self.index = index
         self.device = device
+        self.ranks = list(ranks) if ranks is not None else list(range(size))
+        self.topo = topo if topo is not None else Topology(max(size, 1), False)
+
+    def order(self, name: str | None) -> ReductionOrder:
+        """The reduction order: ``name`` when given, else the one chosen for the group."""
+        if name is not None:
+            return named_order(name, self.ranks, self.topo)
+        return choose_order(self.ranks, self.topo)
 
 
 def _resolve(
@@ -104,6 +123,7 @@ def _resolve(
         n = mesh.axis_size(axis)
     except MeshError as e:
         raise CollectiveError(f"{what}: {e}") from None
+    mesh.check_devices()
     if not mesh.is_initialized():
         if n == 1:
             return _Group(None, 1, 0, torch.device("cpu"))
@@ -114,7 +134,8 @@ def _resolve(
     rank = mesh.check_world()
     if n == 1:
         return _Group(None, 1, 0, mesh.device_of(rank))
-    return _Group(mesh.group(axis), n, mesh.coords(rank)[axis], mesh.device_of(rank))
+    return _Group(mesh.group(axis), n, mesh.coords(rank)[axis], mesh.device_of(rank),
+                  mesh.axis_group_ranks(axis, rank), mesh.topology())
 
 
 # --------------------------------------------------------------------------- array helpers
@@ -145,8 +166,9 @@ def _from_bytes(b: Any, like: Any, shape: Sequence[int]) -> Any:
     return b.cpu().numpy().view(dt).reshape(tuple(shape))
 
 
-def _fold(rows: Sequence[Any], op: str) -> Any:
-    """Rank-ordered left fold of ``rows`` with reduction ``op`` (numpy or torch)."""
+def _fold(rows: Sequence[Any], op: str, order: ReductionOrder | None = None) -> Any:
+    """Fold of ``rows`` (group order) with reduction ``op`` (numpy or torch) in ``order``
+    (:mod:`tessera.dist.topology`; default: the rank-ordered left fold, ``ring``)."""
     if op not in REDUCTIONS:
         raise CollectiveError(f"unknown reduction '{op}'; valid: {', '.join(REDUCTIONS)}")
     torchy = _is_torch(rows[0])
@@ -154,19 +176,15 @@ def _fold(rows: Sequence[Any], op: str) -> Any:
         import torch
 
         mx, mn = torch.maximum, torch.minimum
-        acc = rows[0].clone()
+        first = rows[0].clone()
     else:
         mx, mn = np.maximum, np.minimum
-        acc = np.array(rows[0], copy=True)
-    for r in rows[1:]:
-        if op in ("sum", "mean"):
-            acc = acc + r
-        elif op == "prod":
-            acc = acc * r
-        elif op == "max":
-            acc = mx(acc, r)
-        else:
-            acc = mn(acc, r)
+        first = np.array(rows[0], copy=True)
+    combine = {
+        "sum": lambda a, b: a + b, "mean": lambda a, b: a + b, "prod": lambda a, b: a * b,
+        "max": mx, "min": mn,
+    }[op]
+    acc = (order or ReductionOrder("ring")).fold([first, *rows[1:]], combine)
     if op == "mean":
         acc = acc / len(rows)
         acc = acc.to(rows[0].dtype) if torchy else acc.astype(rows[0].dtype)
@@ -261,16 +279,20 @@ def all_reduce(
     mesh: Mesh | None = None,
     group: Any = None,
     deterministic: bool = True,
+    order: str | None = None,
 ) -> Any:
     """Reduce ``x`` over the group; every rank gets the result (a new array/tensor).
 
-    Deterministic by default: all_to_all, rank-ordered local fold, all_gather.
+    Deterministic by default: all_to_all, a local fold in the group's reduction order,
+    all_gather. ``order`` (``ring``, ``tree``, ``hierarchical``) overrides the order
+    chosen from the mesh's topology (:mod:`tessera.dist.topology`).
     """
     if op not in REDUCTIONS:
         raise CollectiveError(
             f"all_reduce: unknown reduction '{op}'; valid: {', '.join(REDUCTIONS)}"
         )
     g = _resolve("all_reduce", axis, mesh, group)
+    ro = _order(g, order, "all_reduce")
     if g.size == 1:
         return x.clone() if _is_torch(x) else np.array(x, copy=True)
     if not deterministic:
@@ -289,7 +311,7 @@ def all_reduce(
             flat = np.concatenate([flat, np.zeros(pad, dtype=flat.dtype)])
     recv = _a2a_bytes(_bytes(flat, g.device), g)
     rows = _from_bytes(recv, x, (g.size, chunk))
-    red = _fold([rows[i] for i in range(g.size)], op)
+    red = _fold([rows[i] for i in range(g.size)], op, ro)
     full = _from_bytes(_gather_bytes(_bytes(red, g.device), g), x, (g.size * chunk,))
     return full[:n].reshape(shape)
 
@@ -360,15 +382,18 @@ def reduce_scatter(
     group: Any = None,
     deterministic: bool = True,
     padded: bool = True,
+    order: str | None = None,
 ) -> Any:
     """Reduce over the group; rank ``r`` keeps block ``r`` of ``dim``.
 
     Deterministic: block ``r`` of every rank goes to rank ``r`` (all_to_all), which
-    folds them in rank order. When the ranks do not divide ``dim``, blocks are
+    folds them in the group's reduction order (``order`` overrides it, as for
+    :func:`all_reduce`). When the ranks do not divide ``dim``, blocks are
     ``ceil(size / ranks)`` long: padded with zeros, or only the valid part with
     ``padded=False``.
     """
     g = _resolve("reduce_scatter", axis, mesh, group)
+    ro = _order(g, order, "reduce_scatter")
     dim = _norm_dim(dim, x.ndim, "reduce_scatter")
     if op not in REDUCTIONS:
         raise CollectiveError(
@@ -383,7 +408,7 @@ def reduce_scatter(
     else:
         send = _stack(blocks)
         recv = _from_bytes(_a2a_bytes(_bytes(send, g.device), g), x, tuple(send.shape))
-        out = _fold([recv[i] for i in range(g.size)], op)
+        out = _fold([recv[i] for i in range(g.size)], op, ro)
     return out if padded else _valid(out, n, g.size, g.index, dim)
 
 
@@ -484,5 +509,31 @@ def recv(
 
 
 def rank_ordered_reduce(values: Sequence[Any], op: str = "sum") -> Any:
-    """The reference result of a deterministic all_reduce: the rank-ordered left fold."""
+    """The reference result of a deterministic all_reduce in the ``ring`` order: the
+    rank-ordered left fold."""
     return _fold(list(values), op)
+
+
+def ordered_reduce(values: Sequence[Any], op: str = "sum",
+                   order: ReductionOrder | str = "ring") -> Any:
+    """The reference result of a deterministic all_reduce of ``values`` (group order) in
+    ``order`` (a :class:`~tessera.dist.topology.ReductionOrder`, or ``ring`` / ``tree``;
+    a ``hierarchical`` order needs its nodes, so pass the object
+    :func:`reduction_order` returns)."""
+    ro = order if isinstance(order, ReductionOrder) else ReductionOrder(order)
+    return _fold(list(values), op, ro)
+
+
+def reduction_order(mesh: Mesh, axis: str, rank: int = 0) -> ReductionOrder:
+    """The reduction order the deterministic collectives use on the group of ``axis``
+    that holds ``rank`` (chosen from ``mesh.topology()``)."""
+    from tessera.dist.topology import order_for
+
+    return order_for(mesh, axis, rank)
+
+
+def _order(g: _Group, name: str | None, what: str) -> ReductionOrder:
+    try:
+        return g.order(name)
+    except OrderError as e:
+        raise CollectiveError(f"{what}: {e}") from None

@@ -46,7 +46,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp
 
-from tessera.dist.mesh import Mesh, MeshError, current_mesh, use_mesh
+from tessera.dist.mesh import Mesh, MeshError, current_mesh, require_gpus, use_mesh
 from tessera.dist.segments import SegmentedProgram
 from tessera.dist.sharding import ShardSpec
 from tessera.dist.tensor import DistTensor
@@ -202,6 +202,7 @@ def _device(mesh: Mesh, values: list[Any]) -> str:
     from tessera.runtime import convert
 
     if mesh.device_type == "cuda":
+        require_gpus(f"{mesh!r}")
         return "cuda"
     cuda = [v for v in values if convert.is_cuda_tensor(v)]
     if cuda:
@@ -282,9 +283,13 @@ def _dense(layout: ShardSpec) -> ShardSpec:
 
 def sharded_call(cf: CompiledFunction, values: list[Any]) -> bool:
     """Whether a call of ``cf`` with ``values`` runs per rank: a DistTensor argument, or a
-    function compiled with a mesh (or called inside ``with mesh:``) inside a process group."""
+    function compiled with a mesh (or called inside ``with mesh:``) inside a process group.
+    A mesh of ``cuda:*`` devices where torch sees no GPU is a ``GPUUnavailableError``."""
     import sys
 
+    mesh = cf.runtime_mesh if cf.runtime_mesh is not None else current_mesh()
+    if isinstance(mesh, Mesh):
+        mesh.check_devices()  # a cuda:* mesh without GPUs: a named error, not torch's
     if any(isinstance(v, DistTensor) for v in values):
         return True
     if cf.mesh is None and current_mesh() is None:

@@ -21,8 +21,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from tessera.dist.mesh import _free_port, require_gpus
 from tessera.errors import TesseraError
-from tessera.dist.mesh import _free_port
 
 
 class SpawnError(TesseraError, RuntimeError):
@@ -66,6 +66,8 @@ def spawn(
     """Run ``fn(rank, nprocs, *args)`` on ``nprocs`` processes; results in rank order."""
     import torch.multiprocessing as mp
 
+    if backend == "nccl":
+        require_gpus(f"spawn(backend='nccl') of {nprocs} processes")
     with tempfile.TemporaryDirectory(prefix="tessera-spawn-") as out:
         ctx = mp.start_processes(
             _child,

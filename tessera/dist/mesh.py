@@ -12,7 +12,6 @@ gloo serves CPU devices.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -25,6 +24,26 @@ from tessera.options import process_group_env
 
 class MeshError(TesseraError, ValueError):
     """A mesh that cannot be built or used as asked (bad shape, unknown axis, ...)."""
+
+
+class GPUUnavailableError(MeshError):
+    """A mesh of ``cuda:*`` devices (or the NCCL backend) used where torch sees no GPU."""
+
+
+def require_gpus(what: str) -> int:
+    """The number of CUDA devices torch sees; :class:`GPUUnavailableError` naming ``what``
+    when there are none (torch without CUDA, or no device visible)."""
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n == 0:
+        why = ("torch was built without CUDA" if not torch.backends.cuda.is_built()
+               else "torch sees no CUDA device")
+        raise GPUUnavailableError(
+            f"{what} needs CUDA devices, but {why}; on a CPU machine use a mesh of int "
+            "ranks or 'cpu' devices (gloo), e.g. dist.Mesh(axes=..., devices=range(n))"
+        )
+    return n
 
 
 def _device_kind(d: Any) -> str:
@@ -53,6 +72,8 @@ class Mesh:
         axes: Sequence[str] | dict[str, int],
         devices: Iterable[Any] | int | None = None,
         shape: Sequence[int] | None = None,
+        *,
+        ranks_per_node: int | None = None,
     ):
         if isinstance(axes, dict):
             if shape is not None:
@@ -95,6 +116,15 @@ class Mesh:
         self.devices: tuple[Any, ...] = tuple(devs)
         self._kind = next(iter(kinds - {"rank"}), "rank")
         self._device_mesh: Any = None
+        if ranks_per_node is not None and (
+            isinstance(ranks_per_node, bool) or not isinstance(ranks_per_node, int)
+            or ranks_per_node < 1
+        ):
+            raise MeshError(f"ranks_per_node must be an int >= 1, got {ranks_per_node!r}")
+        self.ranks_per_node = ranks_per_node
+        """Ranks per machine (consecutive ranks share one); None: from the devices
+        (see :mod:`tessera.dist.topology`)."""
+        self._topology: Any = None
 
     # ------------------------------------------------------------------ description
 
@@ -165,6 +195,7 @@ class Mesh:
         import torch
 
         if self.device_type == "cuda":
+            self.check_devices()
             d = self.devices[rank]
             if isinstance(d, str) and d.startswith("cuda"):
                 return torch.device(d)
@@ -197,6 +228,21 @@ class Mesh:
 
     # ------------------------------------------------------------------ execution
 
+    def topology(self) -> Any:
+        """The :class:`tessera.dist.topology.Topology` the collectives' reduction order is
+        chosen from (computed once)."""
+        if self._topology is None:
+            from tessera.dist.topology import Topology
+
+            self._topology = Topology.of(self)
+        return self._topology
+
+    def check_devices(self) -> None:
+        """:class:`GPUUnavailableError` when the mesh names CUDA devices and torch sees
+        none (a mesh of int ranks runs on whatever the machine has)."""
+        if self._kind == "cuda":
+            require_gpus(f"{self!r} (devices {self.devices[0]!r}, ...)")
+
     def is_initialized(self) -> bool:
         import torch.distributed as tdist
 
@@ -206,6 +252,7 @@ class Mesh:
         """This process's rank; errors if no process group exists or its size differs."""
         import torch.distributed as tdist
 
+        self.check_devices()
         if not self.is_initialized():
             raise MeshError(
                 f"{self!r} needs an initialized torch.distributed process group to execute "
@@ -292,7 +339,7 @@ def init(backend: str | None = None, device_type: str | None = None) -> int:
         backend = "nccl" if device_type == "cuda" else "gloo"
     local = process_group_env(_free_port)
     if backend == "nccl":
-        torch.cuda.set_device(local % torch.cuda.device_count())
+        torch.cuda.set_device(local % require_gpus("dist.init with the NCCL backend"))
     tdist.init_process_group(backend)
     return tdist.get_rank()
 

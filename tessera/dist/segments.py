@@ -32,8 +32,8 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, TensorType
 from xdsl.ir import Block, Operation, Region, SSAValue
 
-from tessera.errors import TesseraError
 from tessera.dist.mesh import Mesh
+from tessera.errors import TesseraError
 from tessera.ir import graph as g
 from tessera.passes.shard_propagation import SHARD, STAGE, USER_COLLECTIVES
 
@@ -118,11 +118,14 @@ def _defined_within(v: SSAValue, op: Operation) -> bool:
     return False
 
 
-def split(fn: func.FuncOp) -> tuple[list[Step], list[SSAValue]]:
+def split(fn: func.FuncOp, overlap: bool = False) -> tuple[list[Step], list[SSAValue]]:
     """The steps of per-rank function ``fn`` and the values it returns.
 
     A new segment starts after each collective and wherever the pipeline stage
-    changes, so every segment runs on the ranks of one stage.
+    changes, so every segment runs on the ranks of one stage. With ``overlap``, also
+    at the first op that uses a result of a collective issued after the segment began
+    (:mod:`tessera.dist.overlap`): what comes before it can run while the collective
+    is in flight.
     """
     ops = list(fn.body.block.ops)
     ret = ops[-1] if ops else None
@@ -130,12 +133,17 @@ def split(fn: func.FuncOp) -> tuple[list[Step], list[SSAValue]]:
         raise SegmentError(f"@{fn.sym_name.data}: the function does not end with func.return")
     ops = ops[:-1]
     groups: list[list[Operation] | Operation] = []
+    in_flight: set[SSAValue] = set()  # results of collectives since the last cut
     for op in ops:
         if isinstance(op, USER_COLLECTIVES):
             groups.append(op)
+            in_flight.update(op.results)
             continue
         last = groups[-1] if groups else None
-        if isinstance(last, list) and _stage(last[0]) == _stage(op):
+        waits = overlap and any(v in in_flight for o in op.walk() for v in o.operands)
+        if waits:
+            in_flight.clear()
+        if isinstance(last, list) and _stage(last[0]) == _stage(op) and not waits:
             last.append(op)
         else:
             groups.append([op])
@@ -164,6 +172,11 @@ class SegmentedProgram:
     name: str
     mesh: Mesh
     stage_axis: str = "pp"
+    overlap: bool = True
+    """Overlap collectives with the compute that does not need them
+    (:mod:`tessera.dist.overlap`): hoisted collectives and the segments cut at their
+    first use; on ``"cuda"`` a communication stream with events. Results are bitwise
+    the same either way."""
     steps: list[Step] = field(init=False)
     results: list[SSAValue] = field(init=False)
 
@@ -175,7 +188,14 @@ class SegmentedProgram:
         if not fns:
             raise SegmentError(f"no function '{self.name}' in the module")
         self.function = fns[0]
-        self.steps, self.results = split(self.function)
+        if self.overlap:
+            from tessera.dist.overlap import hoist_collectives
+
+            self.function = self.function.clone()
+            hoist_collectives(self.function, USER_COLLECTIVES)
+        self.steps, self.results = split(self.function, self.overlap)
+        self.streams: list[str] = []
+        """The stream of each step of the last overlapped CUDA run (``compute`` / ``comm``)."""
 
     @property
     def segments(self) -> list[Segment]:
@@ -202,15 +222,31 @@ class SegmentedProgram:
         mine = coords.get(self.stage_axis)
         env: dict[SSAValue, Any] = dict(zip(params, args))
         colls = DistFunctions(self.mesh)
+        streams = None
+        if self.overlap and device == "cuda":
+            from tessera.dist.overlap import StreamOverlap
+
+            streams = StreamOverlap()
         for step in self.steps:
             if step.stage is not None and mine is not None and step.stage != mine:
                 continue
             if isinstance(step, Segment):
                 ins = [self._value(env, v, step.name) for v in step.inputs]
+                if streams is not None:
+                    streams.before_segment(step.inputs)
                 outs = self._run_segment(step, ins, device)
                 env.update(zip(step.outputs, outs))
+            elif streams is not None:
+                op = step.op
+                ins = [self._value(env, v, op.name) for v in op.operands]
+                outs = streams.collective(
+                    lambda op=op: self._collective(colls, op, env, device), ins, op.results)
+                env.update(zip(op.results, outs))
             else:
                 env.update(zip(step.op.results, self._collective(colls, step.op, env, device)))
+        if streams is not None:
+            streams.finish(self.results)
+            self.streams = streams.used_streams
         return [env.get(v) for v in self.results]
 
     def _value(self, env: dict[SSAValue, Any], v: SSAValue, where: str) -> Any:

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from tessera.errors import TesseraError
 from tessera.dist.mesh import Mesh, MeshError
+from tessera.errors import TesseraError
 from tessera.ir.attrs import REDUCTIONS, ShardSpecAttr
 
 _DIM_NAMES = ("row", "col", "batch")

@@ -19,7 +19,7 @@ Launch convention (the same on CPU and GPU; docs/KERNELS.md):
 * ``group_size`` (lanes per tile) defaults to 128 (or the decorator's
   ``group_size=``).
 * ``grid`` defaults to ``ceil(D / group_size)`` tiles when the kernel uses
-  ``linear_id()``, where D is the size of the first symbolic dim in parameter
+  ``linear_id()`` or shares a ``ts.tile.range`` loop out (kernel_worksharing), where D is the size of the first symbolic dim in parameter
   order (the first dim of the first tensor if none is symbolic); to one tile
   otherwise, and always to one tile for kernels that return a value.
 * Keyword arguments that are not parameters are compile-time constants
@@ -298,7 +298,7 @@ class Kernel:
             grid = self.default_grid
         if grid is not None:
             return _grid3(grid)
-        if ck.has_return or "linear_id" not in ck.lane_ops:
+        if ck.has_return or not {"linear_id", "work_shared"} & ck.lane_ops:
             return (1, 1, 1)
         extent = self._leading_extent(sizes)
         return (max(1, math.ceil(extent / ck.group_size)), 1, 1)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import ast
 import builtins
 import math as pymath
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,6 +25,7 @@ from xdsl.ir import Attribute, Block, Region
 from xdsl.utils.exceptions import VerifyException
 
 from tessera.frontend import kernel_memory as mem
+from tessera.frontend import kernel_worksharing as ws
 from tessera.frontend.kernel_builtins import call_intrinsic, cast_to
 from tessera.frontend.kernel_emit import Emitter, prefetch_attr
 from tessera.frontend.kernel_intrinsics import Intrinsic
@@ -154,6 +156,14 @@ class KernelCodegen:
         self.current_target: str | None = None
         self._inline_depth = 0
         self._sources: list[KernelSource] = [source]
+        self.ws_context = "top"
+        """Where a ``ts.tile.range`` being compiled sits (kernel_worksharing): ``top``,
+        ``tile`` (directly in a tile-shared loop) or ``seq`` (in control flow whose
+        lanes may diverge, or a per-lane loop)."""
+        self.prefetch_depth = 0
+        """The ``prefetch=`` of the innermost pipelined loop being compiled (0: none)."""
+        self.uniform_ivs: set[Any] = set()
+        """Induction variables of loops whose every iteration runs on every lane of a tile."""
 
     # ---------------------------------------------------------------- errors
 
@@ -404,7 +414,7 @@ class KernelCodegen:
         for stmts in (node.body, node.orelse):
             b = Block()
             benv = dict(env)
-            with self.em.at(b):
+            with self.em.at(b), self._ws("seq"):
                 self.block(stmts, benv)
             branches.append((b, benv))
         (tb, tenv), (eb, eenv) = branches
@@ -620,7 +630,7 @@ class KernelCodegen:
             raise self.error(call, f"range step must be positive, got {st}")
         attrs = None
         if prefetch is not None:
-            if not isinstance(prefetch, int) or prefetch < 0:
+            if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
                 raise self.error(call, "prefetch must be a compile-time int >= 0")
             attrs = prefetch_attr(prefetch)
         if not isinstance(node.target, ast.Name):
@@ -628,6 +638,15 @@ class KernelCodegen:
         var = node.target.id
         carried = self._carried(node.body, env, extra=[var])
         self._restack(node, carried, env)
+        level = None
+        uniform = not any(isinstance(v, Scalar) and ws.lane_dependent(v.ssa, self.uniform_ivs)
+                          for v in (lo, hi, st))
+        if (tile and prefetch is None and not carried and self.ws_context in ("top", "tile")
+                and not ws.has_break(node.body) and uniform):
+            level = ("lane" if self.ws_context == "tile" else
+                     "tile" if ws.has_nested_tile_range(node.body) else "grid")
+        inner = "tile" if level == "tile" else "seq"
+        depth = prefetch if prefetch is not None else self.prefetch_depth
 
         def build(types: list[Attribute]) -> list[Attribute]:
             out: dict[str, Any] = {}
@@ -635,10 +654,18 @@ class KernelCodegen:
             def body(iv: Scalar, vals: list[Scalar]) -> list[Scalar]:
                 benv = dict(env)
                 benv[var] = iv
+                if uniform and level in (None, "tile"):
+                    self.uniform_ivs.add(iv.ssa)  # the same on every lane of a tile
                 for n, v in zip(carried, vals):
                     benv[n] = self._rewrap(env[n], v.ssa)
                 entry = [benv[n] for n in carried]
-                self.block(node.body, benv)
+                saved = self.prefetch_depth
+                self.prefetch_depth = depth
+                try:
+                    with self._ws(inner):
+                        self.block(node.body, benv)
+                finally:
+                    self.prefetch_depth = saved
                 nxt = [self._final(node, n, benv) for n in carried]
                 self._unchanged = [n for n, a, b in zip(carried, entry, nxt) if a is b]
                 for n, a, b in zip(carried, entry, nxt):
@@ -651,12 +678,31 @@ class KernelCodegen:
             scratch = Block()
             with self.em.at(scratch):
                 inits = [Scalar(self._carry(node, n, env[n], t)) for n, t in zip(carried, types)]
-                self.em.for_loop(lo, hi, st, inits, body, attrs)
+                split = ws.SplitLoop(self.em, lo, st, level) if level else None
+                blo, bst = (Scalar(split.new_lo), Scalar(split.new_st)) if split else (lo, st)
+                self.em.for_loop(blo, hi, bst, inits, body, attrs)
+                if prefetch is not None and prefetch >= 2 and self.uses_async_copy and (
+                        not self.explicit_commit):
+                    self.em.emit(ttile.CommitGroupOp())  # drain the pipeline
+                    self.em.emit(ttile.WaitGroupOp(0))
+            loop = next(o for o in reversed(list(scratch.ops)) if isinstance(o, scf.ForOp))
+            if split is not None:
+                split.keep_or_drop(loop)
             self._scratch = scratch if out["types"] == types else None
             return out["types"]
 
         types = [self._type_of(node, n, env[n]) for n in carried]
         self._run_loop(node, carried, types, build, env)
+
+    @contextmanager
+    def _ws(self, context: str) -> Iterator[None]:
+        """Compile nested statements in work-sharing ``context`` (kernel_worksharing)."""
+        saved = self.ws_context
+        self.ws_context = context
+        try:
+            yield
+        finally:
+            self.ws_context = saved
 
     def _final(self, node: ast.AST, name: str, benv: dict[str, Any]) -> Any:
         v = benv[name]
@@ -733,7 +779,8 @@ class KernelCodegen:
                 for n, a in zip(carried, after.args):
                     aenv[n] = self._rewrap(env[n], a)
                 entry = [aenv[n] for n in carried]
-                self.block(node.body, aenv)
+                with self._ws("seq"):
+                    self.block(node.body, aenv)
                 nxt = [self._final(node, n, aenv) for n in carried]
                 self._unchanged = [n for n, a, b in zip(carried, entry, nxt) if a is b]
                 for n, a, b in zip(carried, entry, nxt):

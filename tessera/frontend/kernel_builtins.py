@@ -273,8 +273,10 @@ def _wait(cg: KernelCodegen, intr: Intrinsic, args: list[Any], kw: dict[str, Any
 def _barrier(cg: KernelCodegen, intr: Intrinsic, args: list[Any], kw: dict[str, Any]) -> Any:
     _args("barrier", args, kw, [], 0)
     if cg.uses_async_copy and not cg.explicit_commit:
+        # in a loop with prefetch=n, the copies of the latest n-1 iterations stay in
+        # flight (docs: tessera/frontend/kernel_worksharing.py)
         cg.em.emit(ttile.CommitGroupOp())
-        cg.em.emit(ttile.WaitGroupOp(0))
+        cg.em.emit(ttile.WaitGroupOp(max(cg.prefetch_depth - 1, 0)))
     cg.em.emit(ttile.BarrierOp())
     return None
 

@@ -198,6 +198,8 @@ def _as_tensor(x: Any, opname: str, like: TracedTensor | None = None) -> TracedT
         if like is not None and x.trace is not like.trace:
             raise TesseraTypeError(located(f"{opname}: operands come from different traces"))
         return x
+    if _is_scalar(x) and like is not None and like.is_complex:
+        return _complex_scalar(x, like, opname)
     if _is_scalar(x) and like is not None:
         if isinstance(x, bool) or like.dtype == bool_:
             if like.dtype != bool_ or not isinstance(x, bool | np.bool_):
@@ -213,6 +215,18 @@ def _as_tensor(x: Any, opname: str, like: TracedTensor | None = None) -> TracedT
             "a Python number or a numpy array"
         )
     )
+
+
+def _complex_scalar(x: Any, like: TracedTensor, opname: str) -> TracedTensor:
+    """A Python number combined with complex ``like``: ``complex(re, im)`` of two scalar
+    constants of ``like``'s part type (a rank-0 complex tensor that broadcasts)."""
+    if isinstance(x, bool | np.bool_):
+        raise TesseraTypeError(located(f"{opname}: cannot combine {x!r} with a complex tensor"))
+    el = like.type.element_type
+    part = fp64 if el == ComplexType(f64) else fp32
+    re = constant(float(np.real(x)), dtype=part, like=like)
+    im = constant(float(np.imag(x)), dtype=part, like=like)
+    return complex(re, im)
 
 
 def _operands(opname: str, *xs: Any) -> list[TracedTensor]:

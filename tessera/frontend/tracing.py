@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ComplexType, ModuleOp, TensorType
+from xdsl.dialects.builtin import ComplexType, IntegerAttr, ModuleOp, TensorType, i64
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.utils.exceptions import DiagnosticException
 
@@ -108,9 +108,13 @@ class Trace:
         return self._seed_counter - 1
 
     def add(self, op: Operation) -> Operation:
-        """Append ``op``, verify it, and record the user's location."""
+        """Append ``op``, verify it, and record the user's location; inside
+        ``with ts.stage(k):`` the op gets ``tessera.stage = k``."""
         loc = user_location()
         self.block.add_op(op)
+        stage = _STAGE.get()
+        if stage is not None:
+            op.attributes["tessera.stage"] = IntegerAttr(stage, i64)
         try:
             op.verify()
         except (DiagnosticException, ValueError) as e:
@@ -146,6 +150,37 @@ class Trace:
 _ACTIVE: ContextVar[tuple[Trace, ...]] = ContextVar("tessera_active_traces", default=())
 """The traces being built in this thread (or asyncio task), innermost last. A context
 variable, so concurrent ``@ts.jit`` calls in several threads each see only their own."""
+
+
+_STAGE: ContextVar[int | None] = ContextVar("tessera_pipeline_stage", default=None)
+"""The pipeline stage of ``with ts.stage(k):`` in this thread, or None."""
+
+
+class stage:  # noqa: N801 - the guide's lower-case spelling, ts.stage(k)
+    """``with ts.stage(k):`` -- the ops traced inside belong to pipeline stage ``k``.
+
+    They carry ``tessera.stage = k``; ``spmd-partition`` runs them on the ranks whose
+    coordinate on the mesh's ``pp`` axis is ``k`` and sends each value used by a later
+    stage to it (``tgraph.send`` / ``tgraph.recv``). Stages nest innermost-wins and
+    count from 0; a value flows only to the same or a later stage. Ops traced outside
+    any ``ts.stage`` run on every rank. Only inside a traced function (``@ts.jit``).
+    """
+
+    def __init__(self, k: int):
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise TraceError(located(f"ts.stage: the stage must be an int >= 0, got {k!r}"))
+        if active_trace() is None:
+            raise TraceError(located("ts.stage: used outside a traced function; open it "
+                                     "inside the body of a @ts.jit function"))
+        self.k = k
+        self._tokens: list[Any] = []
+
+    def __enter__(self) -> int:
+        self._tokens.append(_STAGE.set(self.k))
+        return self.k
+
+    def __exit__(self, *exc: object) -> None:
+        _STAGE.reset(self._tokens.pop())
 
 
 @contextmanager

@@ -37,6 +37,12 @@ def _algebraic_simplify() -> type[ModulePass]:
     return AlgebraicSimplifyPass
 
 
+def _spectral_rewrite() -> type[ModulePass]:
+    from tessera.passes.spectral_rewrite import SpectralRewritePass
+
+    return SpectralRewritePass
+
+
 def _fuse_elementwise() -> type[ModulePass]:
     from tessera.passes.fuse_elementwise import FuseElementwisePass
 
@@ -62,6 +68,7 @@ def _graph_optimize() -> type[ModulePass]:
 
 
 ALL_PASSES["algebraic-simplify"] = _algebraic_simplify
+ALL_PASSES["spectral-rewrite"] = _spectral_rewrite
 ALL_PASSES["fuse-elementwise"] = _fuse_elementwise
 ALL_PASSES["fuse-matmul-epilogue"] = _fuse_matmul_epilogue
 ALL_PASSES["fuse-attention"] = _fuse_attention

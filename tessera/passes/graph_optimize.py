@@ -1,7 +1,7 @@
 """``graph-optimize``: the graph stage's steps as one pass with an option per step.
 
 The steps are those of :data:`tessera.options.DEFAULT_GRAPH_PASSES` after
-``canonicalize``, in the same order: ``algebraic-simplify``, ``cse``,
+``canonicalize``, in the same order: ``algebraic-simplify``, ``spectral-rewrite``, ``cse``,
 ``fuse-attention``, ``fuse-matmul-epilogue``, ``fuse-elementwise``, ``dce``.
 ``graph_optimize_passes()`` returns the steps that are switched on as separate
 passes.
@@ -24,6 +24,7 @@ STEPS: tuple[str, ...] = tuple(n for n in DEFAULT_GRAPH_PASSES if n != "canonica
 def graph_optimize_passes(
     *,
     algebraic_simplify: bool = True,
+    spectral_rewrite: bool = True,
     cse: bool = True,
     fuse_attention: bool = True,
     fuse_matmul_epilogue: bool = True,
@@ -35,6 +36,7 @@ def graph_optimize_passes(
 
     on = {
         "algebraic-simplify": algebraic_simplify,
+        "spectral-rewrite": spectral_rewrite,
         "cse": cse,
         "fuse-attention": fuse_attention,
         "fuse-matmul-epilogue": fuse_matmul_epilogue,
@@ -51,6 +53,7 @@ class GraphOptimizePass(ModulePass):
     name = "graph-optimize"
 
     algebraic_simplify: bool = True
+    spectral_rewrite: bool = True
     cse: bool = True
     fuse_attention: bool = True
     fuse_matmul_epilogue: bool = True
@@ -60,6 +63,7 @@ class GraphOptimizePass(ModulePass):
     def passes(self) -> list[ModulePass]:
         return graph_optimize_passes(
             algebraic_simplify=self.algebraic_simplify,
+            spectral_rewrite=self.spectral_rewrite,
             cse=self.cse,
             fuse_attention=self.fuse_attention,
             fuse_matmul_epilogue=self.fuse_matmul_epilogue,

@@ -44,6 +44,7 @@ from tessera.ir.attrs import NumericPolicyAttr
 from tessera.passes import (
     tile_attention,
     tile_collectives,
+    tile_complex,
     tile_conv,
     tile_fft,
     tile_linalg,
@@ -70,8 +71,9 @@ from tessera.passes.tile_numerics import (
 
 ELEMENTWISE_GROUP = 256
 ROW_GROUP = 128
-_COMPLEX_OPS = (g.FFTOp, g.FFT2dOp, g.RealOp, g.ImagOp, g.ComplexOp, g.AddOp, g.SubOp)
-"""The ops that read or write complex tensors (interleaved pairs)."""
+_COMPLEX_OPS = (g.FFTOp, g.FFT2dOp, g.RealOp, g.ImagOp, g.ComplexOp)
+"""The ops besides complex elementwise arithmetic (``tile_complex``) that read or write
+complex tensors (interleaved pairs)."""
 
 IndexFn = Callable[[KernelEmitter, list[Idx], Idx], list[Idx]]
 
@@ -237,6 +239,9 @@ class _FunctionLowering:
                     outs.append(m)
                 self.hb.add_op(func.ReturnOp(*outs))
                 continue
+            if tile_complex.handles(op):
+                tile_complex.lower(self, op)
+                continue
             method = _LOWERINGS.get(type(op))
             if method is None:
                 raise not_lowered(op)
@@ -251,8 +256,8 @@ class _FunctionLowering:
                 for v in (*op.operands, *op.results)
             ):
                 raise not_lowered(op, "complex tensors are only read and written by tgraph.fft, "
-                                   "tgraph.fft2d, tgraph.real, tgraph.imag, tgraph.complex, "
-                                   "tgraph.add and tgraph.sub")
+                                   "tgraph.fft2d, tgraph.real, tgraph.imag, tgraph.complex "
+                                   "and elementwise add, sub, mul, div, neg and select")
             for r in op.results:
                 if isinstance(r.type, TensorType) and isinstance(
                     r.type.encoding, NumericPolicyAttr
@@ -1006,8 +1011,6 @@ _LOWERINGS.update({
     g.SpMMOp: tile_sparse.lower_spmm,  # type: ignore[dict-item]
     g.RandnOp: tile_random.lower_randn,  # type: ignore[dict-item]
     g.PoissonOp: tile_random.lower_poisson,  # type: ignore[dict-item]
-    g.AddOp: tile_support.lower_add_sub,  # type: ignore[dict-item]
-    g.SubOp: tile_support.lower_add_sub,  # type: ignore[dict-item]
     g.RealOp: tile_support.lower_complex_part,  # type: ignore[dict-item]
     g.ImagOp: tile_support.lower_complex_part,  # type: ignore[dict-item]
     g.ComplexOp: tile_support.lower_complex,  # type: ignore[dict-item]

@@ -1,18 +1,16 @@
 """Tile IR kernels for the Graph IR ops that adjoint rules are written with.
 
 The autodiff rules of ``tgraph.fft``, ``tgraph.cholesky`` and ``tgraph.spmm`` emit six
-support ops; each lowers here to one kernel, f32 and f64 only, computed in the element
-type. Every output element is written by one lane, which sums its terms in a fixed
+support ops besides complex add/sub; each lowers here to one kernel, f32 and f64 only,
+computed in the element type. Every output element is written by one lane, which sums its terms in a fixed
 order, so results are deterministic (no atomics).
 
 * ``tgraph.real`` / ``tgraph.imag``: a complex tensor is a ``memref<S x 2 x fT>`` of
   interleaved (real, imaginary) pairs (``tile_fft.complex_memref``); one lane per
   element copies part 0 or 1 into a ``memref<S x fT>``.
 * ``tgraph.complex``: one lane per element writes the pair ``(re, im)``.
-* ``tgraph.add`` / ``tgraph.sub`` of complex tensors (the adjoint of an fft sums the
-  cotangents of its real and imaginary parts): component-wise on the pairs, one lane
-  per part, broadcasting as for real tensors. Real operands go to the ordinary
-  elementwise kernel.
+  (Complex add/sub, which the adjoint of an fft uses to sum the cotangents of its
+  real and imaginary parts, are ``tile_complex``'s.)
 * ``tgraph.triangular_solve`` (``op(A) X = B``, A ``[..., n, n]``, B ``[..., n, k]``):
   one lane per column of B (of every matrix of the batch). ``T = op(A)`` is lower
   triangular for a lower ``A`` without ``transpose_a`` or an upper ``A`` with it; the
@@ -120,28 +118,6 @@ def lower_complex(lw: _FunctionLowering, op: g.ComplexOp) -> None:
         e.store(e.load(iref, idx, mask=ok), zref, [*idx, 1], mask=ok)
 
     lw.kernel("complex", [out, lw.mem(op.real), lw.mem(op.imag)], group, grid, build)
-    lw.env[op.result] = out
-
-
-def lower_add_sub(lw: _FunctionLowering, op: g.AddOp | g.SubOp) -> None:
-    """``tgraph.add`` / ``tgraph.sub``: complex operands part by part, else the
-    elementwise kernel of ``lower-graph-to-tile``."""
-    el = g.elem_of(op.result)
-    if not isinstance(el, ComplexType):
-        lw.lower_binary(op)
-        return
-    from tessera.passes.lower_graph_to_tile import _bcast_index
-
-    f32_or_f64(op, el.element_type)
-    shape = [*g.shape_of(op.result), 2]
-    ins = [(lw.mem(v), _bcast_index([*g.shape_of(v), 2], shape)) for v in (op.lhs, op.rhs)]
-    out = lw.alloc(op.result.type)
-    sub = isinstance(op, g.SubOp)
-
-    def body(e: KernelEmitter, xs: list[SSAValue]) -> SSAValue:
-        return e.fsub(xs[0], xs[1]) if sub else e.fadd(xs[0], xs[1])
-
-    lw.map_kernel("sub" if sub else "add", shape, out, ins, body)
     lw.env[op.result] = out
 
 

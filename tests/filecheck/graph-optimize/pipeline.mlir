@@ -1,7 +1,7 @@
 // RUN: tessera-opt %s -p graph-optimize | filecheck %s
 // RUN: tessera-opt %s -p 'graph-optimize{fuse-attention=false}' | filecheck %s --check-prefix=NOATTN
 // RUN: tessera-opt %s -p 'graph-optimize{fuse-elementwise=false fuse-matmul-epilogue=false}' | filecheck %s --check-prefix=NOFUSE
-// RUN: tessera-opt %s -p 'graph-optimize{algebraic-simplify=false cse=false fuse-attention=false fuse-matmul-epilogue=false fuse-elementwise=false dce=false}' | filecheck %s --check-prefix=NONE
+// RUN: tessera-opt %s -p 'graph-optimize{algebraic-simplify=false spectral-rewrite=false cse=false fuse-attention=false fuse-matmul-epilogue=false fuse-elementwise=false dce=false}' | filecheck %s --check-prefix=NONE
 
 // A transformer-style block: attention (K transposed, x * 1 left over), then an MLP.
 func.func @block(%x: tensor<8x16xf32>, %wq: tensor<16x16xf32>, %wk: tensor<16x16xf32>, %wv: tensor<16x16xf32>, %w1: tensor<16x32xf32>, %b1: tensor<32xf32>) -> tensor<8xf32> {

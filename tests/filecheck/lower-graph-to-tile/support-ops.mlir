@@ -2,7 +2,7 @@
 
 // The derivative support ops. Complex tensors are interleaved memref<S x 2 x fT>:
 // tgraph.complex writes parts 0 and 1, tgraph.real / tgraph.imag read part 0 / 1, complex
-// add works part by part (one lane per part). triangular_solve: one lane per column of B,
+// add (tile_complex) works on the pairs, one lane per element. triangular_solve: one lane per column of B,
 // forward substitution for a lower op(A), backward (i = n-1-s) for an upper one, the sum
 // over j in order. spmm_transpose: one lane per output column, zeroing it, then walking
 // rows and their entries in storage order (ranges clamped to [0, nnz), columns outside
@@ -34,9 +34,10 @@ func.func @h(%ip: tensor<4xi32>, %ix: tensor<5xi32>, %v: tensor<5xf32>, %d: tens
 // CHECK:        %[[M:.*]] = ttile.load %[[IM]][%[[I]], %[[J]]] mask %[[OK]]
 // CHECK:        %[[C1:.*]] = arith.constant 1 : index
 // CHECK:        ttile.store %[[M]], %[[Z]][%[[I]], %[[J]], %[[C1]]] mask %[[OK]]
-// CHECK:      ttile.kernel @f_add_0(%{{.*}}: memref<3x5x2xf32>, %{{.*}}: memref<3x5x2xf32>, %{{.*}}: memref<3x5x2xf32>) group_size = 256 {
-// CHECK:        arith.constant 30 : index
+// CHECK:      ttile.kernel @f_cadd_0(%{{.*}}: memref<3x5x2xf32>, %{{.*}}: memref<3x5x2xf32>, %{{.*}}: memref<3x5x2xf32>) group_size = 32 {
+// CHECK:        arith.constant 15 : index
 // CHECK:        arith.addf %{{.*}}, %{{.*}} : f32
+// CHECK-NEXT:   arith.addf %{{.*}}, %{{.*}} : f32
 // CHECK:      ttile.kernel @f_real_0(%{{.*}}: memref<3x5xf32>, %[[ZR:.*]]: memref<3x5x2xf32>) group_size = 32 {
 // CHECK:        %[[P0:.*]] = arith.constant 0 : index
 // CHECK:        ttile.load %[[ZR]][%{{.*}}, %{{.*}}, %[[P0]]]

@@ -17,6 +17,7 @@ func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> tensor<4x8xf32> {
 // The graph pipeline is timed per step.
 // GRAPH:      Pass canonicalize took {{[0-9.e-]+}} seconds
 // GRAPH-NEXT: Pass algebraic-simplify took {{[0-9.e-]+}} seconds
+// GRAPH-NEXT: Pass spectral-rewrite took {{[0-9.e-]+}} seconds
 // GRAPH-NEXT: Pass cse took {{[0-9.e-]+}} seconds
 // GRAPH-NEXT: Pass fuse-attention took {{[0-9.e-]+}} seconds
 // GRAPH-NEXT: Pass fuse-matmul-epilogue took {{[0-9.e-]+}} seconds
@@ -28,6 +29,7 @@ func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> tensor<4x8xf32> {
 
 // graph-optimize with a step switched off times only the steps that run.
 // OPT:        Pass algebraic-simplify took {{[0-9.e-]+}} seconds
+// OPT-NEXT:   Pass spectral-rewrite took {{[0-9.e-]+}} seconds
 // OPT-NEXT:   Pass cse took {{[0-9.e-]+}} seconds
 // OPT-NEXT:   Pass fuse-matmul-epilogue took {{[0-9.e-]+}} seconds
 // OPT-NEXT:   Pass fuse-elementwise took {{[0-9.e-]+}} seconds

@@ -113,7 +113,7 @@ def test_conv_via_fft_matches_torch(x, w, pad, bias):
     args = [X, W] + ([B] if bias else [])
     text = conv_text(x, w, pad, bias)
     margin = 1.0 if x[2] == 18 else 0.0
-    (before,), (after,), m = both(text, args, fft_conv_margin=margin)
+    (before,), (after,), m = both(text, args, conv_via_fft=True, fft_conv_margin=margin)
     assert "tgraph.conv2d" not in str(m) and "tgraph.fft2d" in str(m)
     want = torch_conv(X, W, B, pad)
     np.testing.assert_allclose(before, want, rtol=1e-10, atol=1e-12)

@@ -15,7 +15,10 @@ ulps) or change the algorithm (a convolution through FFTs). Each has a pass opti
   ``fft2d``); for an inverse transform the factor is ``1/n``. ``|x|^2`` is ``x*x`` for
   a real ``x`` and ``real(x)^2 + imag(x)^2`` for a complex one. The transform then
   has no use left and is removed.
-* ``conv-via-fft``: a ``tgraph.conv2d`` with stride 1 in f32/f64 becomes a
+* ``conv-via-fft`` (off unless asked for, ``spectral-rewrite{conv-via-fft=true}``: it
+  changes a convolution's rounding, and the operation count below does not see that
+  the direct convolution runs on the tensor cores): a ``tgraph.conv2d`` with stride 1
+  in f32/f64 becomes a
   cross-correlation through 2-D FFTs when that takes fewer floating-point operations
   by the rule below. The input is zero-padded to ``P x Q = (H + 2 ph) x (W + 2 pw)``
   and the weight to ``P x Q``; ``Y = real(ifft2d(fft2d(x)[N,1,C] * conj(fft2d(w))[K,C]))``
@@ -267,7 +270,7 @@ class SpectralRewritePass(ModulePass):
 
     fold_inverse_pairs: bool = True
     parseval: bool = True
-    conv_via_fft: bool = True
+    conv_via_fft: bool = False
     fft_conv_margin: float = 1.0
 
     def patterns(self) -> list[RewritePattern]:

@@ -1,5 +1,5 @@
-// RUN: tessera-opt %s -p spectral-rewrite | filecheck %s
-// RUN: tessera-opt %s -p 'spectral-rewrite{conv-via-fft=false}' | filecheck %s --check-prefix=OFF
+// RUN: tessera-opt %s -p 'spectral-rewrite{conv-via-fft=true}' | filecheck %s
+// RUN: tessera-opt %s -p spectral-rewrite | filecheck %s --check-prefix=OFF
 
 // A 15x15 kernel over an 18x18 input padded by 7 (P = Q = 32): the cost rule counts
 // 540672 operations through FFTs against 583200 direct, so the conv is rewritten.

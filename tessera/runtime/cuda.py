@@ -569,7 +569,33 @@ class HostPlan:
             else:
                 raise LaunchError(f"@{name}: host op {op.name} cannot run on the GPU runtime")
         self.nslots = len(slots)
+        self.frees = self._frees()
         self._runner: Callable[[Sequence[Any]], list[Any] | None] | None = None
+
+    def _frees(self) -> list[tuple[int, ...]]:
+        """For each step, the buffers (``alloc`` slots) it is the last user of: the run drops
+        them after that step, so a long program holds only its live intermediates (torch's
+        caching allocator reuses their memory for later allocations on the same stream,
+        after the kernels already queued there). Results are never dropped."""
+        allocated = {step[1] for step in self.steps if step[0] == "alloc"}
+        last: dict[int, int] = {}
+        for i, step in enumerate(self.steps):
+            if step[0] == "alloc":
+                used = [step[1]]
+            elif step[0] in ("launch", "launch_ex"):
+                used = step[5]
+            elif step[0] == "collective":
+                used = [*step[3], *step[4]]
+            else:
+                used = []
+            for slot in used:
+                last[slot] = i
+        keep = set(self.results)
+        frees: list[list[int]] = [[] for _ in self.steps]
+        for slot, i in last.items():
+            if slot in allocated and slot not in keep:
+                frees[i].append(slot)
+        return [tuple(f) for f in frees]
 
     def runner(self) -> Callable[[Sequence[Any]], list[Any] | None] | None:
         """The plan as one closure for repeated calls, or None when the plan has no fast
@@ -596,20 +622,29 @@ class HostPlan:
                 return None
             checks.append((s, *spec) if spec is not None else (s, None, None))
         base: list[Any] = [None] * self.nslots
-        allocs: list[tuple[int, tuple[int, ...], Any]] = []
-        launches: list[tuple[Callable[[Sequence[Any], int], None], list[int]]] = []
-        for step in self.steps:
+        # per launch: (launch, argument slots, buffers allocated just before it, buffers
+        # dropped just after it)
+        Alloc = tuple[int, tuple[int, ...], Any]
+        launches: list[tuple[Callable[[Sequence[Any], int], None], list[int], tuple[Alloc, ...],
+                             tuple[int, ...]]] = []
+        pending: list[Alloc] = []
+        for step, frees in zip(self.steps, self.frees):
             if step[0] == "alloc":
-                allocs.append((step[1], step[2], step[3]))
-            elif step[0] == "value":
+                pending.append((step[1], step[2], step[3]))
+                continue
+            if step[0] == "value":
                 base[step[1]] = step[2]
-            elif step[0] == "launch":
-                launches.append((step[3].launch, step[5]))
+                continue
+            if step[0] == "launch":
+                launch = step[3].launch
             elif step[0] == "collective":
                 return None  # host collectives run on the checked path
             else:
-                _, op, kernel, fn, _, arg_slots = step
-                launches.append((tma.plan_for(op, kernel, fn).launch, arg_slots))
+                _, op, kernel, fn, _, _ = step
+                launch = tma.plan_for(op, kernel, fn).launch
+            launches.append((launch, step[5], tuple(pending), frees))
+            pending = []
+        tail = tuple(pending)  # results allocated and never launched on (empty results)
         results = list(self.results)
         nparams = len(checks)
         dev, device, index = self.dev, self.device, torch.empty(0, device=self.dev).get_device()
@@ -634,11 +669,15 @@ class HostPlan:
                 env[s] = a
             if current_device() != device:
                 return None
-            for s, shape, dtype in allocs:
-                env[s] = empty(shape, dtype=dtype, device=dev)
             stream = current_stream(device)
-            for launch, arg_slots in launches:
+            for launch, arg_slots, allocs, frees in launches:
+                for s, shape, dtype in allocs:
+                    env[s] = empty(shape, dtype=dtype, device=dev)
                 launch([env[s] for s in arg_slots], stream)
+                for s in frees:
+                    env[s] = None
+            for s, shape, dtype in tail:
+                env[s] = empty(shape, dtype=dtype, device=dev)
             return [env[s] for s in results]
 
         self._runner = run
@@ -647,7 +686,6 @@ class HostPlan:
     def run(self, args: Sequence[Any], poison: bool = False) -> list[Any]:
         import torch
 
-        from tessera.runtime import tma
 
         if len(args) != len(self.params):
             raise LaunchError(f"@{self.name}: takes {len(self.params)} arguments, got {len(args)}")
@@ -668,37 +706,47 @@ class HostPlan:
                 env[s] = check_tensor(a, t, f"@{self.name} argument {i}", self.device)
             else:
                 env[s] = a
-        for step in self.steps:
-            kind = step[0]
-            if kind == "alloc":
-                _, s, shape, dt, dev = step
-                out = torch.empty(shape, dtype=dt, device=dev)
-                if poison and out.is_floating_point():
-                    out.fill_(float("nan"))
-                env[s] = out
-            elif kind == "value":
-                env[step[1]] = step[2]
-            elif kind == "collective":  # over torch.distributed (NCCL), on torch's stream
-                _, op, run_collective, ins, outs = step
-                for s, v in zip(outs, run_collective(op, [env[s] for s in ins], device="cuda")):
-                    env[s] = v
-            else:
-                _, op, kernel, fn, grid, arg_slots = step
-                values = [env[s] for s in arg_slots]
-                if LAUNCH_HOOK is None and kind == "launch":
-                    fn(values)
-                    continue
-                if kind == "launch":
-                    def go(fn=fn, values=values) -> None:
-                        fn(values)
-                else:
-                    def go(op=op, kernel=kernel, fn=fn, values=values) -> None:
-                        tma.run_launch_ex(op, kernel, fn, values)
-                if LAUNCH_HOOK is None:
-                    go()
-                else:
-                    LAUNCH_HOOK.launch(self.name, kernel, grid, values, go)
+        for step, frees in zip(self.steps, self.frees):
+            self._step(env, step, poison)
+            for s in frees:
+                env[s] = None
         return [env[s] for s in self.results]
+
+    def _step(self, env: list[Any], step: tuple[Any, ...], poison: bool) -> None:
+        """Run one step of the plan on ``env`` (the checked path)."""
+        import torch
+
+        from tessera.runtime import tma
+
+        kind = step[0]
+        if kind == "alloc":
+            _, s, shape, dt, dev = step
+            out = torch.empty(shape, dtype=dt, device=dev)
+            if poison and out.is_floating_point():
+                out.fill_(float("nan"))
+            env[s] = out
+        elif kind == "value":
+            env[step[1]] = step[2]
+        elif kind == "collective":  # over torch.distributed (NCCL), on torch's stream
+            _, op, run_collective, ins, outs = step
+            for s, v in zip(outs, run_collective(op, [env[s] for s in ins], device="cuda")):
+                env[s] = v
+        else:
+            _, op, kernel, fn, grid, arg_slots = step
+            values = [env[s] for s in arg_slots]
+            if LAUNCH_HOOK is None and kind == "launch":
+                fn(values)
+                return
+            if kind == "launch":
+                def go(fn=fn, values=values) -> None:
+                    fn(values)
+            else:
+                def go(op=op, kernel=kernel, fn=fn, values=values) -> None:
+                    tma.run_launch_ex(op, kernel, fn, values)
+            if LAUNCH_HOOK is None:
+                go()
+            else:
+                LAUNCH_HOOK.launch(self.name, kernel, grid, values, go)
 
 
 # --------------------------------------------------------------------------- compiled specializations

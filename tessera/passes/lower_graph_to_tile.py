@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import arith, func, math, memref
 from xdsl.dialects.builtin import (
@@ -33,6 +34,7 @@ from xdsl.dialects.builtin import (
     UnitAttr,
     VectorType,
     f32,
+    f64,
     i1,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -41,6 +43,7 @@ from xdsl.passes import ModulePass
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.ir.attrs import NumericPolicyAttr
+from tessera.ir.policy import NumericPolicy
 from tessera.passes import (
     tile_attention,
     tile_collectives,
@@ -61,11 +64,19 @@ from tessera.passes.tile_builder import (
     not_lowered,
 )
 from tessera.passes.tile_fft import complex_memref
+from tessera.passes.tile_numerics import FP8 as FP8_TYPES
 from tessera.passes.tile_numerics import (
     is_narrow_cast,
     lower_narrow_cast,
     packed_format,
     storage_memref,
+)
+from tessera.passes.tile_policy import (
+    check_target,
+    lower_policy_cast,
+    lower_policy_store,
+    rounding_policy,
+    store_without_scale,
 )
 
 ELEMENTWISE_GROUP = 256
@@ -237,15 +248,25 @@ class _FunctionLowering:
                     outs.append(m)
                 self.hb.add_op(func.ReturnOp(*outs))
                 continue
-            method = _LOWERINGS.get(type(op))
-            if method is None:
+            if type(op) not in _LOWERINGS:
                 raise not_lowered(op)
+            if isinstance(op, g.MatmulOp | g.MatmulEpilogueOp) and any(
+                packed_format(g.elem_of(v)) for v in (op.lhs, op.rhs)
+            ):
+                self.lower_packed_matmul(op)
+                continue
             if not isinstance(op, g.CastOp) and any(
                 isinstance(v.type, TensorType) and packed_format(v.type.element_type)
                 for v in (*op.operands, *op.results)
+            ) and not (
+                # a packed result of a rounding policy is written by the policy kernel
+                len(op.results) == 1 and rounding_policy(op.results[0].type)
+                and not any(packed_format(g.elem_of(v)) for v in op.operands
+                            if isinstance(v.type, TensorType))
             ):
-                raise not_lowered(op, "fp6/fp4 tensors are stored packed; only tgraph.cast reads "
-                                   "or writes them")
+                raise not_lowered(op, "fp6/fp4 tensors are stored packed; only tgraph.cast and "
+                                   "tgraph.matmul read them, tgraph.cast and results of a "
+                                   "rounding policy write them")
             if not isinstance(op, _COMPLEX_OPS) and any(
                 isinstance(v.type, TensorType) and isinstance(v.type.element_type, ComplexType)
                 for v in (*op.operands, *op.results)
@@ -253,16 +274,95 @@ class _FunctionLowering:
                 raise not_lowered(op, "complex tensors are only read and written by tgraph.fft, "
                                    "tgraph.fft2d, tgraph.real, tgraph.imag, tgraph.complex, "
                                    "tgraph.add and tgraph.sub")
-            for r in op.results:
-                if isinstance(r.type, TensorType) and isinstance(
-                    r.type.encoding, NumericPolicyAttr
-                ) and not r.type.encoding.to_policy().is_default():
-                    raise not_lowered(op, "non-default numeric policy on the result")
-            if not any(hook(self, op) for hook in self.overrides.get(type(op), ())):
-                method(self, op)
+            _check_accumulation(op)
+            pols = [rounding_policy(r.type) for r in op.results]
+            if any(pols):
+                if isinstance(op, g.CastOp):
+                    assert pols[0] is not None
+                    lower_policy_cast(self, op, pols[0])
+                    continue
+                if len(op.results) != 1:
+                    raise not_lowered(op, "a rounding numeric policy on one of several results")
+                self.lower_then_store(op, pols[0])
+                continue
+            self.lower_one(op)
         self.module.body.block.insert_op_after(self.host, self.fn)
         self.fn.detach()
         self.fn.erase()
+
+    def lower_one(self, op: Operation) -> None:
+        """Lower ``op`` by its override hooks, else its generic lowering."""
+        if not any(hook(self, op) for hook in self.overrides.get(type(op), ())):
+            method = _LOWERINGS.get(type(op))
+            if method is None:
+                raise not_lowered(op)
+            method(self, op)
+
+    def lower_as(self, op: Operation, operands: Sequence[SSAValue],
+                 result_types: Sequence[Attribute]) -> list[SSAValue]:
+        """Lower a detached copy of ``op`` with other operands / result types; returns the
+        buffers of its results (the copy is erased)."""
+        twin = type(op).create(
+            operands=list(operands), result_types=list(result_types),
+            properties=dict(op.properties), attributes=dict(op.attributes),
+            regions=[r.clone() for r in op.regions],
+        )
+        try:
+            self.lower_one(twin)
+            return [self.env[r] for r in twin.results]
+        finally:
+            twin.erase(safe_erase=False)
+
+    def lower_then_store(self, op: Operation, policy: NumericPolicy) -> None:
+        """An op whose result has a rounding policy: computed into an f32 (f64 for f64
+        storage) buffer, then stored through the policy with seed 0 and no loss scale,
+        as the Graph IR interpreter's ``store`` does."""
+        rt = op.results[0].type
+        assert isinstance(rt, TensorType)
+        check_target(op, policy)
+        wide = f64 if policy.storage.np_dtype == np.float64 else f32
+        tmp_t = TensorType(wide, rt.get_shape())
+        (tmp,) = self.lower_as(op, list(op.operands), [tmp_t])
+        self.env[op.results[0]] = lower_policy_store(
+            self, op, tmp, tmp_t, rt, store_without_scale(policy), seed=0
+        )
+
+    def lower_packed_matmul(self, op: g.MatmulOp | g.MatmulEpilogueOp) -> None:
+        """A matmul with fp6/fp4 operands: each packed operand is unpacked by a cast kernel
+        into the other operand's type when that is f32/f16/bf16, else bf16 (both operands
+        then; every fp6, fp4 and fp8 value is exact in bf16), and the tensor-core (or FMA)
+        GEMM of those types runs on the unpacked copies."""
+        kinds = [g.elem_of(v) for v in (op.lhs, op.rhs)]
+        plain = [t for t in kinds if isinstance(t, Float32Type | Float16Type | BFloat16Type)]
+        to = plain[0] if plain else BFloat16Type()
+        temps: list[Operation] = []
+        ins: list[SSAValue] = []
+        for v, t in zip((op.lhs, op.rhs), kinds):
+            if t == to:
+                ins.append(v)
+                continue
+            if not (packed_format(t) or isinstance(t, FP8_TYPES)):
+                raise not_lowered(op, f"a matmul of {kinds[0]} and {kinds[1]} operands")
+            c = g.CastOp.create(operands=[v], result_types=[TensorType(to, g.shape_of(v))])
+            temps.append(c)
+            lower_narrow_cast(self, c)
+            ins.append(c.results[0])
+        try:
+            operands = [*ins, *op.operands[2:]]
+            pols = rounding_policy(op.result.type)
+            if pols is not None:
+                check_target(op, pols)
+                rt = op.result.type
+                assert isinstance(rt, TensorType)
+                tmp_t = TensorType(f32, rt.get_shape())
+                (tmp,) = self.lower_as(op, operands, [tmp_t])
+                self.env[op.result] = lower_policy_store(
+                    self, op, tmp, tmp_t, rt, store_without_scale(pols), seed=0)
+            else:
+                (self.env[op.result],) = self.lower_as(op, operands, [op.result.type])
+        finally:
+            for c in temps:
+                c.erase(safe_erase=False)
 
     # ------------------------------------------------------------------ generic map kernel
     def map_kernel(
@@ -785,6 +885,22 @@ def elementwise_scalar(e: KernelEmitter, op: Operation, xs: Sequence[SSAValue]) 
         x = e.convert(xs[0], compute_type(t))
         return e.convert(_unary_scalar(e, op, x), t)
     raise not_lowered(op, "not an elementwise op")
+
+
+def _check_accumulation(op: Operation) -> None:
+    """Refuse a matmul or reduction whose operand declares ``@accum(ts.f64)`` on a narrower
+    float: the interpreter accumulates such operands in f64, the kernels in f32."""
+    if not isinstance(op, g.MatmulOp | g.MatmulEpilogueOp | g.ReductionOp):
+        return
+    for v in op.operands:
+        t = v.type
+        if isinstance(t, TensorType) and isinstance(t.encoding, NumericPolicyAttr):
+            p = t.encoding.to_policy()
+            if p.accum is not None and p.accum.np_dtype == np.float64 and (
+                p.storage.np_dtype != np.float64
+            ):
+                raise not_lowered(op, f"an operand of policy {p!r}: kernels accumulate "
+                                  "narrower floats in f32; cast the operand to f64 instead")
 
 
 def _cast_target(op: g.CastOp) -> Attribute:

@@ -889,7 +889,8 @@ def elementwise_scalar(e: KernelEmitter, op: Operation, xs: Sequence[SSAValue]) 
 
 def _check_accumulation(op: Operation) -> None:
     """Refuse a matmul or reduction whose operand declares ``@accum(ts.f64)`` on a narrower
-    float: the interpreter accumulates such operands in f64, the kernels in f32."""
+    float, or a float ``@accum`` on an integer (the interpreter accumulates such operands
+    in the declared type; the kernels in f32, or in the integer type)."""
     if not isinstance(op, g.MatmulOp | g.MatmulEpilogueOp | g.ReductionOp):
         return
     for v in op.operands:
@@ -901,6 +902,10 @@ def _check_accumulation(op: Operation) -> None:
             ):
                 raise not_lowered(op, f"an operand of policy {p!r}: kernels accumulate "
                                   "narrower floats in f32; cast the operand to f64 instead")
+            if p.accum is not None and p.accum.kind == "float" and p.storage.kind != "float":
+                raise not_lowered(op, f"an operand of policy {p!r}: kernels accumulate "
+                                  "integers as integers; cast the operand to "
+                                  f"{p.accum!r} first")
 
 
 def _cast_target(op: g.CastOp) -> Attribute:

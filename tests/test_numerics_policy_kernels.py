@@ -4,7 +4,6 @@ Tile IR interpreter and compared with the CPU reference (``cast_array`` / the Gr
 interpreter) bit for bit; fp6/fp4 and ``@ts.precision_policy`` matmul operands; ptxas on
 every kernel kind."""
 
-from __future__ import annotations
 
 import numpy as np
 import pytest

@@ -287,3 +287,29 @@ def test_policy_kernels_pass_ptxas() -> None:
     assert any("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in t for t in ptx)
     for t in ptx:
         ptxas.check(t)
+
+
+def test_jit_program_with_policies_on_tile_interpreter() -> None:
+    """A ``ts.jit`` function mixing policy casts, ops whose results inherit a rounding
+    policy and plain ops: its lowered program (run by the Tile IR interpreter) equals the
+    CPU call bit for bit; fuse-elementwise left the rounding ops unfused."""
+    pol = ts.bf16 @ SR @ SAT
+
+    @ts.jit
+    def f(
+        x: ts.Tensor["B", "D", ts.bf16],  # noqa: F821
+        y: ts.Tensor["B", "D", ts.bf16],  # noqa: F821
+    ) -> ts.Tensor["B", "D", ts.f32]:  # noqa: F821
+        a = ts.cast(x * 3.0, pol)
+        c = a * ts.cast(y, pol)  # the result keeps the policy: rounded stochastically
+        return ts.cast(ts.relu(c) + c, ts.f32) * 0.5
+
+    rng = np.random.default_rng(31)
+    x = cast_array(rng.standard_normal((9, 70)) * 40, ts.bf16)
+    y = cast_array(rng.standard_normal((9, 70)) * 1e36, ts.bf16)  # some products saturate
+    cpu = f(x, y)
+    spec = f._last
+    assert spec is not None
+    (tile,) = run_host(spec.ir("tile"), "f", [x, y])
+    assert np.array_equal(tile.view(np.uint32), np.asarray(cpu).view(np.uint32))
+    assert np.isfinite(cpu).all() and (np.abs(cpu) > 1e38).any()

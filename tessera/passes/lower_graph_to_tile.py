@@ -42,7 +42,7 @@ from xdsl.passes import ModulePass
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
-from tessera.ir.attrs import NumericPolicyAttr
+from tessera.ir.attrs import NumericPolicyAttr, rounds_specially
 from tessera.ir.policy import NumericPolicy
 from tessera.passes import (
     tile_attention,
@@ -275,6 +275,12 @@ class _FunctionLowering:
                                    "tgraph.fft2d, tgraph.real, tgraph.imag, tgraph.complex, "
                                    "tgraph.add and tgraph.sub")
             _check_accumulation(op)
+            if isinstance(op, g.FusedOp) and any(
+                rounds_specially(r.type) for inner in op.body.walk() for r in inner.results
+            ):
+                raise not_lowered(op, "a value of a rounding numeric policy (stochastic, "
+                                  "saturating or scaled) inside the fused body; fuse-elementwise "
+                                  "leaves such ops unfused")
             pols = [rounding_policy(r.type) for r in op.results]
             if any(pols):
                 if isinstance(op, g.CastOp):
@@ -883,7 +889,7 @@ def elementwise_scalar(e: KernelEmitter, op: Operation, xs: Sequence[SSAValue]) 
     if isinstance(op, g.ElementwiseUnaryOp):
         t = g.elem_of(op.input)
         x = e.convert(xs[0], compute_type(t))
-        return e.convert(_unary_scalar(e, op, x), t)
+        return e.convert(_unary_scalar(e, op, x), g.elem_of(op.result))
     raise not_lowered(op, "not an elementwise op")
 
 

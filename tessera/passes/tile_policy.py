@@ -51,7 +51,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import graph as g
-from tessera.ir.attrs import NumericPolicyAttr
+from tessera.ir.attrs import NumericPolicyAttr, rounds_specially
 from tessera.ir.policy import NumericPolicy
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, not_lowered
 from tessera.passes.tile_numerics import (
@@ -76,12 +76,10 @@ def rounding_policy(t: Attribute) -> NumericPolicy | None:
     """The policy of tensor type ``t`` when storing into it does more than plain
     nearest-even rounding to the storage type (stochastic rounding, saturation or a
     loss scale), else None."""
-    if not isinstance(t, TensorType) or not isinstance(t.encoding, NumericPolicyAttr):
+    if not rounds_specially(t):
         return None
-    p = t.encoding.to_policy()
-    if p.rounding == "stochastic" or p.saturate or p.loss_scale is not None:
-        return p
-    return None
+    assert isinstance(t, TensorType) and isinstance(t.encoding, NumericPolicyAttr)
+    return t.encoding.to_policy()
 
 
 @dataclass(frozen=True)

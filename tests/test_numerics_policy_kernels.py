@@ -196,7 +196,9 @@ def test_packed_gemm_kernel_error_bound(d: ts.DType) -> None:
     (a, fa), (b, fb) = _operand(rng, (m, k), da), _operand(rng, (k, n), db)
     text = packed_gemm_text(m, k, n, da, db)
     mod = lower(text)
-    assert "ttile.mma" in str(mod)  # the bf16 tensor-core GEMM on unpacked copies
+    # one kernel: the bf16 tensor-core GEMM, unpacking in its shared-memory tile fill
+    assert "ttile.mma" in str(mod) and "ttile.alloc_shared" in str(mod)
+    assert str(mod).count("ttile.kernel") == 1
     (c,) = run_host(mod, "mm", [fa, fb])
     a_h, b_h = a.astype(np.float64), b.astype(np.float64)
     assert (np.abs(c - a_h @ b_h) <= gemm_bound(a_h, b_h)).all()
@@ -223,6 +225,19 @@ def test_guide_fp6_gemm_through_jit() -> None:
     assert y.dtype == np.float32 and (np.abs(y - xh @ wh) <= gemm_bound(xh, wh)).all()
     tile = fp6_gemm.inspect_ir("tile")
     assert "ttile.mma" in tile and "memref<9x27xi8>" in tile
+
+
+def test_packed_gemm_sm90_unpacks_then_wgmma() -> None:
+    """With the sm90 kernels on, packed operands are unpacked to bf16 by cast kernels and
+    the TMA + wgmma GEMM takes the copies (its tiles arrive by TMA, not by a lane fill)."""
+    from tessera.passes.lower_graph_to_tile import LowerGraphToTile
+
+    m = Parser(context(), packed_gemm_text(128, 256, 128, ts.fp4_e2m1, ts.fp4_e2m1)).parse_module()
+    LowerGraphToTile(sm90=True).apply(context(), m)
+    text = str(m)
+    assert text.count("ttile.kernel @mm_cast_") == 2 and "ttarget.launch_ex @mm_matmul_0" in text
+    if ptxas.find_ptxas() is not None:
+        ptxas.check(emit_ptx(lower_to_target(m)), arch="sm_90a")
 
 
 # --------------------------------------------------------------------------- precision policy

@@ -64,7 +64,6 @@ from tessera.passes.tile_builder import (
     not_lowered,
 )
 from tessera.passes.tile_fft import complex_memref
-from tessera.passes.tile_numerics import FP8 as FP8_TYPES
 from tessera.passes.tile_numerics import (
     is_narrow_cast,
     lower_narrow_cast,
@@ -334,38 +333,38 @@ class _FunctionLowering:
         )
 
     def lower_packed_matmul(self, op: g.MatmulOp | g.MatmulEpilogueOp) -> None:
-        """A matmul with fp6/fp4 operands: each packed operand is unpacked by a cast kernel
-        into the other operand's type when that is f32/f16/bf16, else bf16 (both operands
-        then; every fp6, fp4 and fp8 value is exact in bf16), and the tensor-core (or FMA)
-        GEMM of those types runs on the unpacked copies."""
-        kinds = [g.elem_of(v) for v in (op.lhs, op.rhs)]
-        plain = [t for t in kinds if isinstance(t, Float32Type | Float16Type | BFloat16Type)]
-        to = plain[0] if plain else BFloat16Type()
+        """A matmul of packed fp6/fp4 operands (both of one format: the verifier's rule).
+
+        The generic tensor-core GEMM unpacks them itself: its shared-memory tile fill reads
+        each element's code from the packed bytes and dequantizes it into bf16
+        (``tile_gemm``). When overrides take matmuls (the sm90 TMA + wgmma kernel, which
+        loads tiles with TMA), each operand is first unpacked into a bf16 buffer by a cast
+        kernel and the bf16 GEMM runs on those copies. Either way every fp6/fp4 value is
+        exact in bf16 and the accumulation is f32. A rounding policy on the result is
+        applied by a store kernel after the GEMM."""
         temps: list[Operation] = []
-        ins: list[SSAValue] = []
-        for v, t in zip((op.lhs, op.rhs), kinds):
-            if t == to:
-                ins.append(v)
-                continue
-            if not (packed_format(t) or isinstance(t, FP8_TYPES)):
-                raise not_lowered(op, f"a matmul of {kinds[0]} and {kinds[1]} operands")
-            c = g.CastOp.create(operands=[v], result_types=[TensorType(to, g.shape_of(v))])
-            temps.append(c)
-            lower_narrow_cast(self, c)
-            ins.append(c.results[0])
+        operands = list(op.operands)
+        if self.overrides.get(type(op)):
+            for i, v in enumerate((op.lhs, op.rhs)):
+                c = g.CastOp.create(
+                    operands=[v], result_types=[TensorType(BFloat16Type(), g.shape_of(v))]
+                )
+                temps.append(c)
+                lower_narrow_cast(self, c)
+                operands[i] = c.results[0]
         try:
-            operands = [*ins, *op.operands[2:]]
-            pols = rounding_policy(op.result.type)
-            if pols is not None:
-                check_target(op, pols)
-                rt = op.result.type
-                assert isinstance(rt, TensorType)
-                tmp_t = TensorType(f32, rt.get_shape())
-                (tmp,) = self.lower_as(op, operands, [tmp_t])
-                self.env[op.result] = lower_policy_store(
-                    self, op, tmp, tmp_t, rt, store_without_scale(pols), seed=0)
-            else:
+            pol = rounding_policy(op.result.type)
+            if pol is None:
                 (self.env[op.result],) = self.lower_as(op, operands, [op.result.type])
+                return
+            check_target(op, pol)
+            rt = op.result.type
+            assert isinstance(rt, TensorType)
+            tmp_t = TensorType(f32, rt.get_shape())
+            (tmp,) = self.lower_as(op, operands, [tmp_t])
+            self.env[op.result] = lower_policy_store(
+                self, op, tmp, tmp_t, rt, store_without_scale(pol), seed=0
+            )
         finally:
             for c in temps:
                 c.erase(safe_erase=False)

@@ -328,3 +328,49 @@ def test_jit_program_with_policies_on_tile_interpreter() -> None:
     (tile,) = run_host(spec.ir("tile"), "f", [x, y])
     assert np.array_equal(tile.view(np.uint32), np.asarray(cpu).view(np.uint32))
     assert np.isfinite(cpu).all() and (np.abs(cpu) > 1e38).any()
+
+
+# --------------------------------------------------------------------------- loss scaling
+
+
+def test_loss_scale_scales_the_loss_and_unscales_the_gradients() -> None:
+    """``ts.grad`` of a loss cast to ``@loss_scale(k)``: the value is ``k L``, the backward
+    pass runs on cotangents scaled by ``k`` and the gradients come back unscaled; the
+    lowered gradient program equals the CPU one bit for bit."""
+    pol = ts.bf16 @ ts.loss_scale(1024.0)
+
+    @ts.jit
+    def loss(x: ts.Tensor["N", ts.bf16], w: ts.Tensor["N", ts.bf16]) -> ts.Tensor[ts.f32]:  # noqa: F821
+        r = ts.cast(x * w, ts.f32)
+        return ts.cast(ts.cast(ts.sum(r * r), pol), ts.f32)
+
+    rng = np.random.default_rng(41)
+    x = cast_array(rng.standard_normal(50), ts.bf16)
+    w = cast_array(rng.standard_normal(50), ts.bf16)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    value = loss(x, w)
+    exact = np.sum((x64 * w64) ** 2)
+    assert abs(float(value) - 1024.0 * exact) <= 2.0**-7 * 1024.0 * exact
+    grad = ts.grad(loss, argnums=1)
+    gw = grad(x, w)
+    want = 2 * x64 * x64 * w64  # d/dw of the unscaled loss
+    assert np.allclose(gw.astype(np.float64), want, rtol=2.0**-7, atol=0)
+    graph = grad.inspect_ir("graph")
+    assert "1.024000e+03" in graph and "9.76562" in graph  # scale, then unscale (1/1024)
+    spec = grad._last
+    assert spec is not None
+    tile = Parser(context(), str(spec.ir("tile"))).parse_module()
+    (gw_tile,) = run_host(tile, grad.name, [x, w])
+    assert np.array_equal(gw_tile.view(np.uint16), np.asarray(gw).view(np.uint16))
+
+
+def test_loss_scale_cast_inside_the_program_has_its_derivative() -> None:
+    """A scaled cast whose value the program goes on to use: its derivative is ``k``."""
+    pol = ts.f32 @ ts.loss_scale(128.0)
+
+    @ts.jit
+    def f(x: ts.Tensor["N", ts.f32]) -> ts.Tensor[ts.f32]:  # noqa: F821
+        return ts.sum(ts.cast(ts.cast(x, pol) * x, ts.f32))  # sum(128 x^2)
+
+    x = np.random.default_rng(2).standard_normal(7).astype(np.float32)
+    assert np.allclose(ts.grad(f)(x), 256.0 * x.astype(np.float64), rtol=1e-6)

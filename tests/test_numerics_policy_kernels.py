@@ -154,6 +154,39 @@ def test_ops_with_policy_results_match_reference() -> None:
                                          _policy(ts.bf16, (SR,)), seed=0))
 
 
+POLICY_RESULT_OPS = {
+    "transpose": ("tensor<6x10xbf16>", "10x6", "tgraph.transpose %x permutation = [1, 0]"),
+    "reshape": ("tensor<6x10xbf16>", "60", "tgraph.reshape %x"),
+    "sum": ("tensor<6x10xbf16>", "6", "tgraph.sum %x axes = [1]"),
+    "max": ("tensor<6x10xbf16>", "10", "tgraph.max %x axes = [0]"),
+    "exp": ("tensor<6x10xbf16>", "6x10", "tgraph.exp %x"),
+}
+
+
+@pytest.mark.parametrize("case", list(POLICY_RESULT_OPS), ids=str)
+def test_shape_ops_and_reductions_with_policy_results(case: str) -> None:
+    """Shape ops move their operand's stored values (Inf stays Inf, as in the interpreter);
+    reductions and unary ops store their f32 result through the policy (sums of multiples
+    of 1/8: exact in any order)."""
+    a, dims, body = POLICY_RESULT_OPS[case]
+    b = f"tensor<{dims}xbf16, #tessera.policy<bf16, rounding = stochastic, saturate>>"
+    text = f"func.func @f(%x: {a}) -> {b} {{\n  %y = {body} : ({a}) -> {b}\n  func.return %y : {b}\n}}"
+    rng = np.random.default_rng(6)
+    x = cast_array(rng.integers(-60, 60, (6, 10)) / 8.0, ts.bf16)
+    x[0, 0] = np.inf  # saturates to the largest bf16
+    (got,) = run_host(lower(text), "f", [x])
+    (want,) = reference(text, "f", [x])
+    assert same_bits(got, want)
+
+
+def test_policy_result_of_other_ops_is_refused() -> None:
+    a = "tensor<6x10xbf16>"
+    b = "tensor<6x10xbf16, #tessera.policy<bf16, rounding = stochastic>>"
+    with pytest.raises(NotImplementedError, match="tgraph.softmax .*cast the result"):
+        lower(f"func.func @f(%x: {a}) -> {b} {{\n  %y = tgraph.softmax %x axis = 1 : ({a}) -> "
+              f"{b}\n  func.return %y : {b}\n}}")
+
+
 def test_integer_stochastic_target_is_refused() -> None:
     text = policy_cast_text(NumericPolicy(ts.fp32), _policy(ts.int8, (SR,)), (8,), 1)
     with pytest.raises(NotImplementedError, match="float storage types only"):

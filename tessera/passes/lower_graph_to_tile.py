@@ -78,6 +78,16 @@ from tessera.passes.tile_policy import (
     store_without_scale,
 )
 
+_MOVES = (g.ReshapeOp, g.TransposeOp, g.BroadcastOp, g.SliceOp, g.ConcatOp)
+"""Ops that move values without computing: their results are the operands' stored values,
+whatever the result's policy (the interpreter stores them as they are)."""
+_COMPUTES_WIDE = (
+    g.ElementwiseBinaryOp, g.ElementwiseUnaryOp, g.SelectOp, g.MatmulOp, g.MatmulEpilogueOp,
+    g.SumOp, g.MaxOp, g.MinOp, g.MeanOp,
+)
+"""Ops whose lowering computes in f32 (f64) and stores any float result type: a rounding
+policy on their result is applied to that f32 (f64) value, as the interpreter does."""
+
 ELEMENTWISE_GROUP = 256
 ROW_GROUP = 128
 _COMPLEX_OPS = (g.FFTOp, g.FFT2dOp, g.RealOp, g.ImagOp, g.ComplexOp, g.AddOp, g.SubOp)
@@ -325,8 +335,16 @@ class _FunctionLowering:
         rt = op.results[0].type
         assert isinstance(rt, TensorType)
         check_target(op, policy)
-        wide = f64 if policy.storage.np_dtype == np.float64 else f32
-        tmp_t = TensorType(wide, rt.get_shape())
+        if isinstance(op, _MOVES):  # the values move unchanged (as in the interpreter)
+            self.lower_one(op)
+            return
+        if isinstance(op, _COMPUTES_WIDE):
+            wide = f64 if policy.storage.np_dtype == np.float64 else f32
+            tmp_t = TensorType(wide, rt.get_shape())
+        else:
+            raise not_lowered(op, f"a {policy!r} result (stochastic rounding, saturation and "
+                              "loss scaling are lowered for casts, elementwise ops, matmuls, "
+                              "reductions and shape ops); cast the result to the policy instead")
         (tmp,) = self.lower_as(op, list(op.operands), [tmp_t])
         self.env[op.results[0]] = lower_policy_store(
             self, op, tmp, tmp_t, rt, store_without_scale(policy), seed=0
@@ -631,7 +649,7 @@ class _FunctionLowering:
                 it = iter(oidx)
                 oidx = [0 if k in row.axes else next(it) for k in range(len(row.shape))]
             assert len(oidx) == len(out_shape)
-            e.store(e.convert(total, t), o_ref, oidx, mask=e.eq(lane, 0))
+            e.store(e.convert(total, g.elem_of(op.result)), o_ref, oidx, mask=e.eq(lane, 0))
 
         self.kernel(tag, [out, *inputs], group, [prod(row.kept), 1, 1], build)
         self.env[op.result] = out

@@ -23,7 +23,7 @@ from tests.test_numerics_kernels import IR, PACKED_TS, _pack, edge_inputs, same_
 SR, SAT = ts.stochastic_round, ts.saturate
 
 
-IR = {**IR, ts.int8: "i8"}
+IR = {**IR, ts.int8: "i8", ts.int32: "i32"}
 
 
 def policy_type(shape: tuple[int, ...], p: NumericPolicy) -> str:
@@ -187,10 +187,31 @@ def test_policy_result_of_other_ops_is_refused() -> None:
               f"{b}\n  func.return %y : {b}\n}}")
 
 
-def test_integer_stochastic_target_is_refused() -> None:
-    text = policy_cast_text(NumericPolicy(ts.fp32), _policy(ts.int8, (SR,)), (8,), 1)
-    with pytest.raises(NotImplementedError, match="float storage types only"):
-        lower(text)
+@pytest.mark.parametrize("mods", ["sr", "sat", "sr_scale128", "scale3_sat"], ids=str)
+@pytest.mark.parametrize("dst", (ts.int8, ts.int32), ids=repr)
+def test_policy_cast_to_integers(dst: ts.DType, mods: str) -> None:
+    """Casts to integer types of a rounding policy: floor / floor + 1 in f64, stochastic or
+    nearest-even, clamped to the range (NaN -> 0); a plain-rounding cast truncates first,
+    as the interpreter's ``tgraph.cast``. Bit for bit against the Graph IR interpreter."""
+    p = _policy(dst, MODIFIERS[mods])
+    rng = np.random.default_rng(9)
+    x = np.concatenate([
+        rng.standard_normal(900) * 100, rng.integers(-300, 300, 300) + 0.5,
+        [np.nan, -np.nan, np.inf, -np.inf, 2.0**40, -(2.0**40), 127.5, -128.5, 2.5, -2.5,
+         2.0**53 + 2, -0.0],
+    ]).astype(np.float32).reshape(1, -1)
+    text = policy_cast_text(NumericPolicy(ts.fp32), p, x.shape, seed=5)
+    (y,) = run_host(lower(text), "c", [x])
+    (want,) = reference(text, "c", [x])
+    assert y.dtype == want.dtype and np.array_equal(y, want)
+
+
+def test_policy_result_of_integer_op_is_refused() -> None:
+    t = "tensor<8xi32>"
+    r = "tensor<8xi32, #tessera.policy<i32, rounding = stochastic>>"
+    with pytest.raises(NotImplementedError, match="casts to integers"):
+        lower(f"func.func @f(%x: {t}) -> {r} {{\n  %y = tgraph.add %x, %x : ({t}, {t}) -> "
+              f"{r}\n  func.return %y : {r}\n}}")
 
 
 def test_f64_accumulate_operand_is_refused() -> None:
@@ -329,6 +350,8 @@ def test_policy_kernels_pass_ptxas() -> None:
         for mods in ((SR,), (SAT, ts.loss_scale(8.0))):
             p = _policy(dst, mods)
             texts.append(policy_cast_text(NumericPolicy(ts.fp32), p, (3, 37), seed=9))
+    for dst, mods in ((ts.int8, (SR,)), (ts.int32, (ts.loss_scale(3.0), SAT))):
+        texts.append(policy_cast_text(NumericPolicy(ts.fp32), _policy(dst, mods), (3, 37), 9))
     texts.append(packed_gemm_text(37, 70, 29, ts.fp6_e3m2, ts.fp6_e3m2))
     ptx = [emit_ptx(lower_to_target(lower(t))) for t in texts]
     assert any("mul.lo.s64" in t or "mul.lo.u64" in t for t in ptx)  # Philox's products

@@ -26,8 +26,9 @@ the results equal the CPU reference bit for bit:
    saturation); Inf and NaN inputs take that conversion directly (``@saturate`` turns
    Inf into the largest finite value first).
 
-Float targets only (f64, f32, f16, bf16, fp8, fp6, fp4); integer targets of a rounding
-policy are refused by name.
+Float targets (f64, f32, f16, bf16, fp8, fp6, fp4) for every op; integer targets of 8 to
+32 bits for casts (:func:`round_int_f64`: ``floor`` / ``floor + 1`` in f64, nearest-even or
+stochastic, clamped, as :func:`tessera.numerics.rounding.round_integer`).
 """
 
 from __future__ import annotations
@@ -201,13 +202,57 @@ def round_f64(
 
 
 def check_target(op: Operation, p: NumericPolicy) -> None:
-    """Refuse, naming ``op``, a rounding policy whose storage has no kernel rounding."""
+    """Refuse, naming ``op``, a rounding policy whose storage has no kernel rounding:
+    integer storage is lowered for casts (8 to 32 bits), float storage for every op."""
     dt = p.storage
-    if dt.kind != "float":
-        raise not_lowered(
-            op, f"a {p!r} result: stochastic rounding, saturation and loss scaling are "
-            "lowered for float storage types only (cast to a float type first)"
-        )
+    if dt.kind == "float":
+        return
+    if isinstance(op, g.CastOp) and dt.kind == "int" and dt.np_dtype.itemsize <= 4:
+        return
+    raise not_lowered(
+        op, f"a {p!r} result: stochastic rounding, saturation and loss scaling are lowered "
+        "for float storage types, and for casts to integers of 8 to 32 bits"
+    )
+
+
+def round_int_f64(
+    e: KernelEmitter, x: SSAValue, np_dtype: np.dtype, *, truncate: bool,
+    word: SSAValue | None,
+) -> SSAValue:
+    """``x`` (f64) rounded to an integer as :func:`tessera.numerics.rounding.round_integer`
+    does (NaN -> 0; ``floor(x)`` or ``floor(x) + 1``, nearest-even or stochastic with
+    ``word``; or toward zero when ``truncate``, the plain float-to-integer cast), clamped
+    to ``np_dtype``'s range; returned as f64 (an integer value)."""
+    info = np.iinfo(np_dtype)
+    x = _sel(e, _cmpf(e, "uno", x, x), _f(e, 0.0), x)
+    big = _cmpf(e, "oge", e.op(math.AbsFOp(x)), _f(e, 2.0**53))  # integral already
+    xs = _sel(e, big, _f(e, 0.0), x)
+    ti = e.op(arith.FPToSIOp(xs, i64))
+    t = e.op(arith.SIToFPOp(ti, f64))  # toward zero
+    if truncate:
+        r = _sel(e, big, x, t)
+    else:
+        below = _cmpf(e, "ogt", t, xs)
+        fl = _sel(e, below, e.op(arith.SubfOp(t, _f(e, 1.0))), t)
+        fl = _sel(e, big, x, fl)
+        hi = e.op(arith.AddfOp(fl, _f(e, 1.0)))
+        if word is None:
+            d_lo = e.op(arith.SubfOp(x, fl))
+            d_hi = e.op(arith.SubfOp(hi, x))
+            fi = e.op(arith.FPToSIOp(_sel(e, big, _f(e, 0.0), fl), i64))
+            odd = _cmpi(e, "ne", e.op(arith.AndIOp(fi, _i(e, 1))), _i(e, 0))
+            tie = e.op(arith.AndIOp(_cmpf(e, "oeq", d_hi, d_lo), odd))
+            up = e.op(arith.OrIOp(_cmpf(e, "olt", d_hi, d_lo), tie))
+        else:
+            p = e.op(arith.DivfOp(e.op(arith.SubfOp(x, fl)), e.op(arith.SubfOp(hi, fl))))
+            p = _sel(e, _cmpf(e, "ogt", p, _f(e, 1.0)), _f(e, 1.0), p)
+            w = e.op(arith.SIToFPOp(word, f64))
+            up = _cmpf(e, "olt", w, e.op(arith.MulfOp(p, _f(e, 2.0**32))))
+        up = e.op(arith.AndIOp(up, _cmpf(e, "one", x, fl)))
+        r = _sel(e, up, hi, fl)
+    lo_v, hi_v = _f(e, float(info.min)), _f(e, float(info.max))
+    r = _sel(e, _cmpf(e, "olt", r, lo_v), lo_v, r)
+    return _sel(e, _cmpf(e, "ogt", r, hi_v), hi_v, r)
 
 
 def _widen(e: KernelEmitter, src: Attribute, ref: SSAValue, idx: list[Idx], ok: SSAValue,
@@ -244,8 +289,12 @@ def lower_policy_store(
     src_el, dst_el = src_type.element_type, dst_type.element_type
     if isinstance(src_el, IntegerType) and src_el.width.data > 32:
         raise not_lowered(op, f"rounding {src_el} values to {policy!r}")
-    grid = Grid.of(policy.storage.np_dtype)
+    to_int = isinstance(dst_el, IntegerType)
+    grid = None if to_int else Grid.of(policy.storage.np_dtype)
     stochastic = policy.rounding == "stochastic" and not isinstance(dst_el, Float64Type)
+    # a float-to-integer cast without a scale or stochastic rounding truncates first
+    # (the interpreter's tgraph.cast); rounding an integer value is then the identity
+    truncate = to_int and isinstance(op, g.CastOp) and scale_none(policy) and not stochastic
     scale = policy.loss_scale
     shape = list(src_type.get_shape())
     in_bytes = storage_memref(src_type).get_shape()[-1] if packed_format(src_el) else 0
@@ -261,6 +310,9 @@ def lower_policy_store(
         word = None
         if stochastic:
             word = philox_word(e, seed, offset, e.op(arith.IndexCastOp(e.index(lin), i64)))
+        if grid is None:
+            r = round_int_f64(e, x, policy.storage.np_dtype, truncate=truncate, word=word)
+            return e.convert(e.op(arith.FPToSIOp(r, i32)), dst_el)
         return _finish(e, round_f64(e, x, grid, saturate=policy.saturate, word=word), dst_el)
 
     dfmt = packed_format(dst_el)
@@ -325,6 +377,11 @@ def lower_policy_cast(lw: _FunctionLowering, op: g.CastOp, policy: NumericPolicy
     assert isinstance(in_t, TensorType) and isinstance(out_t, TensorType)
     seed = op.seed.value.data if op.seed is not None else 0
     lw.env[op.result] = lower_policy_store(lw, op, lw.mem(op.input), in_t, out_t, policy, seed)
+
+
+def scale_none(policy: NumericPolicy) -> bool:
+    """Whether ``policy`` has no loss scale."""
+    return policy.loss_scale is None
 
 
 def store_without_scale(policy: NumericPolicy) -> NumericPolicy:

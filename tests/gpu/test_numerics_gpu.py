@@ -386,3 +386,25 @@ def test_precision_policy_matmul_gpu() -> None:
     y = y.cpu().numpy().astype(np.float64)
     x64, w64 = x.astype(np.float64), wq.astype(np.float64)
     assert (np.abs(y - x64 @ w64) <= gemm_bound(x64, w64)).all()
+
+
+@pytest.mark.parametrize("mods", ["sr", "sat", "sr_scale128", "scale3_sat"], ids=str)
+@pytest.mark.parametrize("dst", [ts.int8, ts.int32], ids=repr)
+def test_policy_cast_to_integers_gpu(dst: ts.DType, mods: str) -> None:
+    """Casts to int8/int32 of a rounding policy on the GPU equal the interpreter's."""
+    from tessera.ir.policy import NumericPolicy
+    from tests.test_lower_graph_to_tile import lower
+    from tests.test_numerics_policy_kernels import policy_cast_text, reference
+
+    p = NumericPolicy(dst)
+    for m in POLICY_MODS[mods]:
+        p = p @ m
+    rng = np.random.default_rng(19)
+    x = np.concatenate([
+        rng.standard_normal(200_000) * 100, rng.integers(-300, 300, 50_000) + 0.5,
+        [np.nan, np.inf, -np.inf, 2.0**40, 127.5, -128.5, 2.5, -2.5, -0.0],
+    ]).astype(np.float32).reshape(1, -1)
+    text = policy_cast_text(NumericPolicy(ts.fp32), p, x.shape, seed=5)
+    (y,) = _run_gpu(lower(text), "c", [_cuda(x)])
+    (want,) = reference(text, "c", [x])
+    assert np.array_equal(y.cpu().numpy(), want)

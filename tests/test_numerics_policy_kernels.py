@@ -337,6 +337,12 @@ def test_precision_policy_matmul_operand() -> None:
     assert "accum = f32" in graph and "tgraph.cast" in graph
     tile = qmm.inspect_ir("tile")
     assert "memref<24x24xi8>" in tile and "arith.sitofp" in tile
+    spec = qmm._last
+    assert spec is not None
+    (y_tile,) = run_host(spec.ir("tile"), "qmm", [x, wq])
+    assert (np.abs(y_tile - x64 @ w64) <= gemm_bound(x64, w64)).all()
+    # negative codes are sign-extended by the kernel's byte loads
+    assert "ld.global.s8" in spec.ir("ptx") and (wq < 0).any()
 
 
 # --------------------------------------------------------------------------- PTX

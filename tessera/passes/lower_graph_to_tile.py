@@ -34,7 +34,6 @@ from xdsl.dialects.builtin import (
     UnitAttr,
     VectorType,
     f32,
-    f64,
     i1,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -43,7 +42,6 @@ from xdsl.passes import ModulePass
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.ir.attrs import NumericPolicyAttr, rounds_specially
-from tessera.ir.policy import NumericPolicy
 from tessera.passes import (
     tile_attention,
     tile_collectives,
@@ -71,22 +69,11 @@ from tessera.passes.tile_numerics import (
     storage_memref,
 )
 from tessera.passes.tile_policy import (
-    check_target,
+    lower_packed_matmul,
     lower_policy_cast,
-    lower_policy_store,
+    lower_with_policy,
     rounding_policy,
-    store_without_scale,
 )
-
-_MOVES = (g.ReshapeOp, g.TransposeOp, g.BroadcastOp, g.SliceOp, g.ConcatOp)
-"""Ops that move values without computing: their results are the operands' stored values,
-whatever the result's policy (the interpreter stores them as they are)."""
-_COMPUTES_WIDE = (
-    g.ElementwiseBinaryOp, g.ElementwiseUnaryOp, g.SelectOp, g.MatmulOp, g.MatmulEpilogueOp,
-    g.SumOp, g.MaxOp, g.MinOp, g.MeanOp,
-)
-"""Ops whose lowering computes in f32 (f64) and stores any float result type: a rounding
-policy on their result is applied to that f32 (f64) value, as the interpreter does."""
 
 ELEMENTWISE_GROUP = 256
 ROW_GROUP = 128
@@ -262,7 +249,7 @@ class _FunctionLowering:
             if isinstance(op, g.MatmulOp | g.MatmulEpilogueOp) and any(
                 packed_format(g.elem_of(v)) for v in (op.lhs, op.rhs)
             ):
-                self.lower_packed_matmul(op)
+                lower_packed_matmul(self, op)
                 continue
             if not isinstance(op, g.CastOp) and any(
                 isinstance(v.type, TensorType) and packed_format(v.type.element_type)
@@ -298,7 +285,7 @@ class _FunctionLowering:
                     continue
                 if len(op.results) != 1:
                     raise not_lowered(op, "a rounding numeric policy on one of several results")
-                self.lower_then_store(op, pols[0])
+                lower_with_policy(self, op, pols[0])
                 continue
             self.lower_one(op)
         self.module.body.block.insert_op_after(self.host, self.fn)
@@ -327,65 +314,6 @@ class _FunctionLowering:
             return [self.env[r] for r in twin.results]
         finally:
             twin.erase(safe_erase=False)
-
-    def lower_then_store(self, op: Operation, policy: NumericPolicy) -> None:
-        """An op whose result has a rounding policy: computed into an f32 (f64 for f64
-        storage) buffer, then stored through the policy with seed 0 and no loss scale,
-        as the Graph IR interpreter's ``store`` does."""
-        rt = op.results[0].type
-        assert isinstance(rt, TensorType)
-        check_target(op, policy)
-        if isinstance(op, _MOVES):  # the values move unchanged (as in the interpreter)
-            self.lower_one(op)
-            return
-        if isinstance(op, _COMPUTES_WIDE):
-            wide = f64 if policy.storage.np_dtype == np.float64 else f32
-            tmp_t = TensorType(wide, rt.get_shape())
-        else:
-            raise not_lowered(op, f"a {policy!r} result (stochastic rounding, saturation and "
-                              "loss scaling are lowered for casts, elementwise ops, matmuls, "
-                              "reductions and shape ops); cast the result to the policy instead")
-        (tmp,) = self.lower_as(op, list(op.operands), [tmp_t])
-        self.env[op.results[0]] = lower_policy_store(
-            self, op, tmp, tmp_t, rt, store_without_scale(policy), seed=0
-        )
-
-    def lower_packed_matmul(self, op: g.MatmulOp | g.MatmulEpilogueOp) -> None:
-        """A matmul of packed fp6/fp4 operands (both of one format: the verifier's rule).
-
-        The generic tensor-core GEMM unpacks them itself: its shared-memory tile fill reads
-        each element's code from the packed bytes and dequantizes it into bf16
-        (``tile_gemm``). When overrides take matmuls (the sm90 TMA + wgmma kernel, which
-        loads tiles with TMA), each operand is first unpacked into a bf16 buffer by a cast
-        kernel and the bf16 GEMM runs on those copies. Either way every fp6/fp4 value is
-        exact in bf16 and the accumulation is f32. A rounding policy on the result is
-        applied by a store kernel after the GEMM."""
-        temps: list[Operation] = []
-        operands = list(op.operands)
-        if self.overrides.get(type(op)):
-            for i, v in enumerate((op.lhs, op.rhs)):
-                c = g.CastOp.create(
-                    operands=[v], result_types=[TensorType(BFloat16Type(), g.shape_of(v))]
-                )
-                temps.append(c)
-                lower_narrow_cast(self, c)
-                operands[i] = c.results[0]
-        try:
-            pol = rounding_policy(op.result.type)
-            if pol is None:
-                (self.env[op.result],) = self.lower_as(op, operands, [op.result.type])
-                return
-            check_target(op, pol)
-            rt = op.result.type
-            assert isinstance(rt, TensorType)
-            tmp_t = TensorType(f32, rt.get_shape())
-            (tmp,) = self.lower_as(op, operands, [tmp_t])
-            self.env[op.result] = lower_policy_store(
-                self, op, tmp, tmp_t, rt, store_without_scale(pol), seed=0
-            )
-        finally:
-            for c in temps:
-                c.erase(safe_erase=False)
 
     # ------------------------------------------------------------------ generic map kernel
     def map_kernel(

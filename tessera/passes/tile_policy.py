@@ -26,6 +26,9 @@ the results equal the CPU reference bit for bit:
    saturation); Inf and NaN inputs take that conversion directly (``@saturate`` turns
    Inf into the largest finite value first).
 
+Other ops whose result carries such a policy (:func:`lower_with_policy`) and matmuls of
+packed fp6/fp4 operands (:func:`lower_packed_matmul`) are lowered here too.
+
 Float targets (f64, f32, f16, bf16, fp8, fp6, fp4) for every op; integer targets of 8 to
 32 bits for casts (:func:`round_int_f64`: ``floor`` / ``floor + 1`` in f64, nearest-even or
 stochastic, clamped, as :func:`tessera.numerics.rounding.round_integer`).
@@ -44,6 +47,7 @@ from xdsl.dialects.builtin import (
     Float64Type,
     IntegerType,
     TensorType,
+    bf16,
     f32,
     f64,
     i8,
@@ -60,6 +64,7 @@ from tessera.passes.tile_numerics import (
     PLAIN_FLOATS,
     dequantize,
     load_code,
+    lower_narrow_cast,
     packed_format,
     quantize,
     storage_memref,
@@ -388,3 +393,74 @@ def store_without_scale(policy: NumericPolicy) -> NumericPolicy:
     """The policy an op other than ``tgraph.cast`` stores with: its loss scale dropped
     (the interpreter scales only on an explicit cast)."""
     return replace(policy, loss_scale=None)
+
+
+# --------------------------------------------------------------------------- other ops
+
+MOVES = (g.ReshapeOp, g.TransposeOp, g.BroadcastOp, g.SliceOp, g.ConcatOp)
+"""Ops that move values without computing: their results are the operands' stored values,
+whatever the result's policy (the interpreter stores them as they are)."""
+COMPUTES_WIDE = (
+    g.ElementwiseBinaryOp, g.ElementwiseUnaryOp, g.SelectOp, g.MatmulOp, g.MatmulEpilogueOp,
+    g.SumOp, g.MaxOp, g.MinOp, g.MeanOp,
+)
+"""Ops whose lowering computes in f32 (f64) and stores any float result type: a rounding
+policy on their result is applied to that f32 (f64) value, as the interpreter does."""
+
+
+def lower_with_policy(lw: _FunctionLowering, op: Operation, policy: NumericPolicy) -> None:
+    """An op (not a cast) whose one result has a rounding policy: computed into an f32 (f64
+    for f64 storage) buffer, then stored through the policy with seed 0 and no loss scale,
+    as the Graph IR interpreter's ``store`` does; shape ops move their values unchanged."""
+    rt = op.results[0].type
+    assert isinstance(rt, TensorType)
+    check_target(op, policy)
+    if isinstance(op, MOVES):
+        lw.lower_one(op)
+        return
+    if not isinstance(op, COMPUTES_WIDE):
+        raise not_lowered(op, f"a {policy!r} result (stochastic rounding, saturation and "
+                          "loss scaling are lowered for casts, elementwise ops, matmuls, "
+                          "reductions and shape ops); cast the result to the policy instead")
+    wide = f64 if policy.storage.np_dtype == np.float64 else f32
+    tmp_t = TensorType(wide, rt.get_shape())
+    (tmp,) = lw.lower_as(op, list(op.operands), [tmp_t])
+    lw.env[op.results[0]] = lower_policy_store(
+        lw, op, tmp, tmp_t, rt, store_without_scale(policy), seed=0
+    )
+
+
+def lower_packed_matmul(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> None:
+    """A matmul of packed fp6/fp4 operands (both of one format: the verifier's rule).
+
+    The generic tensor-core GEMM unpacks them itself: its shared-memory tile fill reads
+    each element's code from the packed bytes and dequantizes it into bf16
+    (``tile_gemm``). When overrides take matmuls (the sm90 TMA + wgmma kernel, which loads
+    tiles with TMA), each operand is first unpacked into a bf16 buffer by a cast kernel and
+    the bf16 GEMM runs on those copies. Either way every fp6/fp4 value is exact in bf16
+    and the accumulation is f32. A rounding policy on the result is applied by a store
+    kernel after the GEMM."""
+    temps: list[Operation] = []
+    operands = list(op.operands)
+    if lw.overrides.get(type(op)):
+        for i, v in enumerate((op.lhs, op.rhs)):
+            c = g.CastOp.create(operands=[v], result_types=[TensorType(bf16, g.shape_of(v))])
+            temps.append(c)
+            lower_narrow_cast(lw, c)
+            operands[i] = c.results[0]
+    try:
+        pol = rounding_policy(op.result.type)
+        if pol is None:
+            (lw.env[op.result],) = lw.lower_as(op, operands, [op.result.type])
+            return
+        check_target(op, pol)
+        rt = op.result.type
+        assert isinstance(rt, TensorType)
+        tmp_t = TensorType(f32, rt.get_shape())
+        (tmp,) = lw.lower_as(op, operands, [tmp_t])
+        lw.env[op.result] = lower_policy_store(
+            lw, op, tmp, tmp_t, rt, store_without_scale(pol), seed=0
+        )
+    finally:
+        for c in temps:
+            c.erase(safe_erase=False)

@@ -249,6 +249,7 @@ class _FunctionLowering:
             if isinstance(op, g.MatmulOp | g.MatmulEpilogueOp) and any(
                 packed_format(g.elem_of(v)) for v in (op.lhs, op.rhs)
             ):
+                _check_accumulation(op)
                 lower_packed_matmul(self, op)
                 continue
             if not isinstance(op, g.CastOp) and any(

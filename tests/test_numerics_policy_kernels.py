@@ -351,17 +351,20 @@ def test_precision_policy_matmul_operand() -> None:
 def test_policy_kernels_pass_ptxas() -> None:
     if ptxas.find_ptxas() is None:
         pytest.skip("ptxas not found (set TESSERA_PTXAS or install nvidia-cuda-nvcc)")
-    texts = []
-    for dst in (ts.bf16, ts.fp16, ts.fp8_e4m3, ts.fp6_e2m3, ts.fp4_e2m1, ts.fp32):
-        for mods in ((SR,), (SAT, ts.loss_scale(8.0))):
-            p = _policy(dst, mods)
-            texts.append(policy_cast_text(NumericPolicy(ts.fp32), p, (3, 37), seed=9))
-    for dst, mods in ((ts.int8, (SR,)), (ts.int32, (ts.loss_scale(3.0), SAT))):
-        texts.append(policy_cast_text(NumericPolicy(ts.fp32), _policy(dst, mods), (3, 37), 9))
-    texts.append(packed_gemm_text(37, 70, 29, ts.fp6_e3m2, ts.fp6_e3m2))
-    ptx = [emit_ptx(lower_to_target(lower(t))) for t in texts]
-    assert any("mul.lo.s64" in t or "mul.lo.u64" in t for t in ptx)  # Philox's products
-    assert any("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in t for t in ptx)
+    pols = [_policy(d, mods) for d in (ts.bf16, ts.fp16, ts.fp8_e4m3, ts.fp6_e2m3, ts.fp4_e2m1,
+                                       ts.fp32) for mods in ((SR,), (SAT, ts.loss_scale(8.0)))]
+    pols += [_policy(ts.int8, (SR,)), _policy(ts.int32, (ts.loss_scale(3.0), SAT))]
+    x = policy_type((3, 37), NumericPolicy(ts.fp32))
+    outs = [policy_type((3, 37), p) for p in pols]
+    body = "\n".join(f"  %y{i} = tgraph.cast %x seed = {i} : ({x}) -> {t}"
+                     for i, t in enumerate(outs))
+    casts = (f"func.func @c(%x: {x}) -> ({', '.join(outs)}) {{\n{body}\n  func.return "
+             f"{', '.join(f'%y{i}' for i in range(len(outs)))} : {', '.join(outs)}\n}}")
+    ptx = [emit_ptx(lower_to_target(lower(t)))
+           for t in (casts, packed_gemm_text(37, 70, 29, ts.fp6_e3m2, ts.fp6_e3m2))]
+    assert "mul.lo.s64" in ptx[0] or "mul.lo.u64" in ptx[0]  # Philox's products
+    assert ptx[0].count(".entry") == len(pols)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx[1]
     for t in ptx:
         ptxas.check(t)
 

@@ -35,6 +35,7 @@ from xdsl.utils.exceptions import PassFailedException
 from tessera.autodiff.emitter import GraphEmitter, numel
 from tessera.errors import TesseraError
 from tessera.ir import graph as g
+from tessera.ir.attrs import policy_of
 from tessera.ir.graph import elem_of, shape_of
 
 Cot = SSAValue | None
@@ -225,10 +226,17 @@ def _silu_grad(e: GraphEmitter, x: SSAValue) -> SSAValue:
 
 @vjp_rule(g.CastOp)
 def _cast(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    """ct cast back to the input type; a cast to a ``@loss_scale(k)`` policy stores
+    ``k x``, so its cotangent is ``k ct`` (the backward pass runs scaled)."""
     ct = cts[0]
     assert ct is not None
     x = op.operands[0]
-    return [e.cast(ct, elem_of(x)) if needs[0] and is_float(x) else None]
+    if not (needs[0] and is_float(x)):
+        return [None]
+    k = policy_of(op.results[0].type).loss_scale
+    if k is not None:
+        ct = e.mul(ct, float(k))
+    return [e.cast(ct, elem_of(x))]
 
 
 # --------------------------------------------------------------------------- reductions

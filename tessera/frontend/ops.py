@@ -20,6 +20,8 @@ Result-dtype rules:
   an error (as in torch).
 * ``matmul``/``gemm`` return ``out_dtype`` if given; else the accumulate dtype
   when the operands' policy declares one (``fp8_e4m3 @accum(f32)`` -> ``f32``);
+  an operand of integer storage with a float accumulate type (a ``@ts.precision_policy``
+  like the guide's ``QuantizedPolicy``) is first cast to that type (exact for int8);
   else the operands' own type and policy (``bf16 x bf16 -> bf16``, accumulated
   in f32).
 * Reductions, normalizations, softmax, attention and shape ops keep the input type.
@@ -713,6 +715,17 @@ def matmul_result_policy(
     return a
 
 
+def _quantized_operand(x: TracedTensor) -> TracedTensor:
+    """A matmul operand of integer storage with a float ``@accum`` (a
+    ``@ts.precision_policy`` such as the guide's ``QuantizedPolicy``: int8 storage, f32
+    accumulate) converted to its accumulate type, exactly, so that products and sums are
+    computed there; other operands as they are."""
+    p = x.policy
+    if p.storage.kind != "float" and p.accum is not None and p.accum.kind == "float":
+        return cast(x, p.accum)
+    return x
+
+
 def matmul(
     a: Any,
     b: Any,
@@ -723,7 +736,7 @@ def matmul(
     out_dtype: Any = None,
 ) -> TracedTensor:
     """Matrix product with batch broadcasting; ``tile_shape=(BM, BN, BK)`` is a lowering hint."""
-    x, y = _operands("matmul", a, b)
+    x, y = (_quantized_operand(v) for v in _operands("matmul", a, b))
     _check_same_elem("matmul", x, y)
     r = g.MatmulOp.infer_shape(x.shape, y.shape, transpose_a, transpose_b)
     if isinstance(r, str):

@@ -28,6 +28,9 @@ def as_policy_or_none(x: Any, where: str) -> NumericPolicy | None:
         return x
     if isinstance(x, DType):
         return NumericPolicy(x)
+    declared = getattr(x, "numeric_policy", None)  # a @ts.precision_policy class
+    if isinstance(declared, NumericPolicy):
+        return declared
     try:
         return NumericPolicy(dtype_of(x, where=where))
     except TypeError as e:

@@ -160,6 +160,16 @@ def policy_of(t: Attribute) -> NumericPolicy:
     return NumericPolicy(dtypes.from_ir_type(t))
 
 
+def rounds_specially(t: Attribute) -> bool:
+    """Whether storing into tensor type ``t`` rounds by its policy (stochastically, with
+    saturation or a loss scale): such values keep their own op (no fusion hides them)."""
+    return (
+        isinstance(t, TensorType)
+        and isinstance(t.encoding, NumericPolicyAttr)
+        and t.encoding.to_policy().rounds_specially()
+    )
+
+
 def _parse_axis_list(parser: AttrParser) -> list[str]:
     return parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_identifier)
 

@@ -48,6 +48,11 @@ class NumericPolicy:
         """The accumulate dtype: the declared one, else the storage dtype."""
         return self.accum or self.storage
 
+    def rounds_specially(self) -> bool:
+        """True when storing under this policy is more than nearest-even rounding to the
+        storage type: stochastic rounding, saturation or a loss scale."""
+        return self.rounding == "stochastic" or self.saturate or self.loss_scale is not None
+
     def is_default(self) -> bool:
         """True when the policy says nothing beyond its storage dtype."""
         return self == NumericPolicy(self.storage)

@@ -11,6 +11,10 @@ function:
   results come first. When ``@f`` has exactly one result and it holds one
   element (a loss), the seed is 1; otherwise ``@f_grad`` takes one cotangent
   argument per floating-point result, after ``@f``'s own arguments (a VJP).
+  A cast to a ``@loss_scale(k)`` policy multiplies its cotangent by ``k`` (it stores
+  ``k x``); when the seeded loss is such a cast (or a cast of one), the backward pass
+  runs on those scaled cotangents and the gradients are unscaled (times ``1/k``) at the
+  end: scale the loss, unscale the gradients.
 * forward mode (``mode=forward``): ``@f_jvp(args..., tangents...)`` returns the
   primal results followed by their tangents (the Jacobian-vector product with
   one tangent per argument in ``wrt``). It is derived from the reverse rules by
@@ -43,6 +47,8 @@ from tessera.autodiff import scientific_rules  # noqa: F401  (registers its rule
 from tessera.autodiff.custom import ATTR, CUSTOM_VJPS
 from tessera.autodiff.emitter import GraphEmitter, numel
 from tessera.autodiff.rules import VJP_RULES, AutodiffError
+from tessera.ir import graph as g
+from tessera.ir.attrs import policy_of
 from tessera.ir.graph import elem_of, shape_of
 
 _SKIP_ATTRS = ("sym_name", "function_type", "sym_visibility", "arg_attrs", "res_attrs")
@@ -90,6 +96,20 @@ def _check_wrt(f: func.FuncOp, wrt: Sequence[int] | None) -> list[int]:
             )
         out.append(i)
     return out
+
+
+def loss_scale_of(v: SSAValue) -> float | None:
+    """The ``k`` of a loss computed as a cast to a ``@loss_scale(k)`` policy: the loss
+    value's own policy, or that of the value a chain of casts converted it from (the
+    scaled loss cast back to f32, say); None otherwise."""
+    while True:
+        k = policy_of(v.type).loss_scale
+        if k is not None:
+            return k
+        owner = v.owner
+        if not isinstance(owner, g.CastOp):
+            return None
+        v = owner.input
 
 
 def vjp_function(
@@ -209,12 +229,15 @@ def vjp_function(
             if c is not None and need:
                 accumulate(v, c)
 
+    unscale = None if cotangent_args else loss_scale_of(results[float_outs[0]])
     outs: list[SSAValue] = list(results) if return_value else []
     for i in wrt_idx:
         arg = new_block.args[i]
         c = cts.get(arg)
         if c is None:
             c = e.zeros_like(arg)
+        elif unscale is not None:
+            c = e.mul(c, 1.0 / unscale)
         if c.type != arg.type:
             c = e.cast(c, arg.type)
         outs.append(c)

@@ -30,11 +30,20 @@ from xdsl.pattern_rewriter import (
 )
 
 from tessera.ir import graph as g
+from tessera.ir.attrs import rounds_specially
 from tessera.passes.algebra_utils import constant_op, splat_value
+
+
+def _rounds(op: Operation) -> bool:
+    """A result of ``op`` is stored by a rounding policy (stochastic, saturating, scaled):
+    the op keeps its own kernel, which applies the policy."""
+    return any(rounds_specially(r.type) for r in op.results)
 
 
 def is_producer(op: Operation) -> bool:
     """``op`` may be absorbed into a consumer."""
+    if _rounds(op):
+        return False
     if isinstance(op, g.FusedOp):
         return op.reduction() is None
     return isinstance(op, g.FUSIBLE_ELEMENTWISE_OPS)
@@ -42,7 +51,7 @@ def is_producer(op: Operation) -> bool:
 
 def is_consumer(op: Operation) -> bool:
     """``op`` may absorb its producers."""
-    return isinstance(op, (g.FusedOp, *g.FUSIBLE_ELEMENTWISE_OPS, *g.FUSIBLE_REDUCTION_OPS))
+    return not _rounds(op) and isinstance(op, (g.FusedOp, *g.FUSIBLE_ELEMENTWISE_OPS, *g.FUSIBLE_REDUCTION_OPS))
 
 
 def _inputs(op: Operation) -> list[SSAValue]:

@@ -26,6 +26,7 @@ from xdsl.pattern_rewriter import (
 )
 
 from tessera.ir import graph as g
+from tessera.ir.attrs import rounds_specially
 from tessera.passes.algebra_utils import single_user
 
 ACTIVATION_OPS: dict[type[Operation], str] = {
@@ -51,6 +52,8 @@ class FuseMatmulEpilogue(RewritePattern):
         act: str | None = None
         out_type = None
 
+        if rounds_specially(cur.type):
+            return  # a rounding policy on the product: its own store kernel applies it
         user = single_user(cur)
         if self.bias and isinstance(user, g.AddOp) and user.result.type == cur.type:
             other = user.rhs if user.lhs is cur else user.lhs
@@ -68,7 +71,12 @@ class FuseMatmulEpilogue(RewritePattern):
             cur = user.results[0]
             chain.append(user)
             user = single_user(cur)
-        if self.cast and isinstance(user, g.CastOp) and user.seed is None:
+        if (
+            self.cast
+            and isinstance(user, g.CastOp)
+            and user.seed is None
+            and not rounds_specially(user.result.type)
+        ):
             out_type = user.result.type
             cur = user.result
             chain.append(user)

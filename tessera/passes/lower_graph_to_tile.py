@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import arith, func, math, memref
 from xdsl.dialects.builtin import (
@@ -40,7 +41,7 @@ from xdsl.passes import ModulePass
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
-from tessera.ir.attrs import NumericPolicyAttr
+from tessera.ir.attrs import NumericPolicyAttr, rounds_specially
 from tessera.passes import (
     tile_attention,
     tile_collectives,
@@ -67,6 +68,12 @@ from tessera.passes.tile_numerics import (
     lower_narrow_cast,
     packed_format,
     storage_memref,
+)
+from tessera.passes.tile_policy import (
+    lower_packed_matmul,
+    lower_policy_cast,
+    lower_with_policy,
+    rounding_policy,
 )
 
 ELEMENTWISE_GROUP = 256
@@ -242,15 +249,26 @@ class _FunctionLowering:
             if tile_complex.handles(op):
                 tile_complex.lower(self, op)
                 continue
-            method = _LOWERINGS.get(type(op))
-            if method is None:
+            if type(op) not in _LOWERINGS:
                 raise not_lowered(op)
+            if isinstance(op, g.MatmulOp | g.MatmulEpilogueOp) and any(
+                packed_format(g.elem_of(v)) for v in (op.lhs, op.rhs)
+            ):
+                _check_accumulation(op)
+                lower_packed_matmul(self, op)
+                continue
             if not isinstance(op, g.CastOp) and any(
                 isinstance(v.type, TensorType) and packed_format(v.type.element_type)
                 for v in (*op.operands, *op.results)
+            ) and not (
+                # a packed result of a rounding policy is written by the policy kernel
+                len(op.results) == 1 and rounding_policy(op.results[0].type)
+                and not any(packed_format(g.elem_of(v)) for v in op.operands
+                            if isinstance(v.type, TensorType))
             ):
-                raise not_lowered(op, "fp6/fp4 tensors are stored packed; only tgraph.cast reads "
-                                   "or writes them")
+                raise not_lowered(op, "fp6/fp4 tensors are stored packed; only tgraph.cast and "
+                                   "tgraph.matmul read them, tgraph.cast and results of a "
+                                   "rounding policy write them")
             if not isinstance(op, _COMPLEX_OPS) and any(
                 isinstance(v.type, TensorType) and isinstance(v.type.element_type, ComplexType)
                 for v in (*op.operands, *op.results)
@@ -258,16 +276,50 @@ class _FunctionLowering:
                 raise not_lowered(op, "complex tensors are only read and written by tgraph.fft, "
                                    "tgraph.fft2d, tgraph.real, tgraph.imag, tgraph.complex "
                                    "and elementwise add, sub, mul, div, neg and select")
-            for r in op.results:
-                if isinstance(r.type, TensorType) and isinstance(
-                    r.type.encoding, NumericPolicyAttr
-                ) and not r.type.encoding.to_policy().is_default():
-                    raise not_lowered(op, "non-default numeric policy on the result")
-            if not any(hook(self, op) for hook in self.overrides.get(type(op), ())):
-                method(self, op)
+            _check_accumulation(op)
+            if isinstance(op, g.FusedOp) and any(
+                rounds_specially(r.type) for inner in op.body.walk() for r in inner.results
+            ):
+                raise not_lowered(op, "a value of a rounding numeric policy (stochastic, "
+                                  "saturating or scaled) inside the fused body; fuse-elementwise "
+                                  "leaves such ops unfused")
+            pols = [rounding_policy(r.type) for r in op.results]
+            if any(pols):
+                if isinstance(op, g.CastOp):
+                    assert pols[0] is not None
+                    lower_policy_cast(self, op, pols[0])
+                    continue
+                if len(op.results) != 1:
+                    raise not_lowered(op, "a rounding numeric policy on one of several results")
+                lower_with_policy(self, op, pols[0])
+                continue
+            self.lower_one(op)
         self.module.body.block.insert_op_after(self.host, self.fn)
         self.fn.detach()
         self.fn.erase()
+
+    def lower_one(self, op: Operation) -> None:
+        """Lower ``op`` by its override hooks, else its generic lowering."""
+        if not any(hook(self, op) for hook in self.overrides.get(type(op), ())):
+            method = _LOWERINGS.get(type(op))
+            if method is None:
+                raise not_lowered(op)
+            method(self, op)
+
+    def lower_as(self, op: Operation, operands: Sequence[SSAValue],
+                 result_types: Sequence[Attribute]) -> list[SSAValue]:
+        """Lower a detached copy of ``op`` with other operands / result types; returns the
+        buffers of its results (the copy is erased)."""
+        twin = type(op).create(
+            operands=list(operands), result_types=list(result_types),
+            properties=dict(op.properties), attributes=dict(op.attributes),
+            regions=[r.clone() for r in op.regions],
+        )
+        try:
+            self.lower_one(twin)
+            return [self.env[r] for r in twin.results]
+        finally:
+            twin.erase(safe_erase=False)
 
     # ------------------------------------------------------------------ generic map kernel
     def map_kernel(
@@ -531,7 +583,7 @@ class _FunctionLowering:
                 it = iter(oidx)
                 oidx = [0 if k in row.axes else next(it) for k in range(len(row.shape))]
             assert len(oidx) == len(out_shape)
-            e.store(e.convert(total, t), o_ref, oidx, mask=e.eq(lane, 0))
+            e.store(e.convert(total, g.elem_of(op.result)), o_ref, oidx, mask=e.eq(lane, 0))
 
         self.kernel(tag, [out, *inputs], group, [prod(row.kept), 1, 1], build)
         self.env[op.result] = out
@@ -788,8 +840,29 @@ def elementwise_scalar(e: KernelEmitter, op: Operation, xs: Sequence[SSAValue]) 
     if isinstance(op, g.ElementwiseUnaryOp):
         t = g.elem_of(op.input)
         x = e.convert(xs[0], compute_type(t))
-        return e.convert(_unary_scalar(e, op, x), t)
+        return e.convert(_unary_scalar(e, op, x), g.elem_of(op.result))
     raise not_lowered(op, "not an elementwise op")
+
+
+def _check_accumulation(op: Operation) -> None:
+    """Refuse a matmul or reduction whose operand declares ``@accum(ts.f64)`` on a narrower
+    float, or a float ``@accum`` on an integer (the interpreter accumulates such operands
+    in the declared type; the kernels in f32, or in the integer type)."""
+    if not isinstance(op, g.MatmulOp | g.MatmulEpilogueOp | g.ReductionOp):
+        return
+    for v in op.operands:
+        t = v.type
+        if isinstance(t, TensorType) and isinstance(t.encoding, NumericPolicyAttr):
+            p = t.encoding.to_policy()
+            if p.accum is not None and p.accum.np_dtype == np.float64 and (
+                p.storage.np_dtype != np.float64
+            ):
+                raise not_lowered(op, f"an operand of policy {p!r}: kernels accumulate "
+                                  "narrower floats in f32; cast the operand to f64 instead")
+            if p.accum is not None and p.accum.kind == "float" and p.storage.kind != "float":
+                raise not_lowered(op, f"an operand of policy {p!r}: kernels accumulate "
+                                  "integers as integers; cast the operand to "
+                                  f"{p.accum!r} first")
 
 
 def _cast_target(op: g.CastOp) -> Attribute:

@@ -6,6 +6,8 @@ Used by ``lower-graph-to-tile`` (tessera/passes/lower_graph_to_tile.py):
   accumulating its ``BM/2 x BN/2`` block with m16n8k16 ``ttile.mma``; operand
   tiles staged in shared memory by ``ttile.copy_async`` (or masked loads and
   stores when global rows are not 4-byte aligned or the operand is transposed).
+  Packed fp6/fp4 operands take the same kernel: the tile fill reads each element's
+  code from the packed bytes and dequantizes it into the bf16 shared tile.
 * f32/f64 matmul: 256 lanes as 16x16, each computing a micro-tile from
   shared-memory tiles (FMA loop).
 * flash attention: one lane per query row, K/V blocks in shared memory, online
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import math
+from xdsl.dialects import arith, math
 from xdsl.dialects.builtin import (
     BFloat16Type,
     Float8E4M3FNType,
@@ -28,14 +30,24 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    TensorType,
     VectorType,
+    bf16,
     f32,
+    i32,
 )
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, compute_type
+from tessera.passes.tile_numerics import (
+    PackedFormat,
+    dequantize,
+    load_code,
+    packed_format,
+    storage_memref,
+)
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -47,6 +59,9 @@ ATTN_BLOCK_KV = 32
 
 # (row, col) -> index list of the operand in global memory
 GlobalIndex = Callable[[KernelEmitter, Idx, Idx], list[Idx]]
+
+Packed = tuple[PackedFormat, int]
+"""A packed fp6/fp4 operand: its format and the bytes of one packed row."""
 
 
 def _batch_index(
@@ -84,6 +99,44 @@ def _fill_elementwise(
         if to is not None:
             v = ie.convert(v, to)
         ie.store(v, smem, [r, cc], mask=inside)
+        return []
+
+    e.for_(0, cdiv(total, group), 1, [], step)
+
+
+def _fill_packed(
+    e: KernelEmitter,
+    smem: SSAValue,
+    rows: int,
+    cols: int,
+    src: SSAValue,
+    gindex: GlobalIndex,
+    r0: Idx,
+    c0: Idx,
+    rlim: int,
+    clim: int,
+    lane: SSAValue,
+    group: int,
+    packed: Packed,
+) -> None:
+    """Like :func:`_fill_elementwise` for a packed fp6/fp4 operand: each lane reads an
+    element's code from the packed bytes in global memory, dequantizes it exactly
+    (:func:`tessera.passes.tile_numerics.dequantize`) and stores it as the shared tile's
+    type (bf16, exact for every fp6/fp4 value); zero outside ``rlim x clim``."""
+    fmt, nbytes = packed
+    total = rows * cols
+    st = smem.type.element_type  # type: ignore[attr-defined]
+
+    def step(ie: KernelEmitter, j: SSAValue, c: list[SSAValue]) -> list[SSAValue]:
+        q = ie.add(ie.mul(j, group), lane)
+        r, cc = ie.div(q, cols), ie.rem(q, cols)
+        gr, gc = ie.add(r0, r), ie.add(c0, cc)
+        inside = ie.lt(q, total) if total % group else None
+        ok = ie.and_(inside, ie.and_(ie.lt(gr, rlim), ie.lt(gc, clim)))
+        idx = gindex(ie, gr, gc)
+        code = load_code(ie, src, idx[:-1], idx[-1], fmt, nbytes, ok)
+        code = ie.op(arith.SelectOp(ok, code, ie.const(0, i32))) if ok is not None else code
+        ie.store(ie.convert(dequantize(ie, code, fmt), st), smem, [r, cc], mask=inside)
         return []
 
     e.for_(0, cdiv(total, group), 1, [], step)
@@ -199,8 +252,12 @@ def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> 
         epilogue = matmul_epilogue(op)
         if op.bias is not None:
             extra.append(lw.mem(op.bias))
+    packed: tuple[Packed | None, Packed | None] = (None, None)
+    if packed_format(et) is not None:  # fp6/fp4: unpacked to bf16 in shared memory
+        packed = (_packed(op.lhs), _packed(op.rhs))
+        et = bf16
     mma = isinstance(et, BFloat16Type | Float16Type | Float8E4M3FNType | Float8E5M2Type)
-    if mma and g.elem_of(op.rhs) != et:
+    if mma and packed == (None, None) and g.elem_of(op.rhs) != et:
         raise NotImplementedError(
             f"lower-graph-to-tile: {op.name} has no Tile IR lowering for {et} x "
             f"{g.elem_of(op.rhs)} operands (mixed element types)"
@@ -231,11 +288,21 @@ def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> 
         return lambda e, r, c: [*pre, *((c, r) if tb else (r, c))]
 
     args = [out, lw.mem(op.lhs), lw.mem(op.rhs), *extra]
-    p = _MatmulProblem(et, epilogue, m, n, k, bm, bn, bk, batch, ta, tb, a_index, b_index)
+    p = _MatmulProblem(et, epilogue, m, n, k, bm, bn, bk, batch, ta, tb, a_index, b_index,
+                       packed)
     if mma:
         lw.kernel("matmul", args, MMA_GROUP, grid, lambda e, a: _mma_kernel(e, a, p))
     else:
         lw.kernel("matmul", args, FMA_GROUP, grid, lambda e, a: _fma_kernel(e, a, p))
+
+
+def _packed(v: SSAValue) -> Packed:
+    """The format and packed row bytes of a packed fp6/fp4 matmul operand."""
+    t = v.type
+    assert isinstance(t, TensorType)
+    fmt = packed_format(t.element_type)
+    assert fmt is not None
+    return fmt, storage_memref(t).get_shape()[-1]
 
 
 def fma_matmul_2d(
@@ -273,6 +340,7 @@ class _MatmulProblem:
     tb: bool
     a_index: Callable[[list[Idx]], GlobalIndex]
     b_index: Callable[[list[Idx]], GlobalIndex]
+    packed: tuple[Packed | None, Packed | None] = (None, None)
 
 
 def _empty_product(
@@ -317,17 +385,22 @@ def _mma_kernel(e: KernelEmitter, args: list[SSAValue], p: _MatmulProblem) -> No
     zero = e.const(0.0, VectorType(f32, [4]))
     eb = tt.element_bytes(et)
     mk = tt.mma_k(et)
-    ca = _async_chunk(eb, k, bk, not ta)
-    cb = _async_chunk(eb, n, bn, not tb)
+    pa, pb = p.packed
+    ca = _async_chunk(eb, k, bk, not ta) if pa is None else None
+    cb = _async_chunk(eb, n, bn, not tb) if pb is None else None
     wrow = e.mul(wm, wm_size)
     wcol = e.mul(wn, wn_size)
 
     def kstep(ie: KernelEmitter, k0: SSAValue, accs: list[SSAValue]) -> list[SSAValue]:
-        if ca is not None:
+        if pa is not None:
+            _fill_packed(ie, sa, bm, bk, a_ref, ai, m0, k0, m, k, lane, group, pa)
+        elif ca is not None:
             _fill_async(ie, sa, bm, bk, ca, a_ref, ai, m0, k0, m, k, lane, group)
         else:
             _fill_elementwise(ie, sa, bm, bk, a_ref, ai, m0, k0, m, k, lane, group)
-        if cb is not None:
+        if pb is not None:
+            _fill_packed(ie, sb, bk, bn, b_ref, bi, k0, n0, k, n, lane, group, pb)
+        elif cb is not None:
             _fill_async(ie, sb, bk, bn, cb, b_ref, bi, k0, n0, k, n, lane, group)
         else:
             _fill_elementwise(ie, sb, bk, bn, b_ref, bi, k0, n0, k, n, lane, group)

@@ -249,3 +249,162 @@ def test_fp8_gemm_kernel_gpu_ragged(d: ts.DType) -> None:
     assert (np.abs(c - a_h @ b_h) <= bound).all()
     (cpu,) = run_host(mod, "mm", [a8, b8])
     assert (np.abs(c - cpu) <= 2 * bound).all()
+
+
+# --------------------------------------------------------------------------- rounding policies
+
+
+POLICY_TARGETS = [ts.bf16, ts.fp16, ts.fp8_e4m3, ts.fp8_e5m2, ts.fp6_e2m3, ts.fp6_e3m2,
+                  ts.fp4_e2m1, ts.fp32]
+POLICY_MODS = {
+    "sr": (ts.stochastic_round,), "sat": (ts.saturate,),
+    "sr_sat": (ts.stochastic_round, ts.saturate),
+    "sr_scale128": (ts.loss_scale(128.0), ts.stochastic_round),
+    "scale3_sat": (ts.loss_scale(3.0), ts.saturate),
+}
+
+
+@pytest.mark.parametrize("mods", list(POLICY_MODS), ids=str)
+@pytest.mark.parametrize("dst", POLICY_TARGETS, ids=repr)
+def test_policy_cast_kernel_gpu_bitwise(dst: ts.DType, mods: str) -> None:
+    """Casts to @stochastic_round / @saturate / @loss_scale types on the GPU: the kernel's
+    bytes equal cast_array's (same Philox stream, same float64 decisions)."""
+    from tessera.ir.policy import NumericPolicy
+    from tests.test_lower_graph_to_tile import lower
+    from tests.test_numerics_kernels import edge_inputs, same_bits
+    from tests.test_numerics_policy_kernels import PACKED_TS, _pack, policy_cast_text, rows
+
+    p = NumericPolicy(dst)
+    for m in POLICY_MODS[mods]:
+        p = p @ m
+    x = rows(edge_inputs(dst if dst != ts.fp32 else ts.bf16, 100_000))
+    (y,) = _run_gpu(lower(policy_cast_text(NumericPolicy(ts.fp32), p, x.shape, 1234)), "c",
+                    [_cuda(x)])
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = cast_array(x, p, seed=1234)
+    if dst in PACKED_TS:
+        assert np.array_equal(_host(y, np.dtype(np.uint8)), _pack(want, dst))
+    else:
+        got = _host(y, dst.np_dtype)
+        assert same_bits(got, want), _mismatches(got, want, x)
+
+
+def test_policy_op_results_gpu_match_cpu_reference() -> None:
+    """Ops whose results carry rounding policies, on the GPU, equal the Graph IR
+    interpreter bit for bit."""
+    from tests.test_lower_graph_to_tile import lower
+    from tests.test_numerics_policy_kernels import (
+        _policy,
+        policy_type,
+        reference,
+        stored,
+    )
+
+    sr, sat = ts.stochastic_round, ts.saturate
+    m, k = 300, 128
+    b16 = policy_type((m, k), _policy(ts.bf16, (sr, sat)))
+    f4 = policy_type((m, m), _policy(ts.fp4_e2m1, (sr,)))
+    e4 = policy_type((m, k), _policy(ts.bf16, (sr, ts.loss_scale(64.0))))
+    plain = f"tensor<{m}x{k}xbf16>"
+    text = f"""func.func @f(%x: {plain}, %y: {plain}) -> ({b16}, {f4}, {e4}) {{
+  %a = tgraph.mul %x, %y : ({plain}, {plain}) -> {b16}
+  %m = tgraph.matmul %x, %y transpose_rhs : ({plain}, {plain}) -> {f4}
+  %e = tgraph.sub %x, %y : ({plain}, {plain}) -> {e4}
+  func.return %a, %m, %e : {b16}, {f4}, {e4}
+}}"""
+    rng = np.random.default_rng(13)
+    # multiples of 1/16 below 4: the matmul's f32 sums are exact in any order
+    x = cast_array(rng.integers(-63, 64, (m, k)) / 16.0, ts.bf16)
+    y = cast_array(rng.integers(-63, 64, (m, k)) / 16.0, ts.bf16)
+    got = _run_gpu(lower(text), "f", [_cuda(x), _cuda(y)])
+    want = reference(text, "f", [x, y])
+    likes = (np.dtype(ml_dtypes.bfloat16), np.dtype(np.uint8), np.dtype(ml_dtypes.bfloat16))
+    for g_, w_, d, like in zip(got, want, (ts.bf16, ts.fp4_e2m1, ts.bf16), likes):
+        assert stored(_host(g_, like), w_, d), d
+
+
+def test_guide_stochastic_cast_jit_gpu_equals_cpu() -> None:
+    """The guide's ``ts.bf16 @accum(ts.f32) @stochastic_round`` type through ``ts.jit``: the
+    CUDA call and the CPU call give the same bits."""
+    pol = ts.bf16 @ ts.accum(ts.f32) @ ts.stochastic_round
+
+    @ts.jit
+    def to_bf16_sr(x: ts.Tensor["B", "D", ts.f32]) -> ts.Tensor["B", "D", pol]:  # noqa: F821
+        return ts.cast(x * 3.0, pol, seed=99)
+
+    x = np.random.default_rng(3).standard_normal((257, 300)).astype(np.float32)
+    cpu = to_bf16_sr(x)
+    gpu = to_bf16_sr(torch.from_numpy(x).cuda())
+    assert gpu.is_cuda
+    got = _host(gpu, np.dtype(ml_dtypes.bfloat16))
+    assert np.array_equal(got.view(np.uint16), np.asarray(cpu).view(np.uint16))
+    assert np.array_equal(got.view(np.uint16),
+                          cast_array(x * np.float32(3.0), pol, seed=99).view(np.uint16))
+
+
+@pytest.mark.parametrize("d", [ts.fp4_e2m1, ts.fp6_e2m3, ts.fp6_e3m2], ids=repr)
+def test_packed_gemm_gpu_error_bound(d: ts.DType) -> None:
+    """fp6/fp4 x fp6/fp4 GEMM: packed operands unpacked to bf16 by a kernel, the bf16
+    tensor-core GEMM with f32 accumulation; against float64 of the dequantized operands."""
+    from tessera.runtime.tile_interpreter import run_host
+    from tests.test_lower_graph_to_tile import lower
+    from tests.test_numerics_policy_kernels import _pack, gemm_bound, packed_gemm_text
+
+    m, k, n = 200, 320, 136
+    rng = np.random.default_rng(17)
+    a = cast_array(rng.standard_normal((m, k)) * 2, d)
+    b = cast_array(rng.standard_normal((k, n)) * 2, d)
+    pa, pb = _pack(a, d), _pack(b, d)
+    mod = lower(packed_gemm_text(m, k, n, d, d))
+    ta = torch.from_numpy(pa).cuda().view(torch.int8)
+    tb = torch.from_numpy(pb).cuda().view(torch.int8)
+    (c,) = _run_gpu(mod, "mm", [ta, tb])
+    c = c.cpu().numpy().astype(np.float64)
+    a_h, b_h = a.astype(np.float64), b.astype(np.float64)
+    bound = gemm_bound(a_h, b_h)
+    assert (np.abs(c - a_h @ b_h) <= bound).all()
+    (cpu,) = run_host(mod, "mm", [pa.view(np.int8), pb.view(np.int8)])
+    assert (np.abs(c - cpu) <= 2 * bound).all()
+
+
+def test_precision_policy_matmul_gpu() -> None:
+    """A ``@ts.precision_policy`` (int8 storage, f32 accumulate) matmul operand on CUDA."""
+    from tests.test_numerics_policy_kernels import QuantizedPolicy, gemm_bound
+
+    @ts.jit
+    def qmm(
+        x: ts.Tensor["B", "D", ts.f32],  # noqa: F821
+        w: ts.Tensor["D", "D", QuantizedPolicy],  # noqa: F821
+    ) -> ts.Tensor["B", "D", ts.f32]:  # noqa: F821
+        return ts.matmul(x, w)
+
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((130, 96)).astype(np.float32)
+    wq, _ = QuantizedPolicy().quantize(rng.standard_normal((96, 96)).astype(np.float32))
+    y = qmm(torch.from_numpy(x).cuda(), torch.from_numpy(wq).cuda())
+    assert y.is_cuda and y.dtype == torch.float32
+    y = y.cpu().numpy().astype(np.float64)
+    x64, w64 = x.astype(np.float64), wq.astype(np.float64)
+    assert (np.abs(y - x64 @ w64) <= gemm_bound(x64, w64)).all()
+
+
+@pytest.mark.parametrize("mods", ["sr", "sat", "sr_scale128", "scale3_sat"], ids=str)
+@pytest.mark.parametrize("dst", [ts.int8, ts.int32], ids=repr)
+def test_policy_cast_to_integers_gpu(dst: ts.DType, mods: str) -> None:
+    """Casts to int8/int32 of a rounding policy on the GPU equal the interpreter's."""
+    from tessera.ir.policy import NumericPolicy
+    from tests.test_lower_graph_to_tile import lower
+    from tests.test_numerics_policy_kernels import policy_cast_text, reference
+
+    p = NumericPolicy(dst)
+    for m in POLICY_MODS[mods]:
+        p = p @ m
+    rng = np.random.default_rng(19)
+    x = np.concatenate([
+        rng.standard_normal(200_000) * 100, rng.integers(-300, 300, 50_000) + 0.5,
+        [np.nan, np.inf, -np.inf, 2.0**40, 127.5, -128.5, 2.5, -2.5, -0.0],
+    ]).astype(np.float32).reshape(1, -1)
+    text = policy_cast_text(NumericPolicy(ts.fp32), p, x.shape, seed=5)
+    (y,) = _run_gpu(lower(text), "c", [_cuda(x)])
+    (want,) = reference(text, "c", [x])
+    assert np.array_equal(y.cpu().numpy(), want)

@@ -274,6 +274,13 @@ def _int_cast(lw: KernelLowering, op: Operation) -> None:
         lw.emit(tt.AndOp(bits_type(reg_class_of(src_t)), lo, s, lw.imm(1, IntegerType(max(16, sb)))))
         lw.emit(tt.SetpOp(f"ne.{t16}", d, lo, lw.imm(0, IntegerType(max(16, sb)))))
         return
+    if sb == 8 and not signed and db > 8:
+        # an i8 register holds the sign-extended value: zero-extend its low byte
+        wide = lw.reg(reg_class_of(dst_t))
+        lw.emit(tt.CvtOp(f"{int_type(dst_t, False)}.u16", wide, [s]))
+        lw.emit(tt.AndOp(bits_type(reg_class_of(dst_t)), d, wide,
+                         lw.imm(0xFF, IntegerType(max(16, db)))))
+        return
     sty = int_type(src_t, signed)
     dty = int_type(dst_t, signed)
     if sty == dty or reg_class_of(src_t) == reg_class_of(dst_t):

@@ -48,7 +48,8 @@ def element_bits(t: Attribute) -> int:
 
 
 def int_type(t: Attribute, signed: bool = True) -> str:
-    """PTX integer type for an integer/index type (i8 values live in 16-bit registers)."""
+    """PTX integer type for an integer/index type (i8 values live in 16-bit registers,
+    sign-extended: loads are ``.s8``)."""
     bits = 64 if isinstance(t, IndexType) else max(16, t.width.data)  # type: ignore[attr-defined]
     return f"{'s' if signed else 'u'}{bits}"
 
@@ -81,6 +82,8 @@ def mem_type(t: Attribute) -> str:
         return float_type(t)
     if isinstance(t, IntegerType) and t.width.data == 1:
         return "u8"
+    if isinstance(t, IntegerType) and t.width.data == 8:
+        return "s8"  # loads sign-extend into the 16-bit register, which holds i8 values so
     bits = element_bits(t)
     return {8: "b8", 16: "b16", 32: "b32", 64: "b64"}[bits]
 

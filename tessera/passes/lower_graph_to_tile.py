@@ -43,6 +43,7 @@ from tessera.ir import tile as tt
 from tessera.ir.attrs import NumericPolicyAttr
 from tessera.passes import (
     tile_attention,
+    tile_attention_bwd,
     tile_collectives,
     tile_conv,
     tile_fft,
@@ -52,6 +53,7 @@ from tessera.passes import (
     tile_sparse,
     tile_support,
 )
+from tessera.passes.expand_attention_grad import expand_attention_grads
 from tessera.passes.tile_builder import (
     Idx,
     KernelEmitter,
@@ -996,6 +998,8 @@ _LOWERINGS.update({
     g.MSEOp: _FunctionLowering.lower_mse,  # type: ignore[dict-item]
     g.MatmulOp: _FunctionLowering.lower_matmul,  # type: ignore[dict-item]
     g.FlashAttentionOp: tile_attention.lower_flash_attention,  # type: ignore[dict-item]
+    g.FlashAttentionFwdOp: tile_attention.lower_flash_attention,  # type: ignore[dict-item]
+    g.FlashAttentionBwdOp: tile_attention_bwd.lower_flash_attention_bwd,  # type: ignore[dict-item]
     g.FusedOp: _FunctionLowering.lower_fused,  # type: ignore[dict-item]
     g.MatmulEpilogueOp: _FunctionLowering.lower_matmul_epilogue,  # type: ignore[dict-item]
     g.FFTOp: tile_fft.lower_fft,  # type: ignore[dict-item]
@@ -1065,6 +1069,7 @@ class LowerGraphToTile(ModulePass):
                         "block"
                     )
                 _check_static(fn)
+                expand_attention_grads(fn, tile_attention_bwd.fused)
                 _FunctionLowering(op, fn, self.overrides()).run()
 
 

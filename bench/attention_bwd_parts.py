@@ -16,7 +16,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--warps", type=int, help="warps per dkdv/dq tile (an experiment: give "
+                   "each value its own TESSERA_CACHE_DIR, the program cache does not see it)")
     a = p.parse_args()
+    if a.warps:
+        from tessera.passes import tile_attention_bwd
+
+        tile_attention_bwd.WARPS = a.warps
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -37,7 +43,10 @@ def main() -> None:
         if ev.device_type.name == "CUDA" or getattr(ev, "self_device_time_total", 0):
             us = getattr(ev, "self_device_time_total", None) or ev.self_cuda_time_total
             totals[ev.key] = totals.get(ev.key, 0.0) + us / 3 / 1000
-    print(f"per-kernel ms of one ts.grad call, causal bf16 B{b} H{h} S{s} D{d}:")
+    from tessera.passes import tile_attention_bwd
+
+    print(f"per-kernel ms of one ts.grad call, causal bf16 B{b} H{h} S{s} D{d}, "
+          f"{tile_attention_bwd.WARPS} warps per dkdv/dq tile:")
     for key, ms in sorted(totals.items(), key=lambda kv: -kv[1]):
         if ms > 0.001:
             print(f"  {ms:9.4f}  {key[:90]}")

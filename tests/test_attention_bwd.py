@@ -190,3 +190,17 @@ def test_ptxas_bench_shape():
     spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", r.stderr)]
     assert len(spills) == 4
     print(r.stderr)
+
+
+def test_sm90_forward_stores_the_lse():
+    """On sm90 ``flash_attention_fwd`` is the wgmma kernel with one more pointer (lse)."""
+    qs = (1, 2, 200, 128)
+    m = parse(grad_text(qs, qs, "bf16", True))
+    LowerGraphToTile(sm90=True).apply(default_context(), m)
+    ptx = to_ptx(lower_to_target(m))
+    entry = ptx[ptx.index(".entry f_attention_0"):]
+    entry = entry[:entry.index(")")]
+    assert entry.count(".param .u64") == 2
+    assert "lg2.approx.ftz.f32" in ptx and "st.global.f32" in ptx
+    if ptxas.find_ptxas() is not None:
+        ptxas.check(ptx)

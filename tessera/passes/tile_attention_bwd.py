@@ -7,8 +7,8 @@ element is summed by one warp in a fixed order; no atomics):
 
 * ``dot``: ``Di = rowsum(do ∘ o)`` in f32, ``d / 8`` lanes per row (one 16-byte load of
   each operand per lane, a ``shuffle_xor`` tree);
-* ``dkdv``: one tile per ``BLOCK_KV`` keys (4 warps, 16 keys each; grid
-  ``[ceil(Sk / 64), 1, batch]``). The warp's K and V rows stay in registers as m16n8k16
+* ``dkdv``: one tile per ``16 WARPS`` keys (16 keys per warp; grid
+  ``[ceil(Sk / (16 WARPS)), 1, batch]``). The warp's K and V rows stay in registers as m16n8k16
   ``a`` fragments; the tile loops over blocks of ``bq`` queries, staging q and do in
   shared memory twice: row-major (``b`` fragments of ``k Qᵀ`` and ``v doᵀ``, whose two
   k-consecutive elements are adjacent in a row) and pair-interleaved (element
@@ -16,7 +16,7 @@ element is summed by one warp in a fixed order; no atomics):
   k runs over queries). Per block: ``Sᵀ = k qᵀ``, ``Pᵀ = exp2(Sᵀ scale log2e - lse log2e)``,
   ``dv += Pᵀ do``, ``dPᵀ = v doᵀ``, ``dSᵀ = Pᵀ ∘ (dPᵀ - Di)``, ``dk += dSᵀ q``; the
   ``Sᵀ``/``dSᵀ`` accumulators of two adjacent query tiles form one ``a`` fragment;
-* ``dq``: one tile per 64 queries (4 warps); q and do rows in registers, key blocks of
+* ``dq``: one tile per ``16 WARPS`` queries; q and do rows in registers, key blocks of
   ``bkv`` staged as k row-major, k pair-interleaved and v row-major; per block
   ``S = q kᵀ``, ``P``, ``dP = do vᵀ``, ``dS = P ∘ (dP - Di)``, ``dq += dS k``.
 
@@ -47,8 +47,13 @@ from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
 
-BLOCK_KV = 64
-"""Keys per ``dkdv`` tile (4 warps of 16) and queries per ``dq`` tile."""
+WARPS = 8
+"""Warps per ``dkdv`` and ``dq`` tile; each owns 16 rows (keys, queries)."""
+
+
+def tile_rows() -> int:
+    """Keys per ``dkdv`` tile and queries per ``dq`` tile."""
+    return 16 * WARPS
 
 _vec = tile_attention._Kernel.vec
 _pair = tile_attention._Kernel.pair
@@ -103,12 +108,12 @@ def lower_flash_attention_bwd(lw: _FunctionLowering, op: g.FlashAttentionBwdOp) 
         lambda e, a: _dot(e, a, s),
     )
     lw.kernel(
-        "attention_bwd_dkdv", [dk, dv, q, k, v, do, lse, di], 128,
-        [cdiv(s.sk, BLOCK_KV), 1, s.n_batch], lambda e, a: _DkDv(e, a, s).build(),
+        "attention_bwd_dkdv", [dk, dv, q, k, v, do, lse, di], 32 * WARPS,
+        [cdiv(s.sk, tile_rows()), 1, s.n_batch], lambda e, a: _DkDv(e, a, s).build(),
     )
     lw.kernel(
-        "attention_bwd_dq", [dq, q, k, v, do, lse, di], 128,
-        [cdiv(s.sq, BLOCK_KV), 1, s.n_batch], lambda e, a: _Dq(e, a, s).build(),
+        "attention_bwd_dq", [dq, q, k, v, do, lse, di], 32 * WARPS,
+        [cdiv(s.sq, tile_rows()), 1, s.n_batch], lambda e, a: _Dq(e, a, s).build(),
     )
 
 
@@ -149,8 +154,8 @@ def _dot(e: KernelEmitter, args: list[SSAValue], s: _Spec) -> None:
 
 
 class _Common:
-    """Fragment helpers shared by the ``dkdv`` and ``dq`` kernels (4 warps, each owning
-    16 rows of the tile: rows ``row0`` and ``row0 + 8`` per lane)."""
+    """Fragment helpers shared by the ``dkdv`` and ``dq`` kernels (``WARPS`` warps, each
+    owning 16 rows of the tile: rows ``row0`` and ``row0 + 8`` per lane)."""
 
     e: KernelEmitter
     s: _Spec
@@ -162,7 +167,7 @@ class _Common:
         warp = e.warp_id()
         self.gq, self.tq = e.div(lid, 4), e.rem(lid, 4)
         self.bidx = e.unravel(e.tile_id("z"), s.batch) if s.batch else []
-        self.t0 = e.mul(e.tile_id("x"), BLOCK_KV)
+        self.t0 = e.mul(e.tile_id("x"), tile_rows())
         self.row0 = e.add(self.t0, e.add(e.mul(warp, 16), self.gq))
         self.rows = [self.row0, e.add(self.row0, 8)]
         d = s.d
@@ -195,32 +200,49 @@ class _Common:
             frags.append(_vec(e, elems, s.et))
         return frags
 
-    def stage(
-        self, e: KernelEmitter, ref: SSAValue, r0: Idx, n: int, rows: int,
-        rm: SSAValue | None, il: SSAValue | None,
-    ) -> None:
-        """Copy rows ``r0 .. r0 + rows`` of ``ref`` (those ``>= n`` as zeros) into the
-        row-major buffer ``rm`` and/or the pair-interleaved buffer ``il``."""
-        s = self.s
-        d = s.d
+    def stage_plan(self, rows: int) -> list[tuple[Idx, Idx, list[Idx], list[Idx]]]:
+        """Per copy item of a ``rows x d`` block (computed once, outside the loops): the
+        item's pair of rows ``p``, 8-column chunk ``cc``, row-major offsets of its two
+        rows and pair-interleaved offsets of its two halves."""
+        e, d = self.e, self.s.d
         cpr = d // 8
         items = rows // 2 * cpr
-        assert items % 128 == 0
-        for it in range(items // 128):
-            q = e.add(self.lane, it * 128)
+        group = 32 * WARPS
+        assert items % group == 0
+        plan = []
+        for it in range(items // group):
+            q = e.add(self.lane, it * group)
             p, cc = e.div(q, cpr), e.rem(q, cpr)
-            vals = []
+            rm = []
             for h in (0, 1):
                 r = e.add(e.mul(p, 2), h)
-                row = e.add(r0, r)
+                rm.append(e.add(e.mul(r, d), e.mul(_xor(e, cc, e.rem(r, 8)), 8)))
+            il = []
+            for half in (0, 1):
+                chunk = _xor(e, e.add(e.mul(cc, 2), half), e.mul(e.rem(p, 4), 2))
+                il.append(e.add(e.mul(p, 2 * d), e.mul(chunk, 8)))
+            plan.append((p, cc, rm, il))
+        return plan
+
+    def stage(
+        self, e: KernelEmitter, ref: SSAValue, r0: Idx, n: int,
+        plan: list[tuple[Idx, Idx, list[Idx], list[Idx]]],
+        rm: SSAValue | None, il: SSAValue | None,
+    ) -> None:
+        """Copy rows ``r0 ..`` of ``ref`` (those ``>= n`` as zeros) into the row-major
+        buffer ``rm`` and/or the pair-interleaved buffer ``il`` (``plan``: :meth:`stage_plan`)."""
+        s = self.s
+        for p, cc, rm_off, il_off in plan:
+            vals = []
+            for h in (0, 1):
+                row = e.add(r0, e.add(e.mul(p, 2), h))
                 ok = e.lt(row, n)
                 vals.append(e.op(tt.LoadVectorOp(
                     ref, [e.index(i) for i in (*self.bidx, e.select(ok, row, 0), e.mul(cc, 8))],
                     8, ok,
                 )))
                 if rm is not None:
-                    dst = e.add(e.mul(r, d), e.mul(_xor(e, cc, e.rem(r, 8)), 8))
-                    e.emit(tt.StoreVectorOp(vals[-1], rm, [e.index(dst)]))
+                    e.emit(tt.StoreVectorOp(vals[-1], rm, [e.index(rm_off[h])]))
             if il is None:
                 continue
             a, b = vals
@@ -228,9 +250,7 @@ class _Common:
                 elems = []
                 for k in range(4 * half, 4 * half + 4):
                     elems += [e.extract(a, k), e.extract(b, k)]
-                chunk = _xor(e, e.add(e.mul(cc, 2), half), e.mul(e.rem(p, 4), 2))
-                idx = e.add(e.mul(p, 2 * d), e.mul(chunk, 8))
-                e.emit(tt.StoreVectorOp(_vec(e, elems, s.et), il, [e.index(idx)]))
+                e.emit(tt.StoreVectorOp(_vec(e, elems, s.et), il, [e.index(il_off[half])]))
 
     def b_rm(self, e: KernelEmitter, buf: SSAValue, jn: int, ks: int) -> SSAValue:
         """``b`` fragment (k = columns ``16 ks ..``, n = rows ``8 jn ..``) of a row-major
@@ -304,7 +324,7 @@ class _Common:
 
 
 class _DkDv(_Common):
-    """dK and dV of 64 keys, looping over blocks of queries."""
+    """dK and dV of a tile of keys, looping over blocks of queries."""
 
     def __init__(self, e: KernelEmitter, args: list[SSAValue], s: _Spec):
         self.e, self.s = e, s
@@ -320,12 +340,13 @@ class _DkDv(_Common):
             e.op(tt.AllocSharedOp([bq * d], s.et, alignment=128)) for _ in range(4)
         )
         self.lse_s = e.op(tt.AllocSharedOp([bq], f32, alignment=16))
+        self.plan = self.stage_plan(bq)
         self.di_s = e.op(tt.AllocSharedOp([bq], f32, alignment=16))
         nq = cdiv(s.sq, bq)
         full = s.sq // bq
         if s.causal:
             first = e.div(self.t0, bq)  # the first block with a query >= the tile's first key
-            diag = e.min(cdiv_idx(e, e.add(self.t0, BLOCK_KV), bq), nq)
+            diag = e.min(cdiv_idx(e, e.add(self.t0, tile_rows()), bq), nq)
         else:
             first, diag = 0, 0
         zero4 = e.const(0.0, VectorType(f32, [4]))
@@ -349,8 +370,8 @@ class _DkDv(_Common):
         dk, dv = c[: d // 8], c[d // 8:]
         q0 = e.mul(i, bq)
         e.barrier()
-        self.stage(e, self.q, q0, s.sq, bq, self.q_rm, self.q_il)
-        self.stage(e, self.do, q0, s.sq, bq, self.do_rm, self.do_il)
+        self.stage(e, self.q, q0, s.sq, self.plan, self.q_rm, self.q_il)
+        self.stage(e, self.do, q0, s.sq, self.plan, self.do_rm, self.do_il)
 
         def rows(be: KernelEmitter) -> list[SSAValue]:
             row = be.add(q0, self.lane)
@@ -397,7 +418,7 @@ class _DkDv(_Common):
 
 
 class _Dq(_Common):
-    """dQ of 64 queries, looping over blocks of keys."""
+    """dQ of a tile of queries, looping over blocks of keys."""
 
     def __init__(self, e: KernelEmitter, args: list[SSAValue], s: _Spec):
         self.e, self.s = e, s
@@ -419,10 +440,11 @@ class _Dq(_Common):
         self.k_rm, self.k_il, self.v_rm = (
             e.op(tt.AllocSharedOp([bkv * d], s.et, alignment=128)) for _ in range(3)
         )
+        self.plan = self.stage_plan(bkv)
         all_blocks = cdiv(s.sk, bkv)
         full = s.sk // bkv
         if s.causal:
-            n_blocks: Idx = e.min(cdiv_idx(e, e.add(self.t0, BLOCK_KV), bkv), all_blocks)
+            n_blocks: Idx = e.min(cdiv_idx(e, e.add(self.t0, tile_rows()), bkv), all_blocks)
             n_full: Idx = e.min(e.div(e.add(self.t0, 1), bkv), full)
         else:
             n_blocks, n_full = all_blocks, full
@@ -440,8 +462,8 @@ class _Dq(_Common):
         bkv = s.inner
         k0 = e.mul(j, bkv)
         e.barrier()
-        self.stage(e, self.k, k0, s.sk, bkv, self.k_rm, self.k_il)
-        self.stage(e, self.v, k0, s.sk, bkv, self.v_rm, None)
+        self.stage(e, self.k, k0, s.sk, self.plan, self.k_rm, self.k_il)
+        self.stage(e, self.v, k0, s.sk, self.plan, self.v_rm, None)
         e.barrier()
         nt = bkv // 8
         sc = self.mma_rows(e, self.q_frags, self.k_rm, nt)

@@ -8,17 +8,21 @@ element is summed by one warp in a fixed order; no atomics):
 * ``dot``: ``Di = rowsum(do ∘ o)`` in f32, ``d / 8`` lanes per row (one 16-byte load of
   each operand per lane, a ``shuffle_xor`` tree);
 * ``dkdv``: one tile per ``16 WARPS`` keys (16 keys per warp; grid
-  ``[ceil(Sk / (16 WARPS)), 1, batch]``). The warp's K and V rows stay in registers as m16n8k16
-  ``a`` fragments; the tile loops over blocks of ``bq`` queries, staging q and do in
-  shared memory twice: row-major (``b`` fragments of ``k Qᵀ`` and ``v doᵀ``, whose two
-  k-consecutive elements are adjacent in a row) and pair-interleaved (element
-  ``(q, c)`` at ``[q / 2][2c + q % 2]``: ``b`` fragments of ``Pᵀ do`` and ``dSᵀ q``, whose
-  k runs over queries). Per block: ``Sᵀ = k qᵀ``, ``Pᵀ = exp2(Sᵀ scale log2e - lse log2e)``,
+  ``[ceil(Sk / (16 WARPS)), 1, batch]``). The warp's K and V rows stay in registers as
+  m16n8k16 ``a`` fragments; the tile loops over blocks of ``bq`` queries (32 at
+  D = 128, 64 at D = 64). q and do blocks arrive by ``copy_async`` in row-major,
+  double-buffered shared buffers (block ``i + 1`` in flight while ``i`` is used): their
+  rows are the ``b`` fragments of ``k Qᵀ`` and ``v doᵀ`` (two k-consecutive elements
+  adjacent in a row). Each block is also copied, shared to shared, pair-interleaved
+  (element ``(q, c)`` at ``[q / 2][2c + q % 2]``): the ``b`` fragments of ``Pᵀ do`` and
+  ``dSᵀ q``, whose k runs over queries. 48 KiB of shared memory. Per block:
+  ``Sᵀ = k qᵀ``, ``Pᵀ = exp2(Sᵀ scale log2e - lse log2e)`` (lse and Di read per lane),
   ``dv += Pᵀ do``, ``dPᵀ = v doᵀ``, ``dSᵀ = Pᵀ ∘ (dPᵀ - Di)``, ``dk += dSᵀ q``; the
   ``Sᵀ``/``dSᵀ`` accumulators of two adjacent query tiles form one ``a`` fragment;
-* ``dq``: one tile per ``16 WARPS`` queries; q and do rows in registers, key blocks of
-  ``bkv`` staged as k row-major, k pair-interleaved and v row-major; per block
-  ``S = q kᵀ``, ``P``, ``dP = do vᵀ``, ``dS = P ∘ (dP - Di)``, ``dq += dS k``.
+* ``dq``: one tile per ``16 WARPS`` queries (causal: the late, heaviest tiles first);
+  q and do rows in registers, key blocks of ``bkv`` (as ``bq``) by ``copy_async`` into
+  double-buffered row-major k and v buffers, k also pair-interleaved (40 KiB); per
+  block ``S = q kᵀ``, ``P``, ``dP = do vᵀ``, ``dS = P ∘ (dP - Di)``, ``dq += dS k``.
 
 ``dk`` and ``dq`` are multiplied by ``scale`` once, when stored. Causal attention (key
 ``<=`` query, top-left aligned) skips the blocks that are masked for the whole tile and
@@ -160,14 +164,19 @@ class _Common:
     e: KernelEmitter
     s: _Spec
 
-    def setup(self) -> None:
+    def setup(self, n_rows: int = 0) -> None:
+        """Lane indices and fragment offsets; with ``n_rows``, tiles take their rows from
+        the end (the causal ``dq`` tiles with the most key blocks start first)."""
         e, s = self.e, self.s
         self.lane = e.local_id()
         lid = e.lane_id()
         warp = e.warp_id()
         self.gq, self.tq = e.div(lid, 4), e.rem(lid, 4)
         self.bidx = e.unravel(e.tile_id("z"), s.batch) if s.batch else []
-        self.t0 = e.mul(e.tile_id("x"), tile_rows())
+        tile = e.tile_id("x")
+        if n_rows:
+            tile = e.sub(cdiv(n_rows, tile_rows()) - 1, tile)
+        self.t0 = e.mul(tile, tile_rows())
         self.row0 = e.add(self.t0, e.add(e.mul(warp, 16), self.gq))
         self.rows = [self.row0, e.add(self.row0, 8)]
         d = s.d
@@ -224,42 +233,49 @@ class _Common:
             plan.append((p, cc, rm, il))
         return plan
 
-    def stage(
+    def issue(
         self, e: KernelEmitter, ref: SSAValue, r0: Idx, n: int,
-        plan: list[tuple[Idx, Idx, list[Idx], list[Idx]]],
-        rm: SSAValue | None, il: SSAValue | None,
+        plan: list[tuple[Idx, Idx, list[Idx], list[Idx]]], rm: SSAValue, base: Idx,
     ) -> None:
-        """Copy rows ``r0 ..`` of ``ref`` (those ``>= n`` as zeros) into the row-major
-        buffer ``rm`` and/or the pair-interleaved buffer ``il`` (``plan``: :meth:`stage_plan`)."""
-        s = self.s
-        for p, cc, rm_off, il_off in plan:
-            vals = []
+        """``copy_async`` rows ``r0 ..`` of ``ref`` (those ``>= n`` zero-filled) into the
+        row-major buffer ``rm`` at element ``base`` (``plan``: :meth:`stage_plan`)."""
+        for p, cc, rm_off, _ in plan:
             for h in (0, 1):
                 row = e.add(r0, e.add(e.mul(p, 2), h))
-                ok = e.lt(row, n)
-                vals.append(e.op(tt.LoadVectorOp(
-                    ref, [e.index(i) for i in (*self.bidx, e.select(ok, row, 0), e.mul(cc, 8))],
-                    8, ok,
-                )))
-                if rm is not None:
-                    e.emit(tt.StoreVectorOp(vals[-1], rm, [e.index(rm_off[h])]))
-            if il is None:
-                continue
-            a, b = vals
+                inside = e.lt(row, n)
+                e.emit(tt.CopyAsyncOp(
+                    rm, [e.index(e.add(rm_off[h], base))], ref,
+                    [e.index(i) for i in (*self.bidx, e.select(inside, row, 0), e.mul(cc, 8))],
+                    8, e.select(inside, 8, 0),
+                ))
+
+    def interleave(
+        self, e: KernelEmitter, rm: SSAValue, base: Idx, il: SSAValue,
+        plan: list[tuple[Idx, Idx, list[Idx], list[Idx]]],
+    ) -> None:
+        """The pair-interleaved copy ``il`` of the row-major block at ``rm[base:]``."""
+        s = self.s
+        for _, _, rm_off, il_off in plan:
+            a, b = (
+                e.op(tt.LoadVectorOp(rm, [e.index(e.add(rm_off[h], base))], 8))
+                for h in (0, 1)
+            )
             for half in (0, 1):
                 elems = []
                 for k in range(4 * half, 4 * half + 4):
                     elems += [e.extract(a, k), e.extract(b, k)]
                 e.emit(tt.StoreVectorOp(_vec(e, elems, s.et), il, [e.index(il_off[half])]))
 
-    def b_rm(self, e: KernelEmitter, buf: SSAValue, jn: int, ks: int) -> SSAValue:
+    def b_rm(
+        self, e: KernelEmitter, buf: SSAValue, offs: list[Idx], jn: int, ks: int
+    ) -> SSAValue:
         """``b`` fragment (k = columns ``16 ks ..``, n = rows ``8 jn ..``) of a row-major
-        block: the block's rows transposed."""
+        block (``offs``: the lane's offsets into it): the block's rows transposed."""
         d = self.s.d
         elems: list[SSAValue] = []
         for h in (0, 1):
             chunk = 2 * ks + h
-            off = e.add(self.rm_off[chunk % 8], jn * 8 * d + (chunk - chunk % 8) * 8)
+            off = e.add(offs[chunk % 8], jn * 8 * d + (chunk - chunk % 8) * 8)
             elems += _pair(e, buf, [off])
         return _vec(e, elems, self.s.et)
 
@@ -299,16 +315,17 @@ class _Common:
                 e.emit(tt.StoreVectorOp(out, ref, idx, oks[r]))
 
     def mma_rows(
-        self, e: KernelEmitter, a: list[SSAValue], buf: SSAValue, n_tiles: int
+        self, e: KernelEmitter, a: list[SSAValue], buf: SSAValue, base: Idx, n_tiles: int
     ) -> list[list[SSAValue]]:
-        """``a`` (16 rows x d) times the transpose of a row-major block: ``n_tiles`` tiles
-        of 8 columns, as scalars."""
+        """``a`` (16 rows x d) times the transpose of the row-major block at ``buf[base:]``:
+        ``n_tiles`` tiles of 8 columns, as scalars."""
         zero4 = e.const(0.0, VectorType(f32, [4]))
+        offs = [e.add(o, base) for o in self.rm_off]
         out = []
         for jn in range(n_tiles):
             acc = zero4
             for ks in range(self.s.d // 16):
-                acc = e.op(tt.MmaOp(a[ks], self.b_rm(e, buf, jn, ks), acc))
+                acc = e.op(tt.MmaOp(a[ks], self.b_rm(e, buf, offs, jn, ks), acc))
             out.append([e.extract(acc, i) for i in range(4)])
         return out
 
@@ -336,19 +353,27 @@ class _DkDv(_Common):
         self.setup()
         self.k_frags = self.load_a(self.k, s.sk)
         self.v_frags = self.load_a(self.v, s.sk)
-        self.q_rm, self.q_il, self.do_rm, self.do_il = (
-            e.op(tt.AllocSharedOp([bq * d], s.et, alignment=128)) for _ in range(4)
+        # q and do row-major, double buffered (copy_async of the next block in flight),
+        # and pair-interleaved: 48 KiB
+        self.q_rm, self.do_rm = (
+            e.op(tt.AllocSharedOp([2 * bq * d], s.et, alignment=128)) for _ in range(2)
         )
-        self.lse_s = e.op(tt.AllocSharedOp([bq], f32, alignment=16))
+        self.q_il, self.do_il = (
+            e.op(tt.AllocSharedOp([bq * d], s.et, alignment=128)) for _ in range(2)
+        )
         self.plan = self.stage_plan(bq)
-        self.di_s = e.op(tt.AllocSharedOp([bq], f32, alignment=16))
         nq = cdiv(s.sq, bq)
+        self.nq = nq
         full = s.sq // bq
         if s.causal:
             first = e.div(self.t0, bq)  # the first block with a query >= the tile's first key
             diag = e.min(cdiv_idx(e, e.add(self.t0, tile_rows()), bq), nq)
         else:
             first, diag = 0, 0
+        base = e.mul(e.rem(first, 2), bq * d)
+        self.issue(e, self.q, e.mul(first, bq), s.sq, self.plan, self.q_rm, base)
+        self.issue(e, self.do, e.mul(first, bq), s.sq, self.plan, self.do_rm, base)
+        e.emit(tt.CommitGroupOp())
         zero4 = e.const(0.0, VectorType(f32, [4]))
         carried = [zero4] * (2 * (d // 8))
         if s.causal:
@@ -361,6 +386,7 @@ class _DkDv(_Common):
             carried = e.for_(
                 mid_end, nq, 1, carried, lambda ie, i, c: self.block(ie, i, c, True)
             )
+        e.emit(tt.WaitGroupOp(0))
         self.store_acc(self.dk, carried[: d // 8], s.sk, s.scale)
         self.store_acc(self.dv, carried[d // 8:], s.sk, 1.0)
 
@@ -369,27 +395,39 @@ class _DkDv(_Common):
         bq, d = s.inner, s.d
         dk, dv = c[: d // 8], c[d // 8:]
         q0 = e.mul(i, bq)
-        e.barrier()
-        self.stage(e, self.q, q0, s.sq, self.plan, self.q_rm, self.q_il)
-        self.stage(e, self.do, q0, s.sq, self.plan, self.do_rm, self.do_il)
+        base = e.mul(e.rem(i, 2), bq * d)
+        e.emit(tt.WaitGroupOp(0))
+        e.barrier()  # block i has landed; every warp is done with block i - 1
+        nxt = e.add(i, 1)
 
-        def rows(be: KernelEmitter) -> list[SSAValue]:
-            row = be.add(q0, self.lane)
-            ok = be.lt(row, s.sq)
-            idx = [*self.bidx, be.select(ok, row, 0)]
-            lse = be.load(self.lse, idx, ok, be.const(0.0, f32))
-            be.store(be.fmul(lse, be.const(-LOG2E, f32)), self.lse_s, [self.lane])
-            be.store(be.load(self.di, idx, ok, be.const(0.0, f32)), self.di_s, [self.lane])
+        def prefetch(be: KernelEmitter) -> list[SSAValue]:
+            nbase = be.mul(be.rem(nxt, 2), bq * d)
+            for ref, rm in ((self.q, self.q_rm), (self.do, self.do_rm)):
+                self.issue(be, ref, be.mul(nxt, bq), s.sq, self.plan, rm, nbase)
             return []
 
-        e.if_(e.lt(self.lane, bq), rows)
-        e.barrier()
+        e.if_(e.lt(nxt, self.nq), prefetch)
+        e.emit(tt.CommitGroupOp())
+        self.interleave(e, self.q_rm, base, self.q_il, self.plan)
+        self.interleave(e, self.do_rm, base, self.do_il, self.plan)
         nt = bq // 8
-        # S^T = K Q^T: element i of tile jn is key row gq + 8 (i >> 1), query 8 jn + 2 tq + (i & 1)
-        st = self.mma_rows(e, self.k_frags, self.q_rm, nt)
+        # this lane's queries (columns): 8 jn + 2 tq + b; -lse log2 e and Di of each
         cols = [[e.add(e.mul(self.tq, 2), 8 * jn + b) for b in (0, 1)] for jn in range(nt)]
-        lse = [[e.load(self.lse_s, [cols[jn][b]]) for b in (0, 1)] for jn in range(nt)]  # -lse log2e
-        di = [[e.load(self.di_s, [cols[jn][b]]) for b in (0, 1)] for jn in range(nt)]
+        lse, di = [], []
+        for jn in range(nt):
+            lse_j, di_j = [], []
+            for b in (0, 1):
+                qi = e.add(q0, cols[jn][b])
+                ok = e.lt(qi, s.sq)
+                idx = [*self.bidx, e.select(ok, qi, 0)]
+                raw = e.load(self.lse, idx, ok, e.const(0.0, f32))
+                lse_j.append(e.fmul(raw, e.const(-LOG2E, f32)))
+                di_j.append(e.load(self.di, idx, ok, e.const(0.0, f32)))
+            lse.append(lse_j)
+            di.append(di_j)
+        e.barrier()
+        # S^T = K Q^T: element i of tile jn is key row gq + 8 (i >> 1), query 8 jn + 2 tq + (i & 1)
+        st = self.mma_rows(e, self.k_frags, self.q_rm, base, nt)
         cl = e.const(s.scale * LOG2E, f32)
         ninf = e.const(-pymath.inf, f32)
         probs = []
@@ -408,7 +446,7 @@ class _DkDv(_Common):
                 row.append(e.op(math.Exp2Op(neg)))
             probs.append(row)
         dv = self.mma_acc(e, self.to_a(e, probs), self.do_il, dv)
-        dpt = self.mma_rows(e, self.v_frags, self.do_rm, nt)
+        dpt = self.mma_rows(e, self.v_frags, self.do_rm, base, nt)
         ds = [
             [e.fmul(probs[jn][i_], e.fsub(dpt[jn][i_], di[jn][i_ & 1])) for i_ in range(4)]
             for jn in range(nt)
@@ -427,7 +465,7 @@ class _Dq(_Common):
     def build(self) -> None:
         e, s = self.e, self.s
         bkv, d = s.inner, s.d
-        self.setup()
+        self.setup(s.sq if s.causal else 0)
         self.q_frags = self.load_a(self.q, s.sq)
         self.do_frags = self.load_a(self.do, s.sq)
         self.lse2, self.di_r = [], []
@@ -437,9 +475,11 @@ class _Dq(_Common):
             lse = e.load(self.lse, idx, ok, e.const(0.0, f32))
             self.lse2.append(e.fmul(lse, e.const(-LOG2E, f32)))
             self.di_r.append(e.load(self.di, idx, ok, e.const(0.0, f32)))
-        self.k_rm, self.k_il, self.v_rm = (
-            e.op(tt.AllocSharedOp([bkv * d], s.et, alignment=128)) for _ in range(3)
+        # k and v row-major, double buffered; k pair-interleaved: 40 KiB
+        self.k_rm, self.v_rm = (
+            e.op(tt.AllocSharedOp([2 * bkv * d], s.et, alignment=128)) for _ in range(2)
         )
+        self.k_il = e.op(tt.AllocSharedOp([bkv * d], s.et, alignment=128))
         self.plan = self.stage_plan(bkv)
         all_blocks = cdiv(s.sk, bkv)
         full = s.sk // bkv
@@ -448,6 +488,10 @@ class _Dq(_Common):
             n_full: Idx = e.min(e.div(e.add(self.t0, 1), bkv), full)
         else:
             n_blocks, n_full = all_blocks, full
+        self.n_blocks = n_blocks
+        self.issue(e, self.k, 0, s.sk, self.plan, self.k_rm, 0)
+        self.issue(e, self.v, 0, s.sk, self.plan, self.v_rm, 0)
+        e.emit(tt.CommitGroupOp())
         zero4 = e.const(0.0, VectorType(f32, [4]))
         carried = [zero4] * (d // 8)
         carried = e.for_(0, n_full, 1, carried, lambda ie, j, c: self.block(ie, j, c, False))
@@ -455,18 +499,31 @@ class _Dq(_Common):
             carried = e.for_(
                 n_full, n_blocks, 1, carried, lambda ie, j, c: self.block(ie, j, c, True)
             )
+        e.emit(tt.WaitGroupOp(0))
         self.store_acc(self.dq, carried, s.sq, s.scale)
 
     def block(self, e: KernelEmitter, j: SSAValue, c: list[SSAValue], masked: bool) -> list[SSAValue]:
         s = self.s
         bkv = s.inner
+        d = s.d
         k0 = e.mul(j, bkv)
-        e.barrier()
-        self.stage(e, self.k, k0, s.sk, self.plan, self.k_rm, self.k_il)
-        self.stage(e, self.v, k0, s.sk, self.plan, self.v_rm, None)
+        base = e.mul(e.rem(j, 2), bkv * d)
+        e.emit(tt.WaitGroupOp(0))
+        e.barrier()  # block j has landed; every warp is done with block j - 1
+        nxt = e.add(j, 1)
+
+        def prefetch(be: KernelEmitter) -> list[SSAValue]:
+            nbase = be.mul(be.rem(nxt, 2), bkv * d)
+            for ref, rm in ((self.k, self.k_rm), (self.v, self.v_rm)):
+                self.issue(be, ref, be.mul(nxt, bkv), s.sk, self.plan, rm, nbase)
+            return []
+
+        e.if_(e.lt(nxt, self.n_blocks), prefetch)
+        e.emit(tt.CommitGroupOp())
+        self.interleave(e, self.k_rm, base, self.k_il, self.plan)
         e.barrier()
         nt = bkv // 8
-        sc = self.mma_rows(e, self.q_frags, self.k_rm, nt)
+        sc = self.mma_rows(e, self.q_frags, self.k_rm, base, nt)
         cl = e.const(s.scale * LOG2E, f32)
         ninf = e.const(-pymath.inf, f32)
         probs = []
@@ -483,7 +540,7 @@ class _Dq(_Common):
                     x = e.vselect(ok, x, ninf)
                 row.append(e.op(math.Exp2Op(e.op(math.FmaOp(x, cl, self.lse2[i_ >> 1])))))
             probs.append(row)
-        dp = self.mma_rows(e, self.do_frags, self.v_rm, nt)
+        dp = self.mma_rows(e, self.do_frags, self.v_rm, base, nt)
         ds = [
             [e.fmul(probs[jn][i_], e.fsub(dp[jn][i_], self.di_r[i_ >> 1])) for i_ in range(4)]
             for jn in range(nt)

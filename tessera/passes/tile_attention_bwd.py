@@ -8,21 +8,17 @@ element is summed by one warp in a fixed order; no atomics):
 * ``dot``: ``Di = rowsum(do ∘ o)`` in f32, ``d / 8`` lanes per row (one 16-byte load of
   each operand per lane, a ``shuffle_xor`` tree);
 * ``dkdv``: one tile per ``16 WARPS`` keys (16 keys per warp; grid
-  ``[ceil(Sk / (16 WARPS)), 1, batch]``). The warp's K and V rows stay in registers as
-  m16n8k16 ``a`` fragments; the tile loops over blocks of ``bq`` queries (32 at
-  D = 128, 64 at D = 64). q and do blocks arrive by ``copy_async`` in row-major,
-  double-buffered shared buffers (block ``i + 1`` in flight while ``i`` is used): their
-  rows are the ``b`` fragments of ``k Qᵀ`` and ``v doᵀ`` (two k-consecutive elements
-  adjacent in a row). Each block is also copied, shared to shared, pair-interleaved
-  (element ``(q, c)`` at ``[q / 2][2c + q % 2]``): the ``b`` fragments of ``Pᵀ do`` and
-  ``dSᵀ q``, whose k runs over queries. 48 KiB of shared memory. Per block:
-  ``Sᵀ = k qᵀ``, ``Pᵀ = exp2(Sᵀ scale log2e - lse log2e)`` (lse and Di read per lane),
+  ``[ceil(Sk / (16 WARPS)), 1, batch]``). The warp's K and V rows stay in registers as m16n8k16
+  ``a`` fragments; the tile loops over blocks of ``bq`` queries, staging q and do in
+  shared memory twice: row-major (``b`` fragments of ``k Qᵀ`` and ``v doᵀ``, whose two
+  k-consecutive elements are adjacent in a row) and pair-interleaved (element
+  ``(q, c)`` at ``[q / 2][2c + q % 2]``: ``b`` fragments of ``Pᵀ do`` and ``dSᵀ q``, whose
+  k runs over queries). Per block: ``Sᵀ = k qᵀ``, ``Pᵀ = exp2(Sᵀ scale log2e - lse log2e)``,
   ``dv += Pᵀ do``, ``dPᵀ = v doᵀ``, ``dSᵀ = Pᵀ ∘ (dPᵀ - Di)``, ``dk += dSᵀ q``; the
   ``Sᵀ``/``dSᵀ`` accumulators of two adjacent query tiles form one ``a`` fragment;
-* ``dq``: one tile per ``16 WARPS`` queries (causal: the late, heaviest tiles first);
-  q and do rows in registers, key blocks of ``bkv`` (as ``bq``) by ``copy_async`` into
-  double-buffered row-major k and v buffers, k also pair-interleaved (40 KiB); per
-  block ``S = q kᵀ``, ``P``, ``dP = do vᵀ``, ``dS = P ∘ (dP - Di)``, ``dq += dS k``.
+* ``dq``: one tile per ``16 WARPS`` queries; q and do rows in registers, key blocks of
+  ``bkv`` staged as k row-major, k pair-interleaved and v row-major; per block
+  ``S = q kᵀ``, ``P``, ``dP = do vᵀ``, ``dS = P ∘ (dP - Di)``, ``dq += dS k``.
 
 ``dk`` and ``dq`` are multiplied by ``scale`` once, when stored. Causal attention (key
 ``<=`` query, top-left aligned) skips the blocks that are masked for the whole tile and
@@ -157,143 +153,126 @@ def _dot(e: KernelEmitter, args: list[SSAValue], s: _Spec) -> None:
     e.store(acc, di, idx, e.and_(ok, e.eq(c, 0)))
 
 
-def rho(jn: int) -> tuple[int, int]:
-    """Rows of n-tile ``jn`` of a ``... x block`` product: lane column ``g`` (0..7) of the
-    tile is block row ``base + 4 (g // 2) + g % 2`` with ``(base, 0)`` returned here, so
-    that the rows of tiles ``2m`` and ``2m + 1`` at lane columns ``2t, 2t + 1`` are the 4
-    consecutive rows ``16 m + 4 t ..`` (a quad-interleaved ``b`` fragment)."""
-    return 16 * (jn // 2) + 2 * (jn % 2), 0
-
-
 class _Common:
     """Fragment helpers shared by the ``dkdv`` and ``dq`` kernels (``WARPS`` warps, each
-    owning 16 rows of the tile: rows ``row0`` and ``row0 + 8`` per lane).
-
-    Products over the head dim permute k: the lane with ``t = lane % 4`` holds, for
-    k-steps ``2kk`` and ``2kk + 1``, columns ``32 kk + 8 t + 0..7`` (``4 s + 0..3`` for
-    step ``s``), so a ``b`` fragment pair is one 16-byte shared load of a row-major
-    block, and ``a`` fragments (read once from global memory) use the same order.
-    Products over the block (``Pᵀ do``, ``dSᵀ q``, ``dS k``) take ``a`` from accumulators
-    whose n-tiles cover rows :func:`rho`, and ``b`` from the quad-interleaved copy of the
-    block (element ``(r, c)`` at ``[r / 4][4 c + r % 4]``), where n-tile ``dn`` of the
-    result holds head columns ``16 (dn // 2) + 2 g + dn % 2``: one 16-byte load gives
-    the ``b`` fragments of tiles ``2u`` and ``2u + 1``, and the stores write 4 adjacent
-    columns. Row-major blocks swizzle chunk ``^ 4 (row % 2)``, quad-interleaved ones
-    chunk ``^ 2 (quad % 4)``.
-    """
+    owning 16 rows of the tile: rows ``row0`` and ``row0 + 8`` per lane)."""
 
     e: KernelEmitter
     s: _Spec
 
-    def setup(self, n_rows: int = 0) -> None:
-        """Lane indices and fragment offsets; with ``n_rows``, tiles take their rows from
-        the end (the causal ``dq`` tiles with the most key blocks start first)."""
+    def setup(self) -> None:
         e, s = self.e, self.s
         self.lane = e.local_id()
         lid = e.lane_id()
         warp = e.warp_id()
         self.gq, self.tq = e.div(lid, 4), e.rem(lid, 4)
         self.bidx = e.unravel(e.tile_id("z"), s.batch) if s.batch else []
-        tile = e.tile_id("x")
-        if n_rows:
-            tile = e.sub(cdiv(n_rows, tile_rows()) - 1, tile)
-        self.t0 = e.mul(tile, tile_rows())
+        self.t0 = e.mul(e.tile_id("x"), tile_rows())
         self.row0 = e.add(self.t0, e.add(e.mul(warp, 16), self.gq))
         self.rows = [self.row0, e.add(self.row0, 8)]
         d = s.d
-        # b fragments of a row-major block: row rho(jn) + 4 (gq // 2) + gq % 2, chunk
-        # 4 kk + tq (swizzled ^ 4 (row % 2) = ^ 4 (gq % 2))
-        g_hi, g_lo = e.div(self.gq, 2), e.rem(self.gq, 2)
-        lrow = e.add(e.mul(g_hi, 4), g_lo)
+        # lane offsets (elements) into a swizzled row-major block (b fragments, k = d)
         self.rm_off = [
-            e.add(e.mul(lrow, d), e.mul(_xor(e, e.add(self.tq, 4 * kk), e.mul(g_lo, 4)), 8))
-            for kk in range(2)
+            e.add(e.add(e.mul(self.gq, d), e.mul(self.tq, 2)), e.mul(_xor(e, c, self.gq), 8))
+            for c in range(8)
         ]
-        # b fragments of a quad-interleaved block: quad tq (+ 4 m), chunk 8 u + gq
-        # (swizzled ^ 2 tq)
-        self.il_off = e.add(e.mul(self.tq, 4 * d), e.mul(_xor(e, self.gq, e.mul(self.tq, 2)), 8))
+        # ... and into a pair-interleaved block (b fragments, k = rows of the block)
+        g_hi, g_lo = e.div(self.gq, 4), e.rem(self.gq, 4)
+        self.il_off = {}
+        for c_hi in (0, 2, 4, 6):
+            for h in (0, 1):
+                r = e.add(self.tq, 4 * h)
+                ch = _xor(e, e.add(g_hi, c_hi), e.mul(e.rem(r, 4), 2))
+                self.il_off[c_hi, h] = e.add(e.add(e.mul(r, 2 * d), e.mul(ch, 8)), e.mul(g_lo, 2))
 
     def load_a(self, ref: SSAValue, n: int) -> list[SSAValue]:
-        """``a`` fragments (one per k-step of 16 head columns, k permuted as the class
-        says) of the lane's two rows of ``ref`` (rows ``>= n`` read as zeros)."""
+        """``a`` fragments (one per k-step of 16 columns) of the lane's two rows of ``ref``
+        (rows ``>= n`` read as zeros)."""
         e, s = self.e, self.s
+        oks = [e.lt(r, n) for r in self.rows]
         frags = []
-        for kk in range(s.d // 32):
-            col = e.add(e.mul(self.tq, 8), 32 * kk)
-            vs = []
-            for r in self.rows:
-                ok = e.lt(r, n)
-                idx = [*self.bidx, e.select(ok, r, 0), col]
-                vs.append(e.op(tt.LoadVectorOp(ref, [e.index(i) for i in idx], 8, ok)))
-            for st in (0, 1):
-                x = [[e.extract(v, 4 * st + c) for c in range(4)] for v in vs]
-                frags.append(_vec(e, [*x[0][0:2], *x[1][0:2], *x[0][2:4], *x[1][2:4]], s.et))
+        for ks in range(s.d // 16):
+            c0 = e.add(e.mul(self.tq, 2), 16 * ks)
+            elems: list[SSAValue] = []
+            for dc in (0, 8):
+                for ri in (0, 1):
+                    elems += _pair(e, ref, [*self.bidx, self.rows[ri], e.add(c0, dc)], oks[ri])
+            frags.append(_vec(e, elems, s.et))
         return frags
 
-    def stage_plan(self, rows: int) -> tuple[list[tuple[Idx, Idx, list[Idx]]], list[tuple[Idx, Idx]]]:
-        """Per lane, computed once outside the loops: the ``copy_async`` items of a
-        ``rows x d`` block (pair of rows ``p``, 8-column chunk ``cc``, the row-major
-        offsets of both rows) and the quad-interleave items (quad ``qd``, chunk ``cc``;
-        lanes past ``rows / 4 * d / 8`` have none)."""
+    def stage_plan(self, rows: int) -> list[tuple[Idx, Idx, list[Idx], list[Idx]]]:
+        """Per copy item of a ``rows x d`` block (computed once, outside the loops): the
+        item's pair of rows ``p``, 8-column chunk ``cc``, row-major offsets of its two
+        rows and pair-interleaved offsets of its two halves."""
         e, d = self.e, self.s.d
         cpr = d // 8
-        group = 32 * WARPS
         items = rows // 2 * cpr
+        group = 32 * WARPS
         assert items % group == 0
-        copies = []
+        plan = []
         for it in range(items // group):
             q = e.add(self.lane, it * group)
             p, cc = e.div(q, cpr), e.rem(q, cpr)
-            rm = [e.add(e.mul(e.add(e.mul(p, 2), h), d), e.mul(_xor(e, cc, 4 * h), 8))
-                  for h in (0, 1)]
-            copies.append((p, cc, rm))
-        quads = rows // 4 * cpr
-        assert quads <= group
-        self.n_quads = quads
-        return copies, [(e.div(self.lane, cpr), e.rem(self.lane, cpr))]
+            rm = []
+            for h in (0, 1):
+                r = e.add(e.mul(p, 2), h)
+                rm.append(e.add(e.mul(r, d), e.mul(_xor(e, cc, e.rem(r, 8)), 8)))
+            il = []
+            for half in (0, 1):
+                chunk = _xor(e, e.add(e.mul(cc, 2), half), e.mul(e.rem(p, 4), 2))
+                il.append(e.add(e.mul(p, 2 * d), e.mul(chunk, 8)))
+            plan.append((p, cc, rm, il))
+        return plan
 
-    def issue(
+    def stage(
         self, e: KernelEmitter, ref: SSAValue, r0: Idx, n: int,
-        plan: tuple[list[tuple[Idx, Idx, list[Idx]]], list[tuple[Idx, Idx]]],
-        rm: SSAValue, base: Idx,
+        plan: list[tuple[Idx, Idx, list[Idx], list[Idx]]],
+        rm: SSAValue | None, il: SSAValue | None,
     ) -> None:
-        """``copy_async`` rows ``r0 ..`` of ``ref`` (those ``>= n`` zero-filled) into the
-        row-major buffer ``rm`` at element ``base`` (``plan``: :meth:`stage_plan`)."""
-        for p, cc, rm_off in plan[0]:
+        """Copy rows ``r0 ..`` of ``ref`` (those ``>= n`` as zeros) into the row-major
+        buffer ``rm`` and/or the pair-interleaved buffer ``il`` (``plan``: :meth:`stage_plan`)."""
+        s = self.s
+        for p, cc, rm_off, il_off in plan:
+            vals = []
             for h in (0, 1):
                 row = e.add(r0, e.add(e.mul(p, 2), h))
-                inside = e.lt(row, n)
-                e.emit(tt.CopyAsyncOp(
-                    rm, [e.index(e.add(rm_off[h], base))], ref,
-                    [e.index(i) for i in (*self.bidx, e.select(inside, row, 0), e.mul(cc, 8))],
-                    8, e.select(inside, 8, 0),
-                ))
+                ok = e.lt(row, n)
+                vals.append(e.op(tt.LoadVectorOp(
+                    ref, [e.index(i) for i in (*self.bidx, e.select(ok, row, 0), e.mul(cc, 8))],
+                    8, ok,
+                )))
+                if rm is not None:
+                    e.emit(tt.StoreVectorOp(vals[-1], rm, [e.index(rm_off[h])]))
+            if il is None:
+                continue
+            a, b = vals
+            for half in (0, 1):
+                elems = []
+                for k in range(4 * half, 4 * half + 4):
+                    elems += [e.extract(a, k), e.extract(b, k)]
+                e.emit(tt.StoreVectorOp(_vec(e, elems, s.et), il, [e.index(il_off[half])]))
 
-    def interleave(
-        self, e: KernelEmitter, rm: SSAValue, base: Idx, il: SSAValue,
-        plan: tuple[list[tuple[Idx, Idx, list[Idx]]], list[tuple[Idx, Idx]]],
-    ) -> None:
-        """The quad-interleaved copy ``il`` of the row-major block at ``rm[base:]``."""
-        s = self.s
-        d = s.d
-        ((qd, cc),) = plan[1]
+    def b_rm(self, e: KernelEmitter, buf: SSAValue, jn: int, ks: int) -> SSAValue:
+        """``b`` fragment (k = columns ``16 ks ..``, n = rows ``8 jn ..``) of a row-major
+        block: the block's rows transposed."""
+        d = self.s.d
+        elems: list[SSAValue] = []
+        for h in (0, 1):
+            chunk = 2 * ks + h
+            off = e.add(self.rm_off[chunk % 8], jn * 8 * d + (chunk - chunk % 8) * 8)
+            elems += _pair(e, buf, [off])
+        return _vec(e, elems, self.s.et)
 
-        def body(be: KernelEmitter) -> list[SSAValue]:
-            rows = []
-            for r in range(4):
-                off = be.add(be.mul(be.add(be.mul(qd, 4), r), d), be.mul(_xor(be, cc, 4 * (r % 2)), 8))
-                rows.append(be.op(tt.LoadVectorOp(rm, [be.index(be.add(off, base))], 8)))
-            for u in range(4):
-                elems = [be.extract(rows[r], 2 * u + b) for b in (0, 1) for r in range(4)]
-                chunk = _xor(be, be.add(be.mul(cc, 4), u), be.mul(be.rem(qd, 4), 2))
-                off = be.add(be.mul(qd, 4 * d), be.mul(chunk, 8))
-                be.emit(tt.StoreVectorOp(_vec(be, elems, s.et), il, [be.index(off)]))
-            return []
-
-        if self.n_quads == 32 * WARPS:
-            body(e)
-        else:
-            e.if_(e.lt(self.lane, self.n_quads), body)
+    def b_il(self, e: KernelEmitter, buf: SSAValue, m: int, dn: int) -> SSAValue:
+        """``b`` fragment (k = rows ``16 m ..``, n = columns ``8 dn ..``) of a
+        pair-interleaved block."""
+        d = self.s.d
+        c_hi, c_rest = (2 * dn) % 8, (2 * dn) - (2 * dn) % 8
+        elems: list[SSAValue] = []
+        for h in (0, 1):
+            off = e.add(self.il_off[c_hi, h], m * 16 * d + c_rest * 8)
+            elems += _pair(e, buf, [off])
+        return _vec(e, elems, self.s.et)
 
     def to_a(self, e: KernelEmitter, tiles: list[list[SSAValue]]) -> list[SSAValue]:
         """f32 accumulator tiles (8 columns each) -> 16-bit ``a`` fragments; tiles
@@ -305,15 +284,14 @@ class _Common:
         return out
 
     def store_acc(self, ref: SSAValue, accs: Sequence[SSAValue], n: int, factor: float) -> None:
-        """Store the ``d / 8`` accumulator tiles of the lane's rows (``< n``) times
-        ``factor``: tiles ``2u`` and ``2u + 1`` hold columns ``16 u + 4 tq + 0..3``."""
+        """Store the ``d / 8`` accumulator tiles of the lane's rows (``< n``) times ``factor``."""
         e, s = self.e, self.s
         oks = [e.lt(r, n) for r in self.rows]
         f = e.const(factor, f32)
-        for u in range(len(accs) // 2):
-            col = e.add(e.mul(self.tq, 4), 16 * u)
+        for dn, v in enumerate(accs):
+            col = e.add(e.mul(self.tq, 2), 8 * dn)
             for r in (0, 1):
-                ys = [e.extract(accs[2 * u + t], 2 * r + b) for b in (0, 1) for t in (0, 1)]
+                ys = [e.extract(v, 2 * r + k) for k in (0, 1)]
                 if factor != 1.0:
                     ys = [e.fmul(y, f) for y in ys]
                 out = _vec(e, [e.convert(y, s.et) for y in ys], s.et)
@@ -321,46 +299,28 @@ class _Common:
                 e.emit(tt.StoreVectorOp(out, ref, idx, oks[r]))
 
     def mma_rows(
-        self, e: KernelEmitter, a: list[SSAValue], buf: SSAValue, base: Idx, n_tiles: int
+        self, e: KernelEmitter, a: list[SSAValue], buf: SSAValue, n_tiles: int
     ) -> list[list[SSAValue]]:
-        """``a`` (16 rows x d) times the transpose of the row-major block at ``buf[base:]``:
-        ``n_tiles`` tiles (rows :func:`rho`), as scalars."""
-        s = self.s
-        d = s.d
+        """``a`` (16 rows x d) times the transpose of a row-major block: ``n_tiles`` tiles
+        of 8 columns, as scalars."""
         zero4 = e.const(0.0, VectorType(f32, [4]))
-        offs = [e.add(o, base) for o in self.rm_off]
-        accs = [zero4] * n_tiles
-        for kk in range(d // 32):
-            for jn in range(n_tiles):
-                r0, _ = rho(jn)
-                off = e.add(offs[kk % 2], r0 * d + (kk // 2) * 64)
-                v = e.op(tt.LoadVectorOp(buf, [e.index(off)], 8))
-                for st in (0, 1):
-                    b = _vec(e, [e.extract(v, 4 * st + c) for c in range(4)], s.et)
-                    accs[jn] = e.op(tt.MmaOp(a[2 * kk + st], b, accs[jn]))
-        return [[e.extract(acc, i) for i in range(4)] for acc in accs]
+        out = []
+        for jn in range(n_tiles):
+            acc = zero4
+            for ks in range(self.s.d // 16):
+                acc = e.op(tt.MmaOp(a[ks], self.b_rm(e, buf, jn, ks), acc))
+            out.append([e.extract(acc, i) for i in range(4)])
+        return out
 
     def mma_acc(
         self, e: KernelEmitter, a: list[SSAValue], buf: SSAValue, accs: list[SSAValue]
     ) -> list[SSAValue]:
-        """``accs += a`` (16 rows x block) times the quad-interleaved block (block x d)."""
-        s = self.s
-        d = s.d
+        """``accs += a`` (16 rows x block) times a pair-interleaved block (block x d)."""
         out = list(accs)
-        for u in range(d // 16):
+        for dn in range(self.s.d // 8):
             for m in range(len(a)):
-                off = e.add(self.il_off, m * 16 * d + u * 64)
-                v = e.op(tt.LoadVectorOp(buf, [e.index(off)], 8))
-                for t in (0, 1):
-                    b = _vec(e, [e.extract(v, 4 * t + c) for c in range(4)], s.et)
-                    out[2 * u + t] = e.op(tt.MmaOp(a[m], b, out[2 * u + t]))
+                out[dn] = e.op(tt.MmaOp(a[m], self.b_il(e, buf, m, dn), out[dn]))
         return out
-
-    def block_index(self, jn: int, i: int) -> Idx:
-        """The block row (query in ``dkdv``, key in ``dq``) of element ``i`` of n-tile
-        ``jn``'s accumulator (lane column ``2 tq + (i & 1)``)."""
-        r0, _ = rho(jn)
-        return self.e.add(self.e.mul(self.tq, 4), r0 + (i & 1))
 
 
 class _DkDv(_Common):
@@ -376,27 +336,19 @@ class _DkDv(_Common):
         self.setup()
         self.k_frags = self.load_a(self.k, s.sk)
         self.v_frags = self.load_a(self.v, s.sk)
-        # q and do row-major, double buffered (copy_async of the next block in flight),
-        # and pair-interleaved: 48 KiB
-        self.q_rm, self.do_rm = (
-            e.op(tt.AllocSharedOp([2 * bq * d], s.et, alignment=128)) for _ in range(2)
+        self.q_rm, self.q_il, self.do_rm, self.do_il = (
+            e.op(tt.AllocSharedOp([bq * d], s.et, alignment=128)) for _ in range(4)
         )
-        self.q_il, self.do_il = (
-            e.op(tt.AllocSharedOp([bq * d], s.et, alignment=128)) for _ in range(2)
-        )
+        self.lse_s = e.op(tt.AllocSharedOp([bq], f32, alignment=16))
         self.plan = self.stage_plan(bq)
+        self.di_s = e.op(tt.AllocSharedOp([bq], f32, alignment=16))
         nq = cdiv(s.sq, bq)
-        self.nq = nq
         full = s.sq // bq
         if s.causal:
             first = e.div(self.t0, bq)  # the first block with a query >= the tile's first key
             diag = e.min(cdiv_idx(e, e.add(self.t0, tile_rows()), bq), nq)
         else:
             first, diag = 0, 0
-        base = e.mul(e.rem(first, 2), bq * d)
-        self.issue(e, self.q, e.mul(first, bq), s.sq, self.plan, self.q_rm, base)
-        self.issue(e, self.do, e.mul(first, bq), s.sq, self.plan, self.do_rm, base)
-        e.emit(tt.CommitGroupOp())
         zero4 = e.const(0.0, VectorType(f32, [4]))
         carried = [zero4] * (2 * (d // 8))
         if s.causal:
@@ -409,7 +361,6 @@ class _DkDv(_Common):
             carried = e.for_(
                 mid_end, nq, 1, carried, lambda ie, i, c: self.block(ie, i, c, True)
             )
-        e.emit(tt.WaitGroupOp(0))
         self.store_acc(self.dk, carried[: d // 8], s.sk, s.scale)
         self.store_acc(self.dv, carried[d // 8:], s.sk, 1.0)
 
@@ -418,39 +369,27 @@ class _DkDv(_Common):
         bq, d = s.inner, s.d
         dk, dv = c[: d // 8], c[d // 8:]
         q0 = e.mul(i, bq)
-        base = e.mul(e.rem(i, 2), bq * d)
-        e.emit(tt.WaitGroupOp(0))
-        e.barrier()  # block i has landed; every warp is done with block i - 1
-        nxt = e.add(i, 1)
+        e.barrier()
+        self.stage(e, self.q, q0, s.sq, self.plan, self.q_rm, self.q_il)
+        self.stage(e, self.do, q0, s.sq, self.plan, self.do_rm, self.do_il)
 
-        def prefetch(be: KernelEmitter) -> list[SSAValue]:
-            nbase = be.mul(be.rem(nxt, 2), bq * d)
-            for ref, rm in ((self.q, self.q_rm), (self.do, self.do_rm)):
-                self.issue(be, ref, be.mul(nxt, bq), s.sq, self.plan, rm, nbase)
+        def rows(be: KernelEmitter) -> list[SSAValue]:
+            row = be.add(q0, self.lane)
+            ok = be.lt(row, s.sq)
+            idx = [*self.bidx, be.select(ok, row, 0)]
+            lse = be.load(self.lse, idx, ok, be.const(0.0, f32))
+            be.store(be.fmul(lse, be.const(-LOG2E, f32)), self.lse_s, [self.lane])
+            be.store(be.load(self.di, idx, ok, be.const(0.0, f32)), self.di_s, [self.lane])
             return []
 
-        e.if_(e.lt(nxt, self.nq), prefetch)
-        e.emit(tt.CommitGroupOp())
-        self.interleave(e, self.q_rm, base, self.q_il, self.plan)
-        self.interleave(e, self.do_rm, base, self.do_il, self.plan)
-        nt = bq // 8
-        # this lane's queries (accumulator columns) and their -lse log2 e and Di
-        cols = [[self.block_index(jn, b) for b in (0, 1)] for jn in range(nt)]
-        lse, di = [], []
-        for jn in range(nt):
-            lse_j, di_j = [], []
-            for b in (0, 1):
-                qi = e.add(q0, cols[jn][b])
-                ok = e.lt(qi, s.sq)
-                idx = [*self.bidx, e.select(ok, qi, 0)]
-                raw = e.load(self.lse, idx, ok, e.const(0.0, f32))
-                lse_j.append(e.fmul(raw, e.const(-LOG2E, f32)))
-                di_j.append(e.load(self.di, idx, ok, e.const(0.0, f32)))
-            lse.append(lse_j)
-            di.append(di_j)
+        e.if_(e.lt(self.lane, bq), rows)
         e.barrier()
-        # S^T = K Q^T: element i of tile jn is key row gq + 8 (i >> 1), query cols[jn][i & 1]
-        st = self.mma_rows(e, self.k_frags, self.q_rm, base, nt)
+        nt = bq // 8
+        # S^T = K Q^T: element i of tile jn is key row gq + 8 (i >> 1), query 8 jn + 2 tq + (i & 1)
+        st = self.mma_rows(e, self.k_frags, self.q_rm, nt)
+        cols = [[e.add(e.mul(self.tq, 2), 8 * jn + b) for b in (0, 1)] for jn in range(nt)]
+        lse = [[e.load(self.lse_s, [cols[jn][b]]) for b in (0, 1)] for jn in range(nt)]  # -lse log2e
+        di = [[e.load(self.di_s, [cols[jn][b]]) for b in (0, 1)] for jn in range(nt)]
         cl = e.const(s.scale * LOG2E, f32)
         ninf = e.const(-pymath.inf, f32)
         probs = []
@@ -469,7 +408,7 @@ class _DkDv(_Common):
                 row.append(e.op(math.Exp2Op(neg)))
             probs.append(row)
         dv = self.mma_acc(e, self.to_a(e, probs), self.do_il, dv)
-        dpt = self.mma_rows(e, self.v_frags, self.do_rm, base, nt)
+        dpt = self.mma_rows(e, self.v_frags, self.do_rm, nt)
         ds = [
             [e.fmul(probs[jn][i_], e.fsub(dpt[jn][i_], di[jn][i_ & 1])) for i_ in range(4)]
             for jn in range(nt)
@@ -488,7 +427,7 @@ class _Dq(_Common):
     def build(self) -> None:
         e, s = self.e, self.s
         bkv, d = s.inner, s.d
-        self.setup(s.sq if s.causal else 0)
+        self.setup()
         self.q_frags = self.load_a(self.q, s.sq)
         self.do_frags = self.load_a(self.do, s.sq)
         self.lse2, self.di_r = [], []
@@ -498,11 +437,9 @@ class _Dq(_Common):
             lse = e.load(self.lse, idx, ok, e.const(0.0, f32))
             self.lse2.append(e.fmul(lse, e.const(-LOG2E, f32)))
             self.di_r.append(e.load(self.di, idx, ok, e.const(0.0, f32)))
-        # k and v row-major, double buffered; k pair-interleaved: 40 KiB
-        self.k_rm, self.v_rm = (
-            e.op(tt.AllocSharedOp([2 * bkv * d], s.et, alignment=128)) for _ in range(2)
+        self.k_rm, self.k_il, self.v_rm = (
+            e.op(tt.AllocSharedOp([bkv * d], s.et, alignment=128)) for _ in range(3)
         )
-        self.k_il = e.op(tt.AllocSharedOp([bkv * d], s.et, alignment=128))
         self.plan = self.stage_plan(bkv)
         all_blocks = cdiv(s.sk, bkv)
         full = s.sk // bkv
@@ -511,10 +448,6 @@ class _Dq(_Common):
             n_full: Idx = e.min(e.div(e.add(self.t0, 1), bkv), full)
         else:
             n_blocks, n_full = all_blocks, full
-        self.n_blocks = n_blocks
-        self.issue(e, self.k, 0, s.sk, self.plan, self.k_rm, 0)
-        self.issue(e, self.v, 0, s.sk, self.plan, self.v_rm, 0)
-        e.emit(tt.CommitGroupOp())
         zero4 = e.const(0.0, VectorType(f32, [4]))
         carried = [zero4] * (d // 8)
         carried = e.for_(0, n_full, 1, carried, lambda ie, j, c: self.block(ie, j, c, False))
@@ -522,31 +455,18 @@ class _Dq(_Common):
             carried = e.for_(
                 n_full, n_blocks, 1, carried, lambda ie, j, c: self.block(ie, j, c, True)
             )
-        e.emit(tt.WaitGroupOp(0))
         self.store_acc(self.dq, carried, s.sq, s.scale)
 
     def block(self, e: KernelEmitter, j: SSAValue, c: list[SSAValue], masked: bool) -> list[SSAValue]:
         s = self.s
         bkv = s.inner
-        d = s.d
         k0 = e.mul(j, bkv)
-        base = e.mul(e.rem(j, 2), bkv * d)
-        e.emit(tt.WaitGroupOp(0))
-        e.barrier()  # block j has landed; every warp is done with block j - 1
-        nxt = e.add(j, 1)
-
-        def prefetch(be: KernelEmitter) -> list[SSAValue]:
-            nbase = be.mul(be.rem(nxt, 2), bkv * d)
-            for ref, rm in ((self.k, self.k_rm), (self.v, self.v_rm)):
-                self.issue(be, ref, be.mul(nxt, bkv), s.sk, self.plan, rm, nbase)
-            return []
-
-        e.if_(e.lt(nxt, self.n_blocks), prefetch)
-        e.emit(tt.CommitGroupOp())
-        self.interleave(e, self.k_rm, base, self.k_il, self.plan)
+        e.barrier()
+        self.stage(e, self.k, k0, s.sk, self.plan, self.k_rm, self.k_il)
+        self.stage(e, self.v, k0, s.sk, self.plan, self.v_rm, None)
         e.barrier()
         nt = bkv // 8
-        sc = self.mma_rows(e, self.q_frags, self.k_rm, base, nt)
+        sc = self.mma_rows(e, self.q_frags, self.k_rm, nt)
         cl = e.const(s.scale * LOG2E, f32)
         ninf = e.const(-pymath.inf, f32)
         probs = []
@@ -555,7 +475,7 @@ class _Dq(_Common):
             for i_ in range(4):
                 x = sc[jn][i_]
                 if masked:
-                    key = e.add(k0, self.block_index(jn, i_))
+                    key = e.add(k0, e.add(e.mul(self.tq, 2), 8 * jn + (i_ & 1)))
                     ok = e.lt(key, s.sk)
                     if s.causal:
                         ok = e.and_(ok, e.le(key, self.rows[i_ >> 1]))
@@ -563,7 +483,7 @@ class _Dq(_Common):
                     x = e.vselect(ok, x, ninf)
                 row.append(e.op(math.Exp2Op(e.op(math.FmaOp(x, cl, self.lse2[i_ >> 1])))))
             probs.append(row)
-        dp = self.mma_rows(e, self.do_frags, self.v_rm, base, nt)
+        dp = self.mma_rows(e, self.do_frags, self.v_rm, nt)
         ds = [
             [e.fmul(probs[jn][i_], e.fsub(dp[jn][i_], self.di_r[i_ >> 1])) for i_ in range(4)]
             for jn in range(nt)

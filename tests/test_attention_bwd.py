@@ -213,3 +213,28 @@ def test_sm90_forward_stores_the_lse():
     assert "lg2.approx.ftz.f32" in ptx and "st.global.f32" in ptx
     if ptxas.find_ptxas() is not None:
         ptxas.check(ptx)
+
+
+def test_second_derivative_through_the_expansion():
+    """grad of grad: the adjoints of flash_attention_fwd (with an lse cotangent) and of
+    flash_attention_bwd go through their Graph IR expansions; float64 against torch."""
+    qs, ks = (1, 5, 4), (1, 6, 4)
+    t, tk = ty(qs, "f64"), ty(ks, "f64")
+    m = parse(f"""func.func @f(%q: {t}, %k: {tk}, %v: {tk}) -> {t} {{
+      %0 = tgraph.flash_attention %q, %k, %v causal : ({t}, {tk}, {tk}) -> {t}
+      func.return %0 : {t} }}""")
+    (f,) = m.body.block.ops
+    gf = vjp_function(f, cotangent_args=True)  # (q, k, v, ct) -> (dq, dk, dv)
+    assert "tgraph.flash_attention_bwd" in [op.name for op in gf.body.block.ops]
+    hf = vjp_function(gf, wrt=[0, 1, 2, 3], cotangent_args=True, name="h")
+    args = [RNG.normal(size=s) for s in (qs, ks, ks, qs)]
+    us = [RNG.normal(size=s) for s in (qs, ks, ks)]
+    got = run_function(ModuleOp([hf]), "h", [*args, *us])
+    q, k, v, ct = (torch.tensor(a, requires_grad=True) for a in args)
+    s = (q @ k.transpose(-1, -2) / 2.0).masked_fill(torch.ones(5, 6, dtype=torch.bool).triu(1),
+                                                    -math.inf)
+    o = torch.softmax(s, -1) @ v
+    g1 = torch.autograd.grad(o, (q, k, v), ct, create_graph=True)
+    want = torch.autograd.grad(g1, (q, k, v, ct), [torch.tensor(u) for u in us])
+    for x, w in zip(got, want):
+        assert rel_err(x, w.detach().numpy()) < 1e-10

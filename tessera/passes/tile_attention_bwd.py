@@ -26,6 +26,12 @@ masks only the diagonal blocks; the ragged ends of queries and keys are masked o
 zero-filled (rows past the end are read as zeros and never stored). Shared buffers use
 the XOR swizzles of :mod:`tessera.passes.tile_attention` (chunk ``^ row % 8`` row-major,
 ``^ 2 (pair % 4)`` pair-interleaved) so fragment loads hit distinct banks.
+
+Staging is synchronous (global -> registers -> both shared layouts, between two
+barriers). A variant with ``copy_async`` double buffering, per-lane lse/Di loads and
+k-permuted fragments (one 16-byte shared load per two ``b`` fragments) measured slower
+on an H100 (8.7 against 6.6 ms for the bench's ``ts.grad``; branch history and
+docs/perf/2026-11-24-h100-attention-bwd.txt).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import IntegerType
+from xdsl.dialects.builtin import Float64Type, IntegerType, TensorType, f32
 from xdsl.ir import Operation, SSAValue
 from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import PassFailedException
@@ -353,22 +353,119 @@ def _matmul(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[
     return [da, db]
 
 
-def attention_probs(e: GraphEmitter, op: g.FlashAttentionOp) -> tuple[SSAValue, float]:
-    """``softmax(scale * q kᵀ [+ causal mask])`` of a flash_attention op, and the scale."""
+def attention_scale(op: g.FlashAttentionOp | g.FlashAttentionFwdOp | g.FlashAttentionBwdOp) -> float:
+    """The softmax scale of an attention op (``1/sqrt(D)`` unless given)."""
+    return op.scale.value.data if op.scale is not None else 1.0 / math.sqrt(shape_of(op.q)[-1])
+
+
+def attention_scores(
+    e: GraphEmitter, op: g.FlashAttentionOp | g.FlashAttentionFwdOp | g.FlashAttentionBwdOp
+) -> SSAValue:
+    """``scale * q kᵀ``, with ``-inf`` above the diagonal when the op is causal."""
     q, k = op.q, op.k
-    d = shape_of(q)[-1]
-    scale = op.scale.value.data if op.scale is not None else 1.0 / math.sqrt(d)
-    s = e.mul(e.matmul(q, k, transpose_rhs=True), scale)
+    s = e.mul(e.matmul(q, k, transpose_rhs=True), attention_scale(op))
     if op.causal is not None:
         sq, sk = shape_of(q)[-2], shape_of(k)[-2]
         keep = e.bool_const(np.tri(sq, sk, dtype=bool), [sq, sk])
         s = e.select(keep, s, -math.inf)
+    return s
+
+
+def attention_probs(e: GraphEmitter, op: g.FlashAttentionOp) -> tuple[SSAValue, float]:
+    """``softmax(scale * q kᵀ [+ causal mask])`` of a flash_attention op, and the scale."""
+    s = attention_scores(e, op)
     p = e.insert(g.SoftmaxOp(s, len(shape_of(s)) - 1))
-    return p, scale
+    return p, attention_scale(op)
+
+
+def lse_type(q: SSAValue) -> TensorType:
+    """The type of the log-sum-exp of attention with queries ``q``: f64 for f64 operands,
+    else f32, with q's shape less the head dim."""
+    et = elem_of(q)
+    return TensorType(et if isinstance(et, Float64Type) else f32, shape_of(q)[:-1])
+
+
+def expand_attention_fwd(e: GraphEmitter, op: g.FlashAttentionFwdOp) -> list[SSAValue]:
+    """``flash_attention_fwd`` as a plain ``flash_attention`` and the log-sum-exp of the
+    scores in Graph IR (materializes the ``Sq x Sk`` scores)."""
+    props = {n: p for n, p in op.properties.items()}
+    o = e.insert(g.FlashAttentionOp.create(
+        operands=[op.q, op.k, op.v], result_types=[op.result.type], properties=props
+    ))
+    lt = op.lse.type
+    assert isinstance(lt, TensorType)
+    s = e.cast(attention_scores(e, op), lt.element_type)
+    m = e.max(s, [-1], keepdims=True)
+    total = e.sum(e.exp(e.sub(s, m)), [-1], keepdims=True)
+    lse = e.reshape(e.add(m, e.log(total)), shape_of(op.lse))
+    return [o, lse]
+
+
+def expand_attention_bwd(e: GraphEmitter, op: g.FlashAttentionBwdOp) -> list[SSAValue]:
+    """``flash_attention_bwd`` as Graph IR matmuls and elementwise ops (materializes
+    ``P = exp(scale q kᵀ - lse)``, ``Sq x Sk`` per batch element)."""
+    et = elem_of(op.q)
+    lt = op.lse.type
+    assert isinstance(lt, TensorType)
+    s = e.cast(attention_scores(e, op), lt.element_type)
+    lse = e.reshape(op.lse, [*shape_of(op.lse), 1])
+    p = e.cast(e.exp(e.sub(s, lse)), et)
+    dv = e.matmul(p, op.do, transpose_lhs=True)
+    dp = e.matmul(op.do, op.v, transpose_rhs=True)
+    di = e.sum(e.mul(op.do, op.o), [-1], keepdims=True)
+    ds = e.mul(e.mul(p, e.sub(dp, di)), attention_scale(op))
+    return [e.matmul(ds, op.k), e.matmul(ds, op.q, transpose_lhs=True), dv]
+
+
+def vjp_by_expansion(
+    e: GraphEmitter,
+    op: Operation,
+    cts: Sequence[Cot],
+    needs: Sequence[bool],
+    expand: Callable[[GraphEmitter], list[SSAValue]],
+) -> list[Cot]:
+    """The VJP of ``op`` through its Graph IR expansion: ``expand`` emits ops computing
+    ``op``'s results from its operands, and the adjoint rules of those ops run backwards."""
+    block = e.builder.insertion_point.block
+    last = block.last_op
+    outs = expand(e)
+    emitted: list[Operation] = []
+    cur = last.next_op if last is not None else block.first_op
+    while cur is not None:
+        emitted.append(cur)
+        cur = cur.next_op
+    active = {v for v, n in zip(op.operands, needs) if n}
+    for o in emitted:
+        if any(v in active for v in o.operands):
+            active.update(o.results)
+    local: dict[SSAValue, SSAValue] = {}
+
+    def accumulate(v: SSAValue, c: SSAValue) -> None:
+        if elem_of(c) != elem_of(v):
+            c = e.cast(c, elem_of(v))
+        local[v] = e.add(local[v], c) if v in local else c
+
+    for v, c in zip(outs, cts):
+        if c is not None and v in active:
+            accumulate(v, c)
+    for o in reversed(emitted):
+        out_cts = [local.get(r) for r in o.results]
+        sub_needs = [v in active for v in o.operands]
+        if all(c is None for c in out_cts) or not any(sub_needs):
+            continue
+        rule = VJP_RULES.get(o.name)
+        if rule is None:
+            raise AutodiffError(f"autodiff: no adjoint rule for {o.name} in the expansion of {op.name}")
+        for v, c, n in zip(o.operands, rule(e, o, out_cts, sub_needs), sub_needs):
+            if c is not None and n:
+                accumulate(v, c)
+    return [local.get(v) if n else None for v, n in zip(op.operands, needs)]
 
 
 @vjp_rule(g.FlashAttentionOp)
 def _attention(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    """The Graph IR adjoint (materializes the probabilities); the autodiff pass replaces a
+    differentiated ``flash_attention`` by ``flash_attention_fwd``, whose rule is fused."""
     assert isinstance(op, g.FlashAttentionOp)
     ct = cts[0]
     assert ct is not None
@@ -384,6 +481,32 @@ def _attention(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequen
         if needs[1]:
             dk = e.matmul(ds, op.q, transpose_lhs=True)
     return [dq, dk, dv]
+
+
+@vjp_rule(g.FlashAttentionFwdOp)
+def _attention_fwd(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    """``flash_attention_bwd`` from the saved log-sum-exp; a cotangent of the log-sum-exp
+    itself (a second derivative) goes through the Graph IR expansion."""
+    assert isinstance(op, g.FlashAttentionFwdOp)
+    if cts[1] is not None:
+        return vjp_by_expansion(e, op, cts, needs, lambda ee: expand_attention_fwd(ee, op))
+    ct = cts[0]
+    assert ct is not None
+    props = {n: p for n, p in op.properties.items()}
+    bwd = g.FlashAttentionBwdOp.create(
+        operands=[op.q, op.k, op.v, op.result, ct, op.lse],
+        result_types=[op.q.type, op.k.type, op.v.type],
+        properties=props,
+    )
+    e.insert(bwd)
+    return [r if n else None for r, n in zip(bwd.results, needs)]
+
+
+@vjp_rule(g.FlashAttentionBwdOp)
+def _attention_bwd(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    """Through the Graph IR expansion (second derivatives, forward mode)."""
+    assert isinstance(op, g.FlashAttentionBwdOp)
+    return vjp_by_expansion(e, op, cts, needs, lambda ee: expand_attention_bwd(ee, op))
 
 
 @vjp_rule(g.MSEOp)

@@ -27,6 +27,7 @@ from xdsl.dialects.builtin import (
     ComplexType,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
+    Float32Type,
     Float64Type,
     FloatAttr,
     IntegerAttr,
@@ -701,6 +702,105 @@ class FlashAttentionOp(IRDLOperation):
                 f"{fmt_shape(v[:-2])}"
             )
         _check_shape(self, "result", shape_of(self.result), (*q[:-1], v[-1]))
+
+
+def _check_attention_operands(op: Operation, q: SSAValue, k: SSAValue, v: SSAValue) -> None:
+    """The operand checks of ``tgraph.flash_attention``, shared by its gradient ops."""
+    _check_same_elem(op, q, k, v)
+    qs, ks, vs = shape_of(q), shape_of(k), shape_of(v)
+    if len(qs) < 2 or len(qs) != len(ks) or len(ks) != len(vs):
+        raise VerifyException(
+            f"{op.name}: q, k, v must have the same rank >= 2, got "
+            f"{fmt_shape(qs)}, {fmt_shape(ks)}, {fmt_shape(vs)}"
+        )
+    if qs[-1] != ks[-1]:
+        raise VerifyException(f"{op.name}: head dims differ: q D={qs[-1]}, k D={ks[-1]}")
+    if ks[-2] != vs[-2]:
+        raise VerifyException(
+            f"{op.name}: sequence lengths differ: k S={ks[-2]}, v S={vs[-2]}"
+        )
+    if qs[:-2] != ks[:-2] or ks[:-2] != vs[:-2]:
+        raise VerifyException(
+            f"{op.name}: batch dims differ: {fmt_shape(qs[:-2])}, {fmt_shape(ks[:-2])}, "
+            f"{fmt_shape(vs[:-2])}"
+        )
+
+
+def _check_lse(op: Operation, lse: SSAValue, q: SSAValue) -> None:
+    if not isinstance(elem_of(lse), Float32Type | Float64Type):
+        raise VerifyException(f"{op.name}: lse must be f32 or f64, got {elem_of(lse)}")
+    _check_shape(op, "lse", shape_of(lse), shape_of(q)[:-1])
+
+
+@irdl_op_definition
+class FlashAttentionFwdOp(IRDLOperation):
+    """``tgraph.flash_attention`` that also returns the log-sum-exp of each query row.
+
+    q: [..., Sq, D], k: [..., Sk, D], v: [..., Sk, Dv] -> (o [..., Sq, Dv],
+    lse [..., Sq] f32 (f64 for f64 operands)) with ``lse = log(sum_j exp(scale * q kⱼ))``
+    over the keys a row attends to. The autodiff pass puts it in place of a
+    ``flash_attention`` that it differentiates; ``lse`` feeds ``flash_attention_bwd``.
+    """
+
+    name = "tgraph.flash_attention_fwd"
+    q = operand_def(TensorT)
+    k = operand_def(TensorT)
+    v = operand_def(TensorT)
+    scale = opt_prop_def(FloatAttr[Float64Type])
+    causal = opt_prop_def(UnitAttr)
+    result = result_def(TensorT)
+    lse = result_def(TensorT)
+    traits = traits_def(Pure())
+    assembly_format = (
+        "$q `,` $k `,` $v (`scale` `=` $scale^)? (`causal` $causal^)? " + _FN
+    )
+
+    def verify_(self) -> None:
+        _check_attention_operands(self, self.q, self.k, self.v)
+        q, v = shape_of(self.q), shape_of(self.v)
+        _check_shape(self, "result", shape_of(self.result), (*q[:-1], v[-1]))
+        _check_same_elem(self, self.q, self.result)
+        _check_lse(self, self.lse, self.q)
+
+
+@irdl_op_definition
+class FlashAttentionBwdOp(IRDLOperation):
+    """The gradients of ``o = flash_attention(q, k, v)`` for the output cotangent ``do``.
+
+    Operands q, k, v, o (the forward's result), do ([..., Sq, Dv]) and lse (the
+    forward's log-sum-exp, [..., Sq]); results dq, dk, dv with the shapes of q, k, v.
+    With ``P = exp(scale q kᵀ [masked] - lse)`` and ``Di = rowsum(do ∘ o)``:
+    ``dv = Pᵀ do``, ``dS = P ∘ (do vᵀ - Di)``, ``dq = scale dS k``, ``dk = scale dSᵀ q``.
+    """
+
+    name = "tgraph.flash_attention_bwd"
+    q = operand_def(TensorT)
+    k = operand_def(TensorT)
+    v = operand_def(TensorT)
+    o = operand_def(TensorT)
+    do = operand_def(TensorT)
+    lse = operand_def(TensorT)
+    scale = opt_prop_def(FloatAttr[Float64Type])
+    causal = opt_prop_def(UnitAttr)
+    dq = result_def(TensorT)
+    dk = result_def(TensorT)
+    dv = result_def(TensorT)
+    traits = traits_def(Pure())
+    assembly_format = (
+        "$q `,` $k `,` $v `,` $o `,` $do `,` $lse (`scale` `=` $scale^)? (`causal` $causal^)? "
+        + _FN
+    )
+
+    def verify_(self) -> None:
+        _check_attention_operands(self, self.q, self.k, self.v)
+        _check_same_elem(self, self.q, self.o, self.do, self.dq, self.dk, self.dv)
+        q, v = shape_of(self.q), shape_of(self.v)
+        _check_shape(self, "o", shape_of(self.o), (*q[:-1], v[-1]))
+        _check_shape(self, "do", shape_of(self.do), (*q[:-1], v[-1]))
+        _check_lse(self, self.lse, self.q)
+        for what, got, want in (("dq", self.dq, self.q), ("dk", self.dk, self.k),
+                                ("dv", self.dv, self.v)):
+            _check_shape(self, what, shape_of(got), shape_of(want))
 
 
 @irdl_op_definition
@@ -1659,7 +1759,7 @@ class SDDMMOp(IRDLOperation):
 
 
 DERIVATIVE_SUPPORT_OPS: list[type[IRDLOperation]] = [
-    RealOp, ImagOp, ComplexOp, TriangularSolveOp, SpMMTransposeOp, SDDMMOp,
+    FlashAttentionFwdOp, FlashAttentionBwdOp, RealOp, ImagOp, ComplexOp, TriangularSolveOp, SpMMTransposeOp, SDDMMOp,
 ]
 
 

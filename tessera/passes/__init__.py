@@ -61,6 +61,12 @@ def _fuse_attention() -> type[ModulePass]:
     return FuseAttentionPass
 
 
+def _expand_attention_grad() -> type[ModulePass]:
+    from tessera.passes.expand_attention_grad import ExpandAttentionGradPass
+
+    return ExpandAttentionGradPass
+
+
 def _graph_optimize() -> type[ModulePass]:
     from tessera.passes.graph_optimize import GraphOptimizePass
 
@@ -73,6 +79,7 @@ ALL_PASSES["fuse-elementwise"] = _fuse_elementwise
 ALL_PASSES["fuse-matmul-epilogue"] = _fuse_matmul_epilogue
 ALL_PASSES["fuse-attention"] = _fuse_attention
 ALL_PASSES["graph-optimize"] = _graph_optimize
+ALL_PASSES["expand-attention-grad"] = _expand_attention_grad
 
 
 def _lower_tile_to_target() -> type[ModulePass]:

@@ -123,7 +123,8 @@ def _elem_is_float(t: Attribute) -> bool:
 
 class FoldArithIdentity(RewritePattern):
     """``x * 1``, ``1 * x``, ``x / 1``, ``x - 0``, ``x + 0``, ``0 + x`` -> ``x``, with the
-    sign of a float zero respected unless ``no_signed_zeros``.
+    sign of a float zero respected unless ``no_signed_zeros``; the constant may be
+    ``broadcast`` (as the autodiff pass's seed ``1`` is).
 
     Only when the result type is ``x``'s type (the constant does not broadcast
     ``x`` to a larger shape).
@@ -132,12 +133,19 @@ class FoldArithIdentity(RewritePattern):
     def __init__(self, no_signed_zeros: bool = False):
         self.no_signed_zeros = no_signed_zeros
 
-    def _zero(self, v: SSAValue, *, negative: bool) -> bool:
-        return is_zero(splat_value(v), negative=None if self.no_signed_zeros else negative)
-
     @staticmethod
-    def _one(v: SSAValue) -> bool:
-        c = splat_value(v)
+    def _splat(v: SSAValue) -> float | int | bool | None:
+        """The splat value of a constant, or of a ``broadcast`` of one (an autodiff seed)."""
+        if isinstance(v.owner, g.BroadcastOp):
+            v = v.owner.input
+        return splat_value(v)
+
+    def _zero(self, v: SSAValue, *, negative: bool) -> bool:
+        return is_zero(self._splat(v), negative=None if self.no_signed_zeros else negative)
+
+    @classmethod
+    def _one(cls, v: SSAValue) -> bool:
+        c = cls._splat(v)
         return c is not None and not isinstance(c, bool) and c == 1
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:

@@ -46,7 +46,7 @@ from xdsl.transforms.dead_code_elimination import region_dce
 from tessera.autodiff import scientific_rules  # noqa: F401  (registers its rules)
 from tessera.autodiff.custom import ATTR, CUSTOM_VJPS
 from tessera.autodiff.emitter import GraphEmitter, numel
-from tessera.autodiff.rules import VJP_RULES, AutodiffError
+from tessera.autodiff.rules import VJP_RULES, AutodiffError, lse_type
 from tessera.ir import graph as g
 from tessera.ir.attrs import policy_of
 from tessera.ir.graph import elem_of, shape_of
@@ -112,6 +112,33 @@ def loss_scale_of(v: SSAValue) -> float | None:
         v = owner.input
 
 
+def _save_attention_lse(
+    forward: list[Operation], results: list[SSAValue], active: set[SSAValue]
+) -> None:
+    """Replace each active ``flash_attention`` of the recomputed forward program by a
+    ``flash_attention_fwd`` (same operands and properties, plus the log-sum-exp)."""
+    for i, op in enumerate(forward):
+        if not isinstance(op, g.FlashAttentionOp) or op.result not in active:
+            continue
+        fwd = g.FlashAttentionFwdOp.create(
+            operands=list(op.operands),
+            result_types=[op.result.type, lse_type(op.q)],
+            properties=dict(op.properties),
+            attributes=dict(op.attributes),
+        )
+        block = op.parent_block()
+        assert block is not None
+        block.insert_op_before(fwd, op)
+        fwd.result.name_hint = op.result.name_hint
+        op.result.replace_all_uses_with(fwd.result)
+        results[:] = [fwd.result if r is op.result else r for r in results]
+        active.discard(op.result)
+        active.add(fwd.result)
+        op.detach()
+        op.erase()
+        forward[i] = fwd
+
+
 def vjp_function(
     f: func.FuncOp,
     *,
@@ -120,8 +147,14 @@ def vjp_function(
     cotangent_args: bool | None = None,
     seed_outputs: Sequence[int] | None = None,
     name: str | None = None,
+    fused_attention: bool = True,
 ) -> func.FuncOp:
     """The reverse-mode gradient function of ``f`` (see the module docstring).
+
+    With ``fused_attention`` (the default) a differentiated ``tgraph.flash_attention``
+    becomes ``tgraph.flash_attention_fwd``, which also returns the log-sum-exp, and its
+    adjoint is one ``tgraph.flash_attention_bwd``; otherwise the adjoint is Graph IR
+    that materializes the attention probabilities.
 
     ``cotangent_args`` forces (True) or forbids (False) cotangent arguments; by
     default they are used unless ``f`` returns a single one-element float result.
@@ -168,6 +201,9 @@ def vjp_function(
     for op in forward:
         if any(v in active for v in op.operands):
             active.update(r for r in op.results if _differentiable_type(r.type))
+
+    if fused_attention:
+        _save_attention_lse(forward, results, active)
 
     e = GraphEmitter(new_block)
     cts: dict[SSAValue, SSAValue] = {}

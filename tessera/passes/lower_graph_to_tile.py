@@ -44,6 +44,7 @@ from tessera.ir import tile as tt
 from tessera.ir.attrs import NumericPolicyAttr, rounds_specially
 from tessera.passes import (
     tile_attention,
+    tile_attention_bwd,
     tile_collectives,
     tile_complex,
     tile_conv,
@@ -54,6 +55,7 @@ from tessera.passes import (
     tile_sparse,
     tile_support,
 )
+from tessera.passes.expand_attention_grad import expand_attention_grads
 from tessera.passes.tile_builder import (
     Idx,
     KernelEmitter,
@@ -1074,6 +1076,8 @@ _LOWERINGS.update({
     g.MSEOp: _FunctionLowering.lower_mse,  # type: ignore[dict-item]
     g.MatmulOp: _FunctionLowering.lower_matmul,  # type: ignore[dict-item]
     g.FlashAttentionOp: tile_attention.lower_flash_attention,  # type: ignore[dict-item]
+    g.FlashAttentionFwdOp: tile_attention.lower_flash_attention,  # type: ignore[dict-item]
+    g.FlashAttentionBwdOp: tile_attention_bwd.lower_flash_attention_bwd,  # type: ignore[dict-item]
     g.FusedOp: _FunctionLowering.lower_fused,  # type: ignore[dict-item]
     g.MatmulEpilogueOp: _FunctionLowering.lower_matmul_epilogue,  # type: ignore[dict-item]
     g.FFTOp: tile_fft.lower_fft,  # type: ignore[dict-item]
@@ -1145,6 +1149,7 @@ class LowerGraphToTile(ModulePass):
                         "block"
                     )
                 _check_static(fn)
+                expand_attention_grads(fn, tile_attention_bwd.fused)
                 _FunctionLowering(op, fn, self.overrides()).run()
 
 

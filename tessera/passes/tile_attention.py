@@ -74,10 +74,16 @@ def supported(op: g.FlashAttentionOp) -> bool:
     return qs[-1] in HEAD_SIZES and vs[-1] == qs[-1] and ks[-2] == vs[-2] and ks[-2] > 0
 
 
-def lower_flash_attention(lw: _FunctionLowering, op: g.FlashAttentionOp) -> None:
+def lower_flash_attention(
+    lw: _FunctionLowering, op: g.FlashAttentionOp | g.FlashAttentionFwdOp
+) -> None:
     """``tgraph.flash_attention``: the tensor-core kernel when :func:`supported`, else the
-    scalar kernel of ``tile_gemm``."""
+    scalar kernel of ``tile_gemm``. ``tgraph.flash_attention_fwd`` (only when
+    :func:`supported`: ``lower-graph-to-tile`` expands the others) is the same kernel that
+    also stores each row's log-sum-exp."""
+    with_lse = isinstance(op, g.FlashAttentionFwdOp)
     if not supported(op):
+        assert not with_lse, "flash_attention_fwd without a kernel is expanded first"
         from tessera.passes.tile_gemm import lower_flash_attention as scalar
 
         scalar(lw, op)
@@ -89,6 +95,10 @@ def lower_flash_attention(lw: _FunctionLowering, op: g.FlashAttentionOp) -> None
     bq = choose_block_q(sq)
     out = lw.alloc(op.result.type)
     lw.env[op.result] = out
+    lse = None
+    if isinstance(op, g.FlashAttentionFwdOp):
+        lse = lw.alloc(op.lse.type)
+        lw.env[op.lse] = lse
     n_batch = 1
     for x in batch:
         n_batch *= x
@@ -98,9 +108,9 @@ def lower_flash_attention(lw: _FunctionLowering, op: g.FlashAttentionOp) -> None
         et=g.elem_of(op.q), ot=g.elem_of(op.result), batch=batch, sq=sq, sk=sk, d=d,
         scale=scale, causal=op.causal is not None, bq=bq, bkv=BLOCK_KV,
     )
-    args = [out, lw.mem(op.q), lw.mem(op.k), lw.mem(op.v)]
+    args = [out, lw.mem(op.q), lw.mem(op.k), lw.mem(op.v), *([lse] if lse is not None else [])]
     lw.kernel(
-        "flash_attention", args, spec.group, [cdiv(sq, bq), 1, n_batch],
+        "flash_attention_fwd" if lse is not None else "flash_attention", args, spec.group, [cdiv(sq, bq), 1, n_batch],
         lambda e, a: _Kernel(e, a, spec).build(),
     )
 
@@ -124,7 +134,8 @@ class _Kernel:
 
     def __init__(self, e: KernelEmitter, args: list[SSAValue], spec: _Spec):
         self.e = e
-        self.o_ref, self.q_ref, self.k_ref, self.v_ref = args
+        self.o_ref, self.q_ref, self.k_ref, self.v_ref = args[:4]
+        self.lse_ref = args[4] if len(args) > 4 else None
         self.s = spec
 
     # ------------------------------------------------------------------ helpers
@@ -394,6 +405,8 @@ class _Kernel:
             for off in (1, 2):
                 lsum = e.fadd(lsum, e.op(tt.ShuffleXorOp(lsum, off)))
             inv.append(e.fdiv(e.const(1.0, f32), lsum))
+            if self.lse_ref is not None:
+                self.store_lse(c[r], lsum, r)
         oks = [e.lt(r, s.sq) for r in self.rows]
         for dn, v in enumerate(c[4:]):
             col = e.add(e.mul(self.tq, 2), 8 * dn)
@@ -402,3 +415,14 @@ class _Kernel:
                 out = self.vec(e, ys, s.ot)
                 idx = [e.index(i) for i in (*self.bidx, self.rows[r], col)]
                 e.emit(tt.StoreVectorOp(out, self.o_ref, idx, oks[r]))
+
+    def store_lse(self, m: SSAValue, lsum: SSAValue, r: int) -> None:
+        """``lse = ln 2 (m mult + log2 l)`` of row ``r`` (the scores' log2 units undone),
+        stored by the first lane of the row's quad."""
+        e, s = self.e, self.s
+        cl = s.scale * LOG2E
+        mult = cl if cl > 0 else 1.0
+        lse2 = e.op(math.FmaOp(m, e.const(mult, f32), e.op(math.Log2Op(lsum))))
+        lse = e.fmul(lse2, e.const(1.0 / LOG2E, f32))
+        ok = e.and_(e.lt(self.rows[r], s.sq), e.eq(self.tq, 0))
+        e.store(lse, self.lse_ref, [*self.bidx, self.rows[r]], ok)

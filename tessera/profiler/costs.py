@@ -26,7 +26,10 @@ matmul                     2·M·N·K per batch element
 matmul_epilogue            matmul + 1 per result element each for bias and activation
 flash_attention            per batch element: 2·P·D (q·kᵀ) + 2·P·Dv (p·v) + 5·P
                            (scale, max, subtract, exp, sum) + Sq·Dv (final divide),
-                           P = unmasked (query, key) pairs (Sq·Sk, or causal pairs)
+                           P = unmasked (query, key) pairs (Sq·Sk, or causal pairs);
+                           flash_attention_fwd the same
+flash_attention_bwd        per batch element: 6·P·D + 4·P·Dv (S, dV, dP, dQ, dK) + 6·P
+                           (P, dS) + 2·Sq·Dv (Di)
 conv2d                     2·N·O·Ho·Wo·C·kh·kw (+ N·O·Ho·Wo with a bias)
 mse                        3 per broadcast element (subtract, square, sum) + 1
 fft / fft2d                5·n·log2(n) per transform of n points
@@ -106,7 +109,7 @@ def _matmul_flops(op: g.MatmulOp | g.MatmulEpilogueOp) -> int:
     return 2 * math.prod(out) * k
 
 
-def _attention_flops(op: g.FlashAttentionOp) -> int:
+def _attention_flops(op: g.FlashAttentionOp | g.FlashAttentionFwdOp) -> int:
     q, k, v = _shape(op.q), _shape(op.k), _shape(op.v)
     sq, d, sk, dv = q[-2], q[-1], k[-2], v[-1]
     batch = math.prod(q[:-2])
@@ -115,6 +118,16 @@ def _attention_flops(op: g.FlashAttentionOp) -> int:
     else:
         pairs = sq * sk
     return batch * (2 * pairs * d + 2 * pairs * dv + 5 * pairs + sq * dv)
+
+
+def _attention_bwd_flops(op: g.FlashAttentionBwdOp) -> int:
+    """Five GEMM-shaped products (2·P·D each for S, dQ, dK; 2·P·Dv each for dV, dP over
+    the P attended pairs), P and dS elementwise, and Di."""
+    q, k, v = _shape(op.q), _shape(op.k), _shape(op.v)
+    sq, d, sk, dv = q[-2], q[-1], k[-2], v[-1]
+    batch = math.prod(q[:-2])
+    pairs = sum(min(sk, i + 1) for i in range(sq)) if op.causal is not None else sq * sk
+    return batch * (6 * pairs * d + 4 * pairs * dv + 6 * pairs + 2 * sq * dv)
 
 
 def _norm_flops(op: g.RMSNormOp | g.LayerNormOp) -> int:
@@ -167,8 +180,10 @@ def flops(op: Operation) -> int | None:
             + (n if op.bias is not None else 0)
             + (n if op.activation is not None else 0)
         )
-    if isinstance(op, g.FlashAttentionOp):
+    if isinstance(op, g.FlashAttentionOp | g.FlashAttentionFwdOp):
         return _attention_flops(op)
+    if isinstance(op, g.FlashAttentionBwdOp):
+        return _attention_bwd_flops(op)
     if isinstance(op, g.Conv2dOp):
         w = _shape(op.weight)
         out = numel(op.result)

@@ -196,6 +196,22 @@ def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+def _attention_scale(op: g.FlashAttentionFwdOp | g.FlashAttentionBwdOp) -> float:
+    d = g.shape_of(op.q)[-1]
+    return op.scale.value.data if op.scale is not None else 1.0 / math.sqrt(d)
+
+
+def _attention_scores(
+    op: g.FlashAttentionFwdOp | g.FlashAttentionBwdOp, q: np.ndarray, k: np.ndarray
+) -> np.ndarray:
+    """``scale q kᵀ`` with the causal mask (-inf) of an attention gradient op, in float64."""
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * _attention_scale(op)
+    if op.causal is not None:
+        sq, sk = s.shape[-2], s.shape[-1]
+        s = np.where(np.arange(sk)[None, :] > np.arange(sq)[:, None], -np.inf, s)
+    return s
+
+
 def _by_operand(op: Operation, args: Sequence[Any]) -> dict[Any, Any]:
     """Operand SSA value -> its runtime value (optional operands shift positions)."""
     return dict(zip(op.operands, args))
@@ -459,6 +475,33 @@ class GraphFunctions(InterpreterFunctions):
             s = np.where(mask, -np.inf, s)
         p = _softmax(s, -1)
         return (store(np.matmul(p, v), op.result.type),)
+
+    @impl(g.FlashAttentionFwdOp)
+    def run_flash_attention_fwd(
+        self, interp: Interpreter, op: g.FlashAttentionFwdOp, args: tuple[Any, ...]
+    ):
+        q, k, v = (load(x, op.q.type, np.dtype(np.float64)) for x in args)
+        s = _attention_scores(op, q, k)
+        m = np.max(s, axis=-1, keepdims=True)
+        e = np.exp(s - m)
+        total = np.sum(e, axis=-1, keepdims=True)
+        lse = (m + np.log(total))[..., 0]
+        return store(np.matmul(e / total, v), op.result.type), store(lse, op.lse.type)
+
+    @impl(g.FlashAttentionBwdOp)
+    def run_flash_attention_bwd(
+        self, interp: Interpreter, op: g.FlashAttentionBwdOp, args: tuple[Any, ...]
+    ):
+        q, k, v, o, do = (load(x, op.q.type, np.dtype(np.float64)) for x in args[:5])
+        lse = load(args[5], op.lse.type, np.dtype(np.float64))
+        scale = _attention_scale(op)
+        p = np.exp(_attention_scores(op, q, k) - lse[..., None])
+        dv = np.matmul(np.swapaxes(p, -1, -2), do)
+        di = np.sum(do * o, axis=-1, keepdims=True)
+        ds = p * (np.matmul(do, np.swapaxes(v, -1, -2)) - di) * scale
+        dq = np.matmul(ds, k)
+        dk = np.matmul(np.swapaxes(ds, -1, -2), q)
+        return store(dq, op.dq.type), store(dk, op.dk.type), store(dv, op.dv.type)
 
     @impl(g.Conv2dOp)
     def run_conv2d(self, interp: Interpreter, op: g.Conv2dOp, args: tuple[Any, ...]):

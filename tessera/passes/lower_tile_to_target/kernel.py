@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from xdsl.dialects import arith
 from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
@@ -289,6 +290,31 @@ class KernelLowering:
         self.emit(tt.MadOp("lo.s64", a, lin, self.imm(ebytes, IntegerType(64)), self.one(ref)))
         return "global", a
 
+    def shared_address_imm(
+        self, op: Operation, ref: SSAValue, indices: Sequence[SSAValue]
+    ) -> tuple[str, SSAValue, int]:
+        """``address`` with the constant part of a 1-D, unswizzled shared index
+        (``x + c``, ``c > 0`` an ``arith.constant``) split off as a byte offset for the
+        instruction's ``[addr+offset]``: loads at constant distances from one lane offset
+        share one address register."""
+        t = ref.type
+        assert isinstance(t, MemRefType)
+        sh = self.shared.get(ref) if is_shared(t) else None
+        if sh is None or sh.swizzle or len(indices) != 1 or is_i1(t.element_type):
+            space, a = self.address(op, ref, indices)
+            return space, a, 0
+        x, c = indices[0], 0
+        while isinstance(x.owner, arith.AddiOp):
+            lhs, rhs = x.owner.lhs, x.owner.rhs
+            k = _const_int(rhs)
+            if k is None:
+                k, lhs = _const_int(lhs), rhs
+            if k is None or k < 0:
+                break
+            x, c = lhs, c + k
+        space, a = self.address(op, ref, [x])
+        return space, a, c * element_bytes(t.element_type)
+
     def swizzled_offset(self, sh: _Shared, indices: Sequence[SSAValue]) -> SSAValue:
         """Byte offset ``r*R + ((c*e/16) ^ (r % p))*16 + (c*e) % 16`` (docs/TILE_IR.md)."""
         e = sh.elem_bytes
@@ -402,3 +428,11 @@ def lowers(*types: type[Operation]) -> Callable[[Handler], Handler]:
         return fn
 
     return deco
+
+
+def _const_int(v: SSAValue) -> int | None:
+    """The value of an integer ``arith.constant``, else None."""
+    o = v.owner
+    if isinstance(o, arith.ConstantOp) and isinstance(o.value, IntegerAttr):
+        return o.value.value.data
+    return None

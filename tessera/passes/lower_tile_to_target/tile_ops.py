@@ -132,7 +132,7 @@ def _load_vector(lw: KernelLowering, op: Operation) -> None:
     vt = op.result.type
     assert isinstance(vt, VectorType)
     wty, nw, per = _vector_access_words(lw, op, vt)
-    space, a = lw.address(op, op.ref, op.indices)
+    space, a, offset = lw.shared_address_imm(op, op.ref, op.indices)
     guard = lw.one(op.mask) if op.mask is not None else None
     cls = "b32" if per == 2 else reg_class_of(vt.element_type)
     words = [lw.reg(cls) for _ in range(nw)]
@@ -140,7 +140,7 @@ def _load_vector(lw: KernelLowering, op: Operation) -> None:
         for w in words:
             lw.zero(w, vt.element_type if per == 1 else i32)
     vec = f"v{nw}." if nw > 1 else ""
-    lw.emit(tt.LdOp(f"{space}.{vec}{wty}", words, a, guard=guard))
+    lw.emit(tt.LdOp(f"{space}.{vec}{wty}", words, a, offset, guard=guard))
     if per == 1:
         lw.vals[op.result] = words
         return
@@ -158,7 +158,7 @@ def _store_vector(lw: KernelLowering, op: Operation) -> None:
     vt = op.value.type
     assert isinstance(vt, VectorType)
     wty, nw, per = _vector_access_words(lw, op, vt)
-    space, a = lw.address(op, op.ref, op.indices)
+    space, a, offset = lw.shared_address_imm(op, op.ref, op.indices)
     guard = lw.one(op.mask) if op.mask is not None else None
     elems = lw.vals[op.value]
     if per == 1:
@@ -170,7 +170,7 @@ def _store_vector(lw: KernelLowering, op: Operation) -> None:
             lw.emit(tt.PackOp("b32", w, elems[2 * k: 2 * k + 2]))
             words.append(w)
     vec = f"v{nw}." if nw > 1 else ""
-    lw.emit(tt.StOp(f"{space}.{vec}{wty}", a, words, guard=guard))
+    lw.emit(tt.StOp(f"{space}.{vec}{wty}", a, words, offset, guard=guard))
 
 
 @lowers(tile.CopyAsyncOp)

@@ -104,6 +104,8 @@ class Sm90Attention:
     scale: float
     causal: bool
     stages: int = 2
+    lse: bool = False
+    """Also store each query row's log-sum-exp (f32; ``tgraph.flash_attention_fwd``)."""
 
     @property
     def nbox(self) -> int:
@@ -145,8 +147,9 @@ class Sm90Attention:
         return (self.q_tiles * self.heads, 1, 1)
 
     def boxes(self) -> list[int]:
-        """``ttarget.launch_ex`` boxes for (O, Q, K, V): O by pointer, the others TMA."""
-        return [0, 0, BOX, BLOCK_Q, BOX, BLOCK_KV, BOX, BLOCK_KV]
+        """``ttarget.launch_ex`` boxes for (O, Q, K, V[, lse]): O and lse by pointer, the
+        others TMA."""
+        return [0, 0, BOX, BLOCK_Q, BOX, BLOCK_KV, BOX, BLOCK_KV, *([0, 0] if self.lse else [])]
 
 
 class _Builder:
@@ -154,14 +157,16 @@ class _Builder:
 
     def __init__(self, name: str, spec: Sm90Attention):
         self.spec = spec
-        self.func = tt.FuncOp(name, ["u64", "tmap", "tmap", "tmap"], spec.threads)
+        params = ["u64", "tmap", "tmap", "tmap", *(["u64"] if spec.lse else [])]
+        self.func = tt.FuncOp(name, params, spec.threads)
         self.e = TargetAsm(self.func)
 
     # ------------------------------------------------------------------ setup
 
     def build(self) -> tt.FuncOp:
         s, e = self.spec, self.e
-        o_param, q_param, k_param, v_param = self.func.block.args
+        o_param, q_param, k_param, v_param = self.func.block.args[:4]
+        self.lse_param = self.func.block.args[4] if s.lse else None
         self.tid, bid, self.sbase = builders.shared_base(e)
         bars = e.add32(self.sbase, s.bars_offset)
         self.q_full = bars
@@ -422,6 +427,8 @@ class _Builder:
             r = e.reg("f32")
             e.add(tt.RcpOp("rn.f32", r, lt))
             inv.append(r)
+            if self.lse_param is not None:
+                self.store_lse(h, lt)
         ragged = s.sq % BLOCK_Q != 0
         rows = [e.setp("lt", e.add32(self.row0, 8 * h), s.sq) if ragged else None for h in (0, 1)]
         for j in range(s.d // 8):
@@ -430,6 +437,23 @@ class _Builder:
                 hi = e.fbin(tt.MulOp, self.oacc[4 * j + 2 * h + 1], inv[h], "rn.f32")
                 offset = (8 * h * s.d + 8 * j) * ELEM_BYTES
                 builders.store_pair(e, ptr, lo, hi, s.et, offset, rows[h])
+
+
+    def store_lse(self, h: int, total: SSAValue) -> None:
+        """``lse = ln 2 (m c + log2 l)`` of row half ``h`` (``c = scale log2 e``: the
+        kernel's exp2 units undone), stored by the first thread of the row's quad."""
+        s, e = self.spec, self.e
+        assert self.lse_param is not None
+        ptr = builders.global_pointer(e, self.lse_param)
+        row = e.add32(self.row0, 8 * h)
+        builders.advance_pointer(e, ptr, e.mad32(self.bh, s.sq, row), 4)
+        lg = e.reg("f32")
+        e.add(tt.Lg2Op("approx.ftz.f32", lg, total))
+        val = e.fbin(tt.MulOp, e.fma(self.m[h], self.c, lg), 1.0 / LOG2E, "rn.f32")
+        # row + sq * (lane % 4) < sq: the quad's first thread, inside the queries
+        quad = e.bin(tt.AndOp, "b32", self.col0, 6)
+        ok = e.setp("lt", e.mad32(quad, s.sq, row), s.sq)
+        e.add(tt.StOp("global.f32", ptr, [val], 0, ok))
 
 
 def _tree(vals: list[SSAValue], combine: Callable[[SSAValue, SSAValue], SSAValue]) -> SSAValue:
@@ -455,7 +479,7 @@ def build_kernel(name: str, spec: Sm90Attention) -> tt.FuncOp:
 _TYPE_NAMES = {BFloat16Type: "bf16", Float16Type: "f16"}
 
 
-def spec_for(op: g.FlashAttentionOp) -> Sm90Attention:
+def spec_for(op: g.FlashAttentionOp | g.FlashAttentionFwdOp) -> Sm90Attention:
     qs, ks = g.shape_of(op.q), g.shape_of(op.k)
     heads = 1
     for x in qs[:-2]:
@@ -464,12 +488,15 @@ def spec_for(op: g.FlashAttentionOp) -> Sm90Attention:
     scale = op.scale.value.data if op.scale is not None else 1.0 / pymath.sqrt(d)
     return Sm90Attention(
         heads, qs[-2], ks[-2], d, _TYPE_NAMES[type(g.elem_of(op.q))], scale,
-        op.causal is not None,
+        op.causal is not None, lse=isinstance(op, g.FlashAttentionFwdOp),
     )
 
 
-def lower_attention_sm90(lw: _FunctionLowering, op: g.FlashAttentionOp) -> bool:
-    """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path."""
+def lower_attention_sm90(
+    lw: _FunctionLowering, op: g.FlashAttentionOp | g.FlashAttentionFwdOp
+) -> bool:
+    """Lower ``op`` to the sm90 kernel if it is eligible (``flash_attention_fwd`` also
+    stores the log-sum-exp); False leaves it to the generic path."""
     if eligible(op) is not None:
         return False
     spec = spec_for(op)
@@ -478,12 +505,16 @@ def lower_attention_sm90(lw: _FunctionLowering, op: g.FlashAttentionOp) -> bool:
     name = f"{lw.prefix}_attention_{n}"
     out = lw.alloc(op.result.type)
     lw.env[op.result] = out
+    extra = []
+    if isinstance(op, g.FlashAttentionFwdOp):
+        extra = [lw.alloc(op.lse.type)]
+        lw.env[op.lse] = extra[0]
     if spec.heads == 0:
         return True
     lw.module.body.block.insert_op_before(build_kernel(name, spec), lw.fn)
     lw.hb.add_op(
         tt.LaunchExOp(
-            name, [out, lw.mem(op.q), lw.mem(op.k), lw.mem(op.v)], spec.grid(),
+            name, [out, lw.mem(op.q), lw.mem(op.k), lw.mem(op.v), *extra], spec.grid(),
             spec.smem_bytes, spec.boxes(),
         )
     )
@@ -497,4 +528,7 @@ class LowerAttentionSm90(LowerGraphToTile):
     name = "lower-attention-sm90"
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
-        return {g.FlashAttentionOp: (lower_attention_sm90,)}  # type: ignore[dict-item]
+        return {
+            g.FlashAttentionOp: (lower_attention_sm90,),  # type: ignore[dict-item]
+            g.FlashAttentionFwdOp: (lower_attention_sm90,),  # type: ignore[dict-item]
+        }

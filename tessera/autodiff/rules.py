@@ -36,11 +36,13 @@ from tessera.autodiff.emitter import GraphEmitter, numel
 from tessera.errors import TesseraError
 from tessera.ir import graph as g
 from tessera.ir.graph import elem_of, shape_of
+from tessera.ir.registry import OpRegistry
 
 Cot = SSAValue | None
 Rule = Callable[[GraphEmitter, Operation, Sequence[Cot], Sequence[bool]], list[Cot]]
 
-VJP_RULES: dict[str, Rule] = {}
+VJP_RULES: OpRegistry[Rule] = OpRegistry("adjoint rule")
+"""The adjoint rule of each Graph IR op, by op class (``@VJP_RULES.register(g.MulOp)``)."""
 
 GELU_C = math.sqrt(2.0 / math.pi)
 GELU_K = 0.044715
@@ -48,15 +50,6 @@ GELU_K = 0.044715
 
 class AutodiffError(TesseraError, PassFailedException):
     """An op or program that cannot be differentiated; the message names the op."""
-
-
-def vjp_rule(*ops: type[Operation]) -> Callable[[Rule], Rule]:
-    def register(fn: Rule) -> Rule:
-        for op in ops:
-            VJP_RULES[op.name] = fn
-        return fn
-
-    return register
 
 
 def is_float(v: SSAValue) -> bool:
@@ -70,7 +63,7 @@ def _binary_parts(op: Operation) -> tuple[SSAValue, SSAValue, SSAValue]:
     return op.operands[0], op.operands[1], op.results[0]
 
 
-@vjp_rule(g.AddOp, g.SubOp)
+@VJP_RULES.register(g.AddOp, g.SubOp)
 def _add_sub(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     a, b, _ = _binary_parts(op)
     ct = cts[0]
@@ -83,7 +76,7 @@ def _add_sub(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence
     return [da, db]
 
 
-@vjp_rule(g.MulOp)
+@VJP_RULES.register(g.MulOp)
 def _mul(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     a, b, _ = _binary_parts(op)
     ct = cts[0]
@@ -94,7 +87,7 @@ def _mul(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[boo
     return [da, db]
 
 
-@vjp_rule(g.DivOp)
+@VJP_RULES.register(g.DivOp)
 def _div(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     a, b, y = _binary_parts(op)
     ct = cts[0]
@@ -119,7 +112,7 @@ def splat_value(v: SSAValue) -> float | None:
     return None
 
 
-@vjp_rule(g.PowOp)
+@VJP_RULES.register(g.PowOp)
 def _pow(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     a, b, y = _binary_parts(op)
     ct = cts[0]
@@ -145,7 +138,7 @@ def _pow(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[boo
     return [da, db]
 
 
-@vjp_rule(g.MaximumOp, g.MinimumOp)
+@VJP_RULES.register(g.MaximumOp, g.MinimumOp)
 def _max_min(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     a, b, _ = _binary_parts(op)
     ct = cts[0]
@@ -162,7 +155,7 @@ def _max_min(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence
     return [da, db]
 
 
-@vjp_rule(g.SelectOp)
+@VJP_RULES.register(g.SelectOp)
 def _select(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     c, t, f = op.operands
     ct = cts[0]
@@ -195,27 +188,19 @@ def _gelu_grad(e: GraphEmitter, x: SSAValue) -> SSAValue:
     return e.add(left, right)
 
 
-VJP_RULES.update(
-    {
-        g.NegOp.name: _unary(lambda e, ct, x, y: e.neg(ct)),
-        g.AbsOp.name: _unary(lambda e, ct, x, y: e.mul(ct, _sign(e, x))),
-        g.ExpOp.name: _unary(lambda e, ct, x, y: e.mul(ct, y)),
-        g.LogOp.name: _unary(lambda e, ct, x, y: e.div(ct, x)),
-        g.SqrtOp.name: _unary(lambda e, ct, x, y: e.div(e.mul(ct, 0.5), y)),
-        g.RsqrtOp.name: _unary(
-            lambda e, ct, x, y: e.mul(e.mul(ct, -0.5), e.mul(y, e.mul(y, y)))
-        ),
-        g.TanhOp.name: _unary(lambda e, ct, x, y: e.mul(ct, e.sub(1.0, e.mul(y, y)))),
-        g.ReluOp.name: _unary(lambda e, ct, x, y: e.select(e.gt(x, 0.0), ct, 0.0)),
-        g.SigmoidOp.name: _unary(lambda e, ct, x, y: e.mul(ct, e.mul(y, e.sub(1.0, y)))),
-        g.SiluOp.name: _unary(
-            lambda e, ct, x, y: e.mul(
-                ct, _silu_grad(e, x)
-            )
-        ),
-        g.GeluOp.name: _unary(lambda e, ct, x, y: e.mul(ct, _gelu_grad(e, x))),
-    }
+VJP_RULES.register(g.NegOp)(_unary(lambda e, ct, x, y: e.neg(ct)))
+VJP_RULES.register(g.AbsOp)(_unary(lambda e, ct, x, y: e.mul(ct, _sign(e, x))))
+VJP_RULES.register(g.ExpOp)(_unary(lambda e, ct, x, y: e.mul(ct, y)))
+VJP_RULES.register(g.LogOp)(_unary(lambda e, ct, x, y: e.div(ct, x)))
+VJP_RULES.register(g.SqrtOp)(_unary(lambda e, ct, x, y: e.div(e.mul(ct, 0.5), y)))
+VJP_RULES.register(g.RsqrtOp)(
+    _unary(lambda e, ct, x, y: e.mul(e.mul(ct, -0.5), e.mul(y, e.mul(y, y))))
 )
+VJP_RULES.register(g.TanhOp)(_unary(lambda e, ct, x, y: e.mul(ct, e.sub(1.0, e.mul(y, y)))))
+VJP_RULES.register(g.ReluOp)(_unary(lambda e, ct, x, y: e.select(e.gt(x, 0.0), ct, 0.0)))
+VJP_RULES.register(g.SigmoidOp)(_unary(lambda e, ct, x, y: e.mul(ct, e.mul(y, e.sub(1.0, y)))))
+VJP_RULES.register(g.SiluOp)(_unary(lambda e, ct, x, y: e.mul(ct, _silu_grad(e, x))))
+VJP_RULES.register(g.GeluOp)(_unary(lambda e, ct, x, y: e.mul(ct, _gelu_grad(e, x))))
 
 
 def _silu_grad(e: GraphEmitter, x: SSAValue) -> SSAValue:
@@ -223,7 +208,7 @@ def _silu_grad(e: GraphEmitter, x: SSAValue) -> SSAValue:
     return e.mul(s, e.add(e.mul(x, e.sub(1.0, s)), 1.0))
 
 
-@vjp_rule(g.CastOp)
+@VJP_RULES.register(g.CastOp)
 def _cast(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     ct = cts[0]
     assert ct is not None
@@ -238,7 +223,7 @@ def _reduce_parts(op: g.ReductionOp) -> tuple[SSAValue, list[int], SSAValue]:
     return op.input, op.axis_list(), op.result
 
 
-@vjp_rule(g.SumOp, g.MeanOp)
+@VJP_RULES.register(g.SumOp, g.MeanOp)
 def _sum_mean(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.ReductionOp)
     x, axes, _ = _reduce_parts(op)
@@ -250,7 +235,7 @@ def _sum_mean(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequenc
     return [e.expand_reduced(ct, s, axes)]
 
 
-@vjp_rule(g.MaxOp, g.MinOp)
+@VJP_RULES.register(g.MaxOp, g.MinOp)
 def _max_min_reduce(
     e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]
 ):
@@ -268,7 +253,7 @@ def _max_min_reduce(
 # --------------------------------------------------------------------------- nn ops
 
 
-@vjp_rule(g.SoftmaxOp)
+@VJP_RULES.register(g.SoftmaxOp)
 def _softmax(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.SoftmaxOp)
     ct = cts[0]
@@ -290,7 +275,7 @@ def operand_slots(op: Operation) -> dict[str, int]:
     return slots
 
 
-@vjp_rule(g.LayerNormOp, g.RMSNormOp)
+@VJP_RULES.register(g.LayerNormOp, g.RMSNormOp)
 def _norm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.LayerNormOp | g.RMSNormOp)
     ct = cts[0]
@@ -322,7 +307,7 @@ def _norm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bo
     return out
 
 
-@vjp_rule(g.MatmulOp)
+@VJP_RULES.register(g.MatmulOp)
 def _matmul(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.MatmulOp)
     ct = cts[0]
@@ -359,7 +344,7 @@ def attention_probs(e: GraphEmitter, op: g.FlashAttentionOp) -> tuple[SSAValue, 
     return p, scale
 
 
-@vjp_rule(g.FlashAttentionOp)
+@VJP_RULES.register(g.FlashAttentionOp)
 def _attention(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.FlashAttentionOp)
     ct = cts[0]
@@ -378,7 +363,7 @@ def _attention(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequen
     return [dq, dk, dv]
 
 
-@vjp_rule(g.MSEOp)
+@VJP_RULES.register(g.MSEOp)
 def _mse(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     ct = cts[0]
     assert ct is not None
@@ -393,7 +378,7 @@ def _mse(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[boo
 # --------------------------------------------------------------------------- shape ops
 
 
-@vjp_rule(g.TransposeOp)
+@VJP_RULES.register(g.TransposeOp)
 def _transpose(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.TransposeOp)
     ct = cts[0]
@@ -405,21 +390,21 @@ def _transpose(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequen
     return [e.transpose(ct, inv)]
 
 
-@vjp_rule(g.ReshapeOp)
+@VJP_RULES.register(g.ReshapeOp)
 def _reshape(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     ct = cts[0]
     assert ct is not None
     return [e.reshape(ct, shape_of(op.operands[0]))]
 
 
-@vjp_rule(g.BroadcastOp)
+@VJP_RULES.register(g.BroadcastOp)
 def _broadcast(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     ct = cts[0]
     assert ct is not None
     return [e.unbroadcast(ct, shape_of(op.operands[0]))]
 
 
-@vjp_rule(g.SliceOp)
+@VJP_RULES.register(g.SliceOp)
 def _slice(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.SliceOp)
     ct = cts[0]
@@ -434,7 +419,7 @@ def _slice(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[b
     ]
 
 
-@vjp_rule(g.ConcatOp)
+@VJP_RULES.register(g.ConcatOp)
 def _concat(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.ConcatOp)
     ct = cts[0]
@@ -456,7 +441,7 @@ def _concat(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[
     return out
 
 
-@vjp_rule(g.PoissonOp)
+@VJP_RULES.register(g.PoissonOp)
 def _poisson(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     return [None]
 
@@ -464,7 +449,7 @@ def _poisson(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence
 # --------------------------------------------------------------------------- collectives
 
 
-@vjp_rule(g.AllReduceOp)
+@VJP_RULES.register(g.AllReduceOp)
 def _all_reduce(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.AllReduceOp)
     ct = cts[0]
@@ -487,7 +472,7 @@ def _all_reduce(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Seque
     ]
 
 
-@vjp_rule(g.AllGatherOp)
+@VJP_RULES.register(g.AllGatherOp)
 def _all_gather(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.AllGatherOp)
     ct = cts[0]
@@ -504,7 +489,7 @@ def _all_gather(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Seque
     ]
 
 
-@vjp_rule(g.ReduceScatterOp)
+@VJP_RULES.register(g.ReduceScatterOp)
 def _reduce_scatter(
     e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]
 ):
@@ -523,7 +508,7 @@ def _reduce_scatter(
     ]
 
 
-@vjp_rule(g.AllToAllOp)
+@VJP_RULES.register(g.AllToAllOp)
 def _all_to_all(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.AllToAllOp)
     ct = cts[0]

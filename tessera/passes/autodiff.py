@@ -190,7 +190,7 @@ def vjp_function(
         needs = [v in active for v in op.operands]
         if not any(needs):
             continue
-        rule = VJP_RULES.get(op.name)
+        rule = VJP_RULES.get(op)
         if rule is None:
             hint = (
                 "; run autodiff before fusion"

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 from xdsl.context import Context
 from xdsl.dialects import arith, func, math, memref
@@ -41,6 +42,7 @@ from xdsl.passes import ModulePass
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.ir.attrs import NumericPolicyAttr
+from tessera.ir.registry import OpRegistry
 from tessera.passes import (
     tile_attention,
     tile_collectives,
@@ -237,7 +239,7 @@ class _FunctionLowering:
                     outs.append(m)
                 self.hb.add_op(func.ReturnOp(*outs))
                 continue
-            method = _LOWERINGS.get(type(op))
+            method = TILE_LOWERINGS.get(op)
             if method is None:
                 raise not_lowered(op)
             if not isinstance(op, g.CastOp) and any(
@@ -972,52 +974,60 @@ def _unary_scalar(
     raise not_lowered(op)
 
 
-_LOWERINGS: dict[type, Callable[[_FunctionLowering, Operation], None]] = {}
-for _k in (g.AddOp, g.SubOp, g.MulOp, g.DivOp, g.PowOp, g.MaximumOp, g.MinimumOp,
-           g.LtOp, g.LeOp, g.GtOp, g.GeOp, g.EqOp, g.NeOp):
-    _LOWERINGS[_k] = _FunctionLowering.lower_binary  # type: ignore[assignment]
-for _k in (g.NegOp, g.AbsOp, g.ExpOp, g.LogOp, g.SqrtOp, g.RsqrtOp, g.TanhOp, g.ReluOp,
-           g.GeluOp, g.SiluOp, g.SigmoidOp):
-    _LOWERINGS[_k] = _FunctionLowering.lower_unary  # type: ignore[assignment]
-for _k in (g.SumOp, g.MaxOp, g.MinOp, g.MeanOp):
-    _LOWERINGS[_k] = _FunctionLowering.lower_reduction  # type: ignore[assignment]
-_LOWERINGS.update({
-    g.SelectOp: _FunctionLowering.lower_select,  # type: ignore[dict-item]
-    g.CastOp: _FunctionLowering.lower_cast,  # type: ignore[dict-item]
-    g.ConstantOp: _FunctionLowering.lower_constant,  # type: ignore[dict-item]
-    g.TransposeOp: _FunctionLowering.lower_transpose,  # type: ignore[dict-item]
-    g.ReshapeOp: _FunctionLowering.lower_reshape,  # type: ignore[dict-item]
-    g.BroadcastOp: _FunctionLowering.lower_broadcast,  # type: ignore[dict-item]
-    g.SliceOp: _FunctionLowering.lower_slice,  # type: ignore[dict-item]
-    g.ConcatOp: _FunctionLowering.lower_concat,  # type: ignore[dict-item]
-    g.SoftmaxOp: tile_rowwise.lower_softmax,  # type: ignore[dict-item]
-    g.RMSNormOp: tile_rowwise.lower_norm,  # type: ignore[dict-item]
-    g.LayerNormOp: tile_rowwise.lower_norm,  # type: ignore[dict-item]
-    g.MSEOp: _FunctionLowering.lower_mse,  # type: ignore[dict-item]
-    g.MatmulOp: _FunctionLowering.lower_matmul,  # type: ignore[dict-item]
-    g.FlashAttentionOp: tile_attention.lower_flash_attention,  # type: ignore[dict-item]
-    g.FusedOp: _FunctionLowering.lower_fused,  # type: ignore[dict-item]
-    g.MatmulEpilogueOp: _FunctionLowering.lower_matmul_epilogue,  # type: ignore[dict-item]
-    g.FFTOp: tile_fft.lower_fft,  # type: ignore[dict-item]
-    g.FFT2dOp: tile_fft.lower_fft,  # type: ignore[dict-item]
-    g.CholeskyOp: tile_linalg.lower_cholesky,  # type: ignore[dict-item]
-    g.SVDOp: tile_linalg.lower_svd,  # type: ignore[dict-item]
-    g.Conv2dOp: tile_conv.lower_conv2d,  # type: ignore[dict-item]
-    g.SpMMOp: tile_sparse.lower_spmm,  # type: ignore[dict-item]
-    g.RandnOp: tile_random.lower_randn,  # type: ignore[dict-item]
-    g.PoissonOp: tile_random.lower_poisson,  # type: ignore[dict-item]
-    g.AddOp: tile_support.lower_add_sub,  # type: ignore[dict-item]
-    g.SubOp: tile_support.lower_add_sub,  # type: ignore[dict-item]
-    g.RealOp: tile_support.lower_complex_part,  # type: ignore[dict-item]
-    g.ImagOp: tile_support.lower_complex_part,  # type: ignore[dict-item]
-    g.ComplexOp: tile_support.lower_complex,  # type: ignore[dict-item]
-    g.TriangularSolveOp: tile_support.lower_triangular_solve,  # type: ignore[dict-item]
-    g.SpMMTransposeOp: tile_support.lower_spmm_transpose,  # type: ignore[dict-item]
-    g.SDDMMOp: tile_support.lower_sddmm,  # type: ignore[dict-item]
-})
-_LOWERINGS.update(tile_collectives.lowerings())  # type: ignore[arg-type]
+GraphLowering = Callable[["_FunctionLowering", Any], None]
+"""Lowers one Graph IR op of the function being lowered: adds its kernels and launches and
+records the buffer of each result in ``env``."""
 
-LOWERED_OPS: tuple[str, ...] = tuple(sorted(k.name for k in _LOWERINGS))
+TILE_LOWERINGS: OpRegistry[GraphLowering] = OpRegistry("Tile IR lowering")
+"""The Tile IR lowering of each Graph IR op, by op class."""
+
+# elementwise
+TILE_LOWERINGS.register(
+    g.MulOp, g.DivOp, g.PowOp, g.MaximumOp, g.MinimumOp,
+    g.LtOp, g.LeOp, g.GtOp, g.GeOp, g.EqOp, g.NeOp,
+)(_FunctionLowering.lower_binary)
+TILE_LOWERINGS.register(g.AddOp, g.SubOp)(tile_support.lower_add_sub)  # complex or lower_binary
+TILE_LOWERINGS.register(
+    g.NegOp, g.AbsOp, g.ExpOp, g.LogOp, g.SqrtOp, g.RsqrtOp, g.TanhOp, g.ReluOp, g.GeluOp,
+    g.SiluOp, g.SigmoidOp,
+)(_FunctionLowering.lower_unary)
+TILE_LOWERINGS.register(g.SelectOp)(_FunctionLowering.lower_select)
+TILE_LOWERINGS.register(g.CastOp)(_FunctionLowering.lower_cast)
+TILE_LOWERINGS.register(g.FusedOp)(_FunctionLowering.lower_fused)
+# reductions and row-wise ops
+TILE_LOWERINGS.register(g.SumOp, g.MaxOp, g.MinOp, g.MeanOp)(_FunctionLowering.lower_reduction)
+TILE_LOWERINGS.register(g.SoftmaxOp)(tile_rowwise.lower_softmax)
+TILE_LOWERINGS.register(g.RMSNormOp, g.LayerNormOp)(tile_rowwise.lower_norm)
+TILE_LOWERINGS.register(g.MSEOp)(_FunctionLowering.lower_mse)
+# data movement
+TILE_LOWERINGS.register(g.ConstantOp)(_FunctionLowering.lower_constant)
+TILE_LOWERINGS.register(g.TransposeOp)(_FunctionLowering.lower_transpose)
+TILE_LOWERINGS.register(g.ReshapeOp)(_FunctionLowering.lower_reshape)
+TILE_LOWERINGS.register(g.BroadcastOp)(_FunctionLowering.lower_broadcast)
+TILE_LOWERINGS.register(g.SliceOp)(_FunctionLowering.lower_slice)
+TILE_LOWERINGS.register(g.ConcatOp)(_FunctionLowering.lower_concat)
+# GEMM family and attention
+TILE_LOWERINGS.register(g.MatmulOp)(_FunctionLowering.lower_matmul)
+TILE_LOWERINGS.register(g.MatmulEpilogueOp)(_FunctionLowering.lower_matmul_epilogue)
+TILE_LOWERINGS.register(g.Conv2dOp)(tile_conv.lower_conv2d)
+TILE_LOWERINGS.register(g.FlashAttentionOp)(tile_attention.lower_flash_attention)
+# scientific: FFT, linear algebra, sparse, complex parts, random
+TILE_LOWERINGS.register(g.FFTOp, g.FFT2dOp)(tile_fft.lower_fft)
+TILE_LOWERINGS.register(g.CholeskyOp)(tile_linalg.lower_cholesky)
+TILE_LOWERINGS.register(g.SVDOp)(tile_linalg.lower_svd)
+TILE_LOWERINGS.register(g.TriangularSolveOp)(tile_support.lower_triangular_solve)
+TILE_LOWERINGS.register(g.SpMMOp)(tile_sparse.lower_spmm)
+TILE_LOWERINGS.register(g.SpMMTransposeOp)(tile_support.lower_spmm_transpose)
+TILE_LOWERINGS.register(g.SDDMMOp)(tile_support.lower_sddmm)
+TILE_LOWERINGS.register(g.RealOp, g.ImagOp)(tile_support.lower_complex_part)
+TILE_LOWERINGS.register(g.ComplexOp)(tile_support.lower_complex)
+TILE_LOWERINGS.register(g.RandnOp)(tile_random.lower_randn)
+TILE_LOWERINGS.register(g.PoissonOp)(tile_random.lower_poisson)
+# collectives
+for _op, _lowering in tile_collectives.lowerings().items():
+    TILE_LOWERINGS.register(_op)(_lowering)  # type: ignore[arg-type]
+
+LOWERED_OPS: tuple[str, ...] = TILE_LOWERINGS.names()
 """Names of the tgraph ops this pass lowers."""
 
 

@@ -8,7 +8,7 @@ from xdsl.dialects.builtin import Float32Type, f32
 from xdsl.ir import Operation, SSAValue
 
 from tessera.ir import target as tt
-from tessera.passes.lower_tile_to_target.kernel import KernelLowering, lowers
+from tessera.passes.lower_tile_to_target.kernel import TARGET_LOWERINGS, KernelLowering
 from tessera.passes.lower_tile_to_target.types import float_type
 
 LOG2E = 1.4426950408889634
@@ -34,7 +34,7 @@ def _exp_f32(lw: KernelLowering, x: SSAValue) -> SSAValue:
     return _exp2_f32(lw, t)
 
 
-@lowers(mathd.ExpOp, mathd.Exp2Op, mathd.LogOp, mathd.Log2Op, mathd.SinOp, mathd.CosOp)
+@TARGET_LOWERINGS.register(mathd.ExpOp, mathd.Exp2Op, mathd.LogOp, mathd.Log2Op, mathd.SinOp, mathd.CosOp)
 def _transcendental(lw: KernelLowering, op: Operation) -> None:
     _f32_only(lw, op)
     x = lw.one(op.operands[0])
@@ -55,7 +55,7 @@ def _transcendental(lw: KernelLowering, op: Operation) -> None:
         lw.emit(tt.CosOp("approx.f32", d, x))
 
 
-@lowers(mathd.TanhOp)
+@TARGET_LOWERINGS.register(mathd.TanhOp)
 def _tanh(lw: KernelLowering, op: Operation) -> None:
     """tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|); an odd Taylor polynomial for |x| < 0.3."""
     _f32_only(lw, op)
@@ -90,7 +90,7 @@ def _tanh(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.SelpOp("f32", d, small, big_s, is_small))
 
 
-@lowers(mathd.ErfOp)
+@TARGET_LOWERINGS.register(mathd.ErfOp)
 def _erf(lw: KernelLowering, op: Operation) -> None:
     """erf via Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)."""
     _f32_only(lw, op)
@@ -117,7 +117,7 @@ def _erf(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.CopysignOp("f32", d, x, y))
 
 
-@lowers(mathd.SqrtOp, mathd.RsqrtOp, mathd.AbsFOp)
+@TARGET_LOWERINGS.register(mathd.SqrtOp, mathd.RsqrtOp, mathd.AbsFOp)
 def _sqrt_abs(lw: KernelLowering, op: Operation) -> None:
     ty = float_type(op.results[0].type)
     x = lw.one(op.operands[0])
@@ -132,7 +132,7 @@ def _sqrt_abs(lw: KernelLowering, op: Operation) -> None:
         lw.emit(tt.RcpOp(f"rn.{ty}", d, s))
 
 
-@lowers(mathd.FmaOp)
+@TARGET_LOWERINGS.register(mathd.FmaOp)
 def _fma(lw: KernelLowering, op: Operation) -> None:
     ty = float_type(op.results[0].type)
     a, b, c = (lw.one(v) for v in op.operands)
@@ -140,7 +140,7 @@ def _fma(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.FmaOp(f"rn.{ty}", d, a, b, c))
 
 
-@lowers(mathd.PowFOp)
+@TARGET_LOWERINGS.register(mathd.PowFOp)
 def _powf(lw: KernelLowering, op: Operation) -> None:
     """a**b = exp2(b * log2(a)) for a > 0 (NaN for a < 0, as log2 of a negative is NaN)."""
     _f32_only(lw, op)

@@ -44,6 +44,13 @@ def test_public_api_both_spellings():
     assert issubclass(ts.TesseraTypeError, TypeError)
 
 
+def test_op_namespace_has_every_operator_function():
+    """``op.<name>`` is the operator function for every name of OP_FUNCTIONS (so that
+    ``from tessera.op import *`` works)."""
+    missing = [n for n in ops.OP_FUNCTIONS if getattr(op, n, None) is not getattr(ops, n)]
+    assert missing == []
+
+
 def test_every_graph_op_has_a_function():
     """Each tgraph op (except fusion products made by passes) is reachable from Python."""
     traced = set()
@@ -53,8 +60,9 @@ def test_every_graph_op_has_a_function():
             x + x, x - x, x * x, x / x, x**x, ts.maximum(x, x), ts.minimum(x, x),
             x < x, x <= x, x > x, x >= x, x == x, x != x, ts.where(x > x, x, x),
             -x, ts.abs(x), ts.exp(x), ts.log(x), ts.sqrt(x), ts.rsqrt(x), ts.tanh(x),
-            ts.relu(x), ts.gelu(x), ts.silu(x), ts.sigmoid(x), ts.cast(x, ts.bf16),
-            ts.sum(x), ts.max(x), ts.min(x), ts.mean(x), ts.softmax(x), ts.layernorm(x),
+            ts.relu(x), ts.gelu(x), ts.silu(x), ts.sigmoid(x), ts.erf(x), ts.cast(x, ts.bf16),
+            ts.sum(x), ts.max(x), ts.min(x), ts.mean(x), ts.logsumexp(x, 1), ts.softmax(x),
+            ts.layernorm(x),
             ts.rmsnorm(x), x @ x, ts.flash_attention(x, x, x),
             ts.conv2d(ts.reshape(x, (1, 1, 4, 4)), ts.reshape(x, (1, 1, 4, 4))),
             ts.mse(x, x), x.T, ts.reshape(x, (16,)), ts.broadcast_to(x, (2, 4, 4)),

@@ -46,6 +46,8 @@ VJP_RULES: OpRegistry[Rule] = OpRegistry("adjoint rule")
 
 GELU_C = math.sqrt(2.0 / math.pi)
 GELU_K = 0.044715
+ERF_C = 2.0 / math.sqrt(math.pi)
+"""``d/dx erf(x) = ERF_C * exp(-x^2)``."""
 
 
 class AutodiffError(TesseraError, PassFailedException):
@@ -200,6 +202,9 @@ VJP_RULES.register(g.TanhOp)(_unary(lambda e, ct, x, y: e.mul(ct, e.sub(1.0, e.m
 VJP_RULES.register(g.ReluOp)(_unary(lambda e, ct, x, y: e.select(e.gt(x, 0.0), ct, 0.0)))
 VJP_RULES.register(g.SigmoidOp)(_unary(lambda e, ct, x, y: e.mul(ct, e.mul(y, e.sub(1.0, y)))))
 VJP_RULES.register(g.SiluOp)(_unary(lambda e, ct, x, y: e.mul(ct, _silu_grad(e, x))))
+VJP_RULES.register(g.ErfOp)(
+    _unary(lambda e, ct, x, y: e.mul(ct, e.mul(e.exp(e.neg(e.mul(x, x))), ERF_C)))
+)
 VJP_RULES.register(g.GeluOp)(_unary(lambda e, ct, x, y: e.mul(ct, _gelu_grad(e, x))))
 
 
@@ -248,6 +253,18 @@ def _max_min_reduce(
     count = e.sum(hit, axes, keepdims=True)
     share = e.div(e.reshape(ct, shape_of(count)), count)
     return [e.mul(hit, share)]
+
+
+@VJP_RULES.register(g.LogSumExpOp)
+def _logsumexp(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    """``x̄ = ȳ exp(x - y)`` (the softmax over the axes), ȳ and y expanded over them."""
+    assert isinstance(op, g.LogSumExpOp)
+    x, axes, y = op.input, op.axis_list(), op.result
+    ct = cts[0]
+    assert ct is not None
+    s = shape_of(x)
+    p = e.exp(e.sub(x, e.expand_reduced(y, s, axes)))
+    return [e.mul(e.expand_reduced(ct, s, axes), p)]
 
 
 # --------------------------------------------------------------------------- nn ops

@@ -955,7 +955,7 @@ def _unary_scalar(
     if issubclass(kind, g.AbsOp):
         return e.op(math.AbsFOp(x))
     simple = {g.ExpOp: math.ExpOp, g.LogOp: math.LogOp, g.SqrtOp: math.SqrtOp,
-              g.RsqrtOp: math.RsqrtOp, g.TanhOp: math.TanhOp}
+              g.RsqrtOp: math.RsqrtOp, g.TanhOp: math.TanhOp, g.ErfOp: math.ErfOp}
     for k, ctor in simple.items():
         if issubclass(kind, k):
             return e.op(ctor(x))
@@ -989,13 +989,14 @@ TILE_LOWERINGS.register(
 TILE_LOWERINGS.register(g.AddOp, g.SubOp)(tile_support.lower_add_sub)  # complex or lower_binary
 TILE_LOWERINGS.register(
     g.NegOp, g.AbsOp, g.ExpOp, g.LogOp, g.SqrtOp, g.RsqrtOp, g.TanhOp, g.ReluOp, g.GeluOp,
-    g.SiluOp, g.SigmoidOp,
+    g.SiluOp, g.SigmoidOp, g.ErfOp,
 )(_FunctionLowering.lower_unary)
 TILE_LOWERINGS.register(g.SelectOp)(_FunctionLowering.lower_select)
 TILE_LOWERINGS.register(g.CastOp)(_FunctionLowering.lower_cast)
 TILE_LOWERINGS.register(g.FusedOp)(_FunctionLowering.lower_fused)
 # reductions and row-wise ops
 TILE_LOWERINGS.register(g.SumOp, g.MaxOp, g.MinOp, g.MeanOp)(_FunctionLowering.lower_reduction)
+TILE_LOWERINGS.register(g.LogSumExpOp)(tile_rowwise.lower_logsumexp)
 TILE_LOWERINGS.register(g.SoftmaxOp)(tile_rowwise.lower_softmax)
 TILE_LOWERINGS.register(g.RMSNormOp, g.LayerNormOp)(tile_rowwise.lower_norm)
 TILE_LOWERINGS.register(g.MSEOp)(_FunctionLowering.lower_mse)

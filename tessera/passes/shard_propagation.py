@@ -344,6 +344,17 @@ def _softmax(op: g.SoftmaxOp, ins: list[Sharding], mesh: MeshInfo) -> Decision:
     return Decision([Sharding(tuple(sp))], [Sharding(tuple(sp))])
 
 
+def _logsumexp(op: g.LogSumExpOp, ins: list[Sharding], mesh: MeshInfo) -> Decision:
+    """Not linear in its input: a pending reduction is done first, and the reduced axes are
+    gathered (each rank reduces whole slices); kept dims stay split."""
+    axes = set(op.axis_list())
+    s = ins[0].resolved()
+    sp = [() if d in axes else s.splits[d] for d in range(s.rank)]
+    keep = op.keepdims is not None
+    rs = [sp[d] if d not in axes else () for d in range(s.rank) if keep or d not in axes]
+    return Decision([Sharding(tuple(sp))], [Sharding(tuple(rs))])
+
+
 def _last_dim(op: Operation, ins: list[Sharding], mesh: MeshInfo) -> Decision:
     return _keep_last_dims(op, ins, 1)
 
@@ -369,6 +380,7 @@ SHARDING_RULES.register(g.BroadcastOp)(_broadcast)
 SHARDING_RULES.register(g.SliceOp)(_slice)
 SHARDING_RULES.register(g.ConcatOp)(_concat)
 SHARDING_RULES.register(g.SoftmaxOp)(_softmax)
+SHARDING_RULES.register(g.LogSumExpOp)(_logsumexp)
 SHARDING_RULES.register(g.LayerNormOp, g.RMSNormOp)(_last_dim)
 SHARDING_RULES.register(g.FlashAttentionOp)(_last_two_dims)
 SHARDING_RULES.register(g.MSEOp)(_mse)
@@ -436,8 +448,8 @@ def _uneven_matmul(op: g.MatmulOp, ins: list[int], outs: list[int]):
     return [set(range(ra - 2)) | {am}, set(range(rb - 2)) | {bn}], [set(range(r)) for r in outs]
 
 
-@UNEVEN_DIMS.register(g.ReductionOp)
-def _uneven_reduction(op: g.ReductionOp, ins: list[int], outs: list[int]):
+@UNEVEN_DIMS.register(g.ReductionOp, g.LogSumExpOp)
+def _uneven_reduction(op: g.AxesReductionOp, ins: list[int], outs: list[int]):
     axes = set(op.axis_list())
     return [set(range(ins[0])) - axes], [set(range(r)) for r in outs]
 

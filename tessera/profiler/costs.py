@@ -17,6 +17,8 @@ select                     as one operation each)
 cast, shape ops, constant  0 (data movement only)
 sum / max / min            input elements - result elements
 mean                       input elements
+logsumexp                  4 per input element (max, subtract, exp, sum) + 2 per result
+                           element (log, add)
 softmax                    5 per element (max, subtract, exp, sum, divide)
 rmsnorm                    3 per element (square, sum, scale) + 1 per row (rsqrt),
                            + 1 per element with a weight
@@ -173,6 +175,11 @@ def _mean(op: g.MeanOp) -> int:
 @COSTS.register(g.ReductionOp)
 def _reduction(op: g.ReductionOp) -> int:
     return numel(op.input) - numel(op.results[0])
+
+
+@COSTS.register(g.LogSumExpOp)
+def _logsumexp(op: g.LogSumExpOp) -> int:
+    return 4 * numel(op.input) + 2 * numel(op.result)
 
 
 @COSTS.register(g.SoftmaxOp)

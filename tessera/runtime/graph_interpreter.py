@@ -129,6 +129,22 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-x))
 
 
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[x.dtype])(x)
+
+
+def _logsumexp(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    """``m + log(sum(exp(x - m)))`` over ``axes``, ``m`` the maximum (0 where infinite or
+    the slice is empty), as torch.logsumexp."""
+    if x.size == 0:
+        m = np.zeros(tuple(1 if i in axes else d for i, d in enumerate(x.shape)), x.dtype)
+    else:
+        m = np.max(x, axis=axes, keepdims=True)
+        m = np.where(np.isinf(m), x.dtype.type(0), m)
+    r = np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
+    return r if keepdims else np.squeeze(r, axis=axes)
+
+
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Integer division truncating toward zero (as ``arith.divsi``)."""
     if np.any(b == 0):
@@ -165,6 +181,7 @@ _UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
     g.GeluOp: _gelu,
     g.SiluOp: lambda x: x * _sigmoid(x),
     g.SigmoidOp: _sigmoid,
+    g.ErfOp: _erf,
 }
 
 _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -346,6 +363,10 @@ class GraphFunctions(InterpreterFunctions):
     def run_sigmoid(self, interp: Interpreter, op: g.SigmoidOp, args: tuple[Any, ...]):
         return self._unary(op, args)
 
+    @impl(g.ErfOp)
+    def run_erf(self, interp: Interpreter, op: g.ErfOp, args: tuple[Any, ...]):
+        return self._unary(op, args)
+
     @impl(g.CastOp)
     def run_cast(self, interp: Interpreter, op: g.CastOp, args: tuple[Any, ...]):
         (a,) = args
@@ -389,6 +410,14 @@ class GraphFunctions(InterpreterFunctions):
     @impl(g.MinOp)
     def run_min(self, interp: Interpreter, op: g.MinOp, args: tuple[Any, ...]):
         return self._reduce(op, args, np.min, False)
+
+    @impl(g.LogSumExpOp)
+    def run_logsumexp(self, interp: Interpreter, op: g.LogSumExpOp, args: tuple[Any, ...]):
+        (a,) = args
+        x = load(a, op.input.type, accum_dtype(op.input.type))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            r = _logsumexp(x, tuple(op.axis_list()), op.keepdims is not None)
+        return (store(r, op.result.type),)
 
     # ------------------------------------------------------------ nn ops
     @impl(g.SoftmaxOp)

@@ -184,10 +184,11 @@ _SCALAR_UNARY: dict[str, Any] = {
     "gelu": lambda v: 0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))),
     "silu": lambda v: v / (1 + math.exp(-v)),
     "sigmoid": lambda v: 1 / (1 + math.exp(-v)),
+    "erf": math.erf,
 }
 
 
-_INT_TO_FLOAT = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid"})
+_INT_TO_FLOAT = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf"})
 """Unary ops that take integer and bool tensors as ``f32`` (as torch does)."""
 
 
@@ -267,6 +268,12 @@ def silu(x: Any) -> TracedTensor:
 def sigmoid(x: Any) -> TracedTensor:
     """Elementwise logistic sigmoid."""
     return _unary(g.SigmoidOp, "sigmoid", x)
+
+
+def erf(x: Any) -> TracedTensor:
+    """Elementwise error function (``torch.erf``); integer and bool tensors are taken as
+    ``f32``."""
+    return _unary(g.ErfOp, "erf", x)
 
 
 def round(x: Any) -> TracedTensor:  # noqa: A001

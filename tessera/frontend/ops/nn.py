@@ -39,14 +39,14 @@ from tessera.frontend.ops.elementwise import (
 from tessera.frontend.tracing import TracedTensor, current_trace, result_type
 from tessera.ir import graph as g
 from tessera.ir.attrs import tensor_type
-from tessera.ir.dtypes import int64
+from tessera.ir.dtypes import fp32, int64
 from tessera.ir.policy import NumericPolicy
 
 # --------------------------------------------------------------------------- reductions
 
 
 def _reduce(
-    opcls: type[g.ReductionOp], opname: str, x: Any, axis: Any, keepdims: bool
+    opcls: type[g.AxesReductionOp], opname: str, x: Any, axis: Any, keepdims: bool
 ) -> TracedTensor:
     if not isinstance(x, TracedTensor):
         current_trace(opname)
@@ -121,9 +121,24 @@ def mean(x: Any, axis: Any = None, keepdims: bool = False) -> TracedTensor:
     return _reduce(g.MeanOp, "mean", x, axis, keepdims)
 
 
+def logsumexp(x: Any, dim: Any, keepdim: bool = False) -> TracedTensor:
+    """``log(sum(exp(x)))`` over ``dim`` (an int or a tuple of ints), computed stably with
+    the maximum subtracted first, as ``torch.logsumexp``. Integer and bool tensors are
+    taken as ``f32``; an empty slice gives ``-inf``."""
+    if isinstance(x, TracedTensor) and not x.is_complex and not x.dtype.is_float:
+        x = cast(x, fp32)
+    if isinstance(x, TracedTensor) and x.is_complex:
+        raise TesseraTypeError(located("logsumexp of a complex tensor is not defined"))
+    if dim is None or (
+        not isinstance(dim, numbers.Integral) and len(_ints(dim, "logsumexp dim")) == 0
+    ):
+        raise TesseraTypeError(
+            located("logsumexp: dim must be an int or a non-empty tuple of ints")
+        )
+    return _reduce(g.LogSumExpOp, "logsumexp", x, dim, bool(keepdim))
+
+
 # --------------------------------------------------------------------------- nn ops
-
-
 
 
 def softmax(x: Any, axis: int = -1) -> TracedTensor:

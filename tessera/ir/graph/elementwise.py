@@ -297,6 +297,13 @@ class SigmoidOp(ElementwiseUnaryOp):
 
 
 @irdl_op_definition
+class ErfOp(ElementwiseUnaryOp):
+    """Elementwise error function ``erf(x) = 2/sqrt(pi) * integral from 0 to x of exp(-t^2) dt``."""
+
+    name = "tgraph.erf"
+
+
+@irdl_op_definition
 class CastOp(IRDLOperation):
     """Elementwise conversion to the result's element type.
 

@@ -45,6 +45,7 @@ from tessera.ir.graph.elementwise import (
     CastOp,
     DivOp,
     EqOp,
+    ErfOp,
     ExpOp,
     GeluOp,
     GeOp,
@@ -83,7 +84,7 @@ from tessera.ir.graph.shape import (
 
 FUSIBLE_UNARY_OPS: tuple[type[IRDLOperation], ...] = (
     NegOp, AbsOp, ExpOp, LogOp, SqrtOp, RsqrtOp, TanhOp, ReluOp, GeluOp, SiluOp, SigmoidOp,
-    CastOp,
+    ErfOp, CastOp,
 )
 FUSIBLE_BINARY_OPS: tuple[type[IRDLOperation], ...] = (
     AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, LtOp, LeOp, GtOp, GeOp, EqOp, NeOp,

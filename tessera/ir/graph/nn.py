@@ -50,8 +50,9 @@ from tessera.ir.graph.elementwise import (
 # --------------------------------------------------------------------------- reductions
 
 
-class ReductionOp(IRDLOperation, ABC):
-    """Base of reductions over ``axes`` (all axes when empty); ``keepdims`` keeps them as 1."""
+class AxesReductionOp(IRDLOperation, ABC):
+    """Base of ops that reduce their input over ``axes`` (all axes when empty); ``keepdims``
+    keeps the reduced axes as 1. The result has the input's element type."""
 
     input = operand_def(TensorT)
     axes = prop_def(DenseArrayBase[I64])
@@ -84,6 +85,11 @@ class ReductionOp(IRDLOperation, ABC):
         _check_shape(self, "result", shape_of(self.result), want)
 
 
+class ReductionOp(AxesReductionOp, ABC):
+    """Base of the plain reductions (``sum``, ``max``, ``min``, ``mean``): one combining
+    operation applied along the axes."""
+
+
 @irdl_op_definition
 class SumOp(ReductionOp):
     """Sum over axes, in a fixed (deterministic) order."""
@@ -110,6 +116,23 @@ class MeanOp(ReductionOp):
     """Arithmetic mean over axes."""
 
     name = "tgraph.mean"
+
+
+@irdl_op_definition
+class LogSumExpOp(AxesReductionOp):
+    """``log(sum(exp(x)))`` over axes, as ``torch.logsumexp``: computed stably as
+    ``m + log(sum(exp(x - m)))`` with ``m`` the maximum over the axes (taken as 0 where it
+    is infinite, so an all ``-inf`` slice gives ``-inf`` and one with ``+inf`` gives
+    ``+inf``; an empty slice gives ``-inf``). Floating-point operands only."""
+
+    name = "tgraph.logsumexp"
+
+    def verify_(self) -> None:
+        if not _is_float(elem_of(self.input)):
+            raise VerifyException(
+                f"{self.name}: needs a floating-point operand, got {elem_of(self.input)}"
+            )
+        super().verify_()
 
 
 # --------------------------------------------------------------------------- nn ops

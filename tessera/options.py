@@ -3,7 +3,8 @@
 A :class:`CompileOptions` is a frozen, hashable value that says everything
 besides the IR that decides the code Tessera generates: the device compiled for,
 which hand-written kernels are enabled, the graph pass pipeline, the tuned tile
-configurations and whether to autotune. It is built once per compile at the API
+configurations and whether to autotune, and the determinism and numerics defaults
+(:attr:`~CompileOptions.deterministic`, :attr:`~CompileOptions.allow_tf32`). It is built once per compile at the API
 boundary (:meth:`CompileOptions.from_env` from ``TESSERA_*`` variables and a
 device query, then completed by :func:`tessera.compiler.resolve_options`) and
 passed down the pipeline explicitly; no pass reads the environment. Its
@@ -25,6 +26,12 @@ Environment variables (read only here):
                                attention kernels; unset: when the device is sm_90
 ``TESSERA_AUTOTUNE``           ``1``: time the sm90 tile configs of a matmul shape
                                that has no tuned entry yet
+``TESSERA_DETERMINISTIC``      ``0``: lowered programs may run ``all_reduce`` in the
+                               communication library's own (unordered) reduction
+                               order; default ``1``: bitwise-reproducible results
+``TESSERA_ALLOW_TF32``         ``1``: f32 matmuls may round their operands to TF32
+                               on tensor cores (as ``torch.backends.cuda.matmul.
+                               allow_tf32``); default ``0``: full f32
 ``TESSERA_DUMP_DIR``           write every IR stage of every compile there
 ``TESSERA_DEBUG``              ``tessera-opt`` shows Python tracebacks
 ``TESSERA_CACHE_DIR``          the cache root (else ``$XDG_CACHE_HOME/tessera``, else
@@ -151,6 +158,15 @@ class CompileOptions:
     sorted by key (``tessera.tuning.sm90``); shapes without one use the heuristic."""
     graph_passes: tuple[str, ...] = DEFAULT_GRAPH_PASSES
     """The graph pipeline (pass names, in order)."""
+    deterministic: bool = True
+    """Same inputs, same mesh: bitwise-identical outputs. Kernels always reduce in a fixed
+    order; with False, ``lower-graph-to-tile`` lowers every ``all_reduce`` as
+    ``nondeterministic`` (the communication library's reduction order, faster), as
+    ``ts.all_reduce(..., nondeterministic=True)`` asks for one collective."""
+    allow_tf32: bool = False
+    """f32 matmuls may round their operands to TF32 (10-bit mantissa) on tensor cores and
+    accumulate in f32. Passed to ``lower-graph-to-tile`` (``allow-tf32``), where the f32
+    GEMM lowering chooses its kernel; off, f32 matmuls are computed in full f32."""
     dump_dir: str | None = field(default=None, compare=False)
     """Write every IR stage of every compile under this folder."""
     debug: bool = field(default=False, compare=False)
@@ -172,6 +188,8 @@ class CompileOptions:
             device=dev.name if dev is not None else "",
             sm90_kernels=arch == "sm_90" if sm90 is None else sm90,
             autotune=bool(_flag(e, "TESSERA_AUTOTUNE")),
+            deterministic=_flag(e, "TESSERA_DETERMINISTIC") is not False,
+            allow_tf32=bool(_flag(e, "TESSERA_ALLOW_TF32")),
             dump_dir=e.get("TESSERA_DUMP_DIR") or None,
             debug=bool(_flag(e, "TESSERA_DEBUG")),
         )

@@ -43,6 +43,23 @@ def test_options_from_env_and_device() -> None:
     o = CompileOptions.from_env(env, device=None)
     assert o.autotune and o.dump_dir == "/tmp/d" and o.debug
     assert CompileOptions.from_env({}, device=None, graph_passes=["dce"]).graph_passes == ("dce",)
+    assert off.deterministic and not off.allow_tf32
+    o = CompileOptions.from_env(
+        {"TESSERA_DETERMINISTIC": "0", "TESSERA_ALLOW_TF32": "1"}, device=None
+    )
+    assert not o.deterministic and o.allow_tf32
+    assert CompileOptions.from_env({"TESSERA_DETERMINISTIC": "1"}, device=None).deterministic
+
+
+def test_determinism_and_tf32_options_reach_the_tile_lowering() -> None:
+    from tessera.passes.lower_graph_to_tile import LowerGraphToTile
+    from tessera.passes.pipelines import stage_passes
+
+    (default,) = stage_passes("tile", CompileOptions())
+    assert isinstance(default, LowerGraphToTile)
+    assert default.deterministic and not default.allow_tf32
+    (fast,) = stage_passes("tile", CompileOptions(deterministic=False, allow_tf32=True))
+    assert not fast.deterministic and fast.allow_tf32
 
 
 def test_options_key_covers_only_code_changing_fields() -> None:
@@ -52,7 +69,7 @@ def test_options_key_covers_only_code_changing_fields() -> None:
     assert quiet == base and hash(quiet) == hash(base) and quiet.key() == base.key()
     for change in (
         {"sm90_kernels": True}, {"autotune": True}, {"arch": "sm_90"}, {"device": "H100"},
-        {"graph_passes": ("canonicalize",)},
+        {"graph_passes": ("canonicalize",)}, {"deterministic": False}, {"allow_tf32": True},
         {"sm90_tiles": (("64x64x64:bf16->bf16", (128, 3, 2, 8, 1)),)},
     ):
         other = base.replace(**change)

@@ -174,10 +174,15 @@ class _FunctionLowering:
     def __init__(
         self, module: ModuleOp, fn: func.FuncOp,
         overrides: Mapping[type[Operation], Sequence[Override]] | None = None,
+        *, deterministic: bool = True, allow_tf32: bool = False,
     ):
         self.module = module
         self.fn = fn
         self.overrides = overrides or {}
+        self.deterministic = deterministic
+        """False: collectives may reduce in the communication library's order."""
+        self.allow_tf32 = allow_tf32
+        """True: f32 GEMMs may round their operands to TF32 on tensor cores."""
         self.name = fn.sym_name.data
         # kernels and constants are PTX symbols: identifier characters only
         # (``<lambda>_grad`` -> ``lambda_grad``)
@@ -1054,6 +1059,13 @@ class LowerGraphToTile(ModulePass):
     sm90_tiles: tuple[str, ...] = ()
     """Tuned sm90 matmul tile configs, ``"MxNxK:in->out=bn,stages,consumers,group_m,cluster"``
     each (:func:`tessera.passes.matmul_config.parse_tiles`); other shapes use the heuristic."""
+    deterministic: bool = True
+    """False: every ``all_reduce`` is lowered as ``nondeterministic``
+    (:attr:`tessera.options.CompileOptions.deterministic`)."""
+    allow_tf32: bool = False
+    """f32 GEMMs may use TF32 tensor cores (:attr:`tessera.options.CompileOptions.allow_tf32`);
+    the lowering keeps it on the function lowering (``allow_tf32``) for the GEMM kernels
+    to choose from."""
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         """Lowerings tried before the generic one, by op type."""
@@ -1076,7 +1088,10 @@ class LowerGraphToTile(ModulePass):
                         "block"
                     )
                 _check_static(fn)
-                _FunctionLowering(op, fn, self.overrides()).run()
+                _FunctionLowering(
+                    op, fn, self.overrides(), deterministic=self.deterministic,
+                    allow_tf32=self.allow_tf32,
+                ).run()
 
 
 def _check_static(fn: func.FuncOp) -> None:

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 from xdsl.dialects.builtin import IntegerType
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import PassFailedException
 
@@ -43,6 +44,26 @@ Rule = Callable[[GraphEmitter, Operation, Sequence[Cot], Sequence[bool]], list[C
 
 VJP_RULES: OpRegistry[Rule] = OpRegistry("adjoint rule")
 """The adjoint rule of each Graph IR op, by op class (``@VJP_RULES.register(g.MulOp)``)."""
+
+CUSTOM_VJP_ATTR = "tessera.custom_vjp"
+"""The attribute marking the output of a traced ``ts.custom_vjp`` call (its key in
+:data:`CUSTOM_VJPS`)."""
+
+
+class CustomAdjoint(Protocol):
+    """The adjoint of one traced ``ts.custom_vjp`` call (``tessera.autodiff.custom``)."""
+
+    def apply(
+        self, block: Block, mapping: dict[SSAValue, SSAValue], grad_output: SSAValue,
+        needs: Sequence[bool],
+    ) -> list[SSAValue | None]:
+        """Emit the cotangents of the call's inputs at the end of ``block``."""
+        ...
+
+
+CUSTOM_VJPS: dict[str, CustomAdjoint] = {}
+"""Adjoints of the ``ts.custom_vjp`` calls traced in this process, by marker key; the
+front end registers them, the ``autodiff`` pass applies them."""
 
 GELU_C = math.sqrt(2.0 / math.pi)
 GELU_K = 0.044715

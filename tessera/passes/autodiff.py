@@ -40,9 +40,8 @@ from xdsl.passes import ModulePass
 from xdsl.transforms.dead_code_elimination import region_dce
 
 from tessera.autodiff import scientific_rules  # noqa: F401  (registers its rules)
-from tessera.autodiff.custom import ATTR, CUSTOM_VJPS
 from tessera.autodiff.emitter import GraphEmitter, numel
-from tessera.autodiff.rules import VJP_RULES, AutodiffError
+from tessera.autodiff.rules import CUSTOM_VJP_ATTR, CUSTOM_VJPS, VJP_RULES, AutodiffError
 from tessera.ir.graph import elem_of, shape_of
 
 _SKIP_ATTRS = ("sym_name", "function_type", "sym_visibility", "arg_attrs", "res_attrs")
@@ -171,7 +170,7 @@ def vjp_function(
         out_cts = [cts.get(r) for r in op.results]
         if all(c is None for c in out_cts):
             continue
-        custom = op.attributes.get(ATTR)
+        custom = op.attributes.get(CUSTOM_VJP_ATTR)
         if isinstance(custom, StringAttr):
             record = CUSTOM_VJPS.get(custom.data)
             if record is None:

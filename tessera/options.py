@@ -42,6 +42,12 @@ Environment variables (read only here):
 ``TESSERA_PROGRESS``           ``0``: no progress bars
 ``TESSERA_PROGRESS_MIN_STEPS`` fewest passes a compile stage needs to get a bar
 =============================  ====================================================
+
+Besides this module only ``tessera/tools/tool_client.py`` touches the environment: it is
+a standard-library script run with ``python -S`` before anything of Tessera is imported
+(lit's RUN lines start it), so it reads ``TESSERA_TOOL_SERVER`` /
+``TESSERA_TOOL_PYTHON`` itself and hands its whole environment to the fork server, whose
+child takes it with :func:`adopt_environment`.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -280,6 +286,13 @@ def cache_root(env: dict[str, str] | None = None) -> Path:
         base = Path(local) if local else Path.home() / "AppData" / "Local"
         return base / "tessera" / "Cache"
     return Path.home() / ".cache" / "tessera"
+
+
+def adopt_environment(env: Mapping[str, str]) -> None:
+    """Make ``env`` this process's whole environment (the tool server's forked child
+    becomes its client's command, with the client's variables)."""
+    os.environ.clear()
+    os.environ.update(env)
 
 
 def process_group_env(free_port: Callable[[], int]) -> int:

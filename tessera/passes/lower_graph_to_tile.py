@@ -942,41 +942,93 @@ def _binary_scalar(
     return e.op(table[kind](a, b))
 
 
+ScalarUnary = Callable[[KernelEmitter, Operation, SSAValue], SSAValue]
+"""One element of a unary op: ``(emitter, op named in errors, x) -> result``; ``x`` is
+in the compute type (f32 for 16-bit floats)."""
+
+UNARY_SCALARS: OpRegistry[ScalarUnary] = OpRegistry("scalar lowering")
+"""The per-element computation of each unary elementwise op (the one-op kernels, the
+fused kernels and the matmul epilogues share it), by op class."""
+
+
+def _float_only(e: KernelEmitter, op: Operation, x: SSAValue) -> None:
+    if not is_float(x.type):
+        raise not_lowered(op, f"on {x.type} operands")
+
+
+@UNARY_SCALARS.register(g.NegOp)
+def _neg(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    if not is_float(x.type):
+        return e.op(arith.SubiOp(e.const(0, x.type), x))
+    return e.op(arith.NegfOp(x))
+
+
+@UNARY_SCALARS.register(g.AbsOp)
+def _abs(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    return e.op(math.AbsFOp(x) if is_float(x.type) else math.AbsIOp(x))
+
+
+def _math(ctor: Callable[[SSAValue], Operation]) -> ScalarUnary:
+    def scalar(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+        _float_only(e, op, x)
+        return e.op(ctor(x))
+
+    return scalar
+
+
+UNARY_SCALARS.register(g.ExpOp)(_math(math.ExpOp))
+UNARY_SCALARS.register(g.LogOp)(_math(math.LogOp))
+UNARY_SCALARS.register(g.SqrtOp)(_math(math.SqrtOp))
+UNARY_SCALARS.register(g.RsqrtOp)(_math(math.RsqrtOp))
+UNARY_SCALARS.register(g.TanhOp)(_math(math.TanhOp))
+UNARY_SCALARS.register(g.ErfOp)(_math(math.ErfOp))
+
+
+@UNARY_SCALARS.register(g.ReluOp)
+def _relu(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    """``x < 0 ? 0 : x``: torch's relu, -0.0 and NaN pass unchanged (a max would give +0.0)."""
+    _float_only(e, op, x)
+    zero = e.const(0.0, x.type)
+    return e.vselect(e.op(arith.CmpfOp(x, zero, "olt")), zero, x)
+
+
+def _sigmoid(e: KernelEmitter, x: SSAValue) -> SSAValue:
+    one = e.const(1.0, x.type)
+    return e.fdiv(one, e.fadd(one, e.exp(e.op(arith.NegfOp(x)))))
+
+
+@UNARY_SCALARS.register(g.SigmoidOp)
+def _sigmoid_scalar(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    _float_only(e, op, x)
+    return _sigmoid(e, x)
+
+
+@UNARY_SCALARS.register(g.SiluOp)
+def _silu(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    _float_only(e, op, x)
+    return e.fmul(x, _sigmoid(e, x))
+
+
+@UNARY_SCALARS.register(g.GeluOp)
+def _gelu(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    """The tanh form: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
+    _float_only(e, op, x)
+    t = x.type
+    c = e.const(pymath.sqrt(2.0 / pymath.pi), t)
+    x3 = e.fmul(e.fmul(x, x), x)
+    inner = e.fmul(c, e.fadd(x, e.fmul(e.const(0.044715, t), x3)))
+    one = e.const(1.0, t)
+    return e.fmul(e.fmul(e.const(0.5, t), x), e.fadd(one, e.op(math.TanhOp(inner))))
+
+
 def _unary_scalar(
     e: KernelEmitter, op: Operation, x: SSAValue, kind: type[Operation] | None = None
 ) -> SSAValue:
     """The unary op ``kind`` (default: ``op``'s class) on ``x``; ``op`` is named in errors."""
-    kind = kind or type(op)
-    t = x.type
-    if not is_float(t):
-        if issubclass(kind, g.NegOp):
-            return e.op(arith.SubiOp(e.const(0, t), x))
-        if issubclass(kind, g.AbsOp):
-            return e.op(math.AbsIOp(x))
-        raise not_lowered(op, f"on {t} operands")
-    one = e.const(1.0, t)
-    if issubclass(kind, g.NegOp):
-        return e.op(arith.NegfOp(x))
-    if issubclass(kind, g.AbsOp):
-        return e.op(math.AbsFOp(x))
-    simple = {g.ExpOp: math.ExpOp, g.LogOp: math.LogOp, g.SqrtOp: math.SqrtOp,
-              g.RsqrtOp: math.RsqrtOp, g.TanhOp: math.TanhOp, g.ErfOp: math.ErfOp}
-    for k, ctor in simple.items():
-        if issubclass(kind, k):
-            return e.op(ctor(x))
-    if issubclass(kind, g.ReluOp):
-        # x < 0 ? 0 : x -- torch's relu: -0.0 and NaN pass unchanged (a max would give +0.0)
-        zero = e.const(0.0, t)
-        return e.vselect(e.op(arith.CmpfOp(x, zero, "olt")), zero, x)
-    if issubclass(kind, g.SigmoidOp | g.SiluOp):
-        s = e.fdiv(one, e.fadd(one, e.exp(e.op(arith.NegfOp(x)))))
-        return s if issubclass(kind, g.SigmoidOp) else e.fmul(x, s)
-    if issubclass(kind, g.GeluOp):
-        c = e.const(pymath.sqrt(2.0 / pymath.pi), t)
-        x3 = e.fmul(e.fmul(x, x), x)
-        inner = e.fmul(c, e.fadd(x, e.fmul(e.const(0.044715, t), x3)))
-        return e.fmul(e.fmul(e.const(0.5, t), x), e.fadd(one, e.op(math.TanhOp(inner))))
-    raise not_lowered(op)
+    scalar = UNARY_SCALARS.get(kind or type(op))
+    if scalar is None:
+        raise not_lowered(op)
+    return scalar(e, op, x)
 
 
 GraphLowering = Callable[["_FunctionLowering", Any], None]

@@ -1,8 +1,8 @@
 """Per-op knowledge, registered the same way for every concern.
 
-Each concern that knows something about individual ops (the Tile IR lowering of a
-Graph IR op, its adjoint, its cost, its sharding rule, the Target IR lowering of a
-Tile IR op) keeps an :class:`OpRegistry`, and an entry is a function registered with
+Each concern that knows something about individual ops (the numpy semantics of a
+Graph IR op, its Tile IR lowering, its adjoint, its cost, its sharding rule, the
+Target IR lowering of a Tile IR op) keeps an :class:`OpRegistry`, and an entry is a function registered with
 a decorator next to the others of its family::
 
     COSTS = OpRegistry[CostRule]("cost")

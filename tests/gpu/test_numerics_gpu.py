@@ -146,7 +146,7 @@ def _host(t, like: np.dtype) -> np.ndarray:
 @pytest.mark.parametrize("dst", [ts.fp8_e4m3, ts.fp8_e5m2], ids=repr)
 @pytest.mark.parametrize("src", [ts.fp32, ts.fp16, ts.bf16], ids=repr)
 def test_fp8_cast_kernel_gpu_bitwise(src: ts.DType, dst: ts.DType) -> None:
-    from tests.test_numerics_kernels import cast_module, edge_inputs, same_bits
+    from tests.numerics.test_numerics_kernels import cast_module, edge_inputs, same_bits
 
     x = edge_inputs(dst, 200_000)
     if src != ts.fp32:
@@ -161,7 +161,7 @@ def test_fp8_cast_kernel_gpu_bitwise(src: ts.DType, dst: ts.DType) -> None:
 @pytest.mark.parametrize("dst", [ts.fp32, ts.fp16, ts.bf16], ids=repr)
 @pytest.mark.parametrize("src", [ts.fp8_e4m3, ts.fp8_e5m2], ids=repr)
 def test_fp8_widen_kernel_gpu_exact(src: ts.DType, dst: ts.DType) -> None:
-    from tests.test_numerics_kernels import all_codes, cast_module, same_bits
+    from tests.numerics.test_numerics_kernels import all_codes, cast_module, same_bits
 
     x = all_codes(src)
     (y,) = _run_gpu(cast_module(src, dst, x.shape), "c", [_cuda(x)])
@@ -172,7 +172,7 @@ def test_fp8_widen_kernel_gpu_exact(src: ts.DType, dst: ts.DType) -> None:
 @pytest.mark.parametrize("d", [ts.fp4_e2m1, ts.fp6_e2m3, ts.fp6_e3m2], ids=repr)
 def test_packed_cast_kernels_gpu_match_cpu(d: ts.DType) -> None:
     from tessera.runtime.tile_interpreter import run_host
-    from tests.test_numerics_kernels import _pack, cast_module, edge_inputs
+    from tests.numerics.test_numerics_kernels import _pack, cast_module, edge_inputs
 
     x = edge_inputs(d, 60_000)
     x = x[: (x.size // 61) * 61].reshape(-1, 61)
@@ -188,7 +188,7 @@ def test_packed_fp4_dequant_matmul_gpu() -> None:
     """W stored as packed fp4 (uint8 bytes), dequantized to bf16 in a kernel, then a bf16
     mma.sync matmul with f32 accumulation."""
     from tessera.numerics.pack import pack_fp4
-    from tests.test_lower_graph_to_tile import lower
+    from tests.passes.test_lower_graph_to_tile import lower
 
     m, k, n = 70, 96, 50
     rng = np.random.default_rng(9)
@@ -235,7 +235,7 @@ def test_bf16_gemm_gpu_error_bound() -> None:
 @pytest.mark.parametrize("d", [ts.fp8_e4m3, ts.fp8_e5m2], ids=repr)
 def test_fp8_gemm_kernel_gpu_ragged(d: ts.DType) -> None:
     from tessera.runtime.tile_interpreter import run_host
-    from tests.test_numerics_kernels import accumulation_bound, gemm_module
+    from tests.numerics.test_numerics_kernels import accumulation_bound, gemm_module
 
     m, k, n = 100, 150, 45
     rng = np.random.default_rng(8)

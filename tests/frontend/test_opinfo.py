@@ -1,5 +1,5 @@
 """The operator suite: every operator on PyTorch-OpInfo-style sample inputs
-(tests/opinfo_samples.py), through ``@ts.jit`` on CPU torch tensors and on numpy
+(tests/frontend/opinfo_samples.py), through ``@ts.jit`` on CPU torch tensors and on numpy
 arrays, against torch on the same dtypes, a float64 reference for float32, and
 ``torch.autograd`` for the gradients of differentiable operators.
 
@@ -19,7 +19,7 @@ import pytest
 
 import tessera as ts
 from tessera.runtime import convert
-from tests.opinfo_samples import (
+from tests.frontend.opinfo_samples import (
     ALL,
     FLOATS,
     INTS,

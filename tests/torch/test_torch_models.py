@@ -14,9 +14,9 @@ import importlib
 
 import pytest
 import torch
-from torch_models import MODELS, compare_training_step
 
 import tessera.torch as tt
+from tests.torch.torch_models import MODELS, compare_training_step
 
 
 def _need(module: str) -> None:

@@ -1,4 +1,4 @@
-"""Sample inputs for the operator suite (tests/test_opinfo.py), in the style of
+"""Sample inputs for the operator suite (tests/frontend/test_opinfo.py), in the style of
 PyTorch's OpInfo: per operator, the dtypes it accepts and a generator of
 argument tuples (numpy arrays; bf16 as ``ml_dtypes``) covering odd sizes,
 broadcasting, rank-0 and empty tensors and special values (inf, -inf, NaN, -0.0).

@@ -17,7 +17,7 @@ from tessera.options import CompileOptions
 from tessera.passes import pipelines
 from tessera.runtime import program_cache
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from tessera.options import DEFAULT_GRAPH_PASSES
 from tessera.profiler import costs
 from tessera.profiler.roofline import Ceilings, Point, plot
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import transformer_block  # noqa: E402
 
 S, D, H = 17, 32, transformer_block.HEADS

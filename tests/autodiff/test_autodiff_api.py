@@ -170,7 +170,7 @@ def test_errors_name_the_problem() -> None:
 
 
 def test_train_mlp_example_loss_falls() -> None:
-    path = Path(__file__).resolve().parents[1] / "examples" / "train_mlp.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "train_mlp.py"
     spec = importlib.util.spec_from_file_location("train_mlp", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

@@ -17,7 +17,7 @@ from tessera.dist.executor import parse, run_spmd
 from tessera.dist.launch import spawn
 from tessera.runtime.graph_interpreter import run_function
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "dist_tp_gemm.py")
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "dist_tp_gemm.py")
 T = "tensor<{}f64>"
 
 

@@ -7,10 +7,10 @@ casts follow each format's own overflow rule (Inf), which is the default policy.
 
 import numpy as np
 import pytest
-from test_numerics_reference import all_codes
 
 import tessera as ts
 from tessera.numerics import cast_array
+from tests.numerics.test_numerics_reference import all_codes
 
 torch = pytest.importorskip("torch")
 

@@ -18,7 +18,7 @@ from tessera.passes.pipelines import lower_to_target
 from tessera.passes.tile_numerics import PACKED
 from tessera.runtime import ptxas
 from tessera.runtime.tile_interpreter import run_host
-from tests.test_lower_graph_to_tile import lower
+from tests.passes.test_lower_graph_to_tile import lower
 
 IR = {
     ts.fp8_e4m3: "f8E4M3FN", ts.fp8_e5m2: "f8E5M2", ts.fp6_e2m3: "f6E2M3FN",

@@ -6,11 +6,11 @@ import math
 
 import numpy as np
 import pytest
-from test_numerics_reference import NARROW_FLOATS, finfo, grid_round
 
 import tessera as ts
 from tessera.numerics import cast_array
 from tessera.numerics.philox import philox4x32, uniform_bits
+from tests.numerics.test_numerics_reference import NARROW_FLOATS, finfo, grid_round
 
 # Random123's kat_vectors for philox4x32 with 10 rounds: counter, key, output.
 PHILOX_KAT = [

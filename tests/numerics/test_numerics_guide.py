@@ -16,7 +16,7 @@ from tessera.frontend.errors import TesseraTypeError
 from tessera.numerics import cast_array
 
 U32 = 2.0**-24  # unit roundoff of float32
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def load_example(name: str) -> ModuleType:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from test_numerics_reference import all_codes, codes_of
 
 import tessera as ts
 from tessera.numerics import cast_array
 from tessera.numerics.pack import pack_fp4, pack_fp6, packed_nbytes, unpack_fp4, unpack_fp6
+from tests.numerics.test_numerics_reference import all_codes, codes_of
 
 
 def test_fp4_all_codes_round_trip_and_layout() -> None:

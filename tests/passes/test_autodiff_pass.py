@@ -21,7 +21,7 @@ from tessera.ir import graph as g
 from tessera.passes.autodiff import AutodiffPass
 from tessera.runtime import graph_interpreter as gi
 from tessera.runtime.graph_interpreter import run_function
-from tests.test_autodiff_rules import parse
+from tests.autodiff.test_autodiff_rules import parse
 
 LOSS = """
 func.func @loss(%x: tensor<4x3xf64>, %W: tensor<3x2xf64>, %b: tensor<2xf64>, %y: tensor<4x2xf64>) -> tensor<f64> {

@@ -15,7 +15,7 @@ from tessera.passes.pipelines import lower_to_target
 from tessera.runtime import ptxas
 from tessera.runtime.graph_interpreter import run_function
 from tessera.runtime.tile_interpreter import run_host
-from tests.test_lower_graph_to_tile import context, lower
+from tests.passes.test_lower_graph_to_tile import context, lower
 
 RNG = np.random.default_rng(7)
 NP = {"f32": np.float32, "f64": np.float64}

@@ -24,7 +24,7 @@ import tessera as ts
 from tessera.frontend.kernel_source import KernelCompileError
 from tessera.runtime import ptxas
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "kernels"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
 sys.path.insert(0, str(EXAMPLES))
 
 K = ts.kernel.from_source

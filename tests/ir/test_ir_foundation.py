@@ -37,7 +37,7 @@ from tessera.ir.graph import (
     broadcast_shapes,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def val(shape, t=f32):

@@ -10,7 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_numerics_reference import (
+
+import tessera as ts
+from tessera.numerics import cast_array
+from tessera.numerics.rounding import round_narrow_float
+from tests.numerics.test_numerics_reference import (
     NARROW_FLOATS,
     SMALL_FLOATS,
     all_codes,
@@ -19,10 +23,6 @@ from test_numerics_reference import (
     grid_round,
     ref_nearest,
 )
-
-import tessera as ts
-from tessera.numerics import cast_array
-from tessera.numerics.rounding import round_narrow_float
 
 
 def ml_cast(x: np.ndarray, d: ts.DType) -> np.ndarray:

@@ -23,7 +23,7 @@ from tessera.dist.launch import spawn
 from tessera.dist.segments import CollectiveStep, Segment, SegmentedProgram
 from tessera.runtime import ptxas
 
-PROGRAMS = os.path.join(os.path.dirname(__file__), "gpu", "dist_programs.py")
+PROGRAMS = os.path.join(os.path.dirname(__file__), "..", "gpu", "dist_programs.py")
 
 
 def _programs_module():

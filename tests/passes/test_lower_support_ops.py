@@ -14,8 +14,16 @@ import pytest
 from tessera.ir import tile as tt
 from tessera.runtime.graph_interpreter import run_function
 from tessera.runtime.tile_interpreter import run_host
-from tests.test_lower_graph_to_tile import lower
-from tests.test_lower_linalg_ops import EPS, NP, as_complex, check_ptx, graph_reference, rand, ty
+from tests.passes.test_lower_graph_to_tile import lower
+from tests.passes.test_lower_linalg_ops import (
+    EPS,
+    NP,
+    as_complex,
+    check_ptx,
+    graph_reference,
+    rand,
+    ty,
+)
 
 # --------------------------------------------------------------------------- complex parts
 

@@ -14,7 +14,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_lower_graph_to_tile import NP, context, f64, lower, rand, ty
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
@@ -35,6 +34,7 @@ from tessera.passes.pipelines import default_context
 from tessera.runtime import ptxas
 from tessera.runtime.graph_interpreter import run_function
 from tessera.runtime.tile_interpreter import run_host
+from tests.passes.test_lower_graph_to_tile import NP, context, f64, lower, rand, ty
 
 RNG = np.random.default_rng(20)
 

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import host_path  # noqa: E402
 from tessera.frontend import jit as jit_mod  # noqa: E402
@@ -139,7 +139,7 @@ def test_checks_still_raise(gpu):
 
 def test_kernel_launch_refills_its_buffer():
     from tessera.ir import target as tt
-    from tests.test_cuda_launch_host import FakeDriver, _target_module
+    from tests.runtime.test_cuda_launch_host import FakeDriver, _target_module
 
     module = _target_module()
     kernel = next(op for op in module.body.block.ops if isinstance(op, tt.FuncOp))

@@ -62,7 +62,7 @@ def test_shardspec_layouts_and_shard_unshard():
     partial = dist.ShardSpec(partial=("tp",))
     assert str(partial.to_attr(2)) == "#tessera.shard<[[], []], partial = sum over [tp]>"
     np.testing.assert_array_equal(dist.unshard(dist.shard_all(x, partial, mesh), partial, mesh), x)
-    # 10 rows over dp x tp = 4 parts: padded blocks of 3 (tests/test_dist_uneven.py)
+    # 10 rows over dp x tp = 4 parts: padded blocks of 3 (tests/dist/test_dist_uneven.py)
     assert dist.local_shape((10, 8), cases["two_axes"][0], mesh) == (3, 8)
     with pytest.raises(dist.ShardingError, match="mesh has no axis 'pp'"):
         dist.local_shape((8, 8), dist.ShardSpec(("row",), ("pp",)), mesh)

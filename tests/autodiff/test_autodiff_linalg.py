@@ -25,7 +25,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from tessera.passes.autodiff import AutodiffPass
 from tessera.runtime.graph_interpreter import run_function
-from tests.test_autodiff_rules import parse
+from tests.autodiff.test_autodiff_rules import parse
 
 
 def ty(shape: Sequence[int], elem: str = "f64") -> str:

@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "kernels"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kernels"
 sys.path.insert(0, str(EXAMPLES))
 
 

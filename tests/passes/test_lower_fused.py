@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from test_lower_graph_to_tile import BF16, NP, context, f64, rand
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
@@ -28,6 +27,7 @@ from tessera.passes.lower_tile_to_target import LowerTileToTargetPass
 from tessera.passes.pipelines import default_context
 from tessera.runtime import ptxas
 from tessera.runtime.tile_interpreter import run_host
+from tests.passes.test_lower_graph_to_tile import BF16, NP, context, f64, rand
 
 
 def ty(shape: tuple[int, ...], elem: str) -> str:

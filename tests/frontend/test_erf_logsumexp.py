@@ -15,7 +15,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_lower_graph_to_tile import context, f64, lower
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import VerifyException
 
@@ -30,6 +29,7 @@ from tessera.profiler.costs import flops
 from tessera.runtime import ptxas
 from tessera.runtime.graph_interpreter import run_function
 from tessera.runtime.tile_interpreter import run_host
+from tests.passes.test_lower_graph_to_tile import context, f64, lower
 
 
 def _rng() -> np.random.Generator:

@@ -3,7 +3,8 @@
 A :class:`CompileOptions` is a frozen, hashable value that says everything
 besides the IR that decides the code Tessera generates: the device compiled for,
 which hand-written kernels are enabled, the graph pass pipeline, the tuned tile
-configurations and whether to autotune. It is built once per compile at the API
+configurations and whether to autotune, and the determinism and numerics defaults
+(:attr:`~CompileOptions.deterministic`, :attr:`~CompileOptions.allow_tf32`). It is built once per compile at the API
 boundary (:meth:`CompileOptions.from_env` from ``TESSERA_*`` variables and a
 device query, then completed by :func:`tessera.compiler.resolve_options`) and
 passed down the pipeline explicitly; no pass reads the environment. Its
@@ -25,9 +26,12 @@ Environment variables (read only here):
                                attention kernels; unset: when the device is sm_90
 ``TESSERA_AUTOTUNE``           ``1``: time the sm90 tile configs of a matmul shape
                                that has no tuned entry yet
+``TESSERA_DETERMINISTIC``      ``0``: lowered programs may run ``all_reduce`` in the
+                               communication library's own (unordered) reduction
+                               order; default ``1``: bitwise-reproducible results
 ``TESSERA_ALLOW_TF32``         ``1``: f32 matmuls may round their operands to TF32
-                               (one TF32 tensor-core product, like torch's
-                               ``allow_tf32``); else they keep full f32 accuracy
+                               on tensor cores (as ``torch.backends.cuda.matmul.
+                               allow_tf32``); default ``0``: full f32
 ``TESSERA_DUMP_DIR``           write every IR stage of every compile there
 ``TESSERA_DEBUG``              ``tessera-opt`` shows Python tracebacks
 ``TESSERA_CACHE_DIR``          the cache root (else ``$XDG_CACHE_HOME/tessera``, else
@@ -38,6 +42,12 @@ Environment variables (read only here):
 ``TESSERA_PROGRESS``           ``0``: no progress bars
 ``TESSERA_PROGRESS_MIN_STEPS`` fewest passes a compile stage needs to get a bar
 =============================  ====================================================
+
+Besides this module only ``tessera/tools/tool_client.py`` touches the environment: it is
+a standard-library script run with ``python -S`` before anything of Tessera is imported
+(lit's RUN lines start it), so it reads ``TESSERA_TOOL_SERVER`` /
+``TESSERA_TOOL_PYTHON`` itself and hands its whole environment to the fork server, whose
+child takes it with :func:`adopt_environment`.
 """
 
 from __future__ import annotations
@@ -48,7 +58,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,6 +169,15 @@ class CompileOptions:
     full f32 accuracy (on sm90: the error-compensated 3xTF32 product)."""
     graph_passes: tuple[str, ...] = DEFAULT_GRAPH_PASSES
     """The graph pipeline (pass names, in order)."""
+    deterministic: bool = True
+    """Same inputs, same mesh: bitwise-identical outputs. Kernels always reduce in a fixed
+    order; with False, ``lower-graph-to-tile`` lowers every ``all_reduce`` as
+    ``nondeterministic`` (the communication library's reduction order, faster), as
+    ``ts.all_reduce(..., nondeterministic=True)`` asks for one collective."""
+    allow_tf32: bool = False
+    """f32 matmuls may round their operands to TF32 (10-bit mantissa) on tensor cores and
+    accumulate in f32. Passed to ``lower-graph-to-tile`` (``allow-tf32``), where the f32
+    GEMM lowering chooses its kernel; off, f32 matmuls are computed in full f32."""
     dump_dir: str | None = field(default=None, compare=False)
     """Write every IR stage of every compile under this folder."""
     debug: bool = field(default=False, compare=False)
@@ -180,6 +199,7 @@ class CompileOptions:
             device=dev.name if dev is not None else "",
             sm90_kernels=arch == "sm_90" if sm90 is None else sm90,
             autotune=bool(_flag(e, "TESSERA_AUTOTUNE")),
+            deterministic=_flag(e, "TESSERA_DETERMINISTIC") is not False,
             allow_tf32=bool(_flag(e, "TESSERA_ALLOW_TF32")),
             dump_dir=e.get("TESSERA_DUMP_DIR") or None,
             debug=bool(_flag(e, "TESSERA_DEBUG")),
@@ -271,6 +291,13 @@ def cache_root(env: dict[str, str] | None = None) -> Path:
         base = Path(local) if local else Path.home() / "AppData" / "Local"
         return base / "tessera" / "Cache"
     return Path.home() / ".cache" / "tessera"
+
+
+def adopt_environment(env: Mapping[str, str]) -> None:
+    """Make ``env`` this process's whole environment (the tool server's forked child
+    becomes its client's command, with the client's variables)."""
+    os.environ.clear()
+    os.environ.update(env)
 
 
 def process_group_env(free_port: Callable[[], int]) -> int:

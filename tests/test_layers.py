@@ -6,8 +6,12 @@ The layers, bottom to top (docs/ARCHITECTURE.md):
 1. ``tessera.options``: compile and runtime options, the cache root
 2. ``tessera.ir``: the dialects
 3. knowledge about ops shared by passes and interpreters: ``tessera.numerics`` (number
-   formats, rounding, packing, random streams) and the adjoint rules
-   (``tessera.autodiff.rules``, ``.emitter``, ``.scientific_rules``)
+   formats, rounding, packing, random streams), the adjoint rules
+   (``tessera.autodiff.rules``, ``.emitter``, ``.scientific_rules``; custom adjoints are
+   registered there by the front end), the numpy reference semantics of Graph IR
+   (``tessera.runtime.graph_interpreter``, used by constant folding), and the transport
+   of distributed programs (``tessera.dist.mesh``, ``.sharding``, ``.collectives``:
+   meshes, shard layouts and deterministic collectives over torch.distributed)
 4. ``tessera.passes`` and ``tessera.runtime``: siblings that never import each other
    (the runtime loads and launches PTX; the passes transform IR)
 5. ``tessera.tuning``: both autotuners (may build kernels and run them)
@@ -42,7 +46,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("tessera.ir",),
     (
         "tessera.numerics", "tessera.autodiff.rules", "tessera.autodiff.emitter",
-        "tessera.autodiff.scientific_rules",
+        "tessera.autodiff.scientific_rules", "tessera.runtime.graph_interpreter",
+        "tessera.dist.mesh", "tessera.dist.sharding", "tessera.dist.collectives",
     ),
     ("tessera.passes", "tessera.runtime"),
     ("tessera.tuning",),
@@ -62,15 +67,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "kernels compiled from source text see the public API as `ts`, as the guide's do",
     ("tessera.numerics.eager", "tessera"):
         "policy methods run eagerly see the public API as `ts` (EAGER_TS falls back to it)",
-    ("tessera.passes.algebra_utils", "tessera.runtime.graph_interpreter"):
-        "constant folding evaluates ops with the reference interpreter; the op semantics "
-        "it shares should move below both",
-    ("tessera.passes.autodiff", "tessera.autodiff.custom"):
-        "the autodiff pass traces ts.custom_vjp backward functions (Python callbacks) "
-        "through the front end's tracer",
-    ("tessera.runtime.host_collectives", "tessera.dist"):
-        "host collectives of lowered programs run through tessera.dist's process groups "
-        "and mesh; the transport part of dist should sit below the runtime",
 }
 
 

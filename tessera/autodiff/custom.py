@@ -4,8 +4,8 @@ When a ``custom_vjp`` function with a ``defvjp(fwd, bwd)`` rule is traced, its
 ``fwd`` is traced in place (ordinary Graph IR) and its output passes through an
 identity ``tgraph.reshape`` that carries the attribute
 ``tessera.custom_vjp = "<name>#<n>"``. The key names a :class:`CustomVJPRecord`
-kept here: the ``bwd`` function, the traced inputs and the saved values. The
-pass, reaching that op, traces ``bwd(saved, grad_output)`` into the gradient
+registered in :data:`tessera.autodiff.rules.CUSTOM_VJPS`: the ``bwd`` function, the
+traced inputs and the saved values. The pass, reaching that op, traces ``bwd(saved, grad_output)`` into the gradient
 function instead of differentiating the ops of ``fwd``.
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 
 from xdsl.ir import Block, SSAValue
 
-ATTR = "tessera.custom_vjp"
+from tessera.autodiff.rules import CUSTOM_VJP_ATTR as ATTR
+from tessera.autodiff.rules import CUSTOM_VJPS
 
-CUSTOM_VJPS: dict[str, CustomVJPRecord] = {}
-"""Custom rules of the traced programs of this process, by marker key."""
+__all__ = ["ATTR", "CUSTOM_VJPS", "CustomVJPRecord"]
 
 
 @dataclass

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 from xdsl.dialects.builtin import Float64Type, IntegerType, TensorType, f32
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import PassFailedException
 
@@ -37,27 +38,42 @@ from tessera.errors import TesseraError
 from tessera.ir import graph as g
 from tessera.ir.attrs import policy_of
 from tessera.ir.graph import elem_of, shape_of
+from tessera.ir.registry import OpRegistry
 
 Cot = SSAValue | None
 Rule = Callable[[GraphEmitter, Operation, Sequence[Cot], Sequence[bool]], list[Cot]]
 
-VJP_RULES: dict[str, Rule] = {}
+VJP_RULES: OpRegistry[Rule] = OpRegistry("adjoint rule")
+"""The adjoint rule of each Graph IR op, by op class (``@VJP_RULES.register(g.MulOp)``)."""
+
+CUSTOM_VJP_ATTR = "tessera.custom_vjp"
+"""The attribute marking the output of a traced ``ts.custom_vjp`` call (its key in
+:data:`CUSTOM_VJPS`)."""
+
+
+class CustomAdjoint(Protocol):
+    """The adjoint of one traced ``ts.custom_vjp`` call (``tessera.autodiff.custom``)."""
+
+    def apply(
+        self, block: Block, mapping: dict[SSAValue, SSAValue], grad_output: SSAValue,
+        needs: Sequence[bool],
+    ) -> list[SSAValue | None]:
+        """Emit the cotangents of the call's inputs at the end of ``block``."""
+        ...
+
+
+CUSTOM_VJPS: dict[str, CustomAdjoint] = {}
+"""Adjoints of the ``ts.custom_vjp`` calls traced in this process, by marker key; the
+front end registers them, the ``autodiff`` pass applies them."""
 
 GELU_C = math.sqrt(2.0 / math.pi)
 GELU_K = 0.044715
+ERF_C = 2.0 / math.sqrt(math.pi)
+"""``d/dx erf(x) = ERF_C * exp(-x^2)``."""
 
 
 class AutodiffError(TesseraError, PassFailedException):
     """An op or program that cannot be differentiated; the message names the op."""
-
-
-def vjp_rule(*ops: type[Operation]) -> Callable[[Rule], Rule]:
-    def register(fn: Rule) -> Rule:
-        for op in ops:
-            VJP_RULES[op.name] = fn
-        return fn
-
-    return register
 
 
 def is_float(v: SSAValue) -> bool:
@@ -71,7 +87,7 @@ def _binary_parts(op: Operation) -> tuple[SSAValue, SSAValue, SSAValue]:
     return op.operands[0], op.operands[1], op.results[0]
 
 
-@vjp_rule(g.AddOp, g.SubOp)
+@VJP_RULES.register(g.AddOp, g.SubOp)
 def _add_sub(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     a, b, _ = _binary_parts(op)
     ct = cts[0]
@@ -84,7 +100,7 @@ def _add_sub(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence
     return [da, db]
 
 
-@vjp_rule(g.MulOp)
+@VJP_RULES.register(g.MulOp)
 def _mul(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     a, b, _ = _binary_parts(op)
     ct = cts[0]
@@ -95,7 +111,7 @@ def _mul(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[boo
     return [da, db]
 
 
-@vjp_rule(g.DivOp)
+@VJP_RULES.register(g.DivOp)
 def _div(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     a, b, y = _binary_parts(op)
     ct = cts[0]
@@ -120,7 +136,7 @@ def splat_value(v: SSAValue) -> float | None:
     return None
 
 
-@vjp_rule(g.PowOp)
+@VJP_RULES.register(g.PowOp)
 def _pow(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     a, b, y = _binary_parts(op)
     ct = cts[0]
@@ -146,7 +162,7 @@ def _pow(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[boo
     return [da, db]
 
 
-@vjp_rule(g.MaximumOp, g.MinimumOp)
+@VJP_RULES.register(g.MaximumOp, g.MinimumOp)
 def _max_min(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     a, b, _ = _binary_parts(op)
     ct = cts[0]
@@ -163,7 +179,7 @@ def _max_min(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence
     return [da, db]
 
 
-@vjp_rule(g.SelectOp)
+@VJP_RULES.register(g.SelectOp)
 def _select(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     c, t, f = op.operands
     ct = cts[0]
@@ -196,27 +212,22 @@ def _gelu_grad(e: GraphEmitter, x: SSAValue) -> SSAValue:
     return e.add(left, right)
 
 
-VJP_RULES.update(
-    {
-        g.NegOp.name: _unary(lambda e, ct, x, y: e.neg(ct)),
-        g.AbsOp.name: _unary(lambda e, ct, x, y: e.mul(ct, _sign(e, x))),
-        g.ExpOp.name: _unary(lambda e, ct, x, y: e.mul(ct, y)),
-        g.LogOp.name: _unary(lambda e, ct, x, y: e.div(ct, x)),
-        g.SqrtOp.name: _unary(lambda e, ct, x, y: e.div(e.mul(ct, 0.5), y)),
-        g.RsqrtOp.name: _unary(
-            lambda e, ct, x, y: e.mul(e.mul(ct, -0.5), e.mul(y, e.mul(y, y)))
-        ),
-        g.TanhOp.name: _unary(lambda e, ct, x, y: e.mul(ct, e.sub(1.0, e.mul(y, y)))),
-        g.ReluOp.name: _unary(lambda e, ct, x, y: e.select(e.gt(x, 0.0), ct, 0.0)),
-        g.SigmoidOp.name: _unary(lambda e, ct, x, y: e.mul(ct, e.mul(y, e.sub(1.0, y)))),
-        g.SiluOp.name: _unary(
-            lambda e, ct, x, y: e.mul(
-                ct, _silu_grad(e, x)
-            )
-        ),
-        g.GeluOp.name: _unary(lambda e, ct, x, y: e.mul(ct, _gelu_grad(e, x))),
-    }
+VJP_RULES.register(g.NegOp)(_unary(lambda e, ct, x, y: e.neg(ct)))
+VJP_RULES.register(g.AbsOp)(_unary(lambda e, ct, x, y: e.mul(ct, _sign(e, x))))
+VJP_RULES.register(g.ExpOp)(_unary(lambda e, ct, x, y: e.mul(ct, y)))
+VJP_RULES.register(g.LogOp)(_unary(lambda e, ct, x, y: e.div(ct, x)))
+VJP_RULES.register(g.SqrtOp)(_unary(lambda e, ct, x, y: e.div(e.mul(ct, 0.5), y)))
+VJP_RULES.register(g.RsqrtOp)(
+    _unary(lambda e, ct, x, y: e.mul(e.mul(ct, -0.5), e.mul(y, e.mul(y, y))))
 )
+VJP_RULES.register(g.TanhOp)(_unary(lambda e, ct, x, y: e.mul(ct, e.sub(1.0, e.mul(y, y)))))
+VJP_RULES.register(g.ReluOp)(_unary(lambda e, ct, x, y: e.select(e.gt(x, 0.0), ct, 0.0)))
+VJP_RULES.register(g.SigmoidOp)(_unary(lambda e, ct, x, y: e.mul(ct, e.mul(y, e.sub(1.0, y)))))
+VJP_RULES.register(g.SiluOp)(_unary(lambda e, ct, x, y: e.mul(ct, _silu_grad(e, x))))
+VJP_RULES.register(g.ErfOp)(
+    _unary(lambda e, ct, x, y: e.mul(ct, e.mul(e.exp(e.neg(e.mul(x, x))), ERF_C)))
+)
+VJP_RULES.register(g.GeluOp)(_unary(lambda e, ct, x, y: e.mul(ct, _gelu_grad(e, x))))
 
 
 def _silu_grad(e: GraphEmitter, x: SSAValue) -> SSAValue:
@@ -224,7 +235,7 @@ def _silu_grad(e: GraphEmitter, x: SSAValue) -> SSAValue:
     return e.mul(s, e.add(e.mul(x, e.sub(1.0, s)), 1.0))
 
 
-@vjp_rule(g.CastOp)
+@VJP_RULES.register(g.CastOp)
 def _cast(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     """ct cast back to the input type; a cast to a ``@loss_scale(k)`` policy stores
     ``k x``, so its cotangent is ``k ct`` (the backward pass runs scaled)."""
@@ -246,7 +257,7 @@ def _reduce_parts(op: g.ReductionOp) -> tuple[SSAValue, list[int], SSAValue]:
     return op.input, op.axis_list(), op.result
 
 
-@vjp_rule(g.SumOp, g.MeanOp)
+@VJP_RULES.register(g.SumOp, g.MeanOp)
 def _sum_mean(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.ReductionOp)
     x, axes, _ = _reduce_parts(op)
@@ -258,7 +269,7 @@ def _sum_mean(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequenc
     return [e.expand_reduced(ct, s, axes)]
 
 
-@vjp_rule(g.MaxOp, g.MinOp)
+@VJP_RULES.register(g.MaxOp, g.MinOp)
 def _max_min_reduce(
     e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]
 ):
@@ -273,10 +284,22 @@ def _max_min_reduce(
     return [e.mul(hit, share)]
 
 
+@VJP_RULES.register(g.LogSumExpOp)
+def _logsumexp(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    """``x̄ = ȳ exp(x - y)`` (the softmax over the axes), ȳ and y expanded over them."""
+    assert isinstance(op, g.LogSumExpOp)
+    x, axes, y = op.input, op.axis_list(), op.result
+    ct = cts[0]
+    assert ct is not None
+    s = shape_of(x)
+    p = e.exp(e.sub(x, e.expand_reduced(y, s, axes)))
+    return [e.mul(e.expand_reduced(ct, s, axes), p)]
+
+
 # --------------------------------------------------------------------------- nn ops
 
 
-@vjp_rule(g.SoftmaxOp)
+@VJP_RULES.register(g.SoftmaxOp)
 def _softmax(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.SoftmaxOp)
     ct = cts[0]
@@ -298,7 +321,7 @@ def operand_slots(op: Operation) -> dict[str, int]:
     return slots
 
 
-@vjp_rule(g.LayerNormOp, g.RMSNormOp)
+@VJP_RULES.register(g.LayerNormOp, g.RMSNormOp)
 def _norm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.LayerNormOp | g.RMSNormOp)
     ct = cts[0]
@@ -330,7 +353,7 @@ def _norm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bo
     return out
 
 
-@vjp_rule(g.MatmulOp)
+@VJP_RULES.register(g.MatmulOp)
 def _matmul(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.MatmulOp)
     ct = cts[0]
@@ -462,7 +485,7 @@ def vjp_by_expansion(
     return [local.get(v) if n else None for v, n in zip(op.operands, needs)]
 
 
-@vjp_rule(g.FlashAttentionOp)
+@VJP_RULES.register(g.FlashAttentionOp)
 def _attention(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     """The Graph IR adjoint (materializes the probabilities); the autodiff pass replaces a
     differentiated ``flash_attention`` by ``flash_attention_fwd``, whose rule is fused."""
@@ -483,7 +506,7 @@ def _attention(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequen
     return [dq, dk, dv]
 
 
-@vjp_rule(g.FlashAttentionFwdOp)
+@VJP_RULES.register(g.FlashAttentionFwdOp)
 def _attention_fwd(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     """``flash_attention_bwd`` from the saved log-sum-exp; a cotangent of the log-sum-exp
     itself (a second derivative) goes through the Graph IR expansion."""
@@ -502,14 +525,14 @@ def _attention_fwd(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Se
     return [r if n else None for r, n in zip(bwd.results, needs)]
 
 
-@vjp_rule(g.FlashAttentionBwdOp)
+@VJP_RULES.register(g.FlashAttentionBwdOp)
 def _attention_bwd(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     """Through the Graph IR expansion (second derivatives, forward mode)."""
     assert isinstance(op, g.FlashAttentionBwdOp)
     return vjp_by_expansion(e, op, cts, needs, lambda ee: expand_attention_bwd(ee, op))
 
 
-@vjp_rule(g.MSEOp)
+@VJP_RULES.register(g.MSEOp)
 def _mse(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     ct = cts[0]
     assert ct is not None
@@ -524,7 +547,7 @@ def _mse(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[boo
 # --------------------------------------------------------------------------- shape ops
 
 
-@vjp_rule(g.TransposeOp)
+@VJP_RULES.register(g.TransposeOp)
 def _transpose(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.TransposeOp)
     ct = cts[0]
@@ -536,21 +559,21 @@ def _transpose(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequen
     return [e.transpose(ct, inv)]
 
 
-@vjp_rule(g.ReshapeOp)
+@VJP_RULES.register(g.ReshapeOp)
 def _reshape(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     ct = cts[0]
     assert ct is not None
     return [e.reshape(ct, shape_of(op.operands[0]))]
 
 
-@vjp_rule(g.BroadcastOp)
+@VJP_RULES.register(g.BroadcastOp)
 def _broadcast(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     ct = cts[0]
     assert ct is not None
     return [e.unbroadcast(ct, shape_of(op.operands[0]))]
 
 
-@vjp_rule(g.SliceOp)
+@VJP_RULES.register(g.SliceOp)
 def _slice(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.SliceOp)
     ct = cts[0]
@@ -565,7 +588,7 @@ def _slice(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[b
     ]
 
 
-@vjp_rule(g.ConcatOp)
+@VJP_RULES.register(g.ConcatOp)
 def _concat(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.ConcatOp)
     ct = cts[0]
@@ -587,7 +610,7 @@ def _concat(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[
     return out
 
 
-@vjp_rule(g.PoissonOp)
+@VJP_RULES.register(g.PoissonOp)
 def _poisson(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     return [None]
 
@@ -595,7 +618,7 @@ def _poisson(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence
 # --------------------------------------------------------------------------- collectives
 
 
-@vjp_rule(g.AllReduceOp)
+@VJP_RULES.register(g.AllReduceOp)
 def _all_reduce(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.AllReduceOp)
     ct = cts[0]
@@ -618,7 +641,7 @@ def _all_reduce(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Seque
     ]
 
 
-@vjp_rule(g.AllGatherOp)
+@VJP_RULES.register(g.AllGatherOp)
 def _all_gather(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.AllGatherOp)
     ct = cts[0]
@@ -635,7 +658,7 @@ def _all_gather(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Seque
     ]
 
 
-@vjp_rule(g.ReduceScatterOp)
+@VJP_RULES.register(g.ReduceScatterOp)
 def _reduce_scatter(
     e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]
 ):
@@ -654,7 +677,7 @@ def _reduce_scatter(
     ]
 
 
-@vjp_rule(g.AllToAllOp)
+@VJP_RULES.register(g.AllToAllOp)
 def _all_to_all(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.AllToAllOp)
     ct = cts[0]

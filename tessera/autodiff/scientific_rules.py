@@ -37,7 +37,7 @@ from xdsl.dialects.builtin import ComplexType
 from xdsl.ir import Operation, SSAValue
 
 from tessera.autodiff.emitter import GraphEmitter, numel
-from tessera.autodiff.rules import Cot, operand_slots, vjp_rule
+from tessera.autodiff.rules import VJP_RULES, Cot, operand_slots
 from tessera.ir import graph as g
 from tessera.ir.graph import elem_of, shape_of
 
@@ -72,7 +72,7 @@ def _crop(e: GraphEmitter, x: SSAValue, start: Sequence[int], shape: Sequence[in
 # --------------------------------------------------------------------------- conv2d
 
 
-@vjp_rule(g.Conv2dOp)
+@VJP_RULES.register(g.Conv2dOp)
 def _conv2d(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.Conv2dOp)
     ct = cts[0]
@@ -105,7 +105,7 @@ def _conv2d(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[
 # --------------------------------------------------------------------------- fft and complex parts
 
 
-@vjp_rule(g.FFTOp, g.FFT2dOp)
+@VJP_RULES.register(g.FFTOp, g.FFT2dOp)
 def _fft(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.FFTOp | g.FFT2dOp)
     ct = cts[0]
@@ -121,21 +121,21 @@ def _fft(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[boo
     return [e.mul(e.real(r), scale)]
 
 
-@vjp_rule(g.RealOp)
+@VJP_RULES.register(g.RealOp)
 def _real(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     ct = cts[0]
     assert ct is not None
     return [e.complex(ct, e.zeros_like(ct))]
 
 
-@vjp_rule(g.ImagOp)
+@VJP_RULES.register(g.ImagOp)
 def _imag(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     ct = cts[0]
     assert ct is not None
     return [e.complex(e.zeros_like(ct), ct)]
 
 
-@vjp_rule(g.ComplexOp)
+@VJP_RULES.register(g.ComplexOp)
 def _complex(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     ct = cts[0]
     assert ct is not None
@@ -158,7 +158,7 @@ def _triangle_mask(
     return e.dense_const(vals, [n, n], like)
 
 
-@vjp_rule(g.CholeskyOp)
+@VJP_RULES.register(g.CholeskyOp)
 def _cholesky(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.CholeskyOp)
     ct = cts[0]
@@ -172,7 +172,7 @@ def _cholesky(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequenc
     return [e.mul(e.add(e.swap_last(s_t), s_t), 0.5)]
 
 
-@vjp_rule(g.TriangularSolveOp)
+@VJP_RULES.register(g.TriangularSolveOp)
 def _triangular_solve(
     e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]
 ):
@@ -192,7 +192,7 @@ def _triangular_solve(
     return [da, db if needs[1] else None]
 
 
-@vjp_rule(g.SVDOp)
+@VJP_RULES.register(g.SVDOp)
 def _svd(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.SVDOp)
     gu, gs, gvh = cts
@@ -243,7 +243,7 @@ def _csr_parts(op: g.SpMMOp | g.SpMMTransposeOp | g.SDDMMOp) -> tuple[SSAValue, 
     return op.indptr, op.indices, list(op.sparse_shape.get_values())
 
 
-@vjp_rule(g.SpMMOp)
+@VJP_RULES.register(g.SpMMOp)
 def _spmm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.SpMMOp)
     ct = cts[0]
@@ -259,7 +259,7 @@ def _spmm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bo
     return [None, None, dv, dd]
 
 
-@vjp_rule(g.SpMMTransposeOp)
+@VJP_RULES.register(g.SpMMTransposeOp)
 def _spmm_transpose(
     e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]
 ):
@@ -272,7 +272,7 @@ def _spmm_transpose(
     return [None, None, dv, dd]
 
 
-@vjp_rule(g.SDDMMOp)
+@VJP_RULES.register(g.SDDMMOp)
 def _sddmm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.SDDMMOp)
     ct = cts[0]

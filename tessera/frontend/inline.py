@@ -77,8 +77,9 @@ def _annotated(
     """``value`` checked against the annotation of ``pname`` and cast to its policy (an
     array becomes a constant of the active trace)."""
     from tessera.frontend import ops
+    from tessera.frontend.ops.base import _is_array
 
-    if ops._is_array(value):
+    if _is_array(value):
         value = ops.constant(value)  # an array closed over by the caller: a constant
     ann = cf.annotations.get(_param(pname))
     if ann is None:

@@ -44,9 +44,14 @@ from xdsl.passes import ModulePass
 from xdsl.transforms.dead_code_elimination import region_dce
 
 from tessera.autodiff import scientific_rules  # noqa: F401  (registers its rules)
-from tessera.autodiff.custom import ATTR, CUSTOM_VJPS
 from tessera.autodiff.emitter import GraphEmitter, numel
-from tessera.autodiff.rules import VJP_RULES, AutodiffError, lse_type
+from tessera.autodiff.rules import (
+    CUSTOM_VJP_ATTR,
+    CUSTOM_VJPS,
+    VJP_RULES,
+    AutodiffError,
+    lse_type,
+)
 from tessera.ir import graph as g
 from tessera.ir.attrs import policy_of
 from tessera.ir.graph import elem_of, shape_of
@@ -227,7 +232,7 @@ def vjp_function(
         out_cts = [cts.get(r) for r in op.results]
         if all(c is None for c in out_cts):
             continue
-        custom = op.attributes.get(ATTR)
+        custom = op.attributes.get(CUSTOM_VJP_ATTR)
         if isinstance(custom, StringAttr):
             record = CUSTOM_VJPS.get(custom.data)
             if record is None:
@@ -246,7 +251,7 @@ def vjp_function(
         needs = [v in active for v in op.operands]
         if not any(needs):
             continue
-        rule = VJP_RULES.get(op.name)
+        rule = VJP_RULES.get(op)
         if rule is None:
             hint = (
                 "; run autodiff before fusion"

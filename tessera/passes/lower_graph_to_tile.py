@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 import numpy as np
 from xdsl.context import Context
@@ -42,6 +43,7 @@ from xdsl.passes import ModulePass
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.ir.attrs import NumericPolicyAttr, rounds_specially
+from tessera.ir.registry import OpRegistry
 from tessera.passes import (
     tile_attention,
     tile_attention_bwd,
@@ -183,10 +185,15 @@ class _FunctionLowering:
     def __init__(
         self, module: ModuleOp, fn: func.FuncOp,
         overrides: Mapping[type[Operation], Sequence[Override]] | None = None,
+        *, deterministic: bool = True, allow_tf32: bool = False,
     ):
         self.module = module
         self.fn = fn
         self.overrides = overrides or {}
+        self.deterministic = deterministic
+        """False: collectives may reduce in the communication library's order."""
+        self.allow_tf32 = allow_tf32
+        """True: f32 GEMMs may round their operands to TF32 on tensor cores."""
         self.name = fn.sym_name.data
         # kernels and constants are PTX symbols: identifier characters only
         # (``<lambda>_grad`` -> ``lambda_grad``)
@@ -251,7 +258,7 @@ class _FunctionLowering:
             if tile_complex.handles(op):
                 tile_complex.lower(self, op)
                 continue
-            if type(op) not in _LOWERINGS:
+            if TILE_LOWERINGS.get(op) is None:
                 raise not_lowered(op)
             if isinstance(op, g.MatmulOp | g.MatmulEpilogueOp) and any(
                 packed_format(g.elem_of(v)) for v in (op.lhs, op.rhs)
@@ -303,7 +310,7 @@ class _FunctionLowering:
     def lower_one(self, op: Operation) -> None:
         """Lower ``op`` by its override hooks, else its generic lowering."""
         if not any(hook(self, op) for hook in self.overrides.get(type(op), ())):
-            method = _LOWERINGS.get(type(op))
+            method = TILE_LOWERINGS.get(op)
             if method is None:
                 raise not_lowered(op)
             method(self, op)
@@ -1015,89 +1022,150 @@ def _binary_scalar(
     return e.op(table[kind](a, b))
 
 
+ScalarUnary = Callable[[KernelEmitter, Operation, SSAValue], SSAValue]
+"""One element of a unary op: ``(emitter, op named in errors, x) -> result``; ``x`` is
+in the compute type (f32 for 16-bit floats)."""
+
+UNARY_SCALARS: OpRegistry[ScalarUnary] = OpRegistry("scalar lowering")
+"""The per-element computation of each unary elementwise op (the one-op kernels, the
+fused kernels and the matmul epilogues share it), by op class."""
+
+
+def _float_only(e: KernelEmitter, op: Operation, x: SSAValue) -> None:
+    if not is_float(x.type):
+        raise not_lowered(op, f"on {x.type} operands")
+
+
+@UNARY_SCALARS.register(g.NegOp)
+def _neg(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    if not is_float(x.type):
+        return e.op(arith.SubiOp(e.const(0, x.type), x))
+    return e.op(arith.NegfOp(x))
+
+
+@UNARY_SCALARS.register(g.AbsOp)
+def _abs(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    return e.op(math.AbsFOp(x) if is_float(x.type) else math.AbsIOp(x))
+
+
+def _math(ctor: Callable[[SSAValue], Operation]) -> ScalarUnary:
+    def scalar(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+        _float_only(e, op, x)
+        return e.op(ctor(x))
+
+    return scalar
+
+
+UNARY_SCALARS.register(g.ExpOp)(_math(math.ExpOp))
+UNARY_SCALARS.register(g.LogOp)(_math(math.LogOp))
+UNARY_SCALARS.register(g.SqrtOp)(_math(math.SqrtOp))
+UNARY_SCALARS.register(g.RsqrtOp)(_math(math.RsqrtOp))
+UNARY_SCALARS.register(g.TanhOp)(_math(math.TanhOp))
+UNARY_SCALARS.register(g.ErfOp)(_math(math.ErfOp))
+
+
+@UNARY_SCALARS.register(g.ReluOp)
+def _relu(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    """``x < 0 ? 0 : x``: torch's relu, -0.0 and NaN pass unchanged (a max would give +0.0)."""
+    _float_only(e, op, x)
+    zero = e.const(0.0, x.type)
+    return e.vselect(e.op(arith.CmpfOp(x, zero, "olt")), zero, x)
+
+
+def _sigmoid(e: KernelEmitter, x: SSAValue) -> SSAValue:
+    one = e.const(1.0, x.type)
+    return e.fdiv(one, e.fadd(one, e.exp(e.op(arith.NegfOp(x)))))
+
+
+@UNARY_SCALARS.register(g.SigmoidOp)
+def _sigmoid_scalar(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    _float_only(e, op, x)
+    return _sigmoid(e, x)
+
+
+@UNARY_SCALARS.register(g.SiluOp)
+def _silu(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    _float_only(e, op, x)
+    return e.fmul(x, _sigmoid(e, x))
+
+
+@UNARY_SCALARS.register(g.GeluOp)
+def _gelu(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    """The tanh form: ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``."""
+    _float_only(e, op, x)
+    t = x.type
+    c = e.const(pymath.sqrt(2.0 / pymath.pi), t)
+    x3 = e.fmul(e.fmul(x, x), x)
+    inner = e.fmul(c, e.fadd(x, e.fmul(e.const(0.044715, t), x3)))
+    one = e.const(1.0, t)
+    return e.fmul(e.fmul(e.const(0.5, t), x), e.fadd(one, e.op(math.TanhOp(inner))))
+
+
 def _unary_scalar(
     e: KernelEmitter, op: Operation, x: SSAValue, kind: type[Operation] | None = None
 ) -> SSAValue:
     """The unary op ``kind`` (default: ``op``'s class) on ``x``; ``op`` is named in errors."""
-    kind = kind or type(op)
-    t = x.type
-    if not is_float(t):
-        if issubclass(kind, g.NegOp):
-            return e.op(arith.SubiOp(e.const(0, t), x))
-        if issubclass(kind, g.AbsOp):
-            return e.op(math.AbsIOp(x))
-        raise not_lowered(op, f"on {t} operands")
-    one = e.const(1.0, t)
-    if issubclass(kind, g.NegOp):
-        return e.op(arith.NegfOp(x))
-    if issubclass(kind, g.AbsOp):
-        return e.op(math.AbsFOp(x))
-    simple = {g.ExpOp: math.ExpOp, g.LogOp: math.LogOp, g.SqrtOp: math.SqrtOp,
-              g.RsqrtOp: math.RsqrtOp, g.TanhOp: math.TanhOp}
-    for k, ctor in simple.items():
-        if issubclass(kind, k):
-            return e.op(ctor(x))
-    if issubclass(kind, g.ReluOp):
-        # x < 0 ? 0 : x -- torch's relu: -0.0 and NaN pass unchanged (a max would give +0.0)
-        zero = e.const(0.0, t)
-        return e.vselect(e.op(arith.CmpfOp(x, zero, "olt")), zero, x)
-    if issubclass(kind, g.SigmoidOp | g.SiluOp):
-        s = e.fdiv(one, e.fadd(one, e.exp(e.op(arith.NegfOp(x)))))
-        return s if issubclass(kind, g.SigmoidOp) else e.fmul(x, s)
-    if issubclass(kind, g.GeluOp):
-        c = e.const(pymath.sqrt(2.0 / pymath.pi), t)
-        x3 = e.fmul(e.fmul(x, x), x)
-        inner = e.fmul(c, e.fadd(x, e.fmul(e.const(0.044715, t), x3)))
-        return e.fmul(e.fmul(e.const(0.5, t), x), e.fadd(one, e.op(math.TanhOp(inner))))
-    raise not_lowered(op)
+    scalar = UNARY_SCALARS.get(kind or type(op))
+    if scalar is None:
+        raise not_lowered(op)
+    return scalar(e, op, x)
 
 
-_LOWERINGS: dict[type, Callable[[_FunctionLowering, Operation], None]] = {}
-for _k in (g.AddOp, g.SubOp, g.MulOp, g.DivOp, g.PowOp, g.MaximumOp, g.MinimumOp,
-           g.LtOp, g.LeOp, g.GtOp, g.GeOp, g.EqOp, g.NeOp):
-    _LOWERINGS[_k] = _FunctionLowering.lower_binary  # type: ignore[assignment]
-for _k in (g.NegOp, g.AbsOp, g.ExpOp, g.LogOp, g.SqrtOp, g.RsqrtOp, g.TanhOp, g.ReluOp,
-           g.GeluOp, g.SiluOp, g.SigmoidOp):
-    _LOWERINGS[_k] = _FunctionLowering.lower_unary  # type: ignore[assignment]
-for _k in (g.SumOp, g.MaxOp, g.MinOp, g.MeanOp):
-    _LOWERINGS[_k] = _FunctionLowering.lower_reduction  # type: ignore[assignment]
-_LOWERINGS.update({
-    g.SelectOp: _FunctionLowering.lower_select,  # type: ignore[dict-item]
-    g.CastOp: _FunctionLowering.lower_cast,  # type: ignore[dict-item]
-    g.ConstantOp: _FunctionLowering.lower_constant,  # type: ignore[dict-item]
-    g.TransposeOp: _FunctionLowering.lower_transpose,  # type: ignore[dict-item]
-    g.ReshapeOp: _FunctionLowering.lower_reshape,  # type: ignore[dict-item]
-    g.BroadcastOp: _FunctionLowering.lower_broadcast,  # type: ignore[dict-item]
-    g.SliceOp: _FunctionLowering.lower_slice,  # type: ignore[dict-item]
-    g.ConcatOp: _FunctionLowering.lower_concat,  # type: ignore[dict-item]
-    g.SoftmaxOp: tile_rowwise.lower_softmax,  # type: ignore[dict-item]
-    g.RMSNormOp: tile_rowwise.lower_norm,  # type: ignore[dict-item]
-    g.LayerNormOp: tile_rowwise.lower_norm,  # type: ignore[dict-item]
-    g.MSEOp: _FunctionLowering.lower_mse,  # type: ignore[dict-item]
-    g.MatmulOp: _FunctionLowering.lower_matmul,  # type: ignore[dict-item]
-    g.FlashAttentionOp: tile_attention.lower_flash_attention,  # type: ignore[dict-item]
-    g.FlashAttentionFwdOp: tile_attention.lower_flash_attention,  # type: ignore[dict-item]
-    g.FlashAttentionBwdOp: tile_attention_bwd.lower_flash_attention_bwd,  # type: ignore[dict-item]
-    g.FusedOp: _FunctionLowering.lower_fused,  # type: ignore[dict-item]
-    g.MatmulEpilogueOp: _FunctionLowering.lower_matmul_epilogue,  # type: ignore[dict-item]
-    g.FFTOp: tile_fft.lower_fft,  # type: ignore[dict-item]
-    g.FFT2dOp: tile_fft.lower_fft,  # type: ignore[dict-item]
-    g.CholeskyOp: tile_linalg.lower_cholesky,  # type: ignore[dict-item]
-    g.SVDOp: tile_linalg.lower_svd,  # type: ignore[dict-item]
-    g.Conv2dOp: tile_conv.lower_conv2d,  # type: ignore[dict-item]
-    g.SpMMOp: tile_sparse.lower_spmm,  # type: ignore[dict-item]
-    g.RandnOp: tile_random.lower_randn,  # type: ignore[dict-item]
-    g.PoissonOp: tile_random.lower_poisson,  # type: ignore[dict-item]
-    g.RealOp: tile_support.lower_complex_part,  # type: ignore[dict-item]
-    g.ImagOp: tile_support.lower_complex_part,  # type: ignore[dict-item]
-    g.ComplexOp: tile_support.lower_complex,  # type: ignore[dict-item]
-    g.TriangularSolveOp: tile_support.lower_triangular_solve,  # type: ignore[dict-item]
-    g.SpMMTransposeOp: tile_support.lower_spmm_transpose,  # type: ignore[dict-item]
-    g.SDDMMOp: tile_support.lower_sddmm,  # type: ignore[dict-item]
-})
-_LOWERINGS.update(tile_collectives.lowerings())  # type: ignore[arg-type]
+GraphLowering = Callable[["_FunctionLowering", Any], None]
+"""Lowers one Graph IR op of the function being lowered: adds its kernels and launches and
+records the buffer of each result in ``env``."""
 
-LOWERED_OPS: tuple[str, ...] = tuple(sorted(k.name for k in _LOWERINGS))
+TILE_LOWERINGS: OpRegistry[GraphLowering] = OpRegistry("Tile IR lowering")
+"""The Tile IR lowering of each Graph IR op, by op class."""
+
+# elementwise
+TILE_LOWERINGS.register(
+    g.AddOp, g.SubOp, g.MulOp, g.DivOp, g.PowOp, g.MaximumOp, g.MinimumOp,
+    g.LtOp, g.LeOp, g.GtOp, g.GeOp, g.EqOp, g.NeOp,
+)(_FunctionLowering.lower_binary)
+TILE_LOWERINGS.register(
+    g.NegOp, g.AbsOp, g.ExpOp, g.LogOp, g.SqrtOp, g.RsqrtOp, g.TanhOp, g.ReluOp, g.GeluOp,
+    g.SiluOp, g.SigmoidOp, g.ErfOp,
+)(_FunctionLowering.lower_unary)
+TILE_LOWERINGS.register(g.SelectOp)(_FunctionLowering.lower_select)
+TILE_LOWERINGS.register(g.CastOp)(_FunctionLowering.lower_cast)
+TILE_LOWERINGS.register(g.FusedOp)(_FunctionLowering.lower_fused)
+# reductions and row-wise ops
+TILE_LOWERINGS.register(g.SumOp, g.MaxOp, g.MinOp, g.MeanOp)(_FunctionLowering.lower_reduction)
+TILE_LOWERINGS.register(g.LogSumExpOp)(tile_rowwise.lower_logsumexp)
+TILE_LOWERINGS.register(g.SoftmaxOp)(tile_rowwise.lower_softmax)
+TILE_LOWERINGS.register(g.RMSNormOp, g.LayerNormOp)(tile_rowwise.lower_norm)
+TILE_LOWERINGS.register(g.MSEOp)(_FunctionLowering.lower_mse)
+# data movement
+TILE_LOWERINGS.register(g.ConstantOp)(_FunctionLowering.lower_constant)
+TILE_LOWERINGS.register(g.TransposeOp)(_FunctionLowering.lower_transpose)
+TILE_LOWERINGS.register(g.ReshapeOp)(_FunctionLowering.lower_reshape)
+TILE_LOWERINGS.register(g.BroadcastOp)(_FunctionLowering.lower_broadcast)
+TILE_LOWERINGS.register(g.SliceOp)(_FunctionLowering.lower_slice)
+TILE_LOWERINGS.register(g.ConcatOp)(_FunctionLowering.lower_concat)
+# GEMM family and attention
+TILE_LOWERINGS.register(g.MatmulOp)(_FunctionLowering.lower_matmul)
+TILE_LOWERINGS.register(g.MatmulEpilogueOp)(_FunctionLowering.lower_matmul_epilogue)
+TILE_LOWERINGS.register(g.Conv2dOp)(tile_conv.lower_conv2d)
+TILE_LOWERINGS.register(g.FlashAttentionOp, g.FlashAttentionFwdOp)(tile_attention.lower_flash_attention)
+TILE_LOWERINGS.register(g.FlashAttentionBwdOp)(tile_attention_bwd.lower_flash_attention_bwd)
+# scientific: FFT, linear algebra, sparse, complex parts, random
+TILE_LOWERINGS.register(g.FFTOp, g.FFT2dOp)(tile_fft.lower_fft)
+TILE_LOWERINGS.register(g.CholeskyOp)(tile_linalg.lower_cholesky)
+TILE_LOWERINGS.register(g.SVDOp)(tile_linalg.lower_svd)
+TILE_LOWERINGS.register(g.TriangularSolveOp)(tile_support.lower_triangular_solve)
+TILE_LOWERINGS.register(g.SpMMOp)(tile_sparse.lower_spmm)
+TILE_LOWERINGS.register(g.SpMMTransposeOp)(tile_support.lower_spmm_transpose)
+TILE_LOWERINGS.register(g.SDDMMOp)(tile_support.lower_sddmm)
+TILE_LOWERINGS.register(g.RealOp, g.ImagOp)(tile_support.lower_complex_part)
+TILE_LOWERINGS.register(g.ComplexOp)(tile_support.lower_complex)
+TILE_LOWERINGS.register(g.RandnOp)(tile_random.lower_randn)
+TILE_LOWERINGS.register(g.PoissonOp)(tile_random.lower_poisson)
+# collectives
+for _op, _lowering in tile_collectives.lowerings().items():
+    TILE_LOWERINGS.register(_op)(_lowering)  # type: ignore[arg-type]
+
+LOWERED_OPS: tuple[str, ...] = TILE_LOWERINGS.names()
 """Names of the tgraph ops this pass lowers."""
 
 
@@ -1123,6 +1191,9 @@ class LowerGraphToTile(ModulePass):
     sm90_tiles: tuple[str, ...] = ()
     """Tuned sm90 matmul tile configs, ``"MxNxK:in->out=bn,stages,consumers,group_m,cluster"``
     each (:func:`tessera.passes.matmul_config.parse_tiles`); other shapes use the heuristic."""
+    deterministic: bool = True
+    """False: every ``all_reduce`` is lowered as ``nondeterministic``
+    (:attr:`tessera.options.CompileOptions.deterministic`)."""
     allow_tf32: bool = False
     """With ``sm90``: f32 matmuls run as one TF32 wgmma product (operands rounded to TF32)
     instead of the full-accuracy 3xTF32 one (``CompileOptions.allow_tf32``)."""
@@ -1150,7 +1221,10 @@ class LowerGraphToTile(ModulePass):
                     )
                 _check_static(fn)
                 expand_attention_grads(fn, tile_attention_bwd.fused)
-                _FunctionLowering(op, fn, self.overrides()).run()
+                _FunctionLowering(
+                    op, fn, self.overrides(), deterministic=self.deterministic,
+                    allow_tf32=self.allow_tf32,
+                ).run()
 
 
 def _check_static(fn: func.FuncOp) -> None:

@@ -9,7 +9,8 @@ only input besides the IR:
   :data:`~tessera.options.DEFAULT_GRAPH_PASSES`: canonicalize, algebraic-simplify,
   cse, the three fusions, dce);
 * ``tile``: ``lower-graph-to-tile``, with the sm_90a matmul and attention kernels when
-  ``options.sm90_kernels`` (their tile configs from ``options.sm90_tiles``);
+  ``options.sm90_kernels`` (their tile configs from ``options.sm90_tiles``), and
+  ``options.deterministic`` and ``options.allow_tf32``;
 * ``target``: ``lower-tile-to-target``.
 
 The compiler driver (:mod:`tessera.compiler`) runs this table for ``@ts.jit``,
@@ -74,7 +75,10 @@ def _tile_passes(options: CompileOptions) -> list[ModulePass]:
 
     tiles = format_tiles(options.sm90_tiles)
     return [
-        LowerGraphToTile(sm90=options.sm90_kernels, sm90_tiles=tiles, allow_tf32=options.allow_tf32),
+        LowerGraphToTile(
+            sm90=options.sm90_kernels, sm90_tiles=tiles, deterministic=options.deterministic,
+            allow_tf32=options.allow_tf32,
+        ),
         DedupeKernelsPass(),
     ]
 

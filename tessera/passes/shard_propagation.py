@@ -38,6 +38,7 @@ from xdsl.utils.exceptions import DiagnosticException
 from tessera.errors import TesseraError
 from tessera.ir import graph as g
 from tessera.ir.attrs import MeshAttr, ShardSpecAttr
+from tessera.ir.registry import OpRegistry
 
 SHARD = "tessera.shard"
 MESH = "tessera.mesh"
@@ -336,40 +337,60 @@ def _replicate_all(op: Operation, ins: list[Sharding], mesh: MeshInfo) -> Decisi
     )
 
 
+def _softmax(op: g.SoftmaxOp, ins: list[Sharding], mesh: MeshInfo) -> Decision:
+    ax = op.axis.value.data % ins[0].rank
+    s = ins[0].resolved()
+    sp = [() if d == ax else s.splits[d] for d in range(s.rank)]
+    return Decision([Sharding(tuple(sp))], [Sharding(tuple(sp))])
+
+
+def _logsumexp(op: g.LogSumExpOp, ins: list[Sharding], mesh: MeshInfo) -> Decision:
+    """Not linear in its input: a pending reduction is done first, and the reduced axes are
+    gathered (each rank reduces whole slices); kept dims stay split."""
+    axes = set(op.axis_list())
+    s = ins[0].resolved()
+    sp = [() if d in axes else s.splits[d] for d in range(s.rank)]
+    keep = op.keepdims is not None
+    rs = [sp[d] if d not in axes else () for d in range(s.rank) if keep or d not in axes]
+    return Decision([Sharding(tuple(sp))], [Sharding(tuple(rs))])
+
+
+def _last_dim(op: Operation, ins: list[Sharding], mesh: MeshInfo) -> Decision:
+    return _keep_last_dims(op, ins, 1)
+
+
+def _last_two_dims(op: Operation, ins: list[Sharding], mesh: MeshInfo) -> Decision:
+    return _keep_last_dims(op, ins, 2)
+
+
+Rule = Callable[[Operation, list[Sharding], MeshInfo], Decision]
+"""A sharding rule: from the operands' shardings, the ones the op needs and its results'."""
+
+SHARDING_RULES: OpRegistry[Rule] = OpRegistry("sharding rule")
+"""The sharding rule of each op (global view), by op class; an op with no entry has its
+operands and results replicated."""
+
+SHARDING_RULES.register(g.ElementwiseBinaryOp, g.SelectOp)(_elementwise)
+SHARDING_RULES.register(g.ElementwiseUnaryOp, g.CastOp)(_unary)
+SHARDING_RULES.register(g.ReductionOp)(_reduction)
+SHARDING_RULES.register(g.MatmulOp)(_matmul)
+SHARDING_RULES.register(g.TransposeOp)(_transpose)
+SHARDING_RULES.register(g.ReshapeOp)(_reshape)
+SHARDING_RULES.register(g.BroadcastOp)(_broadcast)
+SHARDING_RULES.register(g.SliceOp)(_slice)
+SHARDING_RULES.register(g.ConcatOp)(_concat)
+SHARDING_RULES.register(g.SoftmaxOp)(_softmax)
+SHARDING_RULES.register(g.LogSumExpOp)(_logsumexp)
+SHARDING_RULES.register(g.LayerNormOp, g.RMSNormOp)(_last_dim)
+SHARDING_RULES.register(g.FlashAttentionOp)(_last_two_dims)
+SHARDING_RULES.register(g.MSEOp)(_mse)
+SHARDING_RULES.register(g.Conv2dOp)(_conv2d)
+
+
 def decide(op: Operation, ins: list[Sharding], mesh: MeshInfo) -> Decision:
-    """The rule for ``op`` (global view)."""
-    if isinstance(op, g.ElementwiseBinaryOp | g.SelectOp):
-        return _elementwise(op, ins, mesh)
-    if isinstance(op, g.ElementwiseUnaryOp | g.CastOp):
-        return _unary(op, ins, mesh)
-    if isinstance(op, g.ReductionOp):
-        return _reduction(op, ins, mesh)
-    if isinstance(op, g.MatmulOp):
-        return _matmul(op, ins, mesh)
-    if isinstance(op, g.TransposeOp):
-        return _transpose(op, ins, mesh)
-    if isinstance(op, g.ReshapeOp):
-        return _reshape(op, ins, mesh)
-    if isinstance(op, g.BroadcastOp):
-        return _broadcast(op, ins, mesh)
-    if isinstance(op, g.SliceOp):
-        return _slice(op, ins, mesh)
-    if isinstance(op, g.ConcatOp):
-        return _concat(op, ins, mesh)
-    if isinstance(op, g.SoftmaxOp):
-        ax = op.axis.value.data % ins[0].rank
-        s = ins[0].resolved()
-        sp = [() if d == ax else s.splits[d] for d in range(s.rank)]
-        return Decision([Sharding(tuple(sp))], [Sharding(tuple(sp))])
-    if isinstance(op, g.LayerNormOp | g.RMSNormOp):
-        return _keep_last_dims(op, ins, 1)
-    if isinstance(op, g.FlashAttentionOp):
-        return _keep_last_dims(op, ins, 2)
-    if isinstance(op, g.MSEOp):
-        return _mse(op, ins, mesh)
-    if isinstance(op, g.Conv2dOp):
-        return _conv2d(op, ins, mesh)
-    return _replicate_all(op, ins, mesh)
+    """The rule for ``op`` (global view): its entry in :data:`SHARDING_RULES`, else
+    everything replicated."""
+    return (SHARDING_RULES.get(op) or _replicate_all)(op, ins, mesh)
 
 
 def fit(s: Sharding, v_shape: Sequence[int], mesh: MeshInfo) -> Sharding:
@@ -404,32 +425,58 @@ def fit_uneven(
     return s.with_splits(sp)
 
 
+UnevenRule = Callable[[Operation, list[int], list[int]], tuple[list[set[int]], list[set[int]]]]
+"""From the operands' and results' ranks: per operand and result, the dims an uneven split
+may stay on."""
+
+UNEVEN_DIMS: OpRegistry[UnevenRule] = OpRegistry("uneven-split rule")
+"""Where each op keeps uneven splits (the op never combines elements along those dims, so
+padding only makes padding), by op class; an op with no entry keeps none."""
+
+
+@UNEVEN_DIMS.register(
+    g.ElementwiseBinaryOp, g.SelectOp, g.ElementwiseUnaryOp, g.CastOp, g.TransposeOp
+)
+def _uneven_every(op: Operation, ins: list[int], outs: list[int]):
+    return [set(range(r)) for r in ins], [set(range(r)) for r in outs]
+
+
+@UNEVEN_DIMS.register(g.MatmulOp)
+def _uneven_matmul(op: g.MatmulOp, ins: list[int], outs: list[int]):
+    ra, rb = ins
+    am, bn = (ra - 1 if op.transpose_lhs else ra - 2), (rb - 2 if op.transpose_rhs else rb - 1)
+    return [set(range(ra - 2)) | {am}, set(range(rb - 2)) | {bn}], [set(range(r)) for r in outs]
+
+
+@UNEVEN_DIMS.register(g.ReductionOp, g.LogSumExpOp)
+def _uneven_reduction(op: g.AxesReductionOp, ins: list[int], outs: list[int]):
+    axes = set(op.axis_list())
+    return [set(range(ins[0])) - axes], [set(range(r)) for r in outs]
+
+
+@UNEVEN_DIMS.register(g.SoftmaxOp)
+def _uneven_softmax(op: g.SoftmaxOp, ins: list[int], outs: list[int]):
+    ax = op.axis.value.data % ins[0]
+    return [set(range(ins[0])) - {ax}], [set(range(outs[0])) - {ax}]
+
+
+@UNEVEN_DIMS.register(g.LayerNormOp, g.RMSNormOp)
+def _uneven_norm(op: Operation, ins: list[int], outs: list[int]):
+    last = {ins[0] - 1}
+    return [set(range(ins[0])) - last, *[set() for _ in ins[1:]]], [
+        set(range(outs[0])) - last, *[set() for _ in outs[1:]]
+    ]
+
+
 def uneven_dims(op: Operation) -> tuple[list[set[int]], list[set[int]]]:
-    """For each operand and result of ``op``: the dims an uneven split may stay on (the
-    op never combines elements along them, so padding only makes padding)."""
+    """For each operand and result of ``op``: the dims an uneven split may stay on
+    (:data:`UNEVEN_DIMS`; none for an op without an entry)."""
     ins = [len(shape(v)) for v in op.operands]
     outs = [len(shape(r)) for r in op.results]
-    every = ([set(range(r)) for r in ins], [set(range(r)) for r in outs])
-    if isinstance(
-        op, g.ElementwiseBinaryOp | g.SelectOp | g.ElementwiseUnaryOp | g.CastOp | g.TransposeOp
-    ):
-        return every
-    if isinstance(op, g.MatmulOp):
-        ra, rb = ins
-        am, bn = (ra - 1 if op.transpose_lhs else ra - 2), (rb - 2 if op.transpose_rhs else rb - 1)
-        return [set(range(ra - 2)) | {am}, set(range(rb - 2)) | {bn}], every[1]
-    if isinstance(op, g.ReductionOp):
-        axes = set(op.axis_list())
-        return [set(range(ins[0])) - axes], every[1]
-    if isinstance(op, g.SoftmaxOp):
-        ax = op.axis.value.data % ins[0]
-        return [set(range(ins[0])) - {ax}], [set(range(outs[0])) - {ax}]
-    if isinstance(op, g.LayerNormOp | g.RMSNormOp):
-        last = {ins[0] - 1}
-        return [set(range(ins[0])) - last, *[set() for _ in ins[1:]]], [
-            set(range(outs[0])) - last, *[set() for _ in outs[1:]]
-        ]
-    return [set() for _ in ins], [set() for _ in outs]
+    rule = UNEVEN_DIMS.get(op)
+    if rule is None:
+        return [set() for _ in ins], [set() for _ in outs]
+    return rule(op, ins, outs)
 
 
 def decide_fitted(

@@ -4,7 +4,8 @@
 ``all_gather``, ``reduce_scatter``, ``all_to_all``, ``send`` and ``recv``: each
 becomes the ``ttile`` host op of the same name in the lowered host function, on
 the operand's buffer, with the op's properties (reduction, axis, dims, peer,
-``nondeterministic``). ``tgraph.all_slice`` needs no communication: it becomes
+``nondeterministic``; every ``all_reduce`` is ``nondeterministic`` when the pass's
+``deterministic`` option is off). ``tgraph.all_slice`` needs no communication: it becomes
 ``ttile.mesh_coord`` (this rank's coordinate along the axis) and an ordinary
 kernel copying block ``coord`` of the sliced dim (:func:`lower_all_slice`).
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import IndexType
+from xdsl.dialects.builtin import IndexType, UnitAttr
 from xdsl.ir import Operation, SSAValue
 
 from tessera.ir import graph as g
@@ -65,10 +66,13 @@ def lower_collective(lw: _FunctionLowering, op: Operation) -> None:
     from tessera.passes.lower_graph_to_tile import memref_of
 
     _check_stage(op)
+    props = dict(op.properties)
+    if isinstance(op, g.AllReduceOp) and not lw.deterministic:
+        props["nondeterministic"] = UnitAttr()
     new = GRAPH_TO_TILE[type(op)].create(
         operands=[lw.mem(v) for v in op.operands],
         result_types=[memref_of(r.type) for r in op.results],
-        properties=dict(op.properties),
+        properties=props,
     )
     lw.host_op(new)
     for old, r in zip(op.results, new.results):

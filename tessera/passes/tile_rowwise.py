@@ -29,9 +29,10 @@ from __future__ import annotations
 import math as pymath
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import prod
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import math
+from xdsl.dialects import arith, math
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, VectorType, f32
 from xdsl.ir import Attribute, SSAValue
 
@@ -205,6 +206,47 @@ def _rows(shape: Sequence[int]) -> int:
     for d in shape[:-1]:
         n *= d
     return n
+
+
+def lower_logsumexp(lw: _FunctionLowering, op: g.LogSumExpOp) -> None:
+    """``tgraph.logsumexp``: one tile per output element (its slice strided over the lanes),
+    two passes over the slice: ``m = max x``, then ``s = sum exp(x - m)``; the result is
+    ``m + log s`` with ``m`` taken as 0 where it is infinite (so an all ``-inf`` or empty
+    slice gives ``-inf`` and a ``+inf`` element ``+inf``, as torch). Computed in f32 (f64
+    for f64 tensors), so no term overflows: every ``exp`` argument is at most 0."""
+    from tessera.passes.lower_graph_to_tile import _accum_type
+    from tessera.passes.lower_graph_to_tile import _Row as _Slice
+
+    t = g.elem_of(op.input)
+    acc_t = _accum_type(t, op)
+    row = _Slice(g.shape_of(op.input), op.axis_list())
+    out = lw.alloc(op.result.type)
+    keep = op.keepdims is not None
+    group, _ = row.group()
+
+    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+        o_ref, x = args
+        o = e.tile_id("x")
+        lane = e.local_id()
+
+        def load(ie: KernelEmitter, idx: list[Idx], ok: SSAValue) -> SSAValue:
+            return ie.convert(ie.load(x, idx, mask=ok), acc_t)
+
+        m = lw.row_reduce(e, row, o, lane, "max", acc_t, load)
+        inf = e.op(arith.CmpfOp(e.op(math.AbsFOp(m)), e.const(pymath.inf, acc_t), "oeq"))
+        m = e.vselect(inf, e.const(0.0, acc_t), m)
+        s = lw.row_reduce(
+            e, row, o, lane, "sum", acc_t, lambda ie, idx, ok: ie.exp(ie.fsub(load(ie, idx, ok), m))
+        )
+        y = e.fadd(e.op(math.LogOp(s)), m)
+        oidx = e.unravel(o, row.kept)
+        if keep:
+            it = iter(oidx)
+            oidx = [0 if k in row.axes else next(it) for k in range(len(row.shape))]
+        e.store(e.convert(y, t), o_ref, oidx, mask=e.eq(lane, 0))
+
+    lw.kernel("logsumexp", [out, lw.mem(op.input)], group, [prod(row.kept), 1, 1], build)
+    lw.env[op.result] = out
 
 
 def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> None:

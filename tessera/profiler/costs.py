@@ -17,6 +17,8 @@ select                     as one operation each)
 cast, shape ops, constant  0 (data movement only)
 sum / max / min            input elements - result elements
 mean                       input elements
+logsumexp                  4 per input element (max, subtract, exp, sum) + 2 per result
+                           element (log, add)
 softmax                    5 per element (max, subtract, exp, sum, divide)
 rmsnorm                    3 per element (square, sum, scale) + 1 per row (rsqrt),
                            + 1 per element with a weight
@@ -44,12 +46,14 @@ collectives, send/recv)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import graph as g
+from tessera.ir.registry import OpRegistry
 
 
 @dataclass(frozen=True)
@@ -148,70 +152,122 @@ def _fft_flops(op: Operation, axes: int) -> int:
     return int(round(5 * pts * math.log2(pts))) * transforms if pts > 1 else 0
 
 
-_ZERO_FLOP = (
+FlopRule = Callable[[Operation], "int | None"]
+"""FLOPs of one op from its types (None when unknown)."""
+
+COSTS: OpRegistry[FlopRule] = OpRegistry("cost")
+"""The FLOP count of each op, by op class (the table in the module docstring); an op with
+no entry has unknown FLOPs."""
+
+
+@COSTS.register(g.ElementwiseBinaryOp, g.ElementwiseUnaryOp, g.SelectOp)
+def _elementwise(op: Operation) -> int:
+    return numel(op.results[0])
+
+
+@COSTS.register(
     g.CastOp, g.TransposeOp, g.ReshapeOp, g.BroadcastOp, g.SliceOp, g.ConcatOp, g.ConstantOp,
 )
-_UNKNOWN = (
+def _data_movement(op: Operation) -> int:
+    return 0
+
+
+@COSTS.register(
     g.SVDOp, g.RandnOp, g.PoissonOp, g.AllReduceOp, g.AllGatherOp, g.ReduceScatterOp,
     g.AllToAllOp, g.AllSliceOp, g.SendOp, g.RecvOp,
 )
+def _unknown(op: Operation) -> None:
+    return None
+
+
+@COSTS.register(g.MeanOp)
+def _mean(op: g.MeanOp) -> int:
+    return numel(op.input)
+
+
+@COSTS.register(g.ReductionOp)
+def _reduction(op: g.ReductionOp) -> int:
+    return numel(op.input) - numel(op.results[0])
+
+
+@COSTS.register(g.LogSumExpOp)
+def _logsumexp(op: g.LogSumExpOp) -> int:
+    return 4 * numel(op.input) + 2 * numel(op.result)
+
+
+@COSTS.register(g.SoftmaxOp)
+def _softmax(op: g.SoftmaxOp) -> int:
+    return 5 * numel(op.input)
+
+
+COSTS.register(g.RMSNormOp, g.LayerNormOp)(_norm_flops)
+COSTS.register(g.MatmulOp)(_matmul_flops)
+COSTS.register(g.FlashAttentionOp, g.FlashAttentionFwdOp)(_attention_flops)
+COSTS.register(g.FlashAttentionBwdOp)(_attention_bwd_flops)
+
+
+@COSTS.register(g.MatmulEpilogueOp)
+def _matmul_epilogue(op: g.MatmulEpilogueOp) -> int:
+    n = numel(op.result)
+    return (
+        _matmul_flops(op)
+        + (n if op.bias is not None else 0)
+        + (n if op.activation is not None else 0)
+    )
+
+
+@COSTS.register(g.Conv2dOp)
+def _conv2d(op: g.Conv2dOp) -> int:
+    w = _shape(op.weight)
+    out = numel(op.result)
+    return 2 * out * w[1] * w[2] * w[3] + (out if op.bias is not None else 0)
+
+
+@COSTS.register(g.MSEOp)
+def _mse(op: g.MSEOp) -> int:
+    a, b = _shape(op.pred), _shape(op.target)
+    n = math.prod(g.broadcast_shapes(a, b) or a)
+    return 3 * n + 1
+
+
+@COSTS.register(g.FFTOp)
+def _fft(op: g.FFTOp) -> int:
+    return _fft_flops(op, 1)
+
+
+@COSTS.register(g.FFT2dOp)
+def _fft2d(op: g.FFT2dOp) -> int:
+    return _fft_flops(op, 2)
+
+
+@COSTS.register(g.CholeskyOp)
+def _cholesky(op: g.CholeskyOp) -> int:
+    shape = _shape(op.input)
+    return math.prod(shape[:-2]) * shape[-1] ** 3 // 3
+
+
+@COSTS.register(g.SpMMOp)
+def _spmm(op: g.SpMMOp) -> int:
+    return 2 * numel(op.values) * _shape(op.dense)[-1]
+
+
+@COSTS.register(g.FusedOp)
+def _fused(op: g.FusedOp) -> int | None:
+    total = 0
+    for inner in op.block.ops:
+        if isinstance(inner, g.YieldOp):
+            continue
+        f = flops(inner)
+        if f is None:
+            return None
+        total += f
+    return total
 
 
 def flops(op: Operation) -> int | None:
     """The op's FLOPs by the table in the module docstring (None when unknown)."""
-    if isinstance(op, g.ElementwiseBinaryOp | g.ElementwiseUnaryOp | g.SelectOp):
-        return numel(op.results[0])
-    if isinstance(op, _ZERO_FLOP):
-        return 0
-    if isinstance(op, g.MeanOp):
-        return numel(op.input)
-    if isinstance(op, g.ReductionOp):
-        return numel(op.input) - numel(op.results[0])
-    if isinstance(op, g.SoftmaxOp):
-        return 5 * numel(op.input)
-    if isinstance(op, g.RMSNormOp | g.LayerNormOp):
-        return _norm_flops(op)
-    if isinstance(op, g.MatmulOp):
-        return _matmul_flops(op)
-    if isinstance(op, g.MatmulEpilogueOp):
-        n = numel(op.result)
-        return (
-            _matmul_flops(op)
-            + (n if op.bias is not None else 0)
-            + (n if op.activation is not None else 0)
-        )
-    if isinstance(op, g.FlashAttentionOp | g.FlashAttentionFwdOp):
-        return _attention_flops(op)
-    if isinstance(op, g.FlashAttentionBwdOp):
-        return _attention_bwd_flops(op)
-    if isinstance(op, g.Conv2dOp):
-        w = _shape(op.weight)
-        out = numel(op.result)
-        return 2 * out * w[1] * w[2] * w[3] + (out if op.bias is not None else 0)
-    if isinstance(op, g.MSEOp):
-        a, b = _shape(op.pred), _shape(op.target)
-        n = math.prod(g.broadcast_shapes(a, b) or a)
-        return 3 * n + 1
-    if isinstance(op, g.FFTOp):
-        return _fft_flops(op, 1)
-    if isinstance(op, g.FFT2dOp):
-        return _fft_flops(op, 2)
-    if isinstance(op, g.CholeskyOp):
-        shape = _shape(op.input)
-        return math.prod(shape[:-2]) * shape[-1] ** 3 // 3
-    if isinstance(op, g.SpMMOp):
-        return 2 * numel(op.values) * _shape(op.dense)[-1]
-    if isinstance(op, g.FusedOp):
-        total = 0
-        for inner in op.block.ops:
-            if isinstance(inner, g.YieldOp):
-                continue
-            f = flops(inner)
-            if f is None:
-                return None
-            total += f
-        return total
-    return None
+    rule = COSTS.get(op)
+    return None if rule is None else rule(op)
 
 
 def op_cost(op: Operation) -> Cost:

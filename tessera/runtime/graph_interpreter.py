@@ -47,6 +47,7 @@ from tessera.ir import graph as g
 from tessera.ir.attrs import policy_of
 from tessera.ir.dtypes import fp64
 from tessera.ir.policy import NumericPolicy
+from tessera.ir.registry import OpRegistry
 from tessera.numerics import cast_array
 from tessera.numerics.random import poisson_array, randn_array
 
@@ -129,6 +130,22 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-x))
 
 
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[x.dtype])(x)
+
+
+def _logsumexp(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    """``m + log(sum(exp(x - m)))`` over ``axes``, ``m`` the maximum (0 where infinite or
+    the slice is empty), as torch.logsumexp."""
+    if x.size == 0:
+        m = np.zeros(tuple(1 if i in axes else d for i, d in enumerate(x.shape)), x.dtype)
+    else:
+        m = np.max(x, axis=axes, keepdims=True)
+        m = np.where(np.isinf(m), x.dtype.type(0), m)
+    r = np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
+    return r if keepdims else np.squeeze(r, axis=axes)
+
+
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Integer division truncating toward zero (as ``arith.divsi``)."""
     if np.any(b == 0):
@@ -165,6 +182,7 @@ _UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
     g.GeluOp: _gelu,
     g.SiluOp: lambda x: x * _sigmoid(x),
     g.SigmoidOp: _sigmoid,
+    g.ErfOp: _erf,
 }
 
 _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -231,528 +249,659 @@ def _collective(op: Operation, args: Sequence[np.ndarray], group: int) -> Any:
     return COLLECTIVE_BACKEND(op, list(args), group)
 
 
-@register_impls
-class GraphFunctions(InterpreterFunctions):
-    """Numpy implementations of every ``tgraph`` op."""
+Semantics = Callable[[Interpreter, Any, tuple[Any, ...]], tuple[Any, ...]]
+"""The numpy meaning of one op: ``(interpreter, op, operand values) -> result values``."""
 
-    # ------------------------------------------------------------ elementwise
-    def _binary(self, op: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        a, b = args
-        t = op.lhs.type
-        fn = _BINARY[type(op)]
-        x, y = load(a, t), load(b, t)
-        if isinstance(op, g.DivOp) and compute_dtype(t).kind == "i":
-            fn = _int_div
-        if isinstance(op, g.PowOp) and compute_dtype(t).kind == "i" and np.any(y < 0):
-            raise DataError(
-                "tgraph.pow: integers to negative integer powers are not allowed "
-                f"(exponent {int(np.min(y))})"
-            )
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            r = fn(x, y)
-        if isinstance(op, g.CompareOp):
-            return (np.asarray(r, dtype=np.bool_),)
-        return (store(r, op.result.type),)
+SEMANTICS: OpRegistry[Semantics] = OpRegistry("reference semantics")
+"""The numpy implementation of each ``tgraph`` op, by op class; :class:`GraphFunctions`
+binds them as xDSL interpreter implementations."""
 
-    @impl(g.AddOp)
-    def run_add(self, interp: Interpreter, op: g.AddOp, args: tuple[Any, ...]):
-        return self._binary(op, args)
 
-    @impl(g.SubOp)
-    def run_sub(self, interp: Interpreter, op: g.SubOp, args: tuple[Any, ...]):
-        return self._binary(op, args)
+# ------------------------------------------------------------ elementwise
 
-    @impl(g.MulOp)
-    def run_mul(self, interp: Interpreter, op: g.MulOp, args: tuple[Any, ...]):
-        return self._binary(op, args)
 
-    @impl(g.DivOp)
-    def run_div(self, interp: Interpreter, op: g.DivOp, args: tuple[Any, ...]):
-        return self._binary(op, args)
-
-    @impl(g.PowOp)
-    def run_pow(self, interp: Interpreter, op: g.PowOp, args: tuple[Any, ...]):
-        return self._binary(op, args)
-
-    @impl(g.MaximumOp)
-    def run_maximum(self, interp: Interpreter, op: g.MaximumOp, args: tuple[Any, ...]):
-        return self._binary(op, args)
-
-    @impl(g.MinimumOp)
-    def run_minimum(self, interp: Interpreter, op: g.MinimumOp, args: tuple[Any, ...]):
-        return self._binary(op, args)
-
-    @impl(g.LtOp)
-    def run_lt(self, interp: Interpreter, op: g.LtOp, args: tuple[Any, ...]):
-        return self._binary(op, args)
-
-    @impl(g.LeOp)
-    def run_le(self, interp: Interpreter, op: g.LeOp, args: tuple[Any, ...]):
-        return self._binary(op, args)
-
-    @impl(g.GtOp)
-    def run_gt(self, interp: Interpreter, op: g.GtOp, args: tuple[Any, ...]):
-        return self._binary(op, args)
-
-    @impl(g.GeOp)
-    def run_ge(self, interp: Interpreter, op: g.GeOp, args: tuple[Any, ...]):
-        return self._binary(op, args)
-
-    @impl(g.EqOp)
-    def run_eq(self, interp: Interpreter, op: g.EqOp, args: tuple[Any, ...]):
-        return self._binary(op, args)
-
-    @impl(g.NeOp)
-    def run_ne(self, interp: Interpreter, op: g.NeOp, args: tuple[Any, ...]):
-        return self._binary(op, args)
-
-    @impl(g.SelectOp)
-    def run_select(self, interp: Interpreter, op: g.SelectOp, args: tuple[Any, ...]):
-        c, a, b = args
-        t = op.result.type
-        return (store(np.where(c, load(a, t), load(b, t)), t),)
-
-    def _unary(self, op: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        (a,) = args
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            r = _UNARY[type(op)](load(a, op.input.type))
-        return (store(r, op.result.type),)
-
-    @impl(g.NegOp)
-    def run_neg(self, interp: Interpreter, op: g.NegOp, args: tuple[Any, ...]):
-        return self._unary(op, args)
-
-    @impl(g.AbsOp)
-    def run_abs(self, interp: Interpreter, op: g.AbsOp, args: tuple[Any, ...]):
-        return self._unary(op, args)
-
-    @impl(g.ExpOp)
-    def run_exp(self, interp: Interpreter, op: g.ExpOp, args: tuple[Any, ...]):
-        return self._unary(op, args)
-
-    @impl(g.LogOp)
-    def run_log(self, interp: Interpreter, op: g.LogOp, args: tuple[Any, ...]):
-        return self._unary(op, args)
-
-    @impl(g.SqrtOp)
-    def run_sqrt(self, interp: Interpreter, op: g.SqrtOp, args: tuple[Any, ...]):
-        return self._unary(op, args)
-
-    @impl(g.RsqrtOp)
-    def run_rsqrt(self, interp: Interpreter, op: g.RsqrtOp, args: tuple[Any, ...]):
-        return self._unary(op, args)
-
-    @impl(g.TanhOp)
-    def run_tanh(self, interp: Interpreter, op: g.TanhOp, args: tuple[Any, ...]):
-        return self._unary(op, args)
-
-    @impl(g.ReluOp)
-    def run_relu(self, interp: Interpreter, op: g.ReluOp, args: tuple[Any, ...]):
-        return self._unary(op, args)
-
-    @impl(g.GeluOp)
-    def run_gelu(self, interp: Interpreter, op: g.GeluOp, args: tuple[Any, ...]):
-        return self._unary(op, args)
-
-    @impl(g.SiluOp)
-    def run_silu(self, interp: Interpreter, op: g.SiluOp, args: tuple[Any, ...]):
-        return self._unary(op, args)
-
-    @impl(g.SigmoidOp)
-    def run_sigmoid(self, interp: Interpreter, op: g.SigmoidOp, args: tuple[Any, ...]):
-        return self._unary(op, args)
-
-    @impl(g.CastOp)
-    def run_cast(self, interp: Interpreter, op: g.CastOp, args: tuple[Any, ...]):
-        (a,) = args
-        seed = op.seed.value.data if op.seed is not None else None
-        src, dst = np_dtype_of(op.input.type), np_dtype_of(op.result.type)
-        pol = _policy(op.result.type)
-        if (
-            dst.kind in "iu"
-            and src.kind not in "biu"
-            and not isinstance(op.input.type.element_type, ComplexType)
-            and pol.loss_scale is None
-            and pol.rounding != "stochastic"
-        ):
-            # float -> integer truncates toward zero (torch, numpy and arith.fptosi)
-            with np.errstate(invalid="ignore"):
-                a = np.trunc(load(a, op.input.type, np.dtype(np.float64)))
-        return (store(a, op.result.type, with_scale=True, seed=seed),)
-
-    # ------------------------------------------------------------ reductions
-    def _reduce(self, op: Any, args: tuple[Any, ...], fn: Callable[..., Any], acc: bool) -> Any:
-        (a,) = args
-        t = op.input.type
-        x = load(a, t, accum_dtype(t) if acc else None)
-        with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
-            warnings.simplefilter("ignore", RuntimeWarning)  # the mean of nothing is NaN
-            r = fn(x, axis=_reduce_axes(op), keepdims=op.keepdims is not None)
-        return (store(r, op.result.type),)
-
-    @impl(g.SumOp)
-    def run_sum(self, interp: Interpreter, op: g.SumOp, args: tuple[Any, ...]):
-        return self._reduce(op, args, np.sum, True)
-
-    @impl(g.MeanOp)
-    def run_mean(self, interp: Interpreter, op: g.MeanOp, args: tuple[Any, ...]):
-        return self._reduce(op, args, np.mean, True)
-
-    @impl(g.MaxOp)
-    def run_max(self, interp: Interpreter, op: g.MaxOp, args: tuple[Any, ...]):
-        return self._reduce(op, args, np.max, False)
-
-    @impl(g.MinOp)
-    def run_min(self, interp: Interpreter, op: g.MinOp, args: tuple[Any, ...]):
-        return self._reduce(op, args, np.min, False)
-
-    # ------------------------------------------------------------ nn ops
-    @impl(g.SoftmaxOp)
-    def run_softmax(self, interp: Interpreter, op: g.SoftmaxOp, args: tuple[Any, ...]):
-        (a,) = args
-        r = _softmax(load(a, op.input.type), op.axis.value.data)
-        return (store(r, op.result.type),)
-
-    @impl(g.LayerNormOp)
-    def run_layernorm(self, interp: Interpreter, op: g.LayerNormOp, args: tuple[Any, ...]):
-        t = op.input.type
-        vals = _by_operand(op, args)
-        x = load(vals[op.input], t)
-        mu = np.mean(x, axis=-1, keepdims=True)
-        var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
-        y = (x - mu) / np.sqrt(var + np.asarray(op.eps.value.data, x.dtype))
-        if op.weight is not None:
-            y = y * load(vals[op.weight], t)
-        if op.bias is not None:
-            y = y + load(vals[op.bias], t)
-        return (store(y, op.result.type),)
-
-    @impl(g.RMSNormOp)
-    def run_rmsnorm(self, interp: Interpreter, op: g.RMSNormOp, args: tuple[Any, ...]):
-        t = op.input.type
-        vals = _by_operand(op, args)
-        x = load(vals[op.input], t)
-        ms = np.mean(x * x, axis=-1, keepdims=True)
-        y = x / np.sqrt(ms + np.asarray(op.eps.value.data, x.dtype))
-        if op.weight is not None:
-            y = y * load(vals[op.weight], t)
-        return (store(y, op.result.type),)
-
-    @impl(g.MatmulOp)
-    def run_matmul(self, interp: Interpreter, op: g.MatmulOp, args: tuple[Any, ...]):
-        a, b = args
-        r = _matmul(op, a, b, accum_dtype(op.lhs.type))
-        return (store(r, op.result.type),)
-
-    @impl(g.MatmulEpilogueOp)
-    def run_matmul_epilogue(
-        self, interp: Interpreter, op: g.MatmulEpilogueOp, args: tuple[Any, ...]
-    ):
-        vals = _by_operand(op, args)
-        pt = op.product_type
-        r = store(_matmul(op, vals[op.lhs], vals[op.rhs], accum_dtype(op.lhs.type)), pt)
-        if op.bias is not None:
-            r = store(load(r, pt) + load(vals[op.bias], pt), pt)
-        if op.activation is not None:
-            r = store(_ACTIVATIONS[op.activation.data](load(r, pt)), pt)
-        if op.compute_type is not None:
-            r = store(r, op.result.type, with_scale=True)
-        return (r,)
-
-    @impl(g.FlashAttentionOp)
-    def run_flash_attention(
-        self, interp: Interpreter, op: g.FlashAttentionOp, args: tuple[Any, ...]
-    ):
-        t = op.q.type
-        acc = accum_dtype(t)
-        q, k, v = (load(x, t, acc) for x in args)
-        d = q.shape[-1]
-        scale = op.scale.value.data if op.scale is not None else 1.0 / math.sqrt(d)
-        s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, acc)
-        if op.causal is not None:
-            sq, sk = s.shape[-2], s.shape[-1]
-            mask = np.arange(sk)[None, :] > np.arange(sq)[:, None]
-            s = np.where(mask, -np.inf, s)
-        p = _softmax(s, -1)
-        return (store(np.matmul(p, v), op.result.type),)
-
-    @impl(g.FlashAttentionFwdOp)
-    def run_flash_attention_fwd(
-        self, interp: Interpreter, op: g.FlashAttentionFwdOp, args: tuple[Any, ...]
-    ):
-        q, k, v = (load(x, op.q.type, np.dtype(np.float64)) for x in args)
-        s = _attention_scores(op, q, k)
-        m = np.max(s, axis=-1, keepdims=True)
-        e = np.exp(s - m)
-        total = np.sum(e, axis=-1, keepdims=True)
-        lse = (m + np.log(total))[..., 0]
-        return store(np.matmul(e / total, v), op.result.type), store(lse, op.lse.type)
-
-    @impl(g.FlashAttentionBwdOp)
-    def run_flash_attention_bwd(
-        self, interp: Interpreter, op: g.FlashAttentionBwdOp, args: tuple[Any, ...]
-    ):
-        q, k, v, o, do = (load(x, op.q.type, np.dtype(np.float64)) for x in args[:5])
-        lse = load(args[5], op.lse.type, np.dtype(np.float64))
-        scale = _attention_scale(op)
-        p = np.exp(_attention_scores(op, q, k) - lse[..., None])
-        dv = np.matmul(np.swapaxes(p, -1, -2), do)
-        di = np.sum(do * o, axis=-1, keepdims=True)
-        ds = p * (np.matmul(do, np.swapaxes(v, -1, -2)) - di) * scale
-        dq = np.matmul(ds, k)
-        dk = np.matmul(np.swapaxes(ds, -1, -2), q)
-        return store(dq, op.dq.type), store(dk, op.dk.type), store(dv, op.dv.type)
-
-    @impl(g.Conv2dOp)
-    def run_conv2d(self, interp: Interpreter, op: g.Conv2dOp, args: tuple[Any, ...]):
-        t = op.input.type
-        acc = accum_dtype(t)
-        vals = _by_operand(op, args)
-        x, w = load(vals[op.input], t, acc), load(vals[op.weight], t, acc)
-        sh, sw = op.stride.get_values()
-        ph, pw = op.padding.get_values()
-        x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-        kh, kw = w.shape[2], w.shape[3]
-        win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))
-        win = win[:, :, ::sh, ::sw]
-        y = np.einsum("nchwij,ocij->nohw", win, w)
-        if op.bias is not None:
-            y = y + load(vals[op.bias], t, acc)[None, :, None, None]
-        return (store(y, op.result.type),)
-
-    @impl(g.MSEOp)
-    def run_mse(self, interp: Interpreter, op: g.MSEOp, args: tuple[Any, ...]):
-        t = op.pred.type
-        acc = accum_dtype(t)
-        d = load(args[0], t, acc) - load(args[1], t, acc)
-        return (store(np.mean(d * d), op.result.type),)
-
-    # ------------------------------------------------------------ shape ops
-    @impl(g.TransposeOp)
-    def run_transpose(self, interp: Interpreter, op: g.TransposeOp, args: tuple[Any, ...]):
-        perm = tuple(op.permutation.get_values())
-        return (np.ascontiguousarray(np.transpose(args[0], perm)),)
-
-    @impl(g.ReshapeOp)
-    def run_reshape(self, interp: Interpreter, op: g.ReshapeOp, args: tuple[Any, ...]):
-        return (np.reshape(args[0], tuple(op.result.type.get_shape())).copy(),)
-
-    @impl(g.BroadcastOp)
-    def run_broadcast(self, interp: Interpreter, op: g.BroadcastOp, args: tuple[Any, ...]):
-        return (np.broadcast_to(args[0], tuple(op.result.type.get_shape())).copy(),)
-
-    @impl(g.SliceOp)
-    def run_slice(self, interp: Interpreter, op: g.SliceOp, args: tuple[Any, ...]):
-        idx = tuple(
-            slice(a, b, c)
-            for a, b, c in zip(
-                op.start.get_values(), op.limit.get_values(), op.stride.get_values()
-            )
+def _binary(op: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    a, b = args
+    t = op.lhs.type
+    fn = _BINARY[type(op)]
+    x, y = load(a, t), load(b, t)
+    if isinstance(op, g.DivOp) and compute_dtype(t).kind == "i":
+        fn = _int_div
+    if isinstance(op, g.PowOp) and compute_dtype(t).kind == "i" and np.any(y < 0):
+        raise DataError(
+            "tgraph.pow: integers to negative integer powers are not allowed "
+            f"(exponent {int(np.min(y))})"
         )
-        return (np.ascontiguousarray(args[0][idx]),)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = fn(x, y)
+    if isinstance(op, g.CompareOp):
+        return (np.asarray(r, dtype=np.bool_),)
+    return (store(r, op.result.type),)
 
-    @impl(g.ConcatOp)
-    def run_concat(self, interp: Interpreter, op: g.ConcatOp, args: tuple[Any, ...]):
-        return (np.concatenate(args, axis=op.axis.value.data),)
 
-    @impl(g.ConstantOp)
-    def run_constant(self, interp: Interpreter, op: g.ConstantOp, args: tuple[Any, ...]):
-        attr = op.value
-        vals = np.asarray(attr.get_values())
-        vals = vals.reshape(tuple(attr.get_shape()))
-        shape = tuple(op.result.type.get_shape())
-        if vals.shape != shape:
-            vals = np.broadcast_to(vals.reshape(()) if vals.size == 1 else vals, shape)
-        return (store(vals, op.result.type),)
+@SEMANTICS.register(g.AddOp)
+def run_add(interp: Interpreter, op: g.AddOp, args: tuple[Any, ...]):
+    return _binary(op, args)
 
-    # ------------------------------------------------------------ scientific ops
-    def _fft(self, op: Any, args: tuple[Any, ...], two_d: bool) -> tuple[Any, ...]:
-        (a,) = args
-        x = np.asarray(a)
-        if x.dtype.kind != "c":
-            x = x.astype(np.float64)
-        inv = op.inverse is not None
-        if two_d:
-            r = np.fft.ifft2(x) if inv else np.fft.fft2(x)
-        else:
-            r = np.fft.ifft(x) if inv else np.fft.fft(x)
-        return (store(r, op.result.type),)
 
-    @impl(g.FFTOp)
-    def run_fft(self, interp: Interpreter, op: g.FFTOp, args: tuple[Any, ...]):
-        return self._fft(op, args, False)
+@SEMANTICS.register(g.SubOp)
+def run_sub(interp: Interpreter, op: g.SubOp, args: tuple[Any, ...]):
+    return _binary(op, args)
 
-    @impl(g.FFT2dOp)
-    def run_fft2d(self, interp: Interpreter, op: g.FFT2dOp, args: tuple[Any, ...]):
-        return self._fft(op, args, True)
 
-    @impl(g.CholeskyOp)
-    def run_cholesky(self, interp: Interpreter, op: g.CholeskyOp, args: tuple[Any, ...]):
-        t = op.input.type
-        try:
-            r = np.linalg.cholesky(load(args[0], t))
-        except np.linalg.LinAlgError as e:
-            raise DataError(f"tgraph.cholesky: matrix is not positive definite ({e})") from None
-        return (store(r, op.result.type),)
+@SEMANTICS.register(g.MulOp)
+def run_mul(interp: Interpreter, op: g.MulOp, args: tuple[Any, ...]):
+    return _binary(op, args)
 
-    @impl(g.SVDOp)
-    def run_svd(self, interp: Interpreter, op: g.SVDOp, args: tuple[Any, ...]):
-        u, s, vh = np.linalg.svd(load(args[0], op.input.type), full_matrices=False)
-        return (store(u, op.u.type), store(s, op.s.type), store(vh, op.vh.type))
 
-    @impl(g.SpMMOp)
-    def run_spmm(self, interp: Interpreter, op: g.SpMMOp, args: tuple[Any, ...]):
-        indptr, indices, values, dense = args
-        t = op.dense.type
-        acc = accum_dtype(t)
-        v, d = load(values, t, acc), load(dense, t, acc)
-        m, _ = op.sparse_shape.get_values()
-        rows, ix = self._csr_pattern(op, indptr, indices)
-        out = np.zeros((m, d.shape[1]), dtype=acc)
-        np.add.at(out, rows, v[:, None] * d[ix])
-        return (store(out, op.result.type),)
+@SEMANTICS.register(g.DivOp)
+def run_div(interp: Interpreter, op: g.DivOp, args: tuple[Any, ...]):
+    return _binary(op, args)
 
-    # ------------------------------------------------------------ derivative support ops
-    @impl(g.RealOp)
-    def run_real(self, interp: Interpreter, op: g.RealOp, args: tuple[Any, ...]):
-        return (store(np.real(np.asarray(args[0])), op.result.type),)
 
-    @impl(g.ImagOp)
-    def run_imag(self, interp: Interpreter, op: g.ImagOp, args: tuple[Any, ...]):
-        return (store(np.imag(np.asarray(args[0])), op.result.type),)
+@SEMANTICS.register(g.PowOp)
+def run_pow(interp: Interpreter, op: g.PowOp, args: tuple[Any, ...]):
+    return _binary(op, args)
 
-    @impl(g.ComplexOp)
-    def run_complex(self, interp: Interpreter, op: g.ComplexOp, args: tuple[Any, ...]):
-        t = op.real.type
-        re, im = load(args[0], t), load(args[1], t)
-        return (store(re + 1j * im, op.result.type),)
 
-    @impl(g.TriangularSolveOp)
-    def run_triangular_solve(
-        self, interp: Interpreter, op: g.TriangularSolveOp, args: tuple[Any, ...]
+@SEMANTICS.register(g.MaximumOp)
+def run_maximum(interp: Interpreter, op: g.MaximumOp, args: tuple[Any, ...]):
+    return _binary(op, args)
+
+
+@SEMANTICS.register(g.MinimumOp)
+def run_minimum(interp: Interpreter, op: g.MinimumOp, args: tuple[Any, ...]):
+    return _binary(op, args)
+
+
+@SEMANTICS.register(g.LtOp)
+def run_lt(interp: Interpreter, op: g.LtOp, args: tuple[Any, ...]):
+    return _binary(op, args)
+
+
+@SEMANTICS.register(g.LeOp)
+def run_le(interp: Interpreter, op: g.LeOp, args: tuple[Any, ...]):
+    return _binary(op, args)
+
+
+@SEMANTICS.register(g.GtOp)
+def run_gt(interp: Interpreter, op: g.GtOp, args: tuple[Any, ...]):
+    return _binary(op, args)
+
+
+@SEMANTICS.register(g.GeOp)
+def run_ge(interp: Interpreter, op: g.GeOp, args: tuple[Any, ...]):
+    return _binary(op, args)
+
+
+@SEMANTICS.register(g.EqOp)
+def run_eq(interp: Interpreter, op: g.EqOp, args: tuple[Any, ...]):
+    return _binary(op, args)
+
+
+@SEMANTICS.register(g.NeOp)
+def run_ne(interp: Interpreter, op: g.NeOp, args: tuple[Any, ...]):
+    return _binary(op, args)
+
+
+@SEMANTICS.register(g.SelectOp)
+def run_select(interp: Interpreter, op: g.SelectOp, args: tuple[Any, ...]):
+    c, a, b = args
+    t = op.result.type
+    return (store(np.where(c, load(a, t), load(b, t)), t),)
+
+
+def _unary(op: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    (a,) = args
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = _UNARY[type(op)](load(a, op.input.type))
+    return (store(r, op.result.type),)
+
+
+@SEMANTICS.register(g.NegOp)
+def run_neg(interp: Interpreter, op: g.NegOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.AbsOp)
+def run_abs(interp: Interpreter, op: g.AbsOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.ExpOp)
+def run_exp(interp: Interpreter, op: g.ExpOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.LogOp)
+def run_log(interp: Interpreter, op: g.LogOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.SqrtOp)
+def run_sqrt(interp: Interpreter, op: g.SqrtOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.RsqrtOp)
+def run_rsqrt(interp: Interpreter, op: g.RsqrtOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.TanhOp)
+def run_tanh(interp: Interpreter, op: g.TanhOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.ReluOp)
+def run_relu(interp: Interpreter, op: g.ReluOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.GeluOp)
+def run_gelu(interp: Interpreter, op: g.GeluOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.SiluOp)
+def run_silu(interp: Interpreter, op: g.SiluOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.SigmoidOp)
+def run_sigmoid(interp: Interpreter, op: g.SigmoidOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.ErfOp)
+def run_erf(interp: Interpreter, op: g.ErfOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.CastOp)
+def run_cast(interp: Interpreter, op: g.CastOp, args: tuple[Any, ...]):
+    (a,) = args
+    seed = op.seed.value.data if op.seed is not None else None
+    src, dst = np_dtype_of(op.input.type), np_dtype_of(op.result.type)
+    pol = _policy(op.result.type)
+    if (
+        dst.kind in "iu"
+        and src.kind not in "biu"
+        and not isinstance(op.input.type.element_type, ComplexType)
+        and pol.loss_scale is None
+        and pol.rounding != "stochastic"
     ):
-        t = op.a.type
-        acc = accum_dtype(t)
-        a, b = load(args[0], t, acc), load(args[1], t, acc)
-        a = np.triu(a) if op.upper is not None else np.tril(a)
-        if op.transpose_a is not None:
-            a = np.swapaxes(a, -1, -2)
-        diag = np.diagonal(a, axis1=-2, axis2=-1)
-        if np.any(diag == 0):
-            raise DataError("tgraph.triangular_solve: the triangular matrix is singular")
-        return (store(np.linalg.solve(a, b), op.result.type),)
+        # float -> integer truncates toward zero (torch, numpy and arith.fptosi)
+        with np.errstate(invalid="ignore"):
+            a = np.trunc(load(a, op.input.type, np.dtype(np.float64)))
+    return (store(a, op.result.type, with_scale=True, seed=seed),)
 
-    @staticmethod
-    def _csr_pattern(op: Any, indptr: Any, indices: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(row, column) of every stored entry of a CSR pattern, checked."""
-        m, k = op.sparse_shape.get_values()
-        ip = np.asarray(indptr, dtype=np.int64)
-        ix = np.asarray(indices, dtype=np.int64)
-        if (
-            ip.size != m + 1
-            or ip[0] != 0
-            or np.any(np.diff(ip) < 0)
-            or ip[-1] != ix.size
-            or np.any(ix < 0)
-            or np.any(ix >= k)
-        ):
-            raise DataError(
-                f"{op.name}: malformed CSR operands: indptr must have {m + 1} nondecreasing "
-                f"entries from 0 to the number of indices, indices lie in [0, {k})"
-            )
-        return np.repeat(np.arange(m), np.diff(ip)), ix
 
-    @impl(g.SpMMTransposeOp)
-    def run_spmm_transpose(
-        self, interp: Interpreter, op: g.SpMMTransposeOp, args: tuple[Any, ...]
+# ------------------------------------------------------------ reductions
+
+
+def _reduce(op: Any, args: tuple[Any, ...], fn: Callable[..., Any], acc: bool) -> Any:
+    (a,) = args
+    t = op.input.type
+    x = load(a, t, accum_dtype(t) if acc else None)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # the mean of nothing is NaN
+        r = fn(x, axis=_reduce_axes(op), keepdims=op.keepdims is not None)
+    return (store(r, op.result.type),)
+
+
+@SEMANTICS.register(g.SumOp)
+def run_sum(interp: Interpreter, op: g.SumOp, args: tuple[Any, ...]):
+    return _reduce(op, args, np.sum, True)
+
+
+@SEMANTICS.register(g.MeanOp)
+def run_mean(interp: Interpreter, op: g.MeanOp, args: tuple[Any, ...]):
+    return _reduce(op, args, np.mean, True)
+
+
+@SEMANTICS.register(g.MaxOp)
+def run_max(interp: Interpreter, op: g.MaxOp, args: tuple[Any, ...]):
+    return _reduce(op, args, np.max, False)
+
+
+@SEMANTICS.register(g.MinOp)
+def run_min(interp: Interpreter, op: g.MinOp, args: tuple[Any, ...]):
+    return _reduce(op, args, np.min, False)
+
+
+@SEMANTICS.register(g.LogSumExpOp)
+def run_logsumexp(interp: Interpreter, op: g.LogSumExpOp, args: tuple[Any, ...]):
+    (a,) = args
+    x = load(a, op.input.type, accum_dtype(op.input.type))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = _logsumexp(x, tuple(op.axis_list()), op.keepdims is not None)
+    return (store(r, op.result.type),)
+
+
+# ------------------------------------------------------------ nn ops
+
+
+@SEMANTICS.register(g.SoftmaxOp)
+def run_softmax(interp: Interpreter, op: g.SoftmaxOp, args: tuple[Any, ...]):
+    (a,) = args
+    r = _softmax(load(a, op.input.type), op.axis.value.data)
+    return (store(r, op.result.type),)
+
+
+@SEMANTICS.register(g.LayerNormOp)
+def run_layernorm(interp: Interpreter, op: g.LayerNormOp, args: tuple[Any, ...]):
+    t = op.input.type
+    vals = _by_operand(op, args)
+    x = load(vals[op.input], t)
+    mu = np.mean(x, axis=-1, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
+    y = (x - mu) / np.sqrt(var + np.asarray(op.eps.value.data, x.dtype))
+    if op.weight is not None:
+        y = y * load(vals[op.weight], t)
+    if op.bias is not None:
+        y = y + load(vals[op.bias], t)
+    return (store(y, op.result.type),)
+
+
+@SEMANTICS.register(g.RMSNormOp)
+def run_rmsnorm(interp: Interpreter, op: g.RMSNormOp, args: tuple[Any, ...]):
+    t = op.input.type
+    vals = _by_operand(op, args)
+    x = load(vals[op.input], t)
+    ms = np.mean(x * x, axis=-1, keepdims=True)
+    y = x / np.sqrt(ms + np.asarray(op.eps.value.data, x.dtype))
+    if op.weight is not None:
+        y = y * load(vals[op.weight], t)
+    return (store(y, op.result.type),)
+
+
+@SEMANTICS.register(g.MatmulOp)
+def run_matmul(interp: Interpreter, op: g.MatmulOp, args: tuple[Any, ...]):
+    a, b = args
+    r = _matmul(op, a, b, accum_dtype(op.lhs.type))
+    return (store(r, op.result.type),)
+
+
+@SEMANTICS.register(g.MatmulEpilogueOp)
+def run_matmul_epilogue(
+    interp: Interpreter, op: g.MatmulEpilogueOp, args: tuple[Any, ...]
+):
+    vals = _by_operand(op, args)
+    pt = op.product_type
+    r = store(_matmul(op, vals[op.lhs], vals[op.rhs], accum_dtype(op.lhs.type)), pt)
+    if op.bias is not None:
+        r = store(load(r, pt) + load(vals[op.bias], pt), pt)
+    if op.activation is not None:
+        r = store(_ACTIVATIONS[op.activation.data](load(r, pt)), pt)
+    if op.compute_type is not None:
+        r = store(r, op.result.type, with_scale=True)
+    return (r,)
+
+
+@SEMANTICS.register(g.FlashAttentionOp)
+def run_flash_attention(
+    interp: Interpreter, op: g.FlashAttentionOp, args: tuple[Any, ...]
+):
+    t = op.q.type
+    acc = accum_dtype(t)
+    q, k, v = (load(x, t, acc) for x in args)
+    d = q.shape[-1]
+    scale = op.scale.value.data if op.scale is not None else 1.0 / math.sqrt(d)
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, acc)
+    if op.causal is not None:
+        sq, sk = s.shape[-2], s.shape[-1]
+        mask = np.arange(sk)[None, :] > np.arange(sq)[:, None]
+        s = np.where(mask, -np.inf, s)
+    p = _softmax(s, -1)
+    return (store(np.matmul(p, v), op.result.type),)
+
+
+@SEMANTICS.register(g.FlashAttentionFwdOp)
+def run_flash_attention_fwd(
+    interp: Interpreter, op: g.FlashAttentionFwdOp, args: tuple[Any, ...]
+):
+    q, k, v = (load(x, op.q.type, np.dtype(np.float64)) for x in args)
+    s = _attention_scores(op, q, k)
+    m = np.max(s, axis=-1, keepdims=True)
+    e = np.exp(s - m)
+    total = np.sum(e, axis=-1, keepdims=True)
+    lse = (m + np.log(total))[..., 0]
+    return store(np.matmul(e / total, v), op.result.type), store(lse, op.lse.type)
+
+
+@SEMANTICS.register(g.FlashAttentionBwdOp)
+def run_flash_attention_bwd(
+    interp: Interpreter, op: g.FlashAttentionBwdOp, args: tuple[Any, ...]
+):
+    q, k, v, o, do = (load(x, op.q.type, np.dtype(np.float64)) for x in args[:5])
+    lse = load(args[5], op.lse.type, np.dtype(np.float64))
+    scale = _attention_scale(op)
+    p = np.exp(_attention_scores(op, q, k) - lse[..., None])
+    dv = np.matmul(np.swapaxes(p, -1, -2), do)
+    di = np.sum(do * o, axis=-1, keepdims=True)
+    ds = p * (np.matmul(do, np.swapaxes(v, -1, -2)) - di) * scale
+    dq = np.matmul(ds, k)
+    dk = np.matmul(np.swapaxes(ds, -1, -2), q)
+    return store(dq, op.dq.type), store(dk, op.dk.type), store(dv, op.dv.type)
+
+
+@SEMANTICS.register(g.Conv2dOp)
+def run_conv2d(interp: Interpreter, op: g.Conv2dOp, args: tuple[Any, ...]):
+    t = op.input.type
+    acc = accum_dtype(t)
+    vals = _by_operand(op, args)
+    x, w = load(vals[op.input], t, acc), load(vals[op.weight], t, acc)
+    sh, sw = op.stride.get_values()
+    ph, pw = op.padding.get_values()
+    x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    kh, kw = w.shape[2], w.shape[3]
+    win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))
+    win = win[:, :, ::sh, ::sw]
+    y = np.einsum("nchwij,ocij->nohw", win, w)
+    if op.bias is not None:
+        y = y + load(vals[op.bias], t, acc)[None, :, None, None]
+    return (store(y, op.result.type),)
+
+
+@SEMANTICS.register(g.MSEOp)
+def run_mse(interp: Interpreter, op: g.MSEOp, args: tuple[Any, ...]):
+    t = op.pred.type
+    acc = accum_dtype(t)
+    d = load(args[0], t, acc) - load(args[1], t, acc)
+    return (store(np.mean(d * d), op.result.type),)
+
+
+# ------------------------------------------------------------ shape ops
+
+
+@SEMANTICS.register(g.TransposeOp)
+def run_transpose(interp: Interpreter, op: g.TransposeOp, args: tuple[Any, ...]):
+    perm = tuple(op.permutation.get_values())
+    return (np.ascontiguousarray(np.transpose(args[0], perm)),)
+
+
+@SEMANTICS.register(g.ReshapeOp)
+def run_reshape(interp: Interpreter, op: g.ReshapeOp, args: tuple[Any, ...]):
+    return (np.reshape(args[0], tuple(op.result.type.get_shape())).copy(),)
+
+
+@SEMANTICS.register(g.BroadcastOp)
+def run_broadcast(interp: Interpreter, op: g.BroadcastOp, args: tuple[Any, ...]):
+    return (np.broadcast_to(args[0], tuple(op.result.type.get_shape())).copy(),)
+
+
+@SEMANTICS.register(g.SliceOp)
+def run_slice(interp: Interpreter, op: g.SliceOp, args: tuple[Any, ...]):
+    idx = tuple(
+        slice(a, b, c)
+        for a, b, c in zip(
+            op.start.get_values(), op.limit.get_values(), op.stride.get_values()
+        )
+    )
+    return (np.ascontiguousarray(args[0][idx]),)
+
+
+@SEMANTICS.register(g.ConcatOp)
+def run_concat(interp: Interpreter, op: g.ConcatOp, args: tuple[Any, ...]):
+    return (np.concatenate(args, axis=op.axis.value.data),)
+
+
+@SEMANTICS.register(g.ConstantOp)
+def run_constant(interp: Interpreter, op: g.ConstantOp, args: tuple[Any, ...]):
+    attr = op.value
+    vals = np.asarray(attr.get_values())
+    vals = vals.reshape(tuple(attr.get_shape()))
+    shape = tuple(op.result.type.get_shape())
+    if vals.shape != shape:
+        vals = np.broadcast_to(vals.reshape(()) if vals.size == 1 else vals, shape)
+    return (store(vals, op.result.type),)
+
+
+# ------------------------------------------------------------ scientific ops
+
+
+def _fft(op: Any, args: tuple[Any, ...], two_d: bool) -> tuple[Any, ...]:
+    (a,) = args
+    x = np.asarray(a)
+    if x.dtype.kind != "c":
+        x = x.astype(np.float64)
+    inv = op.inverse is not None
+    if two_d:
+        r = np.fft.ifft2(x) if inv else np.fft.fft2(x)
+    else:
+        r = np.fft.ifft(x) if inv else np.fft.fft(x)
+    return (store(r, op.result.type),)
+
+
+@SEMANTICS.register(g.FFTOp)
+def run_fft(interp: Interpreter, op: g.FFTOp, args: tuple[Any, ...]):
+    return _fft(op, args, False)
+
+
+@SEMANTICS.register(g.FFT2dOp)
+def run_fft2d(interp: Interpreter, op: g.FFT2dOp, args: tuple[Any, ...]):
+    return _fft(op, args, True)
+
+
+@SEMANTICS.register(g.CholeskyOp)
+def run_cholesky(interp: Interpreter, op: g.CholeskyOp, args: tuple[Any, ...]):
+    t = op.input.type
+    try:
+        r = np.linalg.cholesky(load(args[0], t))
+    except np.linalg.LinAlgError as e:
+        raise DataError(f"tgraph.cholesky: matrix is not positive definite ({e})") from None
+    return (store(r, op.result.type),)
+
+
+@SEMANTICS.register(g.SVDOp)
+def run_svd(interp: Interpreter, op: g.SVDOp, args: tuple[Any, ...]):
+    u, s, vh = np.linalg.svd(load(args[0], op.input.type), full_matrices=False)
+    return (store(u, op.u.type), store(s, op.s.type), store(vh, op.vh.type))
+
+
+@SEMANTICS.register(g.SpMMOp)
+def run_spmm(interp: Interpreter, op: g.SpMMOp, args: tuple[Any, ...]):
+    indptr, indices, values, dense = args
+    t = op.dense.type
+    acc = accum_dtype(t)
+    v, d = load(values, t, acc), load(dense, t, acc)
+    m, _ = op.sparse_shape.get_values()
+    rows, ix = _csr_pattern(op, indptr, indices)
+    out = np.zeros((m, d.shape[1]), dtype=acc)
+    np.add.at(out, rows, v[:, None] * d[ix])
+    return (store(out, op.result.type),)
+
+
+# ------------------------------------------------------------ derivative support ops
+
+
+@SEMANTICS.register(g.RealOp)
+def run_real(interp: Interpreter, op: g.RealOp, args: tuple[Any, ...]):
+    return (store(np.real(np.asarray(args[0])), op.result.type),)
+
+
+@SEMANTICS.register(g.ImagOp)
+def run_imag(interp: Interpreter, op: g.ImagOp, args: tuple[Any, ...]):
+    return (store(np.imag(np.asarray(args[0])), op.result.type),)
+
+
+@SEMANTICS.register(g.ComplexOp)
+def run_complex(interp: Interpreter, op: g.ComplexOp, args: tuple[Any, ...]):
+    t = op.real.type
+    re, im = load(args[0], t), load(args[1], t)
+    return (store(re + 1j * im, op.result.type),)
+
+
+@SEMANTICS.register(g.TriangularSolveOp)
+def run_triangular_solve(
+    interp: Interpreter, op: g.TriangularSolveOp, args: tuple[Any, ...]
+):
+    t = op.a.type
+    acc = accum_dtype(t)
+    a, b = load(args[0], t, acc), load(args[1], t, acc)
+    a = np.triu(a) if op.upper is not None else np.tril(a)
+    if op.transpose_a is not None:
+        a = np.swapaxes(a, -1, -2)
+    diag = np.diagonal(a, axis1=-2, axis2=-1)
+    if np.any(diag == 0):
+        raise DataError("tgraph.triangular_solve: the triangular matrix is singular")
+    return (store(np.linalg.solve(a, b), op.result.type),)
+
+
+@staticmethod
+def _csr_pattern(op: Any, indptr: Any, indices: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(row, column) of every stored entry of a CSR pattern, checked."""
+    m, k = op.sparse_shape.get_values()
+    ip = np.asarray(indptr, dtype=np.int64)
+    ix = np.asarray(indices, dtype=np.int64)
+    if (
+        ip.size != m + 1
+        or ip[0] != 0
+        or np.any(np.diff(ip) < 0)
+        or ip[-1] != ix.size
+        or np.any(ix < 0)
+        or np.any(ix >= k)
     ):
-        indptr, indices, values, dense = args
-        t = op.dense.type
-        acc = accum_dtype(t)
-        v, d = load(values, t, acc), load(dense, t, acc)
-        rows, cols = self._csr_pattern(op, indptr, indices)
-        out = np.zeros(tuple(op.result.type.get_shape()), dtype=acc)
-        np.add.at(out, cols, v[:, None] * d[rows])
-        return (store(out, op.result.type),)
+        raise DataError(
+            f"{op.name}: malformed CSR operands: indptr must have {m + 1} nondecreasing "
+            f"entries from 0 to the number of indices, indices lie in [0, {k})"
+        )
+    return np.repeat(np.arange(m), np.diff(ip)), ix
 
-    @impl(g.SDDMMOp)
-    def run_sddmm(self, interp: Interpreter, op: g.SDDMMOp, args: tuple[Any, ...]):
-        indptr, indices, lhs, rhs = args
-        t = op.lhs.type
-        acc = accum_dtype(t)
-        a, b = load(lhs, t, acc), load(rhs, t, acc)
-        rows, cols = self._csr_pattern(op, indptr, indices)
-        return (store(np.sum(a[rows] * b[cols], axis=1), op.result.type),)
 
-    # ------------------------------------------------------------ random
-    @staticmethod
-    def _stream(op: Any) -> tuple[int, int]:
-        """``(seed, offset)`` of a random op (offset 0 when absent)."""
-        return op.seed.value.data, op.offset.value.data if op.offset is not None else 0
+@SEMANTICS.register(g.SpMMTransposeOp)
+def run_spmm_transpose(
+    interp: Interpreter, op: g.SpMMTransposeOp, args: tuple[Any, ...]
+):
+    indptr, indices, values, dense = args
+    t = op.dense.type
+    acc = accum_dtype(t)
+    v, d = load(values, t, acc), load(dense, t, acc)
+    rows, cols = _csr_pattern(op, indptr, indices)
+    out = np.zeros(tuple(op.result.type.get_shape()), dtype=acc)
+    np.add.at(out, cols, v[:, None] * d[rows])
+    return (store(out, op.result.type),)
 
-    @impl(g.RandnOp)
-    def run_randn(self, interp: Interpreter, op: g.RandnOp, args: tuple[Any, ...]):
-        # Counter-based Box-Muller on Philox (tessera/numerics/random.py): the GPU
-        # kernel of lower-graph-to-tile computes the same float64 samples bit for bit.
-        r = randn_array(tuple(op.result.type.get_shape()), *self._stream(op))
-        return (store(r, op.result.type),)
 
-    @impl(g.PoissonOp)
-    def run_poisson(self, interp: Interpreter, op: g.PoissonOp, args: tuple[Any, ...]):
-        lam = np.asarray(args[0]).astype(np.float64)
-        return (store(poisson_array(lam, *self._stream(op)), op.result.type),)
+@SEMANTICS.register(g.SDDMMOp)
+def run_sddmm(interp: Interpreter, op: g.SDDMMOp, args: tuple[Any, ...]):
+    indptr, indices, lhs, rhs = args
+    t = op.lhs.type
+    acc = accum_dtype(t)
+    a, b = load(lhs, t, acc), load(rhs, t, acc)
+    rows, cols = _csr_pattern(op, indptr, indices)
+    return (store(np.sum(a[rows] * b[cols], axis=1), op.result.type),)
 
-    # ------------------------------------------------------------ collectives
-    @impl(g.AllReduceOp)
-    def run_all_reduce(self, interp: Interpreter, op: g.AllReduceOp, args: tuple[Any, ...]):
-        n = _group_size(op, op.axis.data)
-        return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
 
-    @impl(g.AllGatherOp)
-    def run_all_gather(self, interp: Interpreter, op: g.AllGatherOp, args: tuple[Any, ...]):
-        d = op.dim.value.data % len(args[0].shape)
-        implied = op.result.type.get_shape()[d] // max(args[0].shape[d], 1)
-        n = _group_size(op, op.axis.data, implied)
-        return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
+# ------------------------------------------------------------ random
 
-    @impl(g.ReduceScatterOp)
-    def run_reduce_scatter(
-        self, interp: Interpreter, op: g.ReduceScatterOp, args: tuple[Any, ...]
-    ):
-        d = op.dim.value.data % len(args[0].shape)
-        implied = args[0].shape[d] // max(op.result.type.get_shape()[d], 1)
-        n = _group_size(op, op.axis.data, implied)
-        return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
 
-    @impl(g.AllToAllOp)
-    def run_all_to_all(self, interp: Interpreter, op: g.AllToAllOp, args: tuple[Any, ...]):
-        n = _group_size(op, op.axis.data)
-        return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
+@staticmethod
+def _stream(op: Any) -> tuple[int, int]:
+    """``(seed, offset)`` of a random op (offset 0 when absent)."""
+    return op.seed.value.data, op.offset.value.data if op.offset is not None else 0
 
-    @impl(g.AllSliceOp)
-    def run_all_slice(self, interp: Interpreter, op: g.AllSliceOp, args: tuple[Any, ...]):
-        d = op.dim.value.data % len(args[0].shape)
-        implied = args[0].shape[d] // max(op.result.type.get_shape()[d], 1)
-        n = _group_size(op, op.axis.data, implied)
-        return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
 
-    @impl(g.SendOp)
-    def run_send(self, interp: Interpreter, op: g.SendOp, args: tuple[Any, ...]):
-        _collective(op, args, _group_size(op, op.axis.data))
-        return ()
+@SEMANTICS.register(g.RandnOp)
+def run_randn(interp: Interpreter, op: g.RandnOp, args: tuple[Any, ...]):
+    # Counter-based Box-Muller on Philox (tessera/numerics/random.py): the GPU
+    # kernel of lower-graph-to-tile computes the same float64 samples bit for bit.
+    r = randn_array(tuple(op.result.type.get_shape()), *_stream(op))
+    return (store(r, op.result.type),)
 
-    @impl(g.RecvOp)
-    def run_recv(self, interp: Interpreter, op: g.RecvOp, args: tuple[Any, ...]):
-        return (_collective(op, args, _group_size(op, op.axis.data)),)
 
-    # ------------------------------------------------------------ fusion
-    @impl(g.FusedOp)
-    def run_fused(self, interp: Interpreter, op: g.FusedOp, args: tuple[Any, ...]):
-        return interp.run_ssacfg_region(op.body, args, "tgraph.fused")
+@SEMANTICS.register(g.PoissonOp)
+def run_poisson(interp: Interpreter, op: g.PoissonOp, args: tuple[Any, ...]):
+    lam = np.asarray(args[0]).astype(np.float64)
+    return (store(poisson_array(lam, *_stream(op)), op.result.type),)
+
+
+# ------------------------------------------------------------ collectives
+
+
+@SEMANTICS.register(g.AllReduceOp)
+def run_all_reduce(interp: Interpreter, op: g.AllReduceOp, args: tuple[Any, ...]):
+    n = _group_size(op, op.axis.data)
+    return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
+
+
+@SEMANTICS.register(g.AllGatherOp)
+def run_all_gather(interp: Interpreter, op: g.AllGatherOp, args: tuple[Any, ...]):
+    d = op.dim.value.data % len(args[0].shape)
+    implied = op.result.type.get_shape()[d] // max(args[0].shape[d], 1)
+    n = _group_size(op, op.axis.data, implied)
+    return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
+
+
+@SEMANTICS.register(g.ReduceScatterOp)
+def run_reduce_scatter(
+    interp: Interpreter, op: g.ReduceScatterOp, args: tuple[Any, ...]
+):
+    d = op.dim.value.data % len(args[0].shape)
+    implied = args[0].shape[d] // max(op.result.type.get_shape()[d], 1)
+    n = _group_size(op, op.axis.data, implied)
+    return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
+
+
+@SEMANTICS.register(g.AllToAllOp)
+def run_all_to_all(interp: Interpreter, op: g.AllToAllOp, args: tuple[Any, ...]):
+    n = _group_size(op, op.axis.data)
+    return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
+
+
+@SEMANTICS.register(g.AllSliceOp)
+def run_all_slice(interp: Interpreter, op: g.AllSliceOp, args: tuple[Any, ...]):
+    d = op.dim.value.data % len(args[0].shape)
+    implied = args[0].shape[d] // max(op.result.type.get_shape()[d], 1)
+    n = _group_size(op, op.axis.data, implied)
+    return (args[0].copy(),) if n == 1 else (_collective(op, args, n),)
+
+
+@SEMANTICS.register(g.SendOp)
+def run_send(interp: Interpreter, op: g.SendOp, args: tuple[Any, ...]):
+    _collective(op, args, _group_size(op, op.axis.data))
+    return ()
+
+
+@SEMANTICS.register(g.RecvOp)
+def run_recv(interp: Interpreter, op: g.RecvOp, args: tuple[Any, ...]):
+    return (_collective(op, args, _group_size(op, op.axis.data)),)
+
+
+# ------------------------------------------------------------ fusion
+
+
+@SEMANTICS.register(g.FusedOp)
+def run_fused(interp: Interpreter, op: g.FusedOp, args: tuple[Any, ...]):
+    return interp.run_ssacfg_region(op.body, args, "tgraph.fused")
+
+
+def _bound(semantics: Semantics) -> Callable[..., tuple[Any, ...]]:
+    def run(
+        self: InterpreterFunctions, interp: Interpreter, op: Operation, args: tuple[Any, ...]
+    ) -> tuple[Any, ...]:
+        return semantics(interp, op, args)
+
+    return run
+
+
+class GraphFunctions(InterpreterFunctions):
+    """Numpy implementations of every ``tgraph`` op: the entry of :data:`SEMANTICS` of each
+    op of the dialect (bound below), and the terminator of a fused body."""
 
     @impl_terminator(g.YieldOp)
     def run_yield(self, interp: Interpreter, op: g.YieldOp, args: tuple[Any, ...]):
         return ReturnedValues(args), ()
+
+
+for _op in (*g.GRAPH_OPS, *g.DERIVATIVE_SUPPORT_OPS):
+    _semantics = SEMANTICS.get(_op)
+    if _semantics is not None:
+        setattr(GraphFunctions, f"run_{_op.name.split('.')[1]}", impl(_op)(_bound(_semantics)))
+
+
+register_impls(GraphFunctions)
 
 
 LISTENER_FACTORY: Callable[[ModuleOp], Interpreter.Listener] | None = None

@@ -246,7 +246,6 @@ def _limit_memory(extra_bytes: int) -> None:
 
 def _worker(conn: Connection, corpus: str, seed: int, time_limit: float, memory: int) -> None:
     """Run the case numbers that arrive on ``conn``; send back (number, Result)."""
-    os.environ.pop("TESSERA_DEBUG", None)
     seeds = load_corpus(Path(corpus))
     runner = IRRunner()
     from tessera.tools.fuzz_frontend import FrontendRunner
@@ -448,7 +447,6 @@ def fuzz(
 
 def replay(number: int, seed: int, corpus: Path | None = None, frontend: bool = False) -> None:
     """Print case ``number`` and run it here, with tracebacks shown."""
-    os.environ["TESSERA_DEBUG"] = "1"
     if frontend:
         from tessera.tools.fuzz_frontend import FrontendRunner
 

@@ -5,6 +5,12 @@ and starts in a few milliseconds. It passes its argv, working directory,
 environment and standard streams to the server named by ``TESSERA_TOOL_SERVER``
 and exits with the command's status. Without a server it runs the tool itself
 in a new Python.
+
+This script is the one reader of the environment outside :mod:`tessera.options`: it
+must start without importing Tessera (that import is what the server saves), so it
+reads ``TESSERA_TOOL_SERVER`` and ``TESSERA_TOOL_PYTHON`` itself and passes its whole
+environment on (the server's child adopts it with
+:func:`tessera.options.adopt_environment`).
 """
 
 import json

@@ -94,9 +94,10 @@ def _fresh_std_streams() -> None:
 
 def _run_child(request: dict, fds: list[int]) -> int:
     """In the forked child: become the client's command and run it; its exit status."""
+    from tessera.options import adopt_environment  # preloaded: no import cost here
+
     os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
+    adopt_environment(request["env"])
     for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target)
     for fd in fds:

@@ -3,7 +3,7 @@ the host collectives (``ttarget.all_reduce`` ...) over NCCL (needs at least 2 GP
 skipped otherwise). Each result is checked against float64 / the rank-ordered reduction
 (bitwise where only a collective touches the data) and across two runs.
 
-The same programs run on the Tile IR interpreter over gloo in ``tests/test_dist_lowered.py``."""
+The same programs run on the Tile IR interpreter over gloo in ``tests/dist/test_dist_lowered.py``."""
 
 from __future__ import annotations
 

@@ -146,7 +146,7 @@ def _host(t, like: np.dtype) -> np.ndarray:
 @pytest.mark.parametrize("dst", [ts.fp8_e4m3, ts.fp8_e5m2], ids=repr)
 @pytest.mark.parametrize("src", [ts.fp32, ts.fp16, ts.bf16], ids=repr)
 def test_fp8_cast_kernel_gpu_bitwise(src: ts.DType, dst: ts.DType) -> None:
-    from tests.test_numerics_kernels import cast_module, edge_inputs, same_bits
+    from tests.numerics.test_numerics_kernels import cast_module, edge_inputs, same_bits
 
     x = edge_inputs(dst, 200_000)
     if src != ts.fp32:
@@ -161,7 +161,7 @@ def test_fp8_cast_kernel_gpu_bitwise(src: ts.DType, dst: ts.DType) -> None:
 @pytest.mark.parametrize("dst", [ts.fp32, ts.fp16, ts.bf16], ids=repr)
 @pytest.mark.parametrize("src", [ts.fp8_e4m3, ts.fp8_e5m2], ids=repr)
 def test_fp8_widen_kernel_gpu_exact(src: ts.DType, dst: ts.DType) -> None:
-    from tests.test_numerics_kernels import all_codes, cast_module, same_bits
+    from tests.numerics.test_numerics_kernels import all_codes, cast_module, same_bits
 
     x = all_codes(src)
     (y,) = _run_gpu(cast_module(src, dst, x.shape), "c", [_cuda(x)])
@@ -172,7 +172,7 @@ def test_fp8_widen_kernel_gpu_exact(src: ts.DType, dst: ts.DType) -> None:
 @pytest.mark.parametrize("d", [ts.fp4_e2m1, ts.fp6_e2m3, ts.fp6_e3m2], ids=repr)
 def test_packed_cast_kernels_gpu_match_cpu(d: ts.DType) -> None:
     from tessera.runtime.tile_interpreter import run_host
-    from tests.test_numerics_kernels import _pack, cast_module, edge_inputs
+    from tests.numerics.test_numerics_kernels import _pack, cast_module, edge_inputs
 
     x = edge_inputs(d, 60_000)
     x = x[: (x.size // 61) * 61].reshape(-1, 61)
@@ -188,7 +188,7 @@ def test_packed_fp4_dequant_matmul_gpu() -> None:
     """W stored as packed fp4 (uint8 bytes), dequantized to bf16 in a kernel, then a bf16
     mma.sync matmul with f32 accumulation."""
     from tessera.numerics.pack import pack_fp4
-    from tests.test_lower_graph_to_tile import lower
+    from tests.passes.test_lower_graph_to_tile import lower
 
     m, k, n = 70, 96, 50
     rng = np.random.default_rng(9)
@@ -235,7 +235,7 @@ def test_bf16_gemm_gpu_error_bound() -> None:
 @pytest.mark.parametrize("d", [ts.fp8_e4m3, ts.fp8_e5m2], ids=repr)
 def test_fp8_gemm_kernel_gpu_ragged(d: ts.DType) -> None:
     from tessera.runtime.tile_interpreter import run_host
-    from tests.test_numerics_kernels import accumulation_bound, gemm_module
+    from tests.numerics.test_numerics_kernels import accumulation_bound, gemm_module
 
     m, k, n = 100, 150, 45
     rng = np.random.default_rng(8)
@@ -269,9 +269,10 @@ POLICY_MODS = {
 def test_policy_cast_kernel_gpu_bitwise(dst: ts.DType, mods: str) -> None:
     """Casts to @stochastic_round / @saturate / @loss_scale types on the GPU: the kernel's
     bytes equal cast_array's (same Philox stream, same float64 decisions)."""
-    from tessera.ir.policy import NumericPolicy
     from tests.test_lower_graph_to_tile import lower
     from tests.test_numerics_kernels import edge_inputs, same_bits
+
+    from tessera.ir.policy import NumericPolicy
     from tests.test_numerics_policy_kernels import PACKED_TS, _pack, policy_cast_text, rows
 
     p = NumericPolicy(dst)
@@ -293,6 +294,7 @@ def test_policy_op_results_gpu_match_cpu_reference() -> None:
     """Ops whose results carry rounding policies, on the GPU, equal the Graph IR
     interpreter bit for bit."""
     from tests.test_lower_graph_to_tile import lower
+
     from tests.test_numerics_policy_kernels import (
         _policy,
         policy_type,
@@ -346,8 +348,9 @@ def test_guide_stochastic_cast_jit_gpu_equals_cpu() -> None:
 def test_packed_gemm_gpu_error_bound(d: ts.DType) -> None:
     """fp6/fp4 x fp6/fp4 GEMM: packed operands unpacked to bf16 by a kernel, the bf16
     tensor-core GEMM with f32 accumulation; against float64 of the dequantized operands."""
-    from tessera.runtime.tile_interpreter import run_host
     from tests.test_lower_graph_to_tile import lower
+
+    from tessera.runtime.tile_interpreter import run_host
     from tests.test_numerics_policy_kernels import _pack, gemm_bound, packed_gemm_text
 
     m, k, n = 200, 320, 136
@@ -392,8 +395,9 @@ def test_precision_policy_matmul_gpu() -> None:
 @pytest.mark.parametrize("dst", [ts.int8, ts.int32], ids=repr)
 def test_policy_cast_to_integers_gpu(dst: ts.DType, mods: str) -> None:
     """Casts to int8/int32 of a rounding policy on the GPU equal the interpreter's."""
-    from tessera.ir.policy import NumericPolicy
     from tests.test_lower_graph_to_tile import lower
+
+    from tessera.ir.policy import NumericPolicy
     from tests.test_numerics_policy_kernels import policy_cast_text, reference
 
     p = NumericPolicy(dst)

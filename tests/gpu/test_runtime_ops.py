@@ -3,7 +3,7 @@ with torch on random inputs of odd shapes (fp32 within 1e-5 relative, bf16 withi
 Outputs are poisoned with NaN before the launch, so an element a kernel forgets to
 write fails the comparison. Skipped without a CUDA device.
 
-The programs are those of tests/test_ptx_ops.py, whose CPU test checks that ptxas
+The programs are those of tests/passes/test_ptx_ops.py, whose CPU test checks that ptxas
 accepts every kernel launched here.
 """
 
@@ -20,11 +20,10 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_ptx_ops import CASES, Case, lower_case  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tessera.passes.emit_ptx import emit_ptx  # noqa: E402
 from tessera.runtime import cuda  # noqa: E402
+from tests.passes.test_ptx_ops import CASES, Case, lower_case  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16, "i1": torch.bool}
 REDUCING = {

@@ -1,7 +1,7 @@
 """The torch.compile backend and ts.jit autograd on CUDA tensors. Skipped without a GPU.
 
 Small modules check that Tessera partitions run on the GPU (results stay CUDA
-tensors) and agree with eager torch; the models of tests/torch_models.py at
+tensors) and agree with eager torch; the models of tests/torch/torch_models.py at
 their published sizes (GPT-2 124M, a LLaMA-style 1B, BERT-base, a
 Mixtral-style MoE, ResNet-50, ViT-B/16) run one training step each and are
 compared with eager torch in float32. The model tests need the ``models`` extra.
@@ -23,12 +23,11 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from torch_models import MODELS, compare_training_step  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import tessera as ts  # noqa: E402
 import tessera.torch as tt  # noqa: E402
+from tests.torch.torch_models import MODELS, compare_training_step  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

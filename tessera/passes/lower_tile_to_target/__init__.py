@@ -24,7 +24,7 @@ Anything without a lowering raises :class:`TileLoweringError` naming the op and
 the kernel.
 
 The lowerings are split by source dialect, each module registering its handlers
-with :func:`~tessera.passes.lower_tile_to_target.kernel.lowers`: :mod:`.tile_ops`
+in :data:`~tessera.passes.lower_tile_to_target.kernel.TARGET_LOWERINGS`: :mod:`.tile_ops`
 (``ttile`` and ``memref`` accesses), :mod:`.arith_ops`, :mod:`.float_casts`,
 :mod:`.math_ops`, :mod:`.vector_ops` and :mod:`.scf_ops`. :mod:`.kernel` holds the
 per-kernel state (:class:`KernelLowering`) and :mod:`.types` the type mapping.
@@ -51,7 +51,7 @@ from tessera.passes.lower_tile_to_target import (  # noqa: F401  (each registers
     vector_ops,
 )
 from tessera.passes.lower_tile_to_target.float_casts import FP8_OVERFLOW
-from tessera.passes.lower_tile_to_target.kernel import KernelLowering, lowers
+from tessera.passes.lower_tile_to_target.kernel import TARGET_LOWERINGS, KernelLowering
 from tessera.passes.lower_tile_to_target.math_ops import LN2, LOG2E
 from tessera.passes.lower_tile_to_target.types import (
     TYPE_BITS_OF,
@@ -68,6 +68,7 @@ __all__ = [
     "FP8_OVERFLOW",
     "LN2",
     "LOG2E",
+    "TARGET_LOWERINGS",
     "TYPE_BITS_OF",
     "KernelLowering",
     "LowerTileToTargetPass",
@@ -77,7 +78,6 @@ __all__ = [
     "float_type",
     "int_type",
     "lower_kernel",
-    "lowers",
     "mem_type",
     "reg_class_of",
 ]

@@ -26,7 +26,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import target as tt
-from tessera.passes.lower_tile_to_target.kernel import KernelLowering, lowers
+from tessera.passes.lower_tile_to_target.kernel import TARGET_LOWERINGS, KernelLowering
 from tessera.passes.lower_tile_to_target.types import (
     TYPE_BITS_OF,
     bits_type,
@@ -37,7 +37,7 @@ from tessera.passes.lower_tile_to_target.types import (
 )
 
 
-@lowers(arith.ConstantOp)
+@TARGET_LOWERINGS.register(arith.ConstantOp)
 def _constant(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, arith.ConstantOp)
     v = op.value
@@ -96,7 +96,7 @@ _INT_BIN = {
 }
 
 
-@lowers(*_INT_BIN)
+@TARGET_LOWERINGS.register(*_INT_BIN)
 def _int_binary(lw: KernelLowering, op: Operation) -> None:
     build, sign, pre = _INT_BIN[type(op)]  # type: ignore[index]
     t = op.results[0].type
@@ -105,14 +105,14 @@ def _int_binary(lw: KernelLowering, op: Operation) -> None:
     _binary(lw, op, build, pre + int_type(t, sign == "s"))
 
 
-@lowers(arith.AndIOp, arith.OrIOp, arith.XOrIOp)
+@TARGET_LOWERINGS.register(arith.AndIOp, arith.OrIOp, arith.XOrIOp)
 def _bitwise(lw: KernelLowering, op: Operation) -> None:
     build = {arith.AndIOp: tt.AndOp, arith.OrIOp: tt.OrOp, arith.XOrIOp: tt.XorOp}[type(op)]  # type: ignore[index]
     cls = reg_class_of(op.results[0].type)
     _binary(lw, op, build, "pred" if cls == "pred" else bits_type(cls))
 
 
-@lowers(arith.ShLIOp, arith.ShRSIOp, arith.ShRUIOp)
+@TARGET_LOWERINGS.register(arith.ShLIOp, arith.ShRSIOp, arith.ShRUIOp)
 def _shift(lw: KernelLowering, op: Operation) -> None:
     t = op.results[0].type
     cls = reg_class_of(t)
@@ -141,7 +141,7 @@ _FLOAT_BIN = {
 }
 
 
-@lowers(*_FLOAT_BIN)
+@TARGET_LOWERINGS.register(*_FLOAT_BIN)
 def _float_binary(lw: KernelLowering, op: Operation) -> None:
     build, pre = _FLOAT_BIN[type(op)]  # type: ignore[index]
     _binary(lw, op, build, pre + float_type(op.results[0].type))
@@ -159,7 +159,7 @@ def float_minmax(lw: KernelLowering, kind: str, cls: str, out: SSAValue, a: SSAV
     lw.emit(tt.SelpOp("f64", out, lw.imm(float("nan"), f64), out, p))
 
 
-@lowers(arith.MaximumfOp, arith.MinimumfOp)
+@TARGET_LOWERINGS.register(arith.MaximumfOp, arith.MinimumfOp)
 def _float_minmax_op(lw: KernelLowering, op: Operation) -> None:
     cls = float_type(op.results[0].type)
     d = lw.define(op.results[0])
@@ -167,7 +167,7 @@ def _float_minmax_op(lw: KernelLowering, op: Operation) -> None:
     float_minmax(lw, kind, cls, d, lw.one(op.operands[0]), lw.one(op.operands[1]))
 
 
-@lowers(arith.NegfOp)
+@TARGET_LOWERINGS.register(arith.NegfOp)
 def _negf(lw: KernelLowering, op: Operation) -> None:
     d = lw.define(op.results[0])
     lw.emit(tt.NegOp(float_type(op.results[0].type), d, lw.one(op.operands[0])))
@@ -187,7 +187,7 @@ _CMPF = {
 }
 
 
-@lowers(arith.CmpiOp)
+@TARGET_LOWERINGS.register(arith.CmpiOp)
 def _cmpi(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, arith.CmpiOp)
     pred = arith.CMPI_COMPARISON_OPERATIONS[op.predicate.value.data]
@@ -205,7 +205,7 @@ def _cmpi(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.SetpOp(f"{cmp}.{int_type(t, sign == 's')}", d, a, b))
 
 
-@lowers(arith.CmpfOp)
+@TARGET_LOWERINGS.register(arith.CmpfOp)
 def _cmpf(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, arith.CmpfOp)
     pred = arith.CMPF_COMPARISON_OPERATIONS[op.predicate.value.data]
@@ -217,7 +217,7 @@ def _cmpf(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.SetpOp(f"{_CMPF[pred]}.{ty}", d, lw.one(op.lhs), lw.one(op.rhs)))
 
 
-@lowers(arith.SelectOp)
+@TARGET_LOWERINGS.register(arith.SelectOp)
 def _select(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, arith.SelectOp)
     t = op.result.type
@@ -250,7 +250,7 @@ def _int_of(t: Attribute) -> tuple[int, bool]:
     return (64, False) if isinstance(t, IndexType) else (t.width.data, True)  # type: ignore[attr-defined]
 
 
-@lowers(arith.IndexCastOp, arith.ExtSIOp, arith.ExtUIOp, arith.TruncIOp)
+@TARGET_LOWERINGS.register(arith.IndexCastOp, arith.ExtSIOp, arith.ExtUIOp, arith.TruncIOp)
 def _int_cast(lw: KernelLowering, op: Operation) -> None:
     src_t, dst_t = op.operands[0].type, op.results[0].type
     sb, _ = _int_of(src_t)
@@ -289,7 +289,7 @@ def _int_cast(lw: KernelLowering, op: Operation) -> None:
         lw.emit(tt.CvtOp(f"{dty}.{sty}", d, [s]))
 
 
-@lowers(arith.BitcastOp)
+@TARGET_LOWERINGS.register(arith.BitcastOp)
 def _bitcast(lw: KernelLowering, op: Operation) -> None:
     d = lw.define(op.results[0])
     cls = reg_class_of(op.results[0].type)

@@ -9,7 +9,7 @@ from xdsl.dialects.builtin import IntegerType, i32
 from xdsl.ir import Operation, SSAValue
 
 from tessera.ir import target as tt
-from tessera.passes.lower_tile_to_target.kernel import KernelLowering, lowers
+from tessera.passes.lower_tile_to_target.kernel import TARGET_LOWERINGS, KernelLowering
 from tessera.passes.lower_tile_to_target.types import float_name, int_type, is_i1
 
 FP8_OVERFLOW: dict[str, tuple[int, int, int]] = {
@@ -138,7 +138,7 @@ def _fp8_cast(lw: KernelLowering, op: Operation, s: SSAValue, d: SSAValue, sty: 
     _fp8_from_f32(lw, d, x, dty)
 
 
-@lowers(arith.ExtFOp, arith.TruncFOp)
+@TARGET_LOWERINGS.register(arith.ExtFOp, arith.TruncFOp)
 def _float_cast(lw: KernelLowering, op: Operation) -> None:
     src_t, dst_t = op.operands[0].type, op.results[0].type
     s = lw.one(op.operands[0])
@@ -181,7 +181,7 @@ def _keep_nan_sign(lw: KernelLowering, d: SSAValue, s: SSAValue, sty: str, dty: 
     lw.emit(tt.MovOp(f"b{dw}", d, out))
 
 
-@lowers(arith.SIToFPOp, arith.UIToFPOp)
+@TARGET_LOWERINGS.register(arith.SIToFPOp, arith.UIToFPOp)
 def _int_to_float(lw: KernelLowering, op: Operation) -> None:
     src_t, dst_t = op.operands[0].type, op.results[0].type
     signed = isinstance(op, arith.SIToFPOp)
@@ -194,7 +194,7 @@ def _int_to_float(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.CvtOp(f"rn.{float_name(dst_t)}.{int_type(src_t, signed)}", d, [s]))
 
 
-@lowers(arith.FPToSIOp, arith.FPToUIOp)
+@TARGET_LOWERINGS.register(arith.FPToSIOp, arith.FPToUIOp)
 def _float_to_int(lw: KernelLowering, op: Operation) -> None:
     src_t, dst_t = op.operands[0].type, op.results[0].type
     if is_i1(dst_t):

@@ -1,6 +1,6 @@
 """The per-kernel state of ``lower-tile-to-target``: registers of each Tile IR value,
 small instruction builders, addresses, scalar loads and stores, and the table of
-op lowerings (:func:`lowers`) that the per-dialect modules fill."""
+op lowerings (:data:`TARGET_LOWERINGS`) that the per-dialect modules fill."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import target as tt
 from tessera.ir import tile
+from tessera.ir.registry import OpRegistry
 from tessera.ir.tile import element_bytes, is_shared
 from tessera.passes.lower_tile_to_target.types import (
     TYPE_BITS_OF,
@@ -197,7 +198,7 @@ class KernelLowering:
             self.lower_op(op)
 
     def lower_op(self, op: Operation) -> None:
-        handler = _HANDLERS.get(type(op))
+        handler = TARGET_LOWERINGS.get(op)
         if handler is None:
             raise self.fail(op, "no lowering to Target IR for this op")
         handler(self, op)
@@ -416,18 +417,9 @@ class KernelLowering:
 Handler = Callable[["KernelLowering", Operation], None]
 """Lowers one op: appends its instructions and records the registers of its results."""
 
-_HANDLERS: dict[type[Operation], Handler] = {}
-
-
-def lowers(*types: type[Operation]) -> Callable[[Handler], Handler]:
-    """Registers the decorated function as the lowering of the ops ``types``."""
-
-    def deco(fn: Handler) -> Handler:
-        for t in types:
-            _HANDLERS[t] = fn
-        return fn
-
-    return deco
+TARGET_LOWERINGS: OpRegistry[Handler] = OpRegistry("Target IR lowering")
+"""The Target IR lowering of each Tile IR op (``ttile``, ``arith``, ``math``, ``vector``,
+``scf``, ``memref``), by op class; each module of this package registers its dialect's."""
 
 
 def _const_int(v: SSAValue) -> int | None:

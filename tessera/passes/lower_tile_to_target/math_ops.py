@@ -8,7 +8,7 @@ from xdsl.dialects.builtin import Float32Type, f32
 from xdsl.ir import Operation, SSAValue
 
 from tessera.ir import target as tt
-from tessera.passes.lower_tile_to_target.kernel import KernelLowering, lowers
+from tessera.passes.lower_tile_to_target.kernel import TARGET_LOWERINGS, KernelLowering
 from tessera.passes.lower_tile_to_target.types import float_type
 
 LOG2E = 1.4426950408889634
@@ -34,7 +34,7 @@ def _exp_f32(lw: KernelLowering, x: SSAValue) -> SSAValue:
     return _exp2_f32(lw, t)
 
 
-@lowers(mathd.ExpOp, mathd.Exp2Op, mathd.LogOp, mathd.Log2Op, mathd.SinOp, mathd.CosOp)
+@TARGET_LOWERINGS.register(mathd.ExpOp, mathd.Exp2Op, mathd.LogOp, mathd.Log2Op, mathd.SinOp, mathd.CosOp)
 def _transcendental(lw: KernelLowering, op: Operation) -> None:
     _f32_only(lw, op)
     x = lw.one(op.operands[0])
@@ -55,7 +55,7 @@ def _transcendental(lw: KernelLowering, op: Operation) -> None:
         lw.emit(tt.CosOp("approx.f32", d, x))
 
 
-@lowers(mathd.TanhOp)
+@TARGET_LOWERINGS.register(mathd.TanhOp)
 def _tanh(lw: KernelLowering, op: Operation) -> None:
     """tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|); an odd Taylor polynomial for |x| < 0.3."""
     _f32_only(lw, op)
@@ -90,34 +90,65 @@ def _tanh(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.SelpOp("f32", d, small, big_s, is_small))
 
 
-@lowers(mathd.ErfOp)
+ERF_SMALL = (
+    0.12837916572679590, -0.37612625824417023, 0.11283585149710876, -0.026853811961114415,
+    0.005188327710304322, -0.0008010193680756672, 7.853861105167059e-05,
+)
+"""``erf(x) = x + x P(x^2)`` for ``|x| < 1``: the coefficients of ``P``, lowest first (a
+weighted least-squares fit of ``erf(x)/x - 1`` in relative error, max 1.2e-9 in float64)."""
+
+ERF_LOG2_ERFC = (
+    0.0004435064475827908, -1.6305149983840759, -0.9116347314629556, -0.15872712237610184,
+    0.03807591349207425, -0.006854217111986673, 0.0008588314468936514,
+    -6.624507019653558e-05, 2.3544262055530396e-06,
+)
+"""``erf(x) = 1 - 2^Q(x)`` for ``1 <= x <= ERF_ONE``: the coefficients of ``Q``, lowest first
+(a minimax-weighted fit of ``log2(erfc(x))``, max absolute error 1.2e-8)."""
+
+ERF_ONE = 3.92
+"""Above this ``erfc(x) < 2.3e-8``, so ``erf(x)`` rounds to 1 in f32."""
+
+
+def _horner(lw: KernelLowering, coeffs: tuple[float, ...], t: SSAValue) -> SSAValue:
+    """``sum coeffs[k] t^k`` by Horner's rule with ``fma.rn.f32``."""
+    p = lw.reg("f32")
+    lw.emit(tt.MovOp("f32", p, lw.imm(coeffs[-1], f32)))
+    for c in reversed(coeffs[:-1]):
+        lw.emit(tt.FmaOp("rn.f32", p, p, t, lw.imm(c, f32)))
+    return p
+
+
+@TARGET_LOWERINGS.register(mathd.ErfOp)
 def _erf(lw: KernelLowering, op: Operation) -> None:
-    """erf via Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)."""
+    """erf in f32 to about 1 ulp (with an exact ``ex2``; ``ex2.approx`` adds its own error
+    to the ``|x| >= 1`` branch): ``x + x P(x^2)`` for ``|x| < 1`` (the ``fma`` keeps small
+    arguments exact to the last bit), ``sign(x) (1 - 2^Q(min(|x|, ERF_ONE)))`` above;
+    NaN gives NaN, infinities give +-1."""
     _f32_only(lw, op)
     x = lw.one(op.operands[0])
     d = lw.define(op.results[0])
     ax = lw.reg("f32")
     lw.emit(tt.AbsOp("f32", ax, x))
-    den = lw.reg("f32")
-    lw.emit(tt.FmaOp("rn.f32", den, ax, lw.imm(0.3275911, f32), lw.imm(1.0, f32)))
     t = lw.reg("f32")
-    lw.emit(tt.DivOp("rn.f32", t, lw.imm(1.0, f32), den))
-    poly = lw.reg("f32")
-    lw.emit(tt.MovOp("f32", poly, lw.imm(1.061405429, f32)))
-    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
-        lw.emit(tt.FmaOp("rn.f32", poly, poly, t, lw.imm(c, f32)))
-    lw.emit(tt.MulOp("rn.f32", poly, poly, t))
-    x2 = lw.reg("f32")
-    lw.emit(tt.MulOp("rn.f32", x2, ax, ax))
-    lw.emit(tt.NegOp("f32", x2, x2))
-    e = _exp_f32(lw, x2)
+    lw.emit(tt.MulOp("rn.f32", t, x, x))
+    small = lw.reg("f32")
+    lw.emit(tt.FmaOp("rn.f32", small, x, _horner(lw, ERF_SMALL, t), x))
+    clamped = lw.reg("f32")
+    lw.emit(tt.MinOp("f32", clamped, ax, lw.imm(ERF_ONE, f32)))
+    tail = _exp2_f32(lw, _horner(lw, ERF_LOG2_ERFC, clamped))
+    big = lw.reg("f32")
+    lw.emit(tt.SubOp("rn.f32", big, lw.imm(1.0, f32), tail))
+    lw.emit(tt.CopysignOp("f32", big, x, big))
+    is_small = lw.reg("pred")
+    lw.emit(tt.SetpOp("lt.f32", is_small, ax, lw.imm(1.0, f32)))
     y = lw.reg("f32")
-    lw.emit(tt.MulOp("rn.f32", y, poly, e))
-    lw.emit(tt.SubOp("rn.f32", y, lw.imm(1.0, f32), y))
-    lw.emit(tt.CopysignOp("f32", d, x, y))
+    lw.emit(tt.SelpOp("f32", y, small, big, is_small))
+    is_nan = lw.reg("pred")
+    lw.emit(tt.SetpOp("nan.f32", is_nan, x, x))
+    lw.emit(tt.SelpOp("f32", d, x, y, is_nan))
 
 
-@lowers(mathd.SqrtOp, mathd.RsqrtOp, mathd.AbsFOp)
+@TARGET_LOWERINGS.register(mathd.SqrtOp, mathd.RsqrtOp, mathd.AbsFOp)
 def _sqrt_abs(lw: KernelLowering, op: Operation) -> None:
     ty = float_type(op.results[0].type)
     x = lw.one(op.operands[0])
@@ -132,7 +163,7 @@ def _sqrt_abs(lw: KernelLowering, op: Operation) -> None:
         lw.emit(tt.RcpOp(f"rn.{ty}", d, s))
 
 
-@lowers(mathd.FmaOp)
+@TARGET_LOWERINGS.register(mathd.FmaOp)
 def _fma(lw: KernelLowering, op: Operation) -> None:
     ty = float_type(op.results[0].type)
     a, b, c = (lw.one(v) for v in op.operands)
@@ -140,7 +171,7 @@ def _fma(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.FmaOp(f"rn.{ty}", d, a, b, c))
 
 
-@lowers(mathd.PowFOp)
+@TARGET_LOWERINGS.register(mathd.PowFOp)
 def _powf(lw: KernelLowering, op: Operation) -> None:
     """``a ** b`` with C's ``powf`` (and numpy's) special cases: ``|a| ** b =
     exp2(b * log2 |a|)``; for ``a < 0`` the result is negated when ``b`` is an odd

@@ -11,7 +11,7 @@ from xdsl.dialects.builtin import VectorType
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import target as tt
-from tessera.passes.lower_tile_to_target.kernel import KernelLowering, lowers
+from tessera.passes.lower_tile_to_target.kernel import TARGET_LOWERINGS, KernelLowering
 from tessera.passes.lower_tile_to_target.types import int_type, reg_class_of
 
 
@@ -38,7 +38,7 @@ def _regs_for(lw: KernelLowering, t: Attribute) -> list[SSAValue]:
     return [lw.reg(reg_class_of(t))]
 
 
-@lowers(scf.ForOp)
+@TARGET_LOWERINGS.register(scf.ForOp)
 def _for(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, scf.ForOp)
     body = op.body.block
@@ -69,7 +69,7 @@ def _for(lw: KernelLowering, op: Operation) -> None:
         lw.vals[r] = regs
 
 
-@lowers(scf.IfOp)
+@TARGET_LOWERINGS.register(scf.IfOp)
 def _if(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, scf.IfOp)
     outs = [_regs_for(lw, r.type) for r in op.results]
@@ -95,7 +95,7 @@ def _if(lw: KernelLowering, op: Operation) -> None:
         lw.vals[r] = regs
 
 
-@lowers(scf.WhileOp)
+@TARGET_LOWERINGS.register(scf.WhileOp)
 def _while(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, scf.WhileOp)
     before, after = op.before_region.block, op.after_region.block

@@ -15,7 +15,7 @@ from tessera.ir import target as tt
 from tessera.ir import tile
 from tessera.ir.tile import element_bytes
 from tessera.passes.lower_tile_to_target.arith_ops import float_minmax
-from tessera.passes.lower_tile_to_target.kernel import KernelLowering, _Shared, lowers
+from tessera.passes.lower_tile_to_target.kernel import TARGET_LOWERINGS, KernelLowering, _Shared
 from tessera.passes.lower_tile_to_target.types import (
     TileLoweringError,
     float_name,
@@ -25,12 +25,12 @@ from tessera.passes.lower_tile_to_target.types import (
 )
 
 
-@lowers(tile.ReturnOp)
+@TARGET_LOWERINGS.register(tile.ReturnOp)
 def _return(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.RetOp())
 
 
-@lowers(tile.TileIdOp, tile.NumTilesOp)
+@TARGET_LOWERINGS.register(tile.TileIdOp, tile.NumTilesOp)
 def _tile_coord(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, tile.TileIdOp | tile.NumTilesOp)
     dim = "xyz"[op.dim_index()]
@@ -40,7 +40,7 @@ def _tile_coord(lw: KernelLowering, op: Operation) -> None:
     lw.vals[op.results[0]] = [lw.u64_of(r)]
 
 
-@lowers(tile.LocalIdOp, tile.GroupSizeOp, tile.LinearIdOp, tile.LaneIdOp, tile.WarpIdOp)
+@TARGET_LOWERINGS.register(tile.LocalIdOp, tile.GroupSizeOp, tile.LinearIdOp, tile.LaneIdOp, tile.WarpIdOp)
 def _lane_coord(lw: KernelLowering, op: Operation) -> None:
     tid = lw.tid_x()
     if isinstance(op, tile.LocalIdOp):
@@ -66,7 +66,7 @@ def _lane_coord(lw: KernelLowering, op: Operation) -> None:
     lw.vals[op.results[0]] = [lw.u64_of(r)]
 
 
-@lowers(tile.AllocSharedOp)
+@TARGET_LOWERINGS.register(tile.AllocSharedOp)
 def _alloc_shared(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, tile.AllocSharedOp)
     t = op.result.type
@@ -85,25 +85,25 @@ def _alloc_shared(lw: KernelLowering, op: Operation) -> None:
     )
 
 
-@lowers(tile.LoadOp)
+@TARGET_LOWERINGS.register(tile.LoadOp)
 def _load(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, tile.LoadOp)
     lw.load_scalar(op, op.ref, op.indices, op.result, op.mask, op.other)
 
 
-@lowers(tile.StoreOp)
+@TARGET_LOWERINGS.register(tile.StoreOp)
 def _store(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, tile.StoreOp)
     lw.store_scalar(op, op.value, op.ref, op.indices, op.mask)
 
 
-@lowers(memref.LoadOp)
+@TARGET_LOWERINGS.register(memref.LoadOp)
 def _memref_load(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, memref.LoadOp)
     lw.load_scalar(op, op.memref, op.indices, op.res)
 
 
-@lowers(memref.StoreOp)
+@TARGET_LOWERINGS.register(memref.StoreOp)
 def _memref_store(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, memref.StoreOp)
     lw.store_scalar(op, op.value, op.memref, op.indices)
@@ -126,7 +126,7 @@ def _vector_access_words(lw: KernelLowering, op: Operation, vt: VectorType) -> t
     raise lw.fail(op, f"vectors of {et} are not lowered")
 
 
-@lowers(tile.LoadVectorOp)
+@TARGET_LOWERINGS.register(tile.LoadVectorOp)
 def _load_vector(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, tile.LoadVectorOp)
     vt = op.result.type
@@ -152,7 +152,7 @@ def _load_vector(lw: KernelLowering, op: Operation) -> None:
     lw.vals[op.result] = elems
 
 
-@lowers(tile.StoreVectorOp)
+@TARGET_LOWERINGS.register(tile.StoreVectorOp)
 def _store_vector(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, tile.StoreVectorOp)
     vt = op.value.type
@@ -173,7 +173,7 @@ def _store_vector(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.StOp(f"{space}.{vec}{wty}", a, words, offset, guard=guard))
 
 
-@lowers(tile.CopyAsyncOp)
+@TARGET_LOWERINGS.register(tile.CopyAsyncOp)
 def _copy_async(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, tile.CopyAsyncOp)
     st = op.src.type
@@ -190,18 +190,18 @@ def _copy_async(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.CpAsyncOp("cg" if size == 16 else "ca", dst, src, size, src_size))
 
 
-@lowers(tile.CommitGroupOp)
+@TARGET_LOWERINGS.register(tile.CommitGroupOp)
 def _commit(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.CpAsyncCommitOp())
 
 
-@lowers(tile.WaitGroupOp)
+@TARGET_LOWERINGS.register(tile.WaitGroupOp)
 def _wait(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, tile.WaitGroupOp)
     lw.emit(tt.CpAsyncWaitOp(op.pending.value.data))
 
 
-@lowers(tile.BarrierOp)
+@TARGET_LOWERINGS.register(tile.BarrierOp)
 def _barrier(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.BarSyncOp(0))
 
@@ -249,7 +249,7 @@ def _as_b64(lw: KernelLowering, v: SSAValue) -> SSAValue:
     return r
 
 
-@lowers(tile.ShuffleXorOp)
+@TARGET_LOWERINGS.register(tile.ShuffleXorOp)
 def _shuffle_xor(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, tile.ShuffleXorOp)
     lw.vals[op.result] = [_shuffle(lw, lw.one(op.value), op.value.type, op.offset.value.data)]
@@ -272,7 +272,7 @@ def _combine(lw: KernelLowering, kind: str, t: Attribute, a: SSAValue, b: SSAVal
     return out
 
 
-@lowers(tile.ReduceOp)
+@TARGET_LOWERINGS.register(tile.ReduceOp)
 def _reduce(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, tile.ReduceOp)
     t = op.value.type
@@ -314,7 +314,7 @@ def _reduce(lw: KernelLowering, op: Operation) -> None:
     lw.vals[op.result] = [v]
 
 
-@lowers(tile.MmaOp)
+@TARGET_LOWERINGS.register(tile.MmaOp)
 def _mma(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, tile.MmaOp)
     at = op.a.type

@@ -7,11 +7,11 @@ from xdsl.dialects import vector
 from xdsl.dialects.builtin import VectorType
 from xdsl.ir import Operation
 
-from tessera.passes.lower_tile_to_target.kernel import KernelLowering, lowers
+from tessera.passes.lower_tile_to_target.kernel import TARGET_LOWERINGS, KernelLowering
 from tessera.passes.lower_tile_to_target.types import reg_class_of
 
 
-@lowers(vector.ExtractOp)
+@TARGET_LOWERINGS.register(vector.ExtractOp)
 def _vextract(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, vector.ExtractOp)
     if op.dynamic_position:
@@ -22,7 +22,7 @@ def _vextract(lw: KernelLowering, op: Operation) -> None:
     lw.mov(d, src, op.result.type)
 
 
-@lowers(vector.InsertOp)
+@TARGET_LOWERINGS.register(vector.InsertOp)
 def _vinsert(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, vector.InsertOp)
     if op.dynamic_position:
@@ -39,7 +39,7 @@ def _vinsert(lw: KernelLowering, op: Operation) -> None:
     lw.vals[op.result] = out
 
 
-@lowers(vector.BroadcastOp)
+@TARGET_LOWERINGS.register(vector.BroadcastOp)
 def _vbroadcast(lw: KernelLowering, op: Operation) -> None:
     assert isinstance(op, vector.BroadcastOp)
     vt = op.vector.type

@@ -1,0 +1,303 @@
+"""``tgraph.fused`` (a fused elementwise kernel), its ``tgraph.yield`` and ``tgraph.matmul_epilogue``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import (
+    I64,
+    DenseArrayBase,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    lazy_traits_def,
+    operand_def,
+    opt_operand_def,
+    opt_prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from tessera.ir.graph.base import (
+    TensorT,
+    _check_same_elem,
+    _check_shape,
+    _is_float,
+    broadcast_shapes,
+    elem_of,
+    fmt_shape,
+    shape_of,
+)
+from tessera.ir.graph.elementwise import (
+    MAX_TILE_SIZE,
+    AbsOp,
+    AddOp,
+    CastOp,
+    DivOp,
+    EqOp,
+    ErfOp,
+    ExpOp,
+    GeluOp,
+    GeOp,
+    GtOp,
+    LeOp,
+    LogOp,
+    LtOp,
+    MaximumOp,
+    MinimumOp,
+    MulOp,
+    NegOp,
+    NeOp,
+    PowOp,
+    ReluOp,
+    RsqrtOp,
+    SelectOp,
+    SigmoidOp,
+    SiluOp,
+    SqrtOp,
+    SubOp,
+    TanhOp,
+)
+from tessera.ir.graph.nn import (
+    MatmulOp,
+    MaxOp,
+    MeanOp,
+    MinOp,
+    SumOp,
+)
+from tessera.ir.graph.shape import (
+    ConstantOp,
+)
+
+# --------------------------------------------------------------------------- fusion
+
+
+FUSIBLE_UNARY_OPS: tuple[type[IRDLOperation], ...] = (
+    NegOp, AbsOp, ExpOp, LogOp, SqrtOp, RsqrtOp, TanhOp, ReluOp, GeluOp, SiluOp, SigmoidOp,
+    ErfOp, CastOp,
+)
+FUSIBLE_BINARY_OPS: tuple[type[IRDLOperation], ...] = (
+    AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, LtOp, LeOp, GtOp, GeOp, EqOp, NeOp,
+)
+FUSIBLE_ELEMENTWISE_OPS: tuple[type[IRDLOperation], ...] = (
+    *FUSIBLE_UNARY_OPS, *FUSIBLE_BINARY_OPS, SelectOp,
+)
+"""Ops that may appear in a ``tgraph.fused`` body before its (optional) reduction."""
+FUSIBLE_REDUCTION_OPS: tuple[type[IRDLOperation], ...] = (SumOp, MaxOp, MinOp, MeanOp)
+"""Reductions that may end a ``tgraph.fused`` body."""
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """Terminator of a ``tgraph.fused`` body: the values it yields are the op's results."""
+
+    name = "tgraph.yield"
+    values = var_operand_def(TensorT)
+    traits = lazy_traits_def(lambda: (IsTerminator(), HasParent(FusedOp), Pure()))
+    assembly_format = "attr-dict ($values^ `:` type($values))?"
+
+    def __init__(self, *values: SSAValue):
+        super().__init__(operands=[list(values)])
+
+
+@irdl_op_definition
+class FusedOp(IRDLOperation):
+    """A fused elementwise kernel: one op that lowers to one kernel.
+
+    The single-block body takes one block argument per operand (same types) and
+    is a chain of ``tgraph`` elementwise ops (and splat/small ``tgraph.constant``
+    ops) on whole tensors, optionally ended by one reduction
+    (``tgraph.sum/max/min/mean``) whose result is yielded. The op's result is the
+    value yielded by ``tgraph.yield``. Its meaning is exactly that of running
+    the body on the operands::
+
+        %r = tgraph.fused %x, %b : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4xf32> {
+        ^bb0(%0: tensor<4x8xf32>, %1: tensor<8xf32>):
+          %2 = tgraph.add %0, %1 : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+          %3 = tgraph.exp %2 : (tensor<4x8xf32>) -> tensor<4x8xf32>
+          %4 = tgraph.sum %3 axes = [1] : (tensor<4x8xf32>) -> tensor<4xf32>
+          tgraph.yield %4 : tensor<4xf32>
+        }
+    """
+
+    name = "tgraph.fused"
+    inputs = var_operand_def(TensorT)
+    result = result_def(TensorT)
+    body = region_def("single_block")
+    traits = traits_def(Pure(), IsolatedFromAbove())
+    assembly_format = "$inputs attr-dict `:` functional-type($inputs, $result) $body"
+
+    def __init__(self, inputs: Sequence[SSAValue], result_type: Attribute, body: Region):
+        super().__init__(operands=[list(inputs)], result_types=[result_type], regions=[body])
+
+    @property
+    def block(self) -> Block:
+        return self.body.block
+
+    @property
+    def yield_op(self) -> YieldOp:
+        term = self.block.last_op
+        assert isinstance(term, YieldOp)
+        return term
+
+    def reduction(self) -> IRDLOperation | None:
+        """The trailing reduction of the body, if any."""
+        term = self.block.last_op
+        prev = term.prev_op if term is not None else None
+        return prev if isinstance(prev, FUSIBLE_REDUCTION_OPS) else None
+
+    def verify_(self) -> None:
+        args = self.block.args
+        if len(args) != len(self.inputs):
+            raise VerifyException(
+                f"{self.name}: body has {len(args)} arguments for {len(self.inputs)} operands"
+            )
+        for i, (a, v) in enumerate(zip(args, self.inputs)):
+            if a.type != v.type:
+                raise VerifyException(
+                    f"{self.name}: body argument {i} has type {a.type}, operand has {v.type}"
+                )
+        term = self.block.last_op
+        if not isinstance(term, YieldOp):
+            raise VerifyException(f"{self.name}: body must end with tgraph.yield")
+        if len(term.values) != 1 or term.values[0].type != self.result.type:
+            raise VerifyException(
+                f"{self.name}: body must yield one value of the result type {self.result.type}"
+            )
+        body_ops = list(self.block.ops)[:-1]
+        for i, op in enumerate(body_ops):
+            if isinstance(op, FUSIBLE_REDUCTION_OPS):
+                if i != len(body_ops) - 1 or term.values[0] is not op.results[0]:
+                    raise VerifyException(
+                        f"{self.name}: a reduction ({op.name}) may only end the body, "
+                        "with its result yielded"
+                    )
+            elif not isinstance(op, (*FUSIBLE_ELEMENTWISE_OPS, ConstantOp)):
+                raise VerifyException(
+                    f"{self.name}: {op.name} cannot be fused; the body may hold elementwise "
+                    "ops, constants and one trailing reduction"
+                )
+
+
+ACTIVATIONS = ("relu", "gelu", "silu")
+
+
+@irdl_op_definition
+class MatmulEpilogueOp(IRDLOperation):
+    """A matmul with its epilogue fused: ``cast(act(matmul(lhs, rhs) + bias))``.
+
+    The product (with ``transpose_lhs`` / ``transpose_rhs`` as in ``tgraph.matmul``)
+    is computed in ``compute_type`` (the result type when absent). Then, in
+    order and each optional: ``bias`` is added (it broadcasts to the product's
+    shape), ``activation`` (``"relu"``, ``"gelu"`` or ``"silu"``, as the
+    ``tgraph`` ops of those names) is applied, and when ``compute_type`` is
+    given the value is cast to the result type as ``tgraph.cast`` does.
+    """
+
+    name = "tgraph.matmul_epilogue"
+    lhs = operand_def(TensorT)
+    rhs = operand_def(TensorT)
+    bias = opt_operand_def(TensorT)
+    transpose_lhs = opt_prop_def(UnitAttr)
+    transpose_rhs = opt_prop_def(UnitAttr)
+    activation = opt_prop_def(StringAttr)
+    compute_type = opt_prop_def(TensorT)
+    tile_shape = opt_prop_def(DenseArrayBase[I64])
+    result = result_def(TensorT)
+    traits = traits_def(Pure())
+    assembly_format = (
+        "$lhs `,` $rhs (`bias` $bias^)? (`transpose_lhs` $transpose_lhs^)? "
+        "(`transpose_rhs` $transpose_rhs^)? (`activation` `=` $activation^)? "
+        "(`compute_type` `=` $compute_type^)? (`tile_shape` `=` $tile_shape^)? "
+        "attr-dict `:` functional-type(operands, results)"
+    )
+
+    def __init__(
+        self,
+        lhs: SSAValue,
+        rhs: SSAValue,
+        result_type: Attribute,
+        *,
+        bias: SSAValue | None = None,
+        transpose_lhs: bool = False,
+        transpose_rhs: bool = False,
+        activation: str | None = None,
+        compute_type: Attribute | None = None,
+        tile_shape: Sequence[int] | None = None,
+    ):
+        props: dict[str, Attribute] = {}
+        if transpose_lhs:
+            props["transpose_lhs"] = UnitAttr()
+        if transpose_rhs:
+            props["transpose_rhs"] = UnitAttr()
+        if activation is not None:
+            props["activation"] = StringAttr(activation)
+        if compute_type is not None and compute_type != result_type:
+            props["compute_type"] = compute_type
+        if tile_shape is not None:
+            props["tile_shape"] = DenseArrayBase.from_list(i64, list(tile_shape))
+        super().__init__(
+            operands=[lhs, rhs, [bias] if bias is not None else []],
+            result_types=[result_type],
+            properties=props,
+        )
+
+    @property
+    def product_type(self) -> TensorType:
+        """The type the product, bias add and activation are computed in."""
+        t = self.compute_type if self.compute_type is not None else self.result.type
+        assert isinstance(t, TensorType)
+        return t
+
+    def verify_(self) -> None:
+        _check_same_elem(self, self.lhs, self.rhs)
+        r = MatmulOp.infer_shape(
+            shape_of(self.lhs),
+            shape_of(self.rhs),
+            self.transpose_lhs is not None,
+            self.transpose_rhs is not None,
+        )
+        if isinstance(r, str):
+            raise VerifyException(f"{self.name}: {r}")
+        _check_shape(self, "result", shape_of(self.result), r)
+        pt = self.product_type
+        _check_shape(self, "compute_type", shape_of(pt), r)
+        if self.bias is not None:
+            _check_same_elem(self, self.bias, pt)
+            b = shape_of(self.bias)
+            if broadcast_shapes(b, r) != tuple(r):
+                raise VerifyException(
+                    f"{self.name}: bias of shape {fmt_shape(b)} does not broadcast to the "
+                    f"product's shape {fmt_shape(r)}"
+                )
+        if self.activation is not None:
+            if self.activation.data not in ACTIVATIONS:
+                raise VerifyException(
+                    f"{self.name}: unknown activation '{self.activation.data}'; valid: "
+                    + ", ".join(ACTIVATIONS)
+                )
+            if not _is_float(elem_of(pt)):
+                raise VerifyException(f"{self.name}: activation needs a floating-point product")
+        if self.tile_shape is not None:
+            ts = self.tile_shape.get_values()
+            if len(ts) != 3 or any(x <= 0 for x in ts):
+                raise VerifyException(
+                    f"{self.name}: tile_shape must be three positive sizes (BM, BN, BK), "
+                    f"got {list(ts)}"
+                )
+            if any(x > MAX_TILE_SIZE for x in ts):
+                raise VerifyException(
+                    f"{self.name}: tile_shape sizes must be at most {MAX_TILE_SIZE}, got {list(ts)}"
+                )
+
+

@@ -1,0 +1,316 @@
+"""lower-graph-to-tile for tgraph.fft, tgraph.fft2d, tgraph.cholesky and tgraph.svd: the
+lowered program, run by the Tile IR interpreter, equals the Graph IR interpreter and
+numpy in float64 on random inputs (odd sizes, batches, lengths that are not powers of
+two), and every generated kernel passes ptxas -arch=sm_90a."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.parser import Parser
+
+from tessera.ir import tile as tt
+from tessera.passes.emit_ptx import emit_ptx
+from tessera.passes.pipelines import lower_to_target
+from tessera.runtime import ptxas
+from tessera.runtime.graph_interpreter import run_function
+from tessera.runtime.tile_interpreter import run_host
+from tests.passes.test_lower_graph_to_tile import context, lower
+
+RNG = np.random.default_rng(7)
+NP = {"f32": np.float32, "f64": np.float64}
+EPS = {"f32": 2.0**-23, "f64": 2.0**-52}
+
+
+def ty(shape, elem) -> str:
+    return f"tensor<{'x'.join(map(str, shape))}x{elem}>"
+
+
+def rand(shape, elem):
+    x = RNG.uniform(-1.0, 1.0, size=shape)
+    x = np.where(np.abs(x) < 0.05, 0.3, x)  # never zero
+    return x.astype(NP[elem])
+
+
+def as_complex(r: np.ndarray) -> np.ndarray:
+    """A ``memref<... x 2 x fT>`` result (interleaved real, imaginary) as complex128."""
+    assert r.shape[-1] == 2
+    return r[..., 0].astype(np.float64) + 1j * r[..., 1].astype(np.float64)
+
+
+def graph_reference(text: str, args: list[np.ndarray]) -> list[np.ndarray]:
+    m = Parser(context(), text).parse_module()
+    return run_function(m, "f", args)
+
+
+def check_ptx(text: str) -> None:
+    if ptxas.find_ptxas() is None:
+        pytest.skip("ptxas not found (set TESSERA_PTXAS or install nvidia-cuda-nvcc)")
+    ptxas.check(emit_ptx(lower_to_target(lower(text))))
+
+
+# --------------------------------------------------------------------------- fft
+
+
+def fft_text(op: str, shape, elem: str, inverse: bool, then_inverse: bool = False) -> str:
+    c = f"complex<{elem}>"
+    inv = " inverse" if inverse else ""
+    body = f"%0 = tgraph.{op} %x{inv} : ({ty(shape, elem)}) -> {ty(shape, c)}"
+    ret = f"func.return %0 : {ty(shape, c)}"
+    res = ty(shape, c)
+    if then_inverse:  # a complex input: transform the result back
+        body += f"\n  %1 = tgraph.{op} %0 inverse : ({ty(shape, c)}) -> {ty(shape, c)}"
+        ret = f"func.return %0, %1 : {ty(shape, c)}, {ty(shape, c)}"
+        res = f"({ty(shape, c)}, {ty(shape, c)})"
+    return f"func.func @f(%x: {ty(shape, elem)}) -> {res} {{\n  {body}\n  {ret} }}"
+
+
+def fft_tol(elem: str, n: int) -> float:
+    """Max abs error allowed relative to sum |x| along the transform (a bound on |X|)."""
+    return 8 * EPS[elem] * max(1.0, np.log2(n) if n & (n - 1) == 0 else n)
+
+
+FFT_CASES = [
+    ("fft", (3, 8), "f32", False),
+    ("fft", (2, 16), "f64", True),
+    ("fft", (4, 1), "f64", False),
+    ("fft", (2, 3, 5), "f64", False),
+    ("fft", (7,), "f32", True),
+    ("fft", (2, 12), "f64", True),
+    ("fft", (1024,), "f32", False),  # 512 butterflies: two strided steps of 256 lanes
+    ("fft", (300,), "f64", False),  # direct DFT, 300 outputs over 256 lanes
+    ("fft2d", (2, 6, 8), "f64", False),
+    ("fft2d", (4, 3), "f32", True),
+    ("fft2d", (5, 7), "f64", True),
+    ("fft2d", (16, 32), "f32", False),
+]
+
+
+@pytest.mark.parametrize("op,shape,elem,inverse", FFT_CASES)
+def test_fft_matches_numpy_and_graph_interpreter(op, shape, elem, inverse):
+    text = fft_text(op, shape, elem, inverse)
+    x = rand(shape, elem)
+    (got,) = run_host(lower(text), "f", [x])
+    assert got.dtype == NP[elem] and got.shape == (*shape, 2)
+    x64 = x.astype(np.float64)
+    if op == "fft":
+        want = np.fft.ifft(x64) if inverse else np.fft.fft(x64)
+        n, scale = shape[-1], np.abs(x64).sum(axis=-1, keepdims=True)
+    else:
+        want = np.fft.ifft2(x64) if inverse else np.fft.fft2(x64)
+        n, scale = shape[-1] * shape[-2], np.abs(x64).sum(axis=(-1, -2), keepdims=True)
+    if inverse:
+        scale = scale / n
+    err = np.abs(as_complex(got) - want)
+    assert np.all(err <= fft_tol(elem, n) * scale), err.max()
+    (ref,) = graph_reference(text, [x])
+    assert np.abs(as_complex(got) - ref).max() <= fft_tol(elem, n) * scale.max()
+
+
+@pytest.mark.parametrize("op,shape,elem", [("fft", (3, 10), "f64"), ("fft", (2, 8), "f32"),
+                                           ("fft2d", (3, 4, 6), "f64")])
+def test_fft_of_complex_input_round_trips(op, shape, elem):
+    text = fft_text(op, shape, elem, False, then_inverse=True)
+    x = rand(shape, elem)
+    fwd, back = run_host(lower(text), "f", [x])
+    axes = (-1,) if op == "fft" else (-2, -1)
+    want = np.fft.fftn(x.astype(np.float64), axes=axes)
+    n = int(np.prod([shape[a] for a in axes]))
+    tol = fft_tol(elem, n) * np.abs(x).sum()
+    assert np.abs(as_complex(fwd) - want).max() <= tol
+    assert np.abs(as_complex(back) - x).max() <= 2 * tol
+    _, ref_back = graph_reference(text, [x])
+    assert np.abs(as_complex(back) - ref_back).max() <= 2 * tol
+
+
+def test_fft_kernel_shape():
+    m = lower(fft_text("fft2d", (2, 6, 8), "f32", False))
+    kernels = {k.sym_name.data: k for k in m.walk() if isinstance(k, tt.KernelOp)}
+    assert list(kernels) == ["f_fft2d_0", "f_fft2d_1"]
+    launches = [o.grid_value() for o in m.walk() if isinstance(o, tt.LaunchOp)]
+    assert launches == [(12, 1, 1), (16, 1, 1)]  # one tile per row, then per column
+    shared = [o for o in m.walk() if isinstance(o, tt.AllocSharedOp)]
+    assert len(shared) == 4
+
+
+def test_fft_too_long_is_reported():
+    with pytest.raises(NotImplementedError, match=r"tgraph.fft has no Tile IR lowering "
+                                                  r"\(length 2048 along axis 1"):
+        lower(fft_text("fft", (2, 2048), "f64", False))
+    lower(fft_text("fft", (1, 2048), "f32", False))  # fits in f32
+
+
+def test_complex_transpose_is_reported():
+    c = ty((4, 8), "complex<f32>")
+    ct = ty((8, 4), "complex<f32>")
+    text = f"""func.func @f(%x: {ty((4, 8), 'f32')}) -> {ct} {{
+      %0 = tgraph.fft %x : ({ty((4, 8), 'f32')}) -> {c}
+      %1 = tgraph.transpose %0 permutation = [1, 0] : ({c}) -> {ct}
+      func.return %1 : {ct} }}"""
+    with pytest.raises(NotImplementedError, match="tgraph.transpose has no Tile IR lowering "
+                                                  r"\(complex tensors"):
+        lower(text)
+
+
+# --------------------------------------------------------------------------- cholesky
+
+
+def chol_text(shape, elem) -> str:
+    t = ty(shape, elem)
+    return f"func.func @f(%x: {t}) -> {t} {{\n  %0 = tgraph.cholesky %x : ({t}) -> {t}\n" \
+           f"  func.return %0 : {t} }}"
+
+
+def spd(shape, elem):
+    b = rand(shape, "f64")
+    n = shape[-1]
+    return (b @ np.swapaxes(b, -1, -2) + n * np.eye(n)).astype(NP[elem])
+
+
+@pytest.mark.parametrize("shape,elem", [((1, 1), "f64"), ((5, 5), "f64"), ((2, 3, 7, 7), "f32"),
+                                        ((19, 19), "f64"), ((3, 33, 33), "f32")])
+def test_cholesky_matches_numpy(shape, elem):
+    a = spd(shape, elem)
+    # the upper triangle is not read: garbage there must not matter
+    a_in = a + np.triu(rand(shape, elem), 1)
+    (got,) = run_host(lower(chol_text(shape, elem)), "f", [a_in])
+    want = np.linalg.cholesky(a.astype(np.float64))
+    n = shape[-1]
+    cond = np.linalg.cond(a.astype(np.float64)).max()
+    tol = 4 * n * EPS[elem] * cond * np.abs(want).max()
+    assert np.abs(got - want).max() <= tol
+    assert np.all(np.triu(got, 1) == 0)
+    (ref,) = graph_reference(chol_text(shape, elem), [a])
+    assert np.abs(got - ref).max() <= tol
+
+
+def test_cholesky_not_positive_definite_gives_nan():
+    a = spd((6, 6), "f64")
+    a[3, 3] = -50.0  # the pivot of column 3 is negative
+    (got,) = run_host(lower(chol_text((6, 6), "f64")), "f", [a])
+    want = np.linalg.cholesky(a[:3, :3])
+    assert np.abs(got[:3, :3] - want).max() < 1e-13
+    lower_tri = np.tril(np.ones((6, 6), dtype=bool))
+    later = lower_tri & (np.arange(6)[None, :] >= 3)
+    assert np.all(np.isnan(got[later]))  # column 3 and all later ones
+    assert np.all(got[~lower_tri] == 0)
+    assert np.all(np.isfinite(got[:, :3]))
+    with pytest.raises(ValueError, match="not positive definite"):
+        graph_reference(chol_text((6, 6), "f64"), [a])
+
+
+def test_cholesky_bf16_is_reported():
+    with pytest.raises(NotImplementedError, match=r"tgraph.cholesky has no Tile IR lowering "
+                                                  r"\(element type bf16"):
+        lower(chol_text((4, 4), "bf16"))
+
+
+# --------------------------------------------------------------------------- svd
+
+
+def svd_text(shape, elem) -> str:
+    *b, m, n = shape
+    k = min(m, n)
+    outs = [ty((*b, m, k), elem), ty((*b, k), elem), ty((*b, k, n), elem)]
+    o = ", ".join(outs)
+    return f"func.func @f(%x: {ty(shape, elem)}) -> ({o}) {{\n" \
+           f"  %0, %1, %2 = tgraph.svd %x : ({ty(shape, elem)}) -> ({o})\n" \
+           f"  func.return %0, %1, %2 : {o} }}"
+
+
+@pytest.mark.parametrize("shape,elem", [((1, 1), "f64"), ((5, 3), "f64"), ((3, 5), "f64"),
+                                        ((2, 6, 4), "f32"), ((2, 4, 4), "f64"),
+                                        ((34, 3), "f64"), ((3, 37), "f32")])
+def test_svd_invariants_and_numpy(shape, elem):
+    a = rand(shape, elem)
+    u, s, vh = run_host(lower(svd_text(shape, elem)), "f", [a])
+    *_, m, n = shape
+    k = min(m, n)
+    a64 = a.astype(np.float64)
+    un, sn, vhn = np.linalg.svd(a64, full_matrices=False)
+    tol = 16 * max(m, n) * EPS[elem] * sn.max()
+    # singular values: descending, as numpy's
+    assert np.all(np.diff(s, axis=-1) <= 0)
+    assert np.abs(s - sn).max() <= tol
+    # reconstruction and orthonormal columns / rows
+    u64, s64, vh64 = (x.astype(np.float64) for x in (u, s, vh))
+    assert np.abs((u64 * s64[..., None, :]) @ vh64 - a64).max() <= tol
+    eye = np.eye(k)
+    ortho = 16 * max(m, n) * EPS[elem]
+    assert np.abs(np.swapaxes(u64, -1, -2) @ u64 - eye).max() <= ortho
+    assert np.abs(vh64 @ np.swapaxes(vh64, -1, -2) - eye).max() <= ortho
+    # singular vectors equal numpy's up to one sign per pair (values are distinct here)
+    gap = np.min(-np.diff(sn, axis=-1)) if k > 1 else sn.max()
+    vec_tol = tol / gap * 4 + ortho
+    sign = np.sign(np.sum(u64 * un, axis=-2))  # [..., k]
+    assert np.abs(u64 * sign[..., None, :] - un).max() <= vec_tol
+    assert np.abs(vh64 * sign[..., :, None] - vhn).max() <= vec_tol
+    # the Graph IR interpreter gives the same singular values
+    _, s_ref, _ = graph_reference(svd_text(shape, elem), [a])
+    assert np.abs(s - s_ref).max() <= tol
+
+
+def test_svd_rank_deficient_keeps_invariants():
+    a = rand((6, 4), "f64")
+    a[:, 3] = a[:, 0] - 2 * a[:, 1]  # rank 3
+    u, s, vh = run_host(lower(svd_text((6, 4), "f64")), "f", [a])
+    assert s[3] < 1e-13 * s[0]
+    assert np.abs((u * s) @ vh - a).max() < 1e-13
+    assert np.abs(s - np.linalg.svd(a, compute_uv=False)).max() < 1e-13
+
+
+def test_svd_kernel_uses_group_reduce_for_long_columns():
+    m = lower(svd_text((40, 3), "f32"))
+    (k,) = [o for o in m.walk() if isinstance(o, tt.KernelOp)]
+    assert k.group_size.value.data == 128
+    scopes = {o.scope.data for o in k.walk() if isinstance(o, tt.ReduceOp)}
+    assert scopes == {"group"}
+    m = lower(svd_text((5, 3), "f32"))
+    (k,) = [o for o in m.walk() if isinstance(o, tt.KernelOp)]
+    assert k.group_size.value.data == 32
+
+
+# --------------------------------------------------------------------------- ptxas
+
+
+PTX_PROGRAMS = {
+    "fft-pow2-f32": fft_text("fft", (3, 8), "f32", False),
+    "ifft-direct-f64": fft_text("fft", (2, 12), "f64", True),
+    "fft2d-complex-input-f32": fft_text("fft2d", (2, 16, 8), "f32", True, then_inverse=True),
+    "fft2d-direct-f64": fft_text("fft2d", (5, 7), "f64", False),
+    "cholesky-f32": chol_text((2, 9, 9), "f32"),
+    "cholesky-f64": chol_text((40, 40), "f64"),
+    "svd-tall-group-f32": svd_text((34, 3), "f32"),
+    "svd-wide-f64": svd_text((3, 5), "f64"),
+    "svd-batched-f32": svd_text((2, 4, 4), "f32"),
+}
+
+
+@pytest.mark.parametrize("name", PTX_PROGRAMS)
+def test_kernels_pass_ptxas(name):
+    check_ptx(PTX_PROGRAMS[name])
+
+
+# --------------------------------------------------------------------------- jit, host side
+
+
+def test_jit_marks_complex_results_for_the_gpu_runtime():
+    import tessera as ts
+    from tessera import op
+    from tessera.runtime.cuda import _complex_results
+
+    @ts.jit
+    def f(x):
+        return op.fft(x), op.cholesky(x)
+
+    x = spd((4, 4), "f32")
+    spec = f.specialize(x)
+    assert _complex_results(spec) == (True, False)
+    tile = spec.ir("tile")
+    host = [o for o in tile.walk() if o.name == "func.func"][0]
+    outs = [str(t) for t in host.function_type.outputs.data]
+    assert outs == ["memref<4x4x2xf32>", "memref<4x4xf32>"]
+    # the CPU path still returns numpy complex results
+    got_fft, got_chol = f(x)
+    assert got_fft.dtype == np.complex64
+    assert np.abs(got_fft - np.fft.fft(x.astype(np.float64))).max() < 1e-4

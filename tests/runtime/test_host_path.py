@@ -1,0 +1,180 @@
+"""The prepared per-signature GPU call (``HostPlan.runner`` through ``ts.jit``), driven on
+CPU with the stand-ins of ``bench/host_path.py``: launches get the right pointers, grid
+and stream, and every argument it does not accept goes to the checked path."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench import host_path  # noqa: E402
+from tessera.frontend import jit as jit_mod  # noqa: E402
+from tessera.runtime import cuda  # noqa: E402
+
+
+@pytest.fixture
+def gpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    with host_path.stand_ins() as fake:
+        fake.read = 4  # the where kernel's parameters: out, c, a, b
+        yield fake
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """Counts calls of the checked path, ``HostPlan.run``."""
+    calls = []
+    real = cuda.HostPlan.run
+
+    def run(self, args, poison=False):
+        calls.append(args)
+        return real(self, args, poison)
+
+    monkeypatch.setattr(cuda.HostPlan, "run", run)
+    return calls
+
+
+def test_cached_call_launches_through_the_prepared_call(gpu, checked, monkeypatch):
+    pick = host_path.where_function()
+    c, a, b = host_path.where_args()
+    first = pick(c, a, b)
+    assert len(checked) == 1 and gpu.launches == 1
+    monkeypatch.setattr(
+        jit_mod.CompiledFunction, "_specialize", lambda *x: pytest.fail("specialized again")
+    )
+    outs = [pick(c, a, b) for _ in range(3)]
+    assert len(checked) == 1, "repeated calls must not take the checked path"
+    assert gpu.launches == 4
+    fn, grid, block, stream, values = gpu.last
+    assert fn == "function pick_select_0" and grid == (4, 1, 1) and block[1:] == (1, 1)
+    assert stream == 0
+    out = outs[-1]
+    assert values == [out.data_ptr(), c.data_ptr(), a.data_ptr(), b.data_ptr()]
+    assert out.shape == first.shape and out.dtype == torch.float32
+    assert len({id(o) for o in (first, *outs)}) == 4, "each call gets a fresh output"
+
+
+def test_static_arguments_are_part_of_the_prepared_call(gpu, checked):
+    import tessera as ts
+
+    @ts.jit
+    def scaled(a, s, b):
+        return a * s + b
+
+    gpu.read = 0  # another kernel: its parameters are not read back
+    a, b = torch.randn(64), torch.randn(64)
+    scaled(a, 2.0, b)
+    scaled(a, 2.0, b)
+    assert len(checked) == 1
+    scaled(a, 3.0, b)  # another static value: another specialization, checked once
+    scaled(a, 3.0, b)
+    scaled(a, 2.0, b)
+    assert len(checked) == 2
+    assert len(scaled._hot) == 2
+
+
+@pytest.mark.parametrize("bad", ["non-contiguous", "misaligned", "float64", "shape", "numpy"])
+def test_runner_declines_what_needs_checks(gpu, bad):
+    pick = host_path.where_function()
+    c, a, b = host_path.where_args()
+    pick(c, a, b)
+    spec = pick.specialize(c, a, b)
+    run = cuda.host_plan(spec.launch_module(), spec.name, spec.ir("ptx")).runner()
+    assert run is not None and run([c, a, b]) is not None
+    other = {
+        "non-contiguous": torch.randn(2048)[::2],
+        "misaligned": torch.randn(1025)[1:],
+        "float64": a.double(),
+        "shape": torch.randn(1023),
+        "numpy": a.numpy(),
+    }[bad]
+    before = gpu.launches
+    assert run([c, other, b]) is None
+    assert gpu.launches == before, "a declined call launches nothing"
+
+
+def test_runner_declines_another_device_and_the_profiler(gpu, monkeypatch):
+    pick = host_path.where_function()
+    args = host_path.where_args()
+    pick(*args)
+    spec = pick.specialize(*args)
+    run = cuda.host_plan(spec.launch_module(), spec.name, spec.ir("ptx")).runner()
+    monkeypatch.setattr(cuda, "LAUNCH_HOOK", object())
+    assert run(args) is None
+    monkeypatch.setattr(cuda, "LAUNCH_HOOK", None)
+    assert run(args) is not None
+    plan = cuda.HostPlan(spec.launch_module(), spec.name, 0, spec.ir("ptx"))
+    monkeypatch.setattr(cuda, "device_getter", lambda: (lambda: 1))
+    assert plan.runner()(args) is None
+
+
+def test_declined_arguments_take_the_checked_path(gpu, checked, monkeypatch):
+    pick = host_path.where_function()
+    c, a, b = host_path.where_args()
+    pick(c, a, b)
+    seen = []
+
+    def check_tensor(x, t, where, device):
+        seen.append(where)
+        return x.contiguous()
+
+    monkeypatch.setattr(cuda, "check_tensor", check_tensor)
+    strided = torch.randn(2048)[::2]
+    pick(c, strided, b)
+    assert len(checked) == 2 and seen == ["@pick argument 1"]
+    assert gpu.last[4][2] != strided.data_ptr(), "the kernel gets a contiguous copy"
+
+
+def test_checks_still_raise(gpu):
+    pick = host_path.where_function()
+    c, a, b = host_path.where_args()
+    pick(c, a, b)
+    with pytest.raises(cuda.LaunchError, match="argument 1: tensor is on cpu, expected a CUDA"):
+        pick(c, torch.randn(2048)[::2], b)  # under the stand-ins only CPU tensors exist
+
+
+def test_kernel_launch_refills_its_buffer():
+    from tessera.ir import target as tt
+    from tests.runtime.test_cuda_launch_host import FakeDriver, _target_module
+
+    module = _target_module()
+    kernel = next(op for op in module.body.block.ops if isinstance(op, tt.FuncOp))
+    n = len(kernel.block.args)
+    fake = FakeDriver(n)
+    real = cuda._driver
+    cuda._driver = lambda: fake
+    try:
+        run = cuda.KernelLaunch("fn", kernel, [5], tensors=[True] * n)
+        xs, ys = [torch.empty(3) for _ in range(n)], [torch.empty(3) for _ in range(n)]
+        run.launch(xs, 9)
+        run.launch(ys, 9)
+        with pytest.raises(cuda.LaunchError, match="takes"):
+            run.launch(xs[:-1], 9)
+        with pytest.raises(cuda.LaunchError, match="argument kinds"):
+            cuda.KernelLaunch("fn", kernel, [5], tensors=[True])
+    finally:
+        cuda._driver = real
+    assert [v for *_, v in fake.launches] == [
+        [t.data_ptr() for t in xs], [t.data_ptr() for t in ys]
+    ]
+
+
+def test_annotation_errors_still_raise_after_a_cached_call(gpu):
+    import tessera as ts
+    from tessera.frontend.errors import TesseraTypeError
+
+    @ts.jit
+    def add(a: ts.Tensor["N", ts.f32], b: ts.Tensor["N", ts.f32]):  # noqa: F821
+        return a + b
+
+    gpu.read = 0
+    a, b = torch.randn(64), torch.randn(64)
+    add(a, b)
+    add(a, b)
+    assert len(add._hot) == 1
+    with pytest.raises(TesseraTypeError, match="argument 'a' has dtype"):
+        add(a.double(), b)

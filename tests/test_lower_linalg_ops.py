@@ -249,6 +249,40 @@ def test_svd_invariants_and_numpy(shape, elem):
     assert np.abs(s - s_ref).max() <= tol
 
 
+@pytest.mark.parametrize("shape,elem", [((6, 4), "f64"), ((3, 5), "f64"), ((2, 9, 7), "f32"),
+                                        ((40, 33), "f32"), ((2, 5, 12), "f32")])
+def test_svd_parallel_kernels(shape, elem, monkeypatch):
+    """The tile-per-pair kernels (tile_svd_parallel), taken here for small matrices."""
+    from tessera.passes import tile_svd_parallel
+
+    monkeypatch.setattr(tile_svd_parallel, "PARALLEL_MIN_K", 1)
+    m = lower(svd_text(shape, elem))
+    names = {o.sym_name.data for o in m.walk() if isinstance(o, tt.KernelOp)}
+    assert names == {f"f_svd_{x}_0" for x in ("init", "step", "check", "norm", "place")}
+    k = min(shape[-2:])
+    launches = [o for o in m.walk() if isinstance(o, tt.LaunchOp)]
+    steps = (k + k % 2 - 1 + 1) * tile_svd_parallel.PARALLEL_MAX_SWEEPS
+    assert len(launches) == 3 + steps  # init, (steps + check) per sweep, norm, place
+    _check_svd(shape, elem)
+
+
+def _check_svd(shape, elem) -> None:
+    a = rand(shape, elem)
+    u, s, vh = run_host(lower(svd_text(shape, elem)), "f", [a])
+    *_, m, n = shape
+    k = min(m, n)
+    a64 = a.astype(np.float64)
+    sn = np.linalg.svd(a64, compute_uv=False)
+    tol = 16 * max(m, n) * EPS[elem] * sn.max()
+    assert np.all(np.diff(s, axis=-1) <= 0)
+    assert np.abs(s - sn).max() <= tol
+    u64, s64, vh64 = (x.astype(np.float64) for x in (u, s, vh))
+    assert np.abs((u64 * s64[..., None, :]) @ vh64 - a64).max() <= tol
+    ortho = 16 * max(m, n) * EPS[elem]
+    assert np.abs(np.swapaxes(u64, -1, -2) @ u64 - np.eye(k)).max() <= ortho
+    assert np.abs(vh64 @ np.swapaxes(vh64, -1, -2) - np.eye(k)).max() <= ortho
+
+
 def test_svd_rank_deficient_keeps_invariants():
     a = rand((6, 4), "f64")
     a[:, 3] = a[:, 0] - 2 * a[:, 1]  # rank 3
@@ -282,6 +316,8 @@ PTX_PROGRAMS = {
     "svd-tall-group-f32": svd_text((34, 3), "f32"),
     "svd-wide-f64": svd_text((3, 5), "f64"),
     "svd-batched-f32": svd_text((2, 4, 4), "f32"),
+    "svd-parallel-f32": svd_text((70, 50), "f32"),
+    "svd-parallel-wide-f64": svd_text((2, 49, 300), "f64"),
 }
 
 

@@ -26,6 +26,8 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    IndexType,
+    IntegerAttr,
     IntegerType,
     ModuleOp,
     StringAttr,
@@ -208,10 +210,11 @@ class _FunctionLowering:
         group: int,
         grid: Sequence[int],
         build: Callable[[KernelEmitter, list[SSAValue]], None],
-    ) -> None:
-        """Create a kernel over host values ``args`` and launch it (unless the grid is empty)."""
+    ) -> str | None:
+        """Create a kernel over host values ``args`` and launch it (unless the grid is
+        empty); its name (for more launches, :meth:`launch`), or None when not created."""
         if min(grid) < 1:
-            return
+            return None
         n = self.counter.get(tag, 0)
         self.counter[tag] = n + 1
         name = f"{self.prefix}_{tag}_{n}"
@@ -221,6 +224,16 @@ class _FunctionLowering:
         e.emit(tt.ReturnOp())
         self.module.body.block.insert_op_before(k, self.fn)
         self.hb.add_op(tt.LaunchOp(name, list(args), list(grid)))
+        return name
+
+    def launch(self, name: str, args: Sequence[SSAValue], grid: Sequence[int]) -> None:
+        """Launch kernel ``name`` (made by :meth:`kernel`) again, after the host's
+        launches so far."""
+        self.hb.add_op(tt.LaunchOp(name, list(args), list(grid)))
+
+    def host_index(self, v: int) -> SSAValue:
+        """An ``index`` constant on the host (a scalar kernel argument)."""
+        return self.host_op(arith.ConstantOp(IntegerAttr(v, IndexType())))
 
     def mem(self, v: SSAValue) -> SSAValue:
         return self.env[v]

@@ -178,10 +178,15 @@ def _eps(et: Attribute) -> float:
 
 def lower_svd(lw: _FunctionLowering, op: g.SVDOp) -> None:
     """``tgraph.svd``: one-sided Jacobi, one tile per matrix; see the module docstring."""
+    from tessera.passes.tile_svd_parallel import PARALLEL_MIN_K, lower_svd_parallel
+
     shape = g.shape_of(op.input)
     et = f32_or_f64(op, g.elem_of(op.input))
     *batch, m, n = shape
     k, r, trans = min(m, n), max(m, n), m < n
+    if k > PARALLEL_MIN_K:
+        lower_svd_parallel(lw, op, et)
+        return
     u_out, s_out, vh_out = (lw.alloc(v.type) for v in (op.u, op.s, op.vh))
     w = lw.alloc(MemRefType(et, [*batch, r, k]))
     v = lw.alloc(MemRefType(et, [*batch, k, k]))

@@ -121,7 +121,8 @@ def check_rows(m, x, w, b, elem) -> None:
         ((3, 1), "bf16", "register"),
         ((5, 63), "bf16", "register"),
         ((5, 64), "f32", "register"),
-        ((3, 1000), "bf16", "register"),  # ragged: 16-byte chunks and scalar edges
+        ((3, 1000), "bf16", "register"),
+        ((3, 1001), "bf16", "register"),  # ragged: 16-byte chunks and scalar edges
         ((2, 3, 1001), "f32", "register"),
         ((7, 4099), "f16", "register"),  # ragged, one tile per row
         ((2, 50257), "bf16", "split"),  # streaming, rows split across tiles

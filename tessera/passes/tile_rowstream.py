@@ -335,7 +335,7 @@ def lower_norm(lw: _FunctionLowering, op: g.RMSNormOp | g.LayerNormOp) -> bool:
     def sums(e: KernelEmitter, pieces: Sequence[Piece], x0: SSAValue | None) -> list:
         if x0 is not None:
             pieces = [pc.like([e.fsub(v, x0) for v in pc.values]) for pc in pieces]
-        s1 = fold(e, pieces, "sum", lambda v: v)
+        s1 = fold(e, pieces, "sum", lambda v: v) if is_ln else e.const(0.0, f32)
         s2 = fold(e, pieces, "sum", lambda v: e.fmul(v, v))
         return [s1, s2]
 

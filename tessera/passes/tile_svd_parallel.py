@@ -211,9 +211,10 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
 
     step_name: str | None = None
     check_name: str | None = None
+    steps = [lw.host_index(s) for s in range(kk - 1)]
     for _ in range(PARALLEL_MAX_SWEEPS):
         for s in range(kk - 1):
-            step_args = [wt, vt, flags, done, lw.host_index(s)]
+            step_args = [wt, vt, flags, done, steps[s]]
             if step_name is None:
                 step_name = lw.kernel("svd_step", step_args, gr, [nb * half, 1, 1], build_step)
             else:

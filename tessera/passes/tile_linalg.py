@@ -1,5 +1,9 @@
 """Tile IR kernels for ``tgraph.cholesky`` and ``tgraph.svd``: one tile per matrix.
 
+These are the kernels for small matrices; larger ones go to the many-tile kernels of
+:mod:`tile_cholesky_blocked` (``n > 64``: blocked, the trailing update as a GEMM) and
+:mod:`tile_svd_parallel` (``min(m, n) > 48``: one tile per column pair).
+
 Both work in global memory (the output or scratch buffers allocated by the host
 function), so matrix size is not limited by shared memory; lanes of the tile split
 the rows, and barriers order the steps (``bar.sync`` orders global memory for the
@@ -110,9 +114,14 @@ def _batch_index(e: KernelEmitter, batch: list[int]) -> list[Idx]:
 
 def lower_cholesky(lw: _FunctionLowering, op: g.CholeskyOp) -> None:
     """``tgraph.cholesky``: one tile per matrix, see the module docstring."""
+    from tessera.passes.tile_cholesky_blocked import BLOCKED_MIN_N, lower_cholesky_blocked
+
     shape = g.shape_of(op.input)
     et = f32_or_f64(op, g.elem_of(op.input))
     *batch, n, _ = shape
+    if n > BLOCKED_MIN_N:
+        lower_cholesky_blocked(lw, op, et)
+        return
     out = lw.alloc(op.result.type)
     group = min(CHOLESKY_GROUP, max(32, cdiv(n * n, 32) * 32))
 

@@ -3,10 +3,17 @@ sizes on CUDA tensors, against torch in float64. Skipped without a CUDA device.
 
 * softmax / rmsnorm / layernorm on rows of 1 to 262144 elements, odd widths included
   (ragged rows: 16-byte chunks and scalar edges; streaming kernels past the registers;
-  rows split across tiles when rows are few), outputs poisoned with NaN first.
+  rows split across tiles when rows are few), against float64 torch;
+* svd (the one-tile and the tile-per-pair Jacobi kernels) and cholesky (the blocked
+  kernels) at the bench sizes, each within a time limit (compile included): the
+  launch sequences are fixed and every loop is bounded, so nothing can hang.
+  Tolerances as tests/gpu/test_gpu_linalg_ops.py.
 """
 
 from __future__ import annotations
+
+import math
+import time
 
 import pytest
 
@@ -60,3 +67,62 @@ def test_rows_any_width(rows, n, dtype):
     assert _rel(sm, torch.softmax(X, -1)) < TOL[dtype]
     assert _rel(rms, X * torch.rsqrt((X * X).mean(-1, keepdim=True) + 1e-6) * W) < TOL[dtype]
     assert _rel(ln, want_ln) < TOL[dtype]
+
+
+# --------------------------------------------------------------------------- linalg at size
+
+
+@ts.jit
+def _svd(a):
+    return ts.op.svd(a)
+
+
+@ts.jit
+def _cholesky(a):
+    return ts.op.cholesky(a)
+
+
+@pytest.mark.parametrize(
+    "shape,limit_s",
+    [((256, 32, 32), 60.0), ((1024, 1024), 120.0), ((4096, 4096), 300.0)],
+)
+def test_svd_at_size_finishes(shape, limit_s):
+    """The bench sizes (4096 x 4096 is the largest) within a time limit, compile
+    included: every kernel and the host's launch sequence are bounded."""
+    gen = torch.Generator(device="cuda").manual_seed(sum(shape))
+    a = torch.randn(*shape, device="cuda", generator=gen)
+    t = time.perf_counter()
+    u, s, vh = _svd(a)
+    torch.cuda.synchronize()
+    assert time.perf_counter() - t < limit_s
+    ad = a.double()
+    k = s.shape[-1]
+    r = max(shape[-2:])
+    eye = torch.eye(k, device="cuda", dtype=torch.float64)
+    ortho = 1e-5 * math.sqrt(r)
+    assert float((u.double().mT @ u.double() - eye).abs().max()) <= ortho
+    assert float((vh.double() @ vh.double().mT - eye).abs().max()) <= ortho
+    s_ref = torch.linalg.svdvals(ad)
+    smax = float(s_ref.max())
+    assert float((s.double() - s_ref).abs().max()) <= 1e-5 * math.sqrt(r) * smax
+    rec = (u.double() * s.double().unsqueeze(-2)) @ vh.double()
+    assert float((rec - ad).abs().max()) <= 1e-5 * math.sqrt(r) * smax
+
+
+@pytest.mark.parametrize(
+    "shape,limit_s", [((64, 512, 512), 60.0), ((4096, 4096), 120.0), ((3, 1000, 1000), 60.0)]
+)
+def test_cholesky_at_size_finishes(shape, limit_s):
+    n = shape[-1]
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    g = torch.randn(*shape, device="cuda", dtype=torch.float64, generator=gen)
+    a = g @ g.mT / n + torch.eye(n, device="cuda", dtype=torch.float64)
+    t = time.perf_counter()
+    got = _cholesky(a.float())
+    torch.cuda.synchronize()
+    assert time.perf_counter() - t < limit_s
+    want = torch.linalg.cholesky(a)
+    cond = float(torch.linalg.cond(a).max())
+    err = float((got.double() - want).abs().max())
+    assert err <= 1e-5 * cond * float(want.abs().max())
+    assert float(torch.triu(got, 1).abs().max()) == 0.0

@@ -1,6 +1,6 @@
 // RUN: tessera-opt %s -p lower-graph-to-tile | filecheck %s
 
-// svd with min(m, n) > 48: one-sided Jacobi with one tile per column pair. The host
+// svd with min(m, n) > 48: one-sided Jacobi with one tile per column pair (V in f64). The host
 // function is a fixed sequence of launches: init (W^T, V^T = I, flags), then per sweep
 // the K - 1 round-robin steps (the step index a host constant) and a check that marks
 // a converged matrix done (its later steps skip the work), then norms and placement.
@@ -9,8 +9,8 @@ func.func @f(%a: tensor<60x50xf32>) -> (tensor<60x50xf32>, tensor<50xf32>, tenso
   %0, %1, %2 = tgraph.svd %a : (tensor<60x50xf32>) -> (tensor<60x50xf32>, tensor<50xf32>, tensor<50x50xf32>)
   func.return %0, %1, %2 : tensor<60x50xf32>, tensor<50xf32>, tensor<50x50xf32>
 }
-// CHECK:      ttile.kernel @f_svd_init_0(%{{.*}}: memref<1x50x60xf32>, %{{.*}}: memref<1x50x50xf32>, %{{.*}}: memref<1x25xf32>, %{{.*}}: memref<1xf32>, %{{.*}}: memref<60x50xf32>) group_size = 64 {
-// CHECK:      ttile.kernel @f_svd_step_0(%{{.*}}: memref<1x50x60xf32>, %{{.*}}: memref<1x50x50xf32>, %{{.*}}: memref<1x25xf32>, %{{.*}}: memref<1xf32>, %{{.*}}: index) group_size = 64 {
+// CHECK:      ttile.kernel @f_svd_init_0(%{{.*}}: memref<1x50x60xf32>, %{{.*}}: memref<1x50x50xf64>, %{{.*}}: memref<1x25xf32>, %{{.*}}: memref<1xf32>, %{{.*}}: memref<60x50xf32>) group_size = 64 {
+// CHECK:      ttile.kernel @f_svd_step_0(%{{.*}}: memref<1x50x60xf32>, %{{.*}}: memref<1x50x50xf64>, %{{.*}}: memref<1x25xf32>, %{{.*}}: memref<1xf32>, %{{.*}}: index) group_size = 64 {
 // CHECK:        scf.if
 // CHECK:          ttile.reduce %{{.*}} kind = sum scope = group : f32
 // CHECK-NEXT:     ttile.reduce %{{.*}} kind = sum scope = group : f32

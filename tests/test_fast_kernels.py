@@ -139,6 +139,36 @@ def test_rows_any_width(shape, elem, kind):
     check_rows(m, x, w, b, elem)
 
 
+@pytest.mark.parametrize(
+    "shape,elem",
+    [((5, 1), "bf16"), ((7, 63), "bf16"), ((3, 1001), "f32"), ((2, 3, 4099), "f16"),
+     ((2, 50257), "bf16"), ((70001,), "f32")],
+)
+def test_row_reductions_any_width(shape, elem):
+    """Last-axis sum / max (keepdims) / min / mean with the row kernels (tile_rowreduce):
+    registers, streaming, or split over tiles (a 1-D input is one row)."""
+    t = ty(shape, elem)
+    ro = ty(shape[:-1], elem) if len(shape) > 1 else f"tensor<{elem}>"
+    rk = ty((*shape[:-1], 1), elem)
+    m = lower(f"""func.func @f(%x: {t}) -> ({ro}, {rk}, {ro}, {ro}) {{
+      %0 = tgraph.sum %x axes = [-1] : ({t}) -> {ro}
+      %1 = tgraph.max %x axes = [-1] keepdims : ({t}) -> {rk}
+      %2 = tgraph.min %x axes = [-1] : ({t}) -> {ro}
+      %3 = tgraph.mean %x axes = [-1] : ({t}) -> {ro}
+      func.return %0, %1, %2, %3 : {ro}, {rk}, {ro}, {ro} }}""")
+    # one kernel per op reads the rows, with 16-byte vectors (split rows add a combiner)
+    readers = [k for k in kernels(m) if any(isinstance(o, tt.LoadVectorOp) for o in k.walk())]
+    assert len(readers) == 4
+    x = (RNG.normal(0.0, 2.0, size=shape) + 1.0).astype(NP[elem])
+    s, mx, mn, me = run_host(m, "f", [x])
+    X = f64(x)
+    scale = np.abs(X).sum(-1).max()
+    assert np.abs(f64(s) - X.sum(-1)).max() <= TOL[elem] * scale
+    assert np.array_equal(f64(mx), X.max(-1, keepdims=True))
+    assert np.array_equal(f64(mn), X.min(-1))
+    assert np.abs(f64(me) - X.mean(-1)).max() <= TOL[elem] * scale / shape[-1]
+
+
 def test_rows_streaming_one_tile_per_row(monkeypatch):
     """Enough rows: one streaming kernel (statistics and write in one tile), looping
     over 16-byte chunks of a ragged row."""

@@ -50,6 +50,7 @@ from tessera.passes import (
     tile_fft,
     tile_linalg,
     tile_random,
+    tile_rowreduce,
     tile_rowwise,
     tile_sparse,
     tile_support,
@@ -496,6 +497,8 @@ class _FunctionLowering:
         return e.op(tt.ReduceOp(acc, kind, scope))
 
     def lower_reduction(self, op: g.ReductionOp) -> None:
+        if tile_rowreduce.lower_reduction(self, op):  # last-axis rows: vectorized
+            return
         acc_t = _accum_type(g.elem_of(op.input), op)
 
         def value(e: KernelEmitter, ins: list[SSAValue], idx: list[Idx], ok: SSAValue) -> SSAValue:

@@ -118,7 +118,7 @@ def plan_stream(n: int, rows: int, element_type: Attribute) -> StreamPlan | None
     return StreamPlan(n, w, ragged, lanes, unroll, segments, seg_steps)
 
 
-class _Stream:
+class StreamTile:
     """One tile's view of its row and segment."""
 
     def __init__(self, e: KernelEmitter, plan: StreamPlan, lead: Sequence[int]):
@@ -174,7 +174,7 @@ class _Stream:
         store_piece(self.e, out, self.lead, pc, ys, et)
 
 
-def _kernels(
+def stream_kernels(
     lw: _FunctionLowering,
     tag: str,
     plan: StreamPlan,
@@ -182,9 +182,9 @@ def _kernels(
     lead: Sequence[int],
     out: SSAValue,
     ins: list[SSAValue],
-    stats: Callable[[KernelEmitter, _Stream, SSAValue], list[SSAValue]],
+    stats: Callable[[KernelEmitter, StreamTile, SSAValue], list[SSAValue]],
     combine: Callable[[KernelEmitter, list[SSAValue], SSAValue | None], list[SSAValue]],
-    write: Callable[[KernelEmitter, _Stream, list[SSAValue], list[SSAValue]], None],
+    write: Callable[[KernelEmitter, StreamTile, list[SSAValue], list[SSAValue]], None],
 ) -> None:
     """Emit the streaming kernel(s).
 
@@ -195,7 +195,7 @@ def _kernels(
     grid = [rows * plan.segments, 1, 1]
     if plan.segments == 1:
         def build(e: KernelEmitter, args: list[SSAValue]) -> None:
-            s = _Stream(e, plan, lead)
+            s = StreamTile(e, plan, lead)
             write(e, s, args, combine(e, stats(e, s, args[1]), None))
 
         lw.kernel(tag, [out, *ins], plan.lanes, grid, build)
@@ -204,7 +204,7 @@ def _kernels(
 
     def build_stats(e: KernelEmitter, args: list[SSAValue]) -> None:
         pref, x = args[0], args[1]
-        s = _Stream(e, plan, lead)
+        s = StreamTile(e, plan, lead)
         st = combine(e, stats(e, s, x), None)
         lane0 = e.eq(s.lane, 0)
         for i, v in enumerate(st):
@@ -212,7 +212,7 @@ def _kernels(
 
     def build_write(e: KernelEmitter, args: list[SSAValue]) -> None:
         pref, rest = args[0], args[1:]
-        s = _Stream(e, plan, lead)
+        s = StreamTile(e, plan, lead)
         ok = e.lt(s.lane, plan.segments)
         mine = [e.load(pref, [s.row, s.lane, i], ok, e.const(0.0, f32)) for i in range(2)]
         write(e, s, rest, combine(e, mine, ok))
@@ -262,7 +262,7 @@ def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> bool:
             out_ += [v if pc.mask is None else b.vselect(pc.mask, v, ninf) for v in pc.values]
         return out_
 
-    def stats(e: KernelEmitter, s: _Stream, x: SSAValue) -> list[SSAValue]:
+    def stats(e: KernelEmitter, s: StreamTile, x: SSAValue) -> list[SSAValue]:
         m, acc = e.const(NEG_BIG, f32), e.const(0.0, f32)
         edge = s.edge(x)
         if edge is not None:
@@ -278,7 +278,7 @@ def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> bool:
         total = e.op(tt.ReduceOp(scaled, "sum", "group"))
         return [mx, total]
 
-    def write(e: KernelEmitter, s: _Stream, refs: list[SSAValue], st: list[SSAValue]) -> None:
+    def write(e: KernelEmitter, s: StreamTile, refs: list[SSAValue], st: list[SSAValue]) -> None:
         o_ref, x = refs
         mx, total = st
         inv = e.fdiv(e.const(1.0, f32), total)
@@ -299,7 +299,7 @@ def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> bool:
 
         s.stream(x, [], body, reverse=True)
 
-    _kernels(lw, "softmax", plan, rows, shape[:-1], out, [lw.mem(op.input)],
+    stream_kernels(lw, "softmax", plan, rows, shape[:-1], out, [lw.mem(op.input)],
              stats, combine, write)
     lw.env[op.result] = out
     return True
@@ -326,7 +326,7 @@ def lower_norm(lw: _FunctionLowering, op: g.RMSNormOp | g.LayerNormOp) -> bool:
     if b_ is not None:
         ins.append(lw.mem(b_))
 
-    def shift(e: KernelEmitter, s: _Stream, x: SSAValue) -> SSAValue | None:
+    def shift(e: KernelEmitter, s: StreamTile, x: SSAValue) -> SSAValue | None:
         """The row's first element (layernorm's shift), read by every lane."""
         if not is_ln:
             return None
@@ -339,7 +339,7 @@ def lower_norm(lw: _FunctionLowering, op: g.RMSNormOp | g.LayerNormOp) -> bool:
         s2 = fold(e, pieces, "sum", lambda v: e.fmul(v, v))
         return [s1, s2]
 
-    def stats(e: KernelEmitter, s: _Stream, x: SSAValue) -> list[SSAValue]:
+    def stats(e: KernelEmitter, s: StreamTile, x: SSAValue) -> list[SSAValue]:
         x0 = shift(e, s, x)
         init = [e.const(0.0, f32), e.const(0.0, f32)]
         edge = s.edge(x)
@@ -355,7 +355,7 @@ def lower_norm(lw: _FunctionLowering, op: g.RMSNormOp | g.LayerNormOp) -> bool:
     def combine(e: KernelEmitter, st: list[SSAValue], valid: SSAValue | None) -> list:
         return [e.op(tt.ReduceOp(v, "sum", "group")) for v in st]
 
-    def write(e: KernelEmitter, s: _Stream, refs: list[SSAValue], st: list[SSAValue]) -> None:
+    def write(e: KernelEmitter, s: StreamTile, refs: list[SSAValue], st: list[SSAValue]) -> None:
         o_ref, x = refs[0], refs[1]
         w_ref = refs[2] if w is not None else None
         b_ref = refs[-1] if b_ is not None else None
@@ -390,6 +390,6 @@ def lower_norm(lw: _FunctionLowering, op: g.RMSNormOp | g.LayerNormOp) -> bool:
 
         s.stream(x, [], body, reverse=True)
 
-    _kernels(lw, op.name.split(".")[1], plan, rows, shape[:-1], out, ins, stats, combine, write)
+    stream_kernels(lw, op.name.split(".")[1], plan, rows, shape[:-1], out, ins, stats, combine, write)
     lw.env[op.result] = out
     return True

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import math
+from xdsl.dialects import arith, math
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, VectorType, f32
 from xdsl.ir import Attribute, SSAValue
 
@@ -236,8 +236,17 @@ def load_param(e: KernelEmitter, ref: SSAValue, p: Piece, ragged: bool) -> list[
     ]
 
 
+IDENTITY = {"sum": 0.0, "max": -pymath.inf, "min": pymath.inf}
+"""The identity of each combining kind."""
+
+
 def combine(e: KernelEmitter, kind: str, a: SSAValue, b: SSAValue) -> SSAValue:
-    return e.fmax(a, b) if kind == "max" else e.fadd(a, b)
+    """``a kind b`` (sum, max or min) of two f32 values."""
+    if kind == "max":
+        return e.fmax(a, b)
+    if kind == "min":
+        return e.op(arith.MinimumfOp(a, b))
+    return e.fadd(a, b)
 
 
 def fold(
@@ -245,7 +254,7 @@ def fold(
 ) -> SSAValue:
     """This lane's ``kind`` of ``term(value)`` over ``pieces``; masked pieces give the
     identity."""
-    ident = -pymath.inf if kind == "max" else 0.0
+    ident = IDENTITY[kind]
     acc: SSAValue | None = None
     for p in pieces:
         part: SSAValue | None = None
@@ -260,7 +269,7 @@ def fold(
     return acc
 
 
-class _RowKernel:
+class RowKernel:
     """Emits the shared parts of the register row kernels for one :class:`RowPlan`."""
 
     def __init__(self, e: KernelEmitter, plan: RowPlan, rows: int, lead: Sequence[int]):
@@ -332,7 +341,7 @@ def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> None:
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         o_ref, x = args
-        k = _RowKernel(e, plan, rows, shape[:-1])
+        k = RowKernel(e, plan, rows, shape[:-1])
         r = k.load(x)
         m = k.reduce(r, "max", lambda v: v)
         # exp(x - m) = exp2(x * log2e - m * log2e)
@@ -387,7 +396,7 @@ def lower_norm(lw: _FunctionLowering, op: g.RMSNormOp | g.LayerNormOp) -> None:
         o_ref, x = args[0], args[1]
         w_ref = args[2] if w is not None else None
         b_ref = args[-1] if b is not None else None
-        k = _RowKernel(e, plan, rows, shape[:-1])
+        k = RowKernel(e, plan, rows, shape[:-1])
         r = k.load(x)
         inv_n = e.const(1.0 / n, f32)
         if is_ln:

@@ -69,6 +69,27 @@ def test_rows_any_width(rows, n, dtype):
     assert _rel(ln, want_ln) < TOL[dtype]
 
 
+@ts.jit
+def _reductions(x):
+    return ts.sum(x, axis=-1), ts.max(x, axis=-1), ts.mean(x, axis=-1)
+
+
+@pytest.mark.parametrize(
+    "rows,n,dtype",
+    [(9, 63, torch.bfloat16), (33, 1001, torch.float32), (300, 50257, torch.bfloat16),
+     (2, 151936, torch.float32)],
+)
+def test_row_reductions_any_width(rows, n, dtype):
+    gen = torch.Generator(device="cuda").manual_seed(rows + n)
+    x = (torch.randn(rows, n, device="cuda", generator=gen) + 1).to(dtype)
+    s, mx, me = _reductions(x)
+    X = x.double()
+    scale = float(X.abs().sum(-1).max())
+    assert float((s.double() - X.sum(-1)).abs().max()) <= TOL[dtype] * scale
+    assert torch.equal(mx.double(), X.max(-1).values)
+    assert float((me.double() - X.mean(-1)).abs().max()) <= TOL[dtype] * scale / n
+
+
 # --------------------------------------------------------------------------- linalg at size
 
 

@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-CONFIGS = ((512, 4), (1024, 2), (256, 8), (512, 2))
-SHAPES = ((4096, 50257), (2048, 151936), (16, 262144))
+CONFIGS = ((512, 4), (1024, 2), (256, 8))
+SHAPES = ((4096, 50257), (2048, 151936))
 
 
 def main() -> None:

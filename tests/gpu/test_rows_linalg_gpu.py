@@ -106,6 +106,7 @@ def _cholesky(a):
 @pytest.mark.parametrize(
     "shape,limit_s",
     [((256, 32, 32), 60.0), ((1024, 1024), 120.0), ((4096, 4096), 300.0)],
+    ids=["256x32x32", "1024x1024", "4096x4096"],
 )
 def test_svd_at_size_finishes(shape, limit_s):
     """The bench sizes (4096 x 4096 is the largest) within a time limit, compile
@@ -131,7 +132,8 @@ def test_svd_at_size_finishes(shape, limit_s):
 
 
 @pytest.mark.parametrize(
-    "shape,limit_s", [((64, 512, 512), 60.0), ((4096, 4096), 120.0), ((3, 1000, 1000), 60.0)]
+    "shape,limit_s", [((64, 512, 512), 60.0), ((4096, 4096), 120.0), ((3, 1000, 1000), 60.0)],
+    ids=["64x512x512", "4096x4096", "3x1000x1000"],
 )
 def test_cholesky_at_size_finishes(shape, limit_s):
     n = shape[-1]

@@ -1,5 +1,6 @@
 """Time the streaming row kernels (tessera/passes/tile_rowstream.py) over lane counts
-and unroll factors on wide bf16 rows, against x.clone() (the copy bandwidth).
+and unroll factors on wide bf16 rows, against x.clone() (the copy bandwidth). Each
+config sets the lanes of every streaming tile (STREAM_LANES and WIDE_STREAM_LANES).
 
     python bench/row_stream_sweep.py
 """
@@ -13,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-CONFIGS = ((512, 4), (1024, 2), (256, 8))
+CONFIGS = ((512, 4), (1024, 4), (1024, 2), (256, 8))
 SHAPES = ((4096, 50257), (2048, 151936))
 
 
@@ -29,7 +30,8 @@ def main() -> None:
         copy = do_bench(lambda x=x: x.clone(), return_mode="median")
         print(f"{r}x{c}: copy {copy:.4f} ms", flush=True)
         for lanes, unroll in CONFIGS:
-            tile_rowstream.STREAM_LANES, tile_rowstream.STREAM_UNROLL = lanes, unroll
+            tile_rowstream.STREAM_LANES = tile_rowstream.WIDE_STREAM_LANES = lanes
+            tile_rowstream.STREAM_UNROLL = unroll
 
             def sm(t):
                 return ts.softmax(t, axis=-1)

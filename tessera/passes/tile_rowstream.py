@@ -17,7 +17,9 @@ such as 50257 or 151936 elements of bf16). Any width works:
   ``ttile.reduce`` (a fixed order: deterministic);
 * the *write pass* reads the row again, in reverse order of the chunks, so that the
   most recently read part of the row, still in L2, is read first, and writes the
-  result. DRAM sees about one read and one write of each element.
+  result. DRAM sees about one read and one write of each element as long as the rows
+  in flight fit in L2: rows longer than ``L2_BUDGET / TARGET_TILES`` bytes (about
+  160 KB) get tiles of :data:`WIDE_STREAM_LANES` lanes, one per SM.
 
 A row goes to one tile unless there are fewer rows than :data:`TARGET_TILES`: then it
 is split into ``S`` segments of whole loop steps, one tile each (a grid of ``rows * S``
@@ -58,7 +60,15 @@ if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
 
 STREAM_LANES = 512
-"""Lanes per streaming tile."""
+"""Lanes per streaming tile (two tiles per SM at <= 64 registers)."""
+
+WIDE_STREAM_LANES = 1024
+"""Lanes per streaming tile for rows so long that :data:`TARGET_TILES` of them would not
+fit in :data:`L2_BUDGET` (one tile per SM: half as many rows in flight, so the write
+pass still finds its row in L2)."""
+
+L2_BUDGET = 40 << 20
+"""Bytes of rows in flight that the write pass can expect to find in L2 (H100: 50 MB)."""
 
 STREAM_UNROLL = 4
 """16-byte chunks each lane reads per loop step."""
@@ -109,6 +119,8 @@ def plan_stream(n: int, rows: int, element_type: Attribute) -> StreamPlan | None
         return None
     w, ragged = row_width(n, eb)
     lanes, unroll = STREAM_LANES, STREAM_UNROLL
+    if n * eb * TARGET_TILES > L2_BUDGET:
+        lanes = WIDE_STREAM_LANES
     steps = cdiv(cdiv(n // w, lanes), unroll)
     segments = 1
     if rows < TARGET_TILES:

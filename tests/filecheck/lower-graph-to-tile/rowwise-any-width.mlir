@@ -6,7 +6,7 @@
 // 50257) each row is split over tiles, a statistics kernel writing per-segment
 // (max, sum) to a [rows, segments, 2] scratch buffer and a second kernel combining
 // them (ttile.reduce, fixed order) before writing; with enough rows (300 x 40000)
-// one tile per row loops over the row twice.
+// one tile per row loops over the row twice (1024 lanes: a row of 160 KB).
 
 func.func @f(%x: tensor<6x1001xbf16>, %y: tensor<2x50257xbf16>, %z: tensor<300x40000xf32>, %w: tensor<40000xf32>) -> (tensor<6x1001xbf16>, tensor<2x50257xbf16>, tensor<300x40000xf32>) {
   %0 = tgraph.softmax %x axis = -1 : (tensor<6x1001xbf16>) -> tensor<6x1001xbf16>
@@ -34,7 +34,7 @@ func.func @f(%x: tensor<6x1001xbf16>, %y: tensor<2x50257xbf16>, %z: tensor<300x4
 // CHECK:        ttile.reduce %{{.*}} kind = sum scope = group : f32
 // CHECK:        scf.for
 // CHECK:        ttile.store_vector %{{.*}} : vector<8xbf16>, memref<2x50257xbf16>
-// CHECK:      ttile.kernel @f_rmsnorm_0(%{{.*}}: memref<300x40000xf32>, %{{.*}}: memref<300x40000xf32>, %{{.*}}: memref<40000xf32>) group_size = 512 {
+// CHECK:      ttile.kernel @f_rmsnorm_0(%{{.*}}: memref<300x40000xf32>, %{{.*}}: memref<300x40000xf32>, %{{.*}}: memref<40000xf32>) group_size = 1024 {
 // CHECK:        scf.for
 // CHECK:        ttile.reduce %{{.*}} kind = sum scope = group : f32
 // CHECK:        math.rsqrt

@@ -126,11 +126,13 @@ def bench(fn: Callable[[], Any], quick: bool) -> float:
     return times[len(times) // 2]
 
 
-def bench_few(fn: Callable[[], Any], reps: int = 2) -> float:
-    """Median milliseconds of ``reps`` calls after one warm call (CUDA events): for
-    calls of seconds, where do_bench's estimate and repetitions would take minutes."""
+def bench_few(fn: Callable[[], Any], reps: int = 2, warm: bool = True) -> float:
+    """Median milliseconds of ``reps`` calls (after one warm call unless ``warm`` is
+    False), CUDA events: for calls of seconds, where do_bench's estimate and
+    repetitions would take minutes."""
     torch = _torch()
-    fn()
+    if warm:
+        fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
@@ -728,9 +730,11 @@ def wait_gate(ctx: Ctx, limit_s: float = 600.0) -> None:
 def _svd_body(ctx: Ctx, case: str, fn: Any, a: Any, compile_s: float) -> None:
     torch = _torch()
     peer = lambda: torch.linalg.svd(a, full_matrices=False)  # noqa: E731
-    large = a.shape[-1] >= 1024
-    timer = bench_few if large else (lambda f: bench(f, True))
-    ctx.add(Row(case, "torch.linalg.svd", ms=timer(peer)))
+    large = a.shape[-1] >= 4096
+    if large:  # seconds per call: one warm call, one timed (the first call warms Tessera)
+        ctx.add(Row(case, "torch.linalg.svd", ms=bench_few(peer, reps=1)))
+    else:
+        ctx.add(Row(case, "torch.linalg.svd", ms=bench(peer, True)))
     t = time.perf_counter()
     u, s, vh = fn(a)
     torch.cuda.synchronize()
@@ -746,7 +750,8 @@ def _svd_body(ctx: Ctx, case: str, fn: Any, a: Any, compile_s: float) -> None:
     if not (err <= 1e-4 and max(uo, vo) <= 1e-4):
         ctx.add(Row(case, "tessera", rel_err=err, status="mismatch", note=note))
         return
-    ctx.add(Row(case, "tessera", ms=timer(lambda: fn(a)), rel_err=err, note=note))
+    ms = bench_few(lambda: fn(a), reps=1, warm=False) if large else bench(lambda: fn(a), True)
+    ctx.add(Row(case, "tessera", ms=ms, rel_err=err, note=note))
 
 
 CHOLESKY_SIZES = ((64, 256), (64, 512), (1, 4096))

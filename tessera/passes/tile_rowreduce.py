@@ -27,16 +27,9 @@ from xdsl.ir import SSAValue
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.passes.tile_builder import Idx, KernelEmitter
+from tessera.passes.tile_rowlayout import IDENTITY, Piece, combine, fold, rows_of
 from tessera.passes.tile_rowstream import StreamTile, plan_stream, stream_kernels
-from tessera.passes.tile_rowwise import (
-    IDENTITY,
-    Piece,
-    RowKernel,
-    combine,
-    fold,
-    plan_row,
-    rows_of,
-)
+from tessera.passes.tile_rowwise import RowKernel, plan_row
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering

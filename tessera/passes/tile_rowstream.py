@@ -42,7 +42,7 @@ from xdsl.ir import Attribute, SSAValue
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
-from tessera.passes.tile_rowwise import (
+from tessera.passes.tile_rowlayout import (
     LOG2E,
     Edges,
     Piece,

@@ -10,7 +10,8 @@ from global memory once and written once:
   every chunk is aligned. Otherwise (*ragged* rows, such as a vocabulary of 50257) the
   chunks still have the 16-byte width but start at the row's first aligned element:
   the ``head`` elements before it and the ``tail`` after the last whole chunk (fewer
-  than ``2 w`` in all, :class:`Edges`) are read one element each by the first lanes.
+  than ``2 w`` in all, :class:`tile_rowlayout.Edges`) are read one element each by the
+  first lanes.
   Short ragged rows (under ``4 w``) use the largest width dividing ``n`` instead;
 * rows of at most :data:`WARP_ROW_LIMIT` elements get one warp each
   (:data:`WARP_ROWS_PER_TILE` rows per tile, ``ttile.reduce scope = warp``); longer

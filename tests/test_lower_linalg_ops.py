@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from xdsl.dialects.builtin import f32 as xf32
 from xdsl.parser import Parser
 
 from tessera.ir import tile as tt
@@ -287,9 +288,10 @@ def test_svd_invariants_and_numpy(shape, elem):
                                         ((40, 33), "f32"), ((2, 5, 12), "f32")])
 def test_svd_parallel_kernels(shape, elem, monkeypatch):
     """The tile-per-pair kernels (tile_svd_parallel), taken here for small matrices."""
-    from tessera.passes import tile_svd_parallel
+    from tessera.passes import tile_svd_parallel, tile_svd_shared
 
     monkeypatch.setattr(tile_svd_parallel, "PARALLEL_MIN_K", 1)
+    monkeypatch.setattr(tile_svd_shared, "SHARED_MAX_K", 0)
     m = lower(svd_text(shape, elem))
     names = {o.sym_name.data for o in m.walk() if isinstance(o, tt.KernelOp)}
     assert names == {f"f_svd_{x}_0" for x in ("init", "step", "check", "norm", "place")}
@@ -339,7 +341,34 @@ def test_svd_rank_deficient_keeps_invariants():
     assert np.abs(s - np.linalg.svd(a, compute_uv=False)).max() < 1e-13
 
 
-def test_svd_kernel_uses_group_reduce_for_long_columns():
+@pytest.mark.parametrize("shape,elem", [((5, 3), "f64"), ((2, 9, 7), "f32"), ((34, 3), "f64"),
+                                        ((40, 33), "f32")])
+def test_svd_global_memory_kernel(shape, elem, monkeypatch):
+    """The one-tile kernel in global memory (k <= 48 past the shared-memory budget)."""
+    from tessera.passes import tile_svd_shared
+
+    monkeypatch.setattr(tile_svd_shared, "SHARED_MAX_K", 0)
+    (k,) = [o for o in lower(svd_text(shape, elem)).walk() if isinstance(o, tt.KernelOp)]
+    assert not any(isinstance(o, tt.AllocSharedOp) for o in k.walk())
+    _check_svd(shape, elem)
+
+
+def test_svd_small_matrices_use_shared_memory():
+    from tessera.passes import tile_svd_shared
+
+    m = lower(svd_text((8, 32, 32), "f32"))
+    (k,) = [o for o in m.walk() if isinstance(o, tt.KernelOp)]
+    assert k.group_size.value.data == 32 * 16  # a warp per pair
+    assert sum(isinstance(o, tt.AllocSharedOp) for o in k.walk()) == 4
+    assert tile_svd_shared.fits(32, 32, xf32) and not tile_svd_shared.fits(3000, 3, xf32)
+    assert not tile_svd_shared.fits(40, 36, xf32)  # k > 32
+    _check_svd((8, 32, 32), "f32")
+
+
+def test_svd_kernel_uses_group_reduce_for_long_columns(monkeypatch):
+    from tessera.passes import tile_svd_shared
+
+    monkeypatch.setattr(tile_svd_shared, "SHARED_MAX_K", 0)
     m = lower(svd_text((40, 3), "f32"))
     (k,) = [o for o in m.walk() if isinstance(o, tt.KernelOp)]
     assert k.group_size.value.data == 128
@@ -366,6 +395,8 @@ PTX_PROGRAMS = {
     "svd-wide-f64": svd_text((3, 5), "f64"),
     "svd-batched-f32": svd_text((2, 4, 4), "f32"),
     "svd-parallel-f32": svd_text((70, 50), "f32"),
+    "svd-shared-f32": svd_text((4, 32, 32), "f32"),
+    "svd-shared-f64": svd_text((3, 40, 20), "f64"),
     "svd-parallel-wide-f64": svd_text((2, 49, 300), "f64"),
 }
 

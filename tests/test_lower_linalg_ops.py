@@ -341,8 +341,7 @@ def test_svd_rank_deficient_keeps_invariants():
     assert np.abs(s - np.linalg.svd(a, compute_uv=False)).max() < 1e-13
 
 
-@pytest.mark.parametrize("shape,elem", [((5, 3), "f64"), ((2, 9, 7), "f32"), ((34, 3), "f64"),
-                                        ((40, 33), "f32")])
+@pytest.mark.parametrize("shape,elem", [((5, 3), "f64"), ((2, 9, 7), "f32"), ((34, 3), "f64")])
 def test_svd_global_memory_kernel(shape, elem, monkeypatch):
     """The one-tile kernel in global memory (k <= 48 past the shared-memory budget)."""
     from tessera.passes import tile_svd_shared

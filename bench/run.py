@@ -13,6 +13,13 @@ Cases (docs/PERFORMANCE.md says how to read them):
   ``4 B H S^2 D``, halved when causal.
 * ``softmax`` / ``rmsnorm``: bf16 32768x8192 along the last dim, against torch eager
   and ``torch.compile``; bytes = one read and one write.
+* ``rows_wide``: softmax and rmsnorm, bf16, 4096 rows (2048 at 151936) of 4096, 50257
+  and 151936 elements, against torch.compile, torch eager and ``x.clone()`` (the copy
+  bandwidth of the same tensor).
+* ``svd``: f32, 256 batched 32x32, 1024x1024 and 4096x4096 against torch.linalg.svd
+  (cuSOLVER); checked by reconstruction and orthogonality, the first call's time noted.
+* ``cholesky``: f32, 64 batched 256x256 and 512x512 and one 4096x4096, against
+  torch.linalg.cholesky (cuSOLVER).
 * ``elementwise``: a chain of 4 elementwise ops on fp32 against the device copy
   bandwidth (``torch.Tensor.copy_`` of a tensor of the same size).
 * ``host_overhead``: a cached compiled function of 3 small CUDA tensors; wall time
@@ -76,9 +83,15 @@ class Ctx:
     rows: list[Row]
     only: str = ""
     """Row cases of ``gemm_layouts`` to run: those whose name contains this ("": all)."""
+    gate: Path | None = None
+    """Cases that compile first (svd) wait for this file before timing anything."""
 
     def add(self, row: Row) -> Row:
         self.rows.append(row)
+        if not self.dry:  # progress: a run cut short still shows its finished rows
+            print(f"[bench] {row.case} | {row.impl} | ms {_fmt(row.ms, '.4f')} | "
+                  f"err {_fmt(row.rel_err, '.1e')} | {row.status} {row.note}",
+                  file=sys.stderr, flush=True)
         return row
 
 
@@ -105,6 +118,26 @@ def bench(fn: Callable[[], Any], quick: bool) -> float:
     torch.cuda.synchronize()
     times = []
     for _ in range(10 if quick else 30):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def bench_few(fn: Callable[[], Any], reps: int = 2, warm: bool = True) -> float:
+    """Median milliseconds of ``reps`` calls (after one warm call unless ``warm`` is
+    False), CUDA events: for calls of seconds, where do_bench's estimate and
+    repetitions would take minutes."""
+    torch = _torch()
+    if warm:
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         fn()
@@ -628,6 +661,169 @@ def case_rmsnorm(ctx: Ctx) -> None:
     guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, rms, [x], ref, TOL_BF16, nbytes=nbytes))
 
 
+ROW_WIDTHS = (4096, 50257, 151936)
+"""Row widths of the ``rows_wide`` case: a hidden size, GPT-2's and Qwen's vocabularies."""
+
+
+def _row_count(ctx: Ctx, c: int) -> int:
+    rows = 1024 if ctx.quick else 4096
+    return rows // 2 if c > 100000 else rows
+
+
+def case_rows_wide(ctx: Ctx) -> None:
+    """softmax and rmsnorm (bf16) at :data:`ROW_WIDTHS` against torch eager,
+    ``torch.compile`` and a device copy of the same tensor (``x.clone()``: the copy
+    bandwidth, one read and one write)."""
+    import tessera as ts
+
+    @ts.jit
+    def sm(x):
+        return ts.softmax(x, axis=-1)
+
+    @ts.jit
+    def rms(x):
+        return ts.rmsnorm(x, eps=1e-6)
+
+    for c in ROW_WIDTHS:
+        r = _row_count(ctx, c)
+        nbytes = 2.0 * r * c * 2
+        for name, fn in (("softmax", sm), ("rmsnorm", rms)):
+            _rows_wide_one(ctx, f"{name} bf16 {r}x{c}", name, fn, r, c, nbytes)
+
+
+def _dry(ctx: Ctx, case: str, fn: Any, shape: tuple[int, ...], dtype: str) -> None:
+    guarded(ctx, case, "tessera", lambda: run_tessera(
+        ctx, case, fn, [], None, 0.0, dry_args=[stand_in(shape, dtype)]))
+
+
+def _rows_wide_one(ctx: Ctx, case: str, name: str, fn: Any, r: int, c: int, nbytes: float) -> None:
+    if ctx.dry:
+        _dry(ctx, case, fn, (r, c), "bf16")
+        return
+    torch = _torch()
+    x = torch.randn(r, c, device="cuda", dtype=torch.bfloat16)
+
+    def eager(t: Any) -> Any:
+        if name == "softmax":
+            return torch.softmax(t, dim=-1)
+        f = t.float()
+        return (f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + 1e-6)).to(t.dtype)
+
+    ref = torch.empty(r, c, dtype=torch.float64, device="cuda")
+    for i in range(0, r, 256):  # float64 reference in slices (memory)
+        xd = x[i:i + 256].double()
+        ref[i:i + 256] = (torch.softmax(xd, dim=-1) if name == "softmax"
+                          else xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6))
+    compiled = _compile(eager)
+    guarded(ctx, case, "torch.compile", lambda: timed_peer(
+        ctx, case, "torch.compile", lambda: compiled(x), ref, TOL_BF16, nbytes=nbytes))
+    guarded(ctx, case, "torch eager", lambda: timed_peer(
+        ctx, case, "torch eager", lambda: eager(x), ref, TOL_BF16, nbytes=nbytes))
+    guarded(ctx, case, "copy", lambda: timed_peer(
+        ctx, case, "copy (x.clone)", lambda: x.clone(), None, 0.0, nbytes=nbytes))
+    guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, fn, [x], ref, TOL_BF16, nbytes=nbytes))
+
+
+SVD_SIZES = ((256, 32, 32), (1, 1024, 1024), (1, 4096, 4096))
+"""(batch, m, n) of the ``svd`` case."""
+
+
+def case_svd(ctx: Ctx) -> None:
+    """Singular values and vectors of f32 matrices against ``torch.linalg.svd``
+    (cuSOLVER), checked first: ``|U S Vh - A| / |A|`` and the orthogonality of U."""
+    import tessera as ts
+    from tessera import op
+
+    @ts.jit
+    def svd(a):
+        return op.svd(a)
+
+    shapes = [(b, m, n) if b > 1 else (m, n) for b, m, n in SVD_SIZES]
+    if ctx.dry:
+        for shape in shapes:
+            _dry(ctx, f"svd f32 {'x'.join(map(str, shape))}", svd, shape, "f32")
+        return
+    torch = _torch()
+    inputs: dict[tuple[int, ...], tuple[Any, float]] = {}
+    for shape in shapes:  # compile every size first (then --gate)
+        a = torch.randn(*shape, device="cuda", dtype=torch.float32)
+        t = time.perf_counter()
+        guarded(ctx, f"svd f32 {'x'.join(map(str, shape))}", "-",
+                lambda a=a: svd.specialize(a).ir("ptx"))
+        inputs[shape] = (a, time.perf_counter() - t)
+    wait_gate(ctx)
+    for shape, (a, compile_s) in inputs.items():
+        case = f"svd f32 {'x'.join(map(str, shape))}"
+        guarded(ctx, case, "-", lambda case=case, a=a, c=compile_s: _svd_body(ctx, case, svd, a, c))
+
+
+def wait_gate(ctx: Ctx, limit_s: float = 600.0) -> None:
+    """Wait until ``ctx.gate`` exists (``--gate``; at most ``limit_s``)."""
+    t = time.perf_counter()
+    while ctx.gate is not None and not ctx.gate.exists() and time.perf_counter() - t < limit_s:
+        time.sleep(0.5)
+
+
+def _svd_body(ctx: Ctx, case: str, fn: Any, a: Any, compile_s: float) -> None:
+    torch = _torch()
+    peer = lambda: torch.linalg.svd(a, full_matrices=False)  # noqa: E731
+    large = a.shape[-1] >= 4096
+    if large:  # seconds per call: one warm call, one timed (the first call warms Tessera)
+        ctx.add(Row(case, "torch.linalg.svd", ms=bench_few(peer, reps=1)))
+    else:
+        ctx.add(Row(case, "torch.linalg.svd", ms=bench(peer, True)))
+    t = time.perf_counter()
+    u, s, vh = fn(a)
+    torch.cuda.synchronize()
+    first = time.perf_counter() - t
+    ad = a.double()
+    rec = (u.double() * s.double().unsqueeze(-2)) @ vh.double()
+    err = float((rec - ad).norm() / ad.norm())
+    k = s.shape[-1]
+    eye = torch.eye(k, device="cuda", dtype=torch.float64)
+    uo = float((u.double().mT @ u.double() - eye).abs().max())
+    vo = float((vh.double() @ vh.double().mT - eye).abs().max())
+    note = f"max|U'U-I| {uo:.1e}, max|VhVh'-I| {vo:.1e}; compile {compile_s:.0f} s, first call {first:.2f} s"
+    if not (err <= 1e-4 and max(uo, vo) <= 1e-4):
+        ctx.add(Row(case, "tessera", rel_err=err, status="mismatch", note=note))
+        return
+    ms = bench_few(lambda: fn(a), reps=1, warm=False) if large else bench(lambda: fn(a), True)
+    ctx.add(Row(case, "tessera", ms=ms, rel_err=err, note=note))
+
+
+CHOLESKY_SIZES = ((64, 256), (64, 512), (1, 4096))
+"""(batch, n) of the ``cholesky`` case."""
+
+
+def case_cholesky(ctx: Ctx) -> None:
+    """Cholesky factors of f32 SPD matrices against ``torch.linalg.cholesky``."""
+    import tessera as ts
+    from tessera import op
+
+    @ts.jit
+    def chol(a):
+        return op.cholesky(a)
+
+    for b, n in CHOLESKY_SIZES:
+        shape = (b, n, n) if b > 1 else (n, n)
+        case = f"cholesky f32 {'x'.join(map(str, shape))}"
+        if ctx.dry:
+            _dry(ctx, case, chol, shape, "f32")
+        else:
+            _cholesky_one(ctx, case, chol, b, n, shape)
+
+
+def _cholesky_one(ctx: Ctx, case: str, chol: Any, b: int, n: int, shape: tuple[int, ...]) -> None:
+    torch = _torch()
+    g = torch.randn(*shape, device="cuda", dtype=torch.float64)
+    a = (g @ g.mT / n + torch.eye(n, device="cuda", dtype=torch.float64)).float()
+    ref = torch.linalg.cholesky(a.double())
+    flops = b * n ** 3 / 3.0
+    guarded(ctx, case, "torch.linalg.cholesky", lambda: timed_peer(
+        ctx, case, "torch.linalg.cholesky", lambda: torch.linalg.cholesky(a), ref, 1e-4,
+        flops=flops))
+    guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, chol, [a], ref, 1e-4, flops))
+
 def _compile(fn: Callable[..., Any]) -> Callable[..., Any]:
     return _torch().compile(fn)
 
@@ -748,6 +944,9 @@ CASES: dict[str, Callable[[Ctx], None]] = {
     "attention": case_attention,
     "softmax": case_softmax,
     "rmsnorm": case_rmsnorm,
+    "rows_wide": case_rows_wide,
+    "svd": case_svd,
+    "cholesky": case_cholesky,
     "elementwise": case_elementwise,
     "host_overhead": case_host_overhead,
     "compile": case_compile,
@@ -812,12 +1011,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strict", action="store_true", help="exit 1 when a Tessera row is not ok")
     p.add_argument("--only", default="", help="gemm_layouts: only the rows whose case name "
                    "contains this (e.g. 'f32')")
+    p.add_argument("--gate", type=Path, help="svd: compile, then wait for this file to exist before timing")
     args = p.parse_args(argv)
     if args.dry_run:
         os.environ.setdefault("TESSERA_SM90_MATMUL", "1")  # check the Hopper GEMM path too
     if args.tune:
         os.environ["TESSERA_AUTOTUNE"] = "1"
-    ctx = Ctx(quick=args.quick, dry=args.dry_run, rows=[], only=args.only)
+    ctx = Ctx(quick=args.quick, dry=args.dry_run, rows=[], only=args.only, gate=args.gate)
     t0 = time.perf_counter()
     for name in [c.strip() for c in args.cases.split(",") if c.strip()]:
         if name not in CASES:

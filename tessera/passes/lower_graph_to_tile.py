@@ -28,6 +28,8 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    IndexType,
+    IntegerAttr,
     IntegerType,
     ModuleOp,
     StringAttr,
@@ -53,6 +55,7 @@ from tessera.passes import (
     tile_fft,
     tile_linalg,
     tile_random,
+    tile_rowreduce,
     tile_rowwise,
     tile_sparse,
     tile_support,
@@ -226,10 +229,11 @@ class _FunctionLowering:
         group: int,
         grid: Sequence[int],
         build: Callable[[KernelEmitter, list[SSAValue]], None],
-    ) -> None:
-        """Create a kernel over host values ``args`` and launch it (unless the grid is empty)."""
+    ) -> str | None:
+        """Create a kernel over host values ``args`` and launch it (unless the grid is
+        empty); its name (for more launches, :meth:`launch`), or None when not created."""
         if min(grid) < 1:
-            return
+            return None
         n = self.counter.get(tag, 0)
         self.counter[tag] = n + 1
         name = f"{self.prefix}_{tag}_{n}"
@@ -239,6 +243,16 @@ class _FunctionLowering:
         e.emit(tt.ReturnOp())
         self.module.body.block.insert_op_before(k, self.fn)
         self.hb.add_op(tt.LaunchOp(name, list(args), list(grid)))
+        return name
+
+    def launch(self, name: str, args: Sequence[SSAValue], grid: Sequence[int]) -> None:
+        """Launch kernel ``name`` (made by :meth:`kernel`) again, after the host's
+        launches so far."""
+        self.hb.add_op(tt.LaunchOp(name, list(args), list(grid)))
+
+    def host_index(self, v: int) -> SSAValue:
+        """An ``index`` constant on the host (a scalar kernel argument)."""
+        return self.host_op(arith.ConstantOp(IntegerAttr(v, IndexType())))
 
     def mem(self, v: SSAValue) -> SSAValue:
         return self.env[v]
@@ -549,6 +563,8 @@ class _FunctionLowering:
         return e.op(tt.ReduceOp(acc, kind, scope))
 
     def lower_reduction(self, op: g.ReductionOp) -> None:
+        if tile_rowreduce.lower_reduction(self, op):  # last-axis rows: vectorized
+            return
         acc_t = _accum_type(g.elem_of(op.input), op)
 
         def value(e: KernelEmitter, ins: list[SSAValue], idx: list[Idx], ok: SSAValue) -> SSAValue:

@@ -1,5 +1,12 @@
 """Tile IR kernels for ``tgraph.cholesky`` and ``tgraph.svd``: one tile per matrix.
 
+These are the kernels for small matrices; larger ones go to the many-tile kernels of
+:mod:`tile_cholesky_blocked` (``n > 64``: blocked, the trailing update as a GEMM) and
+:mod:`tile_svd_parallel` (``min(m, n) > 48``: one tile per column pair), and SVDs of
+``min(m, n) <= 32`` whose working copies fit in 40 KB to :mod:`tile_svd_shared` (shared
+memory, a warp per column pair). The SVD kernel below is left for ``min(m, n)`` of 33 to
+48 and for small ``k`` with very long columns.
+
 Both work in global memory (the output or scratch buffers allocated by the host
 function), so matrix size is not limited by shared memory; lanes of the tile split
 the rows, and barriers order the steps (``bar.sync`` orders global memory for the
@@ -110,9 +117,14 @@ def _batch_index(e: KernelEmitter, batch: list[int]) -> list[Idx]:
 
 def lower_cholesky(lw: _FunctionLowering, op: g.CholeskyOp) -> None:
     """``tgraph.cholesky``: one tile per matrix, see the module docstring."""
+    from tessera.passes.tile_cholesky_blocked import BLOCKED_MIN_N, lower_cholesky_blocked
+
     shape = g.shape_of(op.input)
     et = f32_or_f64(op, g.elem_of(op.input))
     *batch, n, _ = shape
+    if n > BLOCKED_MIN_N:
+        lower_cholesky_blocked(lw, op, et)
+        return
     out = lw.alloc(op.result.type)
     group = min(CHOLESKY_GROUP, max(32, cdiv(n * n, 32) * 32))
 
@@ -178,10 +190,19 @@ def _eps(et: Attribute) -> float:
 
 def lower_svd(lw: _FunctionLowering, op: g.SVDOp) -> None:
     """``tgraph.svd``: one-sided Jacobi, one tile per matrix; see the module docstring."""
+    from tessera.passes import tile_svd_shared
+    from tessera.passes.tile_svd_parallel import PARALLEL_MIN_K, lower_svd_parallel
+
     shape = g.shape_of(op.input)
     et = f32_or_f64(op, g.elem_of(op.input))
     *batch, m, n = shape
     k, r, trans = min(m, n), max(m, n), m < n
+    if tile_svd_shared.fits(m, n, et):
+        tile_svd_shared.lower_svd_shared(lw, op, et)
+        return
+    if k > PARALLEL_MIN_K:
+        lower_svd_parallel(lw, op, et)
+        return
     u_out, s_out, vh_out = (lw.alloc(v.type) for v in (op.u, op.s, op.vh))
     w = lw.alloc(MemRefType(et, [*batch, r, k]))
     v = lw.alloc(MemRefType(et, [*batch, k, k]))

@@ -4,10 +4,15 @@ Used by ``lower-graph-to-tile`` for ``tgraph.softmax`` (last axis), ``tgraph.rms
 and ``tgraph.layernorm`` on bf16, f16 and f32 rows. Every element of a row is read
 from global memory once and written once:
 
-* a row of ``n`` elements is cut into chunks of ``w`` elements, ``w`` the largest power
-  of two with ``w * bytes <= 16`` that divides ``n`` (so every chunk is aligned to its
-  size: ``bf16 x 8`` and ``f32 x 4`` for the usual widths), read with one
-  ``ttile.load_vector`` and written with one ``ttile.store_vector``;
+* a row of ``n`` elements is cut into chunks of ``w`` elements read with one
+  ``ttile.load_vector`` and written with one ``ttile.store_vector``. When ``n`` is a
+  multiple of the 16-byte width (``bf16 x 8``, ``f32 x 4``), ``w`` is that width and
+  every chunk is aligned. Otherwise (*ragged* rows, such as a vocabulary of 50257) the
+  chunks still have the 16-byte width but start at the row's first aligned element:
+  the ``head`` elements before it and the ``tail`` after the last whole chunk (fewer
+  than ``2 w`` in all, :class:`tile_rowlayout.Edges`) are read one element each by the
+  first lanes.
+  Short ragged rows (under ``4 w``) use the largest width dividing ``n`` instead;
 * rows of at most :data:`WARP_ROW_LIMIT` elements get one warp each
   (:data:`WARP_ROWS_PER_TILE` rows per tile, ``ttile.reduce scope = warp``); longer
   rows get one tile each, with the fewest lanes (a power of two in
@@ -19,9 +24,9 @@ from global memory once and written once:
   and rows past the last are masked.
 
 Rows that would need more than :data:`MAX_VALUES_PER_LANE` values per lane (more
-than 32768 elements), softmax over another axis and other element types are not
-handled here: :func:`plan_row` returns ``None`` and the caller uses the strided
-kernels of ``lower_graph_to_tile`` instead.
+than 32768 elements) go to the streaming kernels of :mod:`tile_rowstream`; softmax
+over another axis and other element types are not handled here: :func:`plan_row`
+returns ``None`` and the caller uses the strided kernels of ``lower_graph_to_tile``.
 """
 
 from __future__ import annotations
@@ -33,12 +38,26 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, VectorType, f32
+from xdsl.dialects.builtin import f32
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
+from tessera.passes import tile_rowstream
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
+from tessera.passes.tile_rowlayout import (
+    LOG2E,
+    Edges,
+    Piece,
+    elem_bytes,
+    fold,
+    load_param,
+    load_piece,
+    norm_params_ok,
+    row_width,
+    rows_of,
+    store_piece,
+)
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -55,7 +74,6 @@ VALUES_PER_LANE_TARGET = 16
 MAX_VALUES_PER_LANE = 32
 """Largest number of row values one lane keeps in registers."""
 
-LOG2E = 1.4426950408889634
 
 
 @dataclass(frozen=True)
@@ -70,9 +88,13 @@ class RowPlan:
     """Lanes sharing one row (32 for a warp, else the tile's group size)."""
     rows_per_tile: int
     """Rows handled by one tile (one per warp, or 1)."""
+    ragged: bool = False
+    """``n`` is not a multiple of ``width``: chunks start at the row's first aligned
+    element and the edges are read one element at a time (see :class:`Edges`)."""
 
     @property
     def chunks(self) -> int:
+        """Whole chunks in a row (at most; a ragged row has this many or one fewer)."""
         return self.n // self.width
 
     @property
@@ -89,52 +111,28 @@ class RowPlan:
         return self.lanes * self.rows_per_tile
 
 
-def _elem_bytes(t: Attribute) -> int | None:
-    if isinstance(t, BFloat16Type | Float16Type):
-        return 2
-    if isinstance(t, Float32Type):
-        return 4
-    return None
-
-
 def plan_row(n: int, element_type: Attribute) -> RowPlan | None:
     """The register-resident layout for rows of ``n`` elements of ``element_type``, or
     ``None`` when this module does not handle them (see the module docstring)."""
-    eb = _elem_bytes(element_type)
+    eb = elem_bytes(element_type)
     if eb is None or n < 1:
         return None
-    w = 16 // eb
-    while n % w:
-        w //= 2
+    w, ragged = row_width(n, eb)
     chunks = n // w
     if n <= WARP_ROW_LIMIT:
-        plan = RowPlan(n, w, tt.WARP_SIZE, WARP_ROWS_PER_TILE)
+        plan = RowPlan(n, w, tt.WARP_SIZE, WARP_ROWS_PER_TILE, ragged)
     else:
         lanes = 128
         while lanes < tt.MAX_GROUP_SIZE and cdiv(chunks, lanes) * w > VALUES_PER_LANE_TARGET:
             lanes *= 2
-        plan = RowPlan(n, w, lanes, 1)
+        plan = RowPlan(n, w, lanes, 1, ragged)
     if plan.per_lane * w > MAX_VALUES_PER_LANE:
         return None
     return plan
 
 
-@dataclass
-class _Row:
-    """One lane's share of a row, loaded into f32 registers."""
-
-    values: list[list[SSAValue]]
-    """``values[c][j]``: element ``j`` of the lane's chunk ``c``."""
-    masks: list[SSAValue | None]
-    """Per chunk: ``None`` when statically valid, else an i1 (row and chunk in range)."""
-    cols: list[Idx]
-    """Per chunk: the column of its first element."""
-    col_ok: list[SSAValue | None]
-    """Per chunk: the chunk lies inside the row (``None``: always)."""
-
-
-class _RowKernel:
-    """Emits the shared parts of the row kernels for one :class:`RowPlan`."""
+class RowKernel:
+    """Emits the shared parts of the register row kernels for one :class:`RowPlan`."""
 
     def __init__(self, e: KernelEmitter, plan: RowPlan, rows: int, lead: Sequence[int]):
         self.e = e
@@ -148,64 +146,33 @@ class _RowKernel:
             self.lane = e.local_id()
             self.row_ok = None
         self.lead = e.unravel(self.row, lead) if lead else []
+        self.edges = Edges(e, plan.n, plan.width, plan.ragged, self.row, self.lane)
 
-    def load(self, x: SSAValue) -> _Row:
-        e, p = self.e, self.plan
-        values, masks, cols, col_ok = [], [], [], []
+    def load(self, x: SSAValue) -> list[Piece]:
+        e, p, ed = self.e, self.plan, self.edges
+        pieces = []
+        # a ragged row may have one chunk fewer than p.chunks
+        sure = p.chunks - 1 if p.ragged else p.chunks
         for c in range(p.per_lane):
             chunk = e.add(self.lane, c * p.lanes)
-            inside = None if (c + 1) * p.lanes <= p.chunks else e.lt(chunk, p.chunks)
+            inside = None if (c + 1) * p.lanes <= sure else e.lt(chunk, ed.nb)
             ok = e.and_(self.row_ok, inside)
-            col = e.mul(chunk, p.width)
-            v = e.op(tt.LoadVectorOp(x, [e.index(i) for i in (*self.lead, col)], p.width, ok))
-            values.append([e.convert(e.extract(v, j), f32) for j in range(p.width)])
-            masks.append(ok)
-            cols.append(col)
-            col_ok.append(inside)
-        return _Row(values, masks, cols, col_ok)
+            col = ed.chunk_col(e, chunk)
+            pieces.append(load_piece(e, x, self.lead, col, p.width, ok, inside, True))
+        if ed.col is not None:
+            ok = e.and_(self.row_ok, ed.inside)
+            pieces.append(load_piece(e, x, self.lead, ed.col, 1, ok, ed.inside, False))
+        return pieces
 
-    def param(self, ref: SSAValue, r: _Row, c: int) -> list[SSAValue]:
-        """Chunk ``c``'s columns of a 1-D parameter (weight, bias) as f32."""
-        e, p = self.e, self.plan
-        v = e.op(tt.LoadVectorOp(ref, [e.index(r.cols[c])], p.width, r.col_ok[c]))
-        return [e.convert(e.extract(v, j), f32) for j in range(p.width)]
+    def reduce(self, pieces: Sequence[Piece], kind: str, term) -> SSAValue:
+        """``kind`` over the row of ``term(value)``; masked pieces contribute the identity."""
+        acc = fold(self.e, pieces, kind, term)
+        return self.e.op(tt.ReduceOp(acc, kind, self.plan.scope))
 
-    def reduce(self, r: _Row, kind: str, term) -> SSAValue:
-        """``kind`` over the row of ``term(value)``; masked chunks contribute the identity."""
-        e = self.e
-        ident = -pymath.inf if kind == "max" else 0.0
-        acc: SSAValue | None = None
-        for c, chunk in enumerate(r.values):
-            part: SSAValue | None = None
-            for x in chunk:
-                t = term(x)
-                part = t if part is None else _combine(e, kind, part, t)
-            assert part is not None
-            if r.masks[c] is not None:
-                part = e.vselect(r.masks[c], part, e.const(ident, f32))
-            acc = part if acc is None else _combine(e, kind, acc, part)
-        assert acc is not None
-        return e.op(tt.ReduceOp(acc, kind, self.plan.scope))
-
-    def store(self, out: SSAValue, r: _Row, ys: list[list[SSAValue]], et: Attribute) -> None:
-        e, p = self.e, self.plan
-        for c, chunk in enumerate(ys):
-            v = e.const(0.0, VectorType(et, [p.width]))
-            for j, y in enumerate(chunk):
-                v = e.insert(e.convert(y, et), v, j)
-            idx = [e.index(i) for i in (*self.lead, r.cols[c])]
-            e.emit(tt.StoreVectorOp(v, out, idx, r.masks[c]))
-
-
-def _combine(e: KernelEmitter, kind: str, a: SSAValue, b: SSAValue) -> SSAValue:
-    return e.fmax(a, b) if kind == "max" else e.fadd(a, b)
-
-
-def _rows(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape[:-1]:
-        n *= d
-    return n
+    def store(self, out: SSAValue, pieces: Sequence[Piece], ys: list[list[SSAValue]],
+              et: Attribute) -> None:
+        for p, y in zip(pieces, ys):
+            store_piece(self.e, out, self.lead, p, y, et)
 
 
 def lower_logsumexp(lw: _FunctionLowering, op: g.LogSumExpOp) -> None:
@@ -251,32 +218,35 @@ def lower_logsumexp(lw: _FunctionLowering, op: g.LogSumExpOp) -> None:
 
 def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> None:
     """``tgraph.softmax``: the register kernel for last-axis softmax on rows
-    :func:`plan_row` accepts, else the strided three-pass kernel."""
+    :func:`plan_row` accepts, the streaming kernels on longer rows, else the strided
+    three-pass kernel."""
     shape = g.shape_of(op.input)
     et = g.elem_of(op.input)
     last = op.axis.value.data % len(shape) == len(shape) - 1 if shape else False
-    plan = plan_row(shape[-1], et) if last and _rows(shape) > 0 else None
+    ok = last and rows_of(shape) > 0
+    plan = plan_row(shape[-1], et) if ok else None
     if plan is None:
-        lw.lower_softmax(op)
+        if not (ok and tile_rowstream.lower_softmax(lw, op)):
+            lw.lower_softmax(op)
         return
-    rows = _rows(shape)
+    rows = rows_of(shape)
     out = lw.alloc(op.result.type)
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         o_ref, x = args
-        k = _RowKernel(e, plan, rows, shape[:-1])
+        k = RowKernel(e, plan, rows, shape[:-1])
         r = k.load(x)
         m = k.reduce(r, "max", lambda v: v)
         # exp(x - m) = exp2(x * log2e - m * log2e)
         neg = e.fmul(m, e.const(-LOG2E, f32))
         log2e = e.const(LOG2E, f32)
         ex = [
-            [e.op(math.Exp2Op(e.op(math.FmaOp(v, log2e, neg)))) for v in chunk]
-            for chunk in r.values
+            p.like([e.op(math.Exp2Op(e.op(math.FmaOp(v, log2e, neg)))) for v in p.values])
+            for p in r
         ]
-        s = k.reduce(_Row(ex, r.masks, r.cols, r.col_ok), "sum", lambda v: v)
+        s = k.reduce(ex, "sum", lambda v: v)
         inv = e.fdiv(e.const(1.0, f32), s)
-        k.store(o_ref, r, [[e.fmul(v, inv) for v in chunk] for chunk in ex], et)
+        k.store(o_ref, r, [[e.fmul(v, inv) for v in p.values] for p in ex], et)
 
     lw.kernel("softmax", [out, lw.mem(op.input)], plan.group_size, _grid(plan, rows), build)
     lw.env[op.result] = out
@@ -284,19 +254,19 @@ def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> None:
 
 def lower_norm(lw: _FunctionLowering, op: g.RMSNormOp | g.LayerNormOp) -> None:
     """``tgraph.rmsnorm`` / ``tgraph.layernorm``: the register kernel on rows
-    :func:`plan_row` accepts, else the strided kernel."""
+    :func:`plan_row` accepts, the streaming kernels on longer rows, else the strided
+    kernel."""
     shape = g.shape_of(op.input)
     et = g.elem_of(op.input)
     w = op.weight
     b = op.bias if isinstance(op, g.LayerNormOp) else None
-    params_ok = all(
-        p is None or _elem_bytes(g.elem_of(p)) is not None for p in (w, b)
-    )
-    plan = plan_row(shape[-1], et) if shape and _rows(shape) > 0 and params_ok else None
+    ok = bool(shape) and rows_of(shape) > 0 and norm_params_ok(op)
+    plan = plan_row(shape[-1], et) if ok else None
     if plan is None:
-        lw.lower_norm(op)
+        if not (ok and tile_rowstream.lower_norm(lw, op)):
+            lw.lower_norm(op)
         return
-    rows = _rows(shape)
+    rows = rows_of(shape)
     n = shape[-1]
     eps = op.eps.value.data
     is_ln = isinstance(op, g.LayerNormOp)
@@ -311,24 +281,23 @@ def lower_norm(lw: _FunctionLowering, op: g.RMSNormOp | g.LayerNormOp) -> None:
         o_ref, x = args[0], args[1]
         w_ref = args[2] if w is not None else None
         b_ref = args[-1] if b is not None else None
-        k = _RowKernel(e, plan, rows, shape[:-1])
+        k = RowKernel(e, plan, rows, shape[:-1])
         r = k.load(x)
         inv_n = e.const(1.0 / n, f32)
-        mean: SSAValue | None = None
         if is_ln:
             mean = e.fmul(k.reduce(r, "sum", lambda v: v), inv_n)
-            xs = [[e.fsub(v, mean) for v in chunk] for chunk in r.values]
+            xs = [p.like([e.fsub(v, mean) for v in p.values]) for p in r]
         else:
-            xs = r.values
-        sq = k.reduce(_Row(xs, r.masks, r.cols, r.col_ok), "sum", lambda v: e.fmul(v, v))
+            xs = r
+        sq = k.reduce(xs, "sum", lambda v: e.fmul(v, v))
         inv = e.rsqrt(e.fadd(e.fmul(sq, inv_n), e.const(eps, f32)))
         ys = []
-        for c, chunk in enumerate(xs):
-            y = [e.fmul(v, inv) for v in chunk]
+        for p in xs:
+            y = [e.fmul(v, inv) for v in p.values]
             if w_ref is not None:
-                y = [e.fmul(v, p) for v, p in zip(y, k.param(w_ref, r, c))]
+                y = [e.fmul(v, q) for v, q in zip(y, load_param(e, w_ref, p, plan.ragged))]
             if b_ref is not None:
-                y = [e.fadd(v, p) for v, p in zip(y, k.param(b_ref, r, c))]
+                y = [e.fadd(v, q) for v, q in zip(y, load_param(e, b_ref, p, plan.ragged))]
             ys.append(y)
         k.store(o_ref, r, ys, et)
 

@@ -64,10 +64,15 @@ def test_plan_row():
     assert p is not None and (p.width, p.lanes, p.rows_per_tile, p.per_lane) == (8, 512, 1, 2)
     assert p.scope == "group"
     p = plan_row(300, bf16)
-    assert p is not None and (p.width, p.lanes, p.rows_per_tile, p.scope) == (4, 32, 4, "warp")
+    assert p is not None and (p.width, p.lanes, p.rows_per_tile, p.scope) == (8, 32, 4, "warp")
+    assert p.ragged  # 300 = 4 + 37 * 8: chunks of 8 from the first aligned element
     p = plan_row(32768, f32)
     assert p is not None and (p.lanes, p.per_lane * p.width) == (1024, 32)
-    assert plan_row(32769, f32) is None  # odd row: 1-element chunks, too many per lane
+    p = plan_row(32767, f32)  # ragged: 16-byte chunks, scalar edges
+    assert p is not None and (p.width, p.ragged, p.lanes) == (4, True, 1024)
+    p = plan_row(21, bf16)  # short ragged row: the largest width dividing n
+    assert p is not None and (p.width, p.ragged) == (1, False)
+    assert plan_row(32769 * 2, f32) is None  # past the registers: tile_rowstream
     assert plan_row(65536, bf16) is None
     assert plan_row(64, xf64) is None
 
@@ -79,17 +84,27 @@ def test_rows_match_float64(shape, elem):
     n = shape[-1]
     x = RNG.normal(0.0, 2.0, size=shape).astype(NP[elem])
     w, b = (RNG.normal(1.0, 0.5, size=(n,)).astype(NP[elem]) for _ in range(2))
+    m = rows_module(shape, elem)
+    plan = plan_row(n, Parser(default_context(), elem).parse_type())
+    assert plan is not None
+    check_rows(m, x, w, b, elem)
+    for k in kernels(m):
+        assert k.group_size_value() == plan.group_size
+        assert any(isinstance(o, tt.LoadVectorOp) for o in k.walk())
+
+
+def rows_module(shape, elem) -> ModuleOp:
+    n = shape[-1]
     t, tw = ty(shape, elem), ty((n,), elem)
-    m = lower(f"""func.func @f(%x: {t}, %w: {tw}, %b: {tw}) -> ({t}, {t}, {t}) {{
+    return lower(f"""func.func @f(%x: {t}, %w: {tw}, %b: {tw}) -> ({t}, {t}, {t}) {{
       %0 = tgraph.softmax %x axis = -1 : ({t}) -> {t}
       %1 = tgraph.rmsnorm %x weight %w : {tw} eps = 1.000000e-06 : {t} -> {t}
       %2 = tgraph.layernorm %x weight %w : {tw} bias %b : {tw} eps = 1.000000e-05 : {t} -> {t}
       func.return %0, %1, %2 : {t}, {t}, {t} }}""")
-    plan = plan_row(n, Parser(default_context(), elem).parse_type())
-    assert plan is not None
-    for k in kernels(m):
-        assert k.group_size_value() == plan.group_size
-        assert any(isinstance(o, tt.LoadVectorOp) for o in k.walk())
+
+
+def check_rows(m, x, w, b, elem) -> None:
+    """The three row ops of :func:`rows_module` against numpy in float64."""
     sm, rms, ln = run_host(m, "f", [x, w, b])
     X, W, B = f64(x), f64(w), f64(b)
     e = np.exp(X - X.max(-1, keepdims=True))
@@ -98,6 +113,90 @@ def test_rows_match_float64(shape, elem):
     assert rel_err(sm, e / e.sum(-1, keepdims=True)) < TOL[elem]
     assert rel_err(rms, X / np.sqrt((X * X).mean(-1, keepdims=True) + 1e-6) * W) < TOL[elem]
     assert rel_err(ln, want_ln) < TOL[elem]
+
+
+@pytest.mark.parametrize(
+    "shape,elem,kind",
+    [
+        ((3, 1), "bf16", "register"),
+        ((5, 63), "bf16", "register"),
+        ((5, 64), "f32", "register"),
+        ((3, 1000), "bf16", "register"),
+        ((3, 1001), "bf16", "register"),  # ragged: 16-byte chunks and scalar edges
+        ((2, 3, 1001), "f32", "register"),
+        ((7, 4099), "f16", "register"),  # ragged, one tile per row
+        ((2, 50257), "bf16", "split"),  # streaming, rows split across tiles
+        ((2, 70001), "f32", "split"),  # 1024-lane tiles (a long row)
+    ],
+)
+def test_rows_any_width(shape, elem, kind):
+    n = shape[-1]
+    x = (RNG.normal(0.0, 2.0, size=shape) + 3.0).astype(NP[elem])
+    w, b = (RNG.normal(1.0, 0.5, size=(n,)).astype(NP[elem]) for _ in range(2))
+    m = rows_module(shape, elem)
+    names = [k.sym_name.data for k in kernels(m)]
+    assert any("stats" in nm for nm in names) == (kind == "split"), names
+    check_rows(m, x, w, b, elem)
+
+
+@pytest.mark.parametrize(
+    "shape,elem",
+    [((5, 1), "bf16"), ((7, 63), "bf16"), ((3, 1001), "f32"), ((2, 3, 4099), "f16"),
+     ((2, 50257), "bf16"), ((70001,), "f32")],
+)
+def test_row_reductions_any_width(shape, elem):
+    """Last-axis sum / max (keepdims) / min / mean with the row kernels (tile_rowreduce):
+    registers, streaming, or split over tiles (a 1-D input is one row)."""
+    t = ty(shape, elem)
+    ro = ty(shape[:-1], elem) if len(shape) > 1 else f"tensor<{elem}>"
+    rk = ty((*shape[:-1], 1), elem)
+    m = lower(f"""func.func @f(%x: {t}) -> ({ro}, {rk}, {ro}, {ro}) {{
+      %0 = tgraph.sum %x axes = [-1] : ({t}) -> {ro}
+      %1 = tgraph.max %x axes = [-1] keepdims : ({t}) -> {rk}
+      %2 = tgraph.min %x axes = [-1] : ({t}) -> {ro}
+      %3 = tgraph.mean %x axes = [-1] : ({t}) -> {ro}
+      func.return %0, %1, %2, %3 : {ro}, {rk}, {ro}, {ro} }}""")
+    # one kernel per op reads the rows, with 16-byte vectors (split rows add a combiner)
+    readers = [k for k in kernels(m) if any(isinstance(o, tt.LoadVectorOp) for o in k.walk())]
+    assert len(readers) == 4
+    x = (RNG.normal(0.0, 2.0, size=shape) + 1.0).astype(NP[elem])
+    s, mx, mn, me = run_host(m, "f", [x])
+    X = f64(x)
+    scale = np.abs(X).sum(-1).max()
+    assert np.abs(f64(s) - X.sum(-1)).max() <= TOL[elem] * scale
+    assert np.array_equal(f64(mx), X.max(-1, keepdims=True))
+    assert np.array_equal(f64(mn), X.min(-1))
+    assert np.abs(f64(me) - X.mean(-1)).max() <= TOL[elem] * scale / shape[-1]
+
+
+def test_rows_streaming_one_tile_per_row(monkeypatch):
+    """Enough rows: one streaming kernel (statistics and write in one tile), looping
+    over 16-byte chunks of a ragged row."""
+    from tessera.passes import tile_rowstream
+
+    monkeypatch.setattr(tile_rowstream, "TARGET_TILES", 2)
+    shape = (3, 33001)
+    x = (RNG.normal(0.0, 2.0, size=shape) - 5.0).astype(NP["bf16"])
+    w, b = (RNG.normal(1.0, 0.5, size=(shape[-1],)).astype(NP["bf16"]) for _ in range(2))
+    m = rows_module(shape, "bf16")
+    ks = kernels(m)
+    assert len(ks) == 3 and all(k.group_size_value() == tile_rowstream.STREAM_LANES for k in ks)
+    assert all(any(isinstance(o, tt.LoadVectorOp) for o in k.walk()) for k in ks)
+    check_rows(m, x, w, b, "bf16")
+
+
+def test_plan_stream():
+    from tessera.passes.tile_rowstream import plan_stream
+
+    p = plan_stream(151936, 4096, bf16)
+    assert p is not None and (p.width, p.ragged, p.segments) == (8, False, 1)
+    assert p.seg_steps * p.step * p.width >= 151936
+    p = plan_stream(262144, 1, f32)
+    assert p is not None and p.segments > 1
+    assert p.segments * p.seg_steps * p.step * p.width >= 262144
+    p = plan_stream(50257, 2, bf16)
+    assert p is not None and p.ragged and p.segments > 1
+    assert plan_stream(50257, 2, xf64) is None
 
 
 def test_rows_outside_the_fast_path_use_the_strided_kernel():

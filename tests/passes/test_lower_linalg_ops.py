@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from xdsl.dialects.builtin import f32 as xf32
 from xdsl.parser import Parser
 
 from tessera.ir import tile as tt
@@ -199,6 +200,40 @@ def test_cholesky_not_positive_definite_gives_nan():
         graph_reference(chol_text((6, 6), "f64"), [a])
 
 
+@pytest.mark.parametrize("shape,elem", [((70, 70), "f64"), ((2, 100, 100), "f32"),
+                                        ((129, 129), "f64")])
+def test_cholesky_blocked_matches_numpy(shape, elem):
+    """n > 64: the blocked kernels (diagonal block, panel, trailing-update GEMM)."""
+    from tessera.passes import tile_cholesky_blocked as cb
+
+    m = lower(chol_text(shape, elem))
+    names = {o.sym_name.data for o in m.walk() if isinstance(o, tt.KernelOp)}
+    assert names == {f"f_cholesky_{x}_0" for x in ("copy", "diag", "panel", "update")}
+    n = shape[-1]
+    nb = -(-n // cb.BLOCK)
+    assert len([o for o in m.walk() if isinstance(o, tt.LaunchOp)]) == 1 + nb + 2 * (nb - 1)
+    a = spd(shape, elem)
+    (got,) = run_host(m, "f", [a + np.triu(rand(shape, elem), 1)])
+    want = np.linalg.cholesky(a.astype(np.float64))
+    cond = np.linalg.cond(a.astype(np.float64)).max()
+    assert np.abs(got - want).max() <= 4 * n * EPS[elem] * cond * np.abs(want).max()
+    assert np.all(np.triu(got, 1) == 0)
+
+
+def test_cholesky_blocked_not_positive_definite_gives_nan():
+    n, bad = 100, 40  # the pivot of column 40 (in the second block column) is negative
+    a = spd((n, n), "f64")
+    a[bad, bad] = -1e4
+    (got,) = run_host(lower(chol_text((n, n), "f64")), "f", [a])
+    want = np.linalg.cholesky(a[:bad, :bad])
+    assert np.abs(got[:bad, :bad] - want).max() < 1e-12
+    lower_tri = np.tril(np.ones((n, n), dtype=bool))
+    later = lower_tri & (np.arange(n)[None, :] >= bad)
+    assert np.all(np.isnan(got[later]))
+    assert np.all(got[~lower_tri] == 0)
+    assert np.all(np.isfinite(got[:, :bad]))
+
+
 def test_cholesky_bf16_is_reported():
     with pytest.raises(NotImplementedError, match=r"tgraph.cholesky has no Tile IR lowering "
                                                   r"\(element type bf16"):
@@ -250,6 +285,54 @@ def test_svd_invariants_and_numpy(shape, elem):
     assert np.abs(s - s_ref).max() <= tol
 
 
+@pytest.mark.parametrize("shape,elem", [((6, 4), "f64"), ((3, 5), "f64"), ((2, 9, 7), "f32"),
+                                        ((40, 33), "f32"), ((2, 5, 12), "f32")])
+def test_svd_parallel_kernels(shape, elem, monkeypatch):
+    """The tile-per-pair kernels (tile_svd_parallel), taken here for small matrices."""
+    from tessera.passes import tile_svd_parallel, tile_svd_shared
+
+    monkeypatch.setattr(tile_svd_parallel, "PARALLEL_MIN_K", 1)
+    monkeypatch.setattr(tile_svd_shared, "SHARED_MAX_K", 0)
+    m = lower(svd_text(shape, elem))
+    names = {o.sym_name.data for o in m.walk() if isinstance(o, tt.KernelOp)}
+    assert names == {f"f_svd_{x}_0" for x in ("init", "step", "check", "norm", "place")}
+    k = min(shape[-2:])
+    launches = [o for o in m.walk() if isinstance(o, tt.LaunchOp)]
+    steps = (k + k % 2 - 1 + 1) * tile_svd_parallel.PARALLEL_MAX_SWEEPS
+    assert len(launches) == 3 + steps  # init, (steps + check) per sweep, norm, place
+    _check_svd(shape, elem)
+
+
+def test_svd_parallel_f32_keeps_w_equal_to_a_v():
+    """f32, 60 columns (the parallel kernels): the rotations are computed in f64, so
+    ``U S Vh`` stays within a few f32 ulps of ``A`` (rotations computed in f32 left
+    4.5e-6 here and 1.2e-4 at 1024 x 1024 on an H100)."""
+    a = rand((70, 60), "f32")
+    u, s, vh = run_host(lower(svd_text((70, 60), "f32")), "f", [a])
+    a64 = a.astype(np.float64)
+    rec = (u.astype(np.float64) * s.astype(np.float64)) @ vh.astype(np.float64)
+    assert np.linalg.norm(rec - a64) / np.linalg.norm(a64) < 1.5e-6
+    sn = np.linalg.svd(a64, compute_uv=False)
+    assert np.abs(s - sn).max() < 1.5e-6 * sn.max()
+
+
+def _check_svd(shape, elem) -> None:
+    a = rand(shape, elem)
+    u, s, vh = run_host(lower(svd_text(shape, elem)), "f", [a])
+    *_, m, n = shape
+    k = min(m, n)
+    a64 = a.astype(np.float64)
+    sn = np.linalg.svd(a64, compute_uv=False)
+    tol = 16 * max(m, n) * EPS[elem] * sn.max()
+    assert np.all(np.diff(s, axis=-1) <= 0)
+    assert np.abs(s - sn).max() <= tol
+    u64, s64, vh64 = (x.astype(np.float64) for x in (u, s, vh))
+    assert np.abs((u64 * s64[..., None, :]) @ vh64 - a64).max() <= tol
+    ortho = 16 * max(m, n) * EPS[elem]
+    assert np.abs(np.swapaxes(u64, -1, -2) @ u64 - np.eye(k)).max() <= ortho
+    assert np.abs(vh64 @ np.swapaxes(vh64, -1, -2) - np.eye(k)).max() <= ortho
+
+
 def test_svd_rank_deficient_keeps_invariants():
     a = rand((6, 4), "f64")
     a[:, 3] = a[:, 0] - 2 * a[:, 1]  # rank 3
@@ -259,7 +342,33 @@ def test_svd_rank_deficient_keeps_invariants():
     assert np.abs(s - np.linalg.svd(a, compute_uv=False)).max() < 1e-13
 
 
-def test_svd_kernel_uses_group_reduce_for_long_columns():
+@pytest.mark.parametrize("shape,elem", [((5, 3), "f64"), ((2, 9, 7), "f32"), ((34, 3), "f64")])
+def test_svd_global_memory_kernel(shape, elem, monkeypatch):
+    """The one-tile kernel in global memory (k <= 48 past the shared-memory budget)."""
+    from tessera.passes import tile_svd_shared
+
+    monkeypatch.setattr(tile_svd_shared, "SHARED_MAX_K", 0)
+    (k,) = [o for o in lower(svd_text(shape, elem)).walk() if isinstance(o, tt.KernelOp)]
+    assert not any(isinstance(o, tt.AllocSharedOp) for o in k.walk())
+    _check_svd(shape, elem)
+
+
+def test_svd_small_matrices_use_shared_memory():
+    from tessera.passes import tile_svd_shared
+
+    m = lower(svd_text((8, 32, 32), "f32"))
+    (k,) = [o for o in m.walk() if isinstance(o, tt.KernelOp)]
+    assert k.group_size.value.data == 32 * 16  # a warp per pair
+    assert sum(isinstance(o, tt.AllocSharedOp) for o in k.walk()) == 4
+    assert tile_svd_shared.fits(32, 32, xf32) and not tile_svd_shared.fits(3000, 3, xf32)
+    assert not tile_svd_shared.fits(40, 36, xf32)  # k > 32
+    _check_svd((8, 32, 32), "f32")
+
+
+def test_svd_kernel_uses_group_reduce_for_long_columns(monkeypatch):
+    from tessera.passes import tile_svd_shared
+
+    monkeypatch.setattr(tile_svd_shared, "SHARED_MAX_K", 0)
     m = lower(svd_text((40, 3), "f32"))
     (k,) = [o for o in m.walk() if isinstance(o, tt.KernelOp)]
     assert k.group_size.value.data == 128
@@ -280,9 +389,15 @@ PTX_PROGRAMS = {
     "fft2d-direct-f64": fft_text("fft2d", (5, 7), "f64", False),
     "cholesky-f32": chol_text((2, 9, 9), "f32"),
     "cholesky-f64": chol_text((40, 40), "f64"),
+    "cholesky-blocked-f32": chol_text((3, 300, 300), "f32"),
+    "cholesky-blocked-f64": chol_text((97, 97), "f64"),
     "svd-tall-group-f32": svd_text((34, 3), "f32"),
     "svd-wide-f64": svd_text((3, 5), "f64"),
     "svd-batched-f32": svd_text((2, 4, 4), "f32"),
+    "svd-parallel-f32": svd_text((70, 50), "f32"),
+    "svd-shared-f32": svd_text((4, 32, 32), "f32"),
+    "svd-shared-f64": svd_text((3, 40, 20), "f64"),
+    "svd-parallel-wide-f64": svd_text((2, 49, 300), "f64"),
 }
 
 

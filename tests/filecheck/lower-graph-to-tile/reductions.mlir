@@ -1,32 +1,44 @@
 // RUN: tessera-opt %s -p lower-graph-to-tile | filecheck %s
 
-// One tile per row; lanes stride over the row, accumulate in f32 and combine with
-// ttile.reduce (warp scope for rows of <= 32 elements, group scope otherwise).
+// Reductions over the last axis of bf16/f16/f32 rows take the row kernels
+// (tile_rowreduce): 16-byte vector loads (scalar edges on ragged rows), one warp per
+// row for rows of <= 1024 elements, combined with ttile.reduce, accumulated in f32.
+// Other reductions (here over axis 0) keep the strided kernel: one tile per output
+// element, lanes stride over the reduced elements and combine with ttile.reduce.
 
-func.func @f(%x: tensor<5x300xbf16>, %y: tensor<4x7xf32>) -> (tensor<5xbf16>, tensor<4x1xf32>, tensor<5x300xbf16>) {
+func.func @f(%x: tensor<5x300xbf16>, %y: tensor<4x7xf32>, %z: tensor<300x5xbf16>) -> (tensor<5xbf16>, tensor<4x1xf32>, tensor<5x300xbf16>, tensor<5xbf16>) {
   %0 = tgraph.sum %x axes = [1] : (tensor<5x300xbf16>) -> tensor<5xbf16>
   %1 = tgraph.max %y axes = [-1] keepdims : (tensor<4x7xf32>) -> tensor<4x1xf32>
   %2 = tgraph.softmax %x axis = -1 : (tensor<5x300xbf16>) -> tensor<5x300xbf16>
-  func.return %0, %1, %2 : tensor<5xbf16>, tensor<4x1xf32>, tensor<5x300xbf16>
+  %3 = tgraph.sum %z axes = [0] : (tensor<300x5xbf16>) -> tensor<5xbf16>
+  func.return %0, %1, %2, %3 : tensor<5xbf16>, tensor<4x1xf32>, tensor<5x300xbf16>, tensor<5xbf16>
 }
 // CHECK:      ttile.kernel @f_sum_0(%{{.*}}: memref<5xbf16>, %{{.*}}: memref<5x300xbf16>) group_size = 128 {
-// CHECK:        %[[ACC:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (f32) {
-// CHECK:          ttile.load %{{.*}}[%{{.*}}, %{{.*}}] mask %{{.*}} : memref<5x300xbf16> -> bf16
-// CHECK:          arith.addf
-// CHECK:        %[[T:.*]] = ttile.reduce %[[ACC]] kind = sum scope = group : f32
+// CHECK:        ttile.load_vector %{{.*}} mask %{{.*}} : memref<5x300xbf16> -> vector<8xbf16>
+// CHECK:        ttile.load %{{.*}} mask %{{.*}} : memref<5x300xbf16> -> bf16
+// CHECK:        %[[T:.*]] = ttile.reduce %{{.*}} kind = sum scope = warp : f32
 // CHECK:        %[[B:.*]] = arith.truncf %[[T]] : f32 to bf16
 // CHECK:        ttile.store %[[B]], %{{.*}}[%{{.*}}] mask %{{.*}} : bf16, memref<5xbf16>
-// CHECK:      ttile.kernel @f_max_0(%{{.*}}: memref<4x1xf32>, %{{.*}}: memref<4x7xf32>) group_size = 32 {
+// CHECK:      ttile.kernel @f_max_0(%{{.*}}: memref<4x1xf32>, %{{.*}}: memref<4x7xf32>) group_size = 128 {
+// CHECK:        ttile.load_vector %{{.*}} : memref<4x7xf32> -> vector<1xf32>
 // CHECK:        arith.constant 0xff800000 : f32
-// CHECK:        arith.maximumf
 // CHECK:        ttile.reduce %{{.*}} kind = max scope = warp : f32
+// CHECK:        ttile.store %{{.*}} : f32, memref<4x1xf32>
 // CHECK:      ttile.kernel @f_softmax_0(%{{.*}}: memref<5x300xbf16>, %{{.*}}: memref<5x300xbf16>) group_size = 128 {
-// CHECK:        ttile.load_vector %{{.*}} : memref<5x300xbf16> -> vector<4xbf16>
+// CHECK:        ttile.load_vector %{{.*}} : memref<5x300xbf16> -> vector<8xbf16>
 // CHECK:        ttile.reduce %{{.*}} kind = max scope = warp : f32
 // CHECK:        math.exp2
 // CHECK:        ttile.reduce %{{.*}} kind = sum scope = warp : f32
 // CHECK:        ttile.store_vector
+// CHECK:      ttile.kernel @f_sum_1(%{{.*}}: memref<5xbf16>, %{{.*}}: memref<300x5xbf16>) group_size = 128 {
+// CHECK:        %[[ACC:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (f32) {
+// CHECK:          ttile.load %{{.*}}[%{{.*}}, %{{.*}}] mask %{{.*}} : memref<300x5xbf16> -> bf16
+// CHECK:          arith.addf
+// CHECK:        %[[T2:.*]] = ttile.reduce %[[ACC]] kind = sum scope = group : f32
+// CHECK:        %[[B2:.*]] = arith.truncf %[[T2]] : f32 to bf16
+// CHECK:        ttile.store %[[B2]], %{{.*}}[%{{.*}}] mask %{{.*}} : bf16, memref<5xbf16>
 // CHECK:      func.func @f(
-// CHECK:        ttile.launch @f_sum_0(%{{.*}}, %x) grid = [5, 1, 1]
-// CHECK:        ttile.launch @f_max_0(%{{.*}}, %y) grid = [4, 1, 1]
+// CHECK:        ttile.launch @f_sum_0(%{{.*}}, %x) grid = [2, 1, 1]
+// CHECK:        ttile.launch @f_max_0(%{{.*}}, %y) grid = [1, 1, 1]
 // CHECK:        ttile.launch @f_softmax_0(%{{.*}}, %x) grid = [2, 1, 1]
+// CHECK:        ttile.launch @f_sum_1(%{{.*}}, %z) grid = [5, 1, 1]

@@ -7,8 +7,8 @@ every kernel kind."""
 
 import numpy as np
 import pytest
-from tests.test_lower_graph_to_tile import context, lower
-from tests.test_numerics_kernels import IR, PACKED_TS, _pack, edge_inputs, same_bits
+from tests.passes.test_lower_graph_to_tile import context, lower
+from tests.numerics.test_numerics_kernels import IR, PACKED_TS, _pack, edge_inputs, same_bits
 from xdsl.parser import Parser
 
 import tessera as ts

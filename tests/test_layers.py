@@ -10,7 +10,7 @@ The layers, bottom to top (docs/ARCHITECTURE.md):
    (``tessera.autodiff.rules``, ``.emitter``, ``.scientific_rules``; custom adjoints are
    registered there by the front end), the numpy reference semantics of Graph IR
    (``tessera.runtime.graph_interpreter``, used by constant folding), and the transport
-   of distributed programs (``tessera.dist.mesh``, ``.sharding``, ``.collectives``:
+   of distributed programs (``tessera.dist.mesh``, ``.sharding``, ``.collectives``, ``.topology``:
    meshes, shard layouts and deterministic collectives over torch.distributed)
 4. ``tessera.passes`` and ``tessera.runtime``: siblings that never import each other
    (the runtime loads and launches PTX; the passes transform IR)
@@ -48,6 +48,7 @@ LAYERS: list[tuple[str, ...]] = [
         "tessera.numerics", "tessera.autodiff.rules", "tessera.autodiff.emitter",
         "tessera.autodiff.scientific_rules", "tessera.runtime.graph_interpreter",
         "tessera.dist.mesh", "tessera.dist.sharding", "tessera.dist.collectives",
+        "tessera.dist.topology",
     ),
     ("tessera.passes", "tessera.runtime"),
     ("tessera.tuning",),

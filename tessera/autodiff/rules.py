@@ -476,7 +476,7 @@ def vjp_by_expansion(
         sub_needs = [v in active for v in o.operands]
         if all(c is None for c in out_cts) or not any(sub_needs):
             continue
-        rule = VJP_RULES.get(o.name)
+        rule = VJP_RULES.get(o)
         if rule is None:
             raise AutodiffError(f"autodiff: no adjoint rule for {o.name} in the expansion of {op.name}")
         for v, c, n in zip(o.operands, rule(e, o, out_cts, sub_needs), sub_needs):

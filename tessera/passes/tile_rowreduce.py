@@ -42,6 +42,7 @@ def lower_reduction(lw: _FunctionLowering, op: g.ReductionOp) -> bool:
     rows; False (nothing emitted) otherwise."""
     shape = g.shape_of(op.input)
     et = g.elem_of(op.input)
+    rt = g.elem_of(op.result)  # the stored type (a policy may ask for a wider one)
     if not shape or op.axis_list() != [len(shape) - 1] or type(op) not in KINDS:
         return False
     rows, n = rows_of(shape), shape[-1]
@@ -60,7 +61,7 @@ def lower_reduction(lw: _FunctionLowering, op: g.ReductionOp) -> bool:
     def finish(e: KernelEmitter, total: SSAValue) -> SSAValue:
         if mean:
             total = e.fmul(total, e.const(1.0 / n, f32))
-        return e.convert(total, et)
+        return e.convert(total, rt)
 
     def out_index(lead_idx: list[Idx]) -> list[Idx]:
         return [*lead_idx, 0] if keep else list(lead_idx)

@@ -60,10 +60,10 @@ def test_determinism_and_tf32_options_reach_the_tile_lowering() -> None:
     from tessera.passes.lower_graph_to_tile import LowerGraphToTile
     from tessera.passes.pipelines import stage_passes
 
-    (default,) = stage_passes("tile", CompileOptions())
+    (default, _) = stage_passes("tile", CompileOptions())
     assert isinstance(default, LowerGraphToTile)
     assert default.deterministic and not default.allow_tf32
-    (fast,) = stage_passes("tile", CompileOptions(deterministic=False, allow_tf32=True))
+    (fast, _) = stage_passes("tile", CompileOptions(deterministic=False, allow_tf32=True))
     assert not fast.deterministic and fast.allow_tf32
 
 

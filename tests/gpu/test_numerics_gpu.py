@@ -269,11 +269,10 @@ POLICY_MODS = {
 def test_policy_cast_kernel_gpu_bitwise(dst: ts.DType, mods: str) -> None:
     """Casts to @stochastic_round / @saturate / @loss_scale types on the GPU: the kernel's
     bytes equal cast_array's (same Philox stream, same float64 decisions)."""
-    from tests.passes.test_lower_graph_to_tile import lower
-    from tests.numerics.test_numerics_kernels import edge_inputs, same_bits
-
     from tessera.ir.policy import NumericPolicy
+    from tests.numerics.test_numerics_kernels import edge_inputs, same_bits
     from tests.numerics.test_numerics_policy_kernels import PACKED_TS, _pack, policy_cast_text, rows
+    from tests.passes.test_lower_graph_to_tile import lower
 
     p = NumericPolicy(dst)
     for m in POLICY_MODS[mods]:
@@ -293,14 +292,13 @@ def test_policy_cast_kernel_gpu_bitwise(dst: ts.DType, mods: str) -> None:
 def test_policy_op_results_gpu_match_cpu_reference() -> None:
     """Ops whose results carry rounding policies, on the GPU, equal the Graph IR
     interpreter bit for bit."""
-    from tests.passes.test_lower_graph_to_tile import lower
-
     from tests.numerics.test_numerics_policy_kernels import (
         _policy,
         policy_type,
         reference,
         stored,
     )
+    from tests.passes.test_lower_graph_to_tile import lower
 
     sr, sat = ts.stochastic_round, ts.saturate
     m, k = 300, 128
@@ -348,10 +346,9 @@ def test_guide_stochastic_cast_jit_gpu_equals_cpu() -> None:
 def test_packed_gemm_gpu_error_bound(d: ts.DType) -> None:
     """fp6/fp4 x fp6/fp4 GEMM: packed operands unpacked to bf16 by a kernel, the bf16
     tensor-core GEMM with f32 accumulation; against float64 of the dequantized operands."""
-    from tests.passes.test_lower_graph_to_tile import lower
-
     from tessera.runtime.tile_interpreter import run_host
     from tests.numerics.test_numerics_policy_kernels import _pack, gemm_bound, packed_gemm_text
+    from tests.passes.test_lower_graph_to_tile import lower
 
     m, k, n = 200, 320, 136
     rng = np.random.default_rng(17)
@@ -395,10 +392,9 @@ def test_precision_policy_matmul_gpu() -> None:
 @pytest.mark.parametrize("dst", [ts.int8, ts.int32], ids=repr)
 def test_policy_cast_to_integers_gpu(dst: ts.DType, mods: str) -> None:
     """Casts to int8/int32 of a rounding policy on the GPU equal the interpreter's."""
-    from tests.passes.test_lower_graph_to_tile import lower
-
     from tessera.ir.policy import NumericPolicy
     from tests.numerics.test_numerics_policy_kernels import policy_cast_text, reference
+    from tests.passes.test_lower_graph_to_tile import lower
 
     p = NumericPolicy(dst)
     for m in POLICY_MODS[mods]:

@@ -7,8 +7,6 @@ every kernel kind."""
 
 import numpy as np
 import pytest
-from tests.passes.test_lower_graph_to_tile import context, lower
-from tests.numerics.test_numerics_kernels import IR, PACKED_TS, _pack, edge_inputs, same_bits
 from xdsl.parser import Parser
 
 import tessera as ts
@@ -19,6 +17,8 @@ from tessera.passes.pipelines import lower_to_target
 from tessera.runtime import ptxas
 from tessera.runtime.graph_interpreter import run_function
 from tessera.runtime.tile_interpreter import run_host
+from tests.numerics.test_numerics_kernels import IR, PACKED_TS, _pack, edge_inputs, same_bits
+from tests.passes.test_lower_graph_to_tile import context, lower
 
 SR, SAT = ts.stochastic_round, ts.saturate
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests.passes.test_lower_graph_to_tile import lower
-from tests.passes.test_lower_linalg_ops import NP, as_complex, check_ptx, graph_reference, rand, ty
 
 import tessera as ts
 from tessera.runtime.tile_interpreter import run_host
+from tests.passes.test_lower_graph_to_tile import lower
+from tests.passes.test_lower_linalg_ops import NP, as_complex, check_ptx, graph_reference, rand, ty
 
 RNG = np.random.default_rng(20)
 

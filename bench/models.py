@@ -6,7 +6,10 @@
 Models are built from their published configurations with random weights (nothing
 is downloaded): GPT-2 124M (batch 8 x 1024 tokens), a LLaMA-style 1B (batch 4 x
 2048), ResNet-50 and ViT-B/16 (batch 128, 224 x 224), all in bf16 on the GPU.
-``infer`` times a forward under ``torch.no_grad``; ``train`` times forward, loss
+The language models use ``attn_implementation="sdpa"`` (what ``from_pretrained``
+picks): attention is one ``scaled_dot_product_attention`` call in every run, which
+Tessera's backend maps to ``tgraph.flash_attention``. ``infer`` times a forward under
+``torch.no_grad``; ``train`` times forward, loss
 and backward (the gradients of every parameter). For each (model, mode) row:
 
 * eager, Inductor (``torch.compile``) and Tessera (``torch.compile(backend="tessera")``)
@@ -67,14 +70,14 @@ def build(name: str, batch: int | None, seq: int | None) -> tuple[Any, dict[str,
         import transformers as T
 
         if name == "gpt2":
-            cfg = T.GPT2Config()
+            cfg = T.GPT2Config(attn_implementation="sdpa")
             cfg.resid_pdrop = cfg.embd_pdrop = cfg.attn_pdrop = 0.0
             model, (b, s) = T.GPT2LMHeadModel(cfg), (batch or 8, seq or 1024)
         else:
             cfg = T.LlamaConfig(
                 num_hidden_layers=16, hidden_size=2048, intermediate_size=8192,
                 num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
-                max_position_embeddings=4096,
+                max_position_embeddings=4096, attn_implementation="sdpa",
             )
             model, (b, s) = T.LlamaForCausalLM(cfg), (batch or 4, seq or 2048)
         ids = torch.randint(0, cfg.vocab_size, (b, s))

@@ -182,3 +182,11 @@ def test_f32_odd_n() -> None:
     ptx = spec.ir("ptx")
     assert "st.global.f32" in ptx
     ptxas.check(ptx)
+
+
+def test_heuristic_stages_without_the_output_tile() -> None:
+    """N % 8 != 0 stages no output tile in shared memory: one more 256-wide stage fits."""
+    assert mc.heuristic(8192, 50257, 768).stages == mc.heuristic(8192, 50264, 768).stages + 1
+    gemm = lm.Sm90Gemm(8192, 50257, 768, "bf16", "bf16", mc.heuristic(8192, 50257, 768),
+                       b_t=True)
+    assert gemm.cfg.valid(1, staging=False) and not gemm.cfg.valid(1, staging=True)

@@ -33,8 +33,9 @@ output tile per CTA:
   (bank-conflict free), and one thread TMA-stores the boxes
   (``cp.async.bulk.tensor`` shared → global, clipped at ragged edges); the
   warpgroup goes straight on to its next tile while the stores drain
-  (:class:`_TmaStore`). f32 results are stored from registers with ``st.global``,
-  predicated on ``row < M`` and ``col < N`` when the tile is ragged.
+  (:class:`_TmaStore`). f32 results, and those with ``N % 8 != 0`` (rows of C that are
+  no 16-byte multiple), are stored from registers with ``st.global``, predicated on
+  ``row < M`` and ``col < N`` when the tile is ragged.
 * Clusters (``cfg.cluster = 2``, when the tile rows pair up): the two CTAs of a
   cluster compute vertically adjacent tiles that share their B boxes; each loads
   half of them and multicasts it to both (``.multicast::cluster``), a slot's
@@ -59,6 +60,19 @@ MN-major operand is first copied K-major by :func:`~tessera.passes.sm90.split_tf
   ``A_hi B_hi``, and each stage's product is added into f32 totals with ``add.rn``
   (as for fp8) -- measured more accurate than cuBLAS SGEMM
   (docs/perf/2026-11-24-h100-f32-gemm.txt).
+
+Row lengths that are no 16-byte multiple (the TMA row-stride unit: a vocabulary of 50257,
+an odd hidden size) take the same kernel (:func:`staging` says how):
+
+* an operand whose stored rows are not 16-byte multiples is first copied, in its own
+  layout, into a buffer with rows zero-padded to 16 bytes
+  (:func:`~tessera.passes.sm90.pad_rows.pad_rows`); the zero columns are K (adding
+  nothing) or rows of M or N past the problem (never stored). fp8 operands pad K in
+  their K-major copy (:func:`~tessera.passes.sm90.transpose.transpose_2d`), f32 ones in
+  their TF32 copies;
+* a result with ``N % 8 != 0`` is stored from registers with ``st.global`` like an f32
+  one (bounds-checked; with N odd, element by element, as a pair is then only
+  element-aligned), after the same fused epilogue.
 
 ``tgraph.matmul_epilogue`` ops apply their bias (a row vector or a full ``[M, N]``
 tensor), activation and cast to the accumulators before the store

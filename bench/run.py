@@ -301,6 +301,11 @@ GEMM_LAYOUTS: list[tuple[str, str, tuple[int, ...], tuple[int, ...], str]] = [
     ("gemm bf16 decode M=16 8192^2", "a @ b", (16, 8192), (8192, 8192), "bf16"),
     ("gemm bf16 decode M=16 8192^2 NT", "a @ b.T", (16, 8192), (8192, 8192), "bf16"),
     ("gemm bf16 batched 32x512x512x128", "a @ b", (32, 512, 128), (32, 128, 512), "bf16"),
+    # GPT-2's LM head (a vocabulary of 50257: no 16-byte rows): logits = x @ wte.T, and its
+    # gradients dX = dC @ wte, dW = dC.T @ x (dC's rows are 50257 long)
+    ("gemm bf16 LM head NT 8192x50257x768", "a @ b.T", (8192, 768), (50257, 768), "bf16"),
+    ("gemm bf16 LM head dX NN 8192x768x50257", "a @ b", (8192, 50257), (50257, 768), "bf16"),
+    ("gemm bf16 LM head dW TN 50257x768x8192", "a.T @ b", (8192, 50257), (8192, 768), "bf16"),
     # f32: Tessera's default (3xTF32) against torch with TF32 off (cuBLAS SGEMM); tf32:
     # allow_tf32 on both sides
     ("gemm f32 NN 4096^3", "a @ b", (4096, 4096), (4096, 4096), "f32"),

@@ -180,6 +180,8 @@ def complete(module: ModuleOp, options: CompileOptions) -> CompileOptions:
         gemm = gemm_for(op)  # the problem the kernel solves (batches folded into M)
         if gemm.in_type not in ("bf16", "f16") or getattr(gemm, "b_type", None):
             continue  # the tuner times bf16/f16 products of one operand type
+        if gemm.k % 8 or gemm.n % 8:
+            continue  # it times 16-byte-aligned operands and results (the heuristic's here)
         m, n, k = gemm.m * gemm.batch, gemm.n, gemm.k
         key = mc.shape_key(m, n, k, gemm.in_type, gemm.out_type)
         if key not in tiles:

@@ -192,10 +192,24 @@ def pack_pair(e: TargetAsm, lo: SSAValue, hi: SSAValue, et: str) -> SSAValue:
 
 def store_pair(
     e: TargetAsm, ptr: SSAValue, lo: SSAValue, hi: SSAValue, et: str, offset: int,
-    guard: SSAValue | None,
+    guard: SSAValue | None, guard_hi: SSAValue | None = None, split: bool = False,
 ) -> None:
-    """Store two adjacent f32 results at ``ptr + offset`` as ``et`` (f32, bf16 or f16)."""
-    if et == "f32":
-        e.add(tt.StOp("global.v2.f32", ptr, [lo, hi], offset, guard))
+    """Store two adjacent f32 results at ``ptr + offset`` as ``et`` (f32, bf16 or f16).
+
+    One vector store (4 bytes for 16-bit, 8 for f32 results) under ``guard``; with
+    ``split`` (rows of an odd number of elements: the pair is only element-aligned) two
+    scalar stores, ``lo`` under ``guard`` and ``hi`` under ``guard_hi``."""
+    if not split:
+        if et == "f32":
+            e.add(tt.StOp("global.v2.f32", ptr, [lo, hi], offset, guard))
+            return
+        e.add(tt.StOp("global.b32", ptr, [pack_pair(e, lo, hi, et)], offset, guard))
         return
-    e.add(tt.StOp("global.b32", ptr, [pack_pair(e, lo, hi, et)], offset, guard))
+    size = 4 if et == "f32" else 2
+    for i, (v, gd) in enumerate(((lo, guard), (hi, guard_hi))):
+        if et == "f32":
+            e.add(tt.StOp("global.f32", ptr, [v], offset + i * size, gd))
+            continue
+        h = e.reg("b16")
+        e.add(tt.CvtOp(f"rn.{et}.f32", h, [v]))
+        e.add(tt.StOp("global.b16", ptr, [h], offset + i * size, gd))

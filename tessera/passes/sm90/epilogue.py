@@ -120,21 +120,38 @@ class EpilogueEmitter:
             e.add(tt.MulOp("lo.u64", off, lin, e.imm(ep.bias_bytes)))
         e.add(tt.AddOp("u64", self.ptr, self.base, off))
 
-    def _guard(self, j: int, h: int) -> SSAValue | None:
+    def _guard(self, j: int, h: int, second: bool = False) -> SSAValue | None:
+        """Whether the bias element at ``(row0 + 8h, col0 + 8j (+ 1 if second))`` exists."""
         e = self.e
         row = e.setp("lt", e.add32(self.row0, 8 * h), self.m) if (
             self.ragged_m and self.ep.bias == "full") else None
-        col = e.setp("lt", e.add32(self.col0, 8 * j), self.n) if self.ragged_n else None
+        col = e.setp("lt", e.add32(self.col0, 8 * j + int(second)), self.n) if (
+            self.ragged_n) else None
         if row is None or col is None:
             return row if col is None else col
         p = e.reg("pred")
         e.add(tt.AndOp("pred", p, row, col))
         return p
 
-    def _load_pair(self, offset: int, guard: SSAValue | None) -> tuple[SSAValue, SSAValue]:
-        """Two consecutive bias elements at byte ``offset`` from the thread's pointer, as f32."""
+    def _load_pair(
+        self, offset: int, guard: SSAValue | None, guard_hi: SSAValue | None = None,
+    ) -> tuple[SSAValue, SSAValue]:
+        """Two consecutive bias elements at byte ``offset`` from the thread's pointer, as f32
+        (with N odd, two element loads: ``hi`` under ``guard_hi``, 0 where masked)."""
         e, ty = self.e, self.ep.prod_type
         lo, hi = e.reg("f32"), e.reg("f32")
+        if self.n % 2:  # rows of odd length: a pair is only element-aligned
+            for i, (v, gd) in enumerate(((lo, guard), (hi, guard_hi))):
+                e.add(tt.MovOp("f32", v, e.fimm(0.0)))
+                off = offset + i * self.ep.bias_bytes
+                if ty == "f32":
+                    e.add(tt.LdOp("global.f32", [v], self.ptr, off, gd))
+                    continue
+                h = e.reg("b16")
+                e.mov("b16", h, 0)
+                e.add(tt.LdOp("global.b16", [h], self.ptr, off, gd))
+                e.add(tt.CvtOp(f"f32.{ty}", v, [h]))
+            return lo, hi
         if ty == "f32":
             e.add(tt.LdOp("global.v2.f32", [lo, hi], self.ptr, offset, guard))
             return lo, hi
@@ -164,10 +181,13 @@ class EpilogueEmitter:
         if ep.bias is not None:
             if ep.bias == "row":
                 if j not in self._row_bias:
-                    self._row_bias[j] = self._load_pair(8 * j * ep.bias_bytes, self._guard(j, 0))
+                    self._row_bias[j] = self._load_pair(
+                        8 * j * ep.bias_bytes, self._guard(j, 0),
+                        self._guard(j, 0, True) if self.n % 2 else None)
                 b = self._row_bias[j]
             else:
-                b = self._load_pair((8 * h * self.n + 8 * j) * ep.bias_bytes, self._guard(j, h))
+                b = self._load_pair((8 * h * self.n + 8 * j) * ep.bias_bytes, self._guard(j, h),
+                                    self._guard(j, h, True) if self.n % 2 else None)
             vals = [self._round(e.fbin(tt.AddOp, v, bv, "rn.f32")) for v, bv in zip(vals, b)]
         if ep.act is not None:
             vals = [self._round(activation(e, ep.act, v)) for v in vals]

@@ -33,8 +33,9 @@ output tile per CTA:
   (bank-conflict free), and one thread TMA-stores the boxes
   (``cp.async.bulk.tensor`` shared → global, clipped at ragged edges); the
   warpgroup goes straight on to its next tile while the stores drain
-  (:class:`_TmaStore`). f32 results are stored from registers with ``st.global``,
-  predicated on ``row < M`` and ``col < N`` when the tile is ragged.
+  (:class:`_TmaStore`). f32 results, and those with ``N % 8 != 0`` (rows of C that are
+  no 16-byte multiple), are stored from registers with ``st.global``, predicated on
+  ``row < M`` and ``col < N`` when the tile is ragged.
 * Clusters (``cfg.cluster = 2``, when the tile rows pair up): the two CTAs of a
   cluster compute vertically adjacent tiles that share their B boxes; each loads
   half of them and multicasts it to both (``.multicast::cluster``), a slot's
@@ -59,6 +60,19 @@ MN-major operand is first copied K-major by :func:`~tessera.passes.sm90.split_tf
   ``A_hi B_hi``, and each stage's product is added into f32 totals with ``add.rn``
   (as for fp8) -- measured more accurate than cuBLAS SGEMM
   (docs/perf/2026-11-24-h100-f32-gemm.txt).
+
+Row lengths that are no 16-byte multiple (the TMA row-stride unit: a vocabulary of 50257,
+an odd hidden size) take the same kernel (:func:`staging` says how):
+
+* an operand whose stored rows are not 16-byte multiples is first copied, in its own
+  layout, into a buffer with rows zero-padded to 16 bytes
+  (:func:`~tessera.passes.sm90.pad_rows.pad_rows`); the zero columns are K (adding
+  nothing) or rows of M or N past the problem (never stored). fp8 operands pad K in
+  their K-major copy (:func:`~tessera.passes.sm90.transpose.transpose_2d`), f32 ones in
+  their TF32 copies;
+* a result with ``N % 8 != 0`` is stored from registers with ``st.global`` like an f32
+  one (bounds-checked; with N odd, element by element, as a pair is then only
+  element-aligned), after the same fused epilogue.
 
 ``tgraph.matmul_epilogue`` ops apply their bias (a row vector or a full ``[M, N]``
 tensor), activation and cast to the accumulators before the store
@@ -109,6 +123,7 @@ from tessera.passes.sm90.constants import (
 )
 from tessera.passes.sm90.conv import lower_conv2d_sm90
 from tessera.passes.sm90.epilogue import EpilogueEmitter, Sm90Epilogue
+from tessera.passes.sm90.pad_rows import pad_rows, padded
 from tessera.passes.sm90.split_tf32 import split_tf32
 from tessera.passes.sm90.transpose import transpose_2d
 from tessera.passes.tile_builder import KernelEmitter, cdiv
@@ -154,31 +169,50 @@ def eligible(op: g.MatmulOp | g.MatmulEpilogueOp) -> str | None:
     prob = _problem(op)
     if isinstance(prob, str):
         return prob
-    ash, bsh = g.shape_of(op.lhs), g.shape_of(op.rhs)
     if min(prob.m, prob.n, prob.k) < 1:
         return "empty dimension"
-    if f32:  # both operands are read from K-major TF32 copies (any K; split_tf32)
-        wide = isinstance(g.elem_of(op.result), Float32Type) and isinstance(rt, Float32Type)
-        if prob.n % (2 if wide else 8):
-            return ("f32 products need N even (8-byte f32 stores), or a multiple of 8 for "
-                    "16-bit results (16-byte TMA row strides)")
-        if prob.batch > 1 and prob.m % 64:
+    # Any row length: an operand whose stored rows are no 16-byte multiple (TMA row
+    # strides) is read from a zero-padded copy (pad_rows; f32 and fp8 operands from their
+    # K-major copies, padded there), and a result with N % 8 != 0 is stored from registers
+    # (st.global) instead of by TMA.
+    box_k = SWIZZLE_BYTES // (4 if f32 else 1 if fp8 else 2)
+    if fp8 and prob.batch > 1 and (op.transpose_lhs is not None or op.transpose_rhs is None):
+        return "batched fp8 operands must both be K-major (A row-major, B stored N x K)"
+    if prob.batch > 1 and f32:
+        if prob.m % 64:
             return f"batched operands need M a multiple of 64 (M = {prob.m})"
-        return None
-    # TMA row strides are 16-byte multiples: the stored last dim of each operand and N
-    if fp8:  # both read K-major (an MN-major operand is copied K-major first)
-        if prob.k % 16 or prob.n % 8:
-            return "fp8 products need K a multiple of 16 and N of 8 (16-byte TMA row strides)"
-        if prob.batch > 1 and (op.transpose_lhs is not None or op.transpose_rhs is None):
-            return "batched fp8 operands must both be K-major (A row-major, B stored N x K)"
-    elif ash[-1] % 8 or bsh[-1] % 8 or prob.n % 8:
-        return ("the operands' stored rows and N must be multiples of 8 (16-byte TMA row "
-                "strides)")
-    box_k = SWIZZLE_BYTES // (1 if fp8 else 2)
-    if prob.batch > 1 and (prob.m % 64 or prob.k % box_k):
+    elif prob.batch > 1 and (prob.m % 64 or prob.k % box_k):
         return (f"batched operands need M a multiple of 64 and K of {box_k} (M = {prob.m}, "
                 f"K = {prob.k})")
     return None
+
+
+def staging(op: g.MatmulOp | g.MatmulEpilogueOp) -> list[str]:
+    """How an eligible matmul reaches the kernel beyond reading its operands as they are
+    (empty for aligned bf16/f16 operands and N % 8 == 0): ``"pad A"`` / ``"pad B"`` (a
+    zero-padded copy, :mod:`~tessera.passes.sm90.pad_rows`), ``"K-major copy A/B"``
+    (fp8 and f32 operands the kernel reads K-major only), ``"st.global C"`` (a result
+    with N % 8 != 0, or f32, stored from registers instead of by TMA)."""
+    prob = _problem(op)
+    assert isinstance(prob, _Problem), prob
+    et = g.elem_of(op.lhs)
+    out: list[str] = []
+    if isinstance(et, Float32Type | Float8E4M3FNType | Float8E5M2Type):
+        unit = 4 if isinstance(et, Float32Type) else 16
+        for name, kmaj in (("A", op.transpose_lhs is None), ("B", op.transpose_rhs is not None)):
+            if isinstance(et, Float32Type) or not kmaj:
+                out.append(f"K-major copy {name}")
+            elif prob.k % unit:
+                out.append(f"pad {name}")
+    else:
+        for name, operand in (("A", op.lhs), ("B", op.rhs)):
+            if g.shape_of(operand)[-1] % 8:
+                out.append(f"pad {name}")
+    rt = g.elem_of(op.result) if isinstance(op, g.MatmulEpilogueOp) else g.elem_of(
+        _product_type(op))
+    if isinstance(rt, Float32Type) or prob.n % 8:
+        out.append("st.global C")
+    return out
 
 
 @dataclass(frozen=True)
@@ -345,9 +379,10 @@ class Sm90Gemm:
 
     @property
     def tma_store(self) -> bool:
-        """16-bit results leave through shared memory and TMA stores; f32 ones through
+        """16-bit results with N a multiple of 8 (16-byte rows, the TMA row-stride unit)
+        leave through shared memory and TMA stores; f32 ones and those of other N through
         ``st.global`` from registers."""
-        return self.out_type != "f32"
+        return self.out_type != "f32" and self.n % 8 == 0
 
     @property
     def c_offset(self) -> int:
@@ -730,14 +765,19 @@ def _epilogue(
     ragged_m, ragged_n = gemm.m % gemm.bm != 0, gemm.n % bn != 0
     rows = [e.setp("lt", e.add32(row0, 8 * h), gemm.m) if ragged_m else None for h in (0, 1)]
     cols = [e.setp("lt", e.add32(col0, 8 * j), gemm.n) if ragged_n else None for j in range(bn // 8)]
+    # odd N: a pair is only element-aligned and its second column may be the first past N
+    split = gemm.n % 2 == 1
+    cols_hi = [e.setp("lt", e.add32(col0, 8 * j + 1), gemm.n) if split else None
+               for j in range(bn // 8)]
     for j in range(bn // 8):
         for h in (0, 1):
             lo, hi = acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]
             if fused is not None:
                 lo, hi = fused.pair(j, h, lo, hi)
             guard = _and(e, rows[h], cols[j])
+            guard_hi = _and(e, rows[h], cols_hi[j]) if split else None
             offset = (8 * h * gemm.n + 8 * j) * esize
-            builders.store_pair(e, ptr, lo, hi, gemm.out_type, offset, guard)
+            builders.store_pair(e, ptr, lo, hi, gemm.out_type, offset, guard, guard_hi, split)
 
 
 def _and(e: TargetAsm, a: SSAValue | None, b: SSAValue | None) -> SSAValue | None:
@@ -786,7 +826,7 @@ def gemm_for(
     b_type = _TYPE_NAMES[type(g.elem_of(op.rhs))] if in_type not in TF32 else in_type
     if in_type in TF32:  # read K-major copies (split_tf32) or the K-major operands
         ta, tb = False, True
-        cfg = tf32_config(cfg, in_type == "3xtf32", out_type != "f32")
+        cfg = tf32_config(cfg, in_type == "3xtf32", out_type != "f32" and prob.n % 8 == 0)
     if a_type in FP8:  # the kernel reads K-major copies of MN-major fp8 operands
         ta, tb = False, True
         if cfg.bn > 128:  # accumulators and f32 totals: 2 x BN / 2 registers
@@ -848,10 +888,21 @@ def lower_matmul_sm90(
     name = f"{lw.prefix}_matmul_{n}"
     args = [lw.mem(op.lhs), lw.mem(op.rhs)]
     if gemm.fp8:  # fp8 wgmma reads K-major only: copy an MN-major operand K-major
-        if op.transpose_lhs is not None:
-            args[0] = transpose_2d(lw, args[0], gemm.k, gemm.m, g.elem_of(op.lhs))
-        if op.transpose_rhs is None:
-            args[1] = transpose_2d(lw, args[1], gemm.k, gemm.n, g.elem_of(op.rhs))
+        kp = padded(gemm.k, 1)  # and pad K to a 16-byte row
+        for i, (operand, k_major, rows) in enumerate(
+            ((op.lhs, op.transpose_lhs is None, gemm.m), (op.rhs, op.transpose_rhs is not None,
+                                                          gemm.n))
+        ):
+            if not k_major:
+                args[i] = transpose_2d(lw, args[i], gemm.k, rows, g.elem_of(operand), kp)
+            elif kp != gemm.k:
+                args[i] = pad_rows(lw, args[i], g.shape_of(operand), g.elem_of(operand), 1,
+                                   f"pad_{'ab'[i]}")
+    elif not gemm.tf32:  # bf16/f16 rows of no 16-byte multiple: read zero-padded copies
+        for i, operand in enumerate((op.lhs, op.rhs)):
+            shape = g.shape_of(operand)
+            if shape[-1] % 8:
+                args[i] = pad_rows(lw, args[i], shape, g.elem_of(operand), 2, f"pad_{'ab'[i]}")
     if gemm.tf32:  # K-major TF32 copies (hi, or hi and lo); tf32 reads aligned K-major as is
         for i, (operand, k_major) in enumerate(
             ((op.lhs, op.transpose_lhs is None), (op.rhs, op.transpose_rhs is not None))
@@ -866,7 +917,8 @@ def lower_matmul_sm90(
             out = _TYPE_NAMES[type(g.elem_of(op.result))]
             cfg = gemm.cfg
             if gemm.tf32:  # a 16-bit result needs the staging tile: fewer stages may fit
-                cfg = tf32_config(replace(cfg, stages=2), gemm.copies == 2, out != "f32")
+                cfg = tf32_config(replace(cfg, stages=2), gemm.copies == 2,
+                                  out != "f32" and gemm.n % 8 == 0)
             gemm = replace(gemm, out_type=out, epilogue=ep, cfg=cfg)
             if op.bias is not None:
                 args.append(lw.mem(op.bias))

@@ -26,9 +26,14 @@ GROUP = 256
 
 
 def transpose_2d(lw: _FunctionLowering, src: SSAValue, rows: int, cols: int,
-                 et: Attribute) -> SSAValue:
-    """A new ``[cols, rows]`` buffer holding the transpose of the ``[rows, cols]`` ``src``."""
-    dst = lw.alloc(TensorType(et, [cols, rows]))
+                 et: Attribute, rows_p: int = 0) -> SSAValue:
+    """A new ``[cols, rows_p]`` buffer holding the transpose of the ``[rows, cols]`` ``src``,
+    zero in the columns ``rows..rows_p`` (``rows_p``: ``rows`` unless given, e.g. rounded
+    up to a 16-byte TMA row)."""
+    rows_p = rows_p or rows
+    if rows_p < rows:
+        raise ValueError(f"transpose_2d: padded rows {rows_p} < {rows}")
+    dst = lw.alloc(TensorType(et, [cols, rows_p]))
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         out, inp = args
@@ -49,8 +54,8 @@ def transpose_2d(lw: _FunctionLowering, src: SSAValue, rows: int, cols: int,
         for i in range(TILE // step):
             c = e.add(c0, e.add(ty, step * i))
             r = e.add(r0, tx)
-            ok = e.and_(e.lt(c, cols), e.lt(r, rows))
+            ok = e.and_(e.lt(c, cols), e.lt(r, rows_p))
             e.store(e.load(tile, [tx, e.add(ty, step * i)]), out, [c, r], mask=ok)
 
-    lw.kernel("transpose", [dst, src], GROUP, [cdiv(cols, TILE), cdiv(rows, TILE), 1], build)
+    lw.kernel("transpose", [dst, src], GROUP, [cdiv(cols, TILE), cdiv(rows_p, TILE), 1], build)
     return dst

@@ -3,13 +3,14 @@
 // RUN: tessera-opt %s -p lower-matmul-sm90,lower-tile-to-target -t ptx | filecheck %s --check-prefix=PTX
 
 // An eligible bf16 matmul becomes a TMA + wgmma kernel (TMA loads, TMA-store
-// epilogue through shared memory) and a launch_ex; an f32 matmul with an odd N (no
-// aligned f32 pair stores) keeps the generic Tile IR lowering (f32.mlir: the tf32 kernels).
+// epilogue through shared memory) and a launch_ex; a batched matmul whose M (40) is no
+// whole number of 64-row tiles keeps the generic Tile IR lowering (a tile must not
+// straddle two batches). Unaligned row lengths: ragged.mlir.
 
-func.func @mm(%a: tensor<200x72xbf16>, %b: tensor<72x136xbf16>, %x: tensor<16x16xf32>, %z: tensor<16x15xf32>) -> (tensor<200x136xbf16>, tensor<16x15xf32>) {
+func.func @mm(%a: tensor<200x72xbf16>, %b: tensor<72x136xbf16>, %x: tensor<2x40x16xbf16>, %z: tensor<2x16x16xbf16>) -> (tensor<200x136xbf16>, tensor<2x40x16xbf16>) {
   %c = tgraph.matmul %a, %b : (tensor<200x72xbf16>, tensor<72x136xbf16>) -> tensor<200x136xbf16>
-  %y = tgraph.matmul %x, %z : (tensor<16x16xf32>, tensor<16x15xf32>) -> tensor<16x15xf32>
-  func.return %c, %y : tensor<200x136xbf16>, tensor<16x15xf32>
+  %y = tgraph.matmul %x, %z : (tensor<2x40x16xbf16>, tensor<2x16x16xbf16>) -> tensor<2x40x16xbf16>
+  func.return %c, %y : tensor<200x136xbf16>, tensor<2x40x16xbf16>
 }
 
 // CHECK:      ttarget.func @mm_matmul_0(%{{.*}}: !ttarget.param<tmap>, %{{.*}}: !ttarget.param<tmap>, %{{.*}}: !ttarget.param<tmap>) maxntid = 384

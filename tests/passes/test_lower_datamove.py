@@ -185,3 +185,22 @@ def test_data_movement_ptx_assembles():
     assert "ld.global.v4.b32" in ptx or "ld.global.nc.v4.b32" in ptx
     assert "bar.sync" in ptx
     ptxas.check(ptx)
+
+
+@pytest.mark.parametrize("elem", ["i1", "i8", "f16", "i32", "f64", "i64"])
+def test_data_movement_ptx_assembles_per_type(elem):
+    from tessera.passes.emit_ptx import emit_ptx
+    from tessera.passes.lower_tile_to_target import LowerTileToTargetPass
+    from tessera.runtime import ptxas
+    from tests.passes.test_lower_graph_to_tile import context
+
+    if ptxas.find_ptxas() is None:
+        pytest.skip("ptxas not found")
+    a, b, c, s = (ty(sh, elem) for sh in ((5, 37, 41), (5, 41, 37), (37, 5, 41), (5, 37, 20)))
+    m = lower(f"""func.func @f(%x: {a}) -> ({b}, {c}, {s}) {{
+      %0 = tgraph.transpose %x permutation = [0, 2, 1] : ({a}) -> {b}
+      %1 = tgraph.transpose %x permutation = [1, 0, 2] : ({a}) -> {c}
+      %2 = tgraph.slice %x start = [0, 0, 4] limit = [5, 37, 24] stride = [1, 1, 1] : ({a}) -> {s}
+      func.return %0, %1, %2 : {b}, {c}, {s} }}""")
+    LowerTileToTargetPass().apply(context(), m)
+    ptxas.check(emit_ptx(m))

@@ -22,6 +22,9 @@ Cases (docs/PERFORMANCE.md says how to read them):
   torch.linalg.cholesky (cuSOLVER).
 * ``elementwise``: a chain of 4 elementwise ops on fp32 against the device copy
   bandwidth (``torch.Tensor.copy_`` of a tensor of the same size).
+* ``data_movement``: bf16 reshape chain, head-split permute, last-dim transpose, qkv
+  slice and concat at GPT-2 sizes against torch's ``.contiguous()`` / ``cat`` and the
+  ``copy_`` bandwidth of as many bytes; the note counts Tessera's kernels.
 * ``host_overhead``: a cached compiled function of 3 small CUDA tensors; wall time
   per call over many back-to-back calls minus the kernel time per call (CUDA
   events around the same number of launches recorded by the profiler).
@@ -859,6 +862,64 @@ def case_elementwise(ctx: Ctx) -> None:
     guarded(ctx, case, "tessera", lambda: run_tessera(ctx, case, chain, [x], ref, 1e-6, nbytes=nbytes))
 
 
+def case_data_movement(ctx: Ctx) -> None:
+    """Data movement in bf16 at GPT-2 124M inference sizes (batch 8 x 1024): a reshape
+    chain (views: the one kernel is the copy the result needs, as it may not alias the
+    argument), the head split permute ``[8,1024,12,64] -> [8,12,1024,64]``, a
+    last-dim transpose, the qkv slice and a concat, each against torch's
+    ``.contiguous()`` / ``cat`` and against ``copy_`` of as many bytes (the bandwidth
+    bar). GB/s counts bytes read plus written."""
+    import tessera as ts
+
+    b = 2 if ctx.quick else 8
+    s_, h, d = 1024, 12, 64
+    e = h * d
+    cases: list[tuple[str, Any, list[tuple[int, ...]], Callable[..., Any]]] = [
+        (f"reshape chain bf16 [{b},{s_},{e}]",
+         ts.jit(lambda x: ts.reshape(ts.reshape(ts.reshape(x, (b, s_, h, d)), (b * s_, e)),
+                                     (b, s_, e))),
+         [(b, s_, e)], lambda x: x.view(b, s_, h, d).view(b * s_, e).view(b, s_, e).clone()),
+        (f"permute bf16 [{b},{s_},{h},{d}]->[{b},{h},{s_},{d}]",
+         ts.jit(lambda x: ts.transpose(x, [0, 2, 1, 3])),
+         [(b, s_, h, d)], lambda x: x.permute(0, 2, 1, 3).contiguous()),
+        (f"transpose last bf16 [{b},{h},{s_},{d}]->[{b},{h},{d},{s_}]",
+         ts.jit(lambda x: ts.transpose(x, [0, 1, 3, 2])),
+         [(b, h, s_, d)], lambda x: x.transpose(-1, -2).contiguous()),
+        (f"slice bf16 [{b},{s_},{3 * e}][..., {e}:{2 * e}]",
+         ts.jit(lambda x: ts.slice(x, [0, 0, e], [b, s_, 2 * e])),
+         [(b, s_, 3 * e)], lambda x: x[..., e:2 * e].contiguous()),
+        (f"concat bf16 2x[{b},{s_},{e}] axis -1",
+         ts.jit(lambda x, y: ts.concat([x, y], axis=-1)),
+         [(b, s_, e), (b, s_, e)], lambda x, y: torch.cat([x, y], dim=-1)),
+    ]
+    torch = None if ctx.dry else _torch()
+    for case, fn, shapes, peer in cases:
+        if ctx.dry:
+            guarded(ctx, case, "tessera", lambda fn=fn, shapes=shapes, case=case: run_tessera(
+                ctx, case, fn, [], None, 0.0, dry_args=[stand_in(sh, "bf16") for sh in shapes]))
+            continue
+        assert torch is not None
+        gen = torch.Generator(device="cuda").manual_seed(len(case))
+        xs = [torch.randn(*sh, device="cuda", dtype=torch.bfloat16, generator=gen)
+              for sh in shapes]
+        ref = peer(*xs).double()
+        nbytes = 2.0 * ref.numel() * 2
+        src = torch.empty(ref.shape, device="cuda", dtype=torch.bfloat16)
+        dst = torch.empty_like(src)
+        guarded(ctx, case, "torch copy_ (bandwidth)", lambda src=src, dst=dst, case=case, nbytes=nbytes: timed_peer(
+            ctx, case, "torch copy_ (bandwidth)", lambda: dst.copy_(src), None, 0, nbytes=nbytes))
+        guarded(ctx, case, "torch eager", lambda xs=xs, peer=peer, ref=ref, case=case, nbytes=nbytes: timed_peer(
+            ctx, case, "torch eager", lambda: peer(*xs), ref, 0.0, nbytes=nbytes))
+
+        def ours(fn=fn, xs=xs, ref=ref, case=case, nbytes=nbytes) -> None:
+            row = run_tessera(ctx, case, fn, xs, ref, 0.0, nbytes=nbytes)
+            launches = sum(op.name == "ttarget.launch"
+                           for op in fn.specialize(*xs).ir("target").walk())
+            row.note = (row.note + f" {launches} kernel(s)").strip()
+
+        guarded(ctx, case, "tessera", ours)
+
+
 def case_host_overhead(ctx: Ctx) -> None:
     import tessera as ts
 
@@ -953,6 +1014,7 @@ CASES: dict[str, Callable[[Ctx], None]] = {
     "svd": case_svd,
     "cholesky": case_cholesky,
     "elementwise": case_elementwise,
+    "data_movement": case_data_movement,
     "host_overhead": case_host_overhead,
     "compile": case_compile,
 }

@@ -52,6 +52,7 @@ from tessera.passes import (
     tile_collectives,
     tile_complex,
     tile_conv,
+    tile_datamove,
     tile_fft,
     tile_linalg,
     tile_random,
@@ -261,11 +262,17 @@ class _FunctionLowering:
     def run(self) -> None:
         for op in list(self.fn.body.block.ops):
             if isinstance(op, func.ReturnOp):
+                # a result shares memory with no argument, constant or other result
+                # (a reshape is a view of its input's buffer: tile_datamove)
                 outs: list[SSAValue] = []
+                roots: set[SSAValue] = set()
                 for v in op.arguments:
                     m = self.env[v]
-                    if m in self.hb.args or m in self.globals or m in outs:
+                    root = tile_datamove.alias_root(m)
+                    if root in self.hb.args or root in self.globals or root in roots:
                         m = self.copy(v, m)
+                        root = m
+                    roots.add(root)
                     outs.append(m)
                 self.hb.add_op(func.ReturnOp(*outs))
                 continue
@@ -373,10 +380,8 @@ class _FunctionLowering:
         self.kernel(tag, host_args, group, [cdiv(n, group), 1, 1], build)
 
     def copy(self, v: SSAValue, m: SSAValue) -> SSAValue:
-        out = self.alloc(v.type)
-        shape = m.type.get_shape()  # type: ignore[attr-defined]
-        self.map_kernel("copy", shape, out, [(m, _identity_index)], lambda e, xs: xs[0])
-        return out
+        """A fresh buffer holding a copy of buffer ``m`` (of tensor ``v``)."""
+        return tile_datamove.copy_buffer(self, v.type, m)
 
     # ------------------------------------------------------------------ elementwise
     def lower_binary(self, op: g.ElementwiseBinaryOp) -> None:
@@ -453,32 +458,6 @@ class _FunctionLowering:
         self.env[op.result] = m
 
     # ------------------------------------------------------------------ shape ops
-    def lower_transpose(self, op: g.TransposeOp) -> None:
-        perm = list(op.permutation.get_values())
-        shape = g.shape_of(op.result)
-
-        def in_index(e: KernelEmitter, idx: list[Idx], lin: Idx) -> list[Idx]:
-            src: list[Idx] = [0] * len(perm)
-            for i, p in enumerate(perm):
-                src[p] = idx[i]
-            return src
-
-        out = self.alloc(op.result.type)
-        self.map_kernel(
-            "transpose", shape, out, [(self.mem(op.input), in_index)], lambda e, xs: xs[0]
-        )
-        self.env[op.result] = out
-
-    def lower_reshape(self, op: g.ReshapeOp) -> None:
-        in_shape = g.shape_of(op.input)
-        out = self.alloc(op.result.type)
-        self.map_kernel(
-            "reshape", g.shape_of(op.result), out,
-            [(self.mem(op.input), lambda e, idx, lin: e.unravel(lin, in_shape))],
-            lambda e, xs: xs[0],
-        )
-        self.env[op.result] = out
-
     def lower_broadcast(self, op: g.BroadcastOp) -> None:
         shape = g.shape_of(op.result)
         out = self.alloc(op.result.type)
@@ -487,39 +466,6 @@ class _FunctionLowering:
             [(self.mem(op.input), _bcast_index(g.shape_of(op.input), shape))],
             lambda e, xs: xs[0],
         )
-        self.env[op.result] = out
-
-    def lower_slice(self, op: g.SliceOp) -> None:
-        start = list(op.start.get_values())
-        stride = list(op.stride.get_values())
-
-        def in_index(e: KernelEmitter, idx: list[Idx], lin: Idx) -> list[Idx]:
-            return [e.add(s, e.mul(i, st)) for i, s, st in zip(idx, start, stride)]
-
-        out = self.alloc(op.result.type)
-        self.map_kernel(
-            "slice", g.shape_of(op.result), out, [(self.mem(op.input), in_index)],
-            lambda e, xs: xs[0],
-        )
-        self.env[op.result] = out
-
-    def lower_concat(self, op: g.ConcatOp) -> None:
-        rank = len(g.shape_of(op.result))
-        ax = op.axis.value.data % rank
-        out = self.alloc(op.result.type)
-        offset = 0
-        for v in op.inputs:
-            s = g.shape_of(v)
-            off = offset
-
-            def out_index(e: KernelEmitter, idx: list[Idx], lin: Idx, off: int = off) -> list[Idx]:
-                return [e.add(i, off) if k == ax else i for k, i in enumerate(idx)]
-
-            self.map_kernel(
-                "concat", s, out, [(self.mem(v), _identity_index)], lambda e, xs: xs[0],
-                out_index=out_index,
-            )
-            offset += s[ax]
         self.env[op.result] = out
 
     # ------------------------------------------------------------------ rows
@@ -1154,11 +1100,8 @@ TILE_LOWERINGS.register(g.RMSNormOp, g.LayerNormOp)(tile_rowwise.lower_norm)
 TILE_LOWERINGS.register(g.MSEOp)(_FunctionLowering.lower_mse)
 # data movement
 TILE_LOWERINGS.register(g.ConstantOp)(_FunctionLowering.lower_constant)
-TILE_LOWERINGS.register(g.TransposeOp)(_FunctionLowering.lower_transpose)
-TILE_LOWERINGS.register(g.ReshapeOp)(_FunctionLowering.lower_reshape)
+tile_datamove.register(TILE_LOWERINGS)  # transpose, reshape, slice, concat
 TILE_LOWERINGS.register(g.BroadcastOp)(_FunctionLowering.lower_broadcast)
-TILE_LOWERINGS.register(g.SliceOp)(_FunctionLowering.lower_slice)
-TILE_LOWERINGS.register(g.ConcatOp)(_FunctionLowering.lower_concat)
 # GEMM family and attention
 TILE_LOWERINGS.register(g.MatmulOp)(_FunctionLowering.lower_matmul)
 TILE_LOWERINGS.register(g.MatmulEpilogueOp)(_FunctionLowering.lower_matmul_epilogue)

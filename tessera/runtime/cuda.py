@@ -9,7 +9,8 @@
   versions); otherwise the driver JIT-compiles the PTX.
 * :func:`launch` runs one kernel on ``torch.cuda.current_stream()``.
 * :func:`run_host` runs the host ``func.func`` of a lowered module (``memref.alloc``,
-  ``memref.get_global``, ``arith.constant``, ``ttarget.launch``, host collectives such
+  ``memref.get_global``, ``memref.collapse_shape`` / ``expand_shape`` (torch views),
+  ``arith.constant``, ``ttarget.launch``, host collectives such
   as ``ttarget.all_reduce`` through :mod:`tessera.runtime.host_collectives`,
   ``func.return``) on torch CUDA tensors and returns torch tensors.
 
@@ -538,6 +539,13 @@ class HostPlan:
                 self.steps.append(("alloc", slot(op.memref), tuple(t.get_shape()), dt, dev))
             elif isinstance(op, memref.GetGlobalOp):
                 self.steps.append(("value", slot(op.memref), _global_tensor(module, op, dev)))
+            elif isinstance(op, memref.CollapseShapeOp | memref.ExpandShapeOp):
+                # a reshape of a dense buffer: a torch view of it (no kernel, no copy)
+                t = op.result.type
+                assert isinstance(t, MemRefType)
+                self.steps.append(
+                    ("view", slot(op.result), slot(op.operands[0]), tuple(t.get_shape()))
+                )
             elif isinstance(op, arith.ConstantOp):
                 v = op.value
                 if not isinstance(v, IntegerAttr | FloatAttr):
@@ -577,11 +585,13 @@ class HostPlan:
         them after that step, so a long program holds only its live intermediates (torch's
         caching allocator reuses their memory for later allocations on the same stream,
         after the kernels already queued there). Results are never dropped."""
-        allocated = {step[1] for step in self.steps if step[0] == "alloc"}
+        allocated = {step[1] for step in self.steps if step[0] in ("alloc", "view")}
         last: dict[int, int] = {}
         for i, step in enumerate(self.steps):
             if step[0] == "alloc":
                 used = [step[1]]
+            elif step[0] == "view":  # a view keeps its buffer's memory alive itself
+                used = [step[1], step[2]]
             elif step[0] in ("launch", "launch_ex"):
                 used = step[5]
             elif step[0] == "collective":
@@ -622,15 +632,20 @@ class HostPlan:
                 return None
             checks.append((s, *spec) if spec is not None else (s, None, None))
         base: list[Any] = [None] * self.nslots
-        # per launch: (launch, argument slots, buffers allocated just before it, buffers
-        # dropped just after it)
-        Alloc = tuple[int, tuple[int, ...], Any]
+        # per launch: (launch, argument slots, buffers allocated (dtype) or viewed (the
+        # source slot) just before it, in order, buffers dropped just after it)
+        Alloc = tuple[int, tuple[int, ...], Any, int]
         launches: list[tuple[Callable[[Sequence[Any], int], None], list[int], tuple[Alloc, ...],
                              tuple[int, ...]]] = []
         pending: list[Alloc] = []
+        pending_frees: list[int] = []
         for step, frees in zip(self.steps, self.frees):
             if step[0] == "alloc":
-                pending.append((step[1], step[2], step[3]))
+                pending.append((step[1], step[2], step[3], -1))
+                continue
+            if step[0] == "view":
+                pending.append((step[1], step[3], None, step[2]))
+                pending_frees.extend(frees)
                 continue
             if step[0] == "value":
                 base[step[1]] = step[2]
@@ -642,8 +657,9 @@ class HostPlan:
             else:
                 _, op, kernel, fn, _, _ = step
                 launch = tma.plan_for(op, kernel, fn).launch
-            launches.append((launch, step[5], tuple(pending), frees))
+            launches.append((launch, step[5], tuple(pending), (*pending_frees, *frees)))
             pending = []
+            pending_frees = []
         tail = tuple(pending)  # results allocated and never launched on (empty results)
         results = list(self.results)
         nparams = len(checks)
@@ -671,13 +687,13 @@ class HostPlan:
                 return None
             stream = current_stream(device)
             for launch, arg_slots, allocs, frees in launches:
-                for s, shape, dtype in allocs:
-                    env[s] = empty(shape, dtype=dtype, device=dev)
+                for s, shape, dtype, src in allocs:
+                    env[s] = empty(shape, dtype=dtype, device=dev) if src < 0 else env[src].view(shape)
                 launch([env[s] for s in arg_slots], stream)
                 for s in frees:
                     env[s] = None
-            for s, shape, dtype in tail:
-                env[s] = empty(shape, dtype=dtype, device=dev)
+            for s, shape, dtype, src in tail:
+                env[s] = empty(shape, dtype=dtype, device=dev) if src < 0 else env[src].view(shape)
             return [env[s] for s in results]
 
         self._runner = run
@@ -727,6 +743,8 @@ class HostPlan:
             env[s] = out
         elif kind == "value":
             env[step[1]] = step[2]
+        elif kind == "view":
+            env[step[1]] = env[step[2]].view(step[3])
         elif kind == "collective":  # over torch.distributed (NCCL), on torch's stream
             _, op, run_collective, ins, outs = step
             for s, v in zip(outs, run_collective(op, [env[s] for s in ins], device="cuda")):

@@ -178,3 +178,37 @@ def test_annotation_errors_still_raise_after_a_cached_call(gpu):
     assert len(add._hot) == 1
     with pytest.raises(TesseraTypeError, match="argument 'a' has dtype"):
         add(a.double(), b)
+
+
+def test_reshape_views_share_the_buffer(gpu, checked):
+    """A reshape is a torch view on both paths: the kernel after it reads, and the
+    caller gets, the buffer the kernel before it wrote; no kernel copies it."""
+    import tessera as ts
+
+    @ts.jit
+    def f(x):
+        y = ts.exp(x)
+        z = ts.reshape(y, (32, 32))
+        return ts.reshape(ts.tanh(z), (1024,)), z
+
+    launches: list[list[int]] = []
+    real = gpu.cuLaunchKernel
+
+    def record(*args):
+        out = real(*args)
+        launches.append(gpu.last[4])
+        return out
+
+    gpu.read = 2  # out, x
+    gpu.cuLaunchKernel = record
+    x = torch.randn(1024)
+    spec = f.specialize(x)
+    plan = cuda.host_plan(spec.launch_module(), spec.name, spec.ir("ptx"))
+    for call in (plan.run, plan.runner()):  # the checked path, the prepared one
+        results = call([x])
+        (exp_out, exp_in), (tanh_out, tanh_in) = launches[-2:]
+        assert exp_in == x.data_ptr() and tanh_in == exp_out
+        w, z = results
+        assert z.shape == (32, 32) and z.data_ptr() == exp_out
+        assert w.shape == (1024,) and w.data_ptr() == tanh_out
+    assert len(launches) == 4

@@ -12,7 +12,8 @@ checks that whole tiles reach it; shared memory is one numpy buffer per tile.
 Entry points:
 
 * :func:`run_kernel` runs one ``ttile.kernel`` on numpy arrays (in place).
-* :func:`run_host` runs a host ``func.func`` (``memref.alloc``,
+* :func:`run_host` runs a host ``func.func`` (``memref.alloc``, ``memref.collapse_shape`` /
+  ``expand_shape`` (numpy views),
   ``memref.get_global``, ``ttile.launch``, host collectives such as
   ``ttile.all_reduce``, ``func.return``) on numpy inputs, as produced by
   ``lower-graph-to-tile``.

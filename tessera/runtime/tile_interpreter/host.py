@@ -127,6 +127,14 @@ def _alloc(t: MemRefType, dyn: Sequence[int] = ()) -> np.ndarray:
     return a
 
 
+def _view(a: np.ndarray, t: Attribute) -> np.ndarray:
+    """Dense row-major ``a`` viewed with memref type ``t``'s shape (shares memory)."""
+    assert isinstance(t, MemRefType)
+    v = a.view()
+    v.shape = tuple(t.get_shape())  # raises rather than copy
+    return v
+
+
 @register_impls
 class HostFunctions(InterpreterFunctions):
     """Host-side ops of lowered programs: buffers, constants, launches."""
@@ -140,6 +148,18 @@ class HostFunctions(InterpreterFunctions):
     @impl(memref.DeallocOp)
     def run_dealloc(self, interpreter: Interpreter, op: memref.DeallocOp, args: PythonValues):
         return ()
+
+    @impl(memref.CollapseShapeOp)
+    def run_collapse_shape(
+        self, interpreter: Interpreter, op: memref.CollapseShapeOp, args: PythonValues
+    ):
+        return (_view(args[0], op.result.type),)
+
+    @impl(memref.ExpandShapeOp)
+    def run_expand_shape(
+        self, interpreter: Interpreter, op: memref.ExpandShapeOp, args: PythonValues
+    ):
+        return (_view(args[0], op.result.type),)
 
     @impl(memref.GetGlobalOp)
     def run_get_global(

@@ -1,0 +1,429 @@
+"""Tile IR lowerings of the data-movement ops: reshape, transpose, slice, concat.
+
+* ``tgraph.reshape`` launches nothing: every buffer is a dense row-major memref, so a
+  reshape is a view of its input's buffer, built on the host with xDSL's upstream
+  ``memref.collapse_shape`` / ``memref.expand_shape`` (:func:`reshape_groups` splits
+  the two shapes into groups of equal size; a group of input dims is collapsed into
+  one dim and expanded into its output dims). The GPU runtime makes it a torch
+  ``view``, the tile interpreter a numpy ``reshape`` (a view). A result returned to the
+  caller never shares memory with an argument, a constant or another result: the
+  lowering copies it then (``_FunctionLowering.run``, via :func:`alias_root`).
+* ``tgraph.transpose`` that keeps the last dim, ``tgraph.slice`` with a unit step on
+  the last dim, ``tgraph.concat`` and the copies of returned views are one
+  :func:`vector_copy` kernel: each lane moves ``UNROLL`` vectors of up to 16 bytes
+  along the contiguous last dim (all loads before the stores), lanes of a warp
+  consecutive vectors, so both sides are coalesced 16-byte accesses. Shapes whose
+  last dim (or slice start / concat offset on it) is not a multiple of the vector
+  width fall back to narrower vectors, down to one element.
+* ``tgraph.transpose`` that moves the last dim is :func:`tiled_transpose`: a tile of
+  ``TILE x TILE`` elements (:func:`transpose_tile`: 64 for 2-byte types, else 32) is
+  read along the input's last dim into shared memory (rows padded by one element
+  against bank conflicts), then written along the output's last dim; ``TILE_GROUP``
+  lanes, ``TILE * TILE / TILE_GROUP`` elements per lane each way. Ragged tiles are
+  masked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from math import prod
+from typing import TYPE_CHECKING, Any
+
+from xdsl.dialects import arith, memref
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseArrayBase,
+    IndexType,
+    IntegerAttr,
+    MemRefType,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, SSAValue
+
+from tessera.ir import graph as g
+from tessera.ir import tile as tt
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
+
+if TYPE_CHECKING:
+    from tessera.passes.lower_graph_to_tile import _FunctionLowering
+
+VECTOR_BYTES = 16
+"""Widest access of one lane: ``ld.global.v4.b32``."""
+COPY_GROUP = 256
+UNROLL = 4
+"""Vectors moved by one lane of :func:`vector_copy`."""
+TILE_GROUP = 256
+
+
+def transpose_tile(et: Attribute) -> int:
+    """The side of :func:`tiled_transpose`'s tile: 64 elements for 1- and 2-byte types
+    (a warp's row is 128 bytes), else 32."""
+    return 64 if elem_bytes(et) in (1, 2) else 32
+
+
+SrcIndex = Callable[[KernelEmitter, list[Idx]], list[Idx]]
+"""The input index of an output element's index (both as lists of dims)."""
+
+
+# --------------------------------------------------------------------------- reshape as a view
+
+
+def reshape_groups(
+    src: Sequence[int], dst: Sequence[int]
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Group the dims of ``src`` and ``dst`` (same element count, > 0) into consecutive
+    runs of equal products: the ``k``-th run of ``src`` holds the elements of the
+    ``k``-th run of ``dst``. Size-1 dims left over at the end join the last run; a
+    rank-0 side gives no runs (its partner is all ones)."""
+    if prod(src) != prod(dst) or prod(src) == 0:
+        raise ValueError(f"reshape_groups: {list(src)} and {list(dst)} differ in size or are empty")
+    if not src or not dst:
+        return [], []
+    gs: list[list[int]] = []
+    gd: list[list[int]] = []
+    i = j = 0
+    while i < len(src) and j < len(dst):
+        a, b = [i], [j]
+        pa, pb = src[i], dst[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                a.append(i)
+                pa *= src[i]
+                i += 1
+            else:
+                b.append(j)
+                pb *= dst[j]
+                j += 1
+        gs.append(a)
+        gd.append(b)
+    gs[-1].extend(range(i, len(src)))  # trailing size-1 dims
+    gd[-1].extend(range(j, len(dst)))
+    return gs, gd
+
+
+def _reassociation(groups: list[list[int]]) -> ArrayAttr:
+    return ArrayAttr([ArrayAttr([IntegerAttr(d, i64) for d in grp]) for grp in groups])
+
+
+def reshape_view(fl: _FunctionLowering, src: SSAValue, dst_type: MemRefType) -> SSAValue:
+    """A host value viewing buffer ``src`` (a dense memref) with ``dst_type``'s shape:
+    ``memref.collapse_shape`` and/or ``memref.expand_shape`` (neither when the shapes
+    are equal)."""
+    st = src.type
+    assert isinstance(st, MemRefType)
+    s, d = list(st.get_shape()), list(dst_type.get_shape())
+    if s == d:
+        return src
+    gs, gd = reshape_groups(s, d)
+    mid = [prod(s[k] for k in grp) for grp in gs]
+    v = src
+    if mid != s:
+        v = fl.host_op(memref.CollapseShapeOp(
+            operands=[v], result_types=[MemRefType(st.element_type, mid)],
+            properties={"reassociation": _reassociation(gs)},
+        ))
+    if mid != d:
+        v = fl.host_op(memref.ExpandShapeOp(
+            operands=[v, []], result_types=[MemRefType(st.element_type, d)],
+            properties={"reassociation": _reassociation(gd),
+                        "static_output_shape": DenseArrayBase.from_list(i64, d)},
+        ))
+    return v
+
+
+def alias_root(v: SSAValue) -> SSAValue:
+    """The buffer a host value views (through collapse/expand shapes), or ``v``."""
+    while isinstance(v.owner, memref.CollapseShapeOp | memref.ExpandShapeOp):
+        v = v.owner.operands[0]
+    return v
+
+
+def lower_reshape(fl: _FunctionLowering, op: g.ReshapeOp) -> None:
+    """``tgraph.reshape``: a view of the input's buffer (no kernel); an empty tensor gets
+    its own (empty) buffer."""
+    rt = op.result.type
+    if prod(g.shape_of(op.result)) == 0:
+        fl.env[op.result] = fl.alloc(rt)
+        return
+    from tessera.passes.lower_graph_to_tile import memref_of
+
+    mt = memref_of(rt)
+    assert isinstance(mt, MemRefType)
+    fl.env[op.result] = reshape_view(fl, fl.mem(op.input), mt)
+
+
+# --------------------------------------------------------------------------- vector copies
+
+
+def elem_bytes(t: Attribute) -> int:
+    """Bytes of one element for vector accesses (0: element by element)."""
+    from tessera.passes.lower_graph_to_tile import _elem_bytes
+
+    return _elem_bytes(t)
+
+
+def vector_width(et: Attribute, *extents: int) -> int:
+    """The widest power-of-two element count of at most 16 bytes dividing every one of
+    ``extents`` (last-dim sizes and offsets that vectors must stay aligned to)."""
+    eb = elem_bytes(et)
+    if eb == 0:
+        return 1
+    w = VECTOR_BYTES // eb
+    while w > 1 and any(x % w for x in extents):
+        w //= 2
+    return w
+
+
+def vector_copy(
+    fl: _FunctionLowering, tag: str, out: SSAValue, shape: Sequence[int], src: SSAValue,
+    src_index: SrcIndex, width: int, out_index: SrcIndex | None = None,
+) -> None:
+    """One kernel: ``out[out_index(i)] = src[src_index(i)]`` for every index ``i`` of
+    ``shape``; ``width`` consecutive elements of the last dim (a multiple of ``width``,
+    as must be the last-dim offsets both index maps add) move as one vector, each lane
+    moves ``UNROLL`` vectors ``COPY_GROUP`` apart."""
+    n = prod(shape)
+    if n == 0:
+        return
+    w = width
+    vshape = [*shape[:-1], shape[-1] // w] if shape else [1]
+    nv = prod(vshape)
+    per_tile = COPY_GROUP * UNROLL
+
+    narrow = cdiv(nv, per_tile) * per_tile < 2**31
+
+    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+        o, s = args
+        ix = _I32Index(e) if narrow else None
+        if ix is not None:
+            base: Idx = ix.add(ix.mul(ix.of(e.tile_id("x")), per_tile), ix.of(e.local_id()))
+        else:
+            base = e.add(e.mul(e.tile_id("x"), per_tile), e.local_id())
+        items: list[tuple[SSAValue, list[Idx], SSAValue]] = []
+        for k in range(UNROLL):
+            if ix is not None:  # 32-bit division by constants: a few instructions
+                v = ix.add(base, k * COPY_GROUP)
+                ok = ix.lt(v, nv)
+                idx = [ix.to_index(i) for i in ix.unravel(v, vshape)]
+            else:
+                v = e.add(base, k * COPY_GROUP)
+                ok = e.lt(v, nv)
+                idx = e.unravel(v, vshape)
+            if shape:
+                idx = [*idx[:-1], e.mul(idx[-1], w)]
+            else:
+                idx = []
+            si = [e.index(i) for i in src_index(e, idx)]
+            if w > 1:
+                val = e.op(tt.LoadVectorOp(s, si, w, ok))
+            else:
+                val = e.load(s, si, mask=ok)
+            items.append((val, idx, ok))
+        for val, idx, ok in items:
+            oi = [e.index(i) for i in (out_index(e, idx) if out_index else idx)]
+            if w > 1:
+                e.emit(tt.StoreVectorOp(val, o, oi, ok))
+            else:
+                e.store(val, o, oi, mask=ok)
+
+    fl.kernel(tag, [out, src], COPY_GROUP, [cdiv(nv, per_tile), 1, 1], build)
+
+
+class _I32Index:
+    """Index arithmetic in ``i32`` (for linear indices below ``2**31``): PTX divides a
+    32-bit value by a constant in a multiply-high and a shift, a 64-bit one in an
+    emulated sequence several times longer."""
+
+    def __init__(self, e: KernelEmitter):
+        self.e = e
+
+    def of(self, v: SSAValue) -> SSAValue:
+        return self.e.op(arith.IndexCastOp(v, i32))
+
+    def to_index(self, v: Idx) -> Idx:
+        return v if isinstance(v, int) else self.e.op(arith.IndexCastOp(v, IndexType()))
+
+    def _c(self, v: Idx) -> SSAValue:
+        return self.e.const(v, i32) if isinstance(v, int) else v
+
+    def add(self, a: Idx, b: Idx) -> Idx:
+        if isinstance(a, int) and isinstance(b, int):
+            return a + b
+        if b == 0:
+            return a
+        return self.e.op(arith.AddiOp(self._c(a), self._c(b)))
+
+    def mul(self, a: Idx, b: int) -> Idx:
+        if isinstance(a, int):
+            return a * b
+        return a if b == 1 else self.e.op(arith.MuliOp(a, self._c(b)))
+
+    def lt(self, a: Idx, b: int) -> SSAValue:
+        return self.e.op(arith.CmpiOp(self._c(a), self._c(b), "ult"))
+
+    def unravel(self, lin: Idx, shape: Sequence[int]) -> list[Idx]:
+        """Row-major multi-index of ``lin`` in ``shape`` (the first dim unbounded)."""
+        out: list[Idx] = []
+        for k in range(len(shape) - 1, 0, -1):
+            d = shape[k]
+            if d == 1:
+                out.append(0)
+            elif isinstance(lin, int):
+                out.append(lin % d)
+                lin //= d
+            else:
+                out.append(self.e.op(arith.RemUIOp(lin, self._c(d))))
+                lin = self.e.op(arith.DivUIOp(lin, self._c(d)))
+        out.append(lin if shape and shape[0] != 1 else 0)
+        return list(reversed(out))
+
+
+def copy_buffer(fl: _FunctionLowering, t: Attribute, m: SSAValue) -> SSAValue:
+    """A fresh buffer of tensor type ``t`` holding a copy of buffer ``m``."""
+    out = fl.alloc(t)
+    mt = m.type
+    assert isinstance(mt, MemRefType)
+    n = prod(mt.get_shape())
+    if n == 0:
+        return out
+    # both buffers are dense: copy them as flat vectors (views on the host)
+    flat = MemRefType(mt.element_type, [n])
+    w = vector_width(mt.element_type, n)
+    vector_copy(fl, "copy", reshape_view(fl, out, flat), [n], reshape_view(fl, m, flat),
+                lambda e, idx: idx, w)
+    return out
+
+
+# --------------------------------------------------------------------------- transpose
+
+
+def lower_transpose(fl: _FunctionLowering, op: g.TransposeOp) -> None:
+    """``tgraph.transpose``: a vector copy when the last dim stays last, else the
+    shared-memory tiled transpose."""
+    perm = [int(p) for p in op.permutation.get_values()]
+    shape = list(g.shape_of(op.result))
+    out = fl.alloc(op.result.type)
+    fl.env[op.result] = out
+    src = fl.mem(op.input)
+
+    def src_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
+        s: list[Idx] = [0] * len(perm)
+        for i, p in enumerate(perm):
+            s[p] = idx[i]
+        return s
+
+    if not shape or perm[-1] == len(perm) - 1 or prod(shape) == 0:
+        w = vector_width(g.elem_of(op.result), shape[-1]) if shape else 1
+        vector_copy(fl, "transpose", out, shape, src, src_index, w)
+        return
+    tiled_transpose(fl, out, shape, src, perm)
+
+
+def tiled_transpose(
+    fl: _FunctionLowering, out: SSAValue, shape: Sequence[int], src: SSAValue,
+    perm: Sequence[int],
+) -> None:
+    """``out[i] = src[i permuted by perm]`` where the output's last dim is not the
+    input's: per tile, ``side`` rows of ``side`` input elements along the input's last
+    dim (output dim ``j``, ``perm[j] = rank - 1``; ``side`` is :func:`transpose_tile`)
+    go through shared memory ``[side][side + 1]`` and leave as ``side`` rows along the
+    output's last dim."""
+    r = len(shape)
+    j = perm.index(r - 1)
+    nx, ny = shape[j], shape[-1]  # x: input-contiguous, y: output-contiguous
+    batch_dims = [d for d in range(r - 1) if d != j]
+    bshape = [shape[d] for d in batch_dims]
+    et = out.type.element_type  # type: ignore[attr-defined]
+    side = transpose_tile(et)
+    tx, ty = cdiv(nx, side), cdiv(ny, side)
+    tiles = tx * ty * prod(bshape)
+    rows = TILE_GROUP // side
+
+    def full_index(b: list[Idx], x: Idx, y: Idx) -> list[Idx]:
+        idx: list[Idx] = [0] * r
+        for d, v in zip(batch_dims, b):
+            idx[d] = v
+        idx[j] = x
+        idx[r - 1] = y
+        return idx
+
+    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+        o, s = args
+        sm = e.op(tt.AllocSharedOp([side * (side + 1)], et))
+        t = e.tile_id("x")
+        ti = e.unravel(t, [*bshape, ty, tx])
+        b, y0, x0 = ti[:-2], e.mul(ti[-2], side), e.mul(ti[-1], side)
+        lane = e.local_id()
+        c, rr = e.rem(lane, side), e.div(lane, side)
+        # read: lanes along x (the input's last dim), rows along y
+        for k in range(side // rows):
+            yy = e.add(rr, k * rows)
+            x, y = e.add(x0, c), e.add(y0, yy)
+            ok = e.and_(e.lt(x, nx), e.lt(y, ny))
+            src_idx: list[Idx] = [0] * r
+            for i, p in enumerate(perm):
+                src_idx[p] = full_index(b, x, y)[i]
+            v = e.load(s, src_idx, mask=ok)
+            e.store(v, sm, [e.add(e.mul(yy, side + 1), c)])
+        e.barrier()
+        # write: lanes along y (the output's last dim), rows along x
+        for k in range(side // rows):
+            xx = e.add(rr, k * rows)
+            x, y = e.add(x0, xx), e.add(y0, c)
+            ok = e.and_(e.lt(x, nx), e.lt(y, ny))
+            v = e.load(sm, [e.add(e.mul(c, side + 1), xx)])
+            e.store(v, o, full_index(b, x, y), mask=ok)
+
+    fl.kernel("transpose", [out, src], TILE_GROUP, [tiles, 1, 1], build)
+
+
+# --------------------------------------------------------------------------- slice, concat
+
+
+def lower_slice(fl: _FunctionLowering, op: g.SliceOp) -> None:
+    """``tgraph.slice``: a vector copy (vectors when the last dim's step is 1 and its
+    start and both last-dim sizes are multiples of the width)."""
+    start = [int(v) for v in op.start.get_values()]
+    stride = [int(v) for v in op.stride.get_values()]
+    shape = list(g.shape_of(op.result))
+    in_shape = list(g.shape_of(op.input))
+    out = fl.alloc(op.result.type)
+    fl.env[op.result] = out
+    w = 1
+    if shape and stride[-1] == 1:
+        w = vector_width(g.elem_of(op.result), shape[-1], in_shape[-1], start[-1])
+
+    def src_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
+        return [e.add(s, e.mul(i, st)) for i, s, st in zip(idx, start, stride)]
+
+    vector_copy(fl, "slice", out, shape, fl.mem(op.input), src_index, w)
+
+
+def lower_concat(fl: _FunctionLowering, op: g.ConcatOp) -> None:
+    """``tgraph.concat``: one vector copy per input into its part of the output."""
+    shape = list(g.shape_of(op.result))
+    rank = len(shape)
+    ax = op.axis.value.data % rank
+    out = fl.alloc(op.result.type)
+    fl.env[op.result] = out
+    offset = 0
+    for v in op.inputs:
+        s = list(g.shape_of(v))
+        extents = [s[-1], shape[-1]] + ([offset] if ax == rank - 1 else [])
+        w = vector_width(g.elem_of(op.result), *extents)
+
+        def out_index(e: KernelEmitter, idx: list[Idx], off: int = offset) -> list[Idx]:
+            return [e.add(i, off) if k == ax else i for k, i in enumerate(idx)]
+
+        vector_copy(fl, "concat", out, s, fl.mem(v), lambda e, idx: idx, w, out_index)
+        offset += s[ax]
+
+
+def register(registry: Any) -> None:
+    """Register this module's lowerings in the Tile IR lowering registry."""
+    registry.register(g.TransposeOp)(lower_transpose)
+    registry.register(g.ReshapeOp)(lower_reshape)
+    registry.register(g.SliceOp)(lower_slice)
+    registry.register(g.ConcatOp)(lower_concat)

@@ -174,9 +174,10 @@ def run_row(name: str, mode: str, args: argparse.Namespace) -> Row:
             setattr(row, f"{which}_compile_s", time.perf_counter() - t0)
             if which == "tessera":
                 err = _rel(_output(out), ref_out)
+                scale = max((g.float().abs().max().item() for g in ref_grads.values()),
+                            default=1.0)
                 for n, p in model.named_parameters():
                     if n in ref_grads:
-                        scale = max(g.float().abs().max().item() for g in ref_grads.values())
                         got = p.grad
                         if got is None:
                             raise AssertionError(f"no gradient for {n}")

@@ -322,31 +322,14 @@ class FlashAttentionOp(IRDLOperation):
     )
 
     def verify_(self) -> None:
-        _check_same_elem(self, self.q, self.k, self.v)
-        q, k, v = shape_of(self.q), shape_of(self.k), shape_of(self.v)
-        if len(q) < 2 or len(q) != len(k) or len(k) != len(v):
-            raise VerifyException(
-                f"{self.name}: q, k, v must have the same rank >= 2, got "
-                f"{fmt_shape(q)}, {fmt_shape(k)}, {fmt_shape(v)}"
-            )
-        if q[-1] != k[-1]:
-            raise VerifyException(
-                f"{self.name}: head dims differ: q D={q[-1]}, k D={k[-1]}"
-            )
-        if k[-2] != v[-2]:
-            raise VerifyException(
-                f"{self.name}: sequence lengths differ: k S={k[-2]}, v S={v[-2]}"
-            )
-        if q[:-2] != k[:-2] or k[:-2] != v[:-2]:
-            raise VerifyException(
-                f"{self.name}: batch dims differ: {fmt_shape(q[:-2])}, {fmt_shape(k[:-2])}, "
-                f"{fmt_shape(v[:-2])}"
-            )
+        _check_attention_operands(self, self.q, self.k, self.v)
+        q, v = shape_of(self.q), shape_of(self.v)
         _check_shape(self, "result", shape_of(self.result), (*q[:-1], v[-1]))
 
 
 def _check_attention_operands(op: Operation, q: SSAValue, k: SSAValue, v: SSAValue) -> None:
-    """The operand checks of ``tgraph.flash_attention``, shared by its gradient ops."""
+    """The operand checks of ``tgraph.flash_attention`` and its gradient ops: one element
+    type, equal ranks >= 2, q and k head dims, k and v sequence lengths, batch dims."""
     _check_same_elem(op, q, k, v)
     qs, ks, vs = shape_of(q), shape_of(k), shape_of(v)
     if len(qs) < 2 or len(qs) != len(ks) or len(ks) != len(vs):

@@ -135,7 +135,9 @@ def _ir_stage(stage: str) -> Callable[[Any, CompileOptions, Any], Any]:
 
 
 def _ptx(module: ModuleOp, options: CompileOptions, callback: Any) -> str:
-    return pipelines.to_ptx(module)
+    # the target stage verified ``module`` (``pipelines.lower``); :func:`lower` verifies a
+    # module handed in from outside before it gets here
+    return pipelines.to_ptx(module, verify=False)
 
 
 def _cubin(ptx: str, options: CompileOptions, callback: Any) -> bytes:
@@ -175,6 +177,8 @@ def lower(module: ModuleOp, level: str, options: CompileOptions | None = None) -
     """``module`` (at the level just below ``level``) built up to ``level`` by its stage, with
     no observers or caching: ``lower(tile_module, "target")``, ``lower(target, "ptx")``."""
     stage = _BY_NAME[level]
+    if level == "ptx":
+        module.verify()
     return stage.run(module, options if options is not None else resolve_options(), None)
 
 

@@ -41,7 +41,7 @@ def _name(op: Operation) -> str:
     return name.data
 
 
-def _key(op: Operation) -> tuple[Hashable, ...]:
+def kernel_fingerprint(op: Operation) -> tuple[Hashable, ...]:
     """A structural fingerprint of kernel ``op`` without its name: for every op in order,
     its name, properties, attributes, operand numbers (values are numbered as they are
     defined), result types and region/block shape. Equal fingerprints mean the kernels
@@ -75,6 +75,16 @@ def _key(op: Operation) -> tuple[Hashable, ...]:
     return tuple(out)
 
 
+def refers_to_symbols(op: Operation) -> bool:
+    """Whether an op in ``op`` (a kernel) names a symbol through a property or attribute:
+    such a kernel means something only together with its module."""
+    for o in op.walk():
+        for v in (*o.properties.values(), *o.attributes.values()):
+            if isinstance(v, SymbolRefAttr):
+                return True
+    return False
+
+
 def dedupe_kernels(module: ModuleOp) -> dict[str, str]:
     """Merge equal kernels of ``module`` in place; returns ``{removed name: kept name}``."""
     kept: dict[tuple[Hashable, ...], str] = {}  # (op name, key) -> kept kernel name
@@ -83,7 +93,7 @@ def dedupe_kernels(module: ModuleOp) -> dict[str, str]:
         if not isinstance(op, KERNEL_OPS):
             continue
         name = _name(op)
-        k = _key(op)
+        k = kernel_fingerprint(op)
         first = kept.setdefault(k, name)
         if first != name:
             alias[name] = first

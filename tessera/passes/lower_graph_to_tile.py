@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math as pymath
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
 from typing import Any
@@ -39,7 +39,7 @@ from xdsl.dialects.builtin import (
     f32,
     i1,
 )
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 
 from tessera.ir import graph as g
@@ -61,6 +61,7 @@ from tessera.passes import (
     tile_sparse,
     tile_support,
 )
+from tessera.passes.dedupe_kernels import KERNEL_OPS, kernel_fingerprint
 from tessera.passes.expand_attention_grad import expand_attention_grads
 from tessera.passes.tile_builder import (
     Idx,
@@ -177,6 +178,33 @@ class _Row:
         return (32, "warp") if n <= 32 else (ROW_GROUP, "group")
 
 
+KERNEL_MEMO = True
+"""False: every op lowers to kernels of its own (equal ones merged by ``dedupe-kernels``)."""
+
+CHECK_KERNEL_MEMO = False
+"""True: build every kernel even when the memo has an equal one, and fail if they differ
+(tests/passes/test_kernel_memo.py)."""
+
+
+def _producer_key(v: SSAValue) -> Hashable:
+    """What a lowering could see of the op producing ``v`` (function arguments alike)."""
+    o = v.owner
+    if not isinstance(o, Operation):
+        return "arg"
+    return (o.name, tuple(sorted(o.properties.items())), tuple(sorted(o.attributes.items())),
+            tuple(r.type for r in o.results), v.index if isinstance(v, OpResult) else -1)
+
+
+def _op_key(op: Operation) -> Hashable:
+    """The kernels an op lowers to are a function of this key: the op's structure without
+    value identities (:func:`~tessera.passes.dedupe_kernels.kernel_fingerprint`), its
+    operand types and its operands' producers. Two layers of a model have equal keys, so
+    the second reuses the first one's kernels (``dedupe-kernels`` would merge them later,
+    after lowering each)."""
+    return (kernel_fingerprint(op), tuple(v.type for v in op.operands),
+            tuple(_producer_key(v) for v in op.operands))
+
+
 Override = Callable[["_FunctionLowering", Operation], bool]
 """A lowering tried before the generic one for its op type: True when it has lowered the
 op, False to leave it to the generic lowering (``lower-matmul-sm90``'s TMA + wgmma GEMM)."""
@@ -213,6 +241,12 @@ class _FunctionLowering:
         self.env: dict[SSAValue, SSAValue] = dict(zip(fn.body.block.args, self.hb.args))
         self.counter: dict[str, int] = {}
         self.globals: set[SSAValue] = set()
+        self._op_key: Hashable | None = None
+        """The op being lowered, as :func:`_op_key` (None outside the op loop)."""
+        self._op_seq = 0
+        """Kernels made so far for the op being lowered."""
+        self._kernels: dict[Hashable, str] = {}
+        """Kernel memo: (op key, sequence number, tag, argument types, group) -> name."""
 
     # ------------------------------------------------------------------ host helpers
     def host_op(self, o: Operation) -> SSAValue:
@@ -235,15 +269,50 @@ class _FunctionLowering:
         empty); its name (for more launches, :meth:`launch`), or None when not created."""
         if min(grid) < 1:
             return None
+
+        def make(name: str) -> Operation:
+            k = tt.KernelOp(name, [a.type for a in args], group)
+            e = KernelEmitter(k.body.block)
+            build(e, list(k.body.block.args))
+            e.emit(tt.ReturnOp())
+            return k
+
+        name = self.named_kernel(tag, make, (tuple(a.type for a in args), group))
+        self.hb.add_op(tt.LaunchOp(name, list(args), list(grid)))
+        return name
+
+    def named_kernel(
+        self, tag: str, make: Callable[[str], Operation], key: Hashable = ()
+    ) -> str:
+        """Add the kernel ``make(name)`` to the module (the caller launches it) and return
+        its name, ``{prefix}_{tag}_{n}``. The kernels of an op equal to one lowered before
+        (same :func:`_op_key`: the next layer of a model) are that op's, in the same
+        order: the earlier kernel's name is returned and ``make`` is not called.
+        ``key``: whatever else the kernel depends on (argument types, group size)."""
         n = self.counter.get(tag, 0)
         self.counter[tag] = n + 1
         name = f"{self.prefix}_{tag}_{n}"
-        k = tt.KernelOp(name, [a.type for a in args], group)
-        e = KernelEmitter(k.body.block)
-        build(e, list(k.body.block.args))
-        e.emit(tt.ReturnOp())
+        memo = None
+        if self._op_key is not None and KERNEL_MEMO:
+            memo = (self._op_key, self._op_seq, tag, key)
+            self._op_seq += 1
+            found = self._kernels.get(memo)
+            if found is not None and not CHECK_KERNEL_MEMO:
+                return found
+        k = make(name)
+        if memo is not None and memo in self._kernels:  # CHECK_KERNEL_MEMO: compare, drop
+            first = self._kernels[memo]
+            kept = next(o for o in self.module.body.block.ops
+                        if isinstance(o, KERNEL_OPS) and o.sym_name.data == first)
+            if kernel_fingerprint(kept) != kernel_fingerprint(k):
+                raise AssertionError(
+                    f"lower-graph-to-tile: kernel memo: @{name} differs from @{first}"
+                )
+            k.erase()
+            return first
+        if memo is not None:
+            self._kernels[memo] = name
         self.module.body.block.insert_op_before(k, self.fn)
-        self.hb.add_op(tt.LaunchOp(name, list(args), list(grid)))
         return name
 
     def launch(self, name: str, args: Sequence[SSAValue], grid: Sequence[int]) -> None:
@@ -261,6 +330,7 @@ class _FunctionLowering:
     # ------------------------------------------------------------------ driver
     def run(self) -> None:
         for op in list(self.fn.body.block.ops):
+            self._op_key = None
             if isinstance(op, func.ReturnOp):
                 # a result shares memory with no argument, constant or other result
                 # (a reshape is a view of its input's buffer: tile_datamove)
@@ -276,6 +346,7 @@ class _FunctionLowering:
                     outs.append(m)
                 self.hb.add_op(func.ReturnOp(*outs))
                 continue
+            self._op_key, self._op_seq = _op_key(op), 0
             if tile_complex.handles(op):
                 tile_complex.lower(self, op)
                 continue
@@ -324,6 +395,7 @@ class _FunctionLowering:
                 lower_with_policy(self, op, pols[0])
                 continue
             self.lower_one(op)
+        self._op_key = None
         self.module.body.block.insert_op_after(self.host, self.fn)
         self.fn.detach()
         self.fn.erase()

@@ -142,11 +142,12 @@ def lower_to_target(tile_module: ModuleOp, options: CompileOptions = _DEFAULT) -
     return lower(tile_module, "target", options)
 
 
-def to_ptx(target_module: ModuleOp) -> str:
-    """Target-level module → PTX text."""
+def to_ptx(target_module: ModuleOp, verify: bool = True) -> str:
+    """Target-level module → PTX text (each kernel verified first unless ``verify`` is
+    False: the caller verified the module already)."""
     from tessera.passes.emit_ptx import emit_ptx
 
-    return emit_ptx(target_module)
+    return emit_ptx(target_module, verify=verify)
 
 
 def ptx_pipeline(options: CompileOptions = _DEFAULT) -> list[ModulePass]:

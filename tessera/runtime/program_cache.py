@@ -187,16 +187,21 @@ def launch_module_text(target: Any) -> str:
     """The launch module of a Target-level module as text: a copy with every
     ``ttarget.func`` replaced by one of the same name, parameters, block size and
     target whose body is a single ``ttarget.ret``."""
+    from xdsl.dialects.builtin import ModuleOp
+
     from tessera.ir import target as tt
 
-    m = target.clone()
-    for op in list(m.body.block.ops):
+    ops = []
+    for op in target.body.block.ops:  # kernel bodies are not copied: they can be large
         if isinstance(op, tt.FuncOp):
             params = [p.type.ty.data for p in op.block.args]
             stub = tt.FuncOp(op.sym_name.data, params, op.maxntid.data, op.target.data)
             stub.block.add_op(tt.RetOp())
-            m.body.block.insert_op_before(stub, op)
-            m.body.block.erase_op(op)
+            ops.append(stub)
+        else:
+            ops.append(op.clone())
+    m = ModuleOp(ops)
+    m.attributes.update(target.attributes)
     return str(m)
 
 

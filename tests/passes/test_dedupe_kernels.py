@@ -9,6 +9,7 @@ from xdsl.parser import Parser
 
 from tessera.ir import tile as tt
 from tessera.ir.context import default_context
+from tessera.passes import lower_graph_to_tile
 from tessera.passes.dedupe_kernels import dedupe_kernels
 from tessera.passes.lower_graph_to_tile import LowerGraphToTile
 from tessera.runtime.graph_interpreter import run_function
@@ -37,7 +38,9 @@ def _launched(m) -> list[str]:
     return [op.callee.root_reference.data for op in m.walk() if isinstance(op, tt.LaunchOp)]
 
 
-def test_three_equal_layers_launch_one_kernel_each_and_compute_the_same() -> None:
+def test_three_equal_layers_launch_one_kernel_each_and_compute_the_same(monkeypatch) -> None:
+    # without the lowering's own kernel memo, each layer lowers to kernels of its own
+    monkeypatch.setattr(lower_graph_to_tile, "KERNEL_MEMO", False)
     ctx = default_context()
     m = Parser(ctx, MLP).parse_module()
     rng = np.random.default_rng(0)

@@ -32,16 +32,19 @@ per-kernel state (:class:`KernelLowering`) and :mod:`.types` the type mapping.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from tessera.ir import target as tt
 from tessera.ir import tile
 from tessera.passes import tile_collectives
+from tessera.passes.dedupe_kernels import kernel_fingerprint, refers_to_symbols
 from tessera.passes.lower_tile_to_target import (  # noqa: F401  (each registers its lowerings)
     arith_ops,
     float_casts,
@@ -78,6 +81,7 @@ __all__ = [
     "float_type",
     "int_type",
     "lower_kernel",
+    "lower_kernel_memo",
     "mem_type",
     "reg_class_of",
 ]
@@ -86,6 +90,34 @@ __all__ = [
 def lower_kernel(kernel: tile.KernelOp) -> tt.FuncOp:
     """The ``ttarget.func`` for one ``ttile.kernel``."""
     return KernelLowering(kernel).run()
+
+
+MEMO_SIZE = 512
+"""Kernels whose lowering :func:`lower_kernel_memo` keeps (least recently used dropped)."""
+
+_MEMO: OrderedDict[tuple[Hashable, ...], tt.FuncOp] = OrderedDict()
+
+
+def lower_kernel_memo(kernel: tile.KernelOp) -> tt.FuncOp:
+    """:func:`lower_kernel`, reusing the lowering of a structurally equal kernel lowered
+    before in this process (another partition of a model, another layer, a recompile):
+    the lowering is a function of the kernel alone, so a kernel equal up to its name
+    (:func:`~tessera.passes.dedupe_kernels.kernel_fingerprint`) gets a renamed copy of
+    the earlier result. Kernels naming module symbols are always lowered afresh."""
+    if refers_to_symbols(kernel):
+        return lower_kernel(kernel)
+    key = kernel_fingerprint(kernel)
+    proto = _MEMO.get(key)
+    if proto is None:
+        func = lower_kernel(kernel)
+        _MEMO[key] = func.clone()
+        if len(_MEMO) > MEMO_SIZE:
+            _MEMO.popitem(last=False)
+        return func
+    _MEMO.move_to_end(key)
+    func = proto.clone()
+    func.sym_name = StringAttr(kernel.sym_name.data)
+    return func
 
 
 @dataclass(frozen=True)
@@ -104,6 +136,6 @@ class LowerTileToTargetPass(ModulePass):
                 tt.LaunchOp(launch.callee.root_reference.data, list(launch.args), launch.grid_value()),
             )
         for k in kernels:
-            Rewriter.replace_op(k, lower_kernel(k))
+            Rewriter.replace_op(k, lower_kernel_memo(k))
         for c in [c for c in op.walk() if isinstance(c, tile.HOST_COLLECTIVE_OPS)]:
             Rewriter.replace_op(c, tile_collectives.to_target(c))

@@ -74,7 +74,7 @@ def _alloc_shared(lw: KernelLowering, op: Operation) -> None:
     e = element_bytes(t.element_type)
     size = math.prod(t.get_shape()) * e
     align = op.alignment.value.data if op.alignment is not None else 16
-    sym = f"{lw.kname}_smem{lw.nshared}"
+    sym = f"smem{lw.nshared}"  # kernel scope: the name need not be unique
     lw.nshared += 1
     lw.prepend(tt.SharedOp(sym, size, max(align, 16)))
     r = lw.reg("b32")
@@ -286,7 +286,7 @@ def _reduce(lw: KernelLowering, op: Operation) -> None:
         if nwarps > 1:
             cls = reg_class_of(t)
             eb = 8 if cls in ("b64", "f64") else 4
-            sym = f"{lw.kname}_red{lw.nshared}"
+            sym = f"red{lw.nshared}"
             lw.nshared += 1
             lw.prepend(tt.SharedOp(sym, nwarps * eb, 16))
             base = lw.reg("b32")

@@ -183,9 +183,6 @@ def _wgmma_product(
     from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm, build_kernel, device_sms
 
     gemm = Sm90Gemm(rows, o, kp, ty, "f32", sm90_config(rows, o, kp), device_sms(), b_t=True)
-    cnt = lw.counter.get("matmul", 0)
-    lw.counter["matmul"] = cnt + 1
-    name = f"{lw.prefix}_matmul_{cnt}"
-    lw.module.body.block.insert_op_before(build_kernel(name, gemm), lw.fn)
+    name = lw.named_kernel("matmul", lambda nm: build_kernel(nm, gemm))
     lw.hb.add_op(tt.LaunchExOp(name, [product, cols, weight], gemm.grid(), gemm.smem_bytes,
                                gemm.boxes()))

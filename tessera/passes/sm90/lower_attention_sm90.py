@@ -500,9 +500,6 @@ def lower_attention_sm90(
     if eligible(op) is not None:
         return False
     spec = spec_for(op)
-    n = lw.counter.get("attention", 0)
-    lw.counter["attention"] = n + 1
-    name = f"{lw.prefix}_attention_{n}"
     out = lw.alloc(op.result.type)
     lw.env[op.result] = out
     extra = []
@@ -511,7 +508,7 @@ def lower_attention_sm90(
         lw.env[op.lse] = extra[0]
     if spec.heads == 0:
         return True
-    lw.module.body.block.insert_op_before(build_kernel(name, spec), lw.fn)
+    name = lw.named_kernel("attention", lambda nm: build_kernel(nm, spec))
     lw.hb.add_op(
         tt.LaunchExOp(
             name, [out, lw.mem(op.q), lw.mem(op.k), lw.mem(op.v), *extra], spec.grid(),

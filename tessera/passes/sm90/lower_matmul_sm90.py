@@ -883,9 +883,6 @@ def lower_matmul_sm90(
     if eligible(op) is not None:
         return False
     gemm = gemm_for(op, tiles, allow_tf32)
-    n = lw.counter.get("matmul", 0)
-    lw.counter["matmul"] = n + 1
-    name = f"{lw.prefix}_matmul_{n}"
     args = [lw.mem(op.lhs), lw.mem(op.rhs)]
     if gemm.fp8:  # fp8 wgmma reads K-major only: copy an MN-major operand K-major
         kp = padded(gemm.k, 1)  # and pad K to a 16-byte row
@@ -925,7 +922,8 @@ def lower_matmul_sm90(
         else:
             split = True
     product = lw.alloc(_product_type(op) if split else op.result.type)
-    lw.module.body.block.insert_op_before(build_kernel(name, gemm), lw.fn)
+    final = gemm
+    name = lw.named_kernel("matmul", lambda nm: build_kernel(nm, final))
     lw.hb.add_op(
         tt.LaunchExOp(name, [product, *args], gemm.grid(), gemm.smem_bytes, gemm.boxes())
     )

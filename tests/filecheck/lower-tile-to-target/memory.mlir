@@ -30,9 +30,9 @@ ttile.kernel @smem(%a: memref<16x64xbf16>, %out: memref<16x64xbf16>, %sum: memre
   ttile.return
 }
 // CHECK-LABEL: ttarget.func @smem
-// CHECK:        ttarget.shared "smem_red1" size = 16 align = 16
-// CHECK:        ttarget.shared "smem_smem0" size = 2048 align = 16
-// CHECK:        ttarget.shared_addr [[S:%.*]], "smem_smem0"
+// CHECK:        ttarget.shared "red1" size = 16 align = 16
+// CHECK:        ttarget.shared "smem0" size = 2048 align = 16
+// CHECK:        ttarget.shared_addr [[S:%.*]], "smem0"
 // Swizzle: chunk (col*2/16) XOR (row % 8), times 16, plus the byte within the chunk.
 // CHECK:        ttarget.shr "u32" [[CHUNK:%.*]], [[CB:%.*]], %{{.*}}
 // CHECK-NEXT:   [[RM:%.*]] = ttarget.reg "b32"
@@ -62,7 +62,7 @@ ttile.kernel @smem(%a: memref<16x64xbf16>, %out: memref<16x64xbf16>, %sum: memre
 // CHECK:        ttarget.ld "shared.f32" (%{{.*}}), [%{{.*}} + 12]
 // CHECK:        ttarget.bar_sync 0
 
-// PTX: .shared .align 16 .b8 smem_smem0[2048];
+// PTX: .shared .align 16 .b8 smem0[2048];
 // PTX: cp.async.cg.shared.global [%r{{[0-9]+}}], [%rd{{[0-9]+}}], 16;
 // PTX: ld.shared.v4.b32 {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, [%r{{[0-9]+}}];
 // PTX: shfl.sync.bfly.b32 %r{{[0-9]+}}, %r{{[0-9]+}}, 16, 31, -1;

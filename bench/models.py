@@ -60,6 +60,7 @@ class Row:
     error: float | None = None
     report: str = ""
     notes: list[str] = field(default_factory=list)
+    profile: list[str] = field(default_factory=list)
 
 
 def build(name: str, batch: int | None, seq: int | None) -> tuple[Any, dict[str, Any]]:
@@ -189,6 +190,8 @@ def run_row(name: str, mode: str, args: argparse.Namespace) -> Row:
                     row.notes.append(f"tessera differs from eager: {err:.3g} > {TOL}")
                     continue
             setattr(row, f"{which}_ms", _time_ms(step, args.reps))
+            if which == "tessera" and args.profile:
+                row.profile = _kernel_profile(step, args.profile)
         except _Timeout:
             raise
         except Exception as e:  # a failing backend is a row note, not the end of the run
@@ -197,6 +200,29 @@ def run_row(name: str, mode: str, args: argparse.Namespace) -> Row:
         del compiled, model
         torch.cuda.empty_cache()
     return row
+
+
+def _kernel_profile(step: Callable[[], Any], top: int) -> list[str]:
+    """The ``top`` kernels of one step by total GPU time (torch.profiler, CUPTI: kernels
+    launched through the driver API are seen too), one line each."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    totals: dict[str, list[float]] = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            t = totals.setdefault(ev.name, [0.0, 0])
+            t[0] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+            t[1] += 1
+    all_us = sum(t[0] for t in totals.values())
+    lines = [f"all kernels: {all_us / 1e3:.3f} ms"]
+    for name, (us, n) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"{us / 1e3:8.3f} ms {n:5d}x  {name[:100]}")
+    print("\n".join(lines), flush=True)
+    return lines
 
 
 def main() -> None:
@@ -208,6 +234,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--limit", type=int, default=300, help="seconds per row")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--profile", type=int, default=0,
+                    help="print the N kernels of Tessera's step with the most GPU time")
     args = ap.parse_args()
     import torch
 

@@ -67,6 +67,10 @@ def unsupported_reason(node: torch.fx.Node) -> str | None:
     if r is None:
         return "no Tessera rule"
     v = node.meta.get("val")
+    if isinstance(v, tuple | list) and node.users and all(
+        u.target is operator.getitem for u in node.users
+    ):  # only the results that are used must be translatable
+        v = [v[i] for i in sorted({u.args[1] for u in node.users})]
     outs = _tensor_vals(v)
     if not outs:
         return "no tensor result"

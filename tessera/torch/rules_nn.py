@@ -16,6 +16,8 @@ import torch
 import torch.fx
 
 from tessera.frontend import ops
+from tessera.frontend.ops.nn import flash_attention_bwd, flash_attention_fwd
+from tessera.torch import attention as _attention  # noqa: F401  (defines tessera::sdpa_backward)
 from tessera.torch.aten_ops import (
     FLOAT_DTYPES,
     Check,
@@ -403,9 +405,10 @@ def _max_pool_backward(
     return take(take(total, 2, pd[0], pd[0] + h), 3, pd[1], pd[1] + w)
 
 
-def _sdpa_check_at(dropout_at: int) -> Check:
+def _sdpa_check_at(dropout_at: int, lse: bool = False) -> Check:
     """The check of a fused attention op whose dropout is positional argument
-    ``dropout_at``."""
+    ``dropout_at``; ``lse``: its log-sum-exp (result 1) may be used too (flash attention
+    without a mask, whose log-sum-exp ``flash_attention_fwd`` computes)."""
 
     def check(node: torch.fx.Node) -> str | None:
         args = list(node.args)
@@ -418,12 +421,64 @@ def _sdpa_check_at(dropout_at: int) -> Check:
         hq, hk = q.shape[-3], k.shape[-3]
         if isinstance(hq, int) and isinstance(hk, int) and hq % hk:
             return f"{hq} query heads over {hk} key heads"
+        if lse and node.kwargs.get("attn_mask") is None:
+            return only_outputs(0, 1)(node) or float_only_index(node, 0)
         return only_outputs(0)(node) or float_only_index(node, 0)
 
     return check
 
 
-_sdpa_check = _sdpa_check_at(3)
+_sdpa_check = _sdpa_check_at(3, lse=True)
+
+
+def _lse_used(node: torch.fx.Node) -> bool:
+    return any(u.target is operator.getitem and u.args[1] == 1 for u in node.users)
+
+
+def _flash(
+    node: torch.fx.Node, q: TracedTensor, k: TracedTensor, v: TracedTensor, causal: bool,
+    scale: Any,
+) -> tuple[TracedTensor, ...]:
+    """A flash attention node's (output, log-sum-exp), the latter only when it is used."""
+    if not _lse_used(node):
+        return (attention(q, k, v, None, causal, scale),)
+    heads = q.shape[-3]
+    o, lse = flash_attention_fwd(q, _repeat_heads(k, heads), _repeat_heads(v, heads),
+                                 scale=scale, causal=causal)
+    return (o, lse)
+
+
+def _sdpa_backward_check(node: torch.fx.Node) -> str | None:
+    go, q, k, v, out, lse = (val(a) for a in node.args[:6])
+    if q.dim() < 3 or not (q.dim() == k.dim() == v.dim() == out.dim() == go.dim()):
+        return "operands of different ranks"
+    hq, hk = q.shape[-3], k.shape[-3]
+    if isinstance(hq, int) and isinstance(hk, int) and hq % hk:
+        return f"{hq} query heads over {hk} key heads"
+    if len({t.dtype for t in (go, q, k, v, out)}) != 1 or q.dtype not in FLOAT_DTYPES:
+        return "operands of different or non-float dtypes"
+    wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+    if lse.dtype != wide or lse.dim() != q.dim() - 1:
+        return f"log-sum-exp {lse.dtype}{list(lse.shape)}"
+    return None
+
+
+@rule(torch.ops.tessera.sdpa_backward.default, check=_sdpa_backward_check)
+def _sdpa_backward(
+    node: torch.fx.Node, go: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
+    is_causal: bool, scale: Any,
+) -> tuple[TracedTensor, ...]:
+    heads, kv_heads = q.shape[-3], k.shape[-3]
+    dq, dk, dv = flash_attention_bwd(
+        q, _repeat_heads(k, heads), _repeat_heads(v, heads), out, go, lse,
+        scale=scale, causal=bool(is_causal),
+    )
+    if kv_heads != heads:  # each key/value head's gradient: the sum over its query heads
+        *b, _, s, d = dk.shape
+        dk = ops.sum(ops.reshape(dk, [*b, kv_heads, heads // kv_heads, s, d]), axis=-3)
+        *b, _, s, d = dv.shape
+        dv = ops.sum(ops.reshape(dv, [*b, kv_heads, heads // kv_heads, s, d]), axis=-3)
+    return (dq, dk, dv)
 
 
 def _repeat_heads(x: TracedTensor, heads: int) -> TracedTensor:
@@ -465,6 +520,8 @@ def _sdpa_cpu(
     node: torch.fx.Node, q: Any, k: Any, v: Any, dropout_p: float = 0.0,
     is_causal: bool = False, *, attn_mask: Any = None, scale: Any = None,
 ) -> tuple[TracedTensor, ...]:
+    if attn_mask is None:
+        return _flash(node, q, k, v, bool(is_causal), scale)
     return (attention(q, k, v, attn_mask, bool(is_causal), scale),)
 
 
@@ -473,7 +530,7 @@ def _sdpa_flash(
     node: torch.fx.Node, q: Any, k: Any, v: Any, dropout_p: float = 0.0,
     is_causal: bool = False, return_debug_mask: bool = False, *, scale: Any = None,
 ) -> tuple[TracedTensor, ...]:
-    return (attention(q, k, v, None, bool(is_causal), scale),)
+    return _flash(node, q, k, v, bool(is_causal), scale)
 
 
 @rule(aten._scaled_dot_product_efficient_attention.default, check=_sdpa_check_at(5))

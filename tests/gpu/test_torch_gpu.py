@@ -94,3 +94,37 @@ def test_full_size_training_step_on_the_gpu(name):
     rep = tt.last_report()
     print(f"\n{name}:\n{rep}")
     assert not rep.runtime_fallbacks, str(rep)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_training_uses_the_fused_attention_backward_on_the_gpu(monkeypatch, dtype, causal):
+    """SDPA's CUDA flash forward and backward both run in Tessera (the backward from the
+    saved log-sum-exp, whatever produced it); gradients against float64 autograd."""
+    from tessera.torch import attention
+
+    eager_calls = []
+    real = attention.attention_backward
+    monkeypatch.setattr(attention, "attention_backward",
+                        lambda *a: eager_calls.append(1) or real(*a))
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 200, 64, device="cuda", generator=g, dtype=dtype)
+               for _ in range(3))
+    go = torch.randn(2, 4, 200, 64, device="cuda", generator=g, dtype=dtype)
+
+    def f(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    def grads(fn, wide):
+        xs = [x.detach().to(wide).requires_grad_() for x in (q, k, v)]
+        out = fn(*xs)
+        out.backward(go.to(wide))
+        return [out.detach().double()] + [x.grad.double() for x in xs]
+
+    want = grads(f, torch.float64)
+    got = grads(tt.compile(f), dtype)
+    for name, a, b in zip(("out", "dq", "dk", "dv"), got, want):
+        err = ((a - b).abs().max() / b.abs().max()).item()
+        assert err < 2e-2, (name, err)
+    assert not eager_calls, tt.last_report()
+    assert tt.last_report().graph_breaks == 0, tt.last_report()

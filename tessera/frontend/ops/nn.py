@@ -39,7 +39,7 @@ from tessera.frontend.ops.elementwise import (
 from tessera.frontend.tracing import TracedTensor, current_trace, result_type
 from tessera.ir import graph as g
 from tessera.ir.attrs import tensor_type
-from tessera.ir.dtypes import fp32, int64
+from tessera.ir.dtypes import fp32, fp64, int64
 from tessera.ir.policy import NumericPolicy
 
 # --------------------------------------------------------------------------- reductions
@@ -272,6 +272,50 @@ def flash_attention(
         result_types=[result_type(shape, q.type)],
         properties=props,
     )
+
+
+def _attention_props(scale: float | None, causal: bool) -> dict[str, Attribute]:
+    props: dict[str, Attribute] = {}
+    if scale is not None:
+        props["scale"] = FloatAttr(_float(scale, "flash_attention scale"), f64)
+    if causal:
+        props["causal"] = UnitAttr()
+    return props
+
+
+def _lse_type(q: TracedTensor) -> Attribute:
+    """The log-sum-exp's type: q's batch and query dims, f32 (f64 for f64 operands)."""
+    wide = fp64 if q.dtype == fp64 else fp32
+    return tensor_type(q.shape[:-1], wide)
+
+
+def flash_attention_fwd(
+    q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False
+) -> tuple[TracedTensor, TracedTensor]:
+    """``flash_attention`` that also returns each query row's log-sum-exp
+    ``log(sum_j exp(scale q kⱼ))`` (f32, f64 for f64 operands): what a backward needs."""
+    q, k, v = _operands("flash_attention_fwd", q, k, v)
+    op = q.trace.add(g.FlashAttentionFwdOp.build(
+        operands=[q.value, k.value, v.value],
+        result_types=[result_type((*q.shape[:-1], v.shape[-1]), q.type), _lse_type(q)],
+        properties=_attention_props(scale, causal),
+    ))
+    return TracedTensor(op.results[0], q.trace), TracedTensor(op.results[1], q.trace)
+
+
+def flash_attention_bwd(
+    q: Any, k: Any, v: Any, o: Any, do: Any, lse: Any, *,
+    scale: float | None = None, causal: bool = False,
+) -> tuple[TracedTensor, TracedTensor, TracedTensor]:
+    """The gradients ``(dq, dk, dv)`` of ``o = flash_attention(q, k, v)`` for the output
+    cotangent ``do``, from the forward's result ``o`` and log-sum-exp ``lse``."""
+    q, k, v, o, do, lse = _operands("flash_attention_bwd", q, k, v, o, do, lse)
+    op = q.trace.add(g.FlashAttentionBwdOp.build(
+        operands=[x.value for x in (q, k, v, o, do, lse)],
+        result_types=[q.type, k.type, v.type],
+        properties=_attention_props(scale, causal),
+    ))
+    return tuple(TracedTensor(r, q.trace) for r in op.results)  # type: ignore[return-value]
 
 
 def conv2d(

@@ -1,0 +1,170 @@
+"""Scaled dot-product attention's backward in a form Tessera translates.
+
+torch's fused attention backwards are opaque kernels. :data:`ATTENTION_BACKWARDS`
+decomposes them (AOTAutograd applies it through
+:data:`tessera.torch.backend.DECOMPOSITIONS`):
+
+* the flash backwards (CPU and CUDA) without dropout or mask become the custom op
+  ``tessera::sdpa_backward`` (:func:`sdpa_backward`): the gradients from the forward's
+  result and log-sum-exp, which ``tessera.torch`` translates to
+  ``tgraph.flash_attention_bwd`` (the fused backward kernels). Run by torch (a partition
+  left to eager), the op recomputes the gradients in matmuls and does not read the
+  log-sum-exp at all;
+* the rest (a mask, memory-efficient and cuDNN attention, whose log-sum-exps are laid
+  out differently) become matmuls and a softmax recomputed from q, k and v
+  (:func:`attention_backward`). With dropout, torch's kernel runs.
+
+The forward's log-sum-exp is ``log(sum_j exp(scale q kⱼ))`` per query row in natural
+log, ``[..., Sq]`` in f32 (f64 for f64 operands), for torch's flash kernels and for
+``tgraph.flash_attention_fwd`` alike, so either forward can feed Tessera's backward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+
+def attention_backward(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    is_causal: bool,
+    scale: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of ``softmax(scale q kᵀ + mask) v`` with respect to q, k and v, in
+    matmuls and a softmax recomputed from q, k and v (grouped key/value heads included;
+    computed in float32 at least). Needs no saved log-sum-exp."""
+    hq, hk = q.shape[-3], k.shape[-3]
+    groups = hq // hk
+    dt = q.dtype
+    s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    wide = torch.float64 if dt == torch.float64 else torch.float32
+    qf, kf, vf, gf = (x.to(wide) for x in (q, k, v, grad_out))
+    if groups != 1:
+        kf, vf = (
+            x.unsqueeze(-3).expand(*x.shape[:-2], groups, *x.shape[-2:]).reshape(
+                *x.shape[:-3], hq, *x.shape[-2:]
+            )
+            for x in (kf, vf)
+        )
+    scores = torch.matmul(qf, kf.transpose(-2, -1)) * s
+    neg_inf = torch.full_like(scores, float("-inf"))
+    if is_causal:
+        lq, lk = q.shape[-2], k.shape[-2]
+        rows = torch.arange(lq, device=q.device)[:, None]
+        keep = rows >= torch.arange(lk, device=q.device)[None, :]
+        scores = torch.where(keep, scores, neg_inf)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = torch.where(attn_mask, scores, neg_inf)
+        else:
+            scores = scores + attn_mask.to(wide)
+    p = torch.softmax(scores, dim=-1)
+    grad_v = torch.matmul(p.transpose(-2, -1), gf)
+    dp = torch.matmul(gf, vf.transpose(-2, -1))
+    ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True))
+    grad_q = torch.matmul(ds, kf) * s
+    grad_k = torch.matmul(ds.transpose(-2, -1), qf) * s
+    if groups != 1:
+        grad_k, grad_v = (
+            x.reshape(*x.shape[:-3], hk, groups, *x.shape[-2:]).sum(dim=-3)
+            for x in (grad_k, grad_v)
+        )
+    return grad_q.to(dt), grad_k.to(dt), grad_v.to(k.dtype)
+
+
+def _flash_cpu_backward(
+    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    out: torch.Tensor, logsumexp: torch.Tensor, dropout_p: float, is_causal: bool,
+    attn_mask: torch.Tensor | None = None, scale: float | None = None,
+) -> Any:
+    if dropout_p:
+        return NotImplemented  # the dropout mask is only known to torch's kernel
+    if attn_mask is None and _lse_fits(q, logsumexp):
+        return sdpa_backward(grad_out, q, k, v, out, logsumexp, bool(is_causal), scale)
+    return attention_backward(grad_out, q, k, v, attn_mask, is_causal, scale)
+
+
+def _flash_cuda_backward(
+    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    out: torch.Tensor, logsumexp: torch.Tensor, cum_seq_q: Any, cum_seq_k: Any,
+    max_q: Any, max_k: Any, dropout_p: float, is_causal: bool, philox_seed: Any,
+    philox_offset: Any, *, scale: float | None = None,
+) -> Any:
+    if dropout_p:
+        return NotImplemented
+    if _lse_fits(q, logsumexp):
+        return sdpa_backward(grad_out, q, k, v, out, logsumexp, bool(is_causal), scale)
+    return attention_backward(grad_out, q, k, v, None, is_causal, scale)
+
+
+def _efficient_backward(
+    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    attn_bias: torch.Tensor | None, out: torch.Tensor, logsumexp: torch.Tensor,
+    philox_seed: Any, philox_offset: Any, dropout_p: float, grad_input_mask: Any,
+    is_causal: bool = False, *, scale: float | None = None,
+) -> Any:
+    if dropout_p or (len(grad_input_mask) > 3 and grad_input_mask[3]):
+        return NotImplemented  # dropout, or a gradient for the bias
+    gq, gk, gv = attention_backward(grad_out, q, k, v, attn_bias, is_causal, scale)
+    return gq, gk, gv, None
+
+
+def _cudnn_backward(
+    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    out: torch.Tensor, logsumexp: torch.Tensor, philox_seed: Any, philox_offset: Any,
+    attn_bias: torch.Tensor | None, cum_seq_q: Any, cum_seq_k: Any, max_q: Any, max_k: Any,
+    dropout_p: float, is_causal: bool, *, scale: float | None = None,
+) -> Any:
+    if dropout_p:
+        return NotImplemented
+    bias = attn_bias if attn_bias is not None and attn_bias.numel() else None
+    return attention_backward(grad_out, q, k, v, bias, is_causal, scale)
+
+
+ATTENTION_BACKWARDS: dict[Any, Callable[..., Any]] = {
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default: _flash_cpu_backward,
+    aten._scaled_dot_product_flash_attention_backward.default: _flash_cuda_backward,
+    aten._scaled_dot_product_efficient_attention_backward.default: _efficient_backward,
+    aten._scaled_dot_product_cudnn_attention_backward.default: _cudnn_backward,
+}
+"""Decompositions of torch's fused attention backwards that Tessera translates: the flash
+backwards (no dropout, no mask) become :func:`sdpa_backward` (``flash_attention_bwd``
+from the saved log-sum-exp), the others matmuls recomputed from q, k and v."""
+
+
+def _lse_fits(q: torch.Tensor, lse: torch.Tensor) -> bool:
+    """The log-sum-exp is laid out as ``tgraph.flash_attention_bwd`` reads it."""
+    wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+    return lse.dtype == wide and tuple(lse.shape) == tuple(q.shape[:-1])
+
+
+@torch.library.custom_op("tessera::sdpa_backward", mutates_args=())
+def sdpa_backward(
+    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients (dq, dk, dv) of ``out = softmax(scale q kᵀ [causal]) v`` for ``grad_out``,
+    given the forward's ``out`` and log-sum-exp ``lse``; grouped key/value heads allowed.
+    This eager body recomputes them in matmuls (:func:`attention_backward`)."""
+    gq, gk, gv = attention_backward(grad_out, q, k, v, None, is_causal, scale)
+    return gq.contiguous(), gk.contiguous(), gv.contiguous()
+
+
+@sdpa_backward.register_fake
+def _sdpa_backward_fake(
+    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+__all__ = ["ATTENTION_BACKWARDS", "attention_backward", "sdpa_backward"]

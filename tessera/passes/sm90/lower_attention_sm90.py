@@ -527,8 +527,17 @@ class LowerAttentionSm90(LowerGraphToTile):
 
     name = "lower-attention-sm90"
 
+    attention_bwd: bool = False
+    """Also lower ``tgraph.flash_attention_bwd`` to the wgmma kernels of
+    :mod:`tessera.passes.sm90.attention_bwd_sm90` (``CompileOptions.sm90_attention_bwd``)."""
+
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
-        return {
+        from tessera.passes.sm90.attention_bwd_sm90 import lower_attention_bwd_sm90
+
+        found: dict[type[Operation], tuple[Override, ...]] = {
             g.FlashAttentionOp: (lower_attention_sm90,),  # type: ignore[dict-item]
             g.FlashAttentionFwdOp: (lower_attention_sm90,),  # type: ignore[dict-item]
         }
+        if self.attention_bwd:
+            found[g.FlashAttentionBwdOp] = (lower_attention_bwd_sm90,)  # type: ignore[assignment]
+        return found

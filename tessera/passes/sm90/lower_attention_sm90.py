@@ -523,13 +523,11 @@ def lower_attention_sm90(
 
 @dataclass(frozen=True)
 class LowerAttentionSm90(LowerGraphToTile):
-    """``lower-graph-to-tile`` with bf16/f16 flash attention as a TMA + wgmma kernel (sm_90a)."""
+    """``lower-graph-to-tile`` with bf16/f16 flash attention (and, unless
+    ``sm90_attention_bwd=false``, its backward: :mod:`.attention_bwd_sm90`) as TMA + wgmma
+    kernels (sm_90a)."""
 
     name = "lower-attention-sm90"
-
-    attention_bwd: bool = False
-    """Also lower ``tgraph.flash_attention_bwd`` to the wgmma kernels of
-    :mod:`tessera.passes.sm90.attention_bwd_sm90` (``CompileOptions.sm90_attention_bwd``)."""
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         from tessera.passes.sm90.attention_bwd_sm90 import lower_attention_bwd_sm90
@@ -538,6 +536,6 @@ class LowerAttentionSm90(LowerGraphToTile):
             g.FlashAttentionOp: (lower_attention_sm90,),  # type: ignore[dict-item]
             g.FlashAttentionFwdOp: (lower_attention_sm90,),  # type: ignore[dict-item]
         }
-        if self.attention_bwd:
+        if self.sm90_attention_bwd:  # and flash_attention_bwd (attention_bwd_sm90)
             found[g.FlashAttentionBwdOp] = (lower_attention_bwd_sm90,)  # type: ignore[assignment]
         return found

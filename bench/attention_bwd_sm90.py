@@ -3,7 +3,12 @@ gradients of ``ts.grad`` of flash attention checked against torch float64 first 
 lengths, causal or not, D 64/128, bf16/f16; outputs land in memory poisoned with NaN),
 bitwise-identical gradients over two runs, then times at the bench's size, a table last.
 
-    python bench/attention_bwd_sm90.py [--quick] [--no-check]
+    python bench/attention_bwd_sm90.py [--quick] [--no-check] [--variants]
+
+``--variants`` also checks and times (causal) the kernel variants of
+``tessera.passes.sm90.attention_bwd_sm90`` (``STAGES``, ``OVERLAP``, ``KEEP_P``,
+``DQ_BLOCK_S``); run it
+with ``TESSERA_NO_DISK_CACHE=1`` (the program cache does not see those constants).
 """
 
 from __future__ import annotations
@@ -27,17 +32,30 @@ CHECKS = [  # b, h, sq, sk, d, elem, causal
     (1, 1, 4097, 4097, 64, "f16", False),
 ]
 TOL = {"bf16": 2e-2, "f16": 4e-3}
+VARIANTS = [  # (STAGES, OVERLAP, KEEP_P, DQ_BLOCK_S) of tessera.passes.sm90.attention_bwd_sm90
+    ("3 stages", (3, False, False, 64)),
+    ("overlap", (2, True, False, 64)),
+    ("overlap 3 stages", (3, True, False, 64)),
+    ("overlap keep_p", (2, True, True, 64)),
+    ("overlap dq128", (2, True, False, 128)),
+]
+VARIANT_CHECKS = [
+    (1, 2, 1000, 1000, 128, "bf16", True),
+    (2, 3, 257, 1000, 64, "f16", False),
+]
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
     p.add_argument("--no-check", action="store_true")
+    p.add_argument("--variants", action="store_true")
     a = p.parse_args()
     import torch
 
     import tessera as ts
     from tessera.options import CompileOptions
+    from tessera.passes.sm90 import attention_bwd_sm90 as sm90_bwd
 
     types = {"bf16": torch.bfloat16, "f16": torch.float16}
 
@@ -67,8 +85,41 @@ def main() -> None:
         junk = torch.full((nbytes // 2,), float("nan"), device="cuda", dtype=torch.float16)
         del junk
 
+    default = (sm90_bwd.STAGES, sm90_bwd.OVERLAP, sm90_bwd.KEEP_P, sm90_bwd.DQ_BLOCK_S)
+
+    def set_variant(v) -> None:
+        (sm90_bwd.STAGES, sm90_bwd.OVERLAP, sm90_bwd.KEEP_P,
+         sm90_bwd.DQ_BLOCK_S) = default if v is None else v
+
     lines: list[str] = []
     ok_all = True
+    if a.variants and not a.no_check:  # each variant against float64 and bitwise first
+        for name, v in VARIANTS:
+            set_variant(v)
+            for b, h, sq, sk, d, elem, causal in VARIANT_CHECKS:
+                tag = f"variant {name}: B{b} H{h} Sq{sq} Sk{sk} D{d} {elem} causal={causal}"
+                try:
+                    step = grad_fn(causal, True)
+                    q, k, v_, do = inputs(b, h, sq, sk, d, elem)
+                    poison(64 << 20)
+                    got = [x.clone() for x in step(q, k, v_, do)]
+                    poison(64 << 20)
+                    again = step(q, k, v_, do)
+                    want = reference(q, k, v_, do, causal)
+                    errs = [float((x.double() - w).abs().max() / w.abs().max())
+                            if bool(torch.isfinite(x).all()) else float("nan")
+                            for x, w in zip(got, want)]
+                    same = all(torch.equal(x, y) for x, y in zip(got, again))
+                    good = all(e_ < TOL[elem] for e_ in errs) and same
+                    ok_all &= good
+                    lines.append(f"{tag}: rel err " + " ".join(f"{e_:.2e}" for e_ in errs)
+                                 + f" bitwise {'identical' if same else 'DIFFER'}"
+                                 + ("  ok" if good else "  FAILED"))
+                except Exception:
+                    ok_all = False
+                    lines.append(f"{tag}: ERROR {traceback.format_exc(limit=3)}")
+                print(lines[-1], flush=True)
+        set_variant(None)
     if not a.no_check:
         for b, h, sq, sk, d, elem, causal in CHECKS:
             name = f"B{b} H{h} Sq{sq} Sk{sk} D{d} {elem}{' causal' if causal else ''}"
@@ -147,8 +198,12 @@ def main() -> None:
         case = f"{'causal' if causal else 'full'} bf16 B{b} H{h} S{s} D{d}"
         t_peer = bench(lambda: peer(), a.quick)
         rows.append((case, "SDPA fwd+bwd", t_peer, flops / t_peer / 1e9, 1.0, ""))
-        for label, wgmma in (("tessera mma.sync", False), ("tessera wgmma", True)):
+        impls = [("tessera mma.sync", False, None), ("tessera wgmma", True, None)]
+        if a.variants and causal:
+            impls += [(f"wgmma {name}", True, v) for name, v in VARIANTS]
+        for label, wgmma, variant in impls:
             try:
+                set_variant(variant)
                 step = grad_fn(causal, wgmma)
                 got = step(q, k, v, do)
                 errs = [float((x.float() - r.float()).abs().max() / r.float().abs().max())
@@ -160,6 +215,8 @@ def main() -> None:
                 rows.append((case, label, float("nan"), 0.0, 0.0,
                              "ERROR " + traceback.format_exc(limit=2).replace("\n", " | ")))
             print(rows[-1], flush=True)
+
+        set_variant(None)
 
     # where the time goes: per-kernel CUDA times of one call of each path (causal)
     from torch.profiler import ProfilerActivity, profile

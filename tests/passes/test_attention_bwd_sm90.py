@@ -64,21 +64,27 @@ def test_shared_memory_layout(kind: str, d: int) -> None:
 
 @needs_ptxas
 @pytest.mark.parametrize(
-    ("kind", "sq", "sk", "d", "et", "causal"),
+    ("kind", "sq", "sk", "d", "et", "causal", "variant"),
     [
-        ("dkdv", 4096, 4096, 128, "bf16", True),
-        ("dq", 4096, 4096, 128, "bf16", True),
-        ("dkdv", 1000, 257, 64, "f16", False),
-        ("dq", 257, 1000, 64, "f16", True),
+        ("dkdv", 4096, 4096, 128, "bf16", True, {}),
+        ("dq", 4096, 4096, 128, "bf16", True, {}),
+        ("dkdv", 1000, 257, 64, "f16", False, {"stages": 3, "overlap": True}),
+        ("dq", 257, 1000, 64, "f16", True, {"overlap": True}),
+        ("dkdv", 4096, 4096, 128, "bf16", True, {"overlap": True, "keep_p": True}),
+        ("dq", 4096, 4096, 128, "bf16", True, {"overlap": True, "block_s": 128}),
     ],
 )
-def test_kernel_assembles_without_spills(kind, sq, sk, d, et, causal) -> None:
-    func = build_kernel("bwd", Sm90AttentionBwd(kind, 6, sq, sk, d, et, 0.125, causal))
+def test_kernel_assembles_without_spills(kind, sq, sk, d, et, causal, variant) -> None:
+    """Each kind and variant (stages, overlap, block_s, keep_p) assembles, with no spills."""
+    spec = Sm90AttentionBwd(kind, 6, sq, sk, d, et, 0.125, causal, **variant)
+    assert spec.smem_bytes <= SMEM_LIMIT
+    func = build_kernel("bwd", spec)
     func.verify()
     ptx = emit_ptx(ModuleOp([func]))
-    assert f"wgmma.mma_async.sync.aligned.m64n64k16.f32.{et}.{et}" in ptx  # X and Y
+    n = spec.block_s
+    assert f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{et}.{et}" in ptx  # X and Y
     rs = re.findall(rf"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{et}.{et} {{[^}}]*}}, {{", ptx)
-    assert len(rs) == (8 if kind == "dkdv" else 4)  # dV and dK (dkdv) or dQ: 4 k-steps each
+    assert len(rs) == (2 if kind == "dkdv" else 1) * n // 16  # dV and dK, or dQ
     assert "atom." not in ptx and "red." not in ptx  # deterministic: no atomics
     tool = ptxas.find_ptxas()
     r = subprocess.run([tool, "-arch=sm_90a", "-v", "-o", "/dev/null", "-"], input=ptx,

@@ -69,6 +69,12 @@ BLOCK_R = 128
 BLOCK_S = 64
 """Streamed rows per loop iteration."""
 CONSUMERS = 2
+STAGES = 2
+"""Slots of the streamed ring; with :data:`OVERLAP` and :data:`KEEP_P` the variants
+bench/attention_bwd_sm90.py times (:class:`Sm90AttentionBwd`)."""
+OVERLAP = False
+KEEP_P = False
+DQ_BLOCK_S = BLOCK_S
 HEAD_SIZES = (64, 128)
 _TYPE_NAMES = {BFloat16Type: "bf16", Float16Type: "f16"}
 
@@ -110,6 +116,14 @@ class Sm90AttentionBwd:
     scale: float
     causal: bool
     stages: int = 2
+    overlap: bool = False
+    """Leave a block's last wgmmas in flight while the next block's ``X`` and ``Y`` are
+    issued (its slot is released then), instead of waiting for them at the block's end."""
+    block_s: int = BLOCK_S
+    """Streamed rows per loop iteration (64; 128 fits the registers of ``dq`` only)."""
+    keep_p: bool = False
+    """``dkdv``: keep P in f32 registers for dS (else it is unpacked from the 16-bit A
+    operand of ``dV += P dO``: fewer live registers)."""
 
     @property
     def dkdv(self) -> bool:
@@ -142,7 +156,7 @@ class Sm90AttentionBwd:
     @property
     def str_bytes(self) -> int:
         """One streamed block of one operand."""
-        return self.nbox * BLOCK_S * SWIZZLE_BYTES
+        return self.nbox * self.block_s * SWIZZLE_BYTES
 
     def res_offset(self, i: int) -> int:
         return i * self.res_bytes
@@ -177,8 +191,8 @@ class Sm90AttentionBwd:
     def boxes(self) -> list[int]:
         """``ttarget.launch_ex`` boxes: outputs by pointer, R1, R2, S1, S2 by TMA, lse and
         Di by pointer."""
-        return [*[0, 0] * self.outputs, BOX, BLOCK_R, BOX, BLOCK_R, BOX, BLOCK_S, BOX, BLOCK_S,
-                0, 0, 0, 0]
+        return [*[0, 0] * self.outputs, BOX, BLOCK_R, BOX, BLOCK_R,
+                BOX, self.block_s, BOX, self.block_s, 0, 0, 0, 0]
 
 
 def lse_pad(sq: int) -> int:
@@ -238,24 +252,26 @@ class _Builder:
         """The streamed blocks ``[first, stop)`` this CTA visits and those whose mask it
         applies: ``jb < lo_end`` or ``jb >= hi_start``."""
         s, e = self.spec, self.e
-        n_blocks = cdiv(s.n_str, BLOCK_S)
-        full = s.n_str // BLOCK_S
+        n_blocks = cdiv(s.n_str, s.block_s)
+        full = s.n_str // s.block_s
         self.stop, self.lo_end = e.reg("b32"), e.reg("b32")
         self.hi_start = e.reg("b32")
         if s.dkdv and s.causal:
             # queries >= the first key: from block r0 / 64; masked up to the tile's last key
-            self.first = e.bin(tt.DivOp, "u32", self.r0, BLOCK_S)
+            self.first = e.bin(tt.DivOp, "u32", self.r0, s.block_s)
             e.mov("u32", self.stop, n_blocks)
-            e.add(tt.MinOp("u32", self.lo_end, e.add32(self.first, BLOCK_R // BLOCK_S), e.imm(n_blocks)))
+            diag = e.add32(self.first, BLOCK_R // s.block_s)
+            e.add(tt.MinOp("u32", self.lo_end, diag, e.imm(n_blocks)))
             e.mov("u32", self.hi_start, full)
             return
         self.first = e.reg("b32")
         e.mov("u32", self.first, 0)
         e.mov("u32", self.lo_end, 0)
         if s.causal:  # dq: keys up to the tile's last query; unmasked below its first
-            last = e.bin(tt.DivOp, "u32", e.add32(self.r0, BLOCK_R + BLOCK_S - 1), BLOCK_S)
+            last = e.bin(tt.DivOp, "u32", e.add32(self.r0, BLOCK_R + s.block_s - 1), s.block_s)
             e.add(tt.MinOp("u32", self.stop, last, e.imm(n_blocks)))
-            e.add(tt.MinOp("u32", self.hi_start, e.bin(tt.DivOp, "u32", self.r0, BLOCK_S), e.imm(full)))
+            below = e.bin(tt.DivOp, "u32", self.r0, s.block_s)
+            e.add(tt.MinOp("u32", self.hi_start, below, e.imm(full)))
         else:
             e.mov("u32", self.stop, n_blocks)
             e.mov("u32", self.hi_start, full)
@@ -282,7 +298,7 @@ class _Builder:
         loop = e.label("PRODUCE")
         e.add(tt.LabelOp(loop))
         e.add(tt.BraOp(self.end, e.setp("ge", jb, self.stop)))
-        row = e.mad32(jb, BLOCK_S, head_row)
+        row = e.mad32(jb, s.block_s, head_row)
         fresh = e.setp("lt", n, s.stages)
         for i in (0, 1):
             builders.wait_slot_free(e, stage, phase, self.empty[i], fresh)
@@ -290,7 +306,7 @@ class _Builder:
             e.add(tt.MbarrierArriveOp(full, e.imm(s.str_bytes)))
             base = e.mad32(stage, s.str_bytes, e.add32(self.sbase, s.str_offset(i)))
             for b in range(s.nbox):
-                dst = e.add32(base, b * BLOCK_S * SWIZZLE_BYTES) if b else base
+                dst = e.add32(base, b * s.block_s * SWIZZLE_BYTES) if b else base
                 e.add(tt.CpAsyncBulkTensorOp(dst, maps[2 + i], e.imm(b * BOX), row, full))
         for v in (jb, n):
             e.add(tt.AddOp("u32", v, v, e.imm(1)))
@@ -320,15 +336,15 @@ class _Builder:
             for i in (0, 1)
         ]
         self.s_desc = [e.desc(e.add32(self.sbase, s.str_offset(i)), k_major) for i in (0, 1)]
-        n_major = desc_hi(BLOCK_S * SWIZZLE_BYTES, 8 * SWIZZLE_BYTES)
+        n_major = desc_hi(s.block_s * SWIZZLE_BYTES, 8 * SWIZZLE_BYTES)
         self.s_desc_n = [e.desc(e.add32(self.sbase, s.str_offset(i)), n_major) for i in (0, 1)]
 
-        self.x = [e.reg("f32") for _ in range(BLOCK_S // 2)]
-        self.y = [e.reg("f32") for _ in range(BLOCK_S // 2)]
+        self.x = [e.reg("f32") for _ in range(s.block_s // 2)]
+        self.y = [e.reg("f32") for _ in range(s.block_s // 2)]
         self.acc_b = [e.reg("f32") for _ in range(s.d // 2)]
         self.acc_a = [e.reg("f32") for _ in range(s.d // 2)] if s.dkdv else []
-        self.p = [e.reg("b32") for _ in range(BLOCK_S // 4)]
-        self.ds = [e.reg("b32") for _ in range(BLOCK_S // 4)]
+        self.p = [e.reg("b32") for _ in range(s.block_s // 4)]
+        self.ds = [e.reg("b32") for _ in range(s.block_s // 4)]
         for r in self.acc_a + self.acc_b:
             e.mov("f32", r, e.fimm(0.0))
 
@@ -346,19 +362,28 @@ class _Builder:
         self.lse_ptr, self.di_ptr = lse_ptr, di_ptr
 
         e.wait(self.r_full, e.imm(0))
-        jb, stage, phase = (e.reg("b32") for _ in range(3))
+        jb, stage, phase, self.prev = (e.reg("b32") for _ in range(4))
         e.mov("u32", jb, self.first)
-        for v in (stage, phase):
+        for v in (stage, phase, self.prev):
             e.mov("u32", v, 0)
         top, done = e.label("BWD_LOOP"), e.label("BWD_LOOP_END")
         e.add(tt.LabelOp(top))
         e.add(tt.BraOp(done, e.setp("ge", jb, self.stop)))
         self.iteration(jb, stage, phase)
+        if s.overlap:
+            e.mov("u32", self.prev, stage)
         e.add(tt.AddOp("u32", jb, jb, e.imm(1)))
         e.advance(stage, phase, s.stages)
         e.add(tt.BraOp(top))
         e.add(tt.LabelOp(done))
+        e.add(tt.WgmmaWaitOp(0))
         self.store(outs)
+
+    def release(self, stage: SSAValue) -> None:
+        """Hand slot ``stage`` of both streamed operands back to the producer."""
+        for i in (0, 1):
+            self.e.add(tt.MbarrierArriveOp(builders.slot_barrier(self.e, stage, self.empty[i]),
+                                           guard=self.leader))
 
     def load_f32(self, ptr: SSAValue, offset: int) -> SSAValue:
         r = self.e.reg("f32")
@@ -375,13 +400,19 @@ class _Builder:
             self.gemm_ss(acc, self.r_desc[i], builders.stage_descriptor(
                 e, s64, s.str_bytes, self.s_desc[i]))
             e.add(tt.FenceOp("wgmma_commit"))
+        if s.overlap:  # the previous block's dV / dK wgmmas are done: release its slot
+            e.add(tt.WgmmaWaitOp(2))
+            skip = e.label("FIRST_BLOCK")
+            e.add(tt.BraOp(skip, e.setp("eq", jb, self.first)))
+            self.release(self.prev)
+            e.add(tt.LabelOp(skip))
         if s.dkdv:  # this block's columns of -lse log2e and Di
-            col = e.mul32(jb, BLOCK_S * 4)
+            col = e.mul32(jb, s.block_s * 4)
             lse_ptr, di_ptr = (self.offset_ptr(p, col) for p in (self.lse_ptr, self.di_ptr))
             lse = self.load_pairs(lse_ptr)
         e.add(tt.WgmmaWaitOp(1))
         self.mask(jb)
-        for j in range(BLOCK_S // 8):
+        for j in range(s.block_s // 8):
             for h in (0, 1):
                 for c in (0, 1):
                     neg = lse[2 * j + c] if s.dkdv else self.row_lse[h]
@@ -395,11 +426,11 @@ class _Builder:
             e.add(tt.FenceOp("wgmma_commit"))
             di = self.load_pairs(di_ptr)
             e.add(tt.WgmmaWaitOp(1))
-            probs = self.unpack(self.p)
+            probs = self.x if s.keep_p else self.unpack(self.p)
         else:
             e.add(tt.WgmmaWaitOp(0))
             probs = self.x
-        for j in range(BLOCK_S // 8):
+        for j in range(s.block_s // 8):
             for h in (0, 1):
                 for c in (0, 1):
                     i = 4 * j + 2 * h + c
@@ -412,10 +443,9 @@ class _Builder:
         self.gemm_rs(self.acc_b, self.ds, builders.stage_descriptor(
             e, s64, s.str_bytes, self.s_desc_n[0]))
         e.add(tt.FenceOp("wgmma_commit"))
-        e.add(tt.WgmmaWaitOp(0))
-        for i in (0, 1):
-            e.add(tt.MbarrierArriveOp(builders.slot_barrier(e, stage, self.empty[i]),
-                                      guard=self.leader))
+        if not s.overlap:
+            e.add(tt.WgmmaWaitOp(0))
+            self.release(stage)
 
     def offset_ptr(self, ptr: SSAValue, byte_offset: SSAValue) -> SSAValue:
         out = self.e.reg("b64")
@@ -425,9 +455,9 @@ class _Builder:
         return out
 
     def load_pairs(self, ptr: SSAValue) -> list[SSAValue]:
-        """The f32 pairs at columns ``8j + col0`` (j < BLOCK_S / 8) of a row buffer."""
+        """The f32 pairs at columns ``8j + col0`` (j < block_s / 8) of a row buffer."""
         vals = []
-        for j in range(BLOCK_S // 8):
+        for j in range(self.spec.block_s // 8):
             a, b = self.e.reg("f32"), self.e.reg("f32")
             self.e.add(tt.LdOp("global.nc.v2.f32", [a, b], ptr, 32 * j))
             vals += [a, b]
@@ -441,7 +471,7 @@ class _Builder:
         e.add(tt.BraOp(apply, e.setp("lt", jb, self.lo_end)))
         e.add(tt.BraOp(skip, e.setp("lt", jb, self.hi_start)))
         e.add(tt.LabelOp(apply))
-        colbase = e.mad32(jb, BLOCK_S, self.col0)
+        colbase = e.mad32(jb, s.block_s, self.col0)
         ninf = e.fimm(float("-inf"))
         for h in (0, 1):
             row = e.add32(self.row0, 8 * h)
@@ -452,7 +482,7 @@ class _Builder:
                 e.add(tt.MinOp("u32", limit, limit, row))
             rel = e.bin(tt.SubOp, "s32", limit, colbase)
             low = e.bin(tt.SubOp, "s32", row, colbase) if s.causal and s.dkdv else None
-            for j in range(BLOCK_S // 8):
+            for j in range(s.block_s // 8):
                 for c in (0, 1):
                     r = self.x[4 * j + 2 * h + c]
                     e.add(tt.SelpOp("f32", r, r, ninf, e.setp("ge", rel, 8 * j + c, "s32")))
@@ -465,16 +495,16 @@ class _Builder:
         s, e = self.spec, self.e
         for kk in range(s.d // WGMMA_K):
             a_step = (kk // 4) * BLOCK_R * SWIZZLE_BYTES + (kk % 4) * WGMMA_K * ELEM_BYTES
-            b_step = (kk // 4) * BLOCK_S * SWIZZLE_BYTES + (kk % 4) * WGMMA_K * ELEM_BYTES
+            b_step = (kk // 4) * s.block_s * SWIZZLE_BYTES + (kk % 4) * WGMMA_K * ELEM_BYTES
             ad = e.bin(tt.AddOp, "u64", a_desc, a_step >> 4, "b64") if a_step else a_desc
             bd = e.bin(tt.AddOp, "u64", b_desc, b_step >> 4, "b64") if b_step else b_desc
-            e.add(tt.WgmmaOp(f"m64n{BLOCK_S}k16.f32.{s.et}.{s.et}", acc, ad, bd,
+            e.add(tt.WgmmaOp(f"m64n{s.block_s}k16.f32.{s.et}.{s.et}", acc, ad, bd,
                              self.never if kk == 0 else self.always, trans_a=0, trans_b=0))
 
     def gemm_rs(self, acc: list[SSAValue], a: list[SSAValue], b_desc: SSAValue) -> None:
-        """``acc += A B`` (A: packed registers, 64 x BLOCK_S; B: the streamed block, N-major)."""
+        """``acc += A B`` (A: packed registers, 64 x block_s; B: the streamed block, N-major)."""
         s, e = self.spec, self.e
-        for kk in range(BLOCK_S // WGMMA_K):
+        for kk in range(s.block_s // WGMMA_K):
             step = kk * WGMMA_K * SWIZZLE_BYTES
             bd = e.bin(tt.AddOp, "u64", b_desc, step >> 4, "b64") if step else b_desc
             e.add(tt.WgmmaRsOp(f"m64n{s.d}k16.f32.{s.et}.{s.et}", acc, a[4 * kk:4 * kk + 4], bd,
@@ -484,7 +514,7 @@ class _Builder:
         """16-bit pairs of a D fragment as wgmma A registers: k-step ``kk`` takes column
         blocks ``2kk`` and ``2kk + 1``."""
         s, e = self.spec, self.e
-        for kk in range(BLOCK_S // 16):
+        for kk in range(s.block_s // 16):
             for i, (j, h) in enumerate(((2 * kk, 0), (2 * kk, 1), (2 * kk + 1, 0), (2 * kk + 1, 1))):
                 lo, hi = vals[4 * j + 2 * h], vals[4 * j + 2 * h + 1]
                 e.add(tt.CvtOp(f"rn.{s.et}x2.f32", out[4 * kk + i], [hi, lo]))
@@ -492,8 +522,8 @@ class _Builder:
     def unpack(self, packed: list[SSAValue]) -> list[SSAValue]:
         """The f32 values of :meth:`pack`'s registers, in fragment order."""
         s, e = self.spec, self.e
-        vals: list[SSAValue] = [None] * (BLOCK_S // 2)  # type: ignore[list-item]
-        for kk in range(BLOCK_S // 16):
+        vals: list[SSAValue] = [None] * (s.block_s // 2)  # type: ignore[list-item]
+        for kk in range(s.block_s // 16):
             for i, (j, h) in enumerate(((2 * kk, 0), (2 * kk, 1), (2 * kk + 1, 0), (2 * kk + 1, 1))):
                 halves = [e.reg("b16"), e.reg("b16")]
                 e.add(tt.UnpackOp("b32", halves, packed[4 * kk + i]))
@@ -543,7 +573,8 @@ def specs_for(op: g.FlashAttentionBwdOp) -> tuple[Sm90AttentionBwd, Sm90Attentio
     scale = op.scale.value.data if op.scale is not None else 1.0 / pymath.sqrt(d)
     et = _TYPE_NAMES[type(g.elem_of(op.q))]
     return tuple(  # type: ignore[return-value]
-        Sm90AttentionBwd(kind, heads, qs[-2], ks[-2], d, et, scale, op.causal is not None)
+        Sm90AttentionBwd(kind, heads, qs[-2], ks[-2], d, et, scale, op.causal is not None,
+                         STAGES, OVERLAP, BLOCK_S if kind == "dkdv" else DQ_BLOCK_S, KEEP_P)
         for kind in ("dkdv", "dq")
     )
 

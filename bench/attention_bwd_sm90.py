@@ -33,10 +33,11 @@ CHECKS = [  # b, h, sq, sk, d, elem, causal
 ]
 TOL = {"bf16": 2e-2, "f16": 4e-3}
 VARIANTS = [  # (STAGES, OVERLAP, KEEP_P, DQ_BLOCK_S) of tessera.passes.sm90.attention_bwd_sm90
+    ("2 stages, no overlap", (2, False, False, 64)),
     ("3 stages", (3, False, False, 64)),
     ("overlap", (2, True, False, 64)),
     ("overlap 3 stages", (3, True, False, 64)),
-    ("overlap keep_p", (2, True, True, 64)),
+    ("overlap keep_p 3 stages", (3, True, True, 64)),
     ("overlap dq128", (2, True, False, 128)),
 ]
 VARIANT_CHECKS = [

@@ -1,5 +1,10 @@
 """Tensor-core attention backward for ``tgraph.flash_attention_bwd`` (bf16/f16).
 
+These are the ``mma.sync`` kernels, for every device; on sm90, ``lower-attention-sm90``
+takes the ops :func:`tessera.passes.sm90.attention_bwd_sm90.eligible` accepts to its TMA +
+wgmma kernels instead (with :func:`lower_dot_padded`, this module's ``dot`` over padded
+buffers), unless ``CompileOptions.sm90_attention_bwd`` is off.
+
 The FlashAttention-2 algorithm: nothing of size ``Sq x Sk`` is stored; each kernel
 recomputes ``S = q kᵀ`` and ``P = exp(scale S - lse)`` from the log-sum-exp the forward
 saved (``tgraph.flash_attention_fwd``). Three kernels, all deterministic (every output

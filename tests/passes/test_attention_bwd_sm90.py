@@ -68,9 +68,9 @@ def test_shared_memory_layout(kind: str, d: int) -> None:
     [
         ("dkdv", 4096, 4096, 128, "bf16", True, {}),
         ("dq", 4096, 4096, 128, "bf16", True, {}),
-        ("dkdv", 1000, 257, 64, "f16", False, {"stages": 3, "overlap": True}),
-        ("dq", 257, 1000, 64, "f16", True, {"overlap": True}),
-        ("dkdv", 4096, 4096, 128, "bf16", True, {"overlap": True, "keep_p": True}),
+        ("dkdv", 1000, 257, 64, "f16", False, {"stages": 3, "overlap": False, "keep_p": False}),
+        ("dq", 257, 1000, 64, "f16", True, {"overlap": False}),
+        ("dkdv", 4096, 4096, 128, "bf16", True, {"overlap": False, "keep_p": False}),
         ("dq", 4096, 4096, 128, "bf16", True, {"overlap": True, "block_s": 128}),
     ],
 )

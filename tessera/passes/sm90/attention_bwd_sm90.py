@@ -24,6 +24,13 @@ The log-sum-exp (as ``-lse log2e``) and ``Di`` come from the ``attention_bwd_dot
 prologue kernel in buffers of ``[heads, pad]`` f32 (``pad = ceil(Sq / 128) 128``, zeros
 past ``Sq``), so the kernels read them without bounds checks.
 
+Scheduling within a consumer: ``X`` and ``Y`` are issued together; P is computed while
+``Y`` runs, dS while ``accA += P S2`` runs, and a block's last accumulations stay in flight
+while the next block's ``X`` and ``Y`` are issued (``wgmma.wait_group 2`` then frees the
+block's ring slot). :data:`STAGES`, :data:`OVERLAP`, :data:`KEEP_P` and :data:`DQ_BLOCK_S`
+choose among variants measured on an H100
+(docs/perf/2026-11-24-h100-attention-bwd-wgmma.txt): the defaults were the fastest.
+
 Masks: causal is key ``<=`` query (top-left aligned, as the forward). Streamed rows past
 the end of the sequence (the next head's rows, or TMA's zero fill) are masked to
 ``P = 0`` in the blocks that need it (a uniform branch around the mask code); resident
@@ -72,8 +79,8 @@ CONSUMERS = 2
 STAGES = 2
 """Slots of the streamed ring; with :data:`OVERLAP` and :data:`KEEP_P` the variants
 bench/attention_bwd_sm90.py times (:class:`Sm90AttentionBwd`)."""
-OVERLAP = False
-KEEP_P = False
+OVERLAP = True
+KEEP_P = True
 DQ_BLOCK_S = BLOCK_S
 HEAD_SIZES = (64, 128)
 _TYPE_NAMES = {BFloat16Type: "bf16", Float16Type: "f16"}
@@ -116,12 +123,12 @@ class Sm90AttentionBwd:
     scale: float
     causal: bool
     stages: int = 2
-    overlap: bool = False
+    overlap: bool = True
     """Leave a block's last wgmmas in flight while the next block's ``X`` and ``Y`` are
     issued (its slot is released then), instead of waiting for them at the block's end."""
     block_s: int = BLOCK_S
     """Streamed rows per loop iteration (64; 128 fits the registers of ``dq`` only)."""
-    keep_p: bool = False
+    keep_p: bool = True
     """``dkdv``: keep P in f32 registers for dS (else it is unpacked from the 16-bit A
     operand of ``dV += P dO``: fewer live registers)."""
 

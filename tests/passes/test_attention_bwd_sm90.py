@@ -127,3 +127,53 @@ def test_options_select_the_kernels() -> None:
     off = CompileOptions.from_env({"TESSERA_SM90_ATTENTION_BWD": "0"}, device=None)
     assert not off.sm90_attention_bwd and off.key() != CompileOptions().key()
     assert CompileOptions.from_env({}, device=None).sm90_attention_bwd
+
+
+def test_dot_prologue_in_float64() -> None:
+    """``attention_bwd_dot`` over padded rows (Tile IR interpreter): ``Di = rowsum(do ∘ o)``
+    and ``-lse log2e`` per head, zeros in the rows past ``Sq``; against numpy in float64."""
+    import ml_dtypes
+    import numpy as np
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import FunctionType, TensorType, f32
+
+    from tessera.passes import tile_attention_bwd
+    from tessera.passes.lower_graph_to_tile import _FunctionLowering
+    from tessera.passes.sm90.attention_bwd_sm90 import LOG2E
+    from tessera.runtime.tile_interpreter import run_host
+
+    b, h, sq, d = 2, 3, 70, 64
+    pad = lse_pad(sq)
+    t, tl = f"tensor<{b}x{h}x{sq}x{d}xbf16>", f"tensor<{b}x{h}x{sq}xf32>"
+    m = parse(f"""func.func @f(%q: {t}, %o: {t}, %do: {t}, %lse: {tl}) -> ({t}, {t}, {t}) {{
+      %dq, %dk, %dv = tgraph.flash_attention_bwd %q, %q, %q, %o, %do, %lse causal : ({t}, {t}, {t}, {t}, {t}, {tl}) -> ({t}, {t}, {t})
+      func.return %dq, %dk, %dv : {t}, {t}, {t} }}""")
+    (fn,) = m.body.block.ops
+    bufs = []
+
+    def dot_only(lw, op) -> bool:
+        buf = TensorType(f32, [b * h, pad])
+        bufs.extend([lw.alloc(buf), lw.alloc(buf)])
+        tile_attention_bwd.lower_dot_padded(lw, op, bufs[0], bufs[1], pad)
+        for r in op.results:
+            lw.env[r] = lw.alloc(r.type)
+        return True
+
+    lw = _FunctionLowering(m, fn, {g.FlashAttentionBwdOp: (dot_only,)})
+    lw.run()
+    ret = lw.host.body.block.last_op
+    assert isinstance(ret, func.ReturnOp)
+    ret.detach()
+    ret.erase()
+    lw.host.body.block.add_op(func.ReturnOp(*bufs))
+    lw.host.function_type = FunctionType.from_lists(
+        lw.host.function_type.inputs.data, [v.type for v in bufs])
+    rng = np.random.default_rng(5)
+    q, o, do = (rng.standard_normal((b, h, sq, d)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    lse = rng.standard_normal((b, h, sq)).astype(np.float32)
+    di, nlse = run_host(m, "f", [q, o, do, lse])
+    want_di = (o.astype(np.float64) * do.astype(np.float64)).sum(-1).reshape(b * h, sq)
+    assert np.abs(di[:, :sq] - want_di).max() < 1e-4 * np.abs(want_di).max()
+    assert np.allclose(nlse[:, :sq], -lse.astype(np.float64).reshape(b * h, sq) * LOG2E,
+                       rtol=1e-6, atol=0)
+    assert not di[:, sq:].any() and not nlse[:, sq:].any()

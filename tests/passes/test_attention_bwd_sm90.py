@@ -94,8 +94,8 @@ def test_kernel_assembles_without_spills(kind, sq, sk, d, et, causal, variant) -
 
 
 def _lowered(sm90: bool, attention_bwd: bool, elem: str = "bf16") -> ModuleOp:
-    qs = (1, 2, 200, 128)
-    m = parse(grad_text(qs, (1, 2, 130, 128), elem, True))
+    qs = (1, 2, 200, 64)
+    m = parse(grad_text(qs, (1, 2, 130, 64), elem, True))
     LowerGraphToTile(sm90=sm90, sm90_attention_bwd=attention_bwd).apply(default_context(), m)
     m.verify()
     return m
@@ -115,11 +115,11 @@ def test_lowering_choice() -> None:
     assert list(dkdv.boxes.get_values()) == [0, 0, 0, 0, 64, 128, 64, 128, 64, 64, 64, 64,
                                              0, 0, 0, 0]
     for sm90, bwd in ((True, False), (False, True)):
-        names = {op.sym_name.data for op in _lowered(sm90, bwd).walk()
-                 if isinstance(op, tl.KernelOp)}
+        ops = list(_lowered(sm90, bwd).walk())
+        names = {op.sym_name.data for op in ops if isinstance(op, tl.KernelOp)}
         assert {"f_attention_bwd_dkdv_0", "f_attention_bwd_dq_0"} <= names
         assert not any(isinstance(op, tt.FuncOp) and "attention_bwd" in op.sym_name.data
-                       for op in _lowered(sm90, bwd).walk())
+                       for op in ops)
 
 
 def test_options_select_the_kernels() -> None:
@@ -177,3 +177,25 @@ def test_dot_prologue_in_float64() -> None:
     assert np.allclose(nlse[:, :sq], -lse.astype(np.float64).reshape(b * h, sq) * LOG2E,
                        rtol=1e-6, atol=0)
     assert not di[:, sq:].any() and not nlse[:, sq:].any()
+
+
+def test_grad_selects_the_sm90_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ts.grad`` of attention compiled for sm90 lowers to the wgmma backward;
+    ``TESSERA_SM90_ATTENTION_BWD=0`` keeps the mma.sync kernels."""
+    import ml_dtypes
+    import numpy as np
+
+    import tessera as ts
+
+    rng = np.random.default_rng(3)
+    q, k, v, do = (rng.standard_normal((1, 2, 130, 64)).astype(ml_dtypes.bfloat16)
+                   for _ in range(4))
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    for flag, sm90 in (("1", True), ("0", False)):
+        monkeypatch.setenv("TESSERA_SM90_ATTENTION_BWD", flag)
+        step = ts.grad(lambda q, k, v, do: ts.sum(ts.flash_attention(q, k, v, causal=True) * do),
+                       argnums=(0, 1, 2))
+        tile = step.specialize(q, k, v, do).ir("tile")
+        names = {op.sym_name.data for op in tile.walk() if isinstance(op, tt.FuncOp | tl.KernelOp)}
+        assert ("lambda__grad_attention_bwd_dkdv_sm90_0" in names) == sm90, names
+        assert ("lambda__grad_attention_bwd_dkdv_0" in names) == (not sm90), names

@@ -36,7 +36,7 @@ the end of the sequence (the next head's rows, or TMA's zero fill) are masked to
 ``P = 0`` in the blocks that need it (a uniform branch around the mask code); resident
 rows past the end only produce rows that are not stored. Causal ``dkdv`` CTAs start at
 the first query block reaching their keys, ``dq`` CTAs stop after the last key block
-their queries see; CTAs with the most blocks start first.
+their queries see; within a head, the tiles with the most blocks start first.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ Environment variables (read only here):
 =============================  ====================================================
 ``TESSERA_SM90_MATMUL``        ``1``/``0``: use the sm_90a (TMA + wgmma) matmul and
                                attention kernels; unset: when the device is sm_90
+``TESSERA_SM90_ATTENTION_BWD`` ``0``: with the sm_90a kernels, keep the attention
+                               backward on the ``mma.sync`` kernels (default ``1``:
+                               the TMA + wgmma ones)
 ``TESSERA_AUTOTUNE``           ``1``: time the sm90 tile configs of a matmul shape
                                that has no tuned entry yet
 ``TESSERA_DETERMINISTIC``      ``0``: lowered programs may run ``all_reduce`` in the
@@ -158,6 +161,9 @@ class CompileOptions:
     sm90_kernels: bool = False
     """Lower bf16/f16 matmuls and attention to the sm_90a TMA + wgmma kernels
     (``lower-matmul-sm90``, ``lower-attention-sm90``)."""
+    sm90_attention_bwd: bool = True
+    """With :attr:`sm90_kernels`: lower ``flash_attention_bwd`` to the TMA + wgmma backward
+    kernels (``tessera.passes.sm90.attention_bwd_sm90``); False keeps the ``mma.sync`` ones."""
     autotune: bool = False
     """Time the sm90 tile configs of a matmul shape with no tuned entry (needs the GPU)."""
     sm90_tiles: tuple[tuple[str, TileConfig], ...] = ()
@@ -198,6 +204,7 @@ class CompileOptions:
             arch=arch,
             device=dev.name if dev is not None else "",
             sm90_kernels=arch == "sm_90" if sm90 is None else sm90,
+            sm90_attention_bwd=_flag(e, "TESSERA_SM90_ATTENTION_BWD") is not False,
             autotune=bool(_flag(e, "TESSERA_AUTOTUNE")),
             deterministic=_flag(e, "TESSERA_DETERMINISTIC") is not False,
             allow_tf32=bool(_flag(e, "TESSERA_ALLOW_TF32")),

@@ -1228,6 +1228,9 @@ class LowerGraphToTile(ModulePass):
     allow_tf32: bool = False
     """With ``sm90``: f32 matmuls run as one TF32 wgmma product (operands rounded to TF32)
     instead of the full-accuracy 3xTF32 one (``CompileOptions.allow_tf32``)."""
+    sm90_attention_bwd: bool = True
+    """With ``sm90``: ``flash_attention_bwd`` runs as the wgmma backward kernels
+    (``CompileOptions.sm90_attention_bwd``); False keeps the ``mma.sync`` ones."""
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         """Lowerings tried before the generic one, by op type."""
@@ -1239,7 +1242,7 @@ class LowerGraphToTile(ModulePass):
         return {
             **LowerMatmulSm90(sm90_tiles=self.sm90_tiles,
                              allow_tf32=self.allow_tf32).overrides(),
-            **LowerAttentionSm90().overrides(),
+            **LowerAttentionSm90(sm90_attention_bwd=self.sm90_attention_bwd).overrides(),
         }
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

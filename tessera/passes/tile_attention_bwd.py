@@ -1,5 +1,10 @@
 """Tensor-core attention backward for ``tgraph.flash_attention_bwd`` (bf16/f16).
 
+These are the ``mma.sync`` kernels, for every device; on sm90, ``lower-attention-sm90``
+takes the ops :func:`tessera.passes.sm90.attention_bwd_sm90.eligible` accepts to its TMA +
+wgmma kernels instead (with :func:`lower_dot_padded`, this module's ``dot`` over padded
+buffers), unless ``CompileOptions.sm90_attention_bwd`` is off.
+
 The FlashAttention-2 algorithm: nothing of size ``Sq x Sk`` is stored; each kernel
 recomputes ``S = q kᵀ`` and ``P = exp(scale S - lse)`` from the log-sum-exp the forward
 saved (``tgraph.flash_attention_fwd``). Three kernels, all deterministic (every output
@@ -157,6 +162,52 @@ def _dot(e: KernelEmitter, args: list[SSAValue], s: _Spec) -> None:
         acc = e.fadd(acc, e.op(tt.ShuffleXorOp(acc, off)))
         off *= 2
     e.store(acc, di, idx, e.and_(ok, e.eq(c, 0)))
+
+
+def lower_dot_padded(
+    lw: _FunctionLowering, op: g.FlashAttentionBwdOp, di: SSAValue, nlse: SSAValue, pad: int
+) -> None:
+    """The ``attention_bwd_dot`` prologue of the sm90 backward kernels: ``Di = rowsum(do ∘
+    o)`` and ``-lse log2e`` into ``[heads, pad]`` f32 buffers, zeros in rows ``>= Sq``."""
+    s = _Spec(op)
+    o, do, lse = lw.mem(op.o), lw.mem(op.do), lw.mem(op.lse)
+    lanes = s.d // 8
+    lw.kernel(
+        "attention_bwd_dot", [di, nlse, o, do, lse], 128,
+        [cdiv(s.n_batch * pad, 128 // lanes), 1, 1],
+        lambda e, a: _dot_padded(e, a, s, pad),
+    )
+
+
+def _dot_padded(e: KernelEmitter, args: list[SSAValue], s: _Spec, pad: int) -> None:
+    """:func:`_dot` over ``pad`` rows per head, also storing ``-lse log2e``."""
+    di, nlse, o, do, lse = args
+    lanes = s.d // 8
+    lane = e.local_id()
+    row = e.add(e.mul(e.tile_id("x"), 128 // lanes), e.div(lane, lanes))
+    c = e.rem(lane, lanes)
+    in_grid = e.lt(row, s.n_batch * pad)
+    row = e.select(in_grid, row, 0)
+    bh, qi = e.div(row, pad), e.rem(row, pad)
+    ok = e.and_(in_grid, e.lt(qi, s.sq))
+    idx = [*(e.unravel(bh, s.batch) if s.batch else []), e.select(ok, qi, 0)]
+    col = e.index(e.mul(c, 8))
+    ov = e.op(tt.LoadVectorOp(o, [e.index(i) for i in idx] + [col], 8, ok))
+    dov = e.op(tt.LoadVectorOp(do, [e.index(i) for i in idx] + [col], 8, ok))
+    acc = None
+    for i in range(8):
+        prod = e.fmul(e.convert(e.extract(ov, i), f32), e.convert(e.extract(dov, i), f32))
+        acc = prod if acc is None else e.fadd(acc, prod)
+    assert acc is not None
+    off = 1
+    while off < lanes:
+        acc = e.fadd(acc, e.op(tt.ShuffleXorOp(acc, off)))
+        off *= 2
+    zero = e.const(0.0, f32)
+    first = e.and_(in_grid, e.eq(c, 0))
+    e.store(e.vselect(ok, acc, zero), di, [bh, qi], first)
+    lv = e.load(lse, idx, ok, zero)
+    e.store(e.vselect(ok, e.fmul(lv, e.const(-LOG2E, f32)), zero), nlse, [bh, qi], first)
 
 
 class _Common:

@@ -1,7 +1,9 @@
 """``ts.grad`` of flash attention on the GPU (``flash_attention_fwd`` saving the
-log-sum-exp, the ``flash_attention_bwd`` kernels of tessera/passes/tile_attention_bwd.py)
-against torch float64 autograd: ragged lengths, causal or not, head sizes 64 and 128,
-bf16 and f16; and two runs give bitwise-identical gradients."""
+log-sum-exp; ``flash_attention_bwd`` as the mma.sync kernels of
+tessera/passes/tile_attention_bwd.py and, on sm90, the wgmma kernels of
+tessera/passes/sm90/attention_bwd_sm90.py) against torch float64 autograd: ragged
+lengths, causal or not, head sizes 64 and 128, bf16 and f16; and two runs give
+bitwise-identical gradients."""
 
 from __future__ import annotations
 
@@ -16,6 +18,10 @@ pytestmark = [
 ]
 
 import tessera as ts  # noqa: E402
+from tessera.options import CompileOptions  # noqa: E402
+
+SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+PATHS = ["mma_sync", pytest.param("wgmma", marks=pytest.mark.skipif(not SM90, reason="needs sm_90"))]
 
 TYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 TOL = {"bf16": 2e-2, "f16": 4e-3}
@@ -32,11 +38,12 @@ def _reference(q, k, v, do, causal):
     return torch.autograd.grad(o, (q, k, v), do.double())
 
 
-def _grad_fn(causal: bool):
-    return ts.grad(
-        lambda q, k, v, do: ts.sum(ts.flash_attention(q, k, v, causal=causal) * do),
-        argnums=(0, 1, 2),
-    )
+def _grad_fn(causal: bool, path: str = "mma_sync"):
+    """``path`` "wgmma": the sm90 backward kernels; "mma_sync": the Tile IR ones."""
+    opts = CompileOptions.from_env(sm90_attention_bwd=path == "wgmma")
+    f = ts.jit(lambda q, k, v, do: ts.sum(ts.flash_attention(q, k, v, causal=causal) * do),
+               options=opts)
+    return ts.grad(f, argnums=(0, 1, 2))
 
 
 def _inputs(b, h, sq, sk, d, elem):
@@ -55,27 +62,32 @@ def _inputs(b, h, sq, sk, d, elem):
         (1, 2, 257, 257, 128, "bf16", False),
         (2, 4, 1024, 1024, 128, "bf16", True),
         (1, 4, 1000, 1000, 64, "f16", True),
+        (1, 2, 257, 1000, 128, "f16", True),
+        (1, 1, 4097, 4097, 128, "bf16", True),
+        (1, 1, 4097, 4097, 64, "f16", False),
     ],
 )
-def test_grad_matches_float64(b, h, sq, sk, d, elem, causal):
-    step = _grad_fn(causal)
+@pytest.mark.parametrize("path", PATHS)
+def test_grad_matches_float64(b, h, sq, sk, d, elem, causal, path):
+    step = _grad_fn(causal, path)
     q, k, v, do = _inputs(b, h, sq, sk, d, elem)
-    for shape in ((b, h, sq, d), (b, h, sk, d)):  # unwritten outputs show up as NaN
-        junk = torch.full(shape, float("nan"), device="cuda", dtype=TYPES[elem])
-        del junk
+    junk = torch.full((64 << 20,), float("nan"), device="cuda", dtype=torch.float16)
+    del junk  # outputs land in memory full of NaN: unwritten elements show up
     got = step(q, k, v, do)
     torch.cuda.synchronize()
     want = _reference(q, k, v, do, causal)
     ptx = step.inspect_ir("ptx")
-    assert "attention_bwd_dkdv" in ptx and "attention_bwd_dq" in ptx
+    suffix = "_sm90" if path == "wgmma" else ""
+    assert f"attention_bwd_dkdv{suffix}_" in ptx and f"attention_bwd_dq{suffix}_" in ptx
     for name, x, w in zip(("dq", "dk", "dv"), got, want):
         assert torch.isfinite(x).all(), name
         err = float((x.double() - w).abs().max() / w.abs().max())
         assert err < TOL[elem], (name, err)
 
 
-def test_gradients_are_bitwise_deterministic():
-    step = _grad_fn(True)
+@pytest.mark.parametrize("path", PATHS)
+def test_gradients_are_bitwise_deterministic(path):
+    step = _grad_fn(True, path)
     q, k, v, do = _inputs(2, 4, 1000, 1000, 128, "bf16")
     first = [x.clone() for x in step(q, k, v, do)]
     second = step(q, k, v, do)

@@ -11,5 +11,7 @@
 * the kernels and their lowerings: :mod:`.lower_matmul_sm90` (the GEMM, pass
   ``lower-matmul-sm90``), :mod:`.epilogue` (its fused bias and activation),
   :mod:`.transpose` (K-major copies of fp8 operands), :mod:`.conv` (conv2d through
-  im2col and the GEMM) and :mod:`.lower_attention_sm90` (pass ``lower-attention-sm90``).
+  im2col and the GEMM), :mod:`.lower_attention_sm90` (pass ``lower-attention-sm90``) and
+  :mod:`.attention_bwd_sm90` (the attention backward's dK/dV and dQ kernels, lowered by
+  the same pass).
 """

@@ -520,12 +520,19 @@ def lower_attention_sm90(
 
 @dataclass(frozen=True)
 class LowerAttentionSm90(LowerGraphToTile):
-    """``lower-graph-to-tile`` with bf16/f16 flash attention as a TMA + wgmma kernel (sm_90a)."""
+    """``lower-graph-to-tile`` with bf16/f16 flash attention (and, unless
+    ``sm90_attention_bwd=false``, its backward: :mod:`.attention_bwd_sm90`) as TMA + wgmma
+    kernels (sm_90a)."""
 
     name = "lower-attention-sm90"
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
-        return {
+        from tessera.passes.sm90.attention_bwd_sm90 import lower_attention_bwd_sm90
+
+        found: dict[type[Operation], tuple[Override, ...]] = {
             g.FlashAttentionOp: (lower_attention_sm90,),  # type: ignore[dict-item]
             g.FlashAttentionFwdOp: (lower_attention_sm90,),  # type: ignore[dict-item]
         }
+        if self.sm90_attention_bwd:  # and flash_attention_bwd (attention_bwd_sm90)
+            found[g.FlashAttentionBwdOp] = (lower_attention_bwd_sm90,)  # type: ignore[assignment]
+        return found

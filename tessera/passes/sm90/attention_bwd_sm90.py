@@ -602,10 +602,8 @@ def lower_attention_bwd_sm90(lw: _FunctionLowering, op: g.FlashAttentionBwdOp) -
     di, nlse = lw.alloc(buf), lw.alloc(buf)
     tile_attention_bwd.lower_dot_padded(lw, op, di, nlse, pad)
     q, k, v, do = (lw.mem(x) for x in (op.q, op.k, op.v, op.do))
-    n = lw.counter.get("attention_bwd", 0)
-    lw.counter["attention_bwd"] = n + 1
     for spec, args in ((dkdv, [dk, dv, k, v, q, do, nlse, di]), (dq_spec, [dq, q, do, k, v, nlse, di])):
-        name = f"{lw.prefix}_attention_bwd_{spec.kind}_sm90_{n}"
-        lw.module.body.block.insert_op_before(build_kernel(name, spec), lw.fn)
+        name = lw.named_kernel(f"attention_bwd_{spec.kind}_sm90",
+                               lambda nm, spec=spec: build_kernel(nm, spec))
         lw.hb.add_op(tt.LaunchExOp(name, args, spec.grid(), spec.smem_bytes, spec.boxes()))
     return True

@@ -1156,6 +1156,9 @@ class LowerGraphToTile(ModulePass):
     allow_tf32: bool = False
     """With ``sm90``: f32 matmuls run as one TF32 wgmma product (operands rounded to TF32)
     instead of the full-accuracy 3xTF32 one (``CompileOptions.allow_tf32``)."""
+    split_k: str | int = "off"
+    """With ``sm90``: split-K for matmuls with too few output tiles: ``off``, ``auto`` (the
+    cost rule of ``matmul_config.split_k``) or a count (``CompileOptions.split_k``)."""
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         """Lowerings tried before the generic one, by op type."""
@@ -1165,8 +1168,8 @@ class LowerGraphToTile(ModulePass):
         from tessera.passes.sm90.lower_matmul_sm90 import LowerMatmulSm90
 
         return {
-            **LowerMatmulSm90(sm90_tiles=self.sm90_tiles,
-                             allow_tf32=self.allow_tf32).overrides(),
+            **LowerMatmulSm90(sm90_tiles=self.sm90_tiles, allow_tf32=self.allow_tf32,
+                             split_k=self.split_k).overrides(),
             **LowerAttentionSm90().overrides(),
         }
 

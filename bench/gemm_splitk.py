@@ -298,10 +298,12 @@ def config_section(b: Bench, n: int = 8192) -> None:
           lambda: (b.time(lambda: jf(af, bf)), rel_err(poisoned(jf, [af, bf]), ref),
                    _label(gemm_for_jit(jf, af, bf))), flops, peer, TOL["fp8"])
     for cfg in FP8_CONFIGS:
-        gemm = Sm90Gemm(n, n, n, "e4m3", "bf16", cfg, b_t=True)
-        b.add(case, _label(cfg), lambda gemm=gemm: _direct(b, sm90.gemm_runner(gemm), af, bf,
-                                                            ref, torch.bfloat16),
-              flops, peer, TOL["fp8"])
+        for overlap in (False, True):
+            gemm = Sm90Gemm(n, n, n, "e4m3", "bf16", cfg, b_t=True, overlap=overlap)
+            b.add(case, _label(cfg) + " overlap" * overlap,
+                  lambda gemm=gemm: _direct(b, sm90.gemm_runner(gemm), af, bf, ref,
+                                            torch.bfloat16),
+                  flops, peer, TOL["fp8"])
 
 
 def gemm_for_jit(fn: Any, a: Any, b: Any) -> mc.Sm90Config:
@@ -344,7 +346,7 @@ def table(rows: list[Row]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path)
-    p.add_argument("--only", default="split,configs")
+    p.add_argument("--only", default="configs,split")
     p.add_argument("--budget", type=float, default=150.0)
     args = p.parse_args(argv)
     import torch
@@ -354,10 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(env), flush=True)
     b = Bench(args.budget)
     only = args.only.split(",")
-    if "split" in only:
-        split_section(b)
-    if "configs" in only:
-        config_section(b)
+    for name, section in (("configs", config_section), ("split", split_section)):
+        if name in only:
+            section(b)
     if args.out:
         args.out.write_text(json.dumps({"env": env, "rows": [asdict(r) for r in b.rows]},
                                        indent=1))

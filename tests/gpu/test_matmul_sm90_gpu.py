@@ -417,3 +417,42 @@ def test_split_k_fp8(out: str) -> None:
     assert torch.isfinite(c).all()
     err = float((c.double() - ref).norm() / ref.norm())
     assert err < (3e-4 if out == "f32" else 1e-2), err
+
+
+@pytest.mark.parametrize(("in_t", "out_t"), [("e4m3", "bf16"), ("e4m3", "f32"), ("e5m2", "f32"),
+                                             ("3xtf32", "f32")])
+@pytest.mark.parametrize(("m", "n", "k", "splits"), [(1000, 520, 1000, 1), (256, 136, 40, 1),
+                                                     (512, 384, 4096, 3)])
+def test_overlapped_promotion(in_t: str, out_t: str, m: int, n: int, k: int, splits: int) -> None:
+    """Two accumulator sets by turns (a stage's wgmmas run while the previous stage is added
+    into the f32 totals) give the bits of the kernel that waits for each stage."""
+    tdt = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2, "3xtf32": None}[in_t]
+    gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda", generator=gen)
+    b = torch.randn(n, k, device="cuda", generator=gen)
+    if tdt is not None:
+        a, b = a.to(tdt), b.to(tdt)
+        args = (a, b)
+    else:  # the [2, rows, K] hi/lo copies the kernel reads
+        def split(x: torch.Tensor) -> torch.Tensor:
+            hi = (x.view(torch.int32) + 0x1000 & -0x2000).view(torch.float32)
+            lo = ((x - hi).view(torch.int32) + 0x1000 & -0x2000).view(torch.float32)
+            return torch.stack([hi, lo]).contiguous()
+        args = (split(a), split(b))
+    cfg = mc.Sm90Config(bn=128, stages=4 if in_t != "3xtf32" else 2)
+    if splits > 1:
+        out_t = "f32"
+    rows = splits * m
+    outs = []
+    for overlap in (False, True):
+        c = torch.full((rows, n), float("nan"), device="cuda", dtype=TYPES[out_t])
+        gemm = Sm90Gemm(m, n, k, in_t, out_t, cfg, b_t=True, overlap=overlap, splits=splits)
+        sm90.gemm_runner(gemm)(c, *args)
+        torch.cuda.synchronize()
+        outs.append(c)
+    total = outs[1].view(splits, m, n).double().sum(0)
+    ref = a.double() @ b.double().T
+    assert torch.isfinite(outs[1]).all()
+    err = float((total - ref).norm() / ref.norm())
+    assert err < (1e-2 if out_t == "bf16" else 3e-4 if in_t != "3xtf32" else 2e-6), err
+    assert torch.equal(outs[0], outs[1])

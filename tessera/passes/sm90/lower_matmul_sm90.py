@@ -284,6 +284,10 @@ class Sm90Gemm:
     epilogue: Sm90Epilogue | None = None
     """Bias add and activation applied to the accumulators before the store (the kernel
     then takes the bias pointer as a fourth parameter when there is one)."""
+    overlap: bool = False
+    """Promoting kernels (fp8, 3xTF32) with two accumulator sets used by turns: a stage's
+    wgmmas run while the previous stage's product is added into the f32 totals (instead
+    of waiting for each stage's wgmmas before adding)."""
     splits: int = 1
     """Split-K: K is cut into ``splits`` ranges of :attr:`split_ktiles` stages; work unit
     ``u`` computes range ``u // tiles`` of tile ``u % tiles`` and stores its f32 partial
@@ -308,6 +312,9 @@ class Sm90Gemm:
                 f"and, with an MN-major operand, K a multiple of {self.box_k}, got "
                 f"M = {self.m}, K = {self.k}"
             )
+        if self.overlap and not self.promotes:
+            raise ValueError("lower-matmul-sm90: two accumulator sets are for kernels that "
+                             "promote (fp8, 3xTF32)")
         if self.promotes and self.cfg.bn > 128:
             raise ValueError("lower-matmul-sm90: tiles that promote (fp8, 3xTF32) are at "
                              "most 128 wide (the accumulators and their f32 totals share "
@@ -657,32 +664,76 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
             e.add(tt.MovOp("f32", r, e.fimm(0.0)))
     loop = e.label("CONSUME")
     e.add(tt.LabelOp(loop))
-    # the tile's (with promote: each stage's) first wgmma overwrites the accumulators
-    accumulate = e.setp("ne", tid, tid) if promote else e.setp("ne", kt, kbeg)
-    e.wait(builders.slot_barrier(e, stage, full0), phase)
-    s64 = builders.stage_index64(e, stage)
-    da, db = e.reg("b64"), e.reg("b64")
-    builders.stage_descriptor(e, s64, gemm.a_bytes, a_desc0, da)
-    builders.stage_descriptor(e, s64, gemm.b_bytes, b_desc0, db)
-    e.add(tt.FenceOp("wgmma"))
-    for kk in range(gemm.box_k // gemm.mma_k):
-        dak, dbk = da, db
-        if kk:
-            dak = e.bin(tt.AddOp, "u64", da, kk * a_step, "b64")
-            dbk = e.bin(tt.AddOp, "u64", db, kk * b_step, "b64")
-        pairs = [(dak, dbk)]
-        if gemm.copies == 2:  # 3xTF32: A_lo B_hi + A_hi B_lo + A_hi B_hi (small terms first)
-            dal = e.bin(tt.AddOp, "u64", dak, (gemm.a_bytes // 2) >> 4, "b64")
-            dbl = e.bin(tt.AddOp, "u64", dbk, (gemm.b_bytes // 2) >> 4, "b64")
-            pairs = [(dal, dbk), (dak, dbl), (dak, dbk)]
-        for i, (x, y) in enumerate(pairs):
-            e.add(tt.WgmmaOp(mma, acc, x, y, accumulate if kk == 0 and i == 0 else always,
-                             trans_a=int(gemm.a_t), trans_b=int(not gemm.b_t)))
-    e.add(tt.FenceOp("wgmma_commit"))
-    if promote:  # this stage's product is complete: add it to the totals, free the slot
-        e.add(tt.WgmmaWaitOp(0))
-        for t_reg, a_reg in zip(tot, acc):
+
+    def issue_stage(into: Sequence[SSAValue], accumulate: SSAValue) -> None:
+        """Wait for the current slot and issue its wgmmas into ``into`` (committed as one
+        group); the first one overwrites the accumulators unless ``accumulate``."""
+        e.wait(builders.slot_barrier(e, stage, full0), phase)
+        s64 = builders.stage_index64(e, stage)
+        da, db = e.reg("b64"), e.reg("b64")
+        builders.stage_descriptor(e, s64, gemm.a_bytes, a_desc0, da)
+        builders.stage_descriptor(e, s64, gemm.b_bytes, b_desc0, db)
+        e.add(tt.FenceOp("wgmma"))
+        for kk in range(gemm.box_k // gemm.mma_k):
+            dak, dbk = da, db
+            if kk:
+                dak = e.bin(tt.AddOp, "u64", da, kk * a_step, "b64")
+                dbk = e.bin(tt.AddOp, "u64", db, kk * b_step, "b64")
+            pairs = [(dak, dbk)]
+            if gemm.copies == 2:  # 3xTF32: A_lo B_hi + A_hi B_lo + A_hi B_hi (small first)
+                dal = e.bin(tt.AddOp, "u64", dak, (gemm.a_bytes // 2) >> 4, "b64")
+                dbl = e.bin(tt.AddOp, "u64", dbk, (gemm.b_bytes // 2) >> 4, "b64")
+                pairs = [(dal, dbk), (dak, dbl), (dak, dbk)]
+            for i, (x, y) in enumerate(pairs):
+                e.add(tt.WgmmaOp(mma, list(into), x, y,
+                                 accumulate if kk == 0 and i == 0 else always,
+                                 trans_a=int(gemm.a_t), trans_b=int(not gemm.b_t)))
+        e.add(tt.FenceOp("wgmma_commit"))
+
+    def add_totals(part: Sequence[SSAValue]) -> None:
+        for t_reg, a_reg in zip(tot, part):
             e.add(tt.AddOp("rn.f32", t_reg, t_reg, a_reg))
+
+    never = e.setp("ne", tid, tid) if promote else always
+    if gemm.overlap:
+        # two accumulator sets by turns: stage j's wgmmas (set j % 2) run while stage
+        # j - 1's product (the other set) is added into the totals and its slot freed
+        sets = (acc, [e.reg("f32") for _ in range(bn // 2)])
+        tail_a, done = e.label("TAIL_A"), e.label("STAGES_DONE")
+        for half in (0, 1):
+            issue_stage(sets[half], never)
+            e.add(tt.WgmmaWaitOp(1))  # the previous stage's group has completed
+            first = e.label("FIRST_STAGE")
+            if half == 0:
+                e.add(tt.BraOp(first, e.setp("eq", kt, kbeg)))
+            add_totals(sets[1 - half])
+            release(prev, leader)
+            if half == 0:
+                e.add(tt.LabelOp(first))
+            e.mov("u32", prev, stage)
+            e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
+            e.advance(stage, phase, stages)
+            if half == 0:
+                e.add(tt.BraOp(tail_a, e.setp("ge", kt, kend)))
+            else:
+                e.add(tt.BraOp(loop, e.setp("lt", kt, kend)))
+        for pending, label in ((sets[1], None), (sets[0], tail_a)):
+            if label is not None:
+                e.add(tt.LabelOp(label))
+            e.add(tt.WgmmaWaitOp(0))
+            add_totals(pending)
+            release(prev, leader)
+            if label is None:
+                e.add(tt.BraOp(done))
+        e.add(tt.LabelOp(done))
+    else:
+        # the tile's (with promote: each stage's) first wgmma overwrites the accumulators
+        issue_stage(acc, never if promote else e.setp("ne", kt, kbeg))
+    if gemm.overlap:
+        pass  # the stages and the totals are done
+    elif promote:  # this stage's product is complete: add it to the totals, free the slot
+        e.add(tt.WgmmaWaitOp(0))
+        add_totals(acc)
         release(stage, leader)
     else:
         e.add(tt.WgmmaWaitOp(1))
@@ -690,9 +741,10 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         e.add(tt.AndOp("pred", frees, leader, e.setp("ne", kt, kbeg)))
         release(prev, frees)
         e.mov("u32", prev, stage)
-    e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
-    e.advance(stage, phase, stages)
-    e.add(tt.BraOp(loop, e.setp("lt", kt, kend)))
+    if not gemm.overlap:
+        e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
+        e.advance(stage, phase, stages)
+        e.add(tt.BraOp(loop, e.setp("lt", kt, kend)))
     if not promote:
         e.add(tt.WgmmaWaitOp(0))
         # the tile's last slot is free: the producer refills it for the next tile during

@@ -67,7 +67,8 @@ def test_splits_for_modes() -> None:
         splits_for(gemm, "many")
     with pytest.raises(TesseraError, match="split_k"):
         CompileOptions(split_k="many")
-    assert CompileOptions.from_env({"TESSERA_SPLIT_K": "AUTO"}, device=None).split_k == "auto"
+    assert CompileOptions.from_env({"TESSERA_SPLIT_K": "OFF"}, device=None).split_k == "off"
+    assert CompileOptions.from_env({}, device=None).split_k == "auto"
 
 
 def test_split_gemm_checks() -> None:
@@ -140,6 +141,7 @@ def test_jit_split_k_program_assembles() -> None:
     ptx = spec.ir("ptx")
     assert "split_k_reduce" in ptx and "wgmma.mma_async" in ptx
     ptxas.check(ptx)
-    plain = ts.jit(lambda a, b: a @ b.T, options=CompileOptions(sm90_kernels=True))
+    plain = ts.jit(lambda a, b: a @ b.T, options=CompileOptions(sm90_kernels=True,
+                                                                 split_k="off"))
     assert "split_k_reduce" not in plain.specialize(
         np.zeros((512, 8192), bf), np.zeros((512, 8192), bf)).ir("ptx")

@@ -232,8 +232,9 @@ def _auto_splits(fn: Any, a: Any, b: Any) -> int:
     import re
 
     text = str(fn.specialize(a, b).ir("tile"))
-    found = re.search(r"memref<(\d+)x\d+x\d+xf32>", text)
-    return int(found.group(1)) if found and "split_k_reduce" in text else 1
+    # the reduction kernel's second parameter is the [S, M, N] workspace
+    found = re.search(r"split_k_reduce_\d+\(%\S+: memref<\S+>, %\S+: memref<(\d+)x", text)
+    return int(found.group(1)) if found else 1
 
 
 # --------------------------------------------------------------------------- configs

@@ -145,3 +145,17 @@ def test_jit_split_k_program_assembles() -> None:
                                                                  split_k="off"))
     assert "split_k_reduce" not in plain.specialize(
         np.zeros((512, 8192), bf), np.zeros((512, 8192), bf)).ir("ptx")
+
+
+def test_split_products_run_without_cta_pairs() -> None:
+    """A ragged shape whose heuristic pairs CTAs (B multicast) runs its split kernel
+    unclustered; unsplit, it keeps the pairs."""
+    m, n, k = 1000, 1000, 16384
+    assert mc.heuristic(m, n, k).cluster == 2 and _auto(m, n, k) > 1
+    bf = ml_dtypes.bfloat16
+    args = (np.zeros((m, k), bf), np.zeros((k, n), bf))
+    for mode, paired in (("auto", False), ("off", True)):
+        opts = CompileOptions(sm90_kernels=True, split_k=mode)
+        ptx = ts.jit(lambda a, b: a @ b, options=opts).specialize(*args).ir("ptx")
+        assert ("split_k_reduce" in ptx) != paired
+        assert (".reqnctapercluster 2, 1, 1" in ptx) == paired

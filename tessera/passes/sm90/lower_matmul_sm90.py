@@ -1087,7 +1087,9 @@ def _lower_split_k(
     adding them in order and applying ``op``'s epilogue (:mod:`tessera.passes.sm90.split_k`)."""
     result = op.result.type
     assert isinstance(result, TensorType)
-    part = replace(gemm, out_type="f32", epilogue=None, splits=splits)
+    # split products have few tiles: no CTA pairs (and no pairs were run split on a GPU)
+    part = replace(gemm, out_type="f32", epilogue=None, splits=splits,
+                   cfg=replace(gemm.cfg, cluster=1))
     if part.tf32:  # f32 partials need no staging tile: as many stages as fit
         part = replace(part, cfg=tf32_config(replace(part.cfg, stages=2), part.copies == 2,
                                              False))

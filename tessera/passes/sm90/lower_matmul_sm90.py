@@ -74,6 +74,16 @@ an odd hidden size) take the same kernel (:func:`staging` says how):
   one (bounds-checked; with N odd, element by element, as a pair is then only
   element-aligned), after the same fused epilogue.
 
+Split-K (``CompileOptions.split_k``, :func:`splits_for`): a product with too few output
+tiles for the SMs cuts K into ``S`` ranges; the kernel's work units are ``tiles * S``, each
+storing its f32 partial product in a ``[S, M, N]`` workspace, and
+:mod:`tessera.passes.sm90.split_k` adds the partials in range order (deterministic) and
+applies the epilogue.
+
+Promoting kernels may use two accumulator sets by turns (``Sm90Gemm.overlap``: a stage's
+wgmmas run while the previous stage is added into the totals); same bits, measured slower
+on an H100 for fp8 at 8192^3, so no lowering chooses it.
+
 ``tgraph.matmul_epilogue`` ops apply their bias (a row vector or a full ``[M, N]``
 tensor), activation and cast to the accumulators before the store
 (:mod:`tessera.passes.sm90.epilogue`); other bias broadcasts compute the product into a

@@ -322,6 +322,13 @@ GEMM_LAYOUTS: list[tuple[str, str, tuple[int, ...], tuple[int, ...], str]] = [
     ("gemm tf32 TN 4096^3", "a.T @ b", (4096, 4096), (4096, 4096), "tf32"),
     ("gemm tf32 TT 4096^3", "a.T @ b.T", (4096, 4096), (4096, 4096), "tf32"),
     ("gemm tf32 NN 8192^3", "a @ b", (8192, 8192), (8192, 8192), "tf32"),
+    # too few output tiles for the SMs: split-K (CompileOptions.split_k, default auto)
+    ("gemm bf16 split-K NN 512x512x8192", "a @ b", (512, 8192), (8192, 512), "bf16"),
+    ("gemm bf16 split-K NN 1024x1024x65536", "a @ b", (1024, 65536), (65536, 1024), "bf16"),
+    ("gemm bf16 split-K dW TN 768x768x32768", "a.T @ b", (32768, 768), (32768, 768), "bf16"),
+    ("gemm bf16 split-K decode NT 16x4096x4096", "a @ b.T", (16, 4096), (4096, 4096), "bf16"),
+    ("gemm f32 split-K NN 512x512x8192", "a @ b", (512, 8192), (8192, 512), "f32"),
+    ("gemm tf32 split-K NN 512x512x8192", "a @ b", (512, 8192), (8192, 512), "tf32"),
 ]
 TOL_TF32 = 5e-3
 """TF32 products (10-bit mantissas) against float64."""

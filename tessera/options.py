@@ -35,6 +35,10 @@ Environment variables (read only here):
 ``TESSERA_ALLOW_TF32``         ``1``: f32 matmuls may round their operands to TF32
                                on tensor cores (as ``torch.backends.cuda.matmul.
                                allow_tf32``); default ``0``: full f32
+``TESSERA_SPLIT_K``            split-K of sm90 matmuls with too few output tiles:
+                               ``auto`` (default: the cost rule of
+                               ``matmul_config.split_k``), ``off`` or a count of K
+                               ranges
 ``TESSERA_DUMP_DIR``           write every IR stage of every compile there
 ``TESSERA_DEBUG``              ``tessera-opt`` shows Python tracebacks
 ``TESSERA_CACHE_DIR``          the cache root (else ``$XDG_CACHE_HOME/tessera``, else
@@ -184,8 +188,18 @@ class CompileOptions:
     """f32 matmuls may round their operands to TF32 (10-bit mantissa) on tensor cores and
     accumulate in f32. Passed to ``lower-graph-to-tile`` (``allow-tf32``), where the f32
     GEMM lowering chooses its kernel; off, f32 matmuls are computed in full f32."""
+    split_k: str = "auto"
+    """Split-K of sm90 matmuls whose output tiles are too few for the SMs: ``"auto"`` (the
+    cost rule of ``tessera.passes.matmul_config.split_k``), ``"off"`` or a count
+    ``"N"`` of K ranges wherever the product may split. Partials are added in a fixed
+    order (deterministic)."""
     dump_dir: str | None = field(default=None, compare=False)
     """Write every IR stage of every compile under this folder."""
+
+    def __post_init__(self) -> None:
+        if not (self.split_k in ("off", "auto") or self.split_k.isdigit() and int(self.split_k) >= 1):
+            raise OptionsError(f"CompileOptions: split_k must be 'off', 'auto' or a count >= 1, "
+                               f"got {self.split_k!r}")
     debug: bool = field(default=False, compare=False)
     """Show internal tracebacks (``tessera-opt``)."""
 
@@ -208,6 +222,7 @@ class CompileOptions:
             autotune=bool(_flag(e, "TESSERA_AUTOTUNE")),
             deterministic=_flag(e, "TESSERA_DETERMINISTIC") is not False,
             allow_tf32=bool(_flag(e, "TESSERA_ALLOW_TF32")),
+            split_k=e.get("TESSERA_SPLIT_K", "auto").strip().lower() or "auto",
             dump_dir=e.get("TESSERA_DUMP_DIR") or None,
             debug=bool(_flag(e, "TESSERA_DEBUG")),
         )

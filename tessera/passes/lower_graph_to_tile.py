@@ -1231,6 +1231,9 @@ class LowerGraphToTile(ModulePass):
     sm90_attention_bwd: bool = True
     """With ``sm90``: ``flash_attention_bwd`` runs as the wgmma backward kernels
     (``CompileOptions.sm90_attention_bwd``); False keeps the ``mma.sync`` ones."""
+    split_k: str | int = "off"
+    """With ``sm90``: split-K for matmuls with too few output tiles: ``off``, ``auto`` (the
+    cost rule of ``matmul_config.split_k``) or a count (``CompileOptions.split_k``)."""
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         """Lowerings tried before the generic one, by op type."""
@@ -1240,8 +1243,8 @@ class LowerGraphToTile(ModulePass):
         from tessera.passes.sm90.lower_matmul_sm90 import LowerMatmulSm90
 
         return {
-            **LowerMatmulSm90(sm90_tiles=self.sm90_tiles,
-                             allow_tf32=self.allow_tf32).overrides(),
+            **LowerMatmulSm90(sm90_tiles=self.sm90_tiles, allow_tf32=self.allow_tf32,
+                             split_k=self.split_k).overrides(),
             **LowerAttentionSm90(sm90_attention_bwd=self.sm90_attention_bwd).overrides(),
         }
 

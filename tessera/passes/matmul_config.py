@@ -22,6 +22,28 @@ usable ``tile_shape``):
 * ``group_m = 8``: CTAs walk the output in groups of 8 tile rows so that the B
   panel of a group stays in L2.
 
+**Split-K** (:func:`split_k`, on when ``CompileOptions.split_k``): when the output has too
+few ``BM x BN`` tiles to occupy the SMs (``M = N = 512..1024`` with a long K, the weight
+gradients of training where K is the token count, decode shapes with ``M <= 16``), the K
+loop is cut into ``S`` contiguous ranges. Work unit ``u`` of ``tiles * S`` computes split
+``u // tiles`` of tile ``u % tiles`` and stores its f32 partial product in a workspace
+``[S, M, N]``; a second kernel adds the ``S`` partials of each element in split order
+(``s = 0, 1, ...``: deterministic, no atomics) and applies the epilogue and the cast.
+``S`` minimizes a cost estimate (:func:`split_cost`, in seconds):
+
+* main kernel: ``waves * (kps * t_ktile + T_TILE)`` with ``waves = ceil(tiles * S /
+  SMs)``, ``kps = ceil(ktiles / S)`` K stages per unit, ``t_ktile`` the larger of the
+  stage's tensor-core time (``2 BM BN BK`` FLOPs at :data:`SM_FLOPS` times the dtype's
+  rate and the tile's :data:`BN_SPEED`) and ``LATENCY / stages`` (a CTA keeps ``stages``
+  loads in flight: Little's law), and ``T_TILE`` a tile's pipeline fill and store; never
+  less than reading A and B once from HBM (:data:`HBM_BYTES_PER_S`);
+* reduction (``S > 1``): one more launch (``T_LAUNCH``) plus writing and reading the
+  ``S`` f32 partials and writing C at HBM speed.
+
+``S = 1`` unless some ``S`` is estimated at most :data:`SPLIT_GAIN` of its time; each
+split keeps at least :data:`MIN_SPLIT_KTILES` stages, ``S <= MAX_SPLITS``, and only
+unbatched products with ``M x N`` at most :data:`MAX_SPLIT_OUTPUT` elements split.
+
 **Tuned configs** come from the autotuner (:mod:`tessera.tuning.sm90`), which
 times every config of :func:`search_space` on the GPU and records the winner per
 device and shape. The compiler passes the current device's winners to the
@@ -194,3 +216,71 @@ def sm90_config(
     if found is not None and found in search_space(m, n, k):
         return found
     return heuristic(m, n, k)
+
+
+# --------------------------------------------------------------------------- split-K
+
+SM_FLOPS = 989e12 / 132
+"""Dense bf16 tensor-core FLOP/s of one H100 SXM SM (989 TFLOP/s over 132 SMs)."""
+RATE = {"bf16": 1.0, "f16": 1.0, "e4m3": 2.0, "e5m2": 2.0, "tf32": 0.5, "3xtf32": 0.5 / 3}
+"""Tensor-core throughput of an input type relative to bf16 (3xTF32: three products)."""
+HBM_BYTES_PER_S = 3.0e12
+"""HBM bandwidth reached by copies on an H100 SXM (3.35 TB/s peak)."""
+LATENCY = 2.0e-6
+"""Time from a TMA load's issue to its data in shared memory under load (seconds)."""
+T_TILE = 2.0e-6
+"""A tile's pipeline fill and epilogue store (seconds)."""
+T_LAUNCH = 3.0e-6
+"""One more kernel on the stream, with its tail (seconds)."""
+SPLIT_GAIN = 0.85
+"""Split only when the estimate is at most this fraction of the unsplit one."""
+MAX_SPLITS = 16
+MIN_SPLIT_KTILES = 4
+"""Fewest K stages one split computes (a shorter one is mostly pipeline fill)."""
+MAX_SPLIT_OUTPUT = 1 << 24
+"""Largest ``M x N`` that may split (its f32 workspace is ``S x 64 MiB`` at most)."""
+
+
+def split_cost(
+    m: int, n: int, k: int, cfg: Sm90Config, splits: int, in_type: str = "bf16",
+    out_bytes: int = 2, sms: int = NUM_SMS,
+) -> float:
+    """Estimated seconds of the product with K cut into ``splits`` ranges (module
+    docstring); ``splits = 1`` is the plain kernel."""
+    elem = {"e4m3": 1, "e5m2": 1, "tf32": 4, "3xtf32": 4}.get(in_type, 2)
+    box_k = 128 // elem
+    ktiles = cdiv(k, box_k)
+    kps = cdiv(ktiles, splits)
+    splits = cdiv(ktiles, kps)  # every split non-empty
+    tiles = cdiv(m, cfg.bm) * cdiv(n, cfg.bn)
+    waves = cdiv(tiles * splits, sms)
+    compute = 2 * cfg.bm * cfg.bn * box_k / (SM_FLOPS * RATE.get(in_type, 1.0)
+                                              * BN_SPEED.get(cfg.bn, 1.0))
+    t_ktile = max(compute, LATENCY / cfg.stages)
+    copies = 2 if in_type == "3xtf32" else 1
+    reads = (m + n) * k * elem * copies / HBM_BYTES_PER_S
+    main = max(waves * (kps * t_ktile + T_TILE), reads)
+    if splits == 1:
+        return main
+    return main + T_LAUNCH + (2 * splits * 4 + out_bytes) * m * n / HBM_BYTES_PER_S
+
+
+def split_k(
+    m: int, n: int, k: int, cfg: Sm90Config, in_type: str = "bf16", out_bytes: int = 2,
+    sms: int = NUM_SMS, batch: int = 1,
+) -> int:
+    """How many K ranges the product is cut into (1: no split; module docstring)."""
+    if batch != 1 or m * n > MAX_SPLIT_OUTPUT:
+        return 1
+    elem = {"e4m3": 1, "e5m2": 1, "tf32": 4, "3xtf32": 4}.get(in_type, 2)
+    ktiles = cdiv(k, 128 // elem)
+    base = split_cost(m, n, k, cfg, 1, in_type, out_bytes, sms)
+    best, best_t = 1, base * SPLIT_GAIN
+    for s in range(2, MAX_SPLITS + 1):
+        kps = cdiv(ktiles, s)
+        if kps < MIN_SPLIT_KTILES or cdiv(ktiles, kps) != s:
+            continue  # too short, or the same split as a smaller S
+        t = split_cost(m, n, k, cfg, s, in_type, out_bytes, sms)
+        if t < best_t:
+            best, best_t = s, t
+    return best

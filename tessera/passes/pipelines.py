@@ -10,7 +10,7 @@ only input besides the IR:
   cse, the three fusions, dce);
 * ``tile``: ``lower-graph-to-tile``, with the sm_90a matmul and attention kernels when
   ``options.sm90_kernels`` (their tile configs from ``options.sm90_tiles``), and
-  ``options.deterministic`` and ``options.allow_tf32``;
+  ``options.deterministic``, ``options.allow_tf32`` and ``options.split_k``;
 * ``target``: ``lower-tile-to-target``.
 
 The compiler driver (:mod:`tessera.compiler`) runs this table for ``@ts.jit``,
@@ -78,6 +78,7 @@ def _tile_passes(options: CompileOptions) -> list[ModulePass]:
         LowerGraphToTile(
             sm90=options.sm90_kernels, sm90_tiles=tiles, deterministic=options.deterministic,
             allow_tf32=options.allow_tf32, sm90_attention_bwd=options.sm90_attention_bwd,
+            split_k=options.split_k,
         ),
         DedupeKernelsPass(),
     ]

@@ -324,3 +324,135 @@ def test_jit_fp8(fmt: str, out: str, m: int, n: int, k: int, expr: str) -> None:
     assert torch.isfinite(c).all()
     err = float((c.double() - ref).norm() / ref.norm())
     assert err < (3e-4 if out == "f32" else 1e-2), err
+
+
+# --------------------------------------------------------------------------- split-K
+
+
+def _split_jit(fn, split_k: str):
+    from tessera.options import CompileOptions
+
+    return ts.jit(fn, options=CompileOptions.from_env(split_k=split_k))
+
+
+def _poisoned(fn, *args: torch.Tensor) -> torch.Tensor:
+    """One call with every buffer (result, split-K workspace) NaN-filled first."""
+    from tessera.runtime import cuda
+
+    spec = fn.specialize(*args)
+    return cuda.run_host(spec.ir("target"), spec.name, list(args), poison=True,
+                         ptx=spec.ir("ptx"))[0]
+
+
+SPLIT_CASES = [
+    # (expr, A shape, B shape, split_k): auto picks 8, 2, 3 and 3 ranges on the first four
+    ("a @ b", (512, 8192), (8192, 512), "auto"),
+    ("a @ b.T", (1024, 8192), (1024, 8192), "auto"),
+    ("a.T @ b", (16384, 768), (16384, 768), "auto"),
+    ("a @ b.T", (16, 4096), (4096, 4096), "auto"),
+    ("a.T @ b.T", (4096, 520), (392, 4096), "3"),
+    ("a @ b", (40, 1000), (1000, 72), "5"),
+    ("a @ b", (2, 96, 4096), (4096, 264), "4"),
+]
+
+
+@pytest.mark.parametrize(("expr", "ash", "bsh", "split_k"), SPLIT_CASES)
+def test_split_k(expr: str, ash, bsh, split_k: str) -> None:
+    """Split-K against float64 on fresh inputs, with the result and the partial workspace
+    NaN-filled first; two calls give the same bits (partials added in a fixed order)."""
+    fn = _split_jit(eval(f"lambda a, b: {expr}"), split_k)
+    gen = torch.Generator(device="cuda").manual_seed(sum(ash) + 3 * sum(bsh))
+    a = torch.randn(ash, device="cuda", dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(bsh, device="cuda", dtype=torch.bfloat16, generator=gen)
+    c = _poisoned(fn, a, b)
+    torch.cuda.synchronize()
+    assert "split_k_reduce" in fn.inspect_ir("ptx")
+    ref = eval(f"lambda a, b: {expr}".replace(".T", ".mT"))(a.double(), b.double())
+    assert c.shape == ref.shape
+    assert torch.isfinite(c).all(), "unwritten (NaN) elements in the result"
+    err = float((c.double() - ref).norm() / ref.norm())
+    assert err < 1e-2, err
+    again = fn(a, b)
+    torch.cuda.synchronize()
+    assert torch.equal(c, again)
+
+
+ACTS = {
+    "relu": (ts.relu, torch.relu),
+    "gelu": (ts.gelu, lambda t: torch.nn.functional.gelu(t, approximate="tanh")),
+    "none": (lambda t: t, lambda t: t),
+}
+
+
+@pytest.mark.parametrize("act", list(ACTS))
+@pytest.mark.parametrize("bias_shape", [(512,), (512, 512), (512, 1)])
+def test_split_k_epilogue(act: str, bias_shape) -> None:
+    """nn.Linear's form with split-K: the reduction applies the bias (any broadcast) and
+    the activation."""
+    ts_act, torch_act = ACTS[act]
+    fn = _split_jit(lambda x, w, bias: ts_act(x @ w.T + bias), "auto")
+    x = torch.randn(512, 8192, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(512, 8192, device="cuda", dtype=torch.bfloat16) / 64
+    bias = torch.randn(bias_shape, device="cuda", dtype=torch.bfloat16)
+    out = _poisoned(fn, x, w, bias)
+    torch.cuda.synchronize()
+    assert "split_k_reduce" in fn.inspect_ir("ptx")
+    ref = torch_act(x.double() @ w.double().T + bias.double())
+    assert torch.isfinite(out).all()
+    assert float((out.double() - ref).norm() / ref.norm()) < 1e-2
+
+
+@pytest.mark.parametrize("out", ["f32", "bf16"])
+def test_split_k_fp8(out: str) -> None:
+    odt = {"f32": ts.f32, "bf16": ts.bf16}[out]
+    fn = _split_jit(lambda a, b: ts.matmul(a, b, transpose_b=True, out_dtype=odt), "auto")
+    a = torch.randn(512, 8192, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(512, 8192, device="cuda").to(torch.float8_e4m3fn)
+    c = _poisoned(fn, a, b)
+    torch.cuda.synchronize()
+    ptx = fn.inspect_ir("ptx")
+    assert "split_k_reduce" in ptx and "k32.f32.e4m3.e4m3" in ptx
+    assert c.dtype == {"f32": torch.float32, "bf16": torch.bfloat16}[out]
+    ref = a.double() @ b.double().T
+    assert torch.isfinite(c).all()
+    err = float((c.double() - ref).norm() / ref.norm())
+    assert err < (3e-4 if out == "f32" else 1e-2), err
+
+
+@pytest.mark.parametrize(("in_t", "out_t"), [("e4m3", "bf16"), ("e4m3", "f32"), ("e5m2", "f32"),
+                                             ("3xtf32", "f32")])
+@pytest.mark.parametrize(("m", "n", "k", "splits"), [(1000, 520, 1008, 1), (256, 136, 48, 1),
+                                                     (512, 384, 4096, 3)])
+def test_overlapped_promotion(in_t: str, out_t: str, m: int, n: int, k: int, splits: int) -> None:
+    """Two accumulator sets by turns (a stage's wgmmas run while the previous stage is added
+    into the f32 totals) give the bits of the kernel that waits for each stage."""
+    tdt = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2, "3xtf32": None}[in_t]
+    gen = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda", generator=gen)
+    b = torch.randn(n, k, device="cuda", generator=gen)
+    if tdt is not None:
+        a, b = a.to(tdt), b.to(tdt)
+        args = (a, b)
+    else:  # the [2, rows, K] hi/lo copies the kernel reads
+        def split(x: torch.Tensor) -> torch.Tensor:
+            hi = (x.view(torch.int32) + 0x1000 & -0x2000).view(torch.float32)
+            lo = ((x - hi).view(torch.int32) + 0x1000 & -0x2000).view(torch.float32)
+            return torch.stack([hi, lo]).contiguous()
+        args = (split(a), split(b))
+    cfg = mc.Sm90Config(bn=128, stages=4 if in_t != "3xtf32" else 2)
+    if splits > 1:
+        out_t = "f32"
+    rows = splits * m
+    outs = []
+    for overlap in (False, True):
+        c = torch.full((rows, n), float("nan"), device="cuda", dtype=TYPES[out_t])
+        gemm = Sm90Gemm(m, n, k, in_t, out_t, cfg, b_t=True, overlap=overlap, splits=splits)
+        sm90.gemm_runner(gemm)(c, *args)
+        torch.cuda.synchronize()
+        outs.append(c)
+    total = outs[1].view(splits, m, n).double().sum(0)
+    ref = a.double() @ b.double().T
+    assert torch.isfinite(outs[1]).all()
+    err = float((total - ref).norm() / ref.norm())
+    assert err < (1e-2 if out_t == "bf16" else 3e-4 if in_t != "3xtf32" else 2e-6), err
+    assert torch.equal(outs[0], outs[1])

@@ -156,3 +156,18 @@ def test_f32_product_cast_to_bf16(mode: str) -> None:
     assert out.dtype == torch.bfloat16 and "k8.f32.tf32.tf32" in fn.inspect_ir("ptx")
     ref = torch.nn.functional.gelu(x.double() @ w.double().T + bias.double(), approximate="tanh")
     assert _err(out, ref) < 1e-2
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("expr", ["a @ b", "a @ b.T"])
+def test_f32_split_k(mode: str, expr: str) -> None:
+    """f32 products with too few output tiles (16) for the SMs, K cut into ranges whose
+    f32 partials are added in order: as accurate as the unsplit kernels."""
+    fn = ts.jit(eval(f"lambda a, b: {expr}", {"ts": ts}),
+                options=CompileOptions.from_env(allow_tf32=MODES[mode], split_k="auto"))
+    a, b = _operands(expr, 512, 512, 8192, 17)
+    c = _run_poisoned(fn, a, b)
+    torch.cuda.synchronize()
+    assert "split_k_reduce" in fn.inspect_ir("ptx")
+    ref = a.double() @ (b.double().T if expr.endswith("b.T") else b.double())
+    assert _err(c, ref) < TOL[mode]

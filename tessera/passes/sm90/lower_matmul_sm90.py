@@ -74,6 +74,16 @@ an odd hidden size) take the same kernel (:func:`staging` says how):
   one (bounds-checked; with N odd, element by element, as a pair is then only
   element-aligned), after the same fused epilogue.
 
+Split-K (``CompileOptions.split_k``, :func:`splits_for`): a product with too few output
+tiles for the SMs cuts K into ``S`` ranges; the kernel's work units are ``tiles * S``, each
+storing its f32 partial product in a ``[S, M, N]`` workspace, and
+:mod:`tessera.passes.sm90.split_k` adds the partials in range order (deterministic) and
+applies the epilogue.
+
+Promoting kernels may use two accumulator sets by turns (``Sm90Gemm.overlap``: a stage's
+wgmmas run while the previous stage is added into the totals); same bits, measured slower
+on an H100 for fp8 at 8192^3, so no lowering chooses it.
+
 ``tgraph.matmul_epilogue`` ops apply their bias (a row vector or a full ``[M, N]``
 tensor), activation and cast to the accumulators before the store
 (:mod:`tessera.passes.sm90.epilogue`); other bias broadcasts compute the product into a
@@ -110,7 +120,7 @@ from tessera.passes.lower_graph_to_tile import (
     _FunctionLowering,
     matmul_epilogue,
 )
-from tessera.passes.matmul_config import NUM_SMS, SMEM_BUDGET, Sm90Config, sm90_config
+from tessera.passes.matmul_config import NUM_SMS, SMEM_BUDGET, Sm90Config, sm90_config, split_k
 from tessera.passes.sm90 import builders
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.constants import (
@@ -124,6 +134,7 @@ from tessera.passes.sm90.constants import (
 from tessera.passes.sm90.conv import lower_conv2d_sm90
 from tessera.passes.sm90.epilogue import EpilogueEmitter, Sm90Epilogue
 from tessera.passes.sm90.pad_rows import pad_rows, padded
+from tessera.passes.sm90.split_k import reduce_splits, workspace_type
 from tessera.passes.sm90.split_tf32 import split_tf32
 from tessera.passes.sm90.transpose import transpose_2d
 from tessera.passes.tile_builder import KernelEmitter, cdiv
@@ -283,15 +294,37 @@ class Sm90Gemm:
     epilogue: Sm90Epilogue | None = None
     """Bias add and activation applied to the accumulators before the store (the kernel
     then takes the bias pointer as a fourth parameter when there is one)."""
+    overlap: bool = False
+    """Promoting kernels (fp8, 3xTF32) with two accumulator sets used by turns: a stage's
+    wgmmas run while the previous stage's product is added into the f32 totals (instead
+    of waiting for each stage's wgmmas before adding)."""
+    splits: int = 1
+    """Split-K: K is cut into ``splits`` ranges of :attr:`split_ktiles` stages; work unit
+    ``u`` computes range ``u // tiles`` of tile ``u % tiles`` and stores its f32 partial
+    product at rows ``range * M`` of C, a ``[splits * M, N]`` f32 workspace that
+    :func:`~tessera.passes.sm90.split_k.reduce_splits` sums in range order."""
 
     def __post_init__(self) -> None:
         mn_major = self.a_t or not self.b_t
+        if self.splits > 1 and (self.batch > 1 or self.out_type != "f32"
+                                or self.epilogue is not None
+                                or self.splits * self.m * self.n >= 1 << 31):
+            raise ValueError("lower-matmul-sm90: split-K stores f32 partial products of an "
+                             "unbatched product without epilogue (workspace below 2^31 "
+                             "elements)")
+        if self.splits > 1 and cdiv(self.ktiles, self.split_ktiles) != self.splits:
+            raise ValueError(f"lower-matmul-sm90: {self.splits} K ranges of "
+                             f"{self.split_ktiles} stages leave one empty ({self.ktiles} "
+                             "stages)")
         if self.batch > 1 and (self.m % self.bm or mn_major and self.k % self.box_k):
             raise ValueError(
                 f"lower-matmul-sm90: a batched product needs M a multiple of BM = {self.bm} "
                 f"and, with an MN-major operand, K a multiple of {self.box_k}, got "
                 f"M = {self.m}, K = {self.k}"
             )
+        if self.overlap and not self.promotes:
+            raise ValueError("lower-matmul-sm90: two accumulator sets are for kernels that "
+                             "promote (fp8, 3xTF32)")
         if self.promotes and self.cfg.bn > 128:
             raise ValueError("lower-matmul-sm90: tiles that promote (fp8, 3xTF32) are at "
                              "most 128 wide (the accumulators and their f32 totals share "
@@ -310,6 +343,16 @@ class Sm90Gemm:
     @property
     def bm(self) -> int:
         return 64 * self.cfg.consumers
+
+    @property
+    def ktiles(self) -> int:
+        """K stages of the whole product."""
+        return cdiv(self.k, self.box_k)
+
+    @property
+    def split_ktiles(self) -> int:
+        """K stages of one split-K range (the last may be shorter)."""
+        return cdiv(self.ktiles, self.splits)
 
     @property
     def cluster(self) -> int:
@@ -411,7 +454,7 @@ class Sm90Gemm:
         """Persistent: one CTA per SM (at most one per tile), whole clusters; each CTA loops
         over tiles."""
         c = self.cluster
-        return (c * min(self.tiles // c, max(1, self.sms // c)), 1, 1)
+        return (c * min(self.tiles * self.splits // c, max(1, self.sms // c)), 1, 1)
 
     def boxes(self) -> list[int]:
         """``ttarget.launch_ex`` boxes (inner, outer) for (C, A, B): C ``64 x 64`` (a tensor
@@ -464,8 +507,19 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         rank = e.sreg("cluster_ctarank")
     else:
         unit0, nunits, rank = bid, e.sreg("nctaid.x"), None
-    units = gemm.tiles // cl
-    ktiles = cdiv(gemm.k, gemm.box_k)
+    tunits = gemm.tiles // cl
+    units = tunits * gemm.splits
+    ktiles = gemm.ktiles
+
+    def k_range(unit: SSAValue) -> tuple[SSAValue, SSAValue | int, SSAValue | int]:
+        """(tile unit, first K stage, end K stage) of work unit ``unit``: split-K range
+        ``unit // tunits`` of tile unit ``unit % tunits``; all of K without split-K."""
+        if gemm.splits == 1:
+            return unit, 0, ktiles
+        split = e.bin(tt.DivOp, "u32", unit, tunits)
+        kbeg = e.mul32(split, gemm.split_ktiles)
+        kend = e.bin(tt.MinOp, "u32", e.add32(kbeg, gemm.split_ktiles), ktiles)
+        return e.bin(tt.RemOp, "u32", unit, tunits), kbeg, kend
 
     def tile_origin(unit: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue | None]:
         """(m0, n0, batch index) of this CTA's tile in work unit ``unit``; the units of a
@@ -511,11 +565,12 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     mask = e.imm((1 << cl) - 1) if cl > 1 else None
     tile_loop = e.label("PRODUCE_TILE")
     e.add(tt.LabelOp(tile_loop))
-    m0, n0, bidx = tile_origin(tile)
+    tunit, kbeg, kend = k_range(tile)
+    m0, n0, bidx = tile_origin(tunit)
     # row offsets of this tile's batch in the operands' 2-D views
     a_rows = batch_rows(bidx, gemm.k if gemm.a_t else gemm.m, gemm.a_batched)
     b_rows = batch_rows(bidx, gemm.n if gemm.b_t else gemm.k, gemm.b_batched)
-    e.mov("u32", kt, 0)
+    e.mov("u32", kt, kbeg)
     loop = e.label("PRODUCE")
     e.add(tt.LabelOp(loop))
     builders.wait_slot_free(e, stage, phase, empty0, e.setp("lt", issued, stages))
@@ -554,7 +609,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
     e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
     e.advance(stage, phase, stages)
-    e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
+    e.add(tt.BraOp(loop, e.setp("lt", kt, kend)))
     e.add(tt.AddOp("u32", tile, tile, nunits))
     e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
     e.add(tt.BraOp(end))
@@ -607,51 +662,99 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
 
     tile_loop = e.label("CONSUME_TILE")
     e.add(tt.LabelOp(tile_loop))
-    m0, n0, bidx = tile_origin(tile)
+    tunit, kbeg, kend = k_range(tile)
+    m0, n0, bidx = tile_origin(tunit)
     if bidx is not None:  # C's rows of this batch (M is a multiple of BM)
         m0 = e.mad32(bidx, gemm.m, m0)
-    e.mov("u32", kt, 0)
+    # split-K: this range's partial product goes to rows (tile // tunits) * M of C
+    c_rows = e.mul32(e.bin(tt.DivOp, "u32", tile, tunits), gemm.m) if gemm.splits > 1 else None
+    e.mov("u32", kt, kbeg)
     if promote:
         for r in tot:
             e.add(tt.MovOp("f32", r, e.fimm(0.0)))
     loop = e.label("CONSUME")
     e.add(tt.LabelOp(loop))
-    # the tile's (with promote: each stage's) first wgmma overwrites the accumulators
-    accumulate = e.setp("ne", tid, tid) if promote else e.setp("ne", kt, 0)
-    e.wait(builders.slot_barrier(e, stage, full0), phase)
-    s64 = builders.stage_index64(e, stage)
-    da, db = e.reg("b64"), e.reg("b64")
-    builders.stage_descriptor(e, s64, gemm.a_bytes, a_desc0, da)
-    builders.stage_descriptor(e, s64, gemm.b_bytes, b_desc0, db)
-    e.add(tt.FenceOp("wgmma"))
-    for kk in range(gemm.box_k // gemm.mma_k):
-        dak, dbk = da, db
-        if kk:
-            dak = e.bin(tt.AddOp, "u64", da, kk * a_step, "b64")
-            dbk = e.bin(tt.AddOp, "u64", db, kk * b_step, "b64")
-        pairs = [(dak, dbk)]
-        if gemm.copies == 2:  # 3xTF32: A_lo B_hi + A_hi B_lo + A_hi B_hi (small terms first)
-            dal = e.bin(tt.AddOp, "u64", dak, (gemm.a_bytes // 2) >> 4, "b64")
-            dbl = e.bin(tt.AddOp, "u64", dbk, (gemm.b_bytes // 2) >> 4, "b64")
-            pairs = [(dal, dbk), (dak, dbl), (dak, dbk)]
-        for i, (x, y) in enumerate(pairs):
-            e.add(tt.WgmmaOp(mma, acc, x, y, accumulate if kk == 0 and i == 0 else always,
-                             trans_a=int(gemm.a_t), trans_b=int(not gemm.b_t)))
-    e.add(tt.FenceOp("wgmma_commit"))
-    if promote:  # this stage's product is complete: add it to the totals, free the slot
-        e.add(tt.WgmmaWaitOp(0))
-        for t_reg, a_reg in zip(tot, acc):
+
+    def issue_stage(into: Sequence[SSAValue], accumulate: SSAValue) -> None:
+        """Wait for the current slot and issue its wgmmas into ``into`` (committed as one
+        group); the first one overwrites the accumulators unless ``accumulate``."""
+        e.wait(builders.slot_barrier(e, stage, full0), phase)
+        s64 = builders.stage_index64(e, stage)
+        da, db = e.reg("b64"), e.reg("b64")
+        builders.stage_descriptor(e, s64, gemm.a_bytes, a_desc0, da)
+        builders.stage_descriptor(e, s64, gemm.b_bytes, b_desc0, db)
+        e.add(tt.FenceOp("wgmma"))
+        for kk in range(gemm.box_k // gemm.mma_k):
+            dak, dbk = da, db
+            if kk:
+                dak = e.bin(tt.AddOp, "u64", da, kk * a_step, "b64")
+                dbk = e.bin(tt.AddOp, "u64", db, kk * b_step, "b64")
+            pairs = [(dak, dbk)]
+            if gemm.copies == 2:  # 3xTF32: A_lo B_hi + A_hi B_lo + A_hi B_hi (small first)
+                dal = e.bin(tt.AddOp, "u64", dak, (gemm.a_bytes // 2) >> 4, "b64")
+                dbl = e.bin(tt.AddOp, "u64", dbk, (gemm.b_bytes // 2) >> 4, "b64")
+                pairs = [(dal, dbk), (dak, dbl), (dak, dbk)]
+            for i, (x, y) in enumerate(pairs):
+                e.add(tt.WgmmaOp(mma, list(into), x, y,
+                                 accumulate if kk == 0 and i == 0 else always,
+                                 trans_a=int(gemm.a_t), trans_b=int(not gemm.b_t)))
+        e.add(tt.FenceOp("wgmma_commit"))
+
+    def add_totals(part: Sequence[SSAValue]) -> None:
+        for t_reg, a_reg in zip(tot, part):
             e.add(tt.AddOp("rn.f32", t_reg, t_reg, a_reg))
+
+    never = e.setp("ne", tid, tid) if promote else always
+    if gemm.overlap:
+        # two accumulator sets by turns: stage j's wgmmas (set j % 2) run while stage
+        # j - 1's product (the other set) is added into the totals and its slot freed
+        sets = (acc, [e.reg("f32") for _ in range(bn // 2)])
+        tail_a, done = e.label("TAIL_A"), e.label("STAGES_DONE")
+        for half in (0, 1):
+            issue_stage(sets[half], never)
+            e.add(tt.WgmmaWaitOp(1))  # the previous stage's group has completed
+            first = e.label("FIRST_STAGE")
+            if half == 0:
+                e.add(tt.BraOp(first, e.setp("eq", kt, kbeg)))
+            add_totals(sets[1 - half])
+            release(prev, leader)
+            if half == 0:
+                e.add(tt.LabelOp(first))
+            e.mov("u32", prev, stage)
+            e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
+            e.advance(stage, phase, stages)
+            if half == 0:
+                e.add(tt.BraOp(tail_a, e.setp("ge", kt, kend)))
+            else:
+                e.add(tt.BraOp(loop, e.setp("lt", kt, kend)))
+        for pending, label in ((sets[1], None), (sets[0], tail_a)):
+            if label is not None:
+                e.add(tt.LabelOp(label))
+            e.add(tt.WgmmaWaitOp(0))
+            add_totals(pending)
+            release(prev, leader)
+            if label is None:
+                e.add(tt.BraOp(done))
+        e.add(tt.LabelOp(done))
+    else:
+        # the tile's (with promote: each stage's) first wgmma overwrites the accumulators
+        issue_stage(acc, never if promote else e.setp("ne", kt, kbeg))
+    if gemm.overlap:
+        pass  # the stages and the totals are done
+    elif promote:  # this stage's product is complete: add it to the totals, free the slot
+        e.add(tt.WgmmaWaitOp(0))
+        add_totals(acc)
         release(stage, leader)
     else:
         e.add(tt.WgmmaWaitOp(1))
         frees = e.reg("pred")
-        e.add(tt.AndOp("pred", frees, leader, e.setp("ne", kt, 0)))
+        e.add(tt.AndOp("pred", frees, leader, e.setp("ne", kt, kbeg)))
         release(prev, frees)
         e.mov("u32", prev, stage)
-    e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
-    e.advance(stage, phase, stages)
-    e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
+    if not gemm.overlap:
+        e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
+        e.advance(stage, phase, stages)
+        e.add(tt.BraOp(loop, e.setp("lt", kt, kend)))
     if not promote:
         e.add(tt.WgmmaWaitOp(0))
         # the tile's last slot is free: the producer refills it for the next tile during
@@ -660,7 +763,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     if store is not None:
         store.tile(m0, n0, tot)
     else:
-        _epilogue(e, gemm, c_param, tid, cw, m0, n0, tot, fused)
+        _epilogue(e, gemm, c_param, tid, cw, m0, n0, tot, fused, c_rows)
     e.add(tt.AddOp("u32", tile, tile, nunits))
     e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
     if store is not None:  # the last tile's stores have completed before the CTA exits
@@ -749,9 +852,10 @@ class _TmaStore:
 def _epilogue(
     e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, tid: SSAValue, cw: SSAValue, m0: SSAValue,
     n0: SSAValue, acc: Sequence[SSAValue], fused: EpilogueEmitter | None = None,
+    c_rows: SSAValue | None = None,
 ) -> None:
     """Store the wgmma D fragment (after the fused epilogue, converted to the result type),
-    masked when ragged."""
+    masked when ragged; ``c_rows`` rows further down C (a split-K range's partials)."""
     esize = 4 if gemm.out_type == "f32" else 2
     _, warp, lane = builders.fragment_lanes(e, tid)
     row0 = builders.fragment_row(e, m0, cw, warp, lane)
@@ -759,6 +863,8 @@ def _epilogue(
     if fused is not None:
         fused.tile(row0, col0)
     ptr = builders.global_pointer(e, c_param)
+    if c_rows is not None:
+        builders.advance_pointer(e, ptr, c_rows, gemm.n * esize)
     builders.advance_pointer(e, ptr, row0, gemm.n * esize)
     builders.advance_pointer(e, ptr, col0, esize)
     bn = gemm.cfg.bn
@@ -868,9 +974,33 @@ def device_sms() -> int:
     return NUM_SMS
 
 
+SPLIT_K_MODES = ("off", "auto")
+"""``CompileOptions.split_k``: never split K, the cost rule of
+:func:`tessera.passes.matmul_config.split_k`, or (a count ``"N"``) N ranges wherever the
+product may split."""
+
+
+def splits_for(gemm: Sm90Gemm, mode: str = "off") -> int:
+    """How many split-K ranges ``gemm`` runs in under ``mode`` (see :data:`SPLIT_K_MODES`);
+    1 for batched products, and a count is cut down until every range has K."""
+    if mode == "off" or gemm.batch > 1:
+        return 1
+    if mode == "auto":
+        out_bytes = 4 if gemm.out_type == "f32" else 2
+        s = split_k(gemm.m, gemm.n, gemm.k, gemm.cfg, gemm.in_type, out_bytes, gemm.sms)
+    elif mode.isdigit() and int(mode) >= 1:
+        s = int(mode)
+    else:
+        raise ValueError(f"lower-matmul-sm90: split_k must be off, auto or a count >= 1, got "
+                         f"'{mode}'")
+    s = min(s, gemm.ktiles)
+    s = cdiv(gemm.ktiles, cdiv(gemm.ktiles, s))  # no empty range
+    return s if s * gemm.m * gemm.n < 1 << 31 else 1
+
+
 def lower_matmul_sm90(
     lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = (),
-    allow_tf32: bool = False,
+    allow_tf32: bool = False, split_k: str = "off",
 ) -> bool:
     """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path.
 
@@ -879,6 +1009,10 @@ def lower_matmul_sm90(
     not take (a column, a partial batch) splits it: the product goes to a buffer of the
     product type, then one elementwise kernel applies the generic lowering's per-element
     epilogue (the same steps and roundings).
+
+    With split-K (``split_k``, :func:`splits_for`) the kernel stores f32 partial products
+    of K ranges in a workspace and :func:`~tessera.passes.sm90.split_k.reduce_splits` adds
+    them in order and applies the epilogue.
     """
     if eligible(op) is not None:
         return False
@@ -907,6 +1041,9 @@ def lower_matmul_sm90(
             if gemm.copies == 2 or not k_major or gemm.k % 4:
                 args[i] = split_tf32(lw, args[i], g.shape_of(operand), not k_major,
                                      gemm.copies)
+    splits = splits_for(replace(gemm, out_type="f32"), split_k)
+    if splits > 1:
+        return _lower_split_k(lw, op, gemm, args, splits)
     split = False
     if isinstance(op, g.MatmulEpilogueOp):
         ep = Sm90Epilogue.of(op, gemm.out_type)
@@ -950,6 +1087,34 @@ def lower_matmul_sm90(
     return True
 
 
+def _lower_split_k(
+    lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp, gemm: Sm90Gemm,
+    args: list[SSAValue], splits: int,
+) -> bool:
+    """The kernel storing the f32 partial products of ``splits`` K ranges, then the kernel
+    adding them in order and applying ``op``'s epilogue (:mod:`tessera.passes.sm90.split_k`)."""
+    result = op.result.type
+    assert isinstance(result, TensorType)
+    # split products have few tiles: no CTA pairs (and no pairs were run split on a GPU)
+    part = replace(gemm, out_type="f32", epilogue=None, splits=splits,
+                   cfg=replace(gemm.cfg, cluster=1))
+    if part.tf32:  # f32 partials need no staging tile: as many stages as fit
+        part = replace(part, cfg=tf32_config(replace(part.cfg, stages=2), part.copies == 2,
+                                             False))
+    workspace = lw.alloc(workspace_type(splits, result))
+    name = lw.named_kernel("matmul", lambda nm: build_kernel(nm, part))
+    lw.hb.add_op(tt.LaunchExOp(name, [workspace, *args], part.grid(), part.smem_bytes,
+                               part.boxes()))
+    out = lw.alloc(result)
+    apply, extra = None, []
+    if isinstance(op, g.MatmulEpilogueOp):
+        apply = matmul_epilogue(op)
+        extra = [lw.mem(op.bias)] if op.bias is not None else []
+    reduce_splits(lw, workspace, out, result, splits, apply, extra)
+    lw.env[op.result] = out
+    return True
+
+
 @dataclass(frozen=True)
 class LowerMatmulSm90(LowerGraphToTile):
     """``lower-graph-to-tile`` with bf16/f16/fp8 matmuls and bf16/f16 convolutions
@@ -959,7 +1124,7 @@ class LowerMatmulSm90(LowerGraphToTile):
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         lower = functools.partial(lower_matmul_sm90, tiles=self.sm90_tiles,
-                                  allow_tf32=self.allow_tf32)
+                                  allow_tf32=self.allow_tf32, split_k=str(self.split_k))
         return {  # type: ignore[dict-item]
             g.MatmulOp: (lower,), g.MatmulEpilogueOp: (lower,),
             g.Conv2dOp: (lower_conv2d_sm90,),

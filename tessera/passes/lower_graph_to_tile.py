@@ -1156,6 +1156,9 @@ class LowerGraphToTile(ModulePass):
     allow_tf32: bool = False
     """With ``sm90``: f32 matmuls run as one TF32 wgmma product (operands rounded to TF32)
     instead of the full-accuracy 3xTF32 one (``CompileOptions.allow_tf32``)."""
+    implicit_conv: bool = False
+    """With ``sm90``: bf16/f16 conv2d as the implicit-GEMM kernel
+    (``CompileOptions.implicit_conv``)."""
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         """Lowerings tried before the generic one, by op type."""
@@ -1165,8 +1168,8 @@ class LowerGraphToTile(ModulePass):
         from tessera.passes.sm90.lower_matmul_sm90 import LowerMatmulSm90
 
         return {
-            **LowerMatmulSm90(sm90_tiles=self.sm90_tiles,
-                             allow_tf32=self.allow_tf32).overrides(),
+            **LowerMatmulSm90(sm90_tiles=self.sm90_tiles, allow_tf32=self.allow_tf32,
+                             implicit_conv=self.implicit_conv).overrides(),
             **LowerAttentionSm90().overrides(),
         }
 

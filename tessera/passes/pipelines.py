@@ -77,7 +77,7 @@ def _tile_passes(options: CompileOptions) -> list[ModulePass]:
     return [
         LowerGraphToTile(
             sm90=options.sm90_kernels, sm90_tiles=tiles, deterministic=options.deterministic,
-            allow_tf32=options.allow_tf32,
+            allow_tf32=options.allow_tf32, implicit_conv=options.implicit_conv,
         ),
         DedupeKernelsPass(),
     ]

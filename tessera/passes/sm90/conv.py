@@ -36,6 +36,7 @@ from xdsl.ir import SSAValue
 from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.matmul_config import sm90_config
+from tessera.passes.sm90.conv_implicit import lower_conv2d_implicit
 from tessera.passes.tile_builder import KernelEmitter, cdiv
 from tessera.passes.tile_gemm import fma_matmul_2d
 
@@ -63,8 +64,12 @@ def conv_eligible(op: g.Conv2dOp) -> str | None:
     return None
 
 
-def lower_conv2d_sm90(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
-    """Lower ``op`` through im2col and the sm90 GEMM; False leaves it to the direct kernel."""
+def lower_conv2d_sm90(lw: _FunctionLowering, op: g.Conv2dOp, implicit: bool = False) -> bool:
+    """Lower ``op`` through im2col and the sm90 GEMM (with ``implicit``, first try the
+    implicit GEMM: :mod:`tessera.passes.sm90.conv_implicit`); False leaves it to the
+    direct kernel."""
+    if implicit and lower_conv2d_implicit(lw, op):
+        return True
     if conv_eligible(op) is not None:
         return False
     et = g.elem_of(op.input)

@@ -1,0 +1,421 @@
+"""``tgraph.conv2d`` as an implicit GEMM on the sm90 wgmma kernel (no im2col buffer).
+
+``y[n, o, ho, wo] = sum_{i, j, c} x[n, c, ho*sh + i - ph, wo*sw + j - pw] w[o, c, i, j]``
+is the GEMM ``Y[M, O] = A[M, K] @ B[O, K]^T`` with ``M = N*Ho*Wo`` output pixels and
+``K = kh*kw*Cp`` ordered ``(i, j, c)``: at one filter tap a run of channels is contiguous
+once the input is channels-last. Three kernels:
+
+1. **NHWC copy**: ``xt[n, h, w, c] = x[n, c, h, w]`` with the channels zero-padded to
+   ``Cp``, a multiple of 8 (16-byte pixels), through a shared-memory tile (both sides
+   coalesced). ``Cp`` a multiple of 64 (ResNet's channel counts) lets a whole 128-byte
+   K-chunk come from one filter tap.
+2. **weight**: ``wk[o, (i*kw + j)*Cp + c] = w[o, c, i, j]`` (0 for ``c >= C``), the GEMM's
+   K-major B operand, read by TMA like ``nn.Linear``'s weight.
+3. **the GEMM** (:func:`tessera.passes.sm90.lower_matmul_sm90.build_kernel` with
+   :attr:`Sm90Gemm.gather`): its producer warpgroup gathers the A tile itself. Thread
+   ``t`` owns row ``t % BM`` of the ``BM x 64`` tile (one output pixel: its image, ``ho``
+   and ``wo`` are divided out once per tile) and ``BM / 16`` of its eight 16-byte chunks;
+   per K-step it issues ``cp.async.cg`` 16-byte copies from the pixel ``(ho*sh + i - ph,
+   wo*sw + j - pw)`` of the step's tap ``(i, j)`` straight into the 128-byte-swizzled slot
+   (chunk ``q`` of row ``r`` at ``q ^ (r % 8)``, the layout TMA writes and the wgmma
+   descriptors read), with ``src_size = 0`` (zero fill) in the padding, past ``M`` and
+   past ``K``. Thread 0 loads the weight boxes by TMA (``arrive.expect_tx``). A slot's
+   ``full`` barrier counts the TMA transaction, thread 0's arrive and one arrive per
+   producer thread, made :data:`LAG` K-steps later after ``cp.async.wait_group`` and
+   ``fence.proxy.async`` (the copies are generic-proxy writes the wgmmas read through
+   the async proxy), so several steps of copies stay in flight.
+   The epilogue stores ``y`` in NCHW straight from the accumulators: the thread's two
+   rows are pixels ``(n, p)``, its columns channels, so ``y[n, o, p]`` is
+   ``n*O*Ho*Wo + o*Ho*Wo + p``; the bias is added in f32 and the sum rounded once to the
+   result type (as the direct kernel does). Rows past ``M`` and columns past ``O`` are
+   not stored, so any ``O`` works.
+
+:func:`implicit_eligible` says which convolutions take it (bf16/f16; index ranges within
+32 bits); the rest keep :mod:`tessera.passes.sm90.conv` or the direct kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, TensorType
+from xdsl.ir import SSAValue
+
+from tessera.ir import graph as g
+from tessera.ir import target as tt
+from tessera.ir import tile as ttile
+from tessera.passes.matmul_config import SMEM_BUDGET, Sm90Config, heuristic
+from tessera.passes.sm90 import builders
+from tessera.passes.sm90.asm import TargetAsm
+from tessera.passes.sm90.constants import SWIZZLE_BYTES, RegisterBudget
+from tessera.passes.tile_builder import KernelEmitter, cdiv
+
+if TYPE_CHECKING:
+    from tessera.passes.lower_graph_to_tile import _FunctionLowering
+    from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm
+
+CONV_REGISTERS = RegisterBudget(producer=56, consumer=224)
+"""The gathering producer keeps a pixel's coordinates and the ring's counters in all 128
+threads (the TMA producer runs in one thread on 40 registers)."""
+LAG = 2
+"""K-steps a producer thread's copies stay in flight before it arrives on their slot."""
+CHUNK = 16
+"""Bytes of one ``cp.async``: 8 channels of one pixel."""
+GROUP = 256
+"""Lanes per tile of the NHWC copy and the weight kernel."""
+SIDE = 64
+"""Side of the NHWC copy's shared-memory tile (pixels x channels)."""
+I32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class ConvGather:
+    """The convolution a :class:`Sm90Gemm` with ``gather`` computes: A is gathered from the
+    channels-last input ``xt[N, H, W, Cp]``, C is stored as ``y[N, O, Ho, Wo]``."""
+
+    n: int
+    h: int
+    w: int
+    cp: int
+    """Channels of ``xt``: C padded to a multiple of 8."""
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    ho: int
+    wo: int
+    bias: bool = False
+    """The kernel takes a bias ``[O]`` pointer as its fourth parameter."""
+
+    @property
+    def k(self) -> int:
+        return self.kh * self.kw * self.cp
+
+    @property
+    def uniform(self) -> bool:
+        """Every 64-element K-step lies within one filter tap (``Cp % 64 == 0``)."""
+        return self.cp % 64 == 0
+
+
+def implicit_eligible(op: g.Conv2dOp) -> str | None:
+    """None if the implicit-GEMM kernel takes ``op``, else why not."""
+    et = g.elem_of(op.input)
+    if not isinstance(et, BFloat16Type | Float16Type):
+        return "operands are not bf16 or f16 (the implicit GEMM runs on 16-bit wgmma)"
+    xs, ws, ys = g.shape_of(op.input), g.shape_of(op.weight), g.shape_of(op.result)
+    if min(*xs, *ws, *ys) < 1:
+        return "empty dimension"
+    cp = cdiv(xs[1], 8) * 8
+    if xs[0] * xs[2] * xs[3] * cp > I32_MAX or ys[0] * ys[1] * ys[2] * ys[3] > I32_MAX:
+        return "input or result has more than 2**31 elements (32-bit indices)"
+    return None
+
+
+def conv_config(m: int, o: int, k: int) -> Sm90Config:
+    """The tile of the implicit GEMM: the GEMM heuristic's ``BM x BN`` (fewest waves of
+    tiles), no cluster, as many stages as fit (results leave from registers: no staging
+    tile)."""
+    base = heuristic(m, o, k)
+    cfg = Sm90Config(bn=base.bn, stages=2, consumers=base.consumers, group_m=base.group_m)
+    stages = max(s for s in range(2, 9) if Sm90Config(
+        bn=cfg.bn, stages=s, consumers=cfg.consumers).smem_bytes(staging=False) <= SMEM_BUDGET)
+    return Sm90Config(bn=cfg.bn, stages=min(stages, 6), consumers=cfg.consumers,
+                      group_m=cfg.group_m)
+
+
+# --------------------------------------------------------------------------- producer
+
+
+def produce(
+    e: TargetAsm, gemm: Sm90Gemm, a_param: SSAValue, b_param: SSAValue, sbase: SSAValue,
+    tid: SSAValue, full0: SSAValue, empty0: SSAValue, unit0: SSAValue, nunits: SSAValue,
+    units: int, tile_origin: Callable[[SSAValue], tuple[SSAValue, SSAValue, SSAValue | None]],
+    end: str,
+) -> None:
+    """The gathering producer warpgroup (module docstring), branching to ``end`` when done."""
+    cv = gemm.gather
+    assert cv is not None
+    bm, bn, stages = gemm.bm, gemm.cfg.bn, gemm.cfg.stages
+    e.add(tt.SetmaxnregOp("dec", CONV_REGISTERS.producer))
+    nch = bm // 16  # 16-byte chunks of a row this thread copies (8 of 8, or 4 of 8)
+    if bm == 128:
+        r, qbase = tid, None
+    else:
+        r = e.bin(tt.RemOp, "u32", tid, bm)
+        qbase = e.mul32(e.bin(tt.DivOp, "u32", tid, bm), nch * CHUNK)  # first chunk's bytes
+    xbase = builders.global_pointer(e, a_param)
+    tmap_b = builders.tensor_map(e, b_param)
+    leader = e.setp("eq", tid, 0)
+    # row r of stage 0's A tile with its swizzle: chunk q of the row is at (dst ^ 16 q)
+    dst0 = e.add32(sbase, e.add32(e.mul32(r, SWIZZLE_BYTES),
+                                  e.mul32(e.bin(tt.AndOp, "b32", r, 7), CHUNK)))
+    if qbase is not None:
+        dst0 = e.bin(tt.XorOp, "b32", dst0, qbase)
+    kt, stage, phase, issued, tile, dstage, arrived = (e.reg("b32") for _ in range(7))
+    for v in (stage, phase, issued, dstage, arrived):
+        e.mov("u32", v, 0)
+    e.mov("u32", tile, unit0)
+    ktiles = cdiv(cv.k, gemm.box_k)
+    hw = cv.ho * cv.wo
+
+    tile_loop = e.label("GATHER_TILE")
+    e.add(tt.LabelOp(tile_loop))
+    m0, n0, _ = tile_origin(tile)
+    # this thread's output pixel: image, first input row and column of its window
+    m = e.add32(m0, r)
+    valid = e.setp("lt", m, gemm.m)
+    mm = e.reg("b32")
+    e.add(tt.SelpOp("b32", mm, m, e.imm(0), valid))
+    img, p = e.bin(tt.DivOp, "u32", mm, hw), e.bin(tt.RemOp, "u32", mm, hw)
+    ho, wo = e.bin(tt.DivOp, "u32", p, cv.wo), e.bin(tt.RemOp, "u32", p, cv.wo)
+    hi0 = e.bin(tt.SubOp, "u32", e.mul32(ho, cv.sh), cv.ph)  # may wrap below 0: compared
+    wi0 = e.bin(tt.SubOp, "u32", e.mul32(wo, cv.sw), cv.pw)  # unsigned against H and W
+    pix0 = e.mul32(img, cv.h * cv.w)
+    e.mov("u32", kt, 0)
+
+    loop = e.label("GATHER")
+    e.add(tt.LabelOp(loop))
+    builders.wait_slot_free(e, stage, phase, empty0, e.setp("lt", issued, stages))
+    full = builders.slot_barrier(e, stage, full0)
+    # thread 0: the weight boxes by TMA
+    e.add(tt.MbarrierArriveOp(full, e.imm(gemm.b_bytes), guard=leader))
+    k0 = e.mul32(kt, gemm.box_k)
+    b_dst = e.mad32(stage, gemm.b_bytes, e.add32(sbase, stages * gemm.a_bytes))
+    for j in range(bn // 64):
+        dst = e.add32(b_dst, j * 64 * SWIZZLE_BYTES) if j else b_dst
+        col = e.add32(n0, j * 64) if j else n0
+        e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, k0, col, full, guard=leader))
+    dst = e.mad32(stage, gemm.a_bytes, dst0)
+
+    def source(kc: SSAValue, in_k: SSAValue | None) -> tuple[SSAValue, SSAValue]:
+        """(global address, bytes to copy: 16 or 0) of the 8 channels at K index ``kc``."""
+        tap, c = e.bin(tt.DivOp, "u32", kc, cv.cp), e.bin(tt.RemOp, "u32", kc, cv.cp)
+        i, j = e.bin(tt.DivOp, "u32", tap, cv.kw), e.bin(tt.RemOp, "u32", tap, cv.kw)
+        hi, wi = e.add32(hi0, i), e.add32(wi0, j)
+        ok = e.reg("pred")
+        e.add(tt.AndOp("pred", ok, valid, e.setp("lt", hi, cv.h)))
+        e.add(tt.AndOp("pred", ok, ok, e.setp("lt", wi, cv.w)))
+        if in_k is not None:
+            e.add(tt.AndOp("pred", ok, ok, in_k))
+        lin = e.mad32(e.mad32(hi, cv.w, e.add32(pix0, wi)), cv.cp, c)
+        off = e.reg("b32")
+        e.add(tt.SelpOp("b32", off, lin, e.imm(0), ok))
+        size = e.reg("b32")
+        e.add(tt.SelpOp("b32", size, e.imm(CHUNK), e.imm(0), ok))
+        src = e.reg("b64")
+        e.add(tt.MulOp("wide.u32", src, off, e.imm(2)))
+        e.add(tt.AddOp("u64", src, src, xbase))
+        return src, size
+
+    def chunk_k(q: int) -> SSAValue:
+        kc = e.add32(k0, q * 8)
+        return kc if qbase is None else e.add32(kc, e.bin(tt.ShrOp, "u32", qbase, 1))
+
+    if cv.uniform:  # the step's 64 channels are one tap's: one pixel address per step
+        src, size = source(chunk_k(0), None)
+        for q in range(nch):
+            d = e.bin(tt.XorOp, "b32", dst, q * CHUNK) if q else dst
+            e.add(tt.CpAsyncOp("cg", d, src, CHUNK, size, src_offset=q * CHUNK))
+    else:
+        for q in range(nch):
+            kc = chunk_k(q)
+            src, size = source(kc, e.setp("lt", kc, cv.k))
+            d = e.bin(tt.XorOp, "b32", dst, q * CHUNK) if q else dst
+            e.add(tt.CpAsyncOp("cg", d, src, CHUNK, size))
+    e.add(tt.CpAsyncCommitOp())
+    # the copies of the step LAG steps back have landed: publish them to the wgmmas
+    lag = min(LAG, stages - 1)
+    skip = e.label("NO_ARRIVE")
+    e.add(tt.BraOp(skip, e.setp("lt", issued, lag)))
+    e.add(tt.CpAsyncWaitOp(lag))
+    _publish(e, full0, dstage, arrived, stages)
+    e.add(tt.LabelOp(skip))
+    e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
+    e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
+    e.advance(stage, phase, stages)
+    e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
+    e.add(tt.AddOp("u32", tile, tile, nunits))
+    e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
+    # the last steps' copies
+    e.add(tt.CpAsyncWaitOp(0))
+    done = e.label("GATHER_DONE")
+    drain = e.label("DRAIN")
+    e.add(tt.LabelOp(drain))
+    e.add(tt.BraOp(done, e.setp("ge", arrived, issued)))
+    _publish(e, full0, dstage, arrived, stages)
+    e.add(tt.BraOp(drain))
+    e.add(tt.LabelOp(done))
+    e.add(tt.BraOp(end))
+
+
+def _publish(e: TargetAsm, full0: SSAValue, dstage: SSAValue, arrived: SSAValue,
+             stages: int) -> None:
+    """Make this thread's landed copies visible to the async proxy and arrive on the
+    ``full`` barrier of slot ``dstage``; advance ``dstage`` and ``arrived``."""
+    e.add(tt.FenceOp("proxy_async"))
+    e.add(tt.MbarrierArriveOp(builders.slot_barrier(e, dstage, full0)))
+    e.add(tt.AddOp("u32", dstage, dstage, e.imm(1)))
+    e.mov("u32", dstage, 0, e.setp("eq", dstage, stages))
+    e.add(tt.AddOp("u32", arrived, arrived, e.imm(1)))
+
+
+# --------------------------------------------------------------------------- epilogue
+
+
+def nchw_epilogue(
+    e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, bias_param: SSAValue | None,
+    tid: SSAValue, cw: SSAValue, m0: SSAValue, n0: SSAValue, acc: Sequence[SSAValue],
+) -> None:
+    """Store consumer warpgroup ``cw``'s fragment of the tile at ``(m0, n0)`` as
+    ``y[n, o, p]`` (module docstring), bias added in f32, rounded once."""
+    cv = gemm.gather
+    assert cv is not None
+    ty, o, hw, bn = gemm.out_type, gemm.n, cv.ho * cv.wo, gemm.cfg.bn
+    _, warp, lane = builders.fragment_lanes(e, tid)
+    row0 = builders.fragment_row(e, m0, cw, warp, lane)
+    col0 = e.add32(n0, builders.fragment_col(e, lane))
+    ragged_n = o % bn != 0
+    cols = {(j, x): e.setp("lt", e.add32(col0, 8 * j + x), o) if ragged_n else None
+            for j in range(bn // 8) for x in (0, 1)}
+    bias: dict[tuple[int, int], SSAValue] = {}
+    if bias_param is not None:
+        bptr = builders.global_pointer(e, bias_param)
+        builders.advance_pointer(e, bptr, col0, 2)
+        for (j, x), gd in cols.items():
+            h16, v = e.reg("b16"), e.reg("f32")
+            e.mov("b16", h16, 0)
+            e.add(tt.LdOp("global.b16", [h16], bptr, (8 * j + x) * 2, gd))
+            e.add(tt.CvtOp(f"f32.{ty}", v, [h16]))
+            bias[j, x] = v
+    for h in (0, 1):
+        m = e.add32(row0, 8 * h)
+        ok = e.setp("lt", m, gemm.m)
+        mm = e.reg("b32")
+        e.add(tt.SelpOp("b32", mm, m, e.imm(0), ok))
+        img, p = e.bin(tt.DivOp, "u32", mm, hw), e.bin(tt.RemOp, "u32", mm, hw)
+        # y[img, col0, p]: then column 8j + x is (8j + x) * HW elements further
+        lin = e.mad32(img, o * hw, e.mad32(col0, hw, p))
+        ptr = builders.global_pointer(e, c_param)
+        builders.advance_pointer(e, ptr, lin, 2)
+        for j in range(bn // 8):
+            for x in (0, 1):
+                v = acc[4 * j + 2 * h + x]
+                if bias:
+                    v = e.fbin(tt.AddOp, v, bias[j, x], "rn.f32")
+                out = e.reg("b16")
+                e.add(tt.CvtOp(f"rn.{ty}.f32", out, [v]))
+                gd = ok
+                if cols[j, x] is not None:
+                    gd = e.reg("pred")
+                    e.add(tt.AndOp("pred", gd, ok, cols[j, x]))
+                e.add(tt.StOp("global.b16", ptr, [out], (8 * j + x) * hw * 2, gd))
+
+
+# --------------------------------------------------------------------------- lowering
+
+
+def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
+    """Lower ``op`` as the NHWC copy, the weight reorder and the implicit GEMM; False
+    (nothing emitted) when :func:`implicit_eligible` refuses it."""
+    if implicit_eligible(op) is not None:
+        return False
+    from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm, build_kernel, device_sms
+
+    et = g.elem_of(op.input)
+    ty = "bf16" if isinstance(et, BFloat16Type) else "f16"
+    n, c, h, w = g.shape_of(op.input)
+    o, _, kh, kw = g.shape_of(op.weight)
+    _, _, ho, wo = g.shape_of(op.result)
+    sh, sw = op.stride.get_values()
+    ph, pw = op.padding.get_values()
+    cp = cdiv(c, 8) * 8
+    cv = ConvGather(n, h, w, cp, kh, kw, sh, sw, ph, pw, ho, wo, op.bias is not None)
+    xt = nhwc_copy(lw, lw.mem(op.input), (n, c, h, w), cp)
+    wk = weight_kmajor(lw, lw.mem(op.weight), (o, c, kh, kw), cp)
+    m = n * ho * wo
+    gemm = Sm90Gemm(m, o, cv.k, ty, ty, conv_config(m, o, cv.k), device_sms(), b_t=True,
+                    gather=cv)
+    cnt = lw.counter.get("conv", 0)
+    lw.counter["conv"] = cnt + 1
+    name = f"{lw.prefix}_conv_{cnt}"
+    lw.module.body.block.insert_op_before(build_kernel(name, gemm), lw.fn)
+    out = lw.alloc(op.result.type)
+    args = [out, xt, wk] + ([lw.mem(op.bias)] if op.bias is not None else [])
+    lw.hb.add_op(tt.LaunchExOp(name, args, gemm.grid(), gemm.smem_bytes, gemm.boxes()))
+    lw.env[op.result] = out
+    return True
+
+
+def nhwc_copy(
+    lw: _FunctionLowering, x: SSAValue, shape: tuple[int, int, int, int], cp: int,
+) -> SSAValue:
+    """``xt[n, h, w, c] = x[n, c, h, w]`` (0 for ``C <= c < cp``): per tile ``SIDE`` pixels x
+    ``SIDE`` channels through shared memory (rows padded by one element), read along the
+    pixels and written along the channels."""
+    n, c, h, w = shape
+    et = x.type.element_type  # type: ignore[attr-defined]
+    xt = lw.alloc(TensorType(et, [n, h, w, cp]))
+    hw = h * w
+    tp, tc = cdiv(hw, SIDE), cdiv(cp, SIDE)
+    rows = GROUP // SIDE
+
+    def build(ke: KernelEmitter, args: list[SSAValue]) -> None:
+        out, src = args
+        sm = ke.op(ttile.AllocSharedOp([SIDE * (SIDE + 1)], et))
+        tl = ke.tile_id("x")
+        bn, rest = ke.div(tl, tp * tc), ke.rem(tl, tp * tc)
+        p0, c0 = ke.mul(ke.div(rest, tc), SIDE), ke.mul(ke.rem(rest, tc), SIDE)
+        lane = ke.local_id()
+        col, rr = ke.rem(lane, SIDE), ke.div(lane, SIDE)
+        zero = ke.const(0.0, et)
+        for k in range(SIDE // rows):  # read: lanes along the pixels
+            cc = ke.add(c0, ke.add(rr, k * rows))
+            pix = ke.add(p0, col)
+            ok = ke.and_(ke.lt(pix, hw), ke.lt(cc, c))
+            assert ok is not None
+            v = ke.load(src, [ke.select(ok, bn, 0), ke.select(ok, cc, 0),
+                              ke.select(ok, ke.div(pix, w), 0), ke.select(ok, ke.rem(pix, w), 0)],
+                        mask=ok, other=zero)
+            ke.store(v, sm, [ke.add(ke.mul(ke.add(rr, k * rows), SIDE + 1), col)])
+        ke.barrier()
+        for k in range(SIDE // rows):  # write: lanes along the channels
+            pr = ke.add(rr, k * rows)
+            pix, cc = ke.add(p0, pr), ke.add(c0, col)
+            ok = ke.and_(ke.lt(pix, hw), ke.lt(cc, cp))
+            v = ke.load(sm, [ke.add(ke.mul(col, SIDE + 1), pr)])
+            ke.store(v, out, [bn, ke.div(pix, w), ke.rem(pix, w), cc], mask=ok)
+
+    lw.kernel("conv2d_nhwc", [xt, x], GROUP, [n * tp * tc, 1, 1], build)
+    return xt
+
+
+def weight_kmajor(
+    lw: _FunctionLowering, wt: SSAValue, shape: tuple[int, int, int, int], cp: int,
+) -> SSAValue:
+    """``wk[o, (i*kw + j)*cp + c] = w[o, c, i, j]`` (0 for ``c >= C``): the K-major B
+    operand, K ordered (tap, channel) as the gathered A."""
+    o, c, kh, kw = shape
+    et = wt.type.element_type  # type: ignore[attr-defined]
+    k = kh * kw * cp
+    wk = lw.alloc(TensorType(et, [o, k]))
+
+    def build(ke: KernelEmitter, args: list[SSAValue]) -> None:
+        out, src = args
+        lin = ke.linear_id()
+        ok = ke.lt(lin, o * k)
+        oi, col = ke.unravel(lin, [o, k])
+        tap, ci = ke.div(col, cp), ke.rem(col, cp)
+        inside = ke.and_(ok, ke.lt(ci, c))
+        assert inside is not None
+        v = ke.load(src, [ke.select(inside, oi, 0), ke.select(inside, ci, 0),
+                          ke.select(inside, ke.div(tap, kw), 0),
+                          ke.select(inside, ke.rem(tap, kw), 0)],
+                    mask=inside, other=ke.const(0.0, et))
+        ke.store(v, out, [oi, col], mask=ok)
+
+    lw.kernel("conv2d_wk", [wk, wt], GROUP, [cdiv(o * k, GROUP), 1, 1], build)
+    return wk

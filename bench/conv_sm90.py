@@ -25,6 +25,7 @@ import torch
 
 import tessera as ts
 from tessera.options import CompileOptions
+from tessera.passes.sm90 import conv_implicit
 
 F = torch.nn.functional
 
@@ -40,6 +41,10 @@ CHECKS = [
     ((2, 72, 9, 9), (200, 72, 3, 3), 1, 1, True),
     ((32, 64, 56, 56), (64, 64, 3, 3), 1, 1, False),
     ((8, 256, 14, 14), (256, 256, 3, 3), 1, 1, True),
+    ((8, 20, 40, 40), (40, 20, 3, 3), 1, 1, False),
+    ((1, 64, 6, 6), (64, 64, 3, 3), 1, 1, True),
+    ((2, 64, 8, 8), (128, 64, 1, 1), 1, 0, False),
+    ((3, 128, 4, 10), (64, 128, 1, 1), 1, 0, False),
 ]
 RESNET = [
     # name, x shape, w shape, stride, padding (batch 32)
@@ -54,6 +59,8 @@ RESNET = [
     ("l4 1x1 512->2048", (32, 512, 7, 7), (2048, 512, 1, 1), 1, 0),
 ]
 OLD_PATH = ("l1 3x3", "l3 3x3")
+FENCE_AB = ("l1 3x3", "l3 3x3", "stem 7x7 s2")
+"""Shapes also timed with the producer's other synchronization (``conv_implicit.SYNC``)."""
 
 
 def conv_fn(stride: int, padding: int, bias: bool, implicit: bool):
@@ -78,6 +85,27 @@ def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((o - ref).norm() / ref.norm())
 
 
+def gpu_ms(fn, reps: int = 20) -> tuple[float, dict[str, float]]:
+    """Kernel time per call (ms, torch.profiler: the sum of the kernels' own device time
+    over ``reps`` calls), and per kernel name."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    per: dict[str, float] = {}
+    for ev in prof.key_averages():
+        t = getattr(ev, "self_device_time_total", None)
+        if t is None:
+            t = ev.self_cuda_time_total
+        if t > 0:
+            per[ev.key[:40]] = t / reps / 1e3
+    return sum(per.values()), per
+
+
 def bench(fn) -> float:
     from triton.testing import do_bench
 
@@ -96,11 +124,23 @@ def time_layer(name: str, xs, ws, st: int, pd: int) -> dict[str, float]:
     poison(ref.numel() * 2)
     row["err"] = err = rel(fn(x, w), ref)
     row["tessera"] = bench(lambda: fn(x, w)) if err < 1e-2 else math.nan
+    row["tessera_gpu"], per = gpu_ms(lambda: fn(x, w))
+    print(f"  {name} tessera kernels (ms/call): "
+          + ", ".join(f"{k} {v:.4f}" for k, v in per.items()), flush=True)
+    if name in FENCE_AB:
+        conv_implicit.SYNC = "fence"
+        try:
+            fenced = conv_fn(st, pd, False, True)
+            ef = rel(fenced(x, w), ref)
+            row["fence"] = bench(lambda: fenced(x, w)) if ef < 1e-2 else math.nan
+        finally:
+            conv_implicit.SYNC = "noinc"
     if name in OLD_PATH:
         old = conv_fn(st, pd, False, False)
         eo = rel(old(x, w), ref)
         row["old"] = bench(lambda: old(x, w)) if eo < 1e-2 else math.nan
     row["cudnn"] = bench(lambda: F.conv2d(x, w, stride=st, padding=pd))
+    row["cudnn_gpu"], _ = gpu_ms(lambda: F.conv2d(x, w, stride=st, padding=pd))
     xc = x.to(memory_format=torch.channels_last)
     wc = w.to(memory_format=torch.channels_last)
     row["cudnn_cl"] = bench(lambda: F.conv2d(xc, wc, stride=st, padding=pd))
@@ -117,7 +157,9 @@ def main() -> int:
     dev = torch.cuda.get_device_name()
     print(f"device: {dev}", flush=True)
     failures = 0
-    for dtype in (torch.bfloat16, torch.float16):
+    for sync, dtype in (("noinc", torch.bfloat16), ("noinc", torch.float16),
+                        ("fence", torch.bfloat16)):
+        conv_implicit.SYNC = sync
         for xs, ws, st, pd, bias in CHECKS:
             if dtype == torch.float16 and xs[0] >= 8:
                 continue  # the big shapes once (bf16)
@@ -132,16 +174,18 @@ def main() -> int:
                 y = fn(x, w, b) if bias else fn(x, w)
                 torch.cuda.synchronize()
                 ptx = fn.inspect_ir("ptx")
-                took = "cp.async.cg" in ptx and "wgmma.mma_async" in ptx
+                took = "wgmma.mma_async" in ptx
+                path = "implicit" if "cp.async.cg" in ptx else "gemm"
                 err = rel(y, ref)
                 ok = took and y.shape == ref.shape and err < 1e-2
             except Exception:
                 traceback.print_exc()
-                ok, err, took = False, math.nan, False
+                ok, err, took, path = False, math.nan, False, "-"
             failures += not ok
-            print(f"check {str(dtype)[6:]} x{list(xs)} w{list(ws)} s{st} p{pd} "
-                  f"bias={bias}: rel err {err:.2e} implicit={took} "
+            print(f"check {sync} {str(dtype)[6:]} x{list(xs)} w{list(ws)} s{st} p{pd} "
+                  f"bias={bias}: rel err {err:.2e} {path} "
                   f"{'ok' if ok else 'FAIL'}", flush=True)
+    conv_implicit.SYNC = "noinc"
     print(f"correctness: {failures} failures ({time.time() - t0:.0f} s)", flush=True)
 
     rows = []
@@ -159,21 +203,27 @@ def main() -> int:
         print(f"timed {name}: {row}", flush=True)
 
     def f(v: float | None) -> str:
-        return "-" if v is None else f"{v:.3f}"
+        return "-" if v is None or v != v else f"{v:.3f}"
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a and b and a == a and b == b else None
 
     print()
-    print(f"conv2d bf16 NCHW, batch 32, {dev}: median ms (triton do_bench); "
-          "ratio = cuDNN NCHW / Tessera implicit")
-    print(f"{'layer':<18} {'shape':<34} {'tessera':>8} {'im2col':>8} {'cuDNN':>8} "
-          f"{'cuDNN-CL':>8} {'ratio':>6} {'ratio-CL':>8} {'TFLOP/s':>8} {'rel err':>8}")
+    print(f"conv2d bf16 NCHW, batch 32, {dev}. Wall: median ms per call (triton do_bench, "
+          "host included); GPU: kernel ms per call (torch.profiler). ratio = cuDNN / "
+          "Tessera (NCHW); CL = cuDNN channels_last; fence = the producer's other sync; "
+          "im2col = the previous path")
+    print(f"{'layer':<17} {'shape':<30} {'tessera':>8} {'cuDNN':>7} {'ratio':>6} "
+          f"{'tes-gpu':>8} {'cud-gpu':>8} {'ratio':>6} {'CL':>7} {'fence':>7} {'im2col':>7} "
+          f"{'TFLOP/s':>7} {'err':>7}")
     for (name, xs, ws, st, pd), row in zip(RESNET, rows):
-        tes, cud, cl = row.get("tessera"), row.get("cudnn"), row.get("cudnn_cl")
-        ratio = cud / tes if tes and cud else None
-        ratio_cl = cl / tes if tes and cl else None
         shape = f"{'x'.join(map(str, xs[1:]))} k{ws[0]}x{ws[2]}x{ws[3]} s{st}p{pd}"
-        print(f"{name:<18} {shape:<34} {f(tes):>8} {f(row.get('old')):>8} {f(cud):>8} "
-              f"{f(cl):>8} {f(ratio):>6} {f(ratio_cl):>8} {f(row.get('tflops')):>8} "
-              f"{row.get('err', math.nan):>8.1e}")
+        g = row.get
+        print(f"{name:<17} {shape:<30} {f(g('tessera')):>8} {f(g('cudnn')):>7} "
+              f"{f(ratio(g('cudnn'), g('tessera'))):>6} {f(g('tessera_gpu')):>8} "
+              f"{f(g('cudnn_gpu')):>8} {f(ratio(g('cudnn_gpu'), g('tessera_gpu'))):>6} "
+              f"{f(g('cudnn_cl')):>7} {f(g('fence')):>7} {f(g('old')):>7} "
+              f"{f(g('tflops')):>7} {g('err', math.nan):>7.1e}")
     print(f"correctness failures: {failures}")
     return 1 if failures else 0
 

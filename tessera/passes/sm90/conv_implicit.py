@@ -7,10 +7,10 @@ once the input is channels-last. Three kernels:
 
 1. **NHWC copy**: ``xt[n, h, w, c] = x[n, c, h, w]`` with the channels zero-padded to
    ``Cp``, a multiple of 8 (16-byte pixels), through a shared-memory tile (both sides
-   coalesced). ``Cp`` a multiple of 64 (ResNet's channel counts) lets a whole 128-byte
-   K-chunk come from one filter tap.
+   coalesced; :mod:`tessera.passes.sm90.conv_layout`). ``Cp`` a multiple of 64 (ResNet's
+   channel counts) lets a whole 128-byte K-chunk come from one filter tap.
 2. **weight**: ``wk[o, (i*kw + j)*Cp + c] = w[o, c, i, j]`` (0 for ``c >= C``), the GEMM's
-   K-major B operand, read by TMA like ``nn.Linear``'s weight.
+   K-major B operand, read by TMA like ``nn.Linear``'s weight (``conv_layout``).
 3. **the GEMM** (:func:`tessera.passes.sm90.lower_matmul_sm90.build_kernel` with
    :attr:`Sm90Gemm.gather`): its producer warpgroup gathers the A tile itself. Thread
    ``t`` owns row ``t % BM`` of the ``BM x 64`` tile (one output pixel: its image, ``ho``
@@ -45,12 +45,11 @@ from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import target as tt
-from tessera.ir import tile as ttile
-from tessera.passes.matmul_config import SMEM_BUDGET, Sm90Config, heuristic
-from tessera.passes.sm90 import builders
+from tessera.passes.matmul_config import BN_SPEED, NUM_SMS, SMEM_BUDGET, Sm90Config
+from tessera.passes.sm90 import builders, conv_layout
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.constants import SWIZZLE_BYTES, RegisterBudget
-from tessera.passes.tile_builder import KernelEmitter, cdiv
+from tessera.passes.tile_builder import cdiv
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -59,8 +58,16 @@ if TYPE_CHECKING:
 CONV_REGISTERS = RegisterBudget(producer=56, consumer=224)
 """The gathering producer keeps a pixel's coordinates and the ring's counters in all 128
 threads (the TMA producer runs in one thread on 40 registers)."""
+SYNC = "noinc"
+"""How a producer thread tells the consumers its copies of a K-step landed: ``"noinc"``,
+``cp.async.mbarrier.arrive.noinc`` on the slot's ``full`` barrier right after issuing
+them (the hardware arrives when they complete; every slot of the ring can be in flight,
+as with TMA); ``"fence"``, :data:`LAG` steps later ``cp.async.wait_group``,
+``fence.proxy.async`` and an ``mbarrier.arrive`` (the generic-proxy writes explicitly
+ordered before the wgmmas' async-proxy reads)."""
 LAG = 2
-"""K-steps a producer thread's copies stay in flight before it arrives on their slot."""
+"""With ``SYNC = "fence"``: K-steps a producer thread's copies stay in flight before it
+arrives on their slot."""
 CHUNK = 16
 """Bytes of one ``cp.async``: 8 channels of one pixel."""
 GROUP = 256
@@ -115,16 +122,23 @@ def implicit_eligible(op: g.Conv2dOp) -> str | None:
     return None
 
 
-def conv_config(m: int, o: int, k: int) -> Sm90Config:
-    """The tile of the implicit GEMM: the GEMM heuristic's ``BM x BN`` (fewest waves of
-    tiles), no cluster, as many stages as fit (results leave from registers: no staging
-    tile)."""
-    base = heuristic(m, o, k)
-    cfg = Sm90Config(bn=base.bn, stages=2, consumers=base.consumers, group_m=base.group_m)
-    stages = max(s for s in range(2, 9) if Sm90Config(
-        bn=cfg.bn, stages=s, consumers=cfg.consumers).smem_bytes(staging=False) <= SMEM_BUDGET)
-    return Sm90Config(bn=cfg.bn, stages=min(stages, 6), consumers=cfg.consumers,
-                      group_m=cfg.group_m)
+def conv_config(m: int, o: int, k: int, sms: int = NUM_SMS) -> Sm90Config:
+    """The tile of the implicit GEMM: of ``BM`` 64 or 128 and ``BN`` 64, 128 or 256, the one
+    with the fewest waves of tiles over the SMs weighted by the tile's area and speed
+    (``BN_SPEED``; a 64-row tile runs one consumer warpgroup, taken as 0.8 of the speed),
+    so a small ``M x O`` (ResNet's last layers) still fills the GPU; no cluster; as many
+    stages as fit (at most 6; results leave from registers: no staging tile)."""
+
+    def cost(shape: tuple[int, int]) -> float:
+        bm, bn = shape
+        waves = cdiv(cdiv(m, bm) * cdiv(o, bn), sms)
+        return waves * bm * bn / (BN_SPEED[bn] * (1.0 if bm == 128 else 0.8))
+
+    shapes = [(bm, bn) for bm in (128, 64) for bn in (64, 128, 256) if bn < 2 * o or bn == 64]
+    bm, bn = min(shapes, key=cost)
+    stages = max(s for s in range(2, 7) if Sm90Config(
+        bn=bn, stages=s, consumers=bm // 64).smem_bytes(staging=False) <= SMEM_BUDGET)
+    return Sm90Config(bn=bn, stages=stages, consumers=bm // 64)
 
 
 # --------------------------------------------------------------------------- producer
@@ -226,6 +240,17 @@ def produce(
             src, size = source(kc, e.setp("lt", kc, cv.k))
             d = e.bin(tt.XorOp, "b32", dst, q * CHUNK) if q else dst
             e.add(tt.CpAsyncOp("cg", d, src, CHUNK, size))
+    if SYNC == "noinc":  # the barrier gets this thread's arrive once its copies land
+        e.add(tt.CpAsyncMbarrierArriveOp(full))
+        e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
+        e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
+        e.advance(stage, phase, stages)
+        e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
+        e.add(tt.AddOp("u32", tile, tile, nunits))
+        e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
+        e.add(tt.CpAsyncWaitOp(0))
+        e.add(tt.BraOp(end))
+        return
     e.add(tt.CpAsyncCommitOp())
     # the copies of the step LAG steps back have landed: publish them to the wgmmas
     lag = min(LAG, stages - 1)
@@ -334,88 +359,22 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
     ph, pw = op.padding.get_values()
     cp = cdiv(c, 8) * 8
     cv = ConvGather(n, h, w, cp, kh, kw, sh, sw, ph, pw, ho, wo, op.bias is not None)
-    xt = nhwc_copy(lw, lw.mem(op.input), (n, c, h, w), cp)
-    wk = weight_kmajor(lw, lw.mem(op.weight), (o, c, kh, kw), cp)
-    m = n * ho * wo
-    gemm = Sm90Gemm(m, o, cv.k, ty, ty, conv_config(m, o, cv.k), device_sms(), b_t=True,
-                    gather=cv)
     cnt = lw.counter.get("conv", 0)
     lw.counter["conv"] = cnt + 1
     name = f"{lw.prefix}_conv_{cnt}"
+    xt = lw.alloc(TensorType(et, [n, h, w, cp]))
+    conv_layout.launch(lw, conv_layout.nhwc_kernel(f"{name}_nhwc", n, c, h * w, cp),
+                       [xt, lw.mem(op.input)], conv_layout.nhwc_grid(n, c, h * w, cp),
+                       conv_layout.NHWC_SMEM)
+    wk = lw.alloc(TensorType(et, [o, cv.k]))
+    conv_layout.launch(lw, conv_layout.weight_kernel(f"{name}_weight", o, c, kh, kw, cp),
+                       [wk, lw.mem(op.weight)], conv_layout.weight_grid(o, cv.k), 0)
+    m = n * ho * wo
+    gemm = Sm90Gemm(m, o, cv.k, ty, ty, conv_config(m, o, cv.k, device_sms()), device_sms(), b_t=True,
+                    gather=cv)
     lw.module.body.block.insert_op_before(build_kernel(name, gemm), lw.fn)
     out = lw.alloc(op.result.type)
     args = [out, xt, wk] + ([lw.mem(op.bias)] if op.bias is not None else [])
     lw.hb.add_op(tt.LaunchExOp(name, args, gemm.grid(), gemm.smem_bytes, gemm.boxes()))
     lw.env[op.result] = out
     return True
-
-
-def nhwc_copy(
-    lw: _FunctionLowering, x: SSAValue, shape: tuple[int, int, int, int], cp: int,
-) -> SSAValue:
-    """``xt[n, h, w, c] = x[n, c, h, w]`` (0 for ``C <= c < cp``): per tile ``SIDE`` pixels x
-    ``SIDE`` channels through shared memory (rows padded by one element), read along the
-    pixels and written along the channels."""
-    n, c, h, w = shape
-    et = x.type.element_type  # type: ignore[attr-defined]
-    xt = lw.alloc(TensorType(et, [n, h, w, cp]))
-    hw = h * w
-    tp, tc = cdiv(hw, SIDE), cdiv(cp, SIDE)
-    rows = GROUP // SIDE
-
-    def build(ke: KernelEmitter, args: list[SSAValue]) -> None:
-        out, src = args
-        sm = ke.op(ttile.AllocSharedOp([SIDE * (SIDE + 1)], et))
-        tl = ke.tile_id("x")
-        bn, rest = ke.div(tl, tp * tc), ke.rem(tl, tp * tc)
-        p0, c0 = ke.mul(ke.div(rest, tc), SIDE), ke.mul(ke.rem(rest, tc), SIDE)
-        lane = ke.local_id()
-        col, rr = ke.rem(lane, SIDE), ke.div(lane, SIDE)
-        zero = ke.const(0.0, et)
-        for k in range(SIDE // rows):  # read: lanes along the pixels
-            cc = ke.add(c0, ke.add(rr, k * rows))
-            pix = ke.add(p0, col)
-            ok = ke.and_(ke.lt(pix, hw), ke.lt(cc, c))
-            assert ok is not None
-            v = ke.load(src, [ke.select(ok, bn, 0), ke.select(ok, cc, 0),
-                              ke.select(ok, ke.div(pix, w), 0), ke.select(ok, ke.rem(pix, w), 0)],
-                        mask=ok, other=zero)
-            ke.store(v, sm, [ke.add(ke.mul(ke.add(rr, k * rows), SIDE + 1), col)])
-        ke.barrier()
-        for k in range(SIDE // rows):  # write: lanes along the channels
-            pr = ke.add(rr, k * rows)
-            pix, cc = ke.add(p0, pr), ke.add(c0, col)
-            ok = ke.and_(ke.lt(pix, hw), ke.lt(cc, cp))
-            v = ke.load(sm, [ke.add(ke.mul(col, SIDE + 1), pr)])
-            ke.store(v, out, [bn, ke.div(pix, w), ke.rem(pix, w), cc], mask=ok)
-
-    lw.kernel("conv2d_nhwc", [xt, x], GROUP, [n * tp * tc, 1, 1], build)
-    return xt
-
-
-def weight_kmajor(
-    lw: _FunctionLowering, wt: SSAValue, shape: tuple[int, int, int, int], cp: int,
-) -> SSAValue:
-    """``wk[o, (i*kw + j)*cp + c] = w[o, c, i, j]`` (0 for ``c >= C``): the K-major B
-    operand, K ordered (tap, channel) as the gathered A."""
-    o, c, kh, kw = shape
-    et = wt.type.element_type  # type: ignore[attr-defined]
-    k = kh * kw * cp
-    wk = lw.alloc(TensorType(et, [o, k]))
-
-    def build(ke: KernelEmitter, args: list[SSAValue]) -> None:
-        out, src = args
-        lin = ke.linear_id()
-        ok = ke.lt(lin, o * k)
-        oi, col = ke.unravel(lin, [o, k])
-        tap, ci = ke.div(col, cp), ke.rem(col, cp)
-        inside = ke.and_(ok, ke.lt(ci, c))
-        assert inside is not None
-        v = ke.load(src, [ke.select(inside, oi, 0), ke.select(inside, ci, 0),
-                          ke.select(inside, ke.div(tap, kw), 0),
-                          ke.select(inside, ke.rem(tap, kw), 0)],
-                    mask=inside, other=ke.const(0.0, et))
-        ke.store(v, out, [oi, col], mask=ok)
-
-    lw.kernel("conv2d_wk", [wk, wt], GROUP, [cdiv(o * k, GROUP), 1, 1], build)
-    return wk

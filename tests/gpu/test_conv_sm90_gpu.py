@@ -53,9 +53,12 @@ def _conv(xs, ws, stride, padding, bias, dtype, options=None):
     b = torch.randn(ws[0], device="cuda", dtype=dtype) if bias else None
     ref = F.conv2d(x.double(), w.double(), b.double() if bias else None, stride=stride,
                    padding=padding)
-    # the result's memory comes from a freed block of NaN (an unwritten element shows)
-    poison = torch.full((ref.numel() + 64,), float("nan"), device="cuda", dtype=dtype)
-    del poison
+    # the result's and the intermediate buffers' memory comes from freed blocks of NaN (an
+    # unwritten element shows)
+    big = torch.full((1 << 28,), float("nan"), device="cuda", dtype=torch.bfloat16)
+    small = [torch.full((1 << 19,), float("nan"), device="cuda", dtype=torch.bfloat16)
+             for _ in range(4)]
+    del big, small
     if bias:
         fn = ts.jit(lambda x, w, b: ts.conv2d(x, w, b, stride=stride, padding=padding),
                     options=options)
@@ -102,3 +105,16 @@ def test_conv2d_gradients(monkeypatch: pytest.MonkeyPatch, implicit: str) -> Non
     rx, rw = torch.autograd.grad(F.conv2d(x64, w64, padding=1), (x64, w64), dy.double())
     for got, ref in ((gx, rx), (gw, rw)):
         assert float((got.double() - ref).norm() / ref.norm()) < 2e-2
+
+
+@pytest.mark.parametrize(("xs", "ws", "stride", "padding", "bias"),
+                         [c for c in IMPLICIT_CASES if c[0][0] <= 4])
+@pytest.mark.parametrize("tf32", [False, True])
+def test_conv2d_implicit_gemm_f32(xs, ws, stride, padding, bias, tf32) -> None:
+    """f32 on the tensor cores: 3xTF32 keeps f32 accuracy (as the f32 GEMM); with
+    allow_tf32 one TF32 product."""
+    fn, y, ref = _conv(xs, ws, stride, padding, bias, torch.float32,
+                       CompileOptions.from_env(implicit_conv=True, allow_tf32=tf32))
+    assert "tf32.tf32" in fn.inspect_ir("ptx")
+    assert y.shape == ref.shape and torch.isfinite(y).all()
+    assert float((y.double() - ref).norm() / ref.norm()) < (5e-3 if tf32 else 1e-5)

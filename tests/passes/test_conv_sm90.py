@@ -158,6 +158,24 @@ def test_implicit_conv_lowers_to_one_gemm_without_im2col(
 
 
 @needs_ptxas
+@pytest.mark.parametrize("tf32", ["0", "1"])
+def test_f32_implicit_conv_runs_on_tf32_wgmma(monkeypatch: pytest.MonkeyPatch, tf32) -> None:
+    """f32: the NHWC and weight copies write TF32 parts (3xTF32: hi and lo planes, the
+    GEMM issues three products per k8 step; allow_tf32: one)."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    monkeypatch.setenv("TESSERA_ALLOW_TF32", tf32)
+    spec = _spec((2, 3, 17, 15), (16, 3, 3, 3), 2, 1, True, np.float32)
+    assert _kernels(spec) == ["conv_0_nhwc", "conv_0_weight", "conv_0"]
+    ptx = spec.ir("ptx")
+    conv = ptx[ptx.index(".entry lambda_conv_0("):]
+    assert conv.count("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32") == (
+        4 if tf32 == "1" else 12)
+    assert ("sub.rn.f32" in ptx) == (tf32 == "0")  # lo = tf32(x - hi)
+    ptxas.check(ptx)
+
+
+@needs_ptxas
 def test_pointwise_conv_is_one_batched_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 1x1, stride 1 convolution without bias reads x and w in place (views) and
     stores y by TMA: one kernel."""
@@ -185,7 +203,8 @@ def test_implicit_and_pointwise_eligibility() -> None:
         return next(o for o in spec.ir("graph").walk() if isinstance(o, g.Conv2dOp))
 
     assert implicit_eligible(op_for((1, 3, 8, 8), (5, 3, 3, 3))) is None
-    assert "bf16 or f16" in implicit_eligible(op_for((1, 4, 8, 8), (8, 4, 3, 3), np.float32))
+    assert implicit_eligible(op_for((1, 4, 8, 8), (8, 4, 3, 3), np.float32)) is None
+    assert "f32" in implicit_eligible(op_for((1, 4, 8, 8), (8, 4, 3, 3), np.float64))
     assert conv1x1_eligible(op_for((2, 64, 4, 4), (64, 64, 1, 1))) is None
     assert "bias" in conv1x1_eligible(op_for((2, 64, 4, 4), (64, 64, 1, 1), bias=True))
     assert "stride 1" in conv1x1_eligible(op_for((2, 64, 4, 4), (64, 64, 1, 1), stride=2))

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, TensorType
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, TensorType
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
@@ -97,47 +97,65 @@ class ConvGather:
     wo: int
     bias: bool = False
     """The kernel takes a bias ``[O]`` pointer as its fourth parameter."""
+    eb: int = 2
+    """Bytes of an element: 2 (bf16/f16), 4 (f32 as TF32 parts)."""
+    parts: int = 1
+    """TF32 parts of f32 operands: 2 (3xTF32: hi and lo planes), else 1."""
 
     @property
     def k(self) -> int:
         return self.kh * self.kw * self.cp
 
     @property
+    def cpe(self) -> int:
+        """Channels per 16-byte copy."""
+        return CHUNK // self.eb
+
+    @property
     def uniform(self) -> bool:
-        """Every 64-element K-step lies within one filter tap (``Cp % 64 == 0``)."""
-        return self.cp % 64 == 0
+        """Every K-step (a 128-byte row of K) lies within one filter tap."""
+        return self.cp % (SWIZZLE_BYTES // self.eb) == 0
+
+    @property
+    def plane_bytes(self) -> int:
+        """Bytes of one TF32 part of the channels-last input (the lo plane's offset)."""
+        return self.n * self.h * self.w * self.cp * self.eb
 
 
 def implicit_eligible(op: g.Conv2dOp) -> str | None:
     """None if the implicit-GEMM kernel takes ``op``, else why not."""
     et = g.elem_of(op.input)
-    if not isinstance(et, BFloat16Type | Float16Type):
-        return "operands are not bf16 or f16 (the implicit GEMM runs on 16-bit wgmma)"
+    if not isinstance(et, BFloat16Type | Float16Type | Float32Type):
+        return "operands are not bf16, f16 or f32"
     xs, ws, ys = g.shape_of(op.input), g.shape_of(op.weight), g.shape_of(op.result)
     if min(*xs, *ws, *ys) < 1:
         return "empty dimension"
-    cp = cdiv(xs[1], 8) * 8
-    if xs[0] * xs[2] * xs[3] * cp > I32_MAX or ys[0] * ys[1] * ys[2] * ys[3] > I32_MAX:
-        return "input or result has more than 2**31 elements (32-bit indices)"
+    eb = 4 if isinstance(et, Float32Type) else 2
+    cp = cdiv(xs[1], CHUNK // eb) * (CHUNK // eb)
+    if xs[0] * xs[2] * xs[3] * cp * eb * 2 > I32_MAX or ys[0] * ys[1] * ys[2] * ys[3] > I32_MAX:
+        return "input or result too large for 32-bit indices and offsets"
     return None
 
 
-def conv_config(m: int, o: int, k: int, sms: int = NUM_SMS) -> Sm90Config:
+def conv_config(m: int, o: int, k: int, sms: int = NUM_SMS, copies: int = 1) -> Sm90Config:
     """The tile of the implicit GEMM: of ``BM`` 64 or 128 and ``BN`` 64, 128 or 256, the one
     with the fewest waves of tiles over the SMs weighted by the tile's area and speed
     (``BN_SPEED``; a 64-row tile runs one consumer warpgroup, taken as 0.8 of the speed),
     so a small ``M x O`` (ResNet's last layers) still fills the GPU; no cluster; as many
-    stages as fit (at most 6; results leave from registers: no staging tile)."""
+    stages as fit (at most 6; results leave from registers: no staging tile). 3xTF32
+    (``copies = 2``: hi and lo parts per stage) tiles are at most 128 wide (the f32
+    totals share the registers)."""
 
     def cost(shape: tuple[int, int]) -> float:
         bm, bn = shape
         waves = cdiv(cdiv(m, bm) * cdiv(o, bn), sms)
         return waves * bm * bn / (BN_SPEED[bn] * (1.0 if bm == 128 else 0.8))
 
-    shapes = [(bm, bn) for bm in (128, 64) for bn in (64, 128, 256) if bn < 2 * o or bn == 64]
+    widths = (64, 128) if copies == 2 else (64, 128, 256)
+    shapes = [(bm, bn) for bm in (128, 64) for bn in widths if bn < 2 * o or bn == 64]
     bm, bn = min(shapes, key=cost)
     stages = max(s for s in range(2, 7) if Sm90Config(
-        bn=bn, stages=s, consumers=bm // 64).smem_bytes(staging=False) <= SMEM_BUDGET)
+        bn=bn, stages=s, consumers=bm // 64).smem_bytes(copies, staging=False) <= SMEM_BUDGET)
     return Sm90Config(bn=bn, stages=stages, consumers=bm // 64)
 
 
@@ -203,10 +221,27 @@ def produce(
         dst = e.add32(b_dst, j * 64 * SWIZZLE_BYTES) if j else b_dst
         col = e.add32(n0, j * 64) if j else n0
         e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, k0, col, full, guard=leader))
+        if cv.parts == 2:  # B's lo part: rows O.. of the [2 O, K] weight, the slot's 2nd half
+            e.add(tt.CpAsyncBulkTensorOp(e.add32(dst, gemm.b_bytes // 2), tmap_b, k0,
+                                         e.add32(col, gemm.n), full, guard=leader))
     dst = e.mad32(stage, gemm.a_bytes, dst0)
+    # 3xTF32: the lo parts go to the slot's second half, from the input's second plane
+    dst_lo = e.add32(dst, gemm.a_bytes // 2) if cv.parts == 2 else None
+
+    def copy(q: int, src: SSAValue, size: SSAValue, src_offset: int = 0) -> None:
+        """Chunk ``q`` of the thread's row (and its lo part) from ``src``."""
+        for base, s in ((dst, src), (dst_lo, None)):
+            if base is None:
+                continue
+            if s is None:  # the lo plane
+                s = e.reg("b64")
+                e.add(tt.AddOp("u64", s, src, e.imm(cv.plane_bytes)))
+            d = e.bin(tt.XorOp, "b32", base, q * CHUNK) if q else base
+            e.add(tt.CpAsyncOp("cg", d, s, CHUNK, size, src_offset=src_offset))
 
     def source(kc: SSAValue, in_k: SSAValue | None) -> tuple[SSAValue, SSAValue]:
-        """(global address, bytes to copy: 16 or 0) of the 8 channels at K index ``kc``."""
+        """(global address, bytes to copy: 16 or 0) of the 16 bytes of channels at K index
+        ``kc``."""
         tap, c = e.bin(tt.DivOp, "u32", kc, cv.cp), e.bin(tt.RemOp, "u32", kc, cv.cp)
         i, j = e.bin(tt.DivOp, "u32", tap, cv.kw), e.bin(tt.RemOp, "u32", tap, cv.kw)
         hi, wi = e.add32(hi0, i), e.add32(wi0, j)
@@ -221,25 +256,25 @@ def produce(
         size = e.reg("b32")
         e.add(tt.SelpOp("b32", size, e.imm(CHUNK), e.imm(0), ok))
         src = e.reg("b64")
-        e.add(tt.MulOp("wide.u32", src, off, e.imm(2)))
+        e.add(tt.MulOp("wide.u32", src, off, e.imm(cv.eb)))
         e.add(tt.AddOp("u64", src, src, xbase))
         return src, size
 
     def chunk_k(q: int) -> SSAValue:
-        kc = e.add32(k0, q * 8)
-        return kc if qbase is None else e.add32(kc, e.bin(tt.ShrOp, "u32", qbase, 1))
+        kc = e.add32(k0, q * cv.cpe)
+        if qbase is None:
+            return kc
+        return e.add32(kc, e.bin(tt.DivOp, "u32", qbase, cv.eb))  # first chunk's K
 
-    if cv.uniform:  # the step's 64 channels are one tap's: one pixel address per step
+    if cv.uniform:  # the step's 128 bytes of K are one tap's: one pixel address per step
         src, size = source(chunk_k(0), None)
         for q in range(nch):
-            d = e.bin(tt.XorOp, "b32", dst, q * CHUNK) if q else dst
-            e.add(tt.CpAsyncOp("cg", d, src, CHUNK, size, src_offset=q * CHUNK))
+            copy(q, src, size, q * CHUNK)
     else:
         for q in range(nch):
             kc = chunk_k(q)
             src, size = source(kc, e.setp("lt", kc, cv.k))
-            d = e.bin(tt.XorOp, "b32", dst, q * CHUNK) if q else dst
-            e.add(tt.CpAsyncOp("cg", d, src, CHUNK, size))
+            copy(q, src, size)
     if SYNC == "noinc":  # the barrier gets this thread's arrive once its copies land
         e.add(tt.CpAsyncMbarrierArriveOp(full))
         e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
@@ -300,6 +335,7 @@ def nchw_epilogue(
     cv = gemm.gather
     assert cv is not None
     ty, o, hw, bn = gemm.out_type, gemm.n, cv.ho * cv.wo, gemm.cfg.bn
+    eb = 4 if ty == "f32" else 2
     _, warp, lane = builders.fragment_lanes(e, tid)
     row0 = builders.fragment_row(e, m0, cw, warp, lane)
     col0 = e.add32(n0, builders.fragment_col(e, lane))
@@ -309,12 +345,17 @@ def nchw_epilogue(
     bias: dict[tuple[int, int], SSAValue] = {}
     if bias_param is not None:
         bptr = builders.global_pointer(e, bias_param)
-        builders.advance_pointer(e, bptr, col0, 2)
+        builders.advance_pointer(e, bptr, col0, eb)
         for (j, x), gd in cols.items():
-            h16, v = e.reg("b16"), e.reg("f32")
-            e.mov("b16", h16, 0)
-            e.add(tt.LdOp("global.b16", [h16], bptr, (8 * j + x) * 2, gd))
-            e.add(tt.CvtOp(f"f32.{ty}", v, [h16]))
+            v = e.reg("f32")
+            if eb == 4:
+                e.add(tt.MovOp("f32", v, e.fimm(0.0)))
+                e.add(tt.LdOp("global.f32", [v], bptr, (8 * j + x) * 4, gd))
+            else:
+                h16 = e.reg("b16")
+                e.mov("b16", h16, 0)
+                e.add(tt.LdOp("global.b16", [h16], bptr, (8 * j + x) * 2, gd))
+                e.add(tt.CvtOp(f"f32.{ty}", v, [h16]))
             bias[j, x] = v
     for h in (0, 1):
         m = e.add32(row0, 8 * h)
@@ -325,18 +366,21 @@ def nchw_epilogue(
         # y[img, col0, p]: then column 8j + x is (8j + x) * HW elements further
         lin = e.mad32(img, o * hw, e.mad32(col0, hw, p))
         ptr = builders.global_pointer(e, c_param)
-        builders.advance_pointer(e, ptr, lin, 2)
+        builders.advance_pointer(e, ptr, lin, eb)
         for j in range(bn // 8):
             for x in (0, 1):
                 v = acc[4 * j + 2 * h + x]
                 if bias:
                     v = e.fbin(tt.AddOp, v, bias[j, x], "rn.f32")
-                out = e.reg("b16")
-                e.add(tt.CvtOp(f"rn.{ty}.f32", out, [v]))
                 gd = ok
                 if cols[j, x] is not None:
                     gd = e.reg("pred")
                     e.add(tt.AndOp("pred", gd, ok, cols[j, x]))
+                if eb == 4:
+                    e.add(tt.StOp("global.f32", ptr, [v], (8 * j + x) * hw * 4, gd))
+                    continue
+                out = e.reg("b16")
+                e.add(tt.CvtOp(f"rn.{ty}.f32", out, [v]))
                 e.add(tt.StOp("global.b16", ptr, [out], (8 * j + x) * hw * 2, gd))
 
 
@@ -351,27 +395,36 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
     from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm, build_kernel, device_sms
 
     et = g.elem_of(op.input)
-    ty = "bf16" if isinstance(et, BFloat16Type) else "f16"
+    f32 = isinstance(et, Float32Type)
+    eb, parts = (4, 1 if lw.allow_tf32 else 2) if f32 else (2, 1)
     n, c, h, w = g.shape_of(op.input)
     o, _, kh, kw = g.shape_of(op.weight)
     _, _, ho, wo = g.shape_of(op.result)
     sh, sw = op.stride.get_values()
     ph, pw = op.padding.get_values()
-    cp = cdiv(c, 8) * 8
-    cv = ConvGather(n, h, w, cp, kh, kw, sh, sw, ph, pw, ho, wo, op.bias is not None)
+    cpe = CHUNK // eb
+    cp = cdiv(c, cpe) * cpe
+    cv = ConvGather(n, h, w, cp, kh, kw, sh, sw, ph, pw, ho, wo, op.bias is not None, eb, parts)
     cnt = lw.counter.get("conv", 0)
     lw.counter["conv"] = cnt + 1
     name = f"{lw.prefix}_conv_{cnt}"
-    xt = lw.alloc(TensorType(et, [n, h, w, cp]))
-    conv_layout.launch(lw, conv_layout.nhwc_kernel(f"{name}_nhwc", n, c, h * w, cp),
-                       [xt, lw.mem(op.input)], conv_layout.nhwc_grid(n, c, h * w, cp),
+    # the channels-last input and the K-major weight (f32: their TF32 parts, hi then lo)
+    xt = lw.alloc(TensorType(et, [parts, n, h, w, cp] if f32 else [n, h, w, cp]))
+    conv_layout.launch(lw, conv_layout.nhwc_kernel(f"{name}_nhwc", n, c, h * w, cp, eb, parts),
+                       [xt, lw.mem(op.input)], conv_layout.nhwc_grid(n, c, h * w, cp, eb),
                        conv_layout.NHWC_SMEM)
-    wk = lw.alloc(TensorType(et, [o, cv.k]))
-    conv_layout.launch(lw, conv_layout.weight_kernel(f"{name}_weight", o, c, kh, kw, cp),
+    wk = lw.alloc(TensorType(et, [parts * o, cv.k]))
+    conv_layout.launch(lw, conv_layout.weight_kernel(f"{name}_weight", o, c, kh, kw, cp, eb,
+                                                     parts),
                        [wk, lw.mem(op.weight)], conv_layout.weight_grid(o, cv.k), 0)
     m = n * ho * wo
-    gemm = Sm90Gemm(m, o, cv.k, ty, ty, conv_config(m, o, cv.k, device_sms()), device_sms(), b_t=True,
-                    gather=cv)
+    sms = device_sms()
+    if f32:
+        in_type, out_type = ("tf32" if parts == 1 else "3xtf32"), "f32"
+    else:
+        in_type = out_type = "bf16" if isinstance(et, BFloat16Type) else "f16"
+    gemm = Sm90Gemm(m, o, cv.k, in_type, out_type, conv_config(m, o, cv.k, sms, parts), sms,
+                    b_t=True, gather=cv)
     lw.module.body.block.insert_op_before(build_kernel(name, gemm), lw.fn)
     out = lw.alloc(op.result.type)
     args = [out, xt, wk] + ([lw.mem(op.bias)] if op.bias is not None else [])

@@ -5,14 +5,18 @@ immediate into a multiply), which the generic Tile IR copies (64-bit ``index``
 arithmetic) do not:
 
 * :func:`nhwc_kernel`: ``xt[n, p, c] = x[n, c, p]`` (``p = h*W + w``), channels
-  zero-padded to ``Cp``. A CTA of 256 threads moves a tile of 64 pixels x 64 channels:
-  each thread issues its 16 loads (lanes along the pixels: 64 contiguous bytes per
-  warp) before it writes them to shared memory, a tile row per pixel of 128 bytes with
-  the 16-byte chunks swizzled (chunk ``g`` of pixel ``p`` at ``g ^ (p % 8)``); then
-  each thread reads two 16-byte vectors of 8 channels and stores them with
-  ``st.global.v4`` (8 lanes write a pixel's 128 contiguous bytes).
+  zero-padded to ``Cp``. A CTA of 256 threads moves a tile of 64 pixels x 128 bytes of
+  channels (64 16-bit or 32 f32): each thread issues its loads (lanes along the pixels)
+  before it writes them to shared memory, a tile row per pixel of 128 bytes with the
+  16-byte chunks swizzled (chunk ``g`` of pixel ``p`` at ``g ^ (p % 8)``); then each
+  thread reads two 16-byte vectors and stores them with ``st.global.v4`` (8 lanes
+  write a pixel's 128 contiguous bytes).
 * :func:`weight_kernel`: ``wk[o, (i*kw + j)*Cp + c] = w[o, c, i, j]`` (0 for ``c >= C``),
   one element per thread.
+
+f32 operands are written as the TF32 parts the 3xTF32 (or, with ``allow_tf32``, the one
+TF32) product reads: ``hi = tf32(x)`` and ``lo = tf32(x - hi)`` in two planes (the
+rounding of :mod:`tessera.passes.sm90.split_tf32`).
 """
 
 from __future__ import annotations
@@ -22,67 +26,101 @@ from xdsl.ir import SSAValue
 from tessera.ir import target as tt
 from tessera.passes.sm90 import builders
 from tessera.passes.sm90.asm import TargetAsm
+from tessera.passes.sm90.split_tf32 import KEEP_MASK, ROUND_BIAS
 from tessera.passes.tile_builder import cdiv
 
 THREADS = 256
-TILE = 64
-"""Pixels and channels of one NHWC-copy tile."""
-ROW_BYTES = TILE * 2
-NHWC_SMEM = TILE * ROW_BYTES + 1024
+PIXELS = 64
+"""Pixels of one NHWC-copy tile (its channels fill a 128-byte row: 64 16-bit or 32 f32)."""
+ROW_BYTES = 128
+NHWC_SMEM = PIXELS * ROW_BYTES + 1024
 """Dynamic shared memory of the NHWC copy: the tile and 1 KiB for alignment."""
 
 
-def nhwc_grid(n: int, c: int, p: int, cp: int) -> int:
-    return n * cdiv(p, TILE) * cdiv(cp, TILE)
+def tile_channels(eb: int) -> int:
+    return ROW_BYTES // eb
 
 
-def nhwc_kernel(name: str, n: int, c: int, p: int, cp: int) -> tt.FuncOp:
+def nhwc_grid(n: int, c: int, p: int, cp: int, eb: int = 2) -> int:
+    return n * cdiv(p, PIXELS) * cdiv(cp, tile_channels(eb))
+
+
+def tf32_parts(e: TargetAsm, word: SSAValue, parts: int) -> list[SSAValue]:
+    """``[hi]`` or ``[hi, lo]`` (b32 registers) of the f32 bits ``word``: ``hi`` rounded to
+    TF32 (nearest, ties away: ``(bits + 0x1000) & ~0x1fff``), ``lo = tf32(x - hi)``, as
+    :mod:`tessera.passes.sm90.split_tf32` computes them."""
+
+    def rnd(bits: SSAValue) -> SSAValue:
+        return e.bin(tt.AndOp, "b32", e.add32(bits, ROUND_BIAS), KEEP_MASK & 0xFFFFFFFF)
+
+    hi = rnd(word)
+    if parts == 1:
+        return [hi]
+    x, h, d, db = e.reg("f32"), e.reg("f32"), e.reg("f32"), e.reg("b32")
+    e.add(tt.MovOp("b32", x, word))
+    e.add(tt.MovOp("b32", h, hi))
+    e.add(tt.SubOp("rn.f32", d, x, h))
+    e.add(tt.MovOp("b32", db, d))
+    return [hi, rnd(db)]
+
+
+def nhwc_kernel(
+    name: str, n: int, c: int, p: int, cp: int, eb: int = 2, parts: int = 1,
+) -> tt.FuncOp:
     """The ``ttarget.func`` ``(xt, x)`` of the NHWC copy (module docstring) for ``x`` of
-    ``[n, c, p]`` 16-bit elements; one CTA per tile, :func:`nhwc_grid` of them."""
+    ``[n, c, p]`` elements of ``eb`` bytes; one CTA per tile, :func:`nhwc_grid` of them.
+    f32 (``eb = 4``) is written as TF32 ``parts``: ``[parts, n, p, cp]``, hi then lo."""
     func = tt.FuncOp(name, ["u64", "u64"], THREADS)
     out_param, x_param = func.block.args
     e = TargetAsm(func)
     tid, bid, sbase = builders.shared_base(e)
-    tp, tc = cdiv(p, TILE), cdiv(cp, TILE)
+    tch = tile_channels(eb)
+    cpe = 16 // eb  # channels per 16-byte chunk
+    bits = "b16" if eb == 2 else "b32"
+    tp, tc = cdiv(p, PIXELS), cdiv(cp, tch)
     img, rest = e.bin(tt.DivOp, "u32", bid, tp * tc), e.bin(tt.RemOp, "u32", bid, tp * tc)
-    p0 = e.mul32(e.bin(tt.DivOp, "u32", rest, tc), TILE)
-    c0 = e.mul32(e.bin(tt.RemOp, "u32", rest, tc), TILE)
+    p0 = e.mul32(e.bin(tt.DivOp, "u32", rest, tc), PIXELS)
+    c0 = e.mul32(e.bin(tt.RemOp, "u32", rest, tc), tch)
     xptr = builders.global_pointer(e, x_param)
     optr = builders.global_pointer(e, out_param)
 
-    # read: thread (pixel pl, channel row cr) loads channels cr + 4k, k < 16
-    pl, cr = e.bin(tt.AndOp, "b32", tid, TILE - 1), e.bin(tt.ShrOp, "u32", tid, 6)
+    # read: thread (pixel pl, channel row cr) loads channels cr + 4k
+    pl, cr = e.bin(tt.AndOp, "b32", tid, PIXELS - 1), e.bin(tt.ShrOp, "u32", tid, 6)
     pix = e.add32(p0, pl)
     okp = e.setp("lt", pix, p)
     lim = e.bin(tt.SubOp, "u32", c, c0)  # channels of this tile that exist (c0 < C)
     src = e.reg("b64")
     first = e.mad32(e.mad32(img, c, e.add32(c0, cr)), p, pix)
-    e.add(tt.MulOp("wide.u32", src, first, e.imm(2)))
+    e.add(tt.MulOp("wide.u32", src, first, e.imm(eb)))
     e.add(tt.AddOp("u64", src, src, xptr))
     vals = []
-    for k in range(TILE // 4):
-        v = e.reg("b16")
-        e.mov("b16", v, 0)
+    for k in range(tch // 4):
+        v = e.reg(bits)
+        e.mov(bits, v, 0)
         ok = e.reg("pred")
         e.add(tt.AndOp("pred", ok, okp, e.setp("lt", e.add32(cr, 4 * k), lim)))
-        e.add(tt.LdOp("global.b16", [v], src, 4 * k * p * 2, ok))
+        e.add(tt.LdOp(f"global.{bits}", [v], src, 4 * k * p * eb, ok))
         vals.append(v)
-    # shared: pixel pl's row, channel cr + 4k in chunk k // 2 (swizzled), element cr + 4 (k % 2)
-    row = e.add32(sbase, e.add32(e.mul32(pl, ROW_BYTES), e.mul32(cr, 2)))
+    # shared: pixel pl's row; channel cr + 4k in chunk 4k // cpe (swizzled: chunk g of
+    # pixel r at g ^ (r % 8)), element 4k % cpe + cr of the chunk
+    row = e.add32(sbase, e.add32(e.mul32(pl, ROW_BYTES), e.mul32(cr, eb)))
     pswz = e.bin(tt.AndOp, "b32", pl, 7)
-    for g in range(TILE // 8):
-        addr = e.add32(row, e.mul32(e.bin(tt.XorOp, "b32", pswz, g), 16))
-        for half in (0, 1):
-            e.add(tt.StOp("shared.b16", addr, [vals[2 * g + half]], 8 * half))
+    chunks: dict[int, SSAValue] = {}
+    for k, v in enumerate(vals):
+        g = 4 * k // cpe
+        if g not in chunks:
+            chunks[g] = e.add32(row, e.mul32(e.bin(tt.XorOp, "b32", pswz, g), 16))
+        e.add(tt.StOp(f"shared.{bits}", chunks[g], [v], (4 * k % cpe) * eb))
     e.add(tt.BarSyncOp(0))
 
-    # write: thread (chunk g, pixel pr + 32 v) stores channels 8g..8g+7 of that pixel
+    # write: thread (chunk g, pixel pr + 32 v) stores that pixel's 16 bytes of chunk g
     g_ = e.bin(tt.AndOp, "b32", tid, 7)
     pr = e.bin(tt.ShrOp, "u32", tid, 3)
-    chan = e.add32(c0, e.mul32(g_, 8))
+    chan = e.add32(c0, e.mul32(g_, cpe))
     okc = e.setp("lt", chan, cp)
     sw = e.mul32(e.bin(tt.XorOp, "b32", g_, e.bin(tt.AndOp, "b32", pr, 7)), 16)
-    for v in range(TILE // 32):
+    plane = n * p * cp * eb
+    for v in range(PIXELS // 32):
         prv = e.add32(pr, 32 * v) if v else pr
         words = [e.reg("b32") for _ in range(4)]
         e.add(tt.LdOp("shared.v4.b32", words, e.add32(sbase, e.mad32(prv, ROW_BYTES, sw))))
@@ -90,9 +128,14 @@ def nhwc_kernel(name: str, n: int, c: int, p: int, cp: int) -> tt.FuncOp:
         ok = e.reg("pred")
         e.add(tt.AndOp("pred", ok, okc, e.setp("lt", pixv, p)))
         dst = e.reg("b64")
-        e.add(tt.MulOp("wide.u32", dst, e.mad32(e.mad32(img, p, pixv), cp, chan), e.imm(2)))
+        e.add(tt.MulOp("wide.u32", dst, e.mad32(e.mad32(img, p, pixv), cp, chan), e.imm(eb)))
         e.add(tt.AddOp("u64", dst, dst, optr))
-        e.add(tt.StOp("global.v4.b32", dst, words, 0, ok))
+        if eb == 2:
+            e.add(tt.StOp("global.v4.b32", dst, words, 0, ok))
+            continue
+        split = [tf32_parts(e, wd, parts) for wd in words]
+        for part in range(parts):
+            e.add(tt.StOp("global.v4.b32", dst, [sp[part] for sp in split], part * plane, ok))
     e.add(tt.RetOp())
     return func
 
@@ -101,13 +144,17 @@ def weight_grid(o: int, k: int) -> int:
     return cdiv(o * k, THREADS)
 
 
-def weight_kernel(name: str, o: int, c: int, kh: int, kw: int, cp: int) -> tt.FuncOp:
+def weight_kernel(
+    name: str, o: int, c: int, kh: int, kw: int, cp: int, eb: int = 2, parts: int = 1,
+) -> tt.FuncOp:
     """The ``ttarget.func`` ``(wk, w)`` of the weight reorder (module docstring); one
-    element per thread, :func:`weight_grid` CTAs."""
+    element per thread, :func:`weight_grid` CTAs. f32 is written as TF32 ``parts``
+    (``[parts, o, K]``, as :func:`nhwc_kernel`)."""
     func = tt.FuncOp(name, ["u64", "u64"], THREADS)
     out_param, w_param = func.block.args
     e = TargetAsm(func)
     k = kh * kw * cp
+    bits = "b16" if eb == 2 else "b32"
     lin = e.mad32(e.sreg("ctaid.x"), THREADS, e.sreg("tid.x"))
     ok = e.setp("lt", lin, o * k)
     oi, col = e.bin(tt.DivOp, "u32", lin, k), e.bin(tt.RemOp, "u32", lin, k)
@@ -116,15 +163,17 @@ def weight_kernel(name: str, o: int, c: int, kh: int, kw: int, cp: int) -> tt.Fu
     e.add(tt.AndOp("pred", inside, ok, e.setp("lt", ci, c)))
     src_i = e.mad32(e.mad32(oi, c, ci), kh * kw, tap)  # w[o, c, i, j], i*kw + j = tap
     src = e.reg("b64")
-    e.add(tt.MulOp("wide.u32", src, src_i, e.imm(2)))
+    e.add(tt.MulOp("wide.u32", src, src_i, e.imm(eb)))
     e.add(tt.AddOp("u64", src, src, builders.global_pointer(e, w_param)))
-    v = e.reg("b16")
-    e.mov("b16", v, 0)
-    e.add(tt.LdOp("global.b16", [v], src, 0, inside))
+    v = e.reg(bits)
+    e.mov(bits, v, 0)
+    e.add(tt.LdOp(f"global.{bits}", [v], src, 0, inside))
     dst = e.reg("b64")
-    e.add(tt.MulOp("wide.u32", dst, lin, e.imm(2)))
+    e.add(tt.MulOp("wide.u32", dst, lin, e.imm(eb)))
     e.add(tt.AddOp("u64", dst, dst, builders.global_pointer(e, out_param)))
-    e.add(tt.StOp("global.b16", dst, [v], 0, ok))
+    vals = [v] if eb == 2 else tf32_parts(e, v, parts)
+    for part, pv in enumerate(vals):
+        e.add(tt.StOp(f"global.{bits}", dst, [pv], part * o * k * eb, ok))
     e.add(tt.RetOp())
     return func
 

@@ -283,6 +283,7 @@ def produce(
         e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
         e.add(tt.AddOp("u32", tile, tile, nunits))
         e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
+        e.add(tt.CpAsyncCommitOp())  # wait for the last copies before the thread leaves
         e.add(tt.CpAsyncWaitOp(0))
         e.add(tt.BraOp(end))
         return

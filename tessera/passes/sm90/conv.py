@@ -1,5 +1,11 @@
 """``tgraph.conv2d`` as a GEMM: an im2col buffer, one wgmma (or FMA) GEMM, one NCHW store.
 
+With ``implicit_conv`` (``CompileOptions``, on by default) :func:`lower_conv2d_sm90` first
+tries a pointwise convolution as one batched GEMM on views of its buffers
+(:func:`conv1x1_eligible`), then the implicit GEMM
+(:mod:`tessera.passes.sm90.conv_implicit`, no im2col buffer); what neither takes, or
+everything with ``TESSERA_IMPLICIT_CONV=0``, goes the way described below.
+
 For bf16/f16 operands, ``lower-matmul-sm90`` lowers ``y = conv2d(x, w) (+ bias)`` with
 ``x: [N, C, H, W]``, ``w: [O, C, kh, kw]``, ``y: [N, O, Ho, Wo]`` as three kernels:
 

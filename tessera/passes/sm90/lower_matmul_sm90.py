@@ -991,8 +991,9 @@ def lower_matmul_sm90(
 
 @dataclass(frozen=True)
 class LowerMatmulSm90(LowerGraphToTile):
-    """``lower-graph-to-tile`` with bf16/f16/fp8 matmuls and bf16/f16 convolutions
-    (:mod:`tessera.passes.sm90.conv`) as TMA + wgmma kernels (sm_90a)."""
+    """``lower-graph-to-tile`` with bf16/f16/fp8/f32 matmuls and convolutions
+    (:mod:`tessera.passes.sm90.conv`, :mod:`tessera.passes.sm90.conv_implicit`) as wgmma
+    kernels (sm_90a)."""
 
     name = "lower-matmul-sm90"
 

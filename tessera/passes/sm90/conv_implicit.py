@@ -6,14 +6,14 @@ is the GEMM ``Y[M, O] = A[M, K] @ B[O, K]^T`` with ``M = N*Ho*Wo`` output pixels
 once the input is channels-last. Three kernels:
 
 1. **NHWC copy**: ``xt[n, h, w, c] = x[n, c, h, w]`` with the channels zero-padded to
-   ``Cp``, a multiple of 8 (16-byte pixels), through a shared-memory tile (both sides
+   ``Cp``, a multiple of 8 (f32: 4; 16-byte pixels), through a shared-memory tile (both sides
    coalesced; :mod:`tessera.passes.sm90.conv_layout`). ``Cp`` a multiple of 64 (ResNet's
    channel counts) lets a whole 128-byte K-chunk come from one filter tap.
 2. **weight**: ``wk[o, (i*kw + j)*Cp + c] = w[o, c, i, j]`` (0 for ``c >= C``), the GEMM's
    K-major B operand, read by TMA like ``nn.Linear``'s weight (``conv_layout``).
 3. **the GEMM** (:func:`tessera.passes.sm90.lower_matmul_sm90.build_kernel` with
    :attr:`Sm90Gemm.gather`): its producer warpgroup gathers the A tile itself. Thread
-   ``t`` owns row ``t % BM`` of the ``BM x 64`` tile (one output pixel: its image, ``ho``
+   ``t`` owns row ``t % BM`` of the ``BM x 128``-byte tile (one output pixel: its image, ``ho``
    and ``wo`` are divided out once per tile) and ``BM / 16`` of its eight 16-byte chunks;
    per K-step it issues ``cp.async.cg`` 16-byte copies from the pixel ``(ho*sh + i - ph,
    wo*sw + j - pw)`` of the step's tap ``(i, j)`` straight into the 128-byte-swizzled slot

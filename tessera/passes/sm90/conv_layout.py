@@ -21,6 +21,8 @@ rounding of :mod:`tessera.passes.sm90.split_tf32`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from xdsl.ir import SSAValue
 
 from tessera.ir import target as tt
@@ -28,6 +30,9 @@ from tessera.passes.sm90 import builders
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.split_tf32 import KEEP_MASK, ROUND_BIAS
 from tessera.passes.tile_builder import cdiv
+
+if TYPE_CHECKING:
+    from tessera.passes.lower_graph_to_tile import _FunctionLowering
 
 THREADS = 256
 PIXELS = 64
@@ -178,7 +183,7 @@ def weight_kernel(
     return func
 
 
-def launch(lw, func: tt.FuncOp, args: list[SSAValue], grid: int, smem: int) -> None:
+def launch(lw: _FunctionLowering, func: tt.FuncOp, args: list[SSAValue], grid: int, smem: int) -> None:
     """Insert ``func`` before the lowered function and launch it on ``args``."""
     lw.module.body.block.insert_op_before(func, lw.fn)
     lw.hb.add_op(tt.LaunchExOp(func.sym_name.data, args, (grid, 1, 1), smem,

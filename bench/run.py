@@ -512,35 +512,45 @@ def case_mlp_step(ctx: Ctx) -> None:
 
 
 def case_conv2d(ctx: Ctx) -> None:
-    """conv2d (NCHW, 3x3, pad 1) through ``ts.jit`` against cuDNN (``F.conv2d``)."""
+    """conv2d (NCHW) through ``ts.jit`` against cuDNN (``F.conv2d``): ResNet-50 layers at
+    batch 32 (``bench/conv_sm90.py`` times all of them, with kernel times)."""
     import tessera as ts
 
-    shapes = [((32, 64, 56, 56), (64, 64, 3, 3)), ((32, 256, 14, 14), (256, 256, 3, 3))]
-    fn = ts.jit(lambda x, w: ts.conv2d(x, w, stride=1, padding=1))
+    shapes = [  # x, w, stride, padding, dtypes
+        ((32, 64, 56, 56), (64, 64, 3, 3), 1, 1, ("bf16", "f32")),
+        ((32, 256, 14, 14), (256, 256, 3, 3), 1, 1, ("bf16", "f32")),
+        ((32, 3, 224, 224), (64, 3, 7, 7), 2, 3, ("bf16",)),
+        ((32, 256, 56, 56), (64, 256, 1, 1), 1, 0, ("bf16",)),
+        ((32, 512, 7, 7), (512, 512, 3, 3), 1, 1, ("bf16",)),
+    ]
     torch = None if ctx.dry else _torch()
-    for xs, ws in shapes[:1] if ctx.quick else shapes:
+    for xs, ws, st, pd, dts in shapes[:1] if ctx.quick else shapes:
+        fn = ts.jit(lambda x, w, st=st, pd=pd: ts.conv2d(x, w, stride=st, padding=pd))
         n, c, h, w_ = xs
-        flops = 2.0 * n * ws[0] * h * w_ * c * ws[2] * ws[3]
-        for dt in ("bf16", "f32"):
-            case = f"conv2d {dt} {'x'.join(map(str, xs))} k{ws[0]}x{ws[2]}x{ws[3]}"
+        ho, wo = (h + 2 * pd - ws[2]) // st + 1, (w_ + 2 * pd - ws[3]) // st + 1
+        flops = 2.0 * n * ws[0] * ho * wo * c * ws[2] * ws[3]
+        for dt in dts:
+            case = (f"conv2d {dt} {'x'.join(map(str, xs))} k{ws[0]}x{ws[2]}x{ws[3]}"
+                    + (f" s{st}p{pd}" if (st, pd) != (1, 1) else ""))
             if ctx.dry:
                 dry = [stand_in(xs, dt), stand_in(ws, dt)]
-                guarded(ctx, case, "tessera", lambda dry=dry, case=case: run_tessera(
+                guarded(ctx, case, "tessera", lambda dry=dry, case=case, fn=fn: run_tessera(
                     ctx, case, fn, [], None, TOL_BF16, dry_args=dry))
                 continue
             assert torch is not None
             torch.backends.cudnn.allow_tf32 = False  # full f32 on both sides
             tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dt]
             x = torch.randn(xs, device="cuda", dtype=tdt)
-            wt = torch.randn(ws, device="cuda", dtype=tdt) / (c * 9) ** 0.5
-            ref = torch.nn.functional.conv2d(x.double(), wt.double(), padding=1)
+            wt = torch.randn(ws, device="cuda", dtype=tdt) / (c * ws[2] * ws[3]) ** 0.5
+            ref = torch.nn.functional.conv2d(x.double(), wt.double(), stride=st, padding=pd)
             tol = TOL_BF16 if dt == "bf16" else 1e-4
             guarded(ctx, case, "cuDNN", lambda x=x, wt=wt, ref=ref, case=case, tol=tol,
-                    flops=flops: timed_peer(
-                        ctx, case, "cuDNN", lambda: torch.nn.functional.conv2d(x, wt, padding=1),
+                    flops=flops, st=st, pd=pd: timed_peer(
+                        ctx, case, "cuDNN",
+                        lambda: torch.nn.functional.conv2d(x, wt, stride=st, padding=pd),
                         ref, tol, flops))
             guarded(ctx, case, "tessera", lambda x=x, wt=wt, ref=ref, case=case, tol=tol,
-                    flops=flops: run_tessera(ctx, case, fn, [x, wt], ref, tol, flops))
+                    flops=flops, fn=fn: run_tessera(ctx, case, fn, [x, wt], ref, tol, flops))
 
 
 def case_attention_bwd(ctx: Ctx) -> None:

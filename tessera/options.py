@@ -39,6 +39,8 @@ Environment variables (read only here):
                                ``auto`` (default: the cost rule of
                                ``matmul_config.split_k``), ``off`` or a count of K
                                ranges
+``TESSERA_IMPLICIT_CONV``      ``0``: conv2d on sm90 through an im2col buffer and the
+                               GEMM; default ``1``: the implicit GEMM (no im2col)
 ``TESSERA_DUMP_DIR``           write every IR stage of every compile there
 ``TESSERA_DEBUG``              ``tessera-opt`` shows Python tracebacks
 ``TESSERA_CACHE_DIR``          the cache root (else ``$XDG_CACHE_HOME/tessera``, else
@@ -177,6 +179,11 @@ class CompileOptions:
     """f32 matmuls may round their operands to TF32 (10-bit mantissa) and run as one TF32
     tensor-core product (``torch.backends.cuda.matmul.allow_tf32``'s trade); False keeps
     full f32 accuracy (on sm90: the error-compensated 3xTF32 product)."""
+    implicit_conv: bool = True
+    """With :attr:`sm90_kernels`: ``conv2d`` (bf16, f16 and f32 on TF32 parts) as the
+    implicit-GEMM wgmma kernel (``tessera.passes.sm90.conv_implicit``; pointwise
+    convolutions as one batched GEMM) instead of im2col + GEMM
+    (``TESSERA_IMPLICIT_CONV=0``)."""
     graph_passes: tuple[str, ...] = DEFAULT_GRAPH_PASSES
     """The graph pipeline (pass names, in order)."""
     deterministic: bool = True
@@ -223,6 +230,7 @@ class CompileOptions:
             deterministic=_flag(e, "TESSERA_DETERMINISTIC") is not False,
             allow_tf32=bool(_flag(e, "TESSERA_ALLOW_TF32")),
             split_k=e.get("TESSERA_SPLIT_K", "auto").strip().lower() or "auto",
+            implicit_conv=_flag(e, "TESSERA_IMPLICIT_CONV") is not False,
             dump_dir=e.get("TESSERA_DUMP_DIR") or None,
             debug=bool(_flag(e, "TESSERA_DEBUG")),
         )

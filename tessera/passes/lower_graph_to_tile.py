@@ -1234,6 +1234,9 @@ class LowerGraphToTile(ModulePass):
     split_k: str | int = "off"
     """With ``sm90``: split-K for matmuls with too few output tiles: ``off``, ``auto`` (the
     cost rule of ``matmul_config.split_k``) or a count (``CompileOptions.split_k``)."""
+    implicit_conv: bool = False
+    """With ``sm90``: bf16/f16 conv2d as the implicit-GEMM kernel
+    (``CompileOptions.implicit_conv``)."""
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         """Lowerings tried before the generic one, by op type."""
@@ -1244,7 +1247,7 @@ class LowerGraphToTile(ModulePass):
 
         return {
             **LowerMatmulSm90(sm90_tiles=self.sm90_tiles, allow_tf32=self.allow_tf32,
-                             split_k=self.split_k).overrides(),
+                             split_k=self.split_k, implicit_conv=self.implicit_conv).overrides(),
             **LowerAttentionSm90(sm90_attention_bwd=self.sm90_attention_bwd).overrides(),
         }
 

@@ -1,6 +1,7 @@
-"""conv2d on the sm90 path (im2col + wgmma GEMM + NCHW store) against torch in float64,
-outputs checked for unwritten elements; gradients through ts.grad. Skipped without a
-compute capability 9.0 device."""
+"""conv2d on the sm90 paths against torch in float64, outputs checked for unwritten
+elements: im2col + wgmma GEMM + NCHW store, and (``implicit_conv``) the implicit GEMM
+(``tessera.passes.sm90.conv_implicit``) or, for pointwise convolutions, one batched GEMM
+on views; gradients through ts.grad. Skipped without a compute capability 9.0 device."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ pytestmark = [
 ]
 
 import tessera as ts  # noqa: E402
+from tessera.options import CompileOptions  # noqa: E402
 
 F = torch.nn.functional
 CASES = [
@@ -26,30 +28,74 @@ CASES = [
     ((2, 16, 15, 15), (24, 16, 3, 3), 2, 0, False),
     ((32, 64, 56, 56), (64, 64, 3, 3), 1, 1, False),
 ]
+IMPLICIT_CASES = [
+    # C not a multiple of 8, odd H/W, stride 2, padding 0/1/3, the 7x7 stem, 1x1, O not a
+    # multiple of 8, 64-row tiles (small M), ResNet-50 layers
+    ((2, 3, 17, 15), (16, 3, 3, 3), 2, 1, True),
+    ((2, 3, 33, 31), (16, 3, 7, 7), 2, 3, True),
+    ((1, 4, 11, 7), (5, 4, 3, 2), 2, 0, True),
+    ((2, 20, 13, 11), (40, 20, 3, 3), 1, 1, False),
+    ((8, 20, 40, 40), (40, 20, 3, 3), 1, 1, False),
+    ((1, 64, 6, 6), (64, 64, 3, 3), 1, 1, True),
+    ((2, 72, 9, 9), (200, 72, 3, 3), 1, 1, True),
+    ((3, 32, 9, 10), (128, 32, 1, 1), 1, 0, True),
+    ((2, 64, 8, 8), (128, 64, 1, 1), 1, 0, False),
+    ((3, 128, 4, 10), (64, 128, 1, 1), 1, 0, False),
+    ((4, 128, 28, 28), (128, 128, 3, 3), 2, 1, False),
+    ((8, 256, 14, 14), (256, 256, 3, 3), 1, 1, True),
+    ((4, 512, 7, 7), (512, 512, 3, 3), 1, 1, False),
+]
+
+
+def _conv(xs, ws, stride, padding, bias, dtype, options=None):
+    x = torch.randn(xs, device="cuda", dtype=dtype)
+    w = torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * ws[2] * ws[3]) ** 0.5
+    b = torch.randn(ws[0], device="cuda", dtype=dtype) if bias else None
+    ref = F.conv2d(x.double(), w.double(), b.double() if bias else None, stride=stride,
+                   padding=padding)
+    # the result's and the intermediate buffers' memory comes from freed blocks of NaN (an
+    # unwritten element shows)
+    big = torch.full((1 << 28,), float("nan"), device="cuda", dtype=torch.bfloat16)
+    small = [torch.full((1 << 19,), float("nan"), device="cuda", dtype=torch.bfloat16)
+             for _ in range(4)]
+    del big, small
+    if bias:
+        fn = ts.jit(lambda x, w, b: ts.conv2d(x, w, b, stride=stride, padding=padding),
+                    options=options)
+        y = fn(x, w, b)
+    else:
+        fn = ts.jit(lambda x, w: ts.conv2d(x, w, stride=stride, padding=padding),
+                    options=options)
+        y = fn(x, w)
+    torch.cuda.synchronize()
+    return fn, y, ref
+
+
+@pytest.mark.parametrize(("xs", "ws", "stride", "padding", "bias"), IMPLICIT_CASES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_conv2d_implicit_gemm(xs, ws, stride, padding, bias, dtype) -> None:
+    fn, y, ref = _conv(xs, ws, stride, padding, bias, dtype,
+                       CompileOptions.from_env(implicit_conv=True))
+    assert "wgmma.mma_async" in fn.inspect_ir("ptx")
+    assert y.shape == ref.shape and torch.isfinite(y).all()
+    assert float((y.double() - ref).norm() / ref.norm()) < 1e-2
 
 
 @pytest.mark.parametrize(("xs", "ws", "stride", "padding", "bias"), CASES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_conv2d(xs, ws, stride, padding, bias, dtype) -> None:
-    x = torch.randn(xs, device="cuda", dtype=dtype)
-    w = torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * ws[2] * ws[3]) ** 0.5
-    b = torch.randn(ws[0], device="cuda", dtype=dtype) if bias else None
-    if bias:
-        fn = ts.jit(lambda x, w, b: ts.conv2d(x, w, b, stride=stride, padding=padding))
-        y = fn(x, w, b)
-    else:
-        fn = ts.jit(lambda x, w: ts.conv2d(x, w, stride=stride, padding=padding))
-        y = fn(x, w)
-    torch.cuda.synchronize()
+    fn, y, ref = _conv(xs, ws, stride, padding, bias, dtype,
+                       CompileOptions.from_env(implicit_conv=False))
     assert "wgmma.mma_async" in fn.inspect_ir("ptx")
-    ref = F.conv2d(x.double(), w.double(), b.double() if bias else None, stride=stride,
-                   padding=padding)
     assert y.shape == ref.shape and torch.isfinite(y).all()
     assert float((y.double() - ref).norm() / ref.norm()) < 1e-2
 
 
-def test_conv2d_gradients() -> None:
-    """ts.grad of a conv2d loss (its data-gradient convolution takes the sm90 path too)."""
+@pytest.mark.parametrize("implicit", ["0", "1"])
+def test_conv2d_gradients(monkeypatch: pytest.MonkeyPatch, implicit: str) -> None:
+    """ts.grad of a conv2d loss (its data- and weight-gradient convolutions take the sm90
+    paths too)."""
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", implicit)
     x = torch.randn(2, 64, 10, 10, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.bfloat16) / 24
     dy = torch.randn(2, 64, 10, 10, device="cuda", dtype=torch.bfloat16)
@@ -59,3 +105,16 @@ def test_conv2d_gradients() -> None:
     rx, rw = torch.autograd.grad(F.conv2d(x64, w64, padding=1), (x64, w64), dy.double())
     for got, ref in ((gx, rx), (gw, rw)):
         assert float((got.double() - ref).norm() / ref.norm()) < 2e-2
+
+
+@pytest.mark.parametrize(("xs", "ws", "stride", "padding", "bias"),
+                         [c for c in IMPLICIT_CASES if c[0][0] <= 4])
+@pytest.mark.parametrize("tf32", [False, True])
+def test_conv2d_implicit_gemm_f32(xs, ws, stride, padding, bias, tf32) -> None:
+    """f32 on the tensor cores: 3xTF32 keeps f32 accuracy (as the f32 GEMM); with
+    allow_tf32 one TF32 product."""
+    fn, y, ref = _conv(xs, ws, stride, padding, bias, torch.float32,
+                       CompileOptions.from_env(implicit_conv=True, allow_tf32=tf32))
+    assert "tf32.tf32" in fn.inspect_ir("ptx")
+    assert y.shape == ref.shape and torch.isfinite(y).all()
+    assert float((y.double() - ref).norm() / ref.norm()) < (5e-3 if tf32 else 1e-5)

@@ -37,6 +37,7 @@ def test_conv2d_lowers_to_im2col_and_wgmma(
     monkeypatch: pytest.MonkeyPatch, xs, ws, stride, padding, bias, kernels
 ) -> None:
     monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "0")
     if bias:
         fn = ts.jit(lambda x, w, b: ts.conv2d(x, w, b, stride=stride, padding=padding))
         args = [np.zeros(xs, bf), np.zeros(ws, bf), np.zeros((ws[0],), bf)]
@@ -109,3 +110,116 @@ def test_f32_conv2d_im2col_on_the_tile_interpreter(xs, ws, stride, padding, bias
         torch.from_numpy(b).double() if bias else None, stride=stride, padding=padding,
     ).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- implicit GEMM
+
+
+def _kernels(spec) -> list[str]:
+    """The launched kernels' names without the function's prefix."""
+    return [
+        o.callee.string_value().split("_", 1)[1]
+        for o in spec.ir("target").walk() if isinstance(o, tt.LaunchOp | tt.LaunchExOp)
+    ]
+
+
+def _spec(xs, ws, stride, padding, bias, dt=bf):
+    args = [np.zeros(xs, dt), np.zeros(ws, dt)] + ([np.zeros((ws[0],), dt)] if bias else [])
+    if bias:
+        fn = ts.jit(lambda x, w, b: ts.conv2d(x, w, b, stride=stride, padding=padding))
+    else:
+        fn = ts.jit(lambda x, w: ts.conv2d(x, w, stride=stride, padding=padding))
+    return fn.specialize(*args)
+
+
+@needs_ptxas
+@pytest.mark.parametrize(
+    ("xs", "ws", "stride", "padding", "bias"),
+    [
+        ((2, 64, 12, 12), (64, 64, 3, 3), 1, 1, False),  # Cp % 64 == 0: one tap per K-step
+        ((2, 3, 33, 31), (16, 3, 7, 7), 2, 3, True),  # the stem: C = 3 padded to 8
+        ((1, 4, 11, 7), (5, 4, 3, 2), 2, 0, True),  # O = 5, 64-row tiles
+        ((2, 64, 9, 9), (128, 64, 1, 1), 1, 0, True),  # 1x1 with a bias: implicit
+    ],
+)
+def test_implicit_conv_lowers_to_one_gemm_without_im2col(
+    monkeypatch: pytest.MonkeyPatch, xs, ws, stride, padding, bias
+) -> None:
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    spec = _spec(xs, ws, stride, padding, bias)
+    assert _kernels(spec) == ["conv_nhwc_0", "conv_weight_0", "conv_0"]
+    ptx = spec.ir("ptx")
+    for insn in ("wgmma.mma_async", "cp.async.cg.shared.global",
+                 "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "st.global.v4.b32"):
+        assert insn in ptx, insn
+    assert "im2col" not in ptx
+    ptxas.check(ptx)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("tf32", ["0", "1"])
+def test_f32_implicit_conv_runs_on_tf32_wgmma(monkeypatch: pytest.MonkeyPatch, tf32) -> None:
+    """f32: the NHWC and weight copies write TF32 parts (3xTF32: hi and lo planes, the
+    GEMM issues three products per k8 step; allow_tf32: one)."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    monkeypatch.setenv("TESSERA_ALLOW_TF32", tf32)
+    spec = _spec((2, 3, 17, 15), (16, 3, 3, 3), 2, 1, True, np.float32)
+    assert _kernels(spec) == ["conv_nhwc_0", "conv_weight_0", "conv_0"]
+    ptx = spec.ir("ptx")
+    conv = ptx[ptx.index(".entry lambda_conv_0("):]
+    assert conv.count("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32") == (
+        4 if tf32 == "1" else 12)
+    assert ("sub.rn.f32" in ptx) == (tf32 == "0")  # lo = tf32(x - hi)
+    ptxas.check(ptx)
+
+
+@needs_ptxas
+def test_pointwise_conv_is_one_batched_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1x1, stride 1 convolution without bias reads x and w in place (views) and
+    stores y by TMA: one kernel."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    spec = _spec((3, 128, 4, 10), (64, 128, 1, 1), 1, 0, False)
+    assert _kernels(spec) == ["matmul_0"]
+    ptxas.check(spec.ir("ptx"))
+
+
+def test_implicit_conv_is_off_by_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "0")
+    kernels = _kernels(_spec((2, 64, 12, 12), (64, 64, 3, 3), 1, 1, False))
+    assert [k.rsplit("_", 1)[0] for k in kernels] == [
+        "conv2d_im2col", "conv2d_weight", "matmul", "conv2d_store"]
+
+
+def test_implicit_and_pointwise_eligibility() -> None:
+    from tessera.passes.sm90.conv import conv1x1_eligible
+    from tessera.passes.sm90.conv_implicit import implicit_eligible
+
+    def op_for(xs, ws, dt=bf, stride=1, padding=0, bias=False):
+        spec = _spec(xs, ws, stride, padding, bias, dt)
+        return next(o for o in spec.ir("graph").walk() if isinstance(o, g.Conv2dOp))
+
+    assert implicit_eligible(op_for((1, 3, 8, 8), (5, 3, 3, 3))) is None
+    assert implicit_eligible(op_for((1, 4, 8, 8), (8, 4, 3, 3), np.float32)) is None
+    assert "f32" in implicit_eligible(op_for((1, 4, 8, 8), (8, 4, 3, 3), np.float64))
+    assert conv1x1_eligible(op_for((2, 64, 4, 4), (64, 64, 1, 1))) is None
+    assert "bias" in conv1x1_eligible(op_for((2, 64, 4, 4), (64, 64, 1, 1), bias=True))
+    assert "stride 1" in conv1x1_eligible(op_for((2, 64, 4, 4), (64, 64, 1, 1), stride=2))
+    assert "multiples of 64" in conv1x1_eligible(op_for((2, 64, 4, 4), (72, 64, 1, 1)))
+    assert "multiple of 8" in conv1x1_eligible(op_for((2, 64, 7, 7), (64, 64, 1, 1)))
+
+
+def test_conv_config_fills_the_gpu() -> None:
+    """Small M x O (ResNet-50's last 3x3 layer: 1568 x 512) takes narrower tiles so that
+    more CTAs run; every config fits shared memory without a staging tile."""
+    from tessera.passes.matmul_config import SMEM_BUDGET
+    from tessera.passes.sm90.conv_implicit import conv_config
+
+    cfg = conv_config(1568, 512, 4608, 132)
+    assert cfg.bn == 64 and cfg.bm == 128  # 104 tiles, not the 52 of 128 x 128
+    for m, o in ((100352, 64), (6272, 256), (15, 5), (1568, 2048)):
+        c = conv_config(m, o, 576, 132)
+        assert c.valid(staging=False) and c.smem_bytes(staging=False) <= SMEM_BUDGET

@@ -54,6 +54,9 @@ def test_options_from_env_and_device() -> None:
     )
     assert not o.deterministic and o.allow_tf32
     assert CompileOptions.from_env({"TESSERA_DETERMINISTIC": "1"}, device=None).deterministic
+    # conv2d's implicit GEMM unless turned off
+    assert CompileOptions.from_env({}, device=None).implicit_conv
+    assert not CompileOptions.from_env({"TESSERA_IMPLICIT_CONV": "0"}, device=None).implicit_conv
 
 
 def test_determinism_and_tf32_options_reach_the_tile_lowering() -> None:
@@ -65,6 +68,9 @@ def test_determinism_and_tf32_options_reach_the_tile_lowering() -> None:
     assert default.deterministic and not default.allow_tf32
     (fast, _) = stage_passes("tile", CompileOptions(deterministic=False, allow_tf32=True))
     assert not fast.deterministic and fast.allow_tf32
+    assert default.implicit_conv
+    (im2col, _) = stage_passes("tile", CompileOptions(implicit_conv=False))
+    assert not im2col.implicit_conv
 
 
 def test_options_key_covers_only_code_changing_fields() -> None:
@@ -75,6 +81,7 @@ def test_options_key_covers_only_code_changing_fields() -> None:
     for change in (
         {"sm90_kernels": True}, {"autotune": True}, {"arch": "sm_90"}, {"device": "H100"},
         {"graph_passes": ("canonicalize",)}, {"deterministic": False}, {"allow_tf32": True},
+        {"implicit_conv": False},
         {"sm90_tiles": (("64x64x64:bf16->bf16", (128, 3, 2, 8, 1)),)},
     ):
         other = base.replace(**change)

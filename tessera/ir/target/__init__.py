@@ -141,6 +141,7 @@ from tessera.ir.target.kernel import (
 )
 from tessera.ir.target.memory import (
     CpAsyncCommitOp,
+    CpAsyncMbarrierArriveOp,
     CpAsyncOp,
     CpAsyncWaitOp,
     CvtaOp,
@@ -202,6 +203,7 @@ __all__ = [
     "CpAsyncBulkTensorOp",
     "CpAsyncBulkTensorStoreOp",
     "CpAsyncCommitOp",
+    "CpAsyncMbarrierArriveOp",
     "CpAsyncOp",
     "CpAsyncWaitOp",
     "CvtForm",

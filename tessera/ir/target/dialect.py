@@ -43,6 +43,7 @@ from tessera.ir.target.host import LaunchExOp, LaunchOp
 from tessera.ir.target.kernel import FuncOp
 from tessera.ir.target.memory import (
     CpAsyncCommitOp,
+    CpAsyncMbarrierArriveOp,
     CpAsyncOp,
     CpAsyncWaitOp,
     CvtaOp,
@@ -82,7 +83,8 @@ SM90_OPS: tuple[type[IRDLOperation], ...] = (
 
 KERNEL_OPS: tuple[type[IRDLOperation], ...] = (
     FuncOp, RegOp, ImmOp, SharedOp, SregOp, MovOp, PackOp, UnpackOp, SharedAddrOp, LdParamOp,
-    CvtaOp, LdOp, StOp, CpAsyncOp, CpAsyncCommitOp, CpAsyncWaitOp, BarSyncOp,
+    CvtaOp, LdOp, StOp, CpAsyncOp, CpAsyncCommitOp, CpAsyncMbarrierArriveOp, CpAsyncWaitOp,
+    BarSyncOp,
     AddOp, SubOp, MulOp, DivOp, RemOp, MinOp, MaxOp, AndOp, OrOp, XorOp, CopysignOp,
     ShlOp, ShrOp, NegOp, AbsOp, NotOp, RcpOp, SqrtOp, RsqrtOp, Ex2Op, Lg2Op, SinOp, CosOp,
     TanhOp, FmaOp, MadOp, SelpOp, SetpOp, CvtOp, ShflOp, MmaOp, LabelOp, BraOp, RetOp,

@@ -518,6 +518,29 @@ class CpAsyncCommitOp(PtxOp):
 
 
 @irdl_op_definition
+class CpAsyncMbarrierArriveOp(PtxOp):
+    """``ttarget.cp_async_mbarrier_arrive [%bar]`` →
+    ``cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%bar];``: the mbarrier at shared
+    address ``bar`` receives one arrive once every ``cp.async`` this thread issued before
+    has completed (``.noinc``: the arrive counts towards the barrier's expected count)."""
+
+    name = "ttarget.cp_async_mbarrier_arrive"
+    PTX_OPCODE: ClassVar[str] = "cp.async.mbarrier.arrive.noinc.shared::cta.b64"
+    PTX_ARGS: ClassVar[tuple[str, ...]] = ("[$addr]",)
+
+    PTX: ClassVar[tuple[int, int]] = (7, 0)
+    SM: ClassVar[int] = 80
+    addr = operand_def(RegisterType)
+    assembly_format = "` ` `[` $addr `]` attr-dict"
+
+    def __init__(self, addr: SSAValue):
+        super().__init__(operands=[addr])
+
+    def verify_(self) -> None:
+        self._src(self.addr, "b32", "barrier address")
+
+
+@irdl_op_definition
 class CpAsyncWaitOp(PtxOp):
     """``ttarget.cp_async_wait 0`` → ``cp.async.wait_group 0;`` (wait until at most N groups pend)."""
 

@@ -1,5 +1,11 @@
 """``tgraph.conv2d`` as a GEMM: an im2col buffer, one wgmma (or FMA) GEMM, one NCHW store.
 
+With ``implicit_conv`` (``CompileOptions``, on by default) :func:`lower_conv2d_sm90` first
+tries a pointwise convolution as one batched GEMM on views of its buffers
+(:func:`conv1x1_eligible`), then the implicit GEMM
+(:mod:`tessera.passes.sm90.conv_implicit`, no im2col buffer); what neither takes, or
+everything with ``TESSERA_IMPLICIT_CONV=0``, goes the way described below.
+
 For bf16/f16 operands, ``lower-matmul-sm90`` lowers ``y = conv2d(x, w) (+ bias)`` with
 ``x: [N, C, H, W]``, ``w: [O, C, kh, kw]``, ``y: [N, O, Ho, Wo]`` as three kernels:
 
@@ -36,6 +42,7 @@ from xdsl.ir import SSAValue
 from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.matmul_config import sm90_config
+from tessera.passes.sm90.conv_implicit import lower_conv2d_implicit
 from tessera.passes.tile_builder import KernelEmitter, cdiv
 from tessera.passes.tile_gemm import fma_matmul_2d
 
@@ -63,8 +70,66 @@ def conv_eligible(op: g.Conv2dOp) -> str | None:
     return None
 
 
-def lower_conv2d_sm90(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
-    """Lower ``op`` through im2col and the sm90 GEMM; False leaves it to the direct kernel."""
+def conv1x1_eligible(op: g.Conv2dOp) -> str | None:
+    """None if ``op`` is a pointwise convolution the batched sm90 GEMM takes as it is
+    stored, else why not: ``y[n] (O x HW) = w (O x C) @ x[n] (C x HW)``, the weight the
+    K-major A (broadcast over the batch), ``x[n]`` the N-major B, ``y`` stored by TMA."""
+    et = g.elem_of(op.input)
+    if not isinstance(et, BFloat16Type | Float16Type):
+        return "operands are not bf16 or f16"
+    n, c, h, w = g.shape_of(op.input)
+    o, _, kh, kw = g.shape_of(op.weight)
+    if (kh, kw) != (1, 1) or tuple(op.stride.get_values()) != (1, 1) or any(
+            op.padding.get_values()):
+        return "not a 1x1 convolution with stride 1 and no padding"
+    if op.bias is not None:
+        return "a bias (the GEMM epilogue adds row vectors over the pixels only)"
+    if o % 64 or c % 64:
+        return f"O = {o} and C = {c} must be multiples of 64 (batched tiles)"
+    if (h * w) % 8:
+        return f"H*W = {h * w} is no multiple of 8 (16-byte TMA rows)"
+    if min(n, h, w) < 1:
+        return "empty dimension"
+    return None
+
+
+def lower_conv1x1_gemm(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
+    """Lower a pointwise ``op`` (:func:`conv1x1_eligible`) as one batched sm90 GEMM on
+    views of its buffers (no copies); False when not eligible."""
+    if conv1x1_eligible(op) is not None:
+        return False
+    from dataclasses import replace
+
+    from xdsl.dialects.builtin import MemRefType
+
+    from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm, build_kernel, device_sms
+    from tessera.passes.tile_datamove import reshape_view
+
+    et = g.elem_of(op.input)
+    ty = "bf16" if isinstance(et, BFloat16Type) else "f16"
+    n, c, h, w = g.shape_of(op.input)
+    o = g.shape_of(op.weight)[0]
+    p = h * w
+    cfg = sm90_config(n * o, p, c, ty, ty)
+    if o % cfg.bm:  # a tile must not straddle two images
+        cfg = replace(cfg, consumers=1, cluster=1)
+    gemm = Sm90Gemm(o, p, c, ty, ty, cfg, device_sms(), batch=n, a_batched=False)
+    out = lw.alloc(op.result.type)
+    args = [reshape_view(lw, out, MemRefType(et, [n * o, p])),
+            reshape_view(lw, lw.mem(op.weight), MemRefType(et, [o, c])),
+            reshape_view(lw, lw.mem(op.input), MemRefType(et, [n * c, p]))]
+    name = lw.named_kernel("matmul", lambda nm: build_kernel(nm, gemm))
+    lw.hb.add_op(tt.LaunchExOp(name, args, gemm.grid(), gemm.smem_bytes, gemm.boxes()))
+    lw.env[op.result] = out
+    return True
+
+
+def lower_conv2d_sm90(lw: _FunctionLowering, op: g.Conv2dOp, implicit: bool = False) -> bool:
+    """Lower ``op`` through im2col and the sm90 GEMM (with ``implicit``, first try the
+    implicit GEMM: :mod:`tessera.passes.sm90.conv_implicit`); False leaves it to the
+    direct kernel."""
+    if implicit and (lower_conv1x1_gemm(lw, op) or lower_conv2d_implicit(lw, op)):
+        return True
     if conv_eligible(op) is not None:
         return False
     et = g.elem_of(op.input)

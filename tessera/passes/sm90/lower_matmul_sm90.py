@@ -99,7 +99,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from xdsl.dialects.builtin import (
@@ -121,7 +121,7 @@ from tessera.passes.lower_graph_to_tile import (
     matmul_epilogue,
 )
 from tessera.passes.matmul_config import NUM_SMS, SMEM_BUDGET, Sm90Config, sm90_config, split_k
-from tessera.passes.sm90 import builders
+from tessera.passes.sm90 import builders, conv_implicit
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.constants import (
     GEMM_REGISTERS,
@@ -132,6 +132,7 @@ from tessera.passes.sm90.constants import (
     desc_hi,
 )
 from tessera.passes.sm90.conv import lower_conv2d_sm90
+from tessera.passes.sm90.conv_implicit import ConvGather
 from tessera.passes.sm90.epilogue import EpilogueEmitter, Sm90Epilogue
 from tessera.passes.sm90.pad_rows import pad_rows, padded
 from tessera.passes.sm90.split_k import reduce_splits, workspace_type
@@ -303,6 +304,10 @@ class Sm90Gemm:
     ``u`` computes range ``u // tiles`` of tile ``u % tiles`` and stores its f32 partial
     product at rows ``range * M`` of C, a ``[splits * M, N]`` f32 workspace that
     :func:`~tessera.passes.sm90.split_k.reduce_splits` sums in range order."""
+    gather: ConvGather | None = None
+    """A convolution as an implicit GEMM (:mod:`tessera.passes.sm90.conv_implicit`): the
+    producer warpgroup gathers A from a channels-last input pointer (``cp.async``) and
+    the consumers store C as NCHW from registers."""
 
     def __post_init__(self) -> None:
         mn_major = self.a_t or not self.b_t
@@ -425,7 +430,7 @@ class Sm90Gemm:
         """16-bit results with N a multiple of 8 (16-byte rows, the TMA row-stride unit)
         leave through shared memory and TMA stores; f32 ones and those of other N through
         ``st.global`` from registers."""
-        return self.out_type != "f32" and self.n % 8 == 0
+        return self.out_type != "f32" and self.n % 8 == 0 and self.gather is None
 
     @property
     def c_offset(self) -> int:
@@ -463,12 +468,16 @@ class Sm90Gemm:
         (N x K rows when row-major, K x N when transposed)."""
         c = [BOX_MN, BOX_MN] if self.tma_store else [0, 0]
         a = [BOX_MN, BOX_K] if self.a_t else [self.box_k, self.bm]
+        if self.gather is not None:  # A by pointer
+            a = [0, 0]
         b = [self.box_k, BOX_MN] if self.b_t else [BOX_MN, BOX_K]
         bias = [0, 0] if self.has_bias else []
         return [*c, *a, *b, *bias]
 
     @property
     def has_bias(self) -> bool:
+        if self.gather is not None:
+            return self.gather.bias
         return self.epilogue is not None and self.epilogue.bias is not None
 
 
@@ -477,8 +486,10 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     A tensor map, B tensor map)."""
     cfg = gemm.cfg
     bm, bn, stages, cl = gemm.bm, cfg.bn, cfg.stages, gemm.cluster
+    gather = gemm.gather
     func = tt.FuncOp(
-        name, ["tmap" if gemm.tma_store else "u64", "tmap", "tmap"] + (["u64"] * gemm.has_bias),
+        name, ["tmap" if gemm.tma_store else "u64", "u64" if gather else "tmap", "tmap"]
+        + (["u64"] * gemm.has_bias),
         gemm.threads, cluster=cl if cl > 1 else None,
     )
     c_param, a_param, b_param, *bias_param = func.block.args
@@ -491,7 +502,8 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
 
     def barriers():
         for s in range(stages):
-            yield e.add32(full0, MBARRIER_BYTES * s), 1
+            # gathering: thread 0's expect_tx and each producer thread's arrive
+            yield e.add32(full0, MBARRIER_BYTES * s), 1 + WARPGROUP_THREADS * bool(gather)
             # a slot is free once every consumer warpgroup of every CTA it is multicast to
             # has read it
             yield e.add32(empty0, MBARRIER_BYTES * s), cfg.consumers * cl
@@ -551,72 +563,18 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     wg, consumer = builders.split_warpgroups(e, tid)
 
     # ---------------------------------------------------------------- producer
-    builders.enter_producer(e, tid, end, GEMM_REGISTERS)
-    tmap_a, tmap_b = e.reg("b64"), e.reg("b64")
-    for reg, param in ((tmap_a, a_param), (tmap_b, b_param)):
-        builders.tensor_map(e, param, reg)
-    kt, stage, phase, issued, tile = (e.reg("b32") for _ in range(5))
-    for v in (stage, phase, issued):
-        e.mov("u32", v, 0)
-    e.mov("u32", tile, unit0)
-    tx = e.imm(gemm.a_bytes + gemm.b_bytes)
-    boxes_b = bn // BOX_MN
-    mine = boxes_b // cl  # B boxes this CTA loads (and multicasts when cl > 1)
-    mask = e.imm((1 << cl) - 1) if cl > 1 else None
-    tile_loop = e.label("PRODUCE_TILE")
-    e.add(tt.LabelOp(tile_loop))
-    tunit, kbeg, kend = k_range(tile)
-    m0, n0, bidx = tile_origin(tunit)
-    # row offsets of this tile's batch in the operands' 2-D views
-    a_rows = batch_rows(bidx, gemm.k if gemm.a_t else gemm.m, gemm.a_batched)
-    b_rows = batch_rows(bidx, gemm.n if gemm.b_t else gemm.k, gemm.b_batched)
-    e.mov("u32", kt, kbeg)
-    loop = e.label("PRODUCE")
-    e.add(tt.LabelOp(loop))
-    builders.wait_slot_free(e, stage, phase, empty0, e.setp("lt", issued, stages))
-    full = builders.slot_barrier(e, stage, full0)
-    e.add(tt.MbarrierArriveOp(full, tx))
-    k0 = e.mul32(kt, gemm.box_k)
-    a_dst = e.mad32(stage, gemm.a_bytes, sbase)
-    if gemm.a_t:  # one 64 (M) x 64 (K) box per consumer warpgroup
-        ka = plus(k0, a_rows)
-        for j in range(cfg.consumers):
-            dst = e.add32(a_dst, j * BOX_BYTES) if j else a_dst
-            row = e.add32(m0, j * BOX_MN) if j else m0
-            e.add(tt.CpAsyncBulkTensorOp(dst, tmap_a, row, ka, full))
+    if gather is not None:
+        assert gemm.splits == 1, "an implicit-GEMM convolution is not split along K"
+        conv_implicit.produce(e, gemm, a_param, b_param, sbase, tid, full0, empty0, unit0,
+                              nunits, units, tile_origin, end)
     else:
-        arow = plus(m0, a_rows)
-        e.add(tt.CpAsyncBulkTensorOp(a_dst, tmap_a, k0, arow, full))
-        if gemm.copies == 2:  # A's lo copy: rows a_rows.. of the view, after hi in the slot
-            e.add(tt.CpAsyncBulkTensorOp(e.add32(a_dst, gemm.a_bytes // 2), tmap_a, k0,
-                                         e.add32(arow, gemm.a_rows), full))
-    b_dst = e.mad32(stage, gemm.b_bytes, e.add32(sbase, stages * gemm.a_bytes))
-    first_box = 0
-    if rank is not None:  # rank r loads boxes [r * mine, (r + 1) * mine)
-        first_box = e.mul32(rank, mine)
-        b_dst = e.mad32(first_box, BOX_BYTES, b_dst)
-        n0 = e.mad32(first_box, BOX_MN, n0)
-    # B's rows are N (stored transposed) or K: the batch offset goes on that coordinate
-    nb, kb = (plus(n0, b_rows), k0) if gemm.b_t else (n0, plus(k0, b_rows))
-    for j in range(mine):
-        dst = e.add32(b_dst, j * BOX_BYTES) if j else b_dst
-        col = e.add32(nb, j * BOX_MN) if j else nb
-        inner, outer = (k0, col) if gemm.b_t else (col, kb)
-        e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, inner, outer, full, mask=mask))
-        if gemm.copies == 2:  # B's lo copy (K-major): rows b_rows.. of the view
-            e.add(tt.CpAsyncBulkTensorOp(e.add32(dst, gemm.b_bytes // 2), tmap_b, k0,
-                                         e.add32(col, gemm.b_rows), full, mask=mask))
-    e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
-    e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
-    e.advance(stage, phase, stages)
-    e.add(tt.BraOp(loop, e.setp("lt", kt, kend)))
-    e.add(tt.AddOp("u32", tile, tile, nunits))
-    e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
-    e.add(tt.BraOp(end))
+        _tma_producer(e, gemm, a_param, b_param, sbase, tid, full0, empty0, unit0, nunits,
+                      units, rank, tile_origin, k_range, batch_rows, plus, end)
 
     # ---------------------------------------------------------------- consumers
     e.add(tt.LabelOp(consumer))
-    builders.enter_consumer(e, GEMM_REGISTERS)
+    budget = conv_implicit.CONV_REGISTERS if gather is not None else GEMM_REGISTERS
+    builders.enter_consumer(e, budget)
     cw = e.bin(tt.SubOp, "u32", wg, 1)
     acc = [e.reg("f32") for _ in range(bn // 2)]
     # fp8: the tensor cores keep fp8 partial sums at reduced precision; 3xTF32: they do not
@@ -762,6 +720,9 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         release(prev, leader)
     if store is not None:
         store.tile(m0, n0, tot)
+    elif gather is not None:
+        conv_implicit.nchw_epilogue(e, gemm, c_param, bias_param[0] if bias_param else None,
+                                    tid, cw, m0, n0, tot)
     else:
         _epilogue(e, gemm, c_param, tid, cw, m0, n0, tot, fused, c_rows)
     e.add(tt.AddOp("u32", tile, tile, nunits))
@@ -773,6 +734,84 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         builders.cluster_sync(e)
     e.add(tt.RetOp())
     return func
+
+
+def _tma_producer(
+    e: TargetAsm, gemm: Sm90Gemm, a_param: SSAValue, b_param: SSAValue, sbase: SSAValue,
+    tid: SSAValue, full0: SSAValue, empty0: SSAValue, unit0: SSAValue, nunits: SSAValue,
+    units: int, rank: SSAValue | None,
+    tile_origin: Callable[[SSAValue], tuple[SSAValue, SSAValue, SSAValue | None]],
+    k_range: Callable[[SSAValue], tuple[SSAValue, SSAValue | int, SSAValue | int]],
+    batch_rows: Callable[[SSAValue | None, int, bool], SSAValue | None],
+    plus: Callable[[SSAValue, SSAValue | None], SSAValue], end: str,
+) -> None:
+    """The TMA producer: its thread 0 loads A's and B's boxes of every K-step of the CTA's
+    work units (a tile, or with split-K one K range of a tile: ``k_range``); the
+    warpgroup's other threads leave (to ``end``)."""
+    cfg = gemm.cfg
+    bn, stages, cl = cfg.bn, cfg.stages, gemm.cluster
+    builders.enter_producer(e, tid, end, GEMM_REGISTERS)
+    tmap_a, tmap_b = e.reg("b64"), e.reg("b64")
+    for reg, param in ((tmap_a, a_param), (tmap_b, b_param)):
+        builders.tensor_map(e, param, reg)
+    kt, stage, phase, issued, tile = (e.reg("b32") for _ in range(5))
+    for v in (stage, phase, issued):
+        e.mov("u32", v, 0)
+    e.mov("u32", tile, unit0)
+    tx = e.imm(gemm.a_bytes + gemm.b_bytes)
+    boxes_b = bn // BOX_MN
+    mine = boxes_b // cl  # B boxes this CTA loads (and multicasts when cl > 1)
+    mask = e.imm((1 << cl) - 1) if cl > 1 else None
+    tile_loop = e.label("PRODUCE_TILE")
+    e.add(tt.LabelOp(tile_loop))
+    tunit, kbeg, kend = k_range(tile)
+    m0, n0, bidx = tile_origin(tunit)
+    # row offsets of this tile's batch in the operands' 2-D views
+    a_rows = batch_rows(bidx, gemm.k if gemm.a_t else gemm.m, gemm.a_batched)
+    b_rows = batch_rows(bidx, gemm.n if gemm.b_t else gemm.k, gemm.b_batched)
+    e.mov("u32", kt, kbeg)
+    loop = e.label("PRODUCE")
+    e.add(tt.LabelOp(loop))
+    builders.wait_slot_free(e, stage, phase, empty0, e.setp("lt", issued, stages))
+    full = builders.slot_barrier(e, stage, full0)
+    e.add(tt.MbarrierArriveOp(full, tx))
+    k0 = e.mul32(kt, gemm.box_k)
+    a_dst = e.mad32(stage, gemm.a_bytes, sbase)
+    if gemm.a_t:  # one 64 (M) x 64 (K) box per consumer warpgroup
+        ka = plus(k0, a_rows)
+        for j in range(cfg.consumers):
+            dst = e.add32(a_dst, j * BOX_BYTES) if j else a_dst
+            row = e.add32(m0, j * BOX_MN) if j else m0
+            e.add(tt.CpAsyncBulkTensorOp(dst, tmap_a, row, ka, full))
+    else:
+        arow = plus(m0, a_rows)
+        e.add(tt.CpAsyncBulkTensorOp(a_dst, tmap_a, k0, arow, full))
+        if gemm.copies == 2:  # A's lo copy: rows a_rows.. of the view, after hi in the slot
+            e.add(tt.CpAsyncBulkTensorOp(e.add32(a_dst, gemm.a_bytes // 2), tmap_a, k0,
+                                         e.add32(arow, gemm.a_rows), full))
+    b_dst = e.mad32(stage, gemm.b_bytes, e.add32(sbase, stages * gemm.a_bytes))
+    first_box = 0
+    if rank is not None:  # rank r loads boxes [r * mine, (r + 1) * mine)
+        first_box = e.mul32(rank, mine)
+        b_dst = e.mad32(first_box, BOX_BYTES, b_dst)
+        n0 = e.mad32(first_box, BOX_MN, n0)
+    # B's rows are N (stored transposed) or K: the batch offset goes on that coordinate
+    nb, kb = (plus(n0, b_rows), k0) if gemm.b_t else (n0, plus(k0, b_rows))
+    for j in range(mine):
+        dst = e.add32(b_dst, j * BOX_BYTES) if j else b_dst
+        col = e.add32(nb, j * BOX_MN) if j else nb
+        inner, outer = (k0, col) if gemm.b_t else (col, kb)
+        e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, inner, outer, full, mask=mask))
+        if gemm.copies == 2:  # B's lo copy (K-major): rows b_rows.. of the view
+            e.add(tt.CpAsyncBulkTensorOp(e.add32(dst, gemm.b_bytes // 2), tmap_b, k0,
+                                         e.add32(col, gemm.b_rows), full, mask=mask))
+    e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
+    e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
+    e.advance(stage, phase, stages)
+    e.add(tt.BraOp(loop, e.setp("lt", kt, kend)))
+    e.add(tt.AddOp("u32", tile, tile, nunits))
+    e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
+    e.add(tt.BraOp(end))
 
 
 class _TmaStore:
@@ -1117,15 +1156,17 @@ def _lower_split_k(
 
 @dataclass(frozen=True)
 class LowerMatmulSm90(LowerGraphToTile):
-    """``lower-graph-to-tile`` with bf16/f16/fp8 matmuls and bf16/f16 convolutions
-    (:mod:`tessera.passes.sm90.conv`) as TMA + wgmma kernels (sm_90a)."""
+    """``lower-graph-to-tile`` with bf16/f16/fp8/f32 matmuls and convolutions
+    (:mod:`tessera.passes.sm90.conv`, :mod:`tessera.passes.sm90.conv_implicit`) as wgmma
+    kernels (sm_90a)."""
 
     name = "lower-matmul-sm90"
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         lower = functools.partial(lower_matmul_sm90, tiles=self.sm90_tiles,
                                   allow_tf32=self.allow_tf32, split_k=str(self.split_k))
+        conv = functools.partial(lower_conv2d_sm90, implicit=self.implicit_conv)
         return {  # type: ignore[dict-item]
             g.MatmulOp: (lower,), g.MatmulEpilogueOp: (lower,),
-            g.Conv2dOp: (lower_conv2d_sm90,),
+            g.Conv2dOp: (conv,),
         }

@@ -221,6 +221,15 @@ ttarget.func @k() maxntid = 32 {
 // -----
 
 ttarget.func @k() maxntid = 32 {
+  %rd = ttarget.reg "b64"
+  // expected-error @+1 {{ttarget.cp_async_mbarrier_arrive: barrier address}}
+  ttarget.cp_async_mbarrier_arrive [%rd]
+  ttarget.ret
+}
+
+// -----
+
+ttarget.func @k() maxntid = 32 {
   %r = ttarget.reg "b32"
   // expected-error @+1 {{ttarget.mul: integer mul needs exactly one of lo, hi, wide (got "s32")}}
   ttarget.mul "s32" %r, %r, %r

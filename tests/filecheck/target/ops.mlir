@@ -34,6 +34,7 @@ ttarget.func @all(%x: !ttarget.param<u64>, %n: !ttarget.param<u32>, %s: !ttarget
   ttarget.st "shared.f32" [%sm + 0], (%f)
   ttarget.cp_async "cg.shared.global" [%sm + 16], [%rd + 0], 16 src_size %r
   ttarget.cp_async_commit
+  ttarget.cp_async_mbarrier_arrive [%r]
   ttarget.cp_async_wait 0
   ttarget.bar_sync 0
   ttarget.add "rn.f32" %f, %f, %one
@@ -90,6 +91,7 @@ ttarget.func @all(%x: !ttarget.param<u64>, %n: !ttarget.param<u32>, %s: !ttarget
 // CHECK-NEXT: ttarget.st "shared.f32" [%sm + 0], (%f)
 // CHECK-NEXT: ttarget.cp_async "cg.shared.global" [%sm + 16], [%rd + 0], 16 src_size %r
 // CHECK-NEXT: ttarget.cp_async_commit
+// CHECK-NEXT: ttarget.cp_async_mbarrier_arrive [%r]
 // CHECK-NEXT: ttarget.cp_async_wait 0
 // CHECK-NEXT: ttarget.bar_sync 0
 // CHECK-NEXT: ttarget.add "rn.f32" %f, %f, %one

@@ -1,0 +1,435 @@
+"""``tgraph.conv2d`` as an implicit GEMM on the sm90 wgmma kernel (no im2col buffer).
+
+``y[n, o, ho, wo] = sum_{i, j, c} x[n, c, ho*sh + i - ph, wo*sw + j - pw] w[o, c, i, j]``
+is the GEMM ``Y[M, O] = A[M, K] @ B[O, K]^T`` with ``M = N*Ho*Wo`` output pixels and
+``K = kh*kw*Cp`` ordered ``(i, j, c)``: at one filter tap a run of channels is contiguous
+once the input is channels-last. Three kernels:
+
+1. **NHWC copy**: ``xt[n, h, w, c] = x[n, c, h, w]`` with the channels zero-padded to
+   ``Cp``, a multiple of 8 (f32: 4; 16-byte pixels), through a shared-memory tile (both sides
+   coalesced; :mod:`tessera.passes.sm90.conv_layout`). ``Cp`` a multiple of 64 (ResNet's
+   channel counts) lets a whole 128-byte K-chunk come from one filter tap.
+2. **weight**: ``wk[o, (i*kw + j)*Cp + c] = w[o, c, i, j]`` (0 for ``c >= C``), the GEMM's
+   K-major B operand, read by TMA like ``nn.Linear``'s weight (``conv_layout``).
+3. **the GEMM** (:func:`tessera.passes.sm90.lower_matmul_sm90.build_kernel` with
+   :attr:`Sm90Gemm.gather`): its producer warpgroup gathers the A tile itself. Thread
+   ``t`` owns row ``t % BM`` of the ``BM x 128``-byte tile (one output pixel: its image, ``ho``
+   and ``wo`` are divided out once per tile) and ``BM / 16`` of its eight 16-byte chunks;
+   per K-step it issues ``cp.async.cg`` 16-byte copies from the pixel ``(ho*sh + i - ph,
+   wo*sw + j - pw)`` of the step's tap ``(i, j)`` straight into the 128-byte-swizzled slot
+   (chunk ``q`` of row ``r`` at ``q ^ (r % 8)``, the layout TMA writes and the wgmma
+   descriptors read), with ``src_size = 0`` (zero fill) in the padding, past ``M`` and
+   past ``K``. Thread 0 loads the weight boxes by TMA (``arrive.expect_tx``). A slot's
+   ``full`` barrier counts the TMA transaction, thread 0's arrive and one arrive per
+   producer thread, which ``cp.async.mbarrier.arrive.noinc`` makes once the thread's
+   copies have landed (:data:`SYNC`), so every slot of the ring can be in flight.
+   f32 operands are read as TF32 parts: the two copies write ``hi`` and ``lo`` planes
+   (3xTF32; one plane with ``allow_tf32``) and the producer fills both halves of the
+   slot, as the 3xTF32 GEMM's TMA producer does.
+   The epilogue stores ``y`` in NCHW straight from the accumulators: the thread's two
+   rows are pixels ``(n, p)``, its columns channels, so ``y[n, o, p]`` is
+   ``n*O*Ho*Wo + o*Ho*Wo + p``; the bias is added in f32 and the sum rounded once to the
+   result type (as the direct kernel does). Rows past ``M`` and columns past ``O`` are
+   not stored, so any ``O`` works.
+
+:func:`implicit_eligible` says which convolutions take it (bf16, f16, f32; index ranges
+within 32 bits); the rest keep :mod:`tessera.passes.sm90.conv` or the direct kernel.
+Measured on the H100 against cuDNN: docs/PERFORMANCE.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, TensorType
+from xdsl.ir import SSAValue
+
+from tessera.ir import graph as g
+from tessera.ir import target as tt
+from tessera.passes.matmul_config import BN_SPEED, NUM_SMS, SMEM_BUDGET, Sm90Config
+from tessera.passes.sm90 import builders, conv_layout
+from tessera.passes.sm90.asm import TargetAsm
+from tessera.passes.sm90.constants import SWIZZLE_BYTES, RegisterBudget
+from tessera.passes.tile_builder import cdiv
+
+if TYPE_CHECKING:
+    from tessera.passes.lower_graph_to_tile import _FunctionLowering
+    from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm
+
+CONV_REGISTERS = RegisterBudget(producer=56, consumer=224)
+"""The gathering producer keeps a pixel's coordinates and the ring's counters in all 128
+threads (the TMA producer runs in one thread on 40 registers)."""
+SYNC = "noinc"
+"""How a producer thread tells the consumers its copies of a K-step landed: ``"noinc"``,
+``cp.async.mbarrier.arrive.noinc`` on the slot's ``full`` barrier right after issuing
+them (the hardware arrives when they complete; every slot of the ring can be in flight,
+as with TMA); ``"fence"``, :data:`LAG` steps later ``cp.async.wait_group``,
+``fence.proxy.async`` and an ``mbarrier.arrive`` (the generic-proxy writes explicitly
+ordered before the wgmmas' async-proxy reads)."""
+LAG = 2
+"""With ``SYNC = "fence"``: K-steps a producer thread's copies stay in flight before it
+arrives on their slot."""
+CHUNK = 16
+"""Bytes of one ``cp.async``: 8 channels of one pixel."""
+GROUP = 256
+"""Lanes per tile of the NHWC copy and the weight kernel."""
+SIDE = 64
+"""Side of the NHWC copy's shared-memory tile (pixels x channels)."""
+I32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class ConvGather:
+    """The convolution a :class:`Sm90Gemm` with ``gather`` computes: A is gathered from the
+    channels-last input ``xt[N, H, W, Cp]``, C is stored as ``y[N, O, Ho, Wo]``."""
+
+    n: int
+    h: int
+    w: int
+    cp: int
+    """Channels of ``xt``: C padded to a multiple of 8."""
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    ph: int
+    pw: int
+    ho: int
+    wo: int
+    bias: bool = False
+    """The kernel takes a bias ``[O]`` pointer as its fourth parameter."""
+    eb: int = 2
+    """Bytes of an element: 2 (bf16/f16), 4 (f32 as TF32 parts)."""
+    parts: int = 1
+    """TF32 parts of f32 operands: 2 (3xTF32: hi and lo planes), else 1."""
+
+    @property
+    def k(self) -> int:
+        return self.kh * self.kw * self.cp
+
+    @property
+    def cpe(self) -> int:
+        """Channels per 16-byte copy."""
+        return CHUNK // self.eb
+
+    @property
+    def uniform(self) -> bool:
+        """Every K-step (a 128-byte row of K) lies within one filter tap."""
+        return self.cp % (SWIZZLE_BYTES // self.eb) == 0
+
+    @property
+    def plane_bytes(self) -> int:
+        """Bytes of one TF32 part of the channels-last input (the lo plane's offset)."""
+        return self.n * self.h * self.w * self.cp * self.eb
+
+
+def implicit_eligible(op: g.Conv2dOp) -> str | None:
+    """None if the implicit-GEMM kernel takes ``op``, else why not."""
+    et = g.elem_of(op.input)
+    if not isinstance(et, BFloat16Type | Float16Type | Float32Type):
+        return "operands are not bf16, f16 or f32"
+    xs, ws, ys = g.shape_of(op.input), g.shape_of(op.weight), g.shape_of(op.result)
+    if min(*xs, *ws, *ys) < 1:
+        return "empty dimension"
+    eb = 4 if isinstance(et, Float32Type) else 2
+    cp = cdiv(xs[1], CHUNK // eb) * (CHUNK // eb)
+    if xs[0] * xs[2] * xs[3] * cp * eb * 2 > I32_MAX or ys[0] * ys[1] * ys[2] * ys[3] > I32_MAX:
+        return "input or result too large for 32-bit indices and offsets"
+    return None
+
+
+def conv_config(m: int, o: int, k: int, sms: int = NUM_SMS, copies: int = 1) -> Sm90Config:
+    """The tile of the implicit GEMM: of ``BM`` 64 or 128 and ``BN`` 64, 128 or 256, the one
+    with the fewest waves of tiles over the SMs weighted by the tile's area and speed
+    (``BN_SPEED``; a 64-row tile runs one consumer warpgroup, taken as 0.8 of the speed),
+    so a small ``M x O`` (ResNet's last layers) still fills the GPU; no cluster; as many
+    stages as fit (at most 6; results leave from registers: no staging tile). 3xTF32
+    (``copies = 2``: hi and lo parts per stage) tiles are at most 128 wide (the f32
+    totals share the registers)."""
+
+    def cost(shape: tuple[int, int]) -> float:
+        bm, bn = shape
+        waves = cdiv(cdiv(m, bm) * cdiv(o, bn), sms)
+        return waves * bm * bn / (BN_SPEED[bn] * (1.0 if bm == 128 else 0.8))
+
+    widths = (64, 128) if copies == 2 else (64, 128, 256)
+    shapes = [(bm, bn) for bm in (128, 64) for bn in widths if bn < 2 * o or bn == 64]
+    bm, bn = min(shapes, key=cost)
+    stages = max(s for s in range(2, 7) if Sm90Config(
+        bn=bn, stages=s, consumers=bm // 64).smem_bytes(copies, staging=False) <= SMEM_BUDGET)
+    return Sm90Config(bn=bn, stages=stages, consumers=bm // 64)
+
+
+# --------------------------------------------------------------------------- producer
+
+
+def produce(
+    e: TargetAsm, gemm: Sm90Gemm, a_param: SSAValue, b_param: SSAValue, sbase: SSAValue,
+    tid: SSAValue, full0: SSAValue, empty0: SSAValue, unit0: SSAValue, nunits: SSAValue,
+    units: int, tile_origin: Callable[[SSAValue], tuple[SSAValue, SSAValue, SSAValue | None]],
+    end: str,
+) -> None:
+    """The gathering producer warpgroup (module docstring), branching to ``end`` when done."""
+    cv = gemm.gather
+    assert cv is not None
+    bm, bn, stages = gemm.bm, gemm.cfg.bn, gemm.cfg.stages
+    e.add(tt.SetmaxnregOp("dec", CONV_REGISTERS.producer))
+    nch = bm // 16  # 16-byte chunks of a row this thread copies (8 of 8, or 4 of 8)
+    if bm == 128:
+        r, qbase = tid, None
+    else:
+        r = e.bin(tt.RemOp, "u32", tid, bm)
+        qbase = e.mul32(e.bin(tt.DivOp, "u32", tid, bm), nch * CHUNK)  # first chunk's bytes
+    xbase = builders.global_pointer(e, a_param)
+    tmap_b = builders.tensor_map(e, b_param)
+    leader = e.setp("eq", tid, 0)
+    # row r of stage 0's A tile with its swizzle: chunk q of the row is at (dst ^ 16 q)
+    dst0 = e.add32(sbase, e.add32(e.mul32(r, SWIZZLE_BYTES),
+                                  e.mul32(e.bin(tt.AndOp, "b32", r, 7), CHUNK)))
+    if qbase is not None:
+        dst0 = e.bin(tt.XorOp, "b32", dst0, qbase)
+    kt, stage, phase, issued, tile, dstage, arrived = (e.reg("b32") for _ in range(7))
+    for v in (stage, phase, issued, dstage, arrived):
+        e.mov("u32", v, 0)
+    e.mov("u32", tile, unit0)
+    ktiles = cdiv(cv.k, gemm.box_k)
+    hw = cv.ho * cv.wo
+
+    tile_loop = e.label("GATHER_TILE")
+    e.add(tt.LabelOp(tile_loop))
+    m0, n0, _ = tile_origin(tile)
+    # this thread's output pixel: image, first input row and column of its window
+    m = e.add32(m0, r)
+    valid = e.setp("lt", m, gemm.m)
+    mm = e.reg("b32")
+    e.add(tt.SelpOp("b32", mm, m, e.imm(0), valid))
+    img, p = e.bin(tt.DivOp, "u32", mm, hw), e.bin(tt.RemOp, "u32", mm, hw)
+    ho, wo = e.bin(tt.DivOp, "u32", p, cv.wo), e.bin(tt.RemOp, "u32", p, cv.wo)
+    hi0 = e.bin(tt.SubOp, "u32", e.mul32(ho, cv.sh), cv.ph)  # may wrap below 0: compared
+    wi0 = e.bin(tt.SubOp, "u32", e.mul32(wo, cv.sw), cv.pw)  # unsigned against H and W
+    pix0 = e.mul32(img, cv.h * cv.w)
+    e.mov("u32", kt, 0)
+
+    loop = e.label("GATHER")
+    e.add(tt.LabelOp(loop))
+    builders.wait_slot_free(e, stage, phase, empty0, e.setp("lt", issued, stages))
+    full = builders.slot_barrier(e, stage, full0)
+    # thread 0: the weight boxes by TMA
+    e.add(tt.MbarrierArriveOp(full, e.imm(gemm.b_bytes), guard=leader))
+    k0 = e.mul32(kt, gemm.box_k)
+    b_dst = e.mad32(stage, gemm.b_bytes, e.add32(sbase, stages * gemm.a_bytes))
+    for j in range(bn // 64):
+        dst = e.add32(b_dst, j * 64 * SWIZZLE_BYTES) if j else b_dst
+        col = e.add32(n0, j * 64) if j else n0
+        e.add(tt.CpAsyncBulkTensorOp(dst, tmap_b, k0, col, full, guard=leader))
+        if cv.parts == 2:  # B's lo part: rows O.. of the [2 O, K] weight, the slot's 2nd half
+            e.add(tt.CpAsyncBulkTensorOp(e.add32(dst, gemm.b_bytes // 2), tmap_b, k0,
+                                         e.add32(col, gemm.n), full, guard=leader))
+    dst = e.mad32(stage, gemm.a_bytes, dst0)
+    # 3xTF32: the lo parts go to the slot's second half, from the input's second plane
+    dst_lo = e.add32(dst, gemm.a_bytes // 2) if cv.parts == 2 else None
+
+    def copy(q: int, src: SSAValue, size: SSAValue, src_offset: int = 0) -> None:
+        """Chunk ``q`` of the thread's row (and its lo part) from ``src``."""
+        for base, s in ((dst, src), (dst_lo, None)):
+            if base is None:
+                continue
+            if s is None:  # the lo plane
+                s = e.reg("b64")
+                e.add(tt.AddOp("u64", s, src, e.imm(cv.plane_bytes)))
+            d = e.bin(tt.XorOp, "b32", base, q * CHUNK) if q else base
+            e.add(tt.CpAsyncOp("cg", d, s, CHUNK, size, src_offset=src_offset))
+
+    def source(kc: SSAValue, in_k: SSAValue | None) -> tuple[SSAValue, SSAValue]:
+        """(global address, bytes to copy: 16 or 0) of the 16 bytes of channels at K index
+        ``kc``."""
+        tap, c = e.bin(tt.DivOp, "u32", kc, cv.cp), e.bin(tt.RemOp, "u32", kc, cv.cp)
+        i, j = e.bin(tt.DivOp, "u32", tap, cv.kw), e.bin(tt.RemOp, "u32", tap, cv.kw)
+        hi, wi = e.add32(hi0, i), e.add32(wi0, j)
+        ok = e.reg("pred")
+        e.add(tt.AndOp("pred", ok, valid, e.setp("lt", hi, cv.h)))
+        e.add(tt.AndOp("pred", ok, ok, e.setp("lt", wi, cv.w)))
+        if in_k is not None:
+            e.add(tt.AndOp("pred", ok, ok, in_k))
+        lin = e.mad32(e.mad32(hi, cv.w, e.add32(pix0, wi)), cv.cp, c)
+        off = e.reg("b32")
+        e.add(tt.SelpOp("b32", off, lin, e.imm(0), ok))
+        size = e.reg("b32")
+        e.add(tt.SelpOp("b32", size, e.imm(CHUNK), e.imm(0), ok))
+        src = e.reg("b64")
+        e.add(tt.MulOp("wide.u32", src, off, e.imm(cv.eb)))
+        e.add(tt.AddOp("u64", src, src, xbase))
+        return src, size
+
+    def chunk_k(q: int) -> SSAValue:
+        kc = e.add32(k0, q * cv.cpe)
+        if qbase is None:
+            return kc
+        return e.add32(kc, e.bin(tt.DivOp, "u32", qbase, cv.eb))  # first chunk's K
+
+    if cv.uniform:  # the step's 128 bytes of K are one tap's: one pixel address per step
+        src, size = source(chunk_k(0), None)
+        for q in range(nch):
+            copy(q, src, size, q * CHUNK)
+    else:
+        for q in range(nch):
+            kc = chunk_k(q)
+            src, size = source(kc, e.setp("lt", kc, cv.k))
+            copy(q, src, size)
+    if SYNC == "noinc":  # the barrier gets this thread's arrive once its copies land
+        e.add(tt.CpAsyncMbarrierArriveOp(full))
+        e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
+        e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
+        e.advance(stage, phase, stages)
+        e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
+        e.add(tt.AddOp("u32", tile, tile, nunits))
+        e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
+        e.add(tt.CpAsyncCommitOp())  # wait for the last copies before the thread leaves
+        e.add(tt.CpAsyncWaitOp(0))
+        e.add(tt.BraOp(end))
+        return
+    e.add(tt.CpAsyncCommitOp())
+    # the copies of the step LAG steps back have landed: publish them to the wgmmas
+    lag = min(LAG, stages - 1)
+    skip = e.label("NO_ARRIVE")
+    e.add(tt.BraOp(skip, e.setp("lt", issued, lag)))
+    e.add(tt.CpAsyncWaitOp(lag))
+    _publish(e, full0, dstage, arrived, stages)
+    e.add(tt.LabelOp(skip))
+    e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
+    e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
+    e.advance(stage, phase, stages)
+    e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
+    e.add(tt.AddOp("u32", tile, tile, nunits))
+    e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
+    # the last steps' copies
+    e.add(tt.CpAsyncWaitOp(0))
+    done = e.label("GATHER_DONE")
+    drain = e.label("DRAIN")
+    e.add(tt.LabelOp(drain))
+    e.add(tt.BraOp(done, e.setp("ge", arrived, issued)))
+    _publish(e, full0, dstage, arrived, stages)
+    e.add(tt.BraOp(drain))
+    e.add(tt.LabelOp(done))
+    e.add(tt.BraOp(end))
+
+
+def _publish(e: TargetAsm, full0: SSAValue, dstage: SSAValue, arrived: SSAValue,
+             stages: int) -> None:
+    """Make this thread's landed copies visible to the async proxy and arrive on the
+    ``full`` barrier of slot ``dstage``; advance ``dstage`` and ``arrived``."""
+    e.add(tt.FenceOp("proxy_async"))
+    e.add(tt.MbarrierArriveOp(builders.slot_barrier(e, dstage, full0)))
+    e.add(tt.AddOp("u32", dstage, dstage, e.imm(1)))
+    e.mov("u32", dstage, 0, e.setp("eq", dstage, stages))
+    e.add(tt.AddOp("u32", arrived, arrived, e.imm(1)))
+
+
+# --------------------------------------------------------------------------- epilogue
+
+
+def nchw_epilogue(
+    e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, bias_param: SSAValue | None,
+    tid: SSAValue, cw: SSAValue, m0: SSAValue, n0: SSAValue, acc: Sequence[SSAValue],
+) -> None:
+    """Store consumer warpgroup ``cw``'s fragment of the tile at ``(m0, n0)`` as
+    ``y[n, o, p]`` (module docstring), bias added in f32, rounded once."""
+    cv = gemm.gather
+    assert cv is not None
+    ty, o, hw, bn = gemm.out_type, gemm.n, cv.ho * cv.wo, gemm.cfg.bn
+    eb = 4 if ty == "f32" else 2
+    _, warp, lane = builders.fragment_lanes(e, tid)
+    row0 = builders.fragment_row(e, m0, cw, warp, lane)
+    col0 = e.add32(n0, builders.fragment_col(e, lane))
+    ragged_n = o % bn != 0
+    cols = {(j, x): e.setp("lt", e.add32(col0, 8 * j + x), o) if ragged_n else None
+            for j in range(bn // 8) for x in (0, 1)}
+    bias: dict[tuple[int, int], SSAValue] = {}
+    if bias_param is not None:
+        bptr = builders.global_pointer(e, bias_param)
+        builders.advance_pointer(e, bptr, col0, eb)
+        for (j, x), gd in cols.items():
+            v = e.reg("f32")
+            if eb == 4:
+                e.add(tt.MovOp("f32", v, e.fimm(0.0)))
+                e.add(tt.LdOp("global.f32", [v], bptr, (8 * j + x) * 4, gd))
+            else:
+                h16 = e.reg("b16")
+                e.mov("b16", h16, 0)
+                e.add(tt.LdOp("global.b16", [h16], bptr, (8 * j + x) * 2, gd))
+                e.add(tt.CvtOp(f"f32.{ty}", v, [h16]))
+            bias[j, x] = v
+    for h in (0, 1):
+        m = e.add32(row0, 8 * h)
+        ok = e.setp("lt", m, gemm.m)
+        mm = e.reg("b32")
+        e.add(tt.SelpOp("b32", mm, m, e.imm(0), ok))
+        img, p = e.bin(tt.DivOp, "u32", mm, hw), e.bin(tt.RemOp, "u32", mm, hw)
+        # y[img, col0, p]: then column 8j + x is (8j + x) * HW elements further
+        lin = e.mad32(img, o * hw, e.mad32(col0, hw, p))
+        ptr = builders.global_pointer(e, c_param)
+        builders.advance_pointer(e, ptr, lin, eb)
+        for j in range(bn // 8):
+            for x in (0, 1):
+                v = acc[4 * j + 2 * h + x]
+                if bias:
+                    v = e.fbin(tt.AddOp, v, bias[j, x], "rn.f32")
+                gd = ok
+                if cols[j, x] is not None:
+                    gd = e.reg("pred")
+                    e.add(tt.AndOp("pred", gd, ok, cols[j, x]))
+                if eb == 4:
+                    e.add(tt.StOp("global.f32", ptr, [v], (8 * j + x) * hw * 4, gd))
+                    continue
+                out = e.reg("b16")
+                e.add(tt.CvtOp(f"rn.{ty}.f32", out, [v]))
+                e.add(tt.StOp("global.b16", ptr, [out], (8 * j + x) * hw * 2, gd))
+
+
+# --------------------------------------------------------------------------- lowering
+
+
+def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
+    """Lower ``op`` as the NHWC copy, the weight reorder and the implicit GEMM; False
+    (nothing emitted) when :func:`implicit_eligible` refuses it."""
+    if implicit_eligible(op) is not None:
+        return False
+    from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm, build_kernel, device_sms
+
+    et = g.elem_of(op.input)
+    f32 = isinstance(et, Float32Type)
+    eb, parts = (4, 1 if lw.allow_tf32 else 2) if f32 else (2, 1)
+    n, c, h, w = g.shape_of(op.input)
+    o, _, kh, kw = g.shape_of(op.weight)
+    _, _, ho, wo = g.shape_of(op.result)
+    sh, sw = op.stride.get_values()
+    ph, pw = op.padding.get_values()
+    cpe = CHUNK // eb
+    cp = cdiv(c, cpe) * cpe
+    cv = ConvGather(n, h, w, cp, kh, kw, sh, sw, ph, pw, ho, wo, op.bias is not None, eb, parts)
+    # the channels-last input and the K-major weight (f32: their TF32 parts, hi then lo)
+    xt = lw.alloc(TensorType(et, [parts, n, h, w, cp] if f32 else [n, h, w, cp]))
+    nhwc = lw.named_kernel(
+        "conv_nhwc", lambda nm: conv_layout.nhwc_kernel(nm, n, c, h * w, cp, eb, parts))
+    conv_layout.launch(lw, nhwc, [xt, lw.mem(op.input)],
+                       conv_layout.nhwc_grid(n, c, h * w, cp, eb), conv_layout.NHWC_SMEM)
+    wk = lw.alloc(TensorType(et, [parts * o, cv.k]))
+    weight = lw.named_kernel(
+        "conv_weight", lambda nm: conv_layout.weight_kernel(nm, o, c, kh, kw, cp, eb, parts))
+    conv_layout.launch(lw, weight, [wk, lw.mem(op.weight)], conv_layout.weight_grid(o, cv.k), 0)
+    m = n * ho * wo
+    sms = device_sms()
+    if f32:
+        in_type, out_type = ("tf32" if parts == 1 else "3xtf32"), "f32"
+    else:
+        in_type = out_type = "bf16" if isinstance(et, BFloat16Type) else "f16"
+    gemm = Sm90Gemm(m, o, cv.k, in_type, out_type, conv_config(m, o, cv.k, sms, parts), sms,
+                    b_t=True, gather=cv)
+    name = lw.named_kernel("conv", lambda nm: build_kernel(nm, gemm))
+    out = lw.alloc(op.result.type)
+    args = [out, xt, wk] + ([lw.mem(op.bias)] if op.bias is not None else [])
+    lw.hb.add_op(tt.LaunchExOp(name, args, gemm.grid(), gemm.smem_bytes, gemm.boxes()))
+    lw.env[op.result] = out
+    return True

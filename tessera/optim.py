@@ -70,6 +70,11 @@ def _write_back(dst: Any, value: Any) -> None:
         dst.copy_(value)
 
 
+_COMPILED: dict[tuple[Any, ...], _Group] = {}
+"""Compiled steps by optimizer class, fixed hyper-parameters, element type, device and
+parameter shapes: optimizers over equally shaped parameters share one."""
+
+
 class _Group:
     """The compiled step of one element type, device and set of parameters."""
 
@@ -99,6 +104,10 @@ class _Group:
         out = self._runner(args) if self._runner is not None else None
         return out if out is not None else self._plan.run(args)
 
+    def fast(self, args: list[Any]) -> list[Any] | None:
+        """The prepared GPU call on ``args``, or None when it does not take them."""
+        return self._runner(args) if self._runner is not None else None
+
 
 class Optimizer:
     """What :class:`SGD` and :class:`AdamW` share: parameters, their state, grouping by
@@ -117,6 +126,9 @@ class Optimizer:
         self.lr = float(lr)
         self.state: list[dict[str, Any]] = [{} for _ in self.params]
         self._groups: dict[tuple[Any, ...], _Group] = {}
+        self._fast: list[tuple[Any, ...]] | None = None
+        """After a step of every parameter, all on CUDA devices and at one step count:
+        ``(key, group, indices, params, flat state)`` per group, for :meth:`_fast_step`."""
         self._keys = []
         for k, p in enumerate(self.params):
             if not (isinstance(p, np.ndarray) or _is_torch(p)):
@@ -146,6 +158,10 @@ class Optimizer:
 
     def _state_names(self) -> tuple[str, ...]:
         return self.STATE
+
+    def _fixed(self) -> tuple[Any, ...]:
+        """The hyper-parameters compiled into the update (properties of its op)."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------ the Graph IR step
     def _module(self, name: str, params: list[Any], et: Any) -> ModuleOp:
@@ -188,6 +204,10 @@ class Optimizer:
             raise TesseraError(
                 f"tessera.optim: {len(grads)} gradients for {len(self.params)} parameters"
             )
+        if self._fast is not None and all(gr is not None for gr in grads):
+            self._fast_step(grads)
+            return
+        self._fast = None
         by_key: dict[tuple[Any, ...], list[int]] = {}
         for k, (p, gr) in enumerate(zip(self.params, grads)):
             if gr is None:
@@ -202,6 +222,37 @@ class Optimizer:
             by_key.setdefault(self._keys[k], []).append(k)
         for key, idx in by_key.items():
             self._step_group(key, idx, grads)
+        if len(by_key) and sum(len(i) for i in by_key.values()) == len(self.params) and all(
+            key[1] for key in by_key
+        ) and len({st["step"] for st in self.state}) == 1:
+            names = self._state_names()
+            self._fast = [
+                (key, self._groups[(key, tuple(idx))], idx,
+                 [self.params[i] for i in idx],
+                 [self.state[i][s] for s in names for i in idx])
+                for key, idx in by_key.items()
+            ]
+
+    def _fast_step(self, grads: list[Any]) -> None:
+        """A step of CUDA parameters that all stepped together last time: the groups, their
+        parameter and state lists are those of the last step; the prepared GPU call checks
+        the gradients (and the rest), and a group whose arguments it does not take (a
+        gradient of another dtype, a non-contiguous one) takes the checked path."""
+        import torch
+
+        step = self.state[0]["step"] + 1
+        for key, group, idx, params, states in self._fast:  # type: ignore[union-attr]
+            hyper = np.asarray(self._hyper(step), np.float64 if key[0] == f64 else np.float32)
+            h = torch.from_numpy(hyper).to(params[0].device)
+            out = group.fast([*params, *(grads[i] for i in idx), *states, h])
+            if out is None:
+                self._step_group(key, idx, grads)
+                continue
+            for dst, value in zip([*params, *states], out):
+                if value is not dst:
+                    _write_back(dst, value)
+            for i in idx:
+                self.state[i]["step"] = step
 
     def _step_group(self, key: tuple[Any, ...], idx: list[int], grads: list[Any]) -> None:
         et, cuda, _ = key
@@ -217,7 +268,12 @@ class Optimizer:
         gkey = (key, tuple(idx))
         group = self._groups.get(gkey)
         if group is None:
-            group = self._groups[gkey] = _Group(self, idx, et, cuda)
+            shared = (type(self).__name__, self._fixed(), key,
+                      tuple(tuple(self.params[i].shape) for i in idx))
+            group = _COMPILED.get(shared)
+            if group is None:
+                group = _COMPILED[shared] = _Group(self, idx, et, cuda)
+            self._groups[gkey] = group
         params = [self.params[i] for i in idx]
         names = self._state_names()
         for i in idx:
@@ -305,6 +361,9 @@ class SGD(Optimizer):
             weight_decay=self.weight_decay, nesterov=self.nesterov,
         )
 
+    def _fixed(self) -> tuple[Any, ...]:
+        return (self.momentum, self.weight_decay, self.nesterov)
+
     def _hyper(self, k: int) -> list[float]:
         if k == 1:
             return [self.lr, 0.0, 1.0]  # the buffer starts as the gradient
@@ -351,6 +410,9 @@ class AdamW(Optimizer):
             params, grads, states[0], states[1], hyper,
             beta1=self.betas[0], beta2=self.betas[1], eps=self.eps,
         )
+
+    def _fixed(self) -> tuple[Any, ...]:
+        return (*self.betas, self.eps)
 
     def _hyper(self, k: int) -> list[float]:
         b1, b2 = self.betas

@@ -16,8 +16,9 @@ rounding on every operation, so the kernels compute the interpreter's bits.
 The updated buffers (parameters and state) are written in place: the op's results
 take them over when they are arguments of the function that the caller donated
 (``tessera.donate``, :meth:`_FunctionLowering.donated`), and are fresh copies
-otherwise. A kernel takes at most :data:`MAX_PARAM_BYTES` of parameters, so long
-tensor lists are split into several launches (of about equal size).
+otherwise. A kernel takes at most :data:`MAX_TENSORS` tensors and
+:data:`MAX_PARAM_BYTES` of parameters, so long tensor lists are split into several
+launches (of about equal size).
 """
 
 from __future__ import annotations
@@ -41,13 +42,18 @@ if TYPE_CHECKING:
 LANES = 256
 """Lanes per tile."""
 
-UNROLL = 2
+UNROLL = 1
 """16-byte vectors per lane and tensor buffer (all loads of a lane are issued before its
 math)."""
 
 MAX_PARAM_BYTES = 4000
 """Kernel parameter bytes per launch (the CUDA limit is 4096): a kernel of the AdamW
 update takes ``(4000 - 8) // 32 = 124`` tensors."""
+
+MAX_TENSORS = 32
+"""Tensors per launch at most: a kernel holds one copy of the update per tensor, and
+its branches make compile time grow faster than its size (a few launches more cost
+microseconds)."""
 
 Update = Callable[[KernelEmitter, list[SSAValue], list[SSAValue]], list[SSAValue]]
 """``update(e, hyper, values) -> new values``: the per-element math on compute-type
@@ -74,9 +80,12 @@ def lower_multi_tensor(
     fl: _FunctionLowering, op: Operation, tag: str,
     updated: Sequence[Sequence[SSAValue]], read: Sequence[Sequence[SSAValue]],
     results: Sequence[Sequence[SSAValue]], hyper: SSAValue, hyper_len: int, update: Update,
+    consts: Sequence[float] = (),
 ) -> None:
     """Lower a multi-tensor update: ``updated[k][i]`` (written as ``results[k][i]``) and
-    ``read[k][i]`` are the buffers of tensor ``i``; ``update`` is the per-element math."""
+    ``read[k][i]`` are the buffers of tensor ``i``; ``update`` is the per-element math,
+    whose first argument holds the ``hyper`` entries and then ``consts`` (emitted once
+    per kernel)."""
     n = len(updated[0])
     et = float_elem(op, updated[0][0].type)
     ct = compute_type(et)
@@ -90,7 +99,7 @@ def lower_multi_tensor(
         out.append(bufs)
     ins = [[fl.mem(v) for v in vals] for vals in read]
     per_tensor = len(updated) + len(read)
-    cap = max(1, (MAX_PARAM_BYTES - 8) // (8 * per_tensor))
+    cap = max(1, min(MAX_TENSORS, (MAX_PARAM_BYTES - 8) // (8 * per_tensor)))
     launches = cdiv(n, cap)
     size = cdiv(n, launches)
     hyper_buf = fl.mem(hyper)
@@ -103,12 +112,12 @@ def lower_multi_tensor(
         args: list[SSAValue] = [hyper_buf]
         for i in idx:
             args += [_flat(fl, b[i]) for b in out] + [_flat(fl, b[i]) for b in ins]
-        _kernel(fl, tag, args, sizes, len(out), w, et, ct, hyper_len, update)
+        _kernel(fl, tag, args, sizes, len(out), w, ct, hyper_len, consts, update)
 
 
 def _kernel(
     fl: _FunctionLowering, tag: str, args: list[SSAValue], sizes: list[int], n_updated: int,
-    w: int, et: Attribute, ct: Attribute, hyper_len: int, update: Update,
+    w: int, ct: Attribute, hyper_len: int, consts: Sequence[float], update: Update,
 ) -> None:
     per_tile = LANES * UNROLL
     per = len(args[1:]) // len(sizes)
@@ -119,6 +128,7 @@ def _kernel(
 
     def build(e: KernelEmitter, refs: list[SSAValue]) -> None:
         hyper = [e.convert(e.load(refs[0], [k]), ct) for k in range(hyper_len)]
+        hyper += [e.const(c, ct) for c in consts]
         t = e.tile_id("x")
         lane = e.local_id()
 
@@ -186,22 +196,17 @@ def _scalar(
 # --------------------------------------------------------------------------- the updates
 
 
-def _c(e: KernelEmitter, x: float, ct: Attribute) -> SSAValue:
-    return e.const(x, ct)
-
-
 def lower_adamw(fl: _FunctionLowering, op: g.AdamWUpdateOp) -> None:
     """``tgraph.adamw_update`` (the formula of :class:`tessera.ir.graph.AdamWUpdateOp`)."""
     b1, b2, eps = op.beta1.value.data, op.beta2.value.data, op.eps.value.data
-    ct = compute_type(g.elem_of(op.params[0]))
 
     def update(e: KernelEmitter, h: list[SSAValue], vals: list[SSAValue]) -> list[SSAValue]:
-        decay, step_size, bc2 = h
+        decay, step_size, bc2, cb1, cc1, cb2, cc2, ceps = h
         p, m, v, gr = vals
         p = e.fmul(p, decay)
-        m = e.fadd(e.fmul(_c(e, b1, ct), m), e.fmul(_c(e, 1.0 - b1, ct), gr))
-        v = e.fadd(e.fmul(_c(e, b2, ct), v), e.fmul(_c(e, 1.0 - b2, ct), e.fmul(gr, gr)))
-        denom = e.fadd(e.fdiv(e.op(math.SqrtOp(v)), bc2), _c(e, eps, ct))
+        m = e.fadd(e.fmul(cb1, m), e.fmul(cc1, gr))
+        v = e.fadd(e.fmul(cb2, v), e.fmul(cc2, e.fmul(gr, gr)))
+        denom = e.fadd(e.fdiv(e.op(math.SqrtOp(v)), bc2), ceps)
         p = e.fsub(p, e.fdiv(e.fmul(step_size, m), denom))
         return [p, m, v]
 
@@ -209,7 +214,7 @@ def lower_adamw(fl: _FunctionLowering, op: g.AdamWUpdateOp) -> None:
         fl, op, "adamw",
         [op.params, op.exp_avgs, op.exp_avg_sqs], [op.grads],
         [op.new_params, op.new_exp_avgs, op.new_exp_avg_sqs],
-        op.hyper, len(g.ADAMW_HYPER), update,
+        op.hyper, len(g.ADAMW_HYPER), update, (b1, 1.0 - b1, b2, 1.0 - b2, eps),
     )
 
 
@@ -219,25 +224,24 @@ def lower_sgd(fl: _FunctionLowering, op: g.SGDUpdateOp) -> None:
     mom = op.momentum.value.data
     nesterov = op.nesterov is not None
     has_buf = bool(op.momentum_buffers)
-    ct = compute_type(g.elem_of(op.params[0]))
 
     def update(e: KernelEmitter, h: list[SSAValue], vals: list[SSAValue]) -> list[SSAValue]:
-        lr, buf_scale, grad_scale = h
+        lr, buf_scale, grad_scale, cwd, cmom = h
         p = vals[0]
         d = vals[-1]
         if wd != 0.0:
-            d = e.fadd(d, e.fmul(_c(e, wd, ct), p))
+            d = e.fadd(d, e.fmul(cwd, p))
         out = []
         if has_buf:
             buf = e.fadd(e.fmul(buf_scale, vals[1]), e.fmul(grad_scale, d))
             out.append(buf)
-            d = e.fadd(d, e.fmul(_c(e, mom, ct), buf)) if nesterov else buf
+            d = e.fadd(d, e.fmul(cmom, buf)) if nesterov else buf
         return [e.fsub(p, e.fmul(lr, d)), *out]
 
     updated = [op.params, *([op.momentum_buffers] if has_buf else [])]
     results = [op.new_params, *([op.new_momentum_buffers] if has_buf else [])]
     lower_multi_tensor(fl, op, "sgd", updated, [op.grads], results,
-                       op.hyper, len(g.SGD_HYPER), update)
+                       op.hyper, len(g.SGD_HYPER), update, (wd, mom))
 
 
 def register(registry: object) -> None:

@@ -225,3 +225,18 @@ def test_refused_options():
 def test_op_types():
     assert isinstance(g.hyper_type(f32, 3).element_type, Float32Type)
     assert isinstance(g.hyper_type(Float64Type(), 3).element_type, Float64Type)
+
+
+def test_costs():
+    from tessera.profiler.costs import op_cost
+
+    opt = topt.AdamW([np.zeros(1, np.float32)], lr=0.01)
+    module = opt._module("step", [np.zeros(s, np.float32) for s in [(3, 4), (5,)]], f32)
+    op = module.body.block.first_op.body.block.first_op
+    c = op_cost(op)
+    assert c.flops == 14 * 17
+    assert c.bytes == 4 * 17 * (4 + 3) + 4 * 3  # read p, g, m, v and hyper; write p, m, v
+    sgd = topt.SGD([np.zeros(1, np.float32)], lr=0.1, momentum=0.9, nesterov=True,
+                   weight_decay=0.1)
+    module = sgd._module("step", [np.zeros((2, 5), np.float32)], f32)
+    assert op_cost(module.body.block.first_op.body.block.first_op).flops == 9 * 10

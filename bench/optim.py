@@ -7,9 +7,11 @@ Each row first checks: two steps from the same fresh random parameters and gradi
 for Tessera and torch, both against a float64 torch reference (the error relative to
 the largest parameter; Tessera's must be at most twice fused torch's plus 1e-7), and
 Tessera's step run twice from the same start gives bitwise-identical parameters and
-state. Then it times one step (triton's ``do_bench``, median). The table is printed last.
+state. Then it times one step (triton's ``do_bench``, median), and Tessera's launches
+alone (replayed from a CUDA graph: the GPU time without the Python of ``step``). The
+table is printed last; ``--unroll2`` adds AdamW rows with two vectors per lane.
 
-    python bench/optim.py
+    python bench/optim.py [--unroll2]
 """
 
 from __future__ import annotations
@@ -125,6 +127,42 @@ def time_step(kind: str, impl: str, dtype, shapes) -> float:
     return ms
 
 
+def kernel_ms(kind: str, dtype, shapes) -> float:
+    """Tessera's launches of one step alone: captured in a CUDA graph after a step, with
+    the arguments of that step (no Python between steps); NaN when capture fails."""
+    import torch
+    from triton.testing import do_bench
+
+    params = _fresh(shapes, dtype, 3)
+    grads = _fresh(shapes, dtype, 4)
+    opt = _make(kind, "tessera", params)
+    _step(opt, params, grads)
+    step = opt.state[0]["step"] + 1
+    calls = []
+    for key, group, idx, ps, states in opt._fast:
+        h = opt._device_hyper(key, step, ps[0].device)
+        calls.append((group, [*ps, *(grads[i] for i in idx), *states, h]))
+
+    def run() -> None:
+        for group, args in calls:
+            if group.fast(args) is None:
+                raise AssertionError("the prepared call declined the arguments")
+
+    try:
+        run()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run()
+        ms = do_bench(graph.replay, warmup=5, rep=50, return_mode="median")
+    except Exception as e:  # noqa: BLE001 - a diagnostic column
+        print(f"  graph capture failed: {type(e).__name__}: {e}", flush=True)
+        ms = float("nan")
+    del opt, params, grads
+    torch.cuda.empty_cache()
+    return ms
+
+
 def main() -> None:
     import torch
 
@@ -141,13 +179,36 @@ def main() -> None:
         print(f"{kind} {dtype}: checked (error vs f64: tessera {e_ts:.2e}, fused torch "
               f"{e_fused:.2e}; bitwise equal over two runs)", flush=True)
         ours = time_step(kind, "tessera", dtype, shapes)
+        kern = kernel_ms(kind, dtype, shapes)
         peer = {p: time_step(kind, p, dtype, shapes) for p in peers}
-        rows.append((kind, str(dtype).removeprefix("torch."), ours, peer))
-    print(f"\n{'step':<6} {'dtype':<9} {'tessera ms':>10} {'fused ms':>9} {'foreach ms':>10} "
-          f"{'vs fused':>8} {'vs foreach':>10}")
-    for kind, dt, ours, peer in rows:
-        print(f"{kind:<6} {dt:<9} {ours:10.3f} {peer['fused']:9.3f} {peer['foreach']:10.3f} "
-              f"{peer['fused'] / ours:7.2f}x {peer['foreach'] / ours:9.2f}x")
+        rows.append((kind, str(dtype).removeprefix("torch."), ours, kern, peer))
+        print(f"  {rows[-1]}", flush=True)
+    table(rows)
+    if "--unroll2" in sys.argv:  # the same kernels with two vectors per lane
+        from tessera.optim import _COMPILED
+        from tessera.passes import tile_optim
+
+        tile_optim.UNROLL = 2
+        _COMPILED.clear()
+        rows2 = []
+        for kind, dtype, _ in cases[:2]:
+            check(kind, dtype, shapes)
+            ours = time_step(kind, "tessera", dtype, shapes)
+            kern = kernel_ms(kind, dtype, shapes)
+            fused = time_step(kind, "fused", dtype, shapes)
+            rows2.append((kind + "/u2", str(dtype).removeprefix("torch."), ours, kern,
+                          {"fused": fused, "foreach": float("nan")}))
+            print(f"  {rows2[-1]}", flush=True)
+        table(rows + rows2)
+
+
+def table(rows) -> None:
+    print(f"\n{'step':<9} {'dtype':<9} {'tessera ms':>10} {'kernels ms':>10} {'fused ms':>9} "
+          f"{'foreach ms':>10} {'vs fused':>8} {'vs foreach':>10}")
+    for kind, dt, ours, kern, peer in rows:
+        print(f"{kind:<9} {dt:<9} {ours:10.3f} {kern:10.3f} {peer['fused']:9.3f} "
+              f"{peer['foreach']:10.3f} {peer['fused'] / ours:7.2f}x "
+              f"{peer['foreach'] / ours:9.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -126,6 +126,7 @@ class Optimizer:
         self.lr = float(lr)
         self.state: list[dict[str, Any]] = [{} for _ in self.params]
         self._groups: dict[tuple[Any, ...], _Group] = {}
+        self._hyper_cache: dict[tuple[Any, ...], tuple[tuple[float, ...], Any]] = {}
         self._fast: list[tuple[Any, ...]] | None = None
         """After a step of every parameter, all on CUDA devices and at one step count:
         ``(key, group, indices, params, flat state)`` per group, for :meth:`_fast_step`."""
@@ -238,12 +239,9 @@ class Optimizer:
         parameter and state lists are those of the last step; the prepared GPU call checks
         the gradients (and the rest), and a group whose arguments it does not take (a
         gradient of another dtype, a non-contiguous one) takes the checked path."""
-        import torch
-
         step = self.state[0]["step"] + 1
         for key, group, idx, params, states in self._fast:  # type: ignore[union-attr]
-            hyper = np.asarray(self._hyper(step), np.float64 if key[0] == f64 else np.float32)
-            h = torch.from_numpy(hyper).to(params[0].device)
+            h = self._device_hyper(key, step, params[0].device)
             out = group.fast([*params, *(grads[i] for i in idx), *states, h])
             if out is None:
                 self._step_group(key, idx, grads)
@@ -294,19 +292,34 @@ class Optimizer:
             elif isinstance(gr, np.ndarray) and gr.dtype != p.dtype:
                 gr = gr.astype(p.dtype)
             gs.append(gr)
-        hyper = np.asarray(self._hyper(step), np.float64 if et == f64 else np.float32)
         if cuda:
-            import torch
-
-            h = torch.from_numpy(hyper).to(params[0].device)
+            h = self._device_hyper(key, step, params[0].device)
         else:
-            h = hyper
+            h = np.asarray(self._hyper(step), np.float64 if et == f64 else np.float32)
         flat_states = [x for s in states for x in s]
         out = group.run([*params, *gs, *flat_states, h])
         for dst, value in zip([*params, *flat_states], out):
             _write_back(dst, value)
         for i in idx:
             self.state[i]["step"] = step
+
+    def _device_hyper(self, key: tuple[Any, ...], step: int, device: Any) -> Any:
+        """The ``hyper`` tensor of a step on a CUDA device: the last one when the values
+        are unchanged (SGD after its first step), else a copy from pinned memory that does
+        not wait for the GPU (a plain host-to-device copy would synchronize every step)."""
+        import torch
+
+        values = tuple(self._hyper(step))
+        last = self._hyper_cache.get(key)
+        if last is not None and last[0] == values:
+            return last[1]
+        dt = torch.float64 if key[0] == f64 else torch.float32
+        if device.type == "cuda":
+            h = torch.tensor(values, dtype=dt, pin_memory=True).to(device, non_blocking=True)
+        else:  # the CPU stand-ins of bench/host_path.py
+            h = torch.tensor(values, dtype=dt, device=device)
+        self._hyper_cache[key] = (values, h)
+        return h
 
     @staticmethod
     def _zeros(p: Any) -> Any:

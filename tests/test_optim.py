@@ -240,3 +240,34 @@ def test_costs():
                    weight_decay=0.1)
     module = sgd._module("step", [np.zeros((2, 5), np.float32)], f32)
     assert op_cost(module.body.block.first_op.body.block.first_op).flops == 9 * 10
+
+
+def test_update_functions_in_a_traced_function():
+    """``ts.adamw_update`` in a ``ts.jit`` function: a pure function (its inputs keep
+    their values) that computes what ``tessera.optim.AdamW`` computes."""
+    import tessera as ts
+
+    rng = np.random.default_rng(8)
+    shapes = [(3, 5), (4,)]
+    p, gr, m = ([rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(3))
+    v = [np.abs(rng.standard_normal(s)).astype(np.float32) for s in shapes]
+    opt = topt.AdamW([x.copy() for x in p], lr=0.01, betas=(0.8, 0.9), weight_decay=0.2)
+    opt.state = [{"exp_avg": a.copy(), "exp_avg_sq": b.copy(), "step": 1} for a, b in zip(m, v)]
+    hyper = np.asarray(opt._hyper(2), np.float32)
+
+    @ts.jit
+    def step(p0, p1, g0, g1, m0, m1, v0, v1, h):
+        new_p, new_m, new_v = ts.adamw_update([p0, p1], [g0, g1], [m0, m1], [v0, v1], h,
+                                              beta1=0.8, beta2=0.9)
+        return (*new_p, *new_m, *new_v)
+
+    keep = [x.copy() for x in (*p, *gr, *m, *v)]
+    out = step(*p, *gr, *m, *v, hyper)
+    for a, b in zip((*p, *gr, *m, *v), keep):
+        np.testing.assert_array_equal(a, b)
+    opt.step(gr)
+    for got, want in zip(out, [*opt.params, *(s["exp_avg"] for s in opt.state),
+                               *(s["exp_avg_sq"] for s in opt.state)]):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(TesseraTypeError, match="sgd_update: params must be a list of tensors"):
+        ts.jit(lambda x, h: ts.sgd_update(x, [x], [], h)[0][0])(p[1], hyper)

@@ -64,10 +64,23 @@ def _write_back(dst: Any, value: Any) -> None:
     if isinstance(dst, np.ndarray):
         dst[...] = value
         return
+    import torch
+
     if isinstance(value, np.ndarray):
         value = convert.to_torch(value)
     if value.data_ptr() != dst.data_ptr():
-        dst.copy_(value)
+        with torch.no_grad():  # parameters that require grad, as torch.optim updates them
+            dst.copy_(value)
+
+
+def _mark_modified(tensors: list[Any]) -> None:
+    """Tell autograd that the kernels changed ``tensors`` in place (their version counters;
+    torch's own in-place ops do it), so a graph that saved an old value fails loudly."""
+    import torch
+
+    bump = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+    if bump is not None:
+        bump(tensors)
 
 
 _COMPILED: dict[tuple[Any, ...], _Group] = {}
@@ -249,6 +262,7 @@ class Optimizer:
             for dst, value in zip([*params, *states], out):
                 if value is not dst:
                     _write_back(dst, value)
+            _mark_modified(params)
             for i in idx:
                 self.state[i]["step"] = step
 
@@ -300,6 +314,8 @@ class Optimizer:
         out = group.run([*params, *gs, *flat_states, h])
         for dst, value in zip([*params, *flat_states], out):
             _write_back(dst, value)
+        if cuda:
+            _mark_modified(params)
         for i in idx:
             self.state[i]["step"] = step
 

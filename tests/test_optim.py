@@ -86,6 +86,7 @@ def test_torch_cpu_params_and_grads_attribute():
     shapes = [(5, 3), (9,), (4,)]
     ps = [torch.tensor(rng.standard_normal(s), dtype=torch.float32) for s in shapes]
     ts_ = [p.clone().requires_grad_(True) for p in ps]
+    ps[0].requires_grad_(True)  # a leaf that requires grad is updated as torch.optim does
     ids = [id(p) for p in ps]
     opt = topt.AdamW(ps, lr=0.01)
     ref = torch.optim.AdamW(ts_, lr=0.01)
@@ -101,7 +102,7 @@ def test_torch_cpu_params_and_grads_attribute():
     assert [id(p) for p in ps] == ids
     assert opt.state[1]["step"] == 2 and opt.state[0]["step"] == 3
     for p, t in zip(ps, ts_):
-        torch.testing.assert_close(p, t.detach(), rtol=2e-6, atol=1e-7)
+        torch.testing.assert_close(p.detach(), t.detach(), rtol=2e-6, atol=1e-7)
 
 
 def test_bf16_params_math_in_f32():
@@ -271,3 +272,49 @@ def test_update_functions_in_a_traced_function():
         np.testing.assert_array_equal(got, want)
     with pytest.raises(TesseraTypeError, match="sgd_update: params must be a list of tensors"):
         ts.jit(lambda x, h: ts.sgd_update(x, [x], [], h)[0][0])(p[1], hyper)
+
+
+def test_bench_parameter_list():
+    """``bench/optim.py`` times GPT-2 124M's parameter list: 148 tensors, 124.4M elements."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench.optim import gpt2_shapes
+
+    shapes = gpt2_shapes()
+    assert len(shapes) == 148
+    assert sum(int(np.prod(s)) for s in shapes) == 124_439_808
+
+
+def test_cuda_path_on_stand_ins():
+    """The CUDA path with the CPU stand-ins of ``bench/host_path.py`` (the launches are
+    recorded, not run): after the first step every step is one launch per group through
+    the prepared call, with the parameters', buffers' and gradients' own addresses (in
+    place, flat views passed as their tensors), the hyper tensor reused while unchanged,
+    and the parameters' autograd version counters bumped."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench import host_path
+
+    shapes = [(4, 8), (3,), (16,)]
+    with host_path.stand_ins(read=1 + 3 * len(shapes)) as fake:
+        ps = [torch.randn(s) for s in shapes]
+        gs = [torch.randn(s) for s in shapes]
+        opt = topt.SGD(ps, lr=0.1, momentum=0.9)
+        versions = [p._version for p in ps]
+        opt.step(gs)
+        assert opt._fast is not None and fake.launches == 1
+        opt.step(gs)
+        h2 = fake.last[4][0]
+        opt.step(gs)
+        assert fake.launches == 3
+        _, grid, block, _, values = fake.last
+        assert values[0] == h2  # [lr, momentum, 1 - dampening] from step 2 on
+        bufs = [st["momentum_buffer"] for st in opt.state]
+        assert values[1:] == [t.data_ptr() for p, b, gr in zip(ps, bufs, gs) for t in (p, b, gr)]
+        assert block == (LANES, 1, 1) and grid[0] == 3  # 8 vectors, 1 tail slot, 4 vectors
+        assert all(p._version > v for p, v in zip(ps, versions))
+        assert [st["step"] for st in opt.state] == [3, 3, 3]

@@ -16,8 +16,7 @@ them in place: one multi-tensor kernel per group (several launches for more tens
 one launch's parameter space holds, ``tile_optim.MAX_PARAM_BYTES``). The state is kept
 in the parameters' element type, the math is in f32 (f64 for f64 parameters), and the
 step's changing scalars (learning rate, bias corrections) travel in a small f32 tensor
-(f64 for f64 parameters),
-so changing ``lr`` between steps recompiles nothing. Results are deterministic: every
+(f64 for f64 parameters), so changing ``lr`` between steps recompiles nothing. Results are deterministic: every
 element is computed by one lane in a fixed order, with no atomics.
 
 Not supported (refused with a :class:`TesseraError`): ``amsgrad``, ``maximize``,
@@ -26,6 +25,7 @@ parameters of integer or complex type, and sparse gradients.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -104,18 +104,24 @@ class _Group:
             from tessera.runtime.graph_interpreter import run_function
 
             return run_function(self.graph, self.name, [_numpy_of(a) for a in args])
-        if self._plan is None:
-            from tessera import compiler
-            from tessera.runtime import cuda
+        import torch
 
-            options = compiler.resolve_options()
-            target = compiler.lower_through(self.graph, "graph", "target", options)
-            ptx = compiler.lower(target, "ptx", options)
-            self.target, self.ptx = target, ptx
-            self._plan = cuda.host_plan(target, self.name, ptx)
-            self._runner = self._plan.runner()
-        out = self._runner(args) if self._runner is not None else None
-        return out if out is not None else self._plan.run(args)
+        dev = args[0].device
+        # the plan is built for the tensors' device (the CPU stand-ins of bench/host_path.py
+        # have none)
+        with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
+            if self._plan is None:
+                from tessera import compiler
+                from tessera.runtime import cuda
+
+                options = compiler.resolve_options()
+                target = compiler.lower_through(self.graph, "graph", "target", options)
+                ptx = compiler.lower(target, "ptx", options)
+                self.target, self.ptx = target, ptx
+                self._plan = cuda.host_plan(target, self.name, ptx)
+                self._runner = self._plan.runner()
+            out = self._runner(args) if self._runner is not None else None
+            return out if out is not None else self._plan.run(args)
 
     def fast(self, args: list[Any]) -> list[Any] | None:
         """The prepared GPU call on ``args``, or None when it does not take them."""

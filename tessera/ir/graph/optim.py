@@ -2,14 +2,13 @@
 ``tgraph.sgd_update``.
 
 Each op takes lists of equally long variadic operands, one entry per parameter tensor
-(``params``, ``grads`` and the optimizer's state), plus a small f32 tensor ``hyper`` of
-the step's scalars (f64 for f64 parameters), and returns the updated parameters and state. The hyper-parameters
-that change from step to step (the learning rate, the bias corrections) are in
-``hyper`` (f32; f64 for f64 parameters) so that one compiled update serves every step;
-those fixed for the run
-(betas, eps, weight decay) are properties. The math follows ``torch.optim`` exactly
-and is carried out in f32 for f32, bf16 and f16 tensors (f64 in f64); the state is
-stored in the parameters' element type, as torch's fused optimizers store it.
+(``params``, ``grads`` and the optimizer's state), plus a small tensor ``hyper`` of the
+step's scalars, and returns the updated parameters and state. The hyper-parameters that
+change from step to step (the learning rate, the bias corrections) are in ``hyper`` (f32;
+f64 for f64 parameters) so that one compiled update serves every step; those fixed for
+the run (betas, eps, weight decay) are properties. The math follows ``torch.optim`` and is
+carried out in f32 for f32, bf16 and f16 tensors (f64 in f64); the state is stored in the
+parameters' element type, as torch's fused optimizers store it.
 
 All tensors of one op share one element type (one op per dtype group).
 """

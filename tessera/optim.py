@@ -142,6 +142,11 @@ class Optimizer:
             raise TesseraError("tessera.optim: got an empty parameter list")
         if not lr >= 0.0:
             raise TesseraError(f"tessera.optim: lr must be >= 0, got {lr}")
+        if len({id(p) for p in self.params}) != len(self.params):
+            raise TesseraError(
+                "tessera.optim: a parameter appears more than once in the list (one update "
+                "would race with the other)"
+            )
         self.lr = float(lr)
         self.state: list[dict[str, Any]] = [{} for _ in self.params]
         self._groups: dict[tuple[Any, ...], _Group] = {}

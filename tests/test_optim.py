@@ -220,7 +220,11 @@ def test_refused_options():
     with pytest.raises(TesseraError, match="gradient 0 has shape"):
         topt.SGD(p, lr=0.1).step([np.zeros(4, np.float32)])
     with pytest.raises(TesseraError, match="1 gradients for 2 parameters"):
-        topt.SGD(p * 2, lr=0.1).step([np.zeros(3, np.float32)])
+        topt.SGD([p[0], p[0].copy()], lr=0.1).step([np.zeros(3, np.float32)])
+    with pytest.raises(TesseraError, match="appears more than once"):
+        topt.AdamW(p * 2)
+    with pytest.raises(TesseraError, match="empty parameter list"):
+        topt.AdamW([])
 
 
 def test_op_types():

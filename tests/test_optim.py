@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from xdsl.dialects import func
-from xdsl.dialects.builtin import BFloat16Type, Float32Type, Float64Type, f32
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, Float64Type, f32
 
 import tessera.optim as topt
 from tessera.errors import TesseraError, TesseraTypeError
@@ -122,7 +122,8 @@ def _lowered_vs_reference(opt, shapes, dt, seed):
     """One step of ``opt``'s Graph IR function on the reference interpreter and, lowered,
     on the Tile IR interpreter: the same bits; donated buffers are updated in place."""
     rng = np.random.default_rng(seed)
-    et = {np.float32: f32, np.float64: Float64Type()}.get(dt, BFloat16Type())
+    et = {np.float32: f32, np.float64: Float64Type(), np.float16: Float16Type()}.get(
+        dt, BFloat16Type())
     params = [rng.standard_normal(s).astype(dt) for s in shapes]
     opt.params = params
     module = opt._module("step", params, et)
@@ -150,7 +151,7 @@ def _lowered_vs_reference(opt, shapes, dt, seed):
     return tile
 
 
-@pytest.mark.parametrize("dt", [np.float32, np.float64, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("dt", [np.float32, np.float64, ml_dtypes.bfloat16, np.float16])
 def test_adamw_kernel_on_tile_interpreter(dt):
     shapes = [(1,), (7, 3), (16,), (LANES * UNROLL * 4 + 5,), (3, 2)]
     opt = topt.AdamW([np.zeros(1, np.float32)], lr=0.05, weight_decay=0.1)

@@ -1,8 +1,9 @@
 """Train a 2-layer MLP with Tessera's autodiff on the CPU reference path.
 
 The loss is traced once into Graph IR; ``ts.value_and_grad`` turns it into a
-gradient function with the ``autodiff`` pass, and plain numpy SGD updates the
-weights. Run ``python examples/train_mlp.py [steps]``.
+gradient function with the ``autodiff`` pass, and ``ts.optim.SGD`` updates the
+weights in place (one ``tgraph.sgd_update`` op, on the reference interpreter here).
+Run ``python examples/train_mlp.py [steps]``.
 """
 
 from __future__ import annotations
@@ -48,11 +49,12 @@ def train(steps: int = 200, lr: float = 0.2, log_every: int = 20) -> list[float]
     x, y = make_data()
     params = init_params()
     step_fn = ts.value_and_grad(mlp_loss)  # argnums from @ts.autodiff: W1, b1, W2, b2
+    opt = ts.optim.SGD(params, lr=lr)  # updates the arrays in place
     losses: list[float] = []
     for step in range(steps):
         loss, grads = step_fn(x, *params, y)
         losses.append(float(loss))
-        params = [p - np.float32(lr) * g for p, g in zip(params, grads)]
+        opt.step(grads)
         if log_every and step % log_every == 0:
             print(f"step {step:4d}  loss {float(loss):.5f}")
     return losses

@@ -3,8 +3,8 @@
 One block (rmsnorm -> qkv -> causal flash attention -> out-proj -> residual -> rmsnorm ->
 gelu MLP -> residual) and a vocabulary projection, trained on a synthetic next-token
 task (sequences that count upwards modulo the vocabulary from a random start). The loss
-and every weight's gradient come from one traced function; the update is plain SGD with
-momentum on f32 master weights. On a CUDA GPU the step runs in bf16 through Tessera's
+and every weight's gradient come from one traced function; ``ts.optim.SGD`` with
+momentum updates the f32 master weights (one multi-tensor kernel on the GPU). On a CUDA GPU the step runs in bf16 through Tessera's
 PTX kernels; without one, on the CPU reference interpreter in f32.
 
     python examples/train_transformer.py [steps]
@@ -64,13 +64,13 @@ def train(steps: int, gpu: bool, lr: float = 0.1, momentum: float = 0.9) -> list
     rng = np.random.default_rng(0)
     d, s, b = (GPU_DIM, GPU_SEQ, GPU_BATCH) if gpu else (DIM, SEQ, BATCH)
     masters = init(d, rng)
-    velocity = [np.zeros_like(p) for p in masters]
     step = ts.value_and_grad(lm_loss, argnums=(2, 3, 4, 5, 6, 7))
     if gpu:
         import torch
 
         masters = [torch.from_numpy(p).cuda() for p in masters]
-        velocity = [torch.zeros_like(p) for p in masters]
+    # one multi-tensor kernel updates every f32 master weight (the CPU reference without a GPU)
+    opt = ts.optim.SGD(masters, lr=lr, momentum=momentum)
     losses: list[float] = []
     tokens = 0
     t0 = None
@@ -85,11 +85,7 @@ def train(steps: int, gpu: bool, lr: float = 0.1, momentum: float = 0.9) -> list
             args, params = [x, y], masters
         loss, grads = step(*args, *params)
         losses.append(float(loss))
-        for p, v, g in zip(masters, velocity, grads):
-            g = g.float() if gpu else g
-            v *= momentum
-            v += g
-            p -= lr * v
+        opt.step([g.float() for g in grads] if gpu else grads)
         if i == 1:  # the first steps compile; time the rest
             if gpu:
                 torch.cuda.synchronize()

@@ -96,3 +96,7 @@ from tessera import dist  # noqa: E402
 from tessera.dist import ShardSpec  # noqa: E402
 
 __all__ += ["dist", "ShardSpec"]
+
+from tessera import optim  # noqa: E402
+
+__all__ += ["optim"]

@@ -56,7 +56,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "tessera.frontend", "tessera.autodiff", "tessera.dist", "tessera.profiler",
         "tessera.tile", "tessera.numerics.api", "tessera.numerics.eager",
-        "tessera.numerics.policy_classes",
+        "tessera.numerics.policy_classes", "tessera.optim",
     ),
     ("tessera", "tessera.tools", "tessera.universe"),
 ]

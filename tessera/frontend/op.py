@@ -3,6 +3,7 @@
 from tessera.frontend.ops import OP_FUNCTIONS as __all__  # noqa: F401
 from tessera.frontend.ops import (  # noqa: F401, A004
     abs,
+    adamw_update,
     add,
     all_gather,
     all_reduce,
@@ -59,6 +60,7 @@ from tessera.frontend.ops import (  # noqa: F401, A004
     rsqrt,
     select,
     send,
+    sgd_update,
     sigmoid,
     silu,
     slice,

@@ -24,6 +24,7 @@ from xdsl.dialects import arith, func, math, memref
 from xdsl.dialects.builtin import (
     BFloat16Type,
     ComplexType,
+    DenseArrayBase,
     DenseIntOrFPElementsAttr,
     Float16Type,
     Float32Type,
@@ -55,6 +56,7 @@ from tessera.passes import (
     tile_datamove,
     tile_fft,
     tile_linalg,
+    tile_optim,
     tile_random,
     tile_rowreduce,
     tile_rowwise,
@@ -247,6 +249,16 @@ class _FunctionLowering:
         """Kernels made so far for the op being lowered."""
         self._kernels: dict[Hashable, str] = {}
         """Kernel memo: (op key, sequence number, tag, argument types, group) -> name."""
+        donate = fn.attributes.get("tessera.donate")
+        self.donatable: set[SSAValue] = (
+            {fn.body.block.args[i] for i in donate.get_values()}
+            if isinstance(donate, DenseArrayBase) else set()
+        )
+        """Arguments whose buffers the caller gives up (the function attribute
+        ``tessera.donate = array<i64: ...>``, argument indices): a lowering may write a
+        result into one (:meth:`donated`), and the function returns it uncopied."""
+        self.claimed: set[SSAValue] = set()
+        """Host arguments (buffers) that a result has taken over."""
 
     # ------------------------------------------------------------------ host helpers
     def host_op(self, o: Operation) -> SSAValue:
@@ -327,19 +339,35 @@ class _FunctionLowering:
     def mem(self, v: SSAValue) -> SSAValue:
         return self.env[v]
 
+    def donated(self, v: SSAValue) -> bool:
+        """Whether a result may take over the buffer of Graph IR value ``v`` (and, if so,
+        claim it): ``v`` is a donated argument of the function, used once, by the op
+        being lowered, and no other result has taken it."""
+        if v not in self.donatable or len(list(v.uses)) != 1:
+            return False
+        m = self.env[v]
+        if m in self.claimed:
+            return False
+        self.claimed.add(m)
+        return True
+
     # ------------------------------------------------------------------ driver
     def run(self) -> None:
         for op in list(self.fn.body.block.ops):
             self._op_key = None
             if isinstance(op, func.ReturnOp):
                 # a result shares memory with no argument, constant or other result
-                # (a reshape is a view of its input's buffer: tile_datamove)
+                # (a reshape is a view of its input's buffer: tile_datamove), except a
+                # donated argument's buffer that a result took over (once)
                 outs: list[SSAValue] = []
                 roots: set[SSAValue] = set()
                 for v in op.arguments:
                     m = self.env[v]
                     root = tile_datamove.alias_root(m)
-                    if root in self.hb.args or root in self.globals or root in roots:
+                    if (
+                        (root in self.hb.args and root not in self.claimed)
+                        or root in self.globals or root in roots
+                    ):
                         m = self.copy(v, m)
                         root = m
                     roots.add(root)
@@ -1173,6 +1201,7 @@ TILE_LOWERINGS.register(g.MSEOp)(_FunctionLowering.lower_mse)
 # data movement
 TILE_LOWERINGS.register(g.ConstantOp)(_FunctionLowering.lower_constant)
 tile_datamove.register(TILE_LOWERINGS)  # transpose, reshape, slice, concat
+tile_optim.register(TILE_LOWERINGS)  # adamw_update, sgd_update
 TILE_LOWERINGS.register(g.BroadcastOp)(_FunctionLowering.lower_broadcast)
 # GEMM family and attention
 TILE_LOWERINGS.register(g.MatmulOp)(_FunctionLowering.lower_matmul)

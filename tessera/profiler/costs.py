@@ -37,6 +37,10 @@ mse                        3 per broadcast element (subtract, square, sum) + 1
 fft / fft2d                5·n·log2(n) per transform of n points
 cholesky                   n³/3 per matrix
 spmm                       2·nnz·N
+adamw_update               14 per parameter element (decay, both moments, sqrt,
+                           divide, add eps, step)
+sgd_update                 2 per parameter element, + 2 with weight decay, + 3 with
+                           momentum buffers, + 2 with Nesterov
 fused                      the sum over its body
 others (svd, random,       unknown (None)
 collectives, send/recv)
@@ -228,6 +232,19 @@ def _mse(op: g.MSEOp) -> int:
     a, b = _shape(op.pred), _shape(op.target)
     n = math.prod(g.broadcast_shapes(a, b) or a)
     return 3 * n + 1
+
+
+@COSTS.register(g.AdamWUpdateOp)
+def _adamw(op: g.AdamWUpdateOp) -> int:
+    return 14 * sum(math.prod(_shape(p)) for p in op.params)
+
+
+@COSTS.register(g.SGDUpdateOp)
+def _sgd(op: g.SGDUpdateOp) -> int:
+    per = 2 + (2 if op.weight_decay.value.data else 0)
+    if op.momentum_buffers:
+        per += 3 + (2 if op.nesterov is not None else 0)
+    return per * sum(math.prod(_shape(p)) for p in op.params)
 
 
 @COSTS.register(g.FFTOp)

@@ -662,6 +662,18 @@ class HostPlan:
             pending_frees = []
         tail = tuple(pending)  # results allocated and never launched on (empty results)
         results = list(self.results)
+        # a view that only plain kernel launches read needs no torch view: a launch passes
+        # a tensor's address, which its view shares (flat views of multi-tensor updates)
+        shaped = set(results) | {
+            s for step in self.steps if step[0] == "launch_ex" for s in step[5]
+        }
+        launches = [
+            (launch, arg_slots, tuple(
+                (s, shape, dtype, -2 - src) if src >= 0 and s not in shaped else
+                (s, shape, dtype, src) for s, shape, dtype, src in allocs
+            ), frees)
+            for launch, arg_slots, allocs, frees in launches
+        ]
         nparams = len(checks)
         dev, device, index = self.dev, self.device, torch.empty(0, device=self.dev).get_device()
         tensor_type, empty = torch.Tensor, torch.empty
@@ -688,7 +700,12 @@ class HostPlan:
             stream = current_stream(device)
             for launch, arg_slots, allocs, frees in launches:
                 for s, shape, dtype, src in allocs:
-                    env[s] = empty(shape, dtype=dtype, device=dev) if src < 0 else env[src].view(shape)
+                    if src == -1:
+                        env[s] = empty(shape, dtype=dtype, device=dev)
+                    elif src >= 0:
+                        env[s] = env[src].view(shape)
+                    else:  # the source itself (same address): see ``shaped``
+                        env[s] = env[-2 - src]
                 launch([env[s] for s in arg_slots], stream)
                 for s in frees:
                     env[s] = None

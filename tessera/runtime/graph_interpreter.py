@@ -612,6 +612,62 @@ def run_mse(interp: Interpreter, op: g.MSEOp, args: tuple[Any, ...]):
     return (store(np.mean(d * d), op.result.type),)
 
 
+# ------------------------------------------------------------ optimizer updates
+
+
+def _hyper(op: g.AdamWUpdateOp | g.SGDUpdateOp, h: np.ndarray, dt: np.dtype) -> list[Any]:
+    """The entries of ``hyper`` (of the compute dtype) as scalars."""
+    return [dt.type(x) for x in np.asarray(h).reshape(-1)]
+
+
+@SEMANTICS.register(g.AdamWUpdateOp)
+def run_adamw_update(interp: Interpreter, op: g.AdamWUpdateOp, args: tuple[Any, ...]):
+    """Per tensor, in the order the kernels compute (f32 math for f32/bf16/f16 tensors)."""
+    n = len(op.params)
+    t = op.params[0].type
+    dt = compute_dtype(t)
+    decay, step_size, bc2 = _hyper(op, args[-1], dt)
+    b1, b2 = dt.type(op.beta1.value.data), dt.type(op.beta2.value.data)
+    c1, c2 = dt.type(1.0 - op.beta1.value.data), dt.type(1.0 - op.beta2.value.data)
+    eps = dt.type(op.eps.value.data)
+    ps, ms, vs = [], [], []
+    for k in range(n):
+        ty = op.params[k].type
+        p = load(args[k], ty) * decay
+        gr = load(args[n + k], ty)
+        m = b1 * load(args[2 * n + k], ty) + c1 * gr
+        v = b2 * load(args[3 * n + k], ty) + c2 * (gr * gr)
+        p = p - step_size * m / (np.sqrt(v) / bc2 + eps)
+        ps.append(store(p, ty))
+        ms.append(store(m, ty))
+        vs.append(store(v, ty))
+    return (*ps, *ms, *vs)
+
+
+@SEMANTICS.register(g.SGDUpdateOp)
+def run_sgd_update(interp: Interpreter, op: g.SGDUpdateOp, args: tuple[Any, ...]):
+    """Per tensor, in the order the kernels compute (f32 math for f32/bf16/f16 tensors)."""
+    n = len(op.params)
+    t = op.params[0].type
+    dt = compute_dtype(t)
+    lr, buf_scale, grad_scale = _hyper(op, args[-1], dt)
+    wd = op.weight_decay.value.data
+    mom = dt.type(op.momentum.value.data)
+    ps, bufs = [], []
+    for k in range(n):
+        ty = op.params[k].type
+        p = load(args[k], ty)
+        d = load(args[n + k], ty)
+        if wd != 0.0:
+            d = d + dt.type(wd) * p
+        if op.momentum_buffers:
+            buf = buf_scale * load(args[2 * n + k], ty) + grad_scale * d
+            bufs.append(store(buf, ty))
+            d = d + mom * buf if op.nesterov is not None else buf
+        ps.append(store(p - lr * d, ty))
+    return (*ps, *bufs)
+
+
 # ------------------------------------------------------------ shape ops
 
 

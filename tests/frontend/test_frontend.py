@@ -71,6 +71,8 @@ def test_every_graph_op_has_a_function():
             ts.randn((2, 2)), ts.poisson(lam), ts.all_reduce(x, op="sum", axis="dp"),
             ts.all_gather(x, axis="tp"), ts.reduce_scatter(x, axis="tp"),
             ts.all_to_all(x, axis="tp"), ts.all_slice(x, axis="tp"), x + 1.0,
+            *ts.adamw_update([x], [x], [x], [x], ts.reshape(x, (16,))[0:3])[0],
+            *ts.sgd_update([x], [x], [], ts.reshape(x, (16,))[0:3])[0],
         ]
         ts.send(x, axis="pp", peer=1)
         ops_.append(ts.recv((4, 4), ts.f32, axis="pp", peer=-1))

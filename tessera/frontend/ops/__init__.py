@@ -28,7 +28,7 @@ Result-dtype rules:
 
 The functions are a package split by op family, as the Graph IR dialect is: :mod:`.base`
 (what they share), :mod:`.elementwise`, :mod:`.nn`, :mod:`.shape`, :mod:`.scientific`,
-:mod:`.collectives` and :mod:`.numpy_protocol`; this module re-exports every one.
+:mod:`.collectives`, :mod:`.optim` and :mod:`.numpy_protocol`; this module re-exports every one.
 """
 
 # ruff: noqa: F401  (the names are re-exported through __all__, built from OP_FUNCTIONS)
@@ -102,6 +102,10 @@ from tessera.frontend.ops.numpy_protocol import (
     array_function,
     array_ufunc,
 )
+from tessera.frontend.ops.optim import (
+    adamw_update,
+    sgd_update,
+)
 from tessera.frontend.ops.scientific import (
     cholesky,
     complex,
@@ -141,6 +145,7 @@ OP_FUNCTIONS: tuple[str, ...] = (
     "real", "imag", "complex", "triangular_solve",
     "randn", "poisson",
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_slice", "send", "recv",
+    "adamw_update", "sgd_update",
 )
 """The operator functions exported as ``ts.<name>`` and ``op.<name>``."""
 

@@ -18,7 +18,8 @@ Syntax is uniform: operands, then keyword attributes, then
 The dialect is a package split by op family, as xDSL's dialect packages are:
 :mod:`.base` (the tensor constraint, shape helpers, shared verifier checks),
 :mod:`.elementwise`, :mod:`.nn` (reductions and neural-network ops), :mod:`.shape`,
-:mod:`.scientific`, :mod:`.collectives` and :mod:`.fusion`. This module re-exports
+:mod:`.scientific`, :mod:`.collectives`, :mod:`.fusion` and :mod:`.optim` (multi-tensor
+optimizer updates). This module re-exports
 every op and helper, so ``from tessera.ir import graph as g; g.MatmulOp`` works.
 """
 
@@ -107,6 +108,13 @@ from tessera.ir.graph.nn import (
     SoftmaxOp,
     SumOp,
 )
+from tessera.ir.graph.optim import (
+    ADAMW_HYPER,
+    SGD_HYPER,
+    AdamWUpdateOp,
+    SGDUpdateOp,
+    hyper_type,
+)
 from tessera.ir.graph.scientific import (
     CholeskyOp,
     ComplexOp,
@@ -148,12 +156,17 @@ GRAPH_OPS: list[type[IRDLOperation]] = [
     RandnOp, PoissonOp,
     AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, AllSliceOp, SendOp, RecvOp,
     FusedOp, YieldOp, MatmulEpilogueOp,
+    AdamWUpdateOp, SGDUpdateOp,
 ]
 
 Graph = Dialect("tgraph", [*GRAPH_OPS, *DERIVATIVE_SUPPORT_OPS], [])
 
 __all__ = [
     "ACTIVATIONS",
+    "ADAMW_HYPER",
+    "AdamWUpdateOp",
+    "SGDUpdateOp",
+    "SGD_HYPER",
     "AbsOp",
     "AddOp",
     "AllGatherOp",
@@ -245,5 +258,6 @@ __all__ = [
     "broadcast_shapes",
     "elem_of",
     "fmt_shape",
+    "hyper_type",
     "shape_of",
 ]

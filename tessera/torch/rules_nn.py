@@ -405,10 +405,11 @@ def _max_pool_backward(
     return take(take(total, 2, pd[0], pd[0] + h), 3, pd[1], pd[1] + w)
 
 
-def _sdpa_check_at(dropout_at: int, lse: bool = False) -> Check:
+def _sdpa_check_at(dropout_at: int, lse: bool = False, mask_at: int | None = None) -> Check:
     """The check of a fused attention op whose dropout is positional argument
-    ``dropout_at``; ``lse``: its log-sum-exp (result 1) may be used too (flash attention
-    without a mask, whose log-sum-exp ``flash_attention_fwd`` computes)."""
+    ``dropout_at``; ``lse``: its log-sum-exp (result 1) may be used too when it has no
+    mask (keyword ``attn_mask``, or positional argument ``mask_at``): that is what
+    ``flash_attention_fwd`` computes."""
 
     def check(node: torch.fx.Node) -> str | None:
         args = list(node.args)
@@ -421,7 +422,9 @@ def _sdpa_check_at(dropout_at: int, lse: bool = False) -> Check:
         hq, hk = q.shape[-3], k.shape[-3]
         if isinstance(hq, int) and isinstance(hk, int) and hq % hk:
             return f"{hq} query heads over {hk} key heads"
-        if lse and node.kwargs.get("attn_mask") is None:
+        mask = (args[mask_at] if mask_at is not None and len(args) > mask_at
+                else node.kwargs.get("attn_mask"))
+        if lse and mask is None:
             return only_outputs(0, 1)(node) or float_only_index(node, 0)
         return only_outputs(0)(node) or float_only_index(node, 0)
 
@@ -445,6 +448,13 @@ def _flash(
     heads = q.shape[-3]
     o, lse = flash_attention_fwd(q, _repeat_heads(k, heads), _repeat_heads(v, heads),
                                  scale=scale, causal=causal)
+    want = [int(d) for d in val(node)[1].shape]  # the op's own log-sum-exp layout
+    if want == [*lse.shape, 1]:  # cuDNN: [..., Sq, 1]
+        lse = ops.reshape(lse, want)
+    elif want[:-1] == list(lse.shape[:-1]) and want[-1] > lse.shape[-1]:  # padded rows
+        lse = ops.concat([lse, zeros_of(lse, [*want[:-1], want[-1] - lse.shape[-1]])], axis=-1)
+    elif want != list(lse.shape):
+        raise Unsupported(f"log-sum-exp of shape {want}")
     return (o, lse)
 
 
@@ -533,20 +543,26 @@ def _sdpa_flash(
     return _flash(node, q, k, v, bool(is_causal), scale)
 
 
-@rule(aten._scaled_dot_product_efficient_attention.default, check=_sdpa_check_at(5))
+@rule(aten._scaled_dot_product_efficient_attention.default,
+      check=_sdpa_check_at(5, lse=True, mask_at=3))
 def _sdpa_efficient(
     node: torch.fx.Node, q: Any, k: Any, v: Any, attn_bias: Any, compute_log_sumexp: bool,
     dropout_p: float = 0.0, is_causal: bool = False, *, scale: Any = None,
 ) -> tuple[TracedTensor, ...]:
+    if attn_bias is None:
+        return _flash(node, q, k, v, bool(is_causal), scale)
     return (attention(q, k, v, attn_bias, bool(is_causal), scale),)
 
 
-@rule(aten._scaled_dot_product_cudnn_attention.default, check=_sdpa_check_at(5))
+@rule(aten._scaled_dot_product_cudnn_attention.default,
+      check=_sdpa_check_at(5, lse=True, mask_at=3))
 def _sdpa_cudnn(
     node: torch.fx.Node, q: Any, k: Any, v: Any, attn_bias: Any, compute_log_sumexp: bool,
     dropout_p: float = 0.0, is_causal: bool = False, return_debug_mask: bool = False, *,
     scale: Any = None,
 ) -> tuple[TracedTensor, ...]:
+    if attn_bias is None:
+        return _flash(node, q, k, v, bool(is_causal), scale)
     return (attention(q, k, v, attn_bias, bool(is_causal), scale),)
 
 

@@ -58,3 +58,24 @@ def test_log_sum_exp_layouts_that_do_not_fit_are_recomputed() -> None:
     assert not attention._lse_fits(q, torch.zeros(2, 3, 32))  # padded (memory-efficient)
     assert not attention._lse_fits(q, torch.zeros(2, 3, 5, dtype=torch.float64))
     assert attention._lse_fits(q.double(), torch.zeros(2, 3, 5, dtype=torch.float64))
+
+
+def test_memory_efficient_and_cudnn_log_sum_exps_are_cut_to_rows(monkeypatch) -> None:
+    """The padded (memory-efficient) and [..., Sq, 1] (cuDNN) log-sum-exps reach the fused
+    backward as [..., Sq]; with a bias both recompute instead."""
+    aten = torch.ops.aten
+    seen = []
+    monkeypatch.setattr(attention, "sdpa_backward",
+                        lambda go, q, k, v, o, lse, c, s: seen.append(tuple(lse.shape))
+                        or (q, k, v))
+    q = k = v = o = go = torch.randn(2, 3, 5, 8)
+    eff = attention.ATTENTION_BACKWARDS[aten._scaled_dot_product_efficient_attention_backward.default]
+    cud = attention.ATTENTION_BACKWARDS[aten._scaled_dot_product_cudnn_attention_backward.default]
+    none = torch.empty(0)
+    eff(go, q, k, v, None, o, torch.randn(2, 3, 32), none, none, 0.0, [True] * 3 + [False])
+    cud(go, q, k, v, o, torch.randn(2, 3, 5, 1), none, none, None, none, none, 5, 5, 0.0, False)
+    assert seen == [(2, 3, 5), (2, 3, 5)]
+    bias = torch.randn(2, 1, 5, 5)
+    eff(go, q, k, v, bias, o, torch.randn(2, 3, 32), none, none, 0.0, [True] * 3 + [False])
+    cud(go, q, k, v, o, torch.randn(2, 3, 5, 1), none, none, bias, none, none, 5, 5, 0.0, False)
+    assert len(seen) == 2

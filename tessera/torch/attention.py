@@ -4,15 +4,17 @@ torch's fused attention backwards are opaque kernels. :data:`ATTENTION_BACKWARDS
 decomposes them (AOTAutograd applies it through
 :data:`tessera.torch.backend.DECOMPOSITIONS`):
 
-* the flash, memory-efficient and cuDNN backwards without dropout or mask become the
-  custom op
+* the flash, memory-efficient and cuDNN backwards without dropout become the custom op
   ``tessera::sdpa_backward`` (:func:`sdpa_backward`): the gradients from the forward's
   result and log-sum-exp, which ``tessera.torch`` translates to
   ``tgraph.flash_attention_bwd`` (the fused backward kernels). Run by torch (a partition
   left to eager), the op recomputes the gradients in matmuls and does not read the
   log-sum-exp at all;
-* with a mask they become matmuls and a softmax recomputed from q, k and v
-  (:func:`attention_backward`). With dropout, torch's kernel runs.
+* with a mask, ``tessera::sdpa_backward_masked`` (:func:`sdpa_backward_masked`): the fused
+  kernels when the mask turns out to be causal or empty at trace time, else the
+  gradients recomputed from the log-sum-exp. A log-sum-exp of another layout gives
+  matmuls recomputed from q, k and v (:func:`attention_backward`). With dropout,
+  torch's kernel runs.
 
 The forward's log-sum-exp is ``log(sum_j exp(scale q kⱼ))`` per query row in natural
 log, in f32 (f64 for f64 operands), for torch's kernels and ``tgraph.flash_attention_fwd``
@@ -92,9 +94,7 @@ def _flash_cpu_backward(
 ) -> Any:
     if dropout_p:
         return NotImplemented  # the dropout mask is only known to torch's kernel
-    if attn_mask is None and _lse_fits(q, logsumexp):
-        return sdpa_backward(grad_out, q, k, v, out, logsumexp, bool(is_causal), scale)
-    return attention_backward(grad_out, q, k, v, attn_mask, is_causal, scale)
+    return _fused(grad_out, q, k, v, out, logsumexp, attn_mask, is_causal, scale)
 
 
 def _flash_cuda_backward(
@@ -105,9 +105,7 @@ def _flash_cuda_backward(
 ) -> Any:
     if dropout_p:
         return NotImplemented
-    if _lse_fits(q, logsumexp):
-        return sdpa_backward(grad_out, q, k, v, out, logsumexp, bool(is_causal), scale)
-    return attention_backward(grad_out, q, k, v, None, is_causal, scale)
+    return _fused(grad_out, q, k, v, out, logsumexp, None, is_causal, scale)
 
 
 def _efficient_backward(
@@ -119,13 +117,9 @@ def _efficient_backward(
     if dropout_p or (len(grad_input_mask) > 3 and grad_input_mask[3]):
         return NotImplemented  # dropout, or a gradient for the bias
     sq = q.shape[-2]
-    if (attn_bias is None and logsumexp.dim() == q.dim() - 1
-            and logsumexp.shape[-1] >= sq):  # rows padded to a multiple of 32
-        lse = logsumexp[..., :sq]
-        if _lse_fits(q, lse):
-            gq, gk, gv = sdpa_backward(grad_out, q, k, v, out, lse, bool(is_causal), scale)
-            return gq, gk, gv, None
-    gq, gk, gv = attention_backward(grad_out, q, k, v, attn_bias, is_causal, scale)
+    if logsumexp.dim() == q.dim() - 1 and logsumexp.shape[-1] >= sq:  # rows padded to 32
+        logsumexp = logsumexp[..., :sq]
+    gq, gk, gv = _fused(grad_out, q, k, v, out, logsumexp, attn_bias, is_causal, scale)
     return gq, gk, gv, None
 
 
@@ -138,11 +132,9 @@ def _cudnn_backward(
     if dropout_p:
         return NotImplemented
     bias = attn_bias if attn_bias is not None and attn_bias.numel() else None
-    if bias is None and tuple(logsumexp.shape) == (*q.shape[:-1], 1):  # [..., Sq, 1]
-        lse = logsumexp.squeeze(-1)
-        if _lse_fits(q, lse):
-            return sdpa_backward(grad_out, q, k, v, out, lse, bool(is_causal), scale)
-    return attention_backward(grad_out, q, k, v, bias, is_causal, scale)
+    if tuple(logsumexp.shape) == (*q.shape[:-1], 1):  # [..., Sq, 1]
+        logsumexp = logsumexp.squeeze(-1)
+    return _fused(grad_out, q, k, v, out, logsumexp, bias, is_causal, scale)
 
 
 ATTENTION_BACKWARDS: dict[Any, Callable[..., Any]] = {
@@ -154,6 +146,81 @@ ATTENTION_BACKWARDS: dict[Any, Callable[..., Any]] = {
 """Decompositions of torch's fused attention backwards that Tessera translates: without
 dropout or mask :func:`sdpa_backward` (``flash_attention_bwd`` from the saved
 log-sum-exp), with a mask matmuls recomputed from q, k and v."""
+
+
+def _fused(
+    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    out: torch.Tensor, lse: torch.Tensor, mask: torch.Tensor | None, is_causal: bool,
+    scale: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward from the saved log-sum-exp when its layout is ``[..., Sq]``, else
+    recomputed in matmuls."""
+    if not _lse_fits(q, lse):
+        return attention_backward(grad_out, q, k, v, mask, is_causal, scale)
+    if mask is None:
+        return sdpa_backward(grad_out, q, k, v, out, lse, bool(is_causal), scale)
+    return sdpa_backward_masked(grad_out, q, k, v, out, lse, mask, bool(is_causal), scale)
+
+
+def _constant(node: Any, seen: dict[Any, Any], budget: list[int]) -> Any:
+    """The value of FX node ``node`` if it is computed from no graph input (``arange``,
+    comparisons, ``where`` on scalars...), by running its ops; None otherwise."""
+    if not isinstance(node, torch.fx.Node):
+        return node
+    if node in seen:
+        return seen[node]
+    budget[0] -= 1
+    if node.op != "call_function" or budget[0] < 0:
+        raise LookupError(node.name)
+    args = torch.fx.node.map_arg(node.args, lambda n: _constant(n, seen, budget))
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: _constant(n, seen, budget))
+    if any(isinstance(a, torch.SymInt | torch.SymFloat | torch.SymBool)
+           for a in (*args, *kwargs.values())):
+        raise LookupError(node.name)  # symbolic sizes: no values now
+    kwargs = {k: (torch.device("cpu") if k == "device" else v) for k, v in kwargs.items()}
+    seen[node] = node.target(*args, **kwargs)
+    return seen[node]
+
+
+def static_masks(joint: torch.fx.GraphModule) -> int:
+    """Turn each ``sdpa_backward_masked`` of ``joint`` whose mask is computed from no input
+    and is no mask or exactly the causal one (its values checked here) into
+    ``sdpa_backward`` (with ``is_causal``); returns how many. The forward rule makes the
+    same finding from the same values (``static_values.mask_kind``)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from tessera.torch.static_values import classify_mask
+
+    changed = 0
+    for n in list(joint.graph.nodes):
+        if n.op != "call_function" or n.target is not torch.ops.tessera.sdpa_backward_masked.default:
+            continue
+        go, q, k, v, out, lse, mask, is_causal, scale = n.args
+        try:
+            with unset_fake_temporarily():  # real values, not the tracing's fake tensors
+                value = _constant(mask, {}, [64])
+                arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else None
+        except Exception:  # an input, a symbolic size, an op that cannot run here
+            continue
+        qv, kv = q.meta.get("val"), k.meta.get("val")
+        if arr is None or qv is None or kv is None:
+            continue
+        kind = classify_mask(arr, int(qv.shape[-2]), int(kv.shape[-2]))
+        if kind is None:
+            continue
+        with joint.graph.inserting_before(n):
+            new = joint.graph.call_function(
+                torch.ops.tessera.sdpa_backward.default,
+                (go, q, k, v, out, lse, bool(is_causal) or kind == "causal", scale),
+            )
+        new.meta.update(n.meta)
+        n.replace_all_uses_with(new)
+        joint.graph.erase_node(n)
+        changed += 1
+    if changed:
+        joint.graph.eliminate_dead_code()
+        joint.recompile()
+    return changed
 
 
 def _lse_fits(q: torch.Tensor, lse: torch.Tensor) -> bool:
@@ -174,12 +241,47 @@ def sdpa_backward(
     return gq.contiguous(), gk.contiguous(), gv.contiguous()
 
 
+def _empty_grads(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Contiguous results, as the eager bodies return them."""
+    return tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device)  # type: ignore[return-value]
+                 for t in (q, k, v))
+
+
 @sdpa_backward.register_fake
 def _sdpa_backward_fake(
     grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: float | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return _empty_grads(q, k, v)
 
 
-__all__ = ["ATTENTION_BACKWARDS", "attention_backward", "sdpa_backward"]
+@torch.library.custom_op("tessera::sdpa_backward_masked", mutates_args=())
+def sdpa_backward_masked(
+    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    out: torch.Tensor, lse: torch.Tensor, mask: torch.Tensor, is_causal: bool,
+    scale: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`sdpa_backward` with an attention mask (bool: keep where True; float: added
+    to the scores). Tessera translates it to ``flash_attention_bwd`` when the mask is
+    known at trace time to be no mask or the causal one (``static_values.mask_kind``),
+    else to the recomputation from ``lse`` in f32. This eager body recomputes in
+    matmuls."""
+    gq, gk, gv = attention_backward(grad_out, q, k, v, mask, is_causal, scale)
+    return gq.contiguous(), gk.contiguous(), gv.contiguous()
+
+
+@sdpa_backward_masked.register_fake
+def _sdpa_backward_masked_fake(
+    grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    out: torch.Tensor, lse: torch.Tensor, mask: torch.Tensor, is_causal: bool,
+    scale: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _empty_grads(q, k, v)
+
+
+__all__ = [
+    "ATTENTION_BACKWARDS", "attention_backward", "sdpa_backward", "sdpa_backward_masked",
+    "static_masks",
+]

@@ -20,9 +20,10 @@ import torch
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
+from torch._functorch.partitioners import default_partition
 
 from tessera.torch import report as _report
-from tessera.torch.attention import ATTENTION_BACKWARDS
+from tessera.torch.attention import ATTENTION_BACKWARDS, static_masks
 from tessera.torch.partition import partition
 
 aten = torch.ops.aten
@@ -52,6 +53,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, kind: str, n
     return make_boxed_func(fused.forward)
 
 
+def partition_joint(joint: torch.fx.GraphModule, joint_inputs: Any, **kw: Any) -> Any:
+    """AOTAutograd's default forward/backward split, after masked attention backwards
+    whose mask is a constant that is no mask or the causal one became unmasked
+    (:func:`tessera.torch.attention.static_masks`): the backward then needs no mask."""
+    static_masks(joint)
+    return default_partition(joint, joint_inputs, **kw)
+
+
 def backend(gm: torch.fx.GraphModule, example_inputs: Any, **options: Any) -> Any:
     """``torch.compile`` backend ``"tessera"`` (options are not used yet)."""
     name = f"graph{next(_GRAPH_IDS)}"
@@ -60,6 +69,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Any, **options: Any) -> An
         bw_compiler=functools.partial(compile_graph, kind="backward", name=name),
         inference_compiler=functools.partial(compile_graph, kind="inference", name=name),
         decompositions=DECOMPOSITIONS,
+        partition_fn=partition_joint,
     )
     return aot(gm, example_inputs)
 

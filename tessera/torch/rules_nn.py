@@ -37,6 +37,7 @@ from tessera.torch.aten_ops import (
     val,
     zeros_of,
 )
+from tessera.torch.static_values import mask_kind
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -405,11 +406,9 @@ def _max_pool_backward(
     return take(take(total, 2, pd[0], pd[0] + h), 3, pd[1], pd[1] + w)
 
 
-def _sdpa_check_at(dropout_at: int, lse: bool = False, mask_at: int | None = None) -> Check:
+def _sdpa_check_at(dropout_at: int, lse: bool = False) -> Check:
     """The check of a fused attention op whose dropout is positional argument
-    ``dropout_at``; ``lse``: its log-sum-exp (result 1) may be used too when it has no
-    mask (keyword ``attn_mask``, or positional argument ``mask_at``): that is what
-    ``flash_attention_fwd`` computes."""
+    ``dropout_at``; ``lse``: its log-sum-exp (result 1) may be used too."""
 
     def check(node: torch.fx.Node) -> str | None:
         args = list(node.args)
@@ -422,9 +421,7 @@ def _sdpa_check_at(dropout_at: int, lse: bool = False, mask_at: int | None = Non
         hq, hk = q.shape[-3], k.shape[-3]
         if isinstance(hq, int) and isinstance(hk, int) and hq % hk:
             return f"{hq} query heads over {hk} key heads"
-        mask = (args[mask_at] if mask_at is not None and len(args) > mask_at
-                else node.kwargs.get("attn_mask"))
-        if lse and mask is None:
+        if lse:
             return only_outputs(0, 1)(node) or float_only_index(node, 0)
         return only_outputs(0)(node) or float_only_index(node, 0)
 
@@ -440,14 +437,21 @@ def _lse_used(node: torch.fx.Node) -> bool:
 
 def _flash(
     node: torch.fx.Node, q: TracedTensor, k: TracedTensor, v: TracedTensor, causal: bool,
-    scale: Any,
+    scale: Any, mask: Any = None,
 ) -> tuple[TracedTensor, ...]:
-    """A flash attention node's (output, log-sum-exp), the latter only when it is used."""
+    """A fused attention node's (output, log-sum-exp), the latter only when it is used,
+    in the layout of the node's own log-sum-exp."""
     if not _lse_used(node):
-        return (attention(q, k, v, None, causal, scale),)
+        return (attention(q, k, v, mask, causal, scale),)
     heads = q.shape[-3]
-    o, lse = flash_attention_fwd(q, _repeat_heads(k, heads), _repeat_heads(v, heads),
-                                 scale=scale, causal=causal)
+    kr, vr = _repeat_heads(k, heads), _repeat_heads(v, heads)
+    kind = "none" if mask is None else mask_kind(mask, q.shape[-2], k.shape[-2])
+    if kind is not None:
+        o, lse = flash_attention_fwd(q, kr, vr, scale=scale, causal=causal or kind == "causal")
+    else:  # a general mask: the scores materialized, the log-sum-exp of the masked ones
+        s = _masked_scores(q, kr, mask, causal, scale)
+        o = ops.matmul(ops.cast(ops.softmax(s, axis=-1), q.dtype), vr)
+        lse = ops.logsumexp(s, dim=-1)
     want = [int(d) for d in val(node)[1].shape]  # the op's own log-sum-exp layout
     if want == [*lse.shape, 1]:  # cuDNN: [..., Sq, 1]
         lse = ops.reshape(lse, want)
@@ -456,6 +460,32 @@ def _flash(
     elif want != list(lse.shape):
         raise Unsupported(f"log-sum-exp of shape {want}")
     return (o, lse)
+
+
+def _masked_scores(
+    q: TracedTensor, k: TracedTensor, mask: Any, causal: bool, scale: Any
+) -> TracedTensor:
+    """``scale q kᵀ`` with the causal mask and ``mask`` applied, in f32 (f64 for f64):
+    what torch's fused kernels take the softmax and log-sum-exp of. k has q's heads."""
+    wide = torch.float64 if torch_dtype(q) == torch.float64 else torch.float32
+    sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    s = ops.mul(ops.matmul(to(q, wide), ops.transpose(to(k, wide))), to(float(sc), wide))
+    ninf = to(float("-inf"), wide)
+    if causal:
+        lq, lk = q.shape[-2], k.shape[-2]
+        keep = np.arange(lq)[:, None] >= np.arange(lk)[None, :]
+        s = ops.where(ops.constant(keep, ts_dtype(torch.bool)), s, ninf)
+    if mask is not None:
+        s = ops.where(mask, s, ninf) if torch_dtype(mask) == torch.bool else ops.add(s, to(mask, wide))
+    return s
+
+
+def _sum_groups(x: TracedTensor, kv_heads: int) -> TracedTensor:
+    """A per-query-head gradient [..., H, S, D] summed over each key/value head's group."""
+    *b, heads, s, d = x.shape
+    if heads == kv_heads:
+        return x
+    return ops.sum(ops.reshape(x, [*b, kv_heads, heads // kv_heads, s, d]), axis=-3)
 
 
 def _sdpa_backward_check(node: torch.fx.Node) -> str | None:
@@ -483,12 +513,37 @@ def _sdpa_backward(
         q, _repeat_heads(k, heads), _repeat_heads(v, heads), out, go, lse,
         scale=scale, causal=bool(is_causal),
     )
-    if kv_heads != heads:  # each key/value head's gradient: the sum over its query heads
-        *b, _, s, d = dk.shape
-        dk = ops.sum(ops.reshape(dk, [*b, kv_heads, heads // kv_heads, s, d]), axis=-3)
-        *b, _, s, d = dv.shape
-        dv = ops.sum(ops.reshape(dv, [*b, kv_heads, heads // kv_heads, s, d]), axis=-3)
-    return (dq, dk, dv)
+    # each key/value head's gradient: the sum over its query heads
+    return (dq, _sum_groups(dk, kv_heads), _sum_groups(dv, kv_heads))
+
+
+@rule(torch.ops.tessera.sdpa_backward_masked.default, check=_sdpa_backward_check)
+def _sdpa_backward_masked(
+    node: torch.fx.Node, go: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, mask: Any,
+    is_causal: bool, scale: Any,
+) -> tuple[TracedTensor, ...]:
+    heads, kv_heads = q.shape[-3], k.shape[-3]
+    kr, vr = _repeat_heads(k, heads), _repeat_heads(v, heads)
+    kind = mask_kind(mask, q.shape[-2], k.shape[-2])
+    if kind is not None:
+        dq, dk, dv = flash_attention_bwd(q, kr, vr, out, go, lse, scale=scale,
+                                         causal=bool(is_causal) or kind == "causal")
+        return (dq, _sum_groups(dk, kv_heads), _sum_groups(dv, kv_heads))
+    # a general mask: P = exp(S - lse) from the recomputed masked scores, in f32
+    wide = torch.float64 if torch_dtype(q) == torch.float64 else torch.float32
+    sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    s = _masked_scores(q, kr, mask, bool(is_causal), scale)
+    p = ops.exp(ops.sub(s, ops.reshape(to(lse, wide), [*lse.shape, 1])))
+    gw, ow, qw, kw, vw = (to(x, wide) for x in (go, out, q, kr, vr))
+    dv = ops.matmul(ops.transpose(p), gw)
+    dp = ops.matmul(gw, ops.transpose(vw))
+    di = ops.sum(ops.mul(gw, ow), axis=-1, keepdims=True)
+    ds = ops.mul(p, ops.sub(dp, di))
+    c = to(float(sc), wide)
+    dq = ops.mul(ops.matmul(ds, kw), c)
+    dk = ops.mul(ops.matmul(ops.transpose(ds), qw), c)
+    return (to(dq, torch_dtype(q)), to(_sum_groups(dk, kv_heads), torch_dtype(k)),
+            to(_sum_groups(dv, kv_heads), torch_dtype(v)))
 
 
 def _repeat_heads(x: TracedTensor, heads: int) -> TracedTensor:
@@ -508,8 +563,9 @@ def attention(
     without a mask, else matmuls and a softmax (a bool mask keeps True positions)."""
     k = _repeat_heads(k, q.shape[-3])
     v = _repeat_heads(v, q.shape[-3])
-    if mask is None:
-        return ops.flash_attention(q, k, v, scale=scale, causal=causal)
+    kind = "none" if mask is None else mask_kind(mask, q.shape[-2], k.shape[-2])
+    if kind is not None:  # no mask, or one known at trace time to be causal
+        return ops.flash_attention(q, k, v, scale=scale, causal=causal or kind == "causal")
     dt = torch_dtype(q)
     sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     s = ops.mul(ops.matmul(q, ops.transpose(k)), to(float(sc), dt))
@@ -530,9 +586,7 @@ def _sdpa_cpu(
     node: torch.fx.Node, q: Any, k: Any, v: Any, dropout_p: float = 0.0,
     is_causal: bool = False, *, attn_mask: Any = None, scale: Any = None,
 ) -> tuple[TracedTensor, ...]:
-    if attn_mask is None:
-        return _flash(node, q, k, v, bool(is_causal), scale)
-    return (attention(q, k, v, attn_mask, bool(is_causal), scale),)
+    return _flash(node, q, k, v, bool(is_causal), scale, attn_mask)
 
 
 @rule(aten._scaled_dot_product_flash_attention.default, check=_sdpa_check)
@@ -544,26 +598,22 @@ def _sdpa_flash(
 
 
 @rule(aten._scaled_dot_product_efficient_attention.default,
-      check=_sdpa_check_at(5, lse=True, mask_at=3))
+      check=_sdpa_check_at(5, lse=True))
 def _sdpa_efficient(
     node: torch.fx.Node, q: Any, k: Any, v: Any, attn_bias: Any, compute_log_sumexp: bool,
     dropout_p: float = 0.0, is_causal: bool = False, *, scale: Any = None,
 ) -> tuple[TracedTensor, ...]:
-    if attn_bias is None:
-        return _flash(node, q, k, v, bool(is_causal), scale)
-    return (attention(q, k, v, attn_bias, bool(is_causal), scale),)
+    return _flash(node, q, k, v, bool(is_causal), scale, attn_bias)
 
 
 @rule(aten._scaled_dot_product_cudnn_attention.default,
-      check=_sdpa_check_at(5, lse=True, mask_at=3))
+      check=_sdpa_check_at(5, lse=True))
 def _sdpa_cudnn(
     node: torch.fx.Node, q: Any, k: Any, v: Any, attn_bias: Any, compute_log_sumexp: bool,
     dropout_p: float = 0.0, is_causal: bool = False, return_debug_mask: bool = False, *,
     scale: Any = None,
 ) -> tuple[TracedTensor, ...]:
-    if attn_bias is None:
-        return _flash(node, q, k, v, bool(is_causal), scale)
-    return (attention(q, k, v, attn_bias, bool(is_causal), scale),)
+    return _flash(node, q, k, v, bool(is_causal), scale, attn_bias)
 
 
 @rule(aten._adaptive_avg_pool2d.default)

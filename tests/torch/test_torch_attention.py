@@ -4,12 +4,13 @@ eager torch in float64."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 import tessera.torch as tt
-from tessera.torch import attention
+from tessera.torch import attention, rules_nn
 
 
 def _grads(fn, *xs):
@@ -79,3 +80,59 @@ def test_memory_efficient_and_cudnn_log_sum_exps_are_cut_to_rows(monkeypatch) ->
     eff(go, q, k, v, bias, o, torch.randn(2, 3, 32), none, none, 0.0, [True] * 3 + [False])
     cud(go, q, k, v, o, torch.randn(2, 3, 5, 1), none, none, bias, none, none, 5, 5, 0.0, False)
     assert len(seen) == 2
+
+
+@pytest.mark.parametrize("mask_form", ["causal_float", "causal_bool", "input_bool"])
+def test_masked_attention_trains_through_tessera(monkeypatch, mask_form):
+    """A mask built in the graph from ``arange`` (as ``transformers`` does under
+    ``torch.compile``) is recognized as causal at trace time: fused kernels forward and
+    backward; a mask that is an input (unknown at trace time) takes the recomputation
+    from the log-sum-exp. Both match eager torch in float64, with no eager backward."""
+    torch._dynamo.reset()
+    eager_calls = []
+    real = attention.attention_backward
+    monkeypatch.setattr(attention, "attention_backward",
+                        lambda *a: eager_calls.append(1) or real(*a))
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 4, 7, 8, dtype=torch.float64, generator=g) for _ in range(3))
+    keep_in = torch.rand(2, 1, 7, 7, generator=g) > 0.3
+    keep_in[..., 0] = True  # every row keeps a key
+
+    def f(q, k, v):
+        s = q.shape[-2]
+        causal = torch.arange(s)[None, :] <= torch.arange(s)[:, None]
+        if mask_form == "causal_float":
+            mask = torch.where(causal, 0.0, float("-inf")).to(q.dtype)[None, None]
+        elif mask_form == "causal_bool":
+            mask = causal[None, None].expand(q.shape[0], 1, s, s)
+        else:
+            mask = keep_in
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
+
+    fused = []
+    real_bwd = rules_nn.flash_attention_bwd
+    monkeypatch.setattr(rules_nn, "flash_attention_bwd",
+                        lambda *a, **kw: fused.append(kw["causal"]) or real_bwd(*a, **kw))
+    want, want_grads = _grads(f, q, k, v)
+    got, got_grads = _grads(tt.compile(f), q, k, v)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    assert not eager_calls, tt.last_report()
+    # the causal masks are found at trace time: the fused causal backward runs
+    assert fused == ([] if mask_form == "input_bool" else [True])
+
+
+def test_classify_mask() -> None:
+    from tessera.torch.static_values import classify_mask
+
+    tril = np.arange(5)[:, None] >= np.arange(5)[None, :]
+    assert classify_mask(tril[None, None], 5, 5) == "causal"
+    assert classify_mask(np.where(tril, 0.0, -np.inf), 5, 5) == "causal"
+    assert classify_mask(np.ones((2, 1, 5, 5), bool), 5, 5) == "none"
+    assert classify_mask(np.zeros((1, 5)), 5, 5) == "none"  # broadcast rows
+    assert classify_mask(np.where(tril, 0.0, -1e4), 5, 5) is None  # not -inf
+    assert classify_mask(tril.T, 5, 5) is None
+    bad = np.broadcast_to(tril, (2, 5, 5)).copy()
+    bad[1, 4, 0] = False  # one batch differs
+    assert classify_mask(bad, 5, 5) is None

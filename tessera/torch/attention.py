@@ -199,7 +199,10 @@ def static_masks(joint: torch.fx.GraphModule) -> int:
         try:
             with unset_fake_temporarily():  # real values, not the tracing's fake tensors
                 value = _constant(mask, {}, [64])
-                arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else None
+                arr = None
+                if isinstance(value, torch.Tensor):  # (numpy has no bfloat16)
+                    wide = value.double() if value.is_floating_point() else value
+                    arr = wide.detach().cpu().numpy()
         except Exception:  # an input, a symbolic size, an op that cannot run here
             continue
         qv, kv = q.meta.get("val"), k.meta.get("val")

@@ -107,7 +107,9 @@ def _native_layer_norm(
         y = ops.mul(y, to(w, wide))
     if b is not None:
         y = ops.add(y, to(b, wide))
-    return to(y, dt), mean, rstd
+    # the statistics in the dtype torch gives them (f32 for 16-bit inputs on CUDA, the
+    # input's dtype on the CPU)
+    return to(y, dt), to(mean, out_dtype(node, 1)), to(rstd, out_dtype(node, 2))
 
 
 

@@ -57,9 +57,17 @@ def static_value(x: TracedTensor) -> np.ndarray | None:
     return ev(x.value)
 
 
+MASKED = -65504.0
+"""An additive mask value at or below this (float16's lowest; ``transformers`` writes the
+dtype's ``finfo.min``, ``-inf`` is the other common choice) removes its score: ``exp`` of
+any score of magnitude below ~65000 plus it is exactly 0 in f32, as a fused kernel's
+skipped key is. (Only a row with every key masked would differ, and a causal mask has
+none.)"""
+
+
 def mask_kind(mask: Any, sq: int, sk: int) -> str | None:
     """``"none"`` when attention mask ``mask`` (bool: keep where True; float: added to
-    the scores) keeps every score unchanged, ``"causal"`` when it is exactly the causal
+    the scores, 0 or at most :data:`MASKED`) keeps every score unchanged, ``"causal"`` when it is exactly the causal
     mask (key ``j <= i`` for query ``i``, top-left aligned) for every batch and head,
     None when it is anything else or not known at trace time."""
     if not isinstance(mask, TracedTensor):
@@ -76,9 +84,10 @@ def classify_mask(arr: np.ndarray, sq: int, sk: int) -> str | None:
         keep = arr
     else:
         a = arr.astype(np.float64)
-        if not np.all((a == 0) | (a == -np.inf)):
+        masked = a <= MASKED
+        if not np.all((a == 0) | masked):
             return None
-        keep = a == 0
+        keep = ~masked
     try:
         keep = np.broadcast_to(keep, (*keep.shape[:-2], sq, sk))
     except ValueError:
@@ -91,4 +100,4 @@ def classify_mask(arr: np.ndarray, sq: int, sk: int) -> str | None:
     return None
 
 
-__all__ = ["static_value", "mask_kind", "classify_mask", "MAX_OPS", "MAX_ELEMENTS"]
+__all__ = ["static_value", "mask_kind", "classify_mask", "MASKED", "MAX_OPS", "MAX_ELEMENTS"]

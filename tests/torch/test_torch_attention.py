@@ -17,7 +17,7 @@ def _grads(fn, *xs):
     xs = [x.detach().clone().requires_grad_() for x in xs]
     out = fn(*xs)
     g = torch.Generator().manual_seed(7)
-    go = torch.randn(out.shape, dtype=out.dtype, generator=g)
+    go = torch.randn(out.shape, dtype=torch.float64, generator=g).to(out.dtype)
     (out * go).sum().backward()
     return out.detach(), [x.grad for x in xs]
 
@@ -131,8 +131,34 @@ def test_classify_mask() -> None:
     assert classify_mask(np.where(tril, 0.0, -np.inf), 5, 5) == "causal"
     assert classify_mask(np.ones((2, 1, 5, 5), bool), 5, 5) == "none"
     assert classify_mask(np.zeros((1, 5)), 5, 5) == "none"  # broadcast rows
-    assert classify_mask(np.where(tril, 0.0, -1e4), 5, 5) is None  # not -inf
+    # transformers' additive masks: the dtype's lowest value
+    assert classify_mask(np.where(tril, 0.0, np.finfo(np.float32).min), 5, 5) == "causal"
+    assert classify_mask(np.where(tril, 0.0, -65504.0), 5, 5) == "causal"
+    assert classify_mask(np.where(tril, 0.0, -1e4), 5, 5) is None  # a finite penalty
     assert classify_mask(tril.T, 5, 5) is None
     bad = np.broadcast_to(tril, (2, 5, 5)).copy()
     bad[1, 4, 0] = False  # one batch differs
     assert classify_mask(bad, 5, 5) is None
+
+
+def test_bf16_additive_mask_of_the_lowest_value_is_causal(monkeypatch):
+    """``transformers``' own mask: bf16, 0 and ``finfo(bf16).min``, built from arange."""
+    torch._dynamo.reset()
+    fused = []
+    real_bwd = rules_nn.flash_attention_bwd
+    monkeypatch.setattr(rules_nn, "flash_attention_bwd",
+                        lambda *a, **kw: fused.append(kw["causal"]) or real_bwd(*a, **kw))
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 9, 16, generator=g).bfloat16() for _ in range(3))
+
+    def f(q, k, v):
+        s = q.shape[-2]
+        keep = torch.arange(s)[None, :] <= torch.arange(s)[:, None]
+        mask = torch.where(keep, 0.0, torch.finfo(torch.bfloat16).min).to(q.dtype)[None, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    want, want_grads = _grads(f, *(x.double() for x in (q, k, v)))
+    got, got_grads = _grads(tt.compile(f), q, k, v)
+    for a, b in zip((got, *got_grads), (want, *want_grads)):
+        assert ((a.double() - b).abs().max() / b.abs().max()).item() < 3e-2
+    assert fused == [True]

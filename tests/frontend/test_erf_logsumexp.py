@@ -190,8 +190,8 @@ def test_lowered_kernels_against_torch_float64() -> None:
     _close(got[0], torch.erf(t), 1e-6)
     _close(got[1], torch.logsumexp(t, 1), 2e-6)
     _close(got[2], torch.logsumexp(t, 0, keepdim=True), 2e-6)
-    for a, b in zip(got, want):
-        np.testing.assert_allclose(f64(a), f64(b), rtol=2e-6, equal_nan=True)
+    for a, b in zip(got, want):  # atol: log-sum-exps near 0 (a rounding of values near 1)
+        np.testing.assert_allclose(f64(a), f64(b), rtol=2e-6, atol=5e-7, equal_nan=True)
 
 
 def test_erf_fuses_with_its_neighbours() -> None:

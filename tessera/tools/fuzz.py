@@ -57,7 +57,7 @@ EXTRA_PIPELINES = [
     "tessera-ptx-pipeline -t ptx", "lower-tile-to-target -t ptx",
 ]
 
-_PIPELINE = re.compile(r"(?:^|\s)-p\s+('[^']*'|\S+)")
+_PIPELINE = re.compile(r"""(?:^|\s)-p\s+('[^']*'|"[^"]*"|\S+)""")
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def _run_pipelines(text: str) -> list[str]:
             continue
         command = line.split("RUN:", 1)[1].split("|")[0]
         m = _PIPELINE.search(command)
-        spec = m.group(1).strip("'") if m else ""
+        spec = m.group(1).strip("'\"") if m else ""
         if " -t ptx" in command:
             spec += " -t ptx"
         pipelines.append(spec)
@@ -166,12 +166,16 @@ class IRRunner:
         return main
 
     def run(self, case: Case) -> Result:
+        from xdsl.utils.exceptions import ArgSpecParseError
+
         from tessera.tools.opt import user_error_types
 
         try:
             main = self._main(case.pipeline)
         except SystemExit:
             return Result("error", f"bad pipeline '{case.pipeline}'")
+        except ArgSpecParseError as e:  # a seed's RUN line the fuzzer read wrongly
+            return Result("error", f"bad pipeline '{case.pipeline}': {e}")
         try:
             module = main.parse_chunk(BytesIO(case.text), "mlir", 0)
         except user_error_types() as e:

@@ -484,27 +484,42 @@ class _FunctionLowering:
         return tile_datamove.copy_buffer(self, v.type, m)
 
     # ------------------------------------------------------------------ elementwise
+    def _vectorizes(self, op: Operation) -> bool:
+        """An elementwise op whose operands all have its result's shape and whose rows
+        take vector accesses: :meth:`vector_map` instead of one lane per element."""
+        shape = g.shape_of(op.results[0])
+        return all(g.shape_of(v) == shape for v in op.operands) and _FusedAccess.plan(
+            shape, [*op.operands, op.results[0]]).width > 1
+
     def lower_binary(self, op: g.ElementwiseBinaryOp) -> None:
         out_shape = g.shape_of(op.result)
         out = self.alloc(op.result.type)
+        self.env[op.result] = out
+        tag = op.name.split(".")[1]
+        if self._vectorizes(op):
+            self.vector_map(tag, out_shape, out, op.result, [self.mem(op.lhs), self.mem(op.rhs)],
+                            [op.lhs, op.rhs], [_identity_index] * 2,
+                            lambda e, xs: elementwise_scalar(e, op, xs))
+            return
         ins = [
             (self.mem(op.lhs), _bcast_index(g.shape_of(op.lhs), out_shape)),
             (self.mem(op.rhs), _bcast_index(g.shape_of(op.rhs), out_shape)),
         ]
-        self.map_kernel(
-            op.name.split(".")[1], out_shape, out, ins,
-            lambda e, xs: elementwise_scalar(e, op, xs),
-        )
-        self.env[op.result] = out
+        self.map_kernel(tag, out_shape, out, ins, lambda e, xs: elementwise_scalar(e, op, xs))
 
     def lower_unary(self, op: g.ElementwiseUnaryOp) -> None:
         shape = g.shape_of(op.result)
         out = self.alloc(op.result.type)
+        self.env[op.result] = out
+        tag = op.name.split(".")[1]
+        if self._vectorizes(op):
+            self.vector_map(tag, shape, out, op.result, [self.mem(op.input)], [op.input],
+                            [_identity_index], lambda e, xs: elementwise_scalar(e, op, xs))
+            return
         self.map_kernel(
-            op.name.split(".")[1], shape, out, [(self.mem(op.input), _identity_index)],
+            tag, shape, out, [(self.mem(op.input), _identity_index)],
             lambda e, xs: elementwise_scalar(e, op, xs),
         )
-        self.env[op.result] = out
 
     def lower_select(self, op: g.SelectOp) -> None:
         shape = g.shape_of(op.result)
@@ -835,8 +850,20 @@ class _FunctionLowering:
             return
 
         out = self.alloc(op.result.type)
+        self.vector_map("fused", domain, out, op.result, refs, values, index, evaluate)
+        self.env[op.result] = out
+
+    def vector_map(
+        self, tag: str, domain: Sequence[int], out: SSAValue, result: SSAValue,
+        refs: Sequence[SSAValue], values: Sequence[SSAValue], index: Sequence[IndexFn],
+        evaluate: Callable[[KernelEmitter, list[SSAValue]], SSAValue],
+    ) -> None:
+        """An elementwise kernel writing ``out`` (the buffer of ``result``, shape
+        ``domain``) from ``refs`` (the buffers of ``values``, read through ``index``):
+        each lane computes :class:`_FusedAccess`'s ``width`` consecutive elements with
+        ``evaluate``, reading and writing whole vectors where the rows line up."""
         n = prod(domain)
-        acc = _FusedAccess.plan(domain, [*values, op.result])
+        acc = _FusedAccess.plan(domain, [*values, result])
         w = acc.width
         group = ELEMENTWISE_GROUP
 
@@ -859,7 +886,7 @@ class _FunctionLowering:
                     columns.append([e.load(r, f(e, ix, 0), mask=ok) for ix in idxs])
             ys = [evaluate(e, [col[k] for col in columns]) for k in range(w)]
             if acc.modes[-1] == "vector":
-                rt = g.elem_of(op.result)
+                rt = g.elem_of(result)
                 vec = e.const(0.0 if is_float(rt) else 0, VectorType(rt, [w]))
                 for k, y in enumerate(ys):
                     vec = e.insert(y, vec, k)
@@ -868,8 +895,7 @@ class _FunctionLowering:
                 for y, ix in zip(ys, idxs):
                     e.store(y, o_ref, ix, mask=ok)
 
-        self.kernel("fused", [out, *refs], group, [cdiv(cdiv(n, w), group), 1, 1], build)
-        self.env[op.result] = out
+        self.kernel(tag, [out, *refs], group, [cdiv(cdiv(n, w), group), 1, 1], build)
 
     # ------------------------------------------------------------------ matmul
     def lower_matmul(self, op: g.MatmulOp) -> None:

@@ -170,7 +170,10 @@ def _constant(node: Any, seen: dict[Any, Any], budget: list[int]) -> Any:
     if node in seen:
         return seen[node]
     budget[0] -= 1
-    if node.op != "call_function" or budget[0] < 0:
+    if node.op != "call_function" or budget[0] < 0 or (
+        isinstance(node.target, torch._ops.OpOverload)
+        and torch.Tag.nondeterministic_seeded in node.target.tags
+    ):  # an input, too far, or random values (a dropout mask) that change every call
         raise LookupError(node.name)
     args = torch.fx.node.map_arg(node.args, lambda n: _constant(n, seen, budget))
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: _constant(n, seen, budget))

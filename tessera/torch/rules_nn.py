@@ -451,7 +451,7 @@ def _flash(
     if kind is not None:
         o, lse = flash_attention_fwd(q, kr, vr, scale=scale, causal=causal or kind == "causal")
     else:  # a general mask: the scores materialized, the log-sum-exp of the masked ones
-        s = _masked_scores(q, kr, mask, causal, scale)
+        s = _masked_scores(q, kr, mask, causal, scale, _wide(q))
         o = ops.matmul(ops.cast(ops.softmax(s, axis=-1), q.dtype), vr)
         lse = ops.logsumexp(s, dim=-1)
     want = [int(d) for d in val(node)[1].shape]  # the op's own log-sum-exp layout
@@ -464,21 +464,25 @@ def _flash(
     return (o, lse)
 
 
+def _wide(q: TracedTensor) -> torch.dtype:
+    """The dtype torch's fused attention kernels accumulate q's scores in."""
+    return torch.float64 if torch_dtype(q) == torch.float64 else torch.float32
+
+
 def _masked_scores(
-    q: TracedTensor, k: TracedTensor, mask: Any, causal: bool, scale: Any
+    q: TracedTensor, k: TracedTensor, mask: Any, causal: bool, scale: Any, dt: torch.dtype
 ) -> TracedTensor:
-    """``scale q kᵀ`` with the causal mask and ``mask`` applied, in f32 (f64 for f64):
-    what torch's fused kernels take the softmax and log-sum-exp of. k has q's heads."""
-    wide = torch.float64 if torch_dtype(q) == torch.float64 else torch.float32
+    """``scale q kᵀ`` in ``dt`` with the causal mask and ``mask`` (bool: keep where True;
+    else added) applied. k has q's heads."""
     sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    s = ops.mul(ops.matmul(to(q, wide), ops.transpose(to(k, wide))), to(float(sc), wide))
-    ninf = to(float("-inf"), wide)
+    s = ops.mul(ops.matmul(to(q, dt), ops.transpose(to(k, dt))), to(float(sc), dt))
+    ninf = to(float("-inf"), dt)
     if causal:
         lq, lk = q.shape[-2], k.shape[-2]
         keep = np.arange(lq)[:, None] >= np.arange(lk)[None, :]
         s = ops.where(ops.constant(keep, ts_dtype(torch.bool)), s, ninf)
     if mask is not None:
-        s = ops.where(mask, s, ninf) if torch_dtype(mask) == torch.bool else ops.add(s, to(mask, wide))
+        s = ops.where(mask, s, ninf) if torch_dtype(mask) == torch.bool else ops.add(s, to(mask, dt))
     return s
 
 
@@ -499,7 +503,7 @@ def _sdpa_backward_check(node: torch.fx.Node) -> str | None:
         return f"{hq} query heads over {hk} key heads"
     if len({t.dtype for t in (go, q, k, v, out)}) != 1 or q.dtype not in FLOAT_DTYPES:
         return "operands of different or non-float dtypes"
-    wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+    wide = torch.float64 if q.dtype == torch.float64 else torch.float32  # (fake tensors)
     if lse.dtype != wide or lse.dim() != q.dim() - 1:
         return f"log-sum-exp {lse.dtype}{list(lse.shape)}"
     return None
@@ -532,9 +536,9 @@ def _sdpa_backward_masked(
                                          causal=bool(is_causal) or kind == "causal")
         return (dq, _sum_groups(dk, kv_heads), _sum_groups(dv, kv_heads))
     # a general mask: P = exp(S - lse) from the recomputed masked scores, in f32
-    wide = torch.float64 if torch_dtype(q) == torch.float64 else torch.float32
+    wide = _wide(q)
     sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    s = _masked_scores(q, kr, mask, bool(is_causal), scale)
+    s = _masked_scores(q, kr, mask, bool(is_causal), scale, wide)
     p = ops.exp(ops.sub(s, ops.reshape(to(lse, wide), [*lse.shape, 1])))
     gw, ow, qw, kw, vw = (to(x, wide) for x in (go, out, q, kr, vr))
     dv = ops.matmul(ops.transpose(p), gw)
@@ -568,18 +572,7 @@ def attention(
     kind = "none" if mask is None else mask_kind(mask, q.shape[-2], k.shape[-2])
     if kind is not None:  # no mask, or one known at trace time to be causal
         return ops.flash_attention(q, k, v, scale=scale, causal=causal or kind == "causal")
-    dt = torch_dtype(q)
-    sc = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    s = ops.mul(ops.matmul(q, ops.transpose(k)), to(float(sc), dt))
-    ninf = to(float("-inf"), dt)
-    if causal:
-        lq, lk = q.shape[-2], k.shape[-2]
-        keep = np.arange(lq)[:, None] >= np.arange(lk)[None, :]
-        s = ops.where(ops.constant(keep, ts_dtype(torch.bool)), s, ninf)
-    if torch_dtype(mask) == torch.bool:
-        s = ops.where(mask, s, ninf)
-    else:
-        s = ops.add(s, to(mask, dt))
+    s = _masked_scores(q, k, mask, causal, scale, torch_dtype(q))
     return ops.matmul(ops.softmax(s, axis=-1), v)
 
 

@@ -162,3 +162,15 @@ def test_bf16_additive_mask_of_the_lowest_value_is_causal(monkeypatch):
     for a, b in zip((got, *got_grads), (want, *want_grads)):
         assert ((a.double() - b).abs().max() / b.abs().max()).item() < 3e-2
     assert fused == [True]
+
+
+def test_random_values_are_never_taken_for_constants() -> None:
+    """A mask drawn at random (a dropout mask) changes every call: the joint-graph check
+    must not evaluate it once and keep the result."""
+    graph = torch.fx.Graph()
+    rand = graph.call_function(torch.ops.aten.rand.default, ([4, 4],))
+    keep = graph.call_function(torch.ops.aten.ge.Scalar, (rand, 0.0))
+    ar = graph.call_function(torch.ops.aten.arange.default, (4,))
+    with pytest.raises(LookupError):
+        attention._constant(keep, {}, [64])
+    assert attention._constant(ar, {}, [64]).tolist() == [0, 1, 2, 3]

@@ -1098,8 +1098,7 @@ def lower_matmul_sm90(
         else:
             split = True
     product = lw.alloc(_product_type(op) if split else op.result.type)
-    final = gemm
-    name = lw.named_kernel("matmul", lambda nm: build_kernel(nm, final))
+    name = lw.named_kernel("matmul", lambda nm: build_kernel(nm, gemm))
     lw.hb.add_op(
         tt.LaunchExOp(name, [product, *args], gemm.grid(), gemm.smem_bytes, gemm.boxes())
     )

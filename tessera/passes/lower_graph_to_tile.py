@@ -32,6 +32,7 @@ from xdsl.dialects.builtin import (
     IndexType,
     IntegerAttr,
     IntegerType,
+    MemRefType,
     ModuleOp,
     StringAttr,
     TensorType,
@@ -51,6 +52,7 @@ from tessera.passes import (
     tile_attention,
     tile_attention_bwd,
     tile_collectives,
+    tile_colreduce,
     tile_complex,
     tile_conv,
     tile_datamove,
@@ -484,65 +486,29 @@ class _FunctionLowering:
         return tile_datamove.copy_buffer(self, v.type, m)
 
     # ------------------------------------------------------------------ elementwise
-    def _vectorizes(self, op: Operation) -> bool:
-        """An elementwise op whose operands all have its result's shape and whose rows
-        take vector accesses: :meth:`vector_map` instead of one lane per element."""
-        shape = g.shape_of(op.results[0])
-        return all(g.shape_of(v) == shape for v in op.operands) and _FusedAccess.plan(
-            shape, [*op.operands, op.results[0]]).width > 1
+    def _elementwise(self, tag: str, op: Operation, operands: Sequence[SSAValue]) -> None:
+        """One elementwise op as a :meth:`vector_map` kernel (operands broadcast to the
+        result's shape)."""
+        out = self.alloc(op.results[0].type)
+        self.env[op.results[0]] = out
+        self.vector_map(tag, g.shape_of(op.results[0]), out, op.results[0],
+                        [self.mem(v) for v in operands], list(operands),
+                        lambda e, xs: elementwise_scalar(e, op, xs))
 
     def lower_binary(self, op: g.ElementwiseBinaryOp) -> None:
-        out_shape = g.shape_of(op.result)
-        out = self.alloc(op.result.type)
-        self.env[op.result] = out
-        tag = op.name.split(".")[1]
-        if self._vectorizes(op):
-            self.vector_map(tag, out_shape, out, op.result, [self.mem(op.lhs), self.mem(op.rhs)],
-                            [op.lhs, op.rhs], [_identity_index] * 2,
-                            lambda e, xs: elementwise_scalar(e, op, xs))
-            return
-        ins = [
-            (self.mem(op.lhs), _bcast_index(g.shape_of(op.lhs), out_shape)),
-            (self.mem(op.rhs), _bcast_index(g.shape_of(op.rhs), out_shape)),
-        ]
-        self.map_kernel(tag, out_shape, out, ins, lambda e, xs: elementwise_scalar(e, op, xs))
+        self._elementwise(op.name.split(".")[1], op, [op.lhs, op.rhs])
 
     def lower_unary(self, op: g.ElementwiseUnaryOp) -> None:
-        shape = g.shape_of(op.result)
-        out = self.alloc(op.result.type)
-        self.env[op.result] = out
-        tag = op.name.split(".")[1]
-        if self._vectorizes(op):
-            self.vector_map(tag, shape, out, op.result, [self.mem(op.input)], [op.input],
-                            [_identity_index], lambda e, xs: elementwise_scalar(e, op, xs))
-            return
-        self.map_kernel(
-            tag, shape, out, [(self.mem(op.input), _identity_index)],
-            lambda e, xs: elementwise_scalar(e, op, xs),
-        )
+        self._elementwise(op.name.split(".")[1], op, [op.input])
 
     def lower_select(self, op: g.SelectOp) -> None:
-        shape = g.shape_of(op.result)
-        ins = [
-            (self.mem(v), _bcast_index(g.shape_of(v), shape))
-            for v in (op.cond, op.on_true, op.on_false)
-        ]
-        out = self.alloc(op.result.type)
-        self.map_kernel("select", shape, out, ins, lambda e, xs: elementwise_scalar(e, op, xs))
-        self.env[op.result] = out
+        self._elementwise("select", op, [op.cond, op.on_true, op.on_false])
 
     def lower_cast(self, op: g.CastOp) -> None:
         if is_narrow_cast(op):
             lower_narrow_cast(self, op)
             return
-        dst = _cast_target(op)
-        shape = g.shape_of(op.result)
-        out = self.alloc(op.result.type)
-        self.map_kernel(
-            "cast", shape, out, [(self.mem(op.input), _identity_index)],
-            lambda e, xs: e.convert(xs[0], dst),
-        )
-        self.env[op.result] = out
+        self._elementwise("cast", op, [op.input])
 
     def lower_constant(self, op: g.ConstantOp) -> None:
         rt = op.result.type
@@ -552,7 +518,8 @@ class _FunctionLowering:
         if len(op.value) == 1:
             out = self.alloc(rt)
             v0 = next(iter(op.value.get_values()))
-            self.map_kernel("constant", shape, out, [], lambda e, xs: e.const(v0, et))
+            self.vector_map("constant", shape, out, op.result, [], [],
+                            lambda e, xs: e.const(v0, et))
             self.env[op.result] = out
             return
         n = self.counter.get("cst", 0)
@@ -640,14 +607,18 @@ class _FunctionLowering:
         inputs: Sequence[SSAValue],
         value: Callable[[KernelEmitter, list[SSAValue], list[Idx], SSAValue], SSAValue],
     ) -> None:
-        """One tile per output element of the reduction ``op``; ``value(e, input_refs,
-        index, valid)`` gives the (accumulation-typed) element of ``op``'s input at
-        ``index`` from the kernel's input memrefs (host values ``inputs``)."""
+        """The kernels of the reduction ``op``: ``value(e, input_refs, index, valid)``
+        gives the (accumulation-typed) element of ``op``'s input at ``index`` from the
+        kernel's input memrefs (host values ``inputs``). Axes followed by a kept axis
+        are column kernels (:mod:`tile_colreduce`); others one tile per output
+        element, its lanes striding over the reduced elements."""
         t = g.elem_of(op.input)
         acc_t = _accum_type(t, op)
         kind = {g.SumOp: "sum", g.MaxOp: "max", g.MinOp: "min", g.MeanOp: "sum"}[type(op)]
         if isinstance(op, g.MeanOp) and not is_float(t):
             raise not_lowered(op, "integer mean")
+        if tile_colreduce.lower_column_reduction(self, op, tag, inputs, value, kind, acc_t):
+            return
         row = _Row(g.shape_of(op.input), op.axis_list())
         n = prod(row.red)
         out = self.alloc(op.result.type)
@@ -826,7 +797,6 @@ class _FunctionLowering:
                 values.append(c.result)
                 refs.append(self.env[c.result])
         domain = g.shape_of(result)
-        index = [_bcast_index(g.shape_of(v), domain) for v in values]
 
         def evaluate(e: KernelEmitter, leaves: list[SSAValue]) -> SSAValue:
             env: dict[SSAValue, SSAValue] = dict(zip(values, leaves))
@@ -841,6 +811,8 @@ class _FunctionLowering:
         if red is not None:
             acc_t = _accum_type(g.elem_of(red.input), red)
 
+            index = [_bcast_index(g.shape_of(v), domain) for v in values]
+
             def value(e: KernelEmitter, ins: list[SSAValue], idx: list[Idx], ok: SSAValue) -> SSAValue:
                 leaves = [e.load(r, f(e, idx, 0), mask=ok) for r, f in zip(ins, index)]
                 return e.convert(evaluate(e, leaves), acc_t)
@@ -850,20 +822,38 @@ class _FunctionLowering:
             return
 
         out = self.alloc(op.result.type)
-        self.vector_map("fused", domain, out, op.result, refs, values, index, evaluate)
+        self.vector_map("fused", domain, out, op.result, refs, values, evaluate)
         self.env[op.result] = out
 
     def vector_map(
         self, tag: str, domain: Sequence[int], out: SSAValue, result: SSAValue,
-        refs: Sequence[SSAValue], values: Sequence[SSAValue], index: Sequence[IndexFn],
+        refs: Sequence[SSAValue], values: Sequence[SSAValue],
         evaluate: Callable[[KernelEmitter, list[SSAValue]], SSAValue],
     ) -> None:
         """An elementwise kernel writing ``out`` (the buffer of ``result``, shape
-        ``domain``) from ``refs`` (the buffers of ``values``, read through ``index``):
-        each lane computes :class:`_FusedAccess`'s ``width`` consecutive elements with
+        ``domain``) from ``refs`` (the buffers of ``values``, broadcast to ``domain``).
+
+        Dims that every array either spans or broadcasts alike are merged first
+        (:func:`_coalesce`; the kernel sees host views of the buffers in the merged
+        shapes), so a same-shape op is one flat row whatever its dims. Each lane then
+        computes :class:`_FusedAccess`'s ``width`` consecutive elements with
         ``evaluate``, reading and writing whole vectors where the rows line up."""
         n = prod(domain)
-        acc = _FusedAccess.plan(domain, [*values, result])
+        shapes = [g.shape_of(v) for v in values]
+        cdom, cshapes = _coalesce(domain, shapes)
+        if cdom != list(domain):
+            from tessera.passes.tile_datamove import reshape_view
+
+            views: dict[tuple[SSAValue, tuple[int, ...]], SSAValue] = {}
+            for r, v, s in zip(refs, values, cshapes):
+                if (r, tuple(s)) not in views:
+                    views[r, tuple(s)] = reshape_view(self, r, MemRefType(g.elem_of(v), s))
+            refs = [views[r, tuple(s)] for r, s in zip(refs, cshapes)]
+            out = reshape_view(self, out, MemRefType(g.elem_of(result), cdom))
+            domain, shapes = cdom, cshapes
+        elems = [g.elem_of(v) for v in values]
+        acc = _FusedAccess.plan(domain, [*shapes, domain], [*elems, g.elem_of(result)])
+        index = [_bcast_index(s, domain) for s in shapes]
         w = acc.width
         group = ELEMENTWISE_GROUP
 
@@ -1054,13 +1044,16 @@ class _FusedAccess:
     modes: list[str]
 
     @staticmethod
-    def plan(domain: Sequence[int], arrays: Sequence[SSAValue]) -> _FusedAccess:
+    def plan(
+        domain: Sequence[int], shapes: Sequence[Sequence[int]], elems: Sequence[Attribute]
+    ) -> _FusedAccess:
+        """The access plan of arrays of ``shapes`` and element types ``elems`` (the
+        output last) broadcast to ``domain``."""
         last = domain[-1] if domain else 1
         kinds: list[str] = []
         caps: list[int] = []
-        for v in arrays:
-            shape = g.shape_of(v)
-            eb = _elem_bytes(g.elem_of(v))
+        for shape, et in zip(shapes, elems):
+            eb = _elem_bytes(et)
             if not shape or shape[-1] == 1:
                 kinds.append("uniform" if last > 1 else "scalar")
             elif eb in (2, 4, 8):
@@ -1072,8 +1065,33 @@ class _FusedAccess:
         while width > 1 and last % width:
             width //= 2
         if width == 1:
-            return _FusedAccess(1, ["scalar"] * len(arrays))
+            return _FusedAccess(1, ["scalar"] * len(shapes))
         return _FusedAccess(width, kinds)
+
+
+def _coalesce(
+    domain: Sequence[int], shapes: Sequence[Sequence[int]]
+) -> tuple[list[int], list[list[int]]]:
+    """``domain`` and the ``shapes`` broadcast to it (right-aligned) with adjacent dims
+    merged where every shape spans both or broadcasts both, and size-1 dims of
+    ``domain`` dropped: ``[8, 1024, 768]`` with ``[768]`` is ``[8192, 768]`` with
+    ``[1, 768]``; all same-shape is one dim. Dense row-major buffers of the merged
+    shapes hold the same elements in the same order."""
+    r = len(domain)
+    padded = [[1] * (r - len(s)) + list(s) for s in shapes]
+    groups: list[tuple[tuple[bool, ...], list[int]]] = []
+    for k in range(r):
+        if domain[k] == 1:
+            continue
+        pattern = tuple(p[k] != 1 for p in padded)
+        if groups and groups[-1][0] == pattern:
+            groups[-1][1].append(k)
+        else:
+            groups.append((pattern, [k]))
+    if not groups:
+        return list(domain), [list(s) for s in shapes]
+    cdom = [prod(domain[k] for k in ks) for _, ks in groups]
+    return cdom, [[prod(p[k] for k in ks) for _, ks in groups] for p in padded]
 
 
 def _elem_bytes(t: Attribute) -> int:

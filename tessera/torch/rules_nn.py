@@ -155,18 +155,32 @@ def _batch_norm_train(
 ) -> tuple[TracedTensor, ...]:
     x = a
     dt = torch_dtype(x)
-    axes = tuple(i for i in range(x.ndim) if i != 1)
-    n = math.prod(x.shape[i] for i in axes)
-    mean = ops.mean(x, axis=axes)
-    d = ops.sub(x, ops.reshape(mean, _bn_shape(x)))
-    var = ops.mean(ops.mul(d, d), axis=axes)
-    rstd = ops.rsqrt(ops.add(var, to(float(eps), dt)))
-    y = _bn_apply(x, mean, rstd, w, b)
+    wide = torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+    n = math.prod(x.shape[i] for i in range(x.ndim) if i != 1)
+    xw = to(x, wide)
+    mean = _channel_mean(xw)
+    d = ops.sub(xw, ops.reshape(mean, _bn_shape(x)))
+    var = _channel_mean(ops.mul(d, d))
+    rstd = ops.rsqrt(ops.add(var, to(float(eps), wide)))
+    y = to(_bn_apply(xw, mean, rstd, w, b), dt)
     m = float(momentum)
-    new_rm = ops.add(ops.mul(to(rm, dt), to(1 - m, dt)), ops.mul(mean, to(m, dt)))
-    unbiased = ops.mul(var, to(n / max(n - 1, 1), dt))
-    new_rv = ops.add(ops.mul(to(rv, dt), to(1 - m, dt)), ops.mul(unbiased, to(m, dt)))
-    return y, mean, rstd, to(new_rm, torch_dtype(rm)), to(new_rv, torch_dtype(rv))
+    new_rm = ops.add(ops.mul(to(rm, wide), to(1 - m, wide)), ops.mul(mean, to(m, wide)))
+    unbiased = ops.mul(var, to(n / max(n - 1, 1), wide))
+    new_rv = ops.add(ops.mul(to(rv, wide), to(1 - m, wide)), ops.mul(unbiased, to(m, wide)))
+    # the saved statistics in the dtype torch gives them (f32 for 16-bit inputs on
+    # CUDA, the input's dtype on the CPU)
+    return (y, to(mean, out_dtype(node, 1)), to(rstd, out_dtype(node, 2)),
+            to(new_rm, out_dtype(node, 3)), to(new_rv, out_dtype(node, 4)))
+
+
+def _channel_mean(x: TracedTensor) -> TracedTensor:
+    """The mean over every axis but 1 of ``[N, C, ...]``: each (sample, channel)
+    row's sum (a row reduction over the spatial dims), then the column sum over the
+    samples, divided by their count."""
+    n = math.prod(x.shape[i] for i in range(x.ndim) if i != 1)
+    if x.ndim > 2:
+        x = ops.sum(x, axis=tuple(range(2, x.ndim)))
+    return ops.div(ops.sum(x, axis=0), to(float(n), torch_dtype(x)))
 
 
 # --------------------------------------------------------------------------- matmul, conv, attention

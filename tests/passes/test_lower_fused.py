@@ -8,6 +8,7 @@ kernel also goes to PTX and through ptxas.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from xdsl.parser import Parser
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
+from tessera.passes import tile_colreduce
 from tessera.passes.emit_ptx import emit_ptx, kernels
 from tessera.passes.fuse_elementwise import FuseElementwisePass
 from tessera.passes.fuse_matmul_epilogue import FuseMatmulEpiloguePass
@@ -59,6 +61,8 @@ class Case:
     fused: type = g.FusedOp
     vector: bool = False  # the kernel reads/writes with vector accesses
     positive: bool = False
+    column: bool = False  # a column reduction (tile_colreduce)
+    kernels: int = 1
 
     def mlir(self) -> str:
         params = ", ".join(f"%a{i}: {ty(s, e)}" for i, (s, e) in enumerate(self.args))
@@ -106,8 +110,12 @@ def _reduce(name: str, shape, elem: str, red: str, axes: str, out, np_red, keep=
         f"  %1 = tgraph.mul %0, %a1 : ({t}, {yt}) -> {t}\n"
         f"  %r = tgraph.{red} %1 axes = {axes}{kd} : ({t}) -> {{res}}"
     )
+    ax = [a % len(shape) for a in json.loads(axes)] or list(range(len(shape)))
+    column = tile_colreduce.column_groups(shape, ax)
+    kernels = 1 if column is None or tile_colreduce.splits(*column) == 1 else 2
     return Case(name, [(shape, elem), (shape[1:], elem)], (out, elem), body,
-                lambda x, y: np_red(np.sqrt(x) * y), positive=True)
+                lambda x, y: np_red(np.sqrt(x) * y), positive=True,
+                column=column is not None, kernels=kernels)
 
 
 def _epilogue(name: str, a, b, bias, product: str, act: str | None, cast: str | None,
@@ -189,6 +197,11 @@ CASES: list[Case] = [
     _reduce("mean_all", (5, 9), "f32", "mean", "[]", (), lambda v: v.mean()),
     _reduce("min_axis0_keep", (10, 7), "f32", "min", "[0]", (1, 7),
             lambda v: v.min(0, keepdims=True), keep=True),
+    _reduce("sum_axis0_split", (700, 9), "f32", "sum", "[0]", (9,), lambda v: v.sum(0)),
+    _reduce("mean_axis1_bf16", (3, 300, 37), "bf16", "mean", "[1]", (3, 37),
+            lambda v: v.mean(1)),
+    _reduce("max_axes01_split", (40, 50, 5), "f32", "max", "[0, 1]", (5,),
+            lambda v: v.max((0, 1))),
     _epilogue("epi_relu_bf16", (70, 40), (40, 50), (50,), "f32", "relu", "bf16"),
     _epilogue("epi_gelu_bf16", (30, 40), (40, 27), (27,), "f32", "gelu", "bf16"),
     _epilogue("epi_silu_bf16", (30, 40), (40, 27), (27,), "f32", "silu", "bf16"),
@@ -258,13 +271,15 @@ def test_numerics(case: Case, lowered: dict[str, ModuleOp]) -> None:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_one_kernel(case: Case, lowered: dict[str, ModuleOp]) -> None:
     ks = [op for op in lowered[case.name].walk() if isinstance(op, tt.KernelOp)]
-    assert len(ks) == 1
+    assert len(ks) == case.kernels
     names = {op.name for op in ks[0].walk()}
     if case.vector:
         assert "ttile.load_vector" in names or "ttile.store_vector" in names
     else:
         assert "ttile.load_vector" not in names and "ttile.store_vector" not in names
-    if case.name.startswith(("sum", "mean", "max", "min")):
+    if case.column:  # the warps' partials combine through shared memory
+        assert "ttile.barrier" in names and "ttile.reduce" not in names
+    elif case.name.startswith(("sum", "mean", "max", "min")):
         assert "ttile.reduce" in names
 
 
@@ -294,6 +309,6 @@ def test_all_kernels_pass_ptxas(lowered: dict[str, ModuleOp]) -> None:
         for k in kernels(t):
             combined.body.block.add_op(k.clone())
     text = emit_ptx(combined)
-    assert text.count(".visible .entry") == len(CASES)
+    assert text.count(".visible .entry") == sum(c.kernels for c in CASES)
     assert "ld.global.v4.f32" in text and "st.global.v4.f32" in text
     ptxas.check(text)

@@ -9,8 +9,9 @@ K-major, MN-major stays MN-major). The kernel then reads the copy as it reads an
 operand: the zero columns are either K (adding nothing to the product) or rows of M or N
 past the problem (clipped from the result).
 
-The copy is one element per lane over the padded buffer in row-major order: reads and
-writes are both coalesced, and it moves ``2 * rows * cols`` elements, small next to the
+Each lane writes one 16-byte unit of a padded row with a vector store (2- and 4-byte
+elements; one element per lane otherwise), from element loads of the source row (not
+16-byte aligned); reads and writes are both coalesced, and the copy moves ``2 * rows * cols`` elements, small next to the
 product's ``2 * M * N * K`` FLOPs.
 """
 
@@ -20,9 +21,10 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import TensorType
+from xdsl.dialects.builtin import TensorType, VectorType
 from xdsl.ir import Attribute, SSAValue
 
+from tessera.ir import tile as tt
 from tessera.passes.tile_builder import KernelEmitter, cdiv
 
 if TYPE_CHECKING:
@@ -52,18 +54,33 @@ def pad_rows(
     dst = lw.alloc(TensorType(et, [*lead, cp]))
     total = math.prod(lead) * cp
     outer = [*lead]
+    # each lane writes one 16-byte unit of a padded row (a vector store; the padded
+    # rows are 16-byte aligned) from ``w`` element loads of the unaligned source row
+    w = ROW_BYTES // elem_bytes if elem_bytes in (2, 4) else 1
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         out, inp = args
-        lin = e.linear_id()
+        lin = e.mul(e.linear_id(), w)
         ok = e.lt(lin, total)
-        row, col = e.div(lin, cp), e.rem(lin, cp)
-        inside = e.and_(ok, e.lt(col, cols))
+        row, col0 = e.div(lin, cp), e.rem(lin, cp)
         ridx = e.unravel(e.select(ok, row, 0), outer)
-        sidx = [i if isinstance(i, int) else e.select(inside, i, 0) for i in ridx]
-        x = e.load(inp, [*sidx, e.select(inside, col, 0)], mask=inside, other=e.const(0.0, et))
         didx = [i if isinstance(i, int) else e.select(ok, i, 0) for i in ridx]
-        e.store(x, out, [*didx, e.select(ok, col, 0)], mask=ok)
+        xs = []
+        for k in range(w):
+            col = e.add(col0, k)
+            inside = e.and_(ok, e.lt(col, cols))
+            assert inside is not None
+            sidx = [i if isinstance(i, int) else e.select(inside, i, 0) for i in ridx]
+            xs.append(e.load(inp, [*sidx, e.select(inside, col, 0)], mask=inside,
+                             other=e.const(0.0, et)))
+        if w == 1:
+            e.store(xs[0], out, [*didx, e.select(ok, col0, 0)], mask=ok)
+            return
+        vec = e.const(0.0, VectorType(et, [w]))
+        for k, x in enumerate(xs):
+            vec = e.insert(x, vec, k)
+        e.emit(tt.StoreVectorOp(vec, out, [e.index(i) for i in [*didx, e.select(ok, col0, 0)]],
+                                ok))
 
-    lw.kernel(name, [dst, src], GROUP, [cdiv(total, GROUP), 1, 1], build)
+    lw.kernel(name, [dst, src], GROUP, [cdiv(cdiv(total, w), GROUP), 1, 1], build)
     return dst

@@ -34,7 +34,9 @@ func.func @chain(%x: tensor<6x35xf32>) -> (tensor<5x42xf32>, tensor<7x30xf32>) {
 // CHECK-NOT:  ttile.kernel @chain_reshape
 // CHECK:      func.func @chain(%[[X:.*]]: memref<6x35xf32>) -> (memref<5x42xf32>, memref<7x30xf32>) {
 // CHECK-NEXT:   %[[A:.*]] = memref.alloc() : memref<6x35xf32>
-// CHECK-NEXT:   ttile.launch @chain_add_0(%[[A]], %[[X]], %[[X]])
+// CHECK-NEXT:   %[[XA:.*]] = memref.collapse_shape %[[X]] {{\[}}[0 : i64, 1 : i64]] : memref<6x35xf32> into memref<210xf32>
+// CHECK-NEXT:   %[[AF:.*]] = memref.collapse_shape %[[A]] {{\[}}[0 : i64, 1 : i64]] : memref<6x35xf32> into memref<210xf32>
+// CHECK-NEXT:   ttile.launch @chain_add_0(%[[AF]], %[[XA]], %[[XA]])
 // CHECK-NEXT:   %[[F:.*]] = memref.collapse_shape %[[A]] {{\[}}[0 : i64, 1 : i64]] : memref<6x35xf32> into memref<210xf32>
 // CHECK-NEXT:   %[[C:.*]] = memref.expand_shape %[[F]] {{\[}}[0 : i64, 1 : i64]] output_shape [7, 30] : memref<210xf32> into memref<7x30xf32>
 // CHECK-NEXT:   %[[XF:.*]] = memref.collapse_shape %[[X]] {{\[}}[0 : i64, 1 : i64]] : memref<6x35xf32> into memref<210xf32>

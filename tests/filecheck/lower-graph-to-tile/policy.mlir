@@ -33,7 +33,7 @@ func.func @f(%x: tensor<5x7xf32>, %y: tensor<5x7xbf16>) -> (tensor<5x7xbf16, #te
 // CHECK-NOT:    arith.mulf %{{.*}} : f64
 // CHECK:        arith.constant 3528531795 : i64
 // CHECK:        arith.trunci %{{.*}} : i32 to i8
-// CHECK:      ttile.kernel @f_mul_0(%{{.*}}: memref<5x7xf32>, %{{.*}}: memref<5x7xbf16>, %{{.*}}: memref<5x7xbf16>) group_size = 256 {
+// CHECK:      ttile.kernel @f_mul_0(%{{.*}}: memref<35xf32>, %{{.*}}: memref<35xbf16>, %{{.*}}: memref<35xbf16>) group_size = 256 {
 // CHECK:      ttile.kernel @f_policy_2(%{{.*}}: memref<5x7xbf16>, %{{.*}}: memref<5x7xf32>) group_size = 256 {
 // CHECK-NOT:    3528531795
 // CHECK:        arith.constant 3.389531{{.*}}e+38 : f64

@@ -3,15 +3,21 @@
 // Reductions over the last axis of bf16/f16/f32 rows take the row kernels
 // (tile_rowreduce): 16-byte vector loads (scalar edges on ragged rows), one warp per
 // row for rows of <= 1024 elements, combined with ttile.reduce, accumulated in f32.
-// Other reductions (here over axis 0) keep the strided kernel: one tile per output
-// element, lanes stride over the reduced elements and combine with ttile.reduce.
+// Reductions over consecutive axes followed by a kept axis (here axis 0 of 300x5)
+// take the column kernels (tile_colreduce): a warp's lanes read adjacent columns of
+// one row, the 8 warps' partials combine through shared memory in warp order, and
+// with several splits of the rows (2 here) a second kernel adds the splits' f32
+// partials in split order. Other reductions (axes 0 and 2 of 4x5x6) keep the strided
+// kernel: one tile per output element, lanes stride over the reduced elements and
+// combine with ttile.reduce.
 
-func.func @f(%x: tensor<5x300xbf16>, %y: tensor<4x7xf32>, %z: tensor<300x5xbf16>) -> (tensor<5xbf16>, tensor<4x1xf32>, tensor<5x300xbf16>, tensor<5xbf16>) {
+func.func @f(%x: tensor<5x300xbf16>, %y: tensor<4x7xf32>, %z: tensor<300x5xbf16>, %w: tensor<4x5x6xf32>) -> (tensor<5xbf16>, tensor<4x1xf32>, tensor<5x300xbf16>, tensor<5xbf16>, tensor<5xf32>) {
   %0 = tgraph.sum %x axes = [1] : (tensor<5x300xbf16>) -> tensor<5xbf16>
   %1 = tgraph.max %y axes = [-1] keepdims : (tensor<4x7xf32>) -> tensor<4x1xf32>
   %2 = tgraph.softmax %x axis = -1 : (tensor<5x300xbf16>) -> tensor<5x300xbf16>
   %3 = tgraph.sum %z axes = [0] : (tensor<300x5xbf16>) -> tensor<5xbf16>
-  func.return %0, %1, %2, %3 : tensor<5xbf16>, tensor<4x1xf32>, tensor<5x300xbf16>, tensor<5xbf16>
+  %4 = tgraph.sum %w axes = [0, 2] : (tensor<4x5x6xf32>) -> tensor<5xf32>
+  func.return %0, %1, %2, %3, %4 : tensor<5xbf16>, tensor<4x1xf32>, tensor<5x300xbf16>, tensor<5xbf16>, tensor<5xf32>
 }
 // CHECK:      ttile.kernel @f_sum_0(%{{.*}}: memref<5xbf16>, %{{.*}}: memref<5x300xbf16>) group_size = 128 {
 // CHECK:        ttile.load_vector %{{.*}} mask %{{.*}} : memref<5x300xbf16> -> vector<8xbf16>
@@ -30,15 +36,25 @@ func.func @f(%x: tensor<5x300xbf16>, %y: tensor<4x7xf32>, %z: tensor<300x5xbf16>
 // CHECK:        math.exp2
 // CHECK:        ttile.reduce %{{.*}} kind = sum scope = warp : f32
 // CHECK:        ttile.store_vector
-// CHECK:      ttile.kernel @f_sum_1(%{{.*}}: memref<5xbf16>, %{{.*}}: memref<300x5xbf16>) group_size = 128 {
+// CHECK:      ttile.kernel @f_sum_part_0(%{{.*}}: memref<1x2x5xf32>, %{{.*}}: memref<300x5xbf16>) group_size = 256 {
 // CHECK:        %[[ACC:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (f32) {
 // CHECK:          ttile.load %{{.*}}[%{{.*}}, %{{.*}}] mask %{{.*}} : memref<300x5xbf16> -> bf16
 // CHECK:          arith.addf
-// CHECK:        %[[T2:.*]] = ttile.reduce %[[ACC]] kind = sum scope = group : f32
-// CHECK:        %[[B2:.*]] = arith.truncf %[[T2]] : f32 to bf16
-// CHECK:        ttile.store %[[B2]], %{{.*}}[%{{.*}}] mask %{{.*}} : bf16, memref<5xbf16>
+// CHECK:        %[[SM:.*]] = ttile.alloc_shared alignment = 16 : memref<8x32xf32, #tessera.smem>
+// CHECK:        ttile.store %[[ACC]], %[[SM]]
+// CHECK:        ttile.barrier
+// CHECK:        scf.if
+// CHECK-COUNT-8:  ttile.load %[[SM]]
+// CHECK:          ttile.store %{{.*}} : f32, memref<1x2x5xf32>
+// CHECK:      ttile.kernel @f_sum_1(%{{.*}}: memref<5xbf16>, %{{.*}}: memref<1x2x5xf32>) group_size = 256 {
+// CHECK:        scf.for
+// CHECK:        arith.truncf %{{.*}} : f32 to bf16
+// CHECK:      ttile.kernel @f_sum_2(%{{.*}}: memref<5xf32>, %{{.*}}: memref<4x5x6xf32>) group_size = 32 {
+// CHECK:        ttile.reduce %{{.*}} kind = sum scope = warp : f32
 // CHECK:      func.func @f(
 // CHECK:        ttile.launch @f_sum_0(%{{.*}}, %x) grid = [2, 1, 1]
 // CHECK:        ttile.launch @f_max_0(%{{.*}}, %y) grid = [1, 1, 1]
 // CHECK:        ttile.launch @f_softmax_0(%{{.*}}, %x) grid = [2, 1, 1]
-// CHECK:        ttile.launch @f_sum_1(%{{.*}}, %z) grid = [5, 1, 1]
+// CHECK:        ttile.launch @f_sum_part_0(%{{.*}}, %z) grid = [1, 2, 1]
+// CHECK:        ttile.launch @f_sum_1(%{{.*}}, %{{.*}}) grid = [1, 1, 1]
+// CHECK:        ttile.launch @f_sum_2(%{{.*}}, %w) grid = [5, 1, 1]

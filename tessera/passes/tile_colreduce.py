@@ -1,0 +1,191 @@
+"""Reductions over leading or middle axes (``[A, R, C]`` summed over ``R``) as
+coalesced column kernels.
+
+Used by ``lower-graph-to-tile`` for ``tgraph.sum`` / ``mean`` / ``max`` / ``min`` (and
+the reductions closing a ``tgraph.fused`` body) whose reduced axes are consecutive and
+followed by at least one kept axis: the bias and norm-weight gradients of a backward
+pass (``[tokens, features] -> [features]``), a batch norm's statistics over
+``[N, C, H*W]``. The strided kernel of ``lower_graph_to_tile`` gives each output element
+one tile whose lanes stride down a column; here the lanes of a warp read 32 adjacent
+columns of one row (whole memory sectors) and the tile's warps take rows in turn:
+
+* kernel 1, grid ``[column blocks, splits, A]``: warp ``y`` of split ``s`` folds rows
+  ``y, y + 8, ...`` of the split's rows; the 8 warps' partials are combined through
+  shared memory in warp order. With one split this is the result; with more, each
+  split's partial goes to an f32 buffer ``[A, splits, C]``;
+* kernel 2 (several splits only), one lane per output element: the splits' partials
+  in split order.
+
+The number of splits gives the GPU enough tiles when there are few columns (``C`` of
+768 is 24 column blocks) and is a function of the shape only, so the combination
+order, and the result, is the same on every run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from math import prod
+from typing import TYPE_CHECKING
+
+from xdsl.dialects.builtin import MemRefType
+from xdsl.ir import Attribute, SSAValue
+
+from tessera.ir import graph as g
+from tessera.ir import tile as tt
+from tessera.passes.tile_builder import Idx, KernelEmitter
+
+if TYPE_CHECKING:
+    from tessera.passes.lower_graph_to_tile import _FunctionLowering
+
+COLUMNS = 32
+"""Columns per tile: one per lane of a warp."""
+WARPS = 8
+"""Warps per tile, each folding every ``WARPS``-th row of the tile's split."""
+TARGET_TILES = 528
+"""Tiles to aim for (four per SM of an H100) when choosing the number of splits."""
+MIN_ROWS_PER_WARP = 16
+"""A split gives each warp at least this many rows (fewer splits otherwise)."""
+
+ValueFn = Callable[[KernelEmitter, list[SSAValue], list[Idx], SSAValue], SSAValue]
+
+
+def column_groups(shape: Sequence[int], axes: Sequence[int]) -> tuple[int, int, int] | None:
+    """``(A, R, C)`` when the reduced ``axes`` of ``shape`` are consecutive (size-1 dims
+    ignored) and some kept dim of size > 1 follows them; else None."""
+    live = [k for k, d in enumerate(shape) if d != 1]
+    red = [k for k in live if k in axes]
+    if not red:
+        return None
+    first, last = red[0], red[-1]
+    if any(k not in axes for k in live if first <= k <= last):
+        return None
+    after = [k for k in live if k > last]
+    if not after:
+        return None
+    a = prod(shape[k] for k in live if k < first)
+    r = prod(shape[k] for k in red)
+    c = prod(shape[k] for k in after)
+    return a, r, c
+
+
+def splits(a: int, r: int, c: int) -> int:
+    """How many splits the rows of a column reduction are cut into."""
+    tiles = -(-c // COLUMNS) * a
+    most = max(1, r // (WARPS * MIN_ROWS_PER_WARP))
+    return max(1, min(most, -(-TARGET_TILES // tiles)))
+
+
+def lower_column_reduction(
+    lw: _FunctionLowering,
+    op: g.ReductionOp,
+    tag: str,
+    inputs: Sequence[SSAValue],
+    value: ValueFn,
+    kind: str,
+    acc_t: Attribute,
+) -> bool:
+    """Emit ``op`` (whose element at input index ``idx`` is ``value(e, refs, idx, ok)``
+    in ``acc_t``) as column kernels; False (nothing emitted) when its axes are not
+    ``[A, R, C]`` over ``R``."""
+    from tessera.passes.lower_graph_to_tile import _combine, _reduce_init
+
+    shape = g.shape_of(op.input)
+    axes = op.axis_list()
+    groups = column_groups(shape, axes)
+    if groups is None:
+        return False
+    a_n, r_n, c_n = groups
+    dims = list(enumerate(shape))
+    a_dims = [(k, d) for k, d in dims if k not in axes and d != 1 and k < min(axes)]
+    r_dims = [(k, d) for k, d in dims if k in axes]
+    c_dims = [(k, d) for k, d in dims if k not in axes and k > max(axes)]
+    keep = op.keepdims is not None
+    out_t = g.elem_of(op.result)
+    s_n = splits(a_n, r_n, c_n)
+    seg = -(-r_n // s_n)
+    s_n = -(-r_n // seg)  # no empty split
+    mean = isinstance(op, g.MeanOp)
+    out = lw.alloc(op.result.type)
+    lw.env[op.result] = out
+
+    def in_index(e: KernelEmitter, a: Idx, r: Idx, c: Idx) -> list[Idx]:
+        parts: dict[int, Idx] = {}
+        for lst, lin in ((a_dims, a), (r_dims, r), (c_dims, c)):
+            for (k, _), v in zip(lst, e.unravel(lin, [d for _, d in lst])):
+                parts[k] = v
+        return [parts.get(k, 0) for k in range(len(shape))]
+
+    def out_index(e: KernelEmitter, a: Idx, c: Idx) -> list[Idx]:
+        idx = in_index(e, a, 0, c)
+        if keep:
+            return idx
+        return [v for k, v in enumerate(idx) if k not in axes]
+
+    def finish(e: KernelEmitter, total: SSAValue) -> SSAValue:
+        if mean:
+            total = e.fdiv(total, e.const(float(r_n), acc_t))
+        return e.convert(total, out_t)
+
+    def build_partial(e: KernelEmitter, args: list[SSAValue], dst: str) -> None:
+        o_ref, ins = args[0], args[1:]
+        lane = e.lane_id()
+        warp = e.warp_id()
+        c = e.add(e.mul(e.tile_id("x"), COLUMNS), lane)
+        s = e.tile_id("y")
+        a = e.tile_id("z")
+        c_ok = e.lt(c, c_n)
+        r0 = e.mul(s, seg)
+        init = e.const(_reduce_init(kind, acc_t), acc_t)
+
+        def step(ie: KernelEmitter, k: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+            local = ie.add(ie.mul(k, WARPS), warp)
+            r = ie.add(r0, local)
+            ok = ie.and_(c_ok, ie.and_(ie.lt(r, r_n), ie.lt(local, seg)))
+            assert ok is not None
+            v = value(ie, ins, in_index(ie, a, r, c), ok)
+            v = ie.vselect(ok, v, ie.const(_reduce_init(kind, acc_t), acc_t))
+            return [_combine(ie, kind, carried[0], v)]
+
+        (acc,) = e.for_(0, -(-seg // WARPS), 1, [init], step)
+        smem = e.op(tt.AllocSharedOp([WARPS, COLUMNS], acc_t, alignment=16))
+        e.store(acc, smem, [warp, lane])
+        e.barrier()
+
+        def combine(ie: KernelEmitter) -> list[SSAValue]:
+            total = ie.load(smem, [0, lane])
+            for w in range(1, WARPS):
+                total = _combine(ie, kind, total, ie.load(smem, [w, lane]))
+            if dst == "out":
+                ie.store(finish(ie, total), o_ref, out_index(ie, a, c), mask=c_ok)
+            else:
+                ie.store(total, o_ref, [a, s, c], mask=c_ok)
+            return []
+
+        e.if_(e.eq(warp, 0), combine)
+
+    grid = [-(-c_n // COLUMNS), s_n, a_n]
+    group = WARPS * 32
+    if s_n == 1:
+        lw.kernel(tag, [out, *inputs], group,
+                  grid, lambda e, args: build_partial(e, args, "out"))
+        return True
+    part = lw.alloc(MemRefType(acc_t, [a_n, s_n, c_n]))
+    lw.kernel(f"{tag}_part", [part, *inputs], group, grid,
+              lambda e, args: build_partial(e, args, "part"))
+
+    def build_final(e: KernelEmitter, args: list[SSAValue]) -> None:
+        o_ref, p_ref = args
+        lin = e.linear_id()
+        ok = e.lt(lin, a_n * c_n)
+        a = e.div(lin, c_n)
+        c = e.rem(lin, c_n)
+        init = e.const(_reduce_init(kind, acc_t), acc_t)
+
+        def step(ie: KernelEmitter, s: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+            return [_combine(ie, kind, carried[0], ie.load(p_ref, [a, s, c], mask=ok))]
+
+        (total,) = e.for_(0, s_n, 1, [init], step)
+        e.store(finish(e, total), o_ref, out_index(e, a, c), mask=ok)
+
+    lw.kernel(tag, [out, part], 256, [-(-(a_n * c_n) // 256), 1, 1], build_final)
+    return True

@@ -66,6 +66,7 @@ from tessera.frontend.ops import (  # noqa: F401, A004
     slice,
     softmax,
     split_qkv,
+    take_along_axis,
     spmm,
     sqrt,
     sub,

@@ -39,7 +39,7 @@ def _outside(idx: TracedTensor, n: int) -> TracedTensor:
 
 
 def _gather_check(node: torch.fx.Node) -> str | None:
-    x, dim, index = val(node.args[0]), node.args[1], val(node.args[2])
+    x, index = val(node.args[0]), val(node.args[2])
     if x.dtype not in FLOAT_DTYPES:
         return f"{x.dtype} input"
     if index.dtype not in (torch.int64, torch.int32):

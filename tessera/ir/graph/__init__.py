@@ -90,6 +90,7 @@ from tessera.ir.graph.fusion import (
     MatmulEpilogueOp,
     YieldOp,
 )
+from tessera.ir.graph.indexing import TakeAlongAxisOp
 from tessera.ir.graph.nn import (
     AxesReductionOp,
     Conv2dOp,
@@ -115,7 +116,6 @@ from tessera.ir.graph.optim import (
     SGDUpdateOp,
     hyper_type,
 )
-from tessera.ir.graph.indexing import TakeAlongAxisOp
 from tessera.ir.graph.scientific import (
     CholeskyOp,
     ComplexOp,

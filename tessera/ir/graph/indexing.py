@@ -4,11 +4,27 @@ from __future__ import annotations
 
 from xdsl.dialects.builtin import I64, IntegerAttr, IntegerType, i64
 from xdsl.ir import Attribute, SSAValue
-from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, result_def, traits_def
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+)
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
-from tessera.ir.graph.base import _FN, TensorT, _check_same_elem, _is_float, _norm_axes, elem_of, fmt_shape, shape_of
+from tessera.ir.graph.base import (
+    _FN,
+    TensorT,
+    _check_same_elem,
+    _is_float,
+    _norm_axes,
+    elem_of,
+    fmt_shape,
+    shape_of,
+)
 
 
 @irdl_op_definition

@@ -28,7 +28,13 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, Float64Type, IntegerType, TensorType, f32
+from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
+    Float64Type,
+    IntegerType,
+    TensorType,
+    f32,
+)
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import PassFailedException

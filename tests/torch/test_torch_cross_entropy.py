@@ -182,3 +182,49 @@ def test_eager_custom_ops_match_torch():
         want, want_grad = _reference(x, t, red)
         torch.testing.assert_close(got.detach(), want)
         torch.testing.assert_close(x.grad, want_grad)
+
+
+def test_only_plain_cross_entropy_calls_are_replaced():
+    """Class weights, label smoothing, probability targets and N-d logits keep torch's
+    decomposition (still correct); an upcast used elsewhere too is kept and not folded."""
+    import torch.fx
+
+    from tessera.torch.cross_entropy import fuse_cross_entropy
+
+    def cases(x, t, p, w, xb):
+        y = xb.float()
+        return (F.cross_entropy(x, t, weight=w), F.cross_entropy(x, t, label_smoothing=0.1),
+                F.cross_entropy(x, p), F.cross_entropy(x.view(2, 3, 7).transpose(1, 2), t.view(2, 3)),
+                F.cross_entropy(y, t) + y.sum())
+
+    seen = {}
+
+    def spy(gm: torch.fx.GraphModule, example_inputs):
+        seen["n"] = fuse_cross_entropy(gm)
+        seen["float"] = any(n.op == "call_method" and n.target == "float" for n in gm.graph.nodes)
+        return gm.forward
+
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 7, generator=gen)
+    t = torch.randint(0, 7, (6,), generator=gen)
+    p = torch.softmax(torch.randn(6, 7, generator=gen), -1)
+    w = torch.rand(7, generator=gen)
+    xb = x.to(torch.bfloat16)
+    got = torch.compile(cases, backend=spy)(x, t, p, w, xb)
+    assert seen == {"n": 1, "float": True}  # the last call only, its upcast kept
+    for a, b in zip(got, cases(x, t, p, w, xb)):
+        torch.testing.assert_close(a, b)
+
+
+def test_dynamic_batch_sizes_share_the_graph():
+    compiled = tt.compile(_hf_loss, dynamic=True)
+    gen = torch.Generator().manual_seed(9)
+    for n in (5, 9, 12):
+        x = torch.randn(n, 33, generator=gen).to(torch.bfloat16).requires_grad_()
+        t = _labels(n, 33, [1], gen)
+        loss = compiled(x, t)
+        loss.backward()
+        want, want_grad = _reference(x, t, "mean")
+        torch.testing.assert_close(loss.double(), want, rtol=2e-6, atol=2e-6)
+        torch.testing.assert_close(x.grad.double(), want_grad, rtol=8e-3, atol=8e-3 * want_grad.abs().max().item())
+    assert tt.last_report().graph_breaks == 0

@@ -228,3 +228,24 @@ def test_dynamic_batch_sizes_share_the_graph():
         torch.testing.assert_close(loss.double(), want, rtol=2e-6, atol=2e-6)
         torch.testing.assert_close(x.grad.double(), want_grad, rtol=8e-3, atol=8e-3 * want_grad.abs().max().item())
     assert tt.last_report().graph_breaks == 0
+
+
+def test_scatter_one_index_per_position():
+    """scatter.value and scatter.src with one index per row along the dim; a row whose
+    index is outside the dim becomes NaN (torch raises)."""
+    def f(x, i, j, s):
+        return torch.scatter(x, 1, i, 2.5) + torch.scatter(x, 0, j, s)
+
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(5, 6, generator=gen)
+    i = torch.randint(0, 6, (5, 1), generator=gen)
+    j = torch.randint(0, 5, (1, 6), generator=gen)
+    s = torch.randn(1, 6, generator=gen)
+    with torch.no_grad():
+        got = tt.compile(f)(x, i, j, s)
+        torch.testing.assert_close(got, f(x, i, j, s))
+        assert tt.last_report().graph_breaks == 0
+        bad = i.clone()
+        bad[2, 0] = 6
+        got = tt.compile(lambda x, i: torch.scatter(x, 1, i, 1.0))(x, bad)
+    assert torch.isnan(got[2]).all() and not torch.isnan(got[[0, 1, 3, 4]]).any()

@@ -177,8 +177,8 @@ class RowKernel:
 
 def lower_logsumexp(lw: _FunctionLowering, op: g.LogSumExpOp) -> None:
     """``tgraph.logsumexp``: long last-axis rows take the one-pass streaming kernel
-    (:func:`tile_rowstream.lower_logsumexp`); otherwise one tile per output element (its slice strided over the lanes),
-    two passes over the slice: ``m = max x``, then ``s = sum exp(x - m)``; the result is
+    (:func:`tile_rowstream.lower_logsumexp`); otherwise one tile per output element (its
+    slice strided over the lanes), two passes over the slice: ``m = max x``, then ``s = sum exp(x - m)``; the result is
     ``m + log s`` with ``m`` taken as 0 where it is infinite (so an all ``-inf`` or empty
     slice gives ``-inf`` and a ``+inf`` element ``+inf``, as torch). Computed in f32 (f64
     for f64 tensors), so no term overflows: every ``exp`` argument is at most 0."""

@@ -63,14 +63,17 @@ class TakeAlongAxisOp(IRDLOperation):
     def verify_(self) -> None:
         _check_same_elem(self, self.input, self.result)
         if not _is_float(elem_of(self.input)):
-            raise VerifyException(f"{self.name}: input element type {elem_of(self.input)} is not a float type")
+            raise VerifyException(
+                f"{self.name}: input element type {elem_of(self.input)} is not a float type"
+            )
         it = elem_of(self.indices)
         if not isinstance(it, IntegerType) or it.width.data not in (32, 64):
             raise VerifyException(f"{self.name}: indices must be i32 or i64, got {it}")
         s, ix = shape_of(self.input), shape_of(self.indices)
         if len(s) == 0 or len(ix) != len(s):
             raise VerifyException(
-                f"{self.name}: indices {fmt_shape(ix)} and input {fmt_shape(s)} need the same rank (at least 1)"
+                f"{self.name}: indices {fmt_shape(ix)} and input {fmt_shape(s)} need the same "
+                "rank (at least 1)"
             )
         (ax,) = _norm_axes([self.axis.value.data], len(s), self.name)
         for d, (a, b) in enumerate(zip(ix, s)):
@@ -80,5 +83,6 @@ class TakeAlongAxisOp(IRDLOperation):
                 )
         if shape_of(self.result) != ix:
             raise VerifyException(
-                f"{self.name}: result shape {fmt_shape(shape_of(self.result))} is not the indices' {fmt_shape(ix)}"
+                f"{self.name}: result shape {fmt_shape(shape_of(self.result))} is not the "
+                f"indices' {fmt_shape(ix)}"
             )

@@ -28,7 +28,13 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
-from xdsl.dialects.builtin import Float64Type, IntegerType, TensorType, f32
+from xdsl.dialects.builtin import (
+    DenseIntOrFPElementsAttr,
+    Float64Type,
+    IntegerType,
+    TensorType,
+    f32,
+)
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import PassFailedException
@@ -286,14 +292,18 @@ def _max_min_reduce(
 
 @VJP_RULES.register(g.LogSumExpOp)
 def _logsumexp(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
-    """``x̄ = ȳ exp(x - y)`` (the softmax over the axes), ȳ and y expanded over them."""
+    """``x̄ = ȳ exp(x - y)`` (the softmax over the axes), ȳ and y expanded over them; in
+    the result's type when it is wider than x's (f32 from bf16), then cast to x's."""
     assert isinstance(op, g.LogSumExpOp)
     x, axes, y = op.input, op.axis_list(), op.result
     ct = cts[0]
     assert ct is not None
     s = shape_of(x)
-    p = e.exp(e.sub(x, e.expand_reduced(y, s, axes)))
-    return [e.mul(e.expand_reduced(ct, s, axes), p)]
+    wide = elem_of(y) != elem_of(x)
+    xw = e.cast(x, elem_of(y)) if wide else x
+    p = e.exp(e.sub(xw, e.expand_reduced(y, s, axes)))
+    gx = e.mul(e.expand_reduced(ct, s, axes), p)
+    return [e.cast(gx, elem_of(x)) if wide else gx]
 
 
 # --------------------------------------------------------------------------- nn ops
@@ -586,6 +596,33 @@ def _slice(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[b
             list(op.stride.get_values()),
         )
     ]
+
+
+@VJP_RULES.register(g.TakeAlongAxisOp)
+def _take_along_axis(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    """``x̄[.., j, ..] = Σ_k ȳ[.., k, ..] [idx[.., k, ..] == j]``: ȳ and the indices get a
+    new axis at ``axis`` compared with the positions ``0..n-1`` along it, and the indices'
+    axis (now the next one) is summed; zeros where the indices are smaller than ``x``
+    off the axis. An index outside the axis (NaN forward) sends nothing back."""
+    assert isinstance(op, g.TakeAlongAxisOp)
+    ct = cts[0]
+    assert ct is not None
+    if not needs[0]:
+        return [None, None]
+    ax = op.axis_index()
+    xs, ks = shape_of(op.input), shape_of(op.indices)
+    n = xs[ax]
+    wide = [*ks[:ax], 1, *ks[ax:]]
+    pos_shape = [n if d == ax else 1 for d in range(len(wide))]
+    it = elem_of(op.indices)
+    pos = e.insert(g.ConstantOp(
+        DenseIntOrFPElementsAttr.from_list(TensorType(it, pos_shape), list(range(n))),
+        TensorType(it, pos_shape)))
+    hit = e.eq(pos, e.reshape(op.indices, wide))
+    gx = e.sum(e.select(hit, e.reshape(ct, wide), 0.0), [ax + 1])
+    if list(shape_of(gx)) != list(xs):
+        gx = e.pad(gx, xs, [0] * len(xs), [1] * len(xs))
+    return [gx, None]
 
 
 @VJP_RULES.register(g.ConcatOp)

@@ -71,6 +71,7 @@ from tessera.frontend.ops import (  # noqa: F401, A004
     sub,
     sum,
     svd,
+    take_along_axis,
     tanh,
     transpose,
     triangular_solve,

@@ -57,6 +57,7 @@ from tessera.passes import (
     tile_conv,
     tile_datamove,
     tile_fft,
+    tile_gather,
     tile_linalg,
     tile_optim,
     tile_random,
@@ -1245,6 +1246,7 @@ TILE_LOWERINGS.register(g.MSEOp)(_FunctionLowering.lower_mse)
 # data movement
 TILE_LOWERINGS.register(g.ConstantOp)(_FunctionLowering.lower_constant)
 tile_datamove.register(TILE_LOWERINGS)  # transpose, reshape, slice, concat
+tile_gather.register(TILE_LOWERINGS)  # take_along_axis
 tile_optim.register(TILE_LOWERINGS)  # adamw_update, sgd_update
 TILE_LOWERINGS.register(g.BroadcastOp)(_FunctionLowering.lower_broadcast)
 # GEMM family and attention

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import math
+from xdsl.dialects import arith, math
 from xdsl.dialects.builtin import MemRefType, f32
 from xdsl.ir import Attribute, SSAValue
 
@@ -241,6 +241,50 @@ def _fma(e: KernelEmitter, a: SSAValue, b: SSAValue, c: SSAValue) -> SSAValue:
     return e.op(math.FmaOp(a, b, c))
 
 
+def _online_update(b: KernelEmitter, vals: list[SSAValue], m: SSAValue, s: SSAValue) -> list:
+    """Running (max, sum of exp(x - max)) after ``vals`` (masked values are -inf)."""
+    mb = vals[0]
+    for v in vals[1:]:
+        mb = b.fmax(mb, v)
+    mn = b.fmax(m, mb)
+    l2e = b.const(LOG2E, f32)
+    neg = b.fmul(mn, b.const(-LOG2E, f32))
+    # (m - mn) first: exactly 0 when the maximum did not move
+    acc = b.fmul(s, _exp2(b, b.fmul(b.fsub(m, mn), l2e)))
+    for v in vals:
+        acc = b.fadd(acc, _exp2(b, _fma(b, v, l2e, neg)))
+    return [mn, acc]
+
+
+def _masked(b: KernelEmitter, pieces: Sequence[Piece]) -> list[SSAValue]:
+    ninf = b.const(float("-inf"), f32)
+    out_: list[SSAValue] = []
+    for pc in pieces:
+        out_ += [v if pc.mask is None else b.vselect(pc.mask, v, ninf) for v in pc.values]
+    return out_
+
+
+def _online_stats(e: KernelEmitter, s: StreamTile, x: SSAValue) -> list[SSAValue]:
+    """The lane's running (max, sum of exp(x - max)) over its share of the segment."""
+    m, acc = e.const(NEG_BIG, f32), e.const(0.0, f32)
+    edge = s.edge(x)
+    if edge is not None:
+        m, acc = _online_update(e, _masked(e, [edge]), m, acc)
+    return s.stream(x, [m, acc], lambda b, pcs, c: _online_update(b, _masked(b, pcs), *c))
+
+
+def _online_combine(e: KernelEmitter, st: list[SSAValue], valid: SSAValue | None) -> list:
+    """The tile's (max, sum of exp(x - max)) from its lanes' (``valid``: lanes that hold
+    an entry)."""
+    m, acc = st
+    if valid is not None:
+        m = e.vselect(valid, m, e.const(NEG_BIG, f32))
+    mx = e.op(tt.ReduceOp(m, "max", "group"))
+    scaled = e.fmul(acc, _exp2(e, e.fmul(e.fsub(m, mx), e.const(LOG2E, f32))))
+    total = e.op(tt.ReduceOp(scaled, "sum", "group"))
+    return [mx, total]
+
+
 def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> bool:
     """Last-axis ``tgraph.softmax`` as streaming kernels; False when the element type
     is not handled."""
@@ -252,43 +296,7 @@ def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> bool:
         return False
     out = lw.alloc(op.result.type)
     log2e = LOG2E
-
-    def update(b: KernelEmitter, vals: list[SSAValue], m: SSAValue, s: SSAValue) -> list:
-        """Running (max, sum of exp(x - max)) after ``vals`` (masked values are -inf)."""
-        mb = vals[0]
-        for v in vals[1:]:
-            mb = b.fmax(mb, v)
-        mn = b.fmax(m, mb)
-        l2e = b.const(log2e, f32)
-        neg = b.fmul(mn, b.const(-log2e, f32))
-        # (m - mn) first: exactly 0 when the maximum did not move
-        acc = b.fmul(s, _exp2(b, b.fmul(b.fsub(m, mn), l2e)))
-        for v in vals:
-            acc = b.fadd(acc, _exp2(b, _fma(b, v, l2e, neg)))
-        return [mn, acc]
-
-    def masked(b: KernelEmitter, pieces: Sequence[Piece]) -> list[SSAValue]:
-        ninf = b.const(float("-inf"), f32)
-        out_: list[SSAValue] = []
-        for pc in pieces:
-            out_ += [v if pc.mask is None else b.vselect(pc.mask, v, ninf) for v in pc.values]
-        return out_
-
-    def stats(e: KernelEmitter, s: StreamTile, x: SSAValue) -> list[SSAValue]:
-        m, acc = e.const(NEG_BIG, f32), e.const(0.0, f32)
-        edge = s.edge(x)
-        if edge is not None:
-            m, acc = update(e, masked(e, [edge]), m, acc)
-        return s.stream(x, [m, acc], lambda b, pcs, c: update(b, masked(b, pcs), *c))
-
-    def combine(e: KernelEmitter, st: list[SSAValue], valid: SSAValue | None) -> list:
-        m, acc = st
-        if valid is not None:
-            m = e.vselect(valid, m, e.const(NEG_BIG, f32))
-        mx = e.op(tt.ReduceOp(m, "max", "group"))
-        scaled = e.fmul(acc, _exp2(e, e.fmul(e.fsub(m, mx), e.const(log2e, f32))))
-        total = e.op(tt.ReduceOp(scaled, "sum", "group"))
-        return [mx, total]
+    stats, combine = _online_stats, _online_combine
 
     def write(e: KernelEmitter, s: StreamTile, refs: list[SSAValue], st: list[SSAValue]) -> None:
         o_ref, x = refs
@@ -313,6 +321,43 @@ def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> bool:
 
     stream_kernels(lw, "softmax", plan, rows, shape[:-1], out, [lw.mem(op.input)],
              stats, combine, write)
+    lw.env[op.result] = out
+    return True
+
+
+LSE_STREAM_MIN = 1024
+"""Last-axis ``tgraph.logsumexp`` rows of at least this many elements take the one-pass
+streaming kernel (:func:`lower_logsumexp`); shorter ones the strided two-pass kernel."""
+
+
+def lower_logsumexp(lw: _FunctionLowering, op: g.LogSumExpOp) -> bool:
+    """Last-axis ``tgraph.logsumexp`` over long rows in one pass over memory: each lane
+    keeps a running ``(max, sum of exp(x - max))`` of its chunks, the tile combines them
+    (:func:`_online_combine`) and its first lane writes ``max + log(sum)`` in the result's
+    type (which may be wider than the input's: f32 from bf16 logits). A row of ``-inf``
+    gives ``-inf``; a row holding ``+inf`` gives ``+inf`` (as torch). False when the op
+    is not such a reduction (the caller lowers it)."""
+    shape = g.shape_of(op.input)
+    if not shape or op.axis_list() != [len(shape) - 1] or shape[-1] < LSE_STREAM_MIN:
+        return False
+    rows = rows_of(shape)
+    plan = plan_stream(shape[-1], rows, g.elem_of(op.input))
+    if plan is None:
+        return False
+    rt = g.elem_of(op.result)
+    keep = op.keepdims is not None
+    out = lw.alloc(op.result.type)
+
+    def write(e: KernelEmitter, s: StreamTile, refs: list[SSAValue], st: list[SSAValue]) -> None:
+        mx, total = st
+        inf = e.const(float("inf"), f32)
+        y = e.fadd(mx, e.op(math.LogOp(total)))
+        y = e.vselect(e.op(arith.CmpfOp(mx, inf, "oeq")), inf, y)
+        idx = [*s.lead, 0] if keep else list(s.lead)
+        e.store(e.convert(y, rt), refs[0], idx, e.and_(s.first, e.eq(s.lane, 0)))
+
+    stream_kernels(lw, "logsumexp", plan, rows, shape[:-1], out, [lw.mem(op.input)],
+                   _online_stats, _online_combine, write)
     lw.env[op.result] = out
     return True
 

@@ -176,15 +176,19 @@ class RowKernel:
 
 
 def lower_logsumexp(lw: _FunctionLowering, op: g.LogSumExpOp) -> None:
-    """``tgraph.logsumexp``: one tile per output element (its slice strided over the lanes),
-    two passes over the slice: ``m = max x``, then ``s = sum exp(x - m)``; the result is
+    """``tgraph.logsumexp``: long last-axis rows take the one-pass streaming kernel
+    (:func:`tile_rowstream.lower_logsumexp`); otherwise one tile per output element (its
+    slice strided over the lanes), two passes over the slice: ``m = max x``, then ``s = sum exp(x - m)``; the result is
     ``m + log s`` with ``m`` taken as 0 where it is infinite (so an all ``-inf`` or empty
     slice gives ``-inf`` and a ``+inf`` element ``+inf``, as torch). Computed in f32 (f64
     for f64 tensors), so no term overflows: every ``exp`` argument is at most 0."""
     from tessera.passes.lower_graph_to_tile import _accum_type
     from tessera.passes.lower_graph_to_tile import _Row as _Slice
 
+    if tile_rowstream.lower_logsumexp(lw, op):  # long last-axis rows: one pass
+        return
     t = g.elem_of(op.input)
+    rt = g.elem_of(op.result)
     acc_t = _accum_type(t, op)
     row = _Slice(g.shape_of(op.input), op.axis_list())
     out = lw.alloc(op.result.type)
@@ -210,7 +214,7 @@ def lower_logsumexp(lw: _FunctionLowering, op: g.LogSumExpOp) -> None:
         if keep:
             it = iter(oidx)
             oidx = [0 if k in row.axes else next(it) for k in range(len(row.shape))]
-        e.store(e.convert(y, t), o_ref, oidx, mask=e.eq(lane, 0))
+        e.store(e.convert(y, rt), o_ref, oidx, mask=e.eq(lane, 0))
 
     lw.kernel("logsumexp", [out, lw.mem(op.input)], group, [prod(row.kept), 1, 1], build)
     lw.env[op.result] = out

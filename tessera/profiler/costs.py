@@ -34,6 +34,7 @@ flash_attention_bwd        per batch element: 6·P·D + 4·P·Dv (S, dV, dP, dQ,
                            (P, dS) + 2·Sq·Dv (Di)
 conv2d                     2·N·O·Ho·Wo·C·kh·kw (+ N·O·Ho·Wo with a bias)
 mse                        3 per broadcast element (subtract, square, sum) + 1
+take_along_axis            0 (data movement)
 fft / fft2d                5·n·log2(n) per transform of n points
 cholesky                   n³/3 per matrix
 spmm                       2·nnz·N
@@ -225,6 +226,11 @@ def _conv2d(op: g.Conv2dOp) -> int:
     w = _shape(op.weight)
     out = numel(op.result)
     return 2 * out * w[1] * w[2] * w[3] + (out if op.bias is not None else 0)
+
+
+@COSTS.register(g.TakeAlongAxisOp)
+def _take_along_axis(op: g.TakeAlongAxisOp) -> int:
+    return 0  # data movement
 
 
 @COSTS.register(g.MSEOp)

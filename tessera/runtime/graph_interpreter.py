@@ -687,6 +687,20 @@ def run_broadcast(interp: Interpreter, op: g.BroadcastOp, args: tuple[Any, ...])
     return (np.broadcast_to(args[0], tuple(op.result.type.get_shape())).copy(),)
 
 
+@SEMANTICS.register(g.TakeAlongAxisOp)
+def run_take_along_axis(interp: Interpreter, op: g.TakeAlongAxisOp, args: tuple[Any, ...]):
+    """``input`` gathered along ``axis`` at ``indices``; an index outside the axis gives NaN
+    (the GPU kernel's rule, see :class:`~tessera.ir.graph.TakeAlongAxisOp`)."""
+    x, ix = np.asarray(args[0]), np.asarray(args[1]).astype(np.int64)
+    ax = op.axis_index()
+    n = x.shape[ax]
+    # torch's rule: off the axis, the indices' sizes may be smaller (the first entries)
+    x = x[tuple(slice(None) if d == ax else slice(0, k) for d, k in enumerate(ix.shape))]
+    ok = (ix >= 0) & (ix < n)
+    y = load(np.take_along_axis(x, np.where(ok, ix, 0), axis=ax), op.input.type)
+    return (store(np.where(ok, y, np.nan), op.result.type),)
+
+
 @SEMANTICS.register(g.SliceOp)
 def run_slice(interp: Interpreter, op: g.SliceOp, args: tuple[Any, ...]):
     idx = tuple(

@@ -24,6 +24,7 @@ from torch._functorch.partitioners import default_partition
 
 from tessera.torch import report as _report
 from tessera.torch.attention import ATTENTION_BACKWARDS, static_masks
+from tessera.torch.cross_entropy import fuse_cross_entropy
 from tessera.torch.partition import partition
 
 aten = torch.ops.aten
@@ -62,8 +63,10 @@ def partition_joint(joint: torch.fx.GraphModule, joint_inputs: Any, **kw: Any) -
 
 
 def backend(gm: torch.fx.GraphModule, example_inputs: Any, **options: Any) -> Any:
-    """``torch.compile`` backend ``"tessera"`` (options are not used yet)."""
+    """``torch.compile`` backend ``"tessera"`` (options are not used yet). Cross-entropy
+    calls become :func:`tessera.torch.cross_entropy.cross_entropy` first."""
     name = f"graph{next(_GRAPH_IDS)}"
+    fuse_cross_entropy(gm)
     aot = aot_autograd(
         fw_compiler=functools.partial(compile_graph, kind="forward", name=name),
         bw_compiler=functools.partial(compile_graph, kind="backward", name=name),

@@ -59,10 +59,11 @@ def _softmax(node: torch.fx.Node, a: Any, dim: int, half_to_float: bool) -> Trac
 
 @rule(aten._log_softmax.default, check=_softmax_check)
 def _log_softmax(node: torch.fx.Node, a: Any, dim: int, half_to_float: bool) -> TracedTensor:
-    m = ops.max(a, axis=int(dim), keepdims=True)
-    shifted = ops.sub(a, m)
-    lse = ops.log(ops.sum(ops.exp(shifted), axis=int(dim), keepdims=True))
-    return ops.sub(shifted, lse)
+    """``x - logsumexp(x)``: one pass for the log-sum-exp (f32 from 16-bit ``x``, one
+    streaming kernel over long last-axis rows), one fused pass for the difference."""
+    dt = torch_dtype(a)
+    lse = ops.logsumexp(a, int(dim), keepdim=True, wide=True)
+    return to(ops.sub(to(a, torch_dtype(lse)), lse), dt)
 
 
 @rule(aten._softmax_backward_data.default)

@@ -128,3 +128,35 @@ def test_sdpa_training_uses_the_fused_attention_backward_on_the_gpu(monkeypatch,
         assert err < 2e-2, (name, err)
     assert not eager_calls, tt.last_report()
     assert tt.last_report().graph_breaks == 0, tt.last_report()
+
+
+@pytest.mark.parametrize("n, c, dtype", [(8192, 50257, torch.bfloat16), (300, 1031, torch.float32)])
+def test_cross_entropy_loss_and_gradient_on_the_gpu(n, c, dtype):
+    """Hugging Face's causal-LM loss (f32 upcast, ignore_index) through the cross-entropy
+    ops on the GPU: the loss and the logits' gradient against float64 autograd; an
+    all-ignored batch gives nan like torch."""
+    import torch.nn.functional as F  # noqa: N812
+
+    def loss_fn(logits, labels):
+        logits = logits.float()
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
+
+    gen = torch.Generator(device="cuda").manual_seed(n + c)
+    x = (torch.randn(n, c, device="cuda", generator=gen) * 3).to(dtype).requires_grad_()
+    t = torch.randint(0, c, (n,), device="cuda", generator=gen)
+    t[::7] = -100
+    compiled = tt.compile(loss_fn)
+    loss = compiled(x, t)
+    loss.backward()
+    x64 = x.detach().double().requires_grad_()
+    want = F.cross_entropy(x64, t, ignore_index=-100)
+    want.backward()
+    assert loss.is_cuda and x.grad.is_cuda and x.grad.dtype == dtype
+    torch.testing.assert_close(loss.double(), want, rtol=1e-5, atol=1e-5)
+    gtol = 8e-3 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=gtol,
+                               atol=gtol * x64.grad.abs().max().item())
+    assert torch.all(x.grad[::7] == 0)
+    assert tt.last_report().graph_breaks == 0
+    none = torch.full_like(t, -100)
+    assert torch.isnan(compiled(x.detach(), none))

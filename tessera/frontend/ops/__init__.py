@@ -128,6 +128,7 @@ from tessera.frontend.ops.shape import (
     reshape,
     slice,
     split_qkv,
+    take_along_axis,
     transpose,
 )
 
@@ -141,6 +142,7 @@ OP_FUNCTIONS: tuple[str, ...] = (
     "softmax", "layernorm", "rmsnorm", "layernorm_safe", "rmsnorm_safe",
     "matmul", "gemm", "flash_attention", "conv2d", "mse",
     "transpose", "reshape", "broadcast_to", "slice", "concat", "constant", "split_qkv",
+    "take_along_axis",
     "fft", "ifft", "fft2d", "ifft2d", "cholesky", "svd", "spmm",
     "real", "imag", "complex", "triangular_solve",
     "randn", "poisson",

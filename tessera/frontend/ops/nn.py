@@ -46,7 +46,8 @@ from tessera.ir.policy import NumericPolicy
 
 
 def _reduce(
-    opcls: type[g.AxesReductionOp], opname: str, x: Any, axis: Any, keepdims: bool
+    opcls: type[g.AxesReductionOp], opname: str, x: Any, axis: Any, keepdims: bool,
+    like: Any = None,
 ) -> TracedTensor:
     if not isinstance(x, TracedTensor):
         current_trace(opname)
@@ -77,7 +78,7 @@ def _reduce(
         opcls,
         x.trace,
         operands=[x.value],
-        result_types=[result_type(shape, x.type)],
+        result_types=[result_type(shape, x.type if like is None else like)],
         properties=props,
     )
 
@@ -121,10 +122,11 @@ def mean(x: Any, axis: Any = None, keepdims: bool = False) -> TracedTensor:
     return _reduce(g.MeanOp, "mean", x, axis, keepdims)
 
 
-def logsumexp(x: Any, dim: Any, keepdim: bool = False) -> TracedTensor:
+def logsumexp(x: Any, dim: Any, keepdim: bool = False, *, wide: bool = False) -> TracedTensor:
     """``log(sum(exp(x)))`` over ``dim`` (an int or a tuple of ints), computed stably with
     the maximum subtracted first, as ``torch.logsumexp``. Integer and bool tensors are
-    taken as ``f32``; an empty slice gives ``-inf``."""
+    taken as ``f32``; an empty slice gives ``-inf``. ``wide``: a bf16/f16 ``x`` gives an
+    f32 result (the f32 sums unrounded), without an f32 copy of ``x``."""
     if isinstance(x, TracedTensor) and not x.is_complex and not x.dtype.is_float:
         x = cast(x, fp32)
     if isinstance(x, TracedTensor) and x.is_complex:
@@ -135,7 +137,8 @@ def logsumexp(x: Any, dim: Any, keepdim: bool = False) -> TracedTensor:
         raise TesseraTypeError(
             located("logsumexp: dim must be an int or a non-empty tuple of ints")
         )
-    return _reduce(g.LogSumExpOp, "logsumexp", x, dim, bool(keepdim))
+    like = fp32 if wide and isinstance(x, TracedTensor) and x.dtype.is_float and x.dtype.bits == 16 else None
+    return _reduce(g.LogSumExpOp, "logsumexp", x, dim, bool(keepdim), like)
 
 
 # --------------------------------------------------------------------------- nn ops

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from xdsl.dialects.builtin import (
     IntegerAttr,
+    IntegerType,
     i64,
 )
 
@@ -29,6 +30,7 @@ from tessera.frontend.ops.base import (
 )
 from tessera.frontend.tracing import TracedTensor, current_trace, result_type
 from tessera.ir import graph as g
+from tessera.ir.graph.base import _is_float as _is_float_type
 
 # --------------------------------------------------------------------------- shape ops
 
@@ -278,3 +280,35 @@ def split_qkv(qkv: Any, heads: int) -> tuple[TracedTensor, TracedTensor, TracedT
     return out[0], out[1], out[2]
 
 
+
+
+def take_along_axis(x: Any, indices: Any, axis: int) -> TracedTensor:
+    """``x`` gathered along ``axis`` at integer ``indices`` (``torch.gather(x, axis,
+    indices)``, ``numpy.take_along_axis``): the result has the shape of ``indices``, whose
+    other dims are at most ``x``'s. An index outside ``[0, x.shape[axis])`` gives NaN
+    (see ``tgraph.take_along_axis``). ``x`` must be a float tensor, ``indices`` i32/i64."""
+    x = _tensor_arg(x, "take_along_axis")
+    ix = _tensor_arg(indices, "take_along_axis", "indices")
+    if x.ndim == 0 or ix.ndim != x.ndim:
+        raise ShapeError(located(
+            f"take_along_axis: indices {g.fmt_shape(ix.shape)} and input {g.fmt_shape(x.shape)} "
+            "need the same rank (at least 1)"
+        ))
+    ax = _norm_axis("take_along_axis", axis, x.ndim)
+    if any(d != ax and a > b for d, (a, b) in enumerate(zip(ix.shape, x.shape))):
+        raise ShapeError(located(
+            f"take_along_axis: indices {g.fmt_shape(ix.shape)} larger than input "
+            f"{g.fmt_shape(x.shape)} outside axis {ax}"
+        ))
+    et, it = g.elem_of(x.type), g.elem_of(ix.type)
+    if not _is_float_type(et):
+        raise TesseraTypeError(located(f"take_along_axis: input must be a float tensor, got {et}"))
+    if not isinstance(it, IntegerType) or it.width.data not in (32, 64):
+        raise TesseraTypeError(located(f"take_along_axis: indices must be int32 or int64, got {it}"))
+    return _emit(
+        g.TakeAlongAxisOp,
+        x.trace,
+        operands=[x.value, ix.value],
+        result_types=[result_type(list(ix.shape), x.type)],
+        properties={"axis": IntegerAttr(ax, i64)},
+    )

@@ -18,7 +18,7 @@ Syntax is uniform: operands, then keyword attributes, then
 The dialect is a package split by op family, as xDSL's dialect packages are:
 :mod:`.base` (the tensor constraint, shape helpers, shared verifier checks),
 :mod:`.elementwise`, :mod:`.nn` (reductions and neural-network ops), :mod:`.shape`,
-:mod:`.scientific`, :mod:`.collectives`, :mod:`.fusion` and :mod:`.optim` (multi-tensor
+:mod:`.indexing`, :mod:`.scientific`, :mod:`.collectives`, :mod:`.fusion` and :mod:`.optim` (multi-tensor
 optimizer updates). This module re-exports
 every op and helper, so ``from tessera.ir import graph as g; g.MatmulOp`` works.
 """
@@ -90,6 +90,7 @@ from tessera.ir.graph.fusion import (
     MatmulEpilogueOp,
     YieldOp,
 )
+from tessera.ir.graph.indexing import TakeAlongAxisOp
 from tessera.ir.graph.nn import (
     AxesReductionOp,
     Conv2dOp,
@@ -151,7 +152,7 @@ GRAPH_OPS: list[type[IRDLOperation]] = [
     ErfOp, CastOp,
     SumOp, MaxOp, MinOp, MeanOp, LogSumExpOp,
     SoftmaxOp, LayerNormOp, RMSNormOp, MatmulOp, FlashAttentionOp, Conv2dOp, MSEOp,
-    TransposeOp, ReshapeOp, BroadcastOp, SliceOp, ConcatOp, ConstantOp,
+    TransposeOp, ReshapeOp, BroadcastOp, SliceOp, ConcatOp, ConstantOp, TakeAlongAxisOp,
     FFTOp, FFT2dOp, CholeskyOp, SVDOp, SpMMOp,
     RandnOp, PoissonOp,
     AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, AllSliceOp, SendOp, RecvOp,
@@ -249,6 +250,7 @@ __all__ = [
     "SqrtOp",
     "SubOp",
     "SumOp",
+    "TakeAlongAxisOp",
     "TanhOp",
     "TensorT",
     "TransposeOp",

@@ -14,6 +14,9 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IntegerAttr,
     UnitAttr,
+    bf16,
+    f16,
+    f32,
     i64,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -77,6 +80,10 @@ class AxesReductionOp(IRDLOperation, ABC):
 
     def verify_(self) -> None:
         _check_same_elem(self, self.input, self.result)
+        self.verify_shape()
+
+    def verify_shape(self) -> None:
+        """The result's shape: the input's without (or with 1 in, keepdims) the axes."""
         ax = self.axis_list()
         s = shape_of(self.input)
         if self.keepdims is not None:
@@ -124,16 +131,22 @@ class LogSumExpOp(AxesReductionOp):
     """``log(sum(exp(x)))`` over axes, as ``torch.logsumexp``: computed stably as
     ``m + log(sum(exp(x - m)))`` with ``m`` the maximum over the axes (taken as 0 where it
     is infinite, so an all ``-inf`` slice gives ``-inf`` and one with ``+inf`` gives
-    ``+inf``; an empty slice gives ``-inf``). Floating-point operands only."""
+    ``+inf``; an empty slice gives ``-inf``). Floating-point operands only. The result
+    has the input's element type, or f32 for a bf16/f16 input (the sums are f32 either
+    way: a loss keeps the f32 log-sum-exp of 16-bit logits without an f32 copy of them)."""
 
     name = "tgraph.logsumexp"
 
     def verify_(self) -> None:
-        if not _is_float(elem_of(self.input)):
+        et, rt = elem_of(self.input), elem_of(self.result)
+        if not _is_float(et):
+            raise VerifyException(f"{self.name}: needs a floating-point operand, got {et}")
+        if rt != et and not (rt == f32 and et in (bf16, f16)):
             raise VerifyException(
-                f"{self.name}: needs a floating-point operand, got {elem_of(self.input)}"
+                f"{self.name}: result element type {rt} is neither the input's ({et}) nor f32 "
+                "for a 16-bit input"
             )
-        super().verify_()
+        self.verify_shape()
 
 
 # --------------------------------------------------------------------------- nn ops

@@ -1,0 +1,145 @@
+"""ATen rules: indexing by class (``gather``, ``scatter``) and the cross-entropy ops.
+
+``aten.gather`` becomes ``tgraph.take_along_axis``. ``aten.scatter`` with one index per
+position along its dim (what ``nll_loss``'s backward decomposes to) becomes a compare
+against the positions and a select, elementwise ops that fuse with their neighbours. The
+custom ops of :mod:`tessera.torch.cross_entropy` become a streaming log-sum-exp, a gather
+and one fused elementwise gradient kernel. An index outside its dim gives NaN (the
+gather's element, the scatter's row) where torch would raise: never a plausible value.
+
+The rules register themselves in :data:`tessera.torch.aten_ops.RULES` when this module
+is imported (``aten_ops`` imports it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx
+
+from tessera.frontend import ops
+from tessera.torch import cross_entropy as _cross_entropy  # noqa: F401  (defines tessera::cross_entropy_rows)
+from tessera.torch.aten_ops import FLOAT_DTYPES, TracedTensor, rule, to, torch_dtype, ts_dtype, val
+
+aten = torch.ops.aten
+
+
+def _positions(n: int, axis: int, rank: int) -> TracedTensor:
+    """``0 .. n-1`` along ``axis`` of a rank-``rank`` int64 tensor (size 1 elsewhere)."""
+    shape = [1] * rank
+    shape[axis] = n
+    return ops.constant(np.arange(n, dtype=np.int64).reshape(shape), ts_dtype(torch.int64))
+
+
+def _outside(idx: TracedTensor, n: int) -> TracedTensor:
+    """Where an int64 index is outside ``[0, n)``."""
+    return ops.where(ops.lt(idx, to(0, torch.int64)), True, ops.ge(idx, to(n, torch.int64)))
+
+
+def _gather_check(node: torch.fx.Node) -> str | None:
+    x, index = val(node.args[0]), val(node.args[2])
+    if x.dtype not in FLOAT_DTYPES:
+        return f"{x.dtype} input"
+    if index.dtype not in (torch.int64, torch.int32):
+        return f"{index.dtype} indices"
+    if x.dim() == 0 or index.dim() != x.dim():
+        return "0-d input or indices of another rank"
+    if node.kwargs.get("sparse_grad") or (len(node.args) > 3 and node.args[3]):
+        return "sparse_grad"
+    return None
+
+
+@rule(aten.gather.default, check=_gather_check)
+def _gather(node: torch.fx.Node, x: Any, dim: int, index: Any, **kw: Any) -> TracedTensor:
+    """``torch.gather``: ``tgraph.take_along_axis`` (NaN for an index outside the dim)."""
+    return ops.take_along_axis(x, index, int(dim))
+
+
+def _scatter_check(node: torch.fx.Node) -> str | None:
+    x, dim, index = val(node.args[0]), int(node.args[1]), val(node.args[2])
+    if x.dtype not in FLOAT_DTYPES:
+        return f"{x.dtype} input"
+    if node.kwargs.get("reduce") is not None:
+        return "reduce="
+    if index.dim() != x.dim() or x.dim() == 0:
+        return "indices of another rank"
+    d = dim % x.dim()
+    if index.shape[d] != 1 or any(
+        a != b for k, (a, b) in enumerate(zip(index.shape, x.shape)) if k != d
+    ):
+        return f"indices {list(index.shape)} are not one per position along dim {d} of {list(x.shape)}"
+    if node.target is aten.scatter.src and list(val(node.args[3]).shape) != list(index.shape):
+        return "src of another shape than the indices"
+    return None
+
+
+@rule(aten.scatter.value, aten.scatter.src, check=_scatter_check)
+def _scatter(node: torch.fx.Node, x: Any, dim: int, index: Any, value: Any) -> TracedTensor:
+    """``x`` with ``value`` (a number, or ``src`` of the indices' shape) written at each
+    row's index along ``dim``: ``where(positions == index, value, x)``. A row whose index
+    is outside the dim becomes NaN (torch raises)."""
+    dt = torch_dtype(x)
+    d = int(dim) % x.ndim
+    n = x.shape[d]
+    idx = to(index, torch.int64)
+    hit = ops.eq(_positions(n, d, x.ndim), idx)
+    r = ops.where(hit, to(value, dt), x)
+    return ops.where(_outside(idx, n), to(float("nan"), dt), r)
+
+
+# --------------------------------------------------------------------------- cross-entropy
+
+
+def _ce_check_args(x: Any, t: Any) -> str | None:
+    if x.dtype not in FLOAT_DTYPES or x.dim() != 2:
+        return f"logits {x.dtype}{list(x.shape)}"
+    if t.dtype != torch.int64 or t.dim() != 1:
+        return f"targets {t.dtype}{list(t.shape)}"
+    return None
+
+
+def _ce_check(node: torch.fx.Node) -> str | None:
+    return _ce_check_args(val(node.args[0]), val(node.args[1]))
+
+
+def _ce_backward_check(node: torch.fx.Node) -> str | None:
+    return _ce_check_args(val(node.args[1]), val(node.args[2]))
+
+
+def _wide(x: TracedTensor) -> torch.dtype:
+    return torch.float64 if torch_dtype(x) == torch.float64 else torch.float32
+
+
+@rule(torch.ops.tessera.cross_entropy_rows.default, check=_ce_check)
+def _ce_rows(node: torch.fx.Node, x: Any, t: Any, ignore_index: int) -> tuple[TracedTensor, ...]:
+    """Per-row loss and log-sum-exp: one streaming pass over the logits (f32 sums, an f32
+    result from 16-bit logits) and a gather of the targets' logits."""
+    n = x.shape[0]
+    wide = _wide(x)
+    lse = ops.logsumexp(x, 1, wide=True)
+    valid = ops.ne(t, to(int(ignore_index), torch.int64))
+    safe = ops.where(valid, t, to(0, torch.int64))
+    picked = ops.reshape(ops.take_along_axis(x, ops.reshape(safe, [n, 1]), 1), [n])
+    loss = ops.where(valid, ops.sub(lse, to(picked, wide)), to(0.0, wide))
+    return loss, lse
+
+
+@rule(torch.ops.tessera.cross_entropy_rows_backward.default, check=_ce_backward_check)
+def _ce_rows_backward(
+    node: torch.fx.Node, grad: Any, x: Any, t: Any, lse: Any, ignore_index: int
+) -> TracedTensor:
+    """``grad * (exp(x - lse) - onehot(target))`` per row in the logits' dtype (0 on
+    ignored rows, NaN on rows whose target is outside the classes): elementwise ops on
+    the logits and per-row values that fuse into one kernel."""
+    n, c = x.shape
+    wide = _wide(x)
+    valid = ops.ne(t, to(int(ignore_index), torch.int64))
+    gv = ops.where(valid, to(grad, wide), to(0.0, wide))
+    gv = ops.where(ops.where(valid, _outside(t, c), False), to(float("nan"), wide), gv)
+    p = ops.exp(ops.sub(to(x, wide), ops.reshape(to(lse, wide), [n, 1])))
+    hit = ops.eq(_positions(c, 1, 2), ops.reshape(t, [n, 1]))
+    d = ops.where(hit, ops.sub(p, to(1.0, wide)), p)
+    return to(ops.mul(d, ops.reshape(gv, [n, 1])), torch_dtype(x))
+

@@ -91,6 +91,13 @@ from tessera.passes.tile_policy import (
 )
 
 ELEMENTWISE_GROUP = 256
+ROW_MAP_MIN = 64
+"""Shortest row that elementwise kernels which cannot vectorize map as rows
+(:meth:`_FunctionLowering._row_map`) rather than one flat index per lane."""
+ROW_MAP_UNROLL = 4
+"""Elements of a row per lane in :meth:`_FunctionLowering._row_map`."""
+MAX_GRID_Y = 65535
+"""CUDA's largest grid extent in y."""
 ROW_GROUP = 128
 _COMPLEX_OPS = (g.FFTOp, g.FFT2dOp, g.RealOp, g.ImagOp, g.ComplexOp)
 """The ops besides complex elementwise arithmetic (``tile_complex``) that read or write
@@ -857,6 +864,10 @@ class _FunctionLowering:
         index = [_bcast_index(s, domain) for s in shapes]
         w = acc.width
         group = ELEMENTWISE_GROUP
+        if (w == 1 and len(domain) > 1 and domain[-1] >= ROW_MAP_MIN
+                and cdiv(domain[-1], group * ROW_MAP_UNROLL) <= MAX_GRID_Y):
+            self._row_map(tag, domain, out, result, refs, shapes, evaluate)
+            return
 
         def build(e: KernelEmitter, args: list[SSAValue]) -> None:
             o_ref, ins = args[0], args[1:]
@@ -887,6 +898,42 @@ class _FunctionLowering:
                     e.store(y, o_ref, ix, mask=ok)
 
         self.kernel(tag, [out, *refs], group, [cdiv(cdiv(n, w), group), 1, 1], build)
+
+    def _row_map(
+        self, tag: str, domain: Sequence[int], out: SSAValue, result: SSAValue,
+        refs: Sequence[SSAValue], shapes: Sequence[Sequence[int]],
+        evaluate: Callable[[KernelEmitter, list[SSAValue]], SSAValue],
+    ) -> None:
+        """:meth:`vector_map` for rows no vector width divides (an odd length such as a
+        vocabulary of 50257): tile ``(r, c)`` computes ``ROW_MAP_UNROLL * group``
+        elements of row ``r`` from chunk ``c``, lane ``l`` the elements ``l, l + group,
+        ...`` of it, so every access of a warp is to adjacent elements and no lane
+        divides a flat index; a broadcast column is read once per lane."""
+        rows, last = prod(domain[:-1]), domain[-1]
+        group = ELEMENTWISE_GROUP
+        chunk = group * ROW_MAP_UNROLL
+        index = [_bcast_index(s, domain) for s in shapes]
+        uniform = [bool(s) and s[-1] == 1 or not s for s in shapes]
+
+        def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+            o_ref, ins = args[0], args[1:]
+            ridx = e.unravel(e.tile_id("x"), domain[:-1])
+            base = e.add(e.mul(e.tile_id("y"), chunk), e.local_id())
+            once = {
+                k: e.load(r, f(e, [*ridx, 0], 0))
+                for k, (r, f, u) in enumerate(zip(ins, index, uniform)) if u
+            }
+            for j in range(ROW_MAP_UNROLL):
+                col = e.add(base, j * group)
+                ok = e.lt(col, last)
+                idx = [*ridx, col]
+                vals = [
+                    once[k] if k in once else e.load(r, f(e, idx, 0), mask=ok)
+                    for k, (r, f) in enumerate(zip(ins, index))
+                ]
+                e.store(evaluate(e, vals), o_ref, idx, mask=ok)
+
+        self.kernel(tag, [out, *refs], group, [rows, cdiv(last, chunk), 1], build)
 
     # ------------------------------------------------------------------ matmul
     def lower_matmul(self, op: g.MatmulOp) -> None:

@@ -153,6 +153,14 @@ CASES: list[Case] = [
     _chain("chain_f16", (7, 24), "f16", vector=True),
     _chain("chain_f64", (5, 14), "f64", "abs", vector=True),  # no f64 exp in PTX lowering
     _chain("chain_ragged", (37, 45), "f32"),
+    Case(  # odd rows with a broadcast column: mapped as rows (_row_map)
+        "rows_odd_bcast",
+        [((6, 1101), "bf16"), ((6, 1), "f32")], ((6, 1101), "f32"),
+        "  %0 = tgraph.cast %a0 : ({t0}) -> {res}\n"
+        "  %1 = tgraph.sub %0, %a1 : ({res}, {t1}) -> {res}\n"
+        "  %r = tgraph.exp %1 : ({res}) -> {res}",
+        lambda x, m: np.exp(x - m),
+    ),
     _chain("chain_bf16_width2", (5, 54), "bf16", vector=True),
     Case(
         "broadcast_mixed",

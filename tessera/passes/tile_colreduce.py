@@ -10,7 +10,7 @@ one tile whose lanes stride down a column; here the lanes of a warp read 32 adja
 columns of one row (whole memory sectors) and the tile's warps take rows in turn:
 
 * kernel 1, grid ``[column blocks, splits, A]``: warp ``y`` of split ``s`` folds rows
-  ``y, y + 8, ...`` of the split's rows; the 8 warps' partials are combined through
+  ``y, y + 8, ...`` of the split's rows, in order, loading 8 of them at a time; the 8 warps' partials are combined through
   shared memory in warp order. With one split this is the result; with more, each
   split's partial goes to an f32 buffer ``[A, splits, C]``;
 * kernel 2 (several splits only), one lane per output element: the splits' partials
@@ -45,6 +45,8 @@ TARGET_TILES = 528
 """Tiles to aim for (four per SM of an H100) when choosing the number of splits."""
 MIN_ROWS_PER_WARP = 16
 """A split gives each warp at least this many rows (fewer splits otherwise)."""
+UNROLL = 8
+"""Rows a warp loads before folding them (loads in flight per lane)."""
 
 ValueFn = Callable[[KernelEmitter, list[SSAValue], list[Idx], SSAValue], SSAValue]
 
@@ -138,15 +140,22 @@ def lower_column_reduction(
         init = e.const(_reduce_init(kind, acc_t), acc_t)
 
         def step(ie: KernelEmitter, k: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
-            local = ie.add(ie.mul(k, WARPS), warp)
-            r = ie.add(r0, local)
-            ok = ie.and_(c_ok, ie.and_(ie.lt(r, r_n), ie.lt(local, seg)))
-            assert ok is not None
-            v = value(ie, ins, in_index(ie, a, r, c), ok)
-            v = ie.vselect(ok, v, ie.const(_reduce_init(kind, acc_t), acc_t))
-            return [_combine(ie, kind, carried[0], v)]
+            # UNROLL rows loaded before they are folded (independent loads in flight),
+            # folded in row order
+            vs = []
+            for u in range(UNROLL):
+                local = ie.add(ie.mul(ie.add(ie.mul(k, UNROLL), u), WARPS), warp)
+                r = ie.add(r0, local)
+                ok = ie.and_(c_ok, ie.and_(ie.lt(r, r_n), ie.lt(local, seg)))
+                assert ok is not None
+                v = value(ie, ins, in_index(ie, a, r, c), ok)
+                vs.append(ie.vselect(ok, v, ie.const(_reduce_init(kind, acc_t), acc_t)))
+            acc = carried[0]
+            for v in vs:
+                acc = _combine(ie, kind, acc, v)
+            return [acc]
 
-        (acc,) = e.for_(0, -(-seg // WARPS), 1, [init], step)
+        (acc,) = e.for_(0, -(-seg // (WARPS * UNROLL)), 1, [init], step)
         smem = e.op(tt.AllocSharedOp([WARPS, COLUMNS], acc_t, alignment=16))
         e.store(acc, smem, [warp, lane])
         e.barrier()

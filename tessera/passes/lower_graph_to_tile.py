@@ -572,17 +572,6 @@ class _FunctionLowering:
         self.globals.add(m)
         self.env[op.result] = m
 
-    # ------------------------------------------------------------------ shape ops
-    def lower_broadcast(self, op: g.BroadcastOp) -> None:
-        shape = g.shape_of(op.result)
-        out = self.alloc(op.result.type)
-        self.map_kernel(
-            "broadcast", shape, out,
-            [(self.mem(op.input), _bcast_index(g.shape_of(op.input), shape))],
-            lambda e, xs: xs[0],
-        )
-        self.env[op.result] = out
-
     # ------------------------------------------------------------------ rows
     def row_loop(
         self,
@@ -1226,9 +1215,8 @@ TILE_LOWERINGS.register(g.RMSNormOp, g.LayerNormOp)(tile_rowwise.lower_norm)
 TILE_LOWERINGS.register(g.MSEOp)(_FunctionLowering.lower_mse)
 # data movement
 TILE_LOWERINGS.register(g.ConstantOp)(_FunctionLowering.lower_constant)
-tile_datamove.register(TILE_LOWERINGS)  # transpose, reshape, slice, concat
+tile_datamove.register(TILE_LOWERINGS)  # transpose, reshape, slice, concat, broadcast
 tile_optim.register(TILE_LOWERINGS)  # adamw_update, sgd_update
-TILE_LOWERINGS.register(g.BroadcastOp)(_FunctionLowering.lower_broadcast)
 # GEMM family and attention
 TILE_LOWERINGS.register(g.MatmulOp)(_FunctionLowering.lower_matmul)
 TILE_LOWERINGS.register(g.MatmulEpilogueOp)(_FunctionLowering.lower_matmul_epilogue)

@@ -51,6 +51,7 @@ from tessera.passes import (
     tile_attention,
     tile_attention_bwd,
     tile_collectives,
+    tile_colreduce,
     tile_complex,
     tile_conv,
     tile_datamove,
@@ -637,6 +638,13 @@ class _FunctionLowering:
         kind = {g.SumOp: "sum", g.MaxOp: "max", g.MinOp: "min", g.MeanOp: "sum"}[type(op)]
         if isinstance(op, g.MeanOp) and not is_float(t):
             raise not_lowered(op, "integer mean")
+        if tile_colreduce.applies(g.shape_of(op.input), op.axis_list()):
+            # the last axis is kept: lanes along it, the reduced elements in chunks
+            self.env[op.result] = tile_colreduce.lower(
+                self, op, tag, inputs, value, kind, acc_t, _reduce_init(kind, acc_t),
+                lambda e, a, b: _combine(e, kind, a, b),
+            )
+            return
         row = _Row(g.shape_of(op.input), op.axis_list())
         n = prod(row.red)
         out = self.alloc(op.result.type)

@@ -228,7 +228,7 @@ def vector_copy(
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         o, s = args
-        ix = _I32Index(e) if split is not None else None
+        ix = I32Index(e) if split is not None else None
         oidx: list[Idx] = []
         o_ok: SSAValue | None = None
         if ix is not None:
@@ -278,7 +278,7 @@ def vector_copy(
     fl.kernel(tag, [out, src], COPY_GROUP, grid, build)
 
 
-class _I32Index:
+class I32Index:
     """Index arithmetic in ``i32`` (for linear indices below ``2**31``): PTX divides a
     32-bit value by a constant in a multiply-high and a shift, a 64-bit one in an
     emulated sequence several times longer."""

@@ -62,6 +62,7 @@ from tessera.passes import (
     tile_rowreduce,
     tile_rowwise,
     tile_sparse,
+    tile_splitreduce,
     tile_support,
 )
 from tessera.passes.dedupe_kernels import KERNEL_OPS, kernel_fingerprint
@@ -641,6 +642,13 @@ class _FunctionLowering:
         if tile_colreduce.applies(g.shape_of(op.input), op.axis_list()):
             # the last axis is kept: lanes along it, the reduced elements in chunks
             self.env[op.result] = tile_colreduce.lower(
+                self, op, tag, inputs, value, kind, acc_t, _reduce_init(kind, acc_t),
+                lambda e, a, b: _combine(e, kind, a, b),
+            )
+            return
+        if tile_splitreduce.applies(g.shape_of(op.input), op.axis_list()):
+            # few outputs, many elements each: chunks of each on several tiles
+            self.env[op.result] = tile_splitreduce.lower(
                 self, op, tag, inputs, value, kind, acc_t, _reduce_init(kind, acc_t),
                 lambda e, a, b: _combine(e, kind, a, b),
             )

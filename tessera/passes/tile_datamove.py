@@ -471,21 +471,49 @@ def lower_concat(fl: _FunctionLowering, op: g.ConcatOp) -> None:
 # --------------------------------------------------------------------------- broadcast
 
 
+def broadcast_runs(in_shape: Sequence[int], shape: Sequence[int]) -> tuple[list[int], list[int]]:
+    """``(in_dims, out_dims)``: the broadcast of ``in_shape`` to ``shape`` with adjacent
+    dims merged where both are repeated or both are copied (size-1 output dims dropped),
+    so a scalar's broadcast is one flat run and ``[1, S, D] -> [B, S, D]`` is
+    ``[1, S*D] -> [B, S*D]``: longer rows, wider vectors."""
+    full = [1] * (len(shape) - len(in_shape)) + list(in_shape)
+    ins: list[int] = []
+    outs: list[int] = []
+    kinds: list[bool] = []  # True: the run is repeated (input size 1)
+    for i, o in zip(full, shape):
+        if o == 1:
+            continue
+        rep = i == 1
+        if kinds and kinds[-1] == rep:
+            ins[-1] *= i
+            outs[-1] *= o
+        else:
+            ins.append(i)
+            outs.append(o)
+            kinds.append(rep)
+    return ins, outs
+
+
 def lower_broadcast(fl: _FunctionLowering, op: g.BroadcastOp) -> None:
-    """``tgraph.broadcast``: a vector copy from the input, its broadcast dims read at 0;
-    a broadcast along the last dim loads one element for each vector and repeats it."""
-    shape = list(g.shape_of(op.result))
-    in_shape = list(g.shape_of(op.input))
+    """``tgraph.broadcast``: a vector copy from the input, its broadcast dims read at 0
+    (adjacent dims merged first: :func:`broadcast_runs`); a broadcast along the last dim
+    loads one element for each vector and repeats it."""
     out = fl.alloc(op.result.type)
     fl.env[op.result] = out
+    if prod(g.shape_of(op.result)) == 0:
+        return
+    in_shape, shape = broadcast_runs(g.shape_of(op.input), g.shape_of(op.result))
+    et = g.elem_of(op.result)
+    dst = reshape_view(fl, out, MemRefType(et, shape))
+    src = reshape_view(fl, fl.mem(op.input), MemRefType(et, in_shape))
     off = len(shape) - len(in_shape)
 
     def src_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
         return [idx[k + off] if d != 1 else 0 for k, d in enumerate(in_shape)]
 
-    w = vector_width(g.elem_of(op.result), shape[-1]) if shape else 1
+    w = vector_width(et, shape[-1]) if shape else 1
     splat = bool(shape) and (not in_shape or in_shape[-1] != shape[-1])
-    vector_copy(fl, "broadcast", out, shape, fl.mem(op.input), src_index, w, splat=splat)
+    vector_copy(fl, "broadcast", dst, shape, src, src_index, w, splat=splat)
 
 
 def register(registry: Any) -> None:

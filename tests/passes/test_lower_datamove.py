@@ -214,6 +214,8 @@ def test_data_movement_ptx_assembles_per_type(elem):
     ((2, 1, 3), (2, 4, 3), "f64"),
     ((1, 1), (9, 1), "i32"),
     ((3, 1), (3, 5), "i1"),
+    ((1,), (1, 1), "f32"),             # all ones: a one-element copy
+    ((3, 1, 1), (2, 3, 1, 4), "bf16"),
 ])
 def test_broadcast(src, dst, elem):
     x = rand(RNG, src, "f32", lo=-9, hi=9)
@@ -234,11 +236,11 @@ def _grids(m):
             else list(op.grid) for op in m.walk() if isinstance(op, tt.LaunchOp)]
 
 
-@pytest.mark.parametrize("gyz", [65535, 3, 2])
+@pytest.mark.parametrize("gyz", [65535, 4, 2])
 def test_copies_of_large_tensors_spread_leading_dims_over_grid_y_z(monkeypatch, gyz):
     """Tensors whose vectors a 32-bit linear index cannot number (here: a lowered limit)
     put their leading dims on grid y (and z) and keep 32-bit indices; when those do not
-    fit on y and z either (gyz = 2: 4 tiles for 5 rows), the index is 64-bit."""
+    fit on y and z either (gyz = 2: 4 tiles for 15 rows), the index is 64-bit."""
     from tessera.passes import tile_datamove
 
     monkeypatch.setattr(tile_datamove, "COPY_GROUP", 32)  # 128 vectors a tile
@@ -260,10 +262,11 @@ def test_copies_of_large_tensors_spread_leading_dims_over_grid_y_z(monkeypatch, 
     grids = _grids(m)
     split = [gr[1] * gr[2] > 1 for gr in grids]
     expect = {65535: [True, False, True, True, True],  # concat x, concat y, transpose, ...
-              3: [False, False, False, False, True],   # only the broadcast's 5 rows fit
+              4: [False, False, True, False, True],    # 15 rows fit on 4 x 4 tiles
               2: [False] * 5}[gyz]
     assert split == expect, grids
-    assert all(gr[1] <= gyz and gr[2] <= 2 for gr in grids), grids
+    assert all(gr[1] <= gyz and gr[2] <= 4 for gr in grids), grids
+    assert any(gr[2] > 1 for gr in grids) == (gyz == 4), grids
     r0, r1, r2, r3 = run1(text, x, y, s)
     np.testing.assert_array_equal(r0, np.concatenate([x, y], axis=3))
     np.testing.assert_array_equal(r1, np.transpose(x, (1, 0, 2, 3)))
@@ -294,3 +297,16 @@ def test_broadcast_and_split_grid_ptx_assembles(monkeypatch):
     ptx = emit_ptx(m)
     assert "%ctaid.y" in ptx and "%ctaid.z" in ptx and "st.global.v4.b32" in ptx
     ptxas.check(ptx)
+
+
+@pytest.mark.parametrize("src,dst,runs", [
+    ((), (4, 5, 6), ([1], [120])),
+    ((1, 197, 768), (8, 197, 768), ([1, 151296], [8, 151296])),
+    ((5, 1), (2, 5, 12), ([1, 5, 1], [2, 5, 12])),
+    ((2, 1, 1, 3), (2, 4, 1, 3), ([2, 1, 3], [2, 4, 3])),
+    ((1, 1), (1, 1), ([], [])),
+])
+def test_broadcast_runs(src, dst, runs):
+    from tessera.passes.tile_datamove import broadcast_runs
+
+    assert broadcast_runs(src, dst) == runs

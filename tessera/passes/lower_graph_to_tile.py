@@ -633,7 +633,9 @@ class _FunctionLowering:
     ) -> None:
         """One tile per output element of the reduction ``op``; ``value(e, input_refs,
         index, valid)`` gives the (accumulation-typed) element of ``op``'s input at
-        ``index`` from the kernel's input memrefs (host values ``inputs``)."""
+        ``index`` from the kernel's input memrefs (host values ``inputs``). Reductions
+        that keep the last axis take the column kernels (:mod:`tile_colreduce`), those to
+        few outputs over many elements the split kernels (:mod:`tile_splitreduce`)."""
         t = g.elem_of(op.input)
         acc_t = _accum_type(t, op)
         kind = {g.SumOp: "sum", g.MaxOp: "max", g.MinOp: "min", g.MeanOp: "sum"}[type(op)]

@@ -163,7 +163,7 @@ def run_row(name: str, mode: str, args: argparse.Namespace) -> Row:
                  if train and p.grad is not None}
     row.eager_ms = _time_ms(eager, args.reps)
 
-    for which in ("inductor", "tessera"):
+    for which in args.peers.split(","):
         torch._dynamo.reset()
         model = copy.deepcopy(base)
         compiled = torch.compile(model) if which == "inductor" else tt.compile(model)
@@ -234,6 +234,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--limit", type=int, default=300, help="seconds per row")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--peers", default="inductor,tessera",
+                    help="compiled runs beside eager: inductor and/or tessera")
     ap.add_argument("--profile", type=int, default=0,
                     help="print the N kernels of Tessera's step with the most GPU time")
     args = ap.parse_args()

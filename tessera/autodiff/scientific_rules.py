@@ -72,6 +72,28 @@ def _crop(e: GraphEmitter, x: SSAValue, start: Sequence[int], shape: Sequence[in
 # --------------------------------------------------------------------------- conv2d
 
 
+def _patch_weight_grad(
+    e: GraphEmitter, ct: SSAValue, x: SSAValue, k: Sequence[int], st: Sequence[int],
+    pd: Sequence[int],
+) -> SSAValue:
+    """The weight gradient of a convolution whose windows do not overlap (stride >= kernel):
+    the patches are a reshaped, transposed view of the padded input, so the gradient is one
+    GEMM ``dW[o, (c,i,j)] = sum over (n,ho,wo) of ct[(n,ho,wo), o] patches[(n,ho,wo), (c,i,j)]``
+    (no dilated cotangent, no convolution)."""
+    n, c = shape_of(x)[:2]
+    o, ho, wo = shape_of(ct)[1:]
+    (kh, kw), (sh, sw) = k, st
+    # rows (cols) 0 .. ho*sh of the input padded by pd (zeros past its end too)
+    rows = [min(ho * sh - pd[0], shape_of(x)[2]), min(wo * sw - pd[1], shape_of(x)[3])]
+    x = _crop(e, x, [0, 0, 0, 0], [n, c, *rows])
+    x = e.pad(x, [n, c, ho * sh, wo * sw], [0, 0, pd[0], pd[1]], [1, 1, 1, 1])
+    xp = e.reshape(x, [n, c, ho, sh, wo, sw])
+    xp = _crop(e, xp, [0] * 6, [n, c, ho, kh, wo, kw])
+    patches = e.reshape(e.transpose(xp, [0, 2, 4, 1, 3, 5]), [n * ho * wo, c * kh * kw])
+    cm = e.reshape(e.transpose(ct, [0, 2, 3, 1]), [n * ho * wo, o])
+    return e.reshape(e.matmul(cm, patches, transpose_lhs=True), [o, c, kh, kw])
+
+
 @VJP_RULES.register(g.Conv2dOp)
 def _conv2d(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.Conv2dOp)
@@ -92,7 +114,9 @@ def _conv2d(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[
         wf = e.transpose(_flip_last2(e, w), [1, 0, 2, 3])
         dxp = e.conv2d(d, wf, [1, 1], [0, 0])
         out[slots["input"]] = _crop(e, dxp, [0, 0, ph, pw], [n, c, h, wd])
-    if needs[slots["weight"]]:
+    if needs[slots["weight"]] and sh >= kh and sw >= kw:
+        out[slots["weight"]] = _patch_weight_grad(e, ct, x, [kh, kw], [sh, sw], [ph, pw])
+    elif needs[slots["weight"]]:
         dil = e.pad(ct, [n, o, (ho - 1) * sh + 1, (wo - 1) * sw + 1], [0, 0, 0, 0], [1, 1, sh, sw])
         r = e.conv2d(e.transpose(x, [1, 0, 2, 3]), e.transpose(dil, [1, 0, 2, 3]), [1, 1], [ph, pw])
         r = _crop(e, r, [0, 0, 0, 0], [c, o, kh, kw])

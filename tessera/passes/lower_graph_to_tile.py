@@ -64,6 +64,7 @@ from tessera.passes import (
     tile_rowreduce,
     tile_rowwise,
     tile_sparse,
+    tile_splitreduce,
     tile_support,
 )
 from tessera.passes.dedupe_kernels import KERNEL_OPS, kernel_fingerprint
@@ -547,17 +548,6 @@ class _FunctionLowering:
         self.globals.add(m)
         self.env[op.result] = m
 
-    # ------------------------------------------------------------------ shape ops
-    def lower_broadcast(self, op: g.BroadcastOp) -> None:
-        shape = g.shape_of(op.result)
-        out = self.alloc(op.result.type)
-        self.map_kernel(
-            "broadcast", shape, out,
-            [(self.mem(op.input), _bcast_index(g.shape_of(op.input), shape))],
-            lambda e, xs: xs[0],
-        )
-        self.env[op.result] = out
-
     # ------------------------------------------------------------------ rows
     def row_loop(
         self,
@@ -618,7 +608,8 @@ class _FunctionLowering:
         """The kernels of the reduction ``op``: ``value(e, input_refs, index, valid)``
         gives the (accumulation-typed) element of ``op``'s input at ``index`` from the
         kernel's input memrefs (host values ``inputs``). Axes followed by a kept axis
-        are column kernels (:mod:`tile_colreduce`); others one tile per output
+        are column kernels (:mod:`tile_colreduce`), reductions to few outputs over many
+        elements split kernels (:mod:`tile_splitreduce`); others one tile per output
         element, its lanes striding over the reduced elements."""
         t = g.elem_of(op.input)
         acc_t = _accum_type(t, op)
@@ -626,6 +617,13 @@ class _FunctionLowering:
         if isinstance(op, g.MeanOp) and not is_float(t):
             raise not_lowered(op, "integer mean")
         if tile_colreduce.lower_column_reduction(self, op, tag, inputs, value, kind, acc_t):
+            return
+        if tile_splitreduce.applies(g.shape_of(op.input), op.axis_list()):
+            # few outputs, many elements each: chunks of each on several tiles
+            self.env[op.result] = tile_splitreduce.lower(
+                self, op, tag, inputs, value, kind, acc_t, _reduce_init(kind, acc_t),
+                lambda e, a, b: _combine(e, kind, a, b),
+            )
             return
         row = _Row(g.shape_of(op.input), op.axis_list())
         n = prod(row.red)
@@ -1292,10 +1290,9 @@ TILE_LOWERINGS.register(g.RMSNormOp, g.LayerNormOp)(tile_rowwise.lower_norm)
 TILE_LOWERINGS.register(g.MSEOp)(_FunctionLowering.lower_mse)
 # data movement
 TILE_LOWERINGS.register(g.ConstantOp)(_FunctionLowering.lower_constant)
-tile_datamove.register(TILE_LOWERINGS)  # transpose, reshape, slice, concat
+tile_datamove.register(TILE_LOWERINGS)  # transpose, reshape, slice, concat, broadcast
 tile_gather.register(TILE_LOWERINGS)  # take_along_axis
 tile_optim.register(TILE_LOWERINGS)  # adamw_update, sgd_update
-TILE_LOWERINGS.register(g.BroadcastOp)(_FunctionLowering.lower_broadcast)
 # GEMM family and attention
 TILE_LOWERINGS.register(g.MatmulOp)(_FunctionLowering.lower_matmul)
 TILE_LOWERINGS.register(g.MatmulEpilogueOp)(_FunctionLowering.lower_matmul_epilogue)

@@ -48,7 +48,10 @@ MIN_ROWS_PER_WARP = 16
 UNROLL = 8
 """Rows a warp loads before folding them (loads in flight per lane)."""
 
-ValueFn = Callable[[KernelEmitter, list[SSAValue], list[Idx], SSAValue], SSAValue]
+Value = Callable[[KernelEmitter, list[SSAValue], list[Idx], SSAValue], SSAValue]
+"""``value(e, input_refs, index, valid)``: a reduced element, in the accumulation type."""
+Combine = Callable[[KernelEmitter, SSAValue, SSAValue], SSAValue]
+"""``combine(e, a, b)``: two partial results folded into one."""
 
 
 def column_groups(shape: Sequence[int], axes: Sequence[int]) -> tuple[int, int, int] | None:
@@ -82,7 +85,7 @@ def lower_column_reduction(
     op: g.ReductionOp,
     tag: str,
     inputs: Sequence[SSAValue],
-    value: ValueFn,
+    value: Value,
     kind: str,
     acc_t: Attribute,
 ) -> bool:

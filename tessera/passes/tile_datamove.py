@@ -1,4 +1,4 @@
-"""Tile IR lowerings of the data-movement ops: reshape, transpose, slice, concat.
+"""Tile IR lowerings of the data-movement ops: reshape, transpose, slice, concat, broadcast.
 
 * ``tgraph.reshape`` launches nothing: every buffer is a dense row-major memref, so a
   reshape is a view of its input's buffer, built on the host with xDSL's upstream
@@ -9,12 +9,14 @@
   caller never shares memory with an argument, a constant or another result: the
   lowering copies it then (``_FunctionLowering.run``, via :func:`alias_root`).
 * ``tgraph.transpose`` that keeps the last dim, ``tgraph.slice`` with a unit step on
-  the last dim, ``tgraph.concat`` and the copies of returned views are one
-  :func:`vector_copy` kernel: each lane moves ``UNROLL`` vectors of up to 16 bytes
-  along the contiguous last dim (all loads before the stores), lanes of a warp
-  consecutive vectors, so both sides are coalesced 16-byte accesses. Shapes whose
+  the last dim, ``tgraph.concat``, ``tgraph.broadcast`` and the copies of returned
+  views are one :func:`vector_copy` kernel: each lane moves ``UNROLL`` vectors of up
+  to 16 bytes along the contiguous last dim (all loads before the stores), lanes of a
+  warp consecutive vectors, so both sides are coalesced 16-byte accesses. Shapes whose
   last dim (or slice start / concat offset on it) is not a multiple of the vector
-  width fall back to narrower vectors, down to one element.
+  width fall back to narrower vectors, down to one element. A broadcast along the
+  last dim loads one element per vector and splats it. Index arithmetic is 32-bit;
+  tensors of ``2**31`` vectors or more spread their leading dims over grid y and z.
 * ``tgraph.transpose`` that moves the last dim is :func:`tiled_transpose`: a tile of
   ``TILE x TILE`` elements (:func:`transpose_tile`: 64 for 2-byte types, else 32) is
   read along the input's last dim into shared memory (rows padded by one element
@@ -29,13 +31,14 @@ from collections.abc import Callable, Sequence
 from math import prod
 from typing import TYPE_CHECKING, Any
 
-from xdsl.dialects import arith, memref
+from xdsl.dialects import arith, memref, vector
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
     IndexType,
     IntegerAttr,
     MemRefType,
+    VectorType,
     i32,
     i64,
 )
@@ -176,47 +179,90 @@ def vector_width(et: Attribute, *extents: int) -> int:
     return w
 
 
+GRID_YZ = 65535
+"""The largest grid extent along y and z."""
+INDEX_LIMIT = 2**31
+"""Linear indices of a 32-bit index space stay below this."""
+
+
+def i32_split(vshape: Sequence[int], per_tile: int) -> tuple[int, int, int] | None:
+    """How :func:`vector_copy` indexes ``vshape`` (vectors) in 32-bit arithmetic:
+    ``(s, gy, gz)``, the dims ``vshape[s:]`` along grid x (``per_tile`` vectors a tile,
+    their linear index below ``2**31``) and ``vshape[:s]`` along grid y and z
+    (``gy * gz`` tiles covering their product; ``s = 0``: one-dimensional grid). None
+    when no suffix of the dims fits (a last dim of ``2**31`` vectors): 64-bit indices."""
+    for s in range(len(vshape)):
+        inner, outer = prod(vshape[s:]), prod(vshape[:s])
+        if cdiv(inner, per_tile) * per_tile >= INDEX_LIMIT:
+            continue
+        if outer > GRID_YZ * GRID_YZ or outer >= INDEX_LIMIT:
+            return None
+        gy = min(outer, GRID_YZ)
+        return s, gy, cdiv(outer, gy)
+    return None
+
+
 def vector_copy(
     fl: _FunctionLowering, tag: str, out: SSAValue, shape: Sequence[int], src: SSAValue,
-    src_index: SrcIndex, width: int, out_index: SrcIndex | None = None,
+    src_index: SrcIndex, width: int, out_index: SrcIndex | None = None, splat: bool = False,
 ) -> None:
     """One kernel: ``out[out_index(i)] = src[src_index(i)]`` for every index ``i`` of
     ``shape``; ``width`` consecutive elements of the last dim (a multiple of ``width``,
     as must be the last-dim offsets both index maps add) move as one vector, each lane
-    moves ``UNROLL`` vectors ``COPY_GROUP`` apart."""
+    moves ``UNROLL`` vectors ``COPY_GROUP`` apart. ``splat``: the source holds one element
+    for each vector (a broadcast along the last dim), loaded once and repeated.
+
+    Indices are 32-bit (a division by a constant is a multiply-high and a shift, a
+    64-bit one an emulated sequence many times longer): tensors of ``2**31`` vectors or
+    more put their leading dims on grid y and z (:func:`i32_split`)."""
     n = prod(shape)
     if n == 0:
         return
     w = width
     vshape = [*shape[:-1], shape[-1] // w] if shape else [1]
-    nv = prod(vshape)
     per_tile = COPY_GROUP * UNROLL
-
-    narrow = cdiv(nv, per_tile) * per_tile < 2**31
+    split = i32_split(vshape, per_tile)
+    s_dim, gy, gz = split if split is not None else (0, 1, 1)
+    outer, inner = vshape[:s_dim], vshape[s_dim:]
+    n_in, n_out = prod(inner), prod(outer)
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         o, s = args
-        ix = _I32Index(e) if narrow else None
+        ix = I32Index(e) if split is not None else None
+        oidx: list[Idx] = []
+        o_ok: SSAValue | None = None
         if ix is not None:
             base: Idx = ix.add(ix.mul(ix.of(e.tile_id("x")), per_tile), ix.of(e.local_id()))
+            if outer:
+                t: Idx = ix.of(e.tile_id("y"))
+                if gz > 1:
+                    t = ix.add(ix.mul(ix.of(e.tile_id("z")), gy), t)
+                if gy * gz != n_out:
+                    o_ok = ix.lt(t, n_out)
+                oidx = [ix.to_index(i) for i in ix.unravel(t, outer)]
         else:
             base = e.add(e.mul(e.tile_id("x"), per_tile), e.local_id())
         items: list[tuple[SSAValue, list[Idx], SSAValue]] = []
         for k in range(UNROLL):
             if ix is not None:  # 32-bit division by constants: a few instructions
                 v = ix.add(base, k * COPY_GROUP)
-                ok = ix.lt(v, nv)
-                idx = [ix.to_index(i) for i in ix.unravel(v, vshape)]
+                ok = ix.lt(v, n_in)
+                if o_ok is not None:
+                    ok = e.and_(ok, o_ok)
+                idx = [*oidx, *(ix.to_index(i) for i in ix.unravel(v, inner))]
             else:
                 v = e.add(base, k * COPY_GROUP)
-                ok = e.lt(v, nv)
+                ok = e.lt(v, n_in)
                 idx = e.unravel(v, vshape)
             if shape:
                 idx = [*idx[:-1], e.mul(idx[-1], w)]
             else:
                 idx = []
             si = [e.index(i) for i in src_index(e, idx)]
-            if w > 1:
+            if w > 1 and splat:
+                et = s.type.element_type  # type: ignore[attr-defined]
+                val = e.op(vector.BroadcastOp(e.load(s, si, mask=ok), VectorType(et, [w])))
+            elif w > 1:
                 val = e.op(tt.LoadVectorOp(s, si, w, ok))
             else:
                 val = e.load(s, si, mask=ok)
@@ -228,10 +274,11 @@ def vector_copy(
             else:
                 e.store(val, o, oi, mask=ok)
 
-    fl.kernel(tag, [out, src], COPY_GROUP, [cdiv(nv, per_tile), 1, 1], build)
+    grid = [cdiv(n_in, per_tile), gy, gz] if split is not None else [cdiv(n_in, per_tile), 1, 1]
+    fl.kernel(tag, [out, src], COPY_GROUP, grid, build)
 
 
-class _I32Index:
+class I32Index:
     """Index arithmetic in ``i32`` (for linear indices below ``2**31``): PTX divides a
     32-bit value by a constant in a multiply-high and a shift, a 64-bit one in an
     emulated sequence several times longer."""
@@ -421,9 +468,58 @@ def lower_concat(fl: _FunctionLowering, op: g.ConcatOp) -> None:
         offset += s[ax]
 
 
+# --------------------------------------------------------------------------- broadcast
+
+
+def broadcast_runs(in_shape: Sequence[int], shape: Sequence[int]) -> tuple[list[int], list[int]]:
+    """``(in_dims, out_dims)``: the broadcast of ``in_shape`` to ``shape`` with adjacent
+    dims merged where both are repeated or both are copied (size-1 output dims dropped),
+    so a scalar's broadcast is one flat run and ``[1, S, D] -> [B, S, D]`` is
+    ``[1, S*D] -> [B, S*D]``: longer rows, wider vectors."""
+    full = [1] * (len(shape) - len(in_shape)) + list(in_shape)
+    ins: list[int] = []
+    outs: list[int] = []
+    kinds: list[bool] = []  # True: the run is repeated (input size 1)
+    for i, o in zip(full, shape):
+        if o == 1:
+            continue
+        rep = i == 1
+        if kinds and kinds[-1] == rep:
+            ins[-1] *= i
+            outs[-1] *= o
+        else:
+            ins.append(i)
+            outs.append(o)
+            kinds.append(rep)
+    return ins, outs
+
+
+def lower_broadcast(fl: _FunctionLowering, op: g.BroadcastOp) -> None:
+    """``tgraph.broadcast``: a vector copy from the input, its broadcast dims read at 0
+    (adjacent dims merged first: :func:`broadcast_runs`); a broadcast along the last dim
+    loads one element for each vector and repeats it."""
+    out = fl.alloc(op.result.type)
+    fl.env[op.result] = out
+    if prod(g.shape_of(op.result)) == 0:
+        return
+    in_shape, shape = broadcast_runs(g.shape_of(op.input), g.shape_of(op.result))
+    et = g.elem_of(op.result)
+    dst = reshape_view(fl, out, MemRefType(et, shape))
+    src = reshape_view(fl, fl.mem(op.input), MemRefType(et, in_shape))
+    off = len(shape) - len(in_shape)
+
+    def src_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
+        return [idx[k + off] if d != 1 else 0 for k, d in enumerate(in_shape)]
+
+    w = vector_width(et, shape[-1]) if shape else 1
+    splat = bool(shape) and (not in_shape or in_shape[-1] != shape[-1])
+    vector_copy(fl, "broadcast", dst, shape, src, src_index, w, splat=splat)
+
+
 def register(registry: Any) -> None:
     """Register this module's lowerings in the Tile IR lowering registry."""
     registry.register(g.TransposeOp)(lower_transpose)
     registry.register(g.ReshapeOp)(lower_reshape)
     registry.register(g.SliceOp)(lower_slice)
     registry.register(g.ConcatOp)(lower_concat)
+    registry.register(g.BroadcastOp)(lower_broadcast)

@@ -264,6 +264,40 @@ def _flip(x: TracedTensor, axis: int) -> TracedTensor:
     return ops.concat([take(x, axis, i, i + 1) for i in reversed(range(n))], axis=axis)
 
 
+def _pad_zeros(x: TracedTensor, axis: int, before: int, after: int) -> TracedTensor:
+    """``x`` with ``before`` and ``after`` zeros along ``axis``."""
+    parts = []
+    for n in (before, after):
+        zs = list(x.shape)
+        zs[axis] = n
+        parts.append(zeros_of(x, zs) if n > 0 else None)
+    pieces = [p for p in (parts[0], x, parts[1]) if p is not None]
+    return ops.concat(pieces, axis=axis) if len(pieces) > 1 else x
+
+
+def _patch_weight_grad(
+    g: TracedTensor, x: TracedTensor, kh: int, kw: int, st: list[int], pd: list[int]
+) -> TracedTensor:
+    """The weight gradient of a convolution whose windows do not overlap (stride at least
+    the kernel, as a ViT's patch embedding): each output position reads its own
+    ``kh x kw`` patch, so the patches are a reshaped, transposed view of the (padded)
+    input and the gradient is one GEMM, ``dW[o, (c,i,j)] = sum over (n,ho,wo) of
+    g[(n,ho,wo), o] * patches[(n,ho,wo), (c,i,j)]``, with no dilated gradient."""
+    n, c, _, _ = x.shape
+    o, ho, wo = g.shape[1], g.shape[2], g.shape[3]
+    sh, sw = st
+    for axis, (p, s, m) in ((2, (pd[0], sh, ho)), (3, (pd[1], sw, wo))):
+        size = x.shape[axis]
+        x = _pad_zeros(x, axis, p, max(0, m * s - (size + p)))
+        x = take(x, axis, 0, m * s)
+    xp = ops.reshape(x, [n, c, ho, sh, wo, sw])
+    if sh != kh or sw != kw:
+        xp = ops.slice(xp, [0] * 6, [n, c, ho, kh, wo, kw])
+    patches = ops.reshape(ops.transpose(xp, [0, 2, 4, 1, 3, 5]), [n * ho * wo, c * kh * kw])
+    gm = ops.reshape(ops.transpose(g, [0, 2, 3, 1]), [n * ho * wo, o])
+    return ops.reshape(ops.matmul(gm, patches, transpose_a=True), [o, c, kh, kw])
+
+
 @rule(aten.convolution_backward.default, check=_conv_backward_check)
 def _convolution_backward(
     node: torch.fx.Node, grad: Any, x: Any, w: Any, bias_sizes: Any, stride: Any,
@@ -272,14 +306,17 @@ def _convolution_backward(
 ) -> tuple[Any, Any, Any]:
     """Gradients of a 2-D convolution as convolutions: the input's is the gradient,
     dilated by the stride, convolved with the flipped, transposed kernel; the kernel's
-    is the input (channels as batch) convolved with the dilated gradient."""
+    is the input (channels as batch) convolved with the dilated gradient, or, when the
+    windows do not overlap (stride >= kernel), one GEMM over the input's patches
+    (:func:`_patch_weight_grad`)."""
     dt = torch_dtype(x)
     g = to(grad, dt)
     st, pd = int_list(stride), int_list(padding)
     _, _, h, wd = x.shape
     kh, kw = w.shape[2], w.shape[3]
-    gd = dilate(dilate(g, st[0], 2), st[1], 3)
     gx = gw = gb = None
+    if output_mask[0] or (output_mask[1] and (st[0] < kh or st[1] < kw)):
+        gd = dilate(dilate(g, st[0], 2), st[1], 3)
     if output_mask[0]:
         wf = ops.transpose(_flip(_flip(w, 2), 3), [1, 0, 2, 3])
         full = ops.conv2d(gd, wf, padding=[kh - 1, kw - 1])
@@ -291,7 +328,9 @@ def _convolution_backward(
                 full = ops.concat([full, zeros_of(full, zshape)], axis=axis)
             full = take(full, axis, p, p + n)
         gx = full
-    if output_mask[1]:
+    if output_mask[1] and st[0] >= kh and st[1] >= kw:
+        gw = _patch_weight_grad(g, x, kh, kw, st, pd)
+    elif output_mask[1]:
         xt = ops.transpose(x, [1, 0, 2, 3])
         kt = ops.transpose(gd, [1, 0, 2, 3])
         r = ops.conv2d(xt, kt, padding=pd)

@@ -95,6 +95,9 @@ CONV = [
     conv_case("conv2d_plain", (1, 2, 5, 6), (3, 2, 2, 3), (1, 1), (0, 0), False),
     conv_case("conv2d_stride3x1_pad2x1", (2, 1, 6, 5), (2, 1, 3, 3), (3, 1), (2, 1), True),
     conv_case("conv2d_1x1_kernel_stride2", (1, 3, 5, 4), (2, 3, 1, 1), (2, 2), (1, 1), False),
+    # windows that do not overlap: the weight gradient is a GEMM over the input's patches
+    conv_case("conv2d_patches", (2, 3, 8, 12), (4, 3, 4, 4), (4, 4), (0, 0), True),
+    conv_case("conv2d_patches_gaps_pad", (1, 2, 7, 9), (3, 2, 2, 3), (3, 4), (1, 1), False),
 ]
 
 

@@ -204,3 +204,109 @@ def test_data_movement_ptx_assembles_per_type(elem):
       func.return %0, %1, %2 : {b}, {c}, {s} }}""")
     LowerTileToTargetPass().apply(context(), m)
     ptxas.check(emit_ptx(m))
+
+
+@pytest.mark.parametrize("src,dst,elem", [
+    ((), (3, 5, 16), "bf16"),          # a scalar: splat vectors of 8
+    ((5, 1), (2, 5, 12), "f32"),       # the last dim broadcast: splat vectors of 4
+    ((1, 24), (3, 4, 24), "f16"),      # rows repeated: whole vectors
+    ((7,), (3, 7), "f32"),             # odd last dim: one element at a time
+    ((2, 1, 3), (2, 4, 3), "f64"),
+    ((1, 1), (9, 1), "i32"),
+    ((3, 1), (3, 5), "i1"),
+    ((1,), (1, 1), "f32"),             # all ones: a one-element copy
+    ((3, 1, 1), (2, 3, 1, 4), "bf16"),
+])
+def test_broadcast(src, dst, elem):
+    x = rand(RNG, src, "f32", lo=-9, hi=9)
+    x = (x > 0) if elem == "i1" else x.astype(NP[elem])
+    text = f"""func.func @f(%x: {ty(src, elem)}) -> {ty(dst, elem)} {{
+      %0 = tgraph.broadcast %x : ({ty(src, elem)}) -> {ty(dst, elem)}
+      func.return %0 : {ty(dst, elem)} }}"""
+    m = lower(text)
+    assert kernels(m) == ["f_broadcast_0"]
+    if elem in ("bf16", "f32") and dst[-1] % 4 == 0 and (not src or src[-1] == 1):
+        assert "vector.broadcast" in str(m)
+    (r,) = run1(text, np.asarray(x))
+    np.testing.assert_array_equal(r, np.broadcast_to(x, dst))
+
+
+def _grids(m):
+    return [[int(v) for v in op.grid.get_values()] if hasattr(op.grid, "get_values")
+            else list(op.grid) for op in m.walk() if isinstance(op, tt.LaunchOp)]
+
+
+@pytest.mark.parametrize("gyz", [65535, 4, 2])
+def test_copies_of_large_tensors_spread_leading_dims_over_grid_y_z(monkeypatch, gyz):
+    """Tensors whose vectors a 32-bit linear index cannot number (here: a lowered limit)
+    put their leading dims on grid y (and z) and keep 32-bit indices; when those do not
+    fit on y and z either (gyz = 2: 4 tiles for 15 rows), the index is 64-bit."""
+    from tessera.passes import tile_datamove
+
+    monkeypatch.setattr(tile_datamove, "COPY_GROUP", 32)  # 128 vectors a tile
+    monkeypatch.setattr(tile_datamove, "INDEX_LIMIT", 256)
+    monkeypatch.setattr(tile_datamove, "GRID_YZ", gyz)
+    x = rand(RNG, (5, 3, 7, 40), "bf16")
+    y = rand(RNG, (5, 3, 7, 1), "bf16")
+    s = rand(RNG, (1, 7, 40), "bf16")
+    a, b, c, d = (ty(sh, "bf16") for sh in ((5, 3, 7, 40), (5, 3, 7, 41), (3, 5, 7, 40),
+                                           (5, 3, 7, 33)))
+    text = f"""func.func @f(%x: {a}, %y: {ty((5, 3, 7, 1), "bf16")}, %s: {ty((1, 7, 40), "bf16")}) -> ({b}, {c}, {d}, {a}) {{
+      %0 = tgraph.concat %x, %y axis = 3 : ({a}, {ty((5, 3, 7, 1), "bf16")}) -> {b}
+      %1 = tgraph.transpose %x permutation = [1, 0, 2, 3] : ({a}) -> {c}
+      %2 = tgraph.slice %0 start = [0, 0, 0, 8] limit = [5, 3, 7, 41] stride = [1, 1, 1, 1] : ({b}) -> {d}
+      %3 = tgraph.broadcast %s : ({ty((1, 7, 40), "bf16")}) -> {a}
+      func.return %0, %1, %2, %3 : {b}, {c}, {d}, {a} }}"""
+    m = lower(text)
+    # concat's %y part (105 vectors) fits in 32 bits; the others have 525 or more
+    grids = _grids(m)
+    split = [gr[1] * gr[2] > 1 for gr in grids]
+    expect = {65535: [True, False, True, True, True],  # concat x, concat y, transpose, ...
+              4: [False, False, True, False, True],    # 15 rows fit on 4 x 4 tiles
+              2: [False] * 5}[gyz]
+    assert split == expect, grids
+    assert all(gr[1] <= gyz and gr[2] <= 4 for gr in grids), grids
+    assert any(gr[2] > 1 for gr in grids) == (gyz == 4), grids
+    r0, r1, r2, r3 = run1(text, x, y, s)
+    np.testing.assert_array_equal(r0, np.concatenate([x, y], axis=3))
+    np.testing.assert_array_equal(r1, np.transpose(x, (1, 0, 2, 3)))
+    np.testing.assert_array_equal(r2, np.concatenate([x, y], axis=3)[..., 8:41])
+    np.testing.assert_array_equal(r3, np.broadcast_to(s, (5, 3, 7, 40)))
+
+
+def test_broadcast_and_split_grid_ptx_assembles(monkeypatch):
+    from tessera.passes import tile_datamove
+    from tessera.passes.emit_ptx import emit_ptx
+    from tessera.passes.lower_tile_to_target import LowerTileToTargetPass
+    from tessera.runtime import ptxas
+    from tests.passes.test_lower_graph_to_tile import context
+
+    if ptxas.find_ptxas() is None:
+        pytest.skip("ptxas not found")
+    monkeypatch.setattr(tile_datamove, "INDEX_LIMIT", 2048)
+    monkeypatch.setattr(tile_datamove, "GRID_YZ", 7)
+    a, b, c = ty((9, 5, 64), "bf16"), ty((9, 5, 1), "bf16"), ty((9, 5, 65), "bf16")
+    m = lower(f"""func.func @f(%x: {a}, %y: {b}, %s: {ty((), "bf16")}) -> ({a}, {c}, {a}) {{
+      %0 = tgraph.broadcast %y : ({b}) -> {a}
+      %1 = tgraph.concat %x, %y axis = 2 : ({a}, {b}) -> {c}
+      %2 = tgraph.broadcast %s : ({ty((), "bf16")}) -> {a}
+      func.return %0, %1, %2 : {a}, {c}, {a} }}""")
+    assert any(int(op.grid.get_values()[2]) > 1 for op in m.walk()
+               if isinstance(op, tt.LaunchOp))
+    LowerTileToTargetPass().apply(context(), m)
+    ptx = emit_ptx(m)
+    assert "%ctaid.y" in ptx and "%ctaid.z" in ptx and "st.global.v4.b32" in ptx
+    ptxas.check(ptx)
+
+
+@pytest.mark.parametrize("src,dst,runs", [
+    ((), (4, 5, 6), ([1], [120])),
+    ((1, 197, 768), (8, 197, 768), ([1, 151296], [8, 151296])),
+    ((5, 1), (2, 5, 12), ([1, 5, 1], [2, 5, 12])),
+    ((2, 1, 1, 3), (2, 4, 1, 3), ([2, 1, 3], [2, 4, 3])),
+    ((1, 1), (1, 1), ([], [])),
+])
+def test_broadcast_runs(src, dst, runs):
+    from tessera.passes.tile_datamove import broadcast_runs
+
+    assert broadcast_runs(src, dst) == runs

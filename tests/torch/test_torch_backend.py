@@ -116,7 +116,9 @@ def test_cnn_training_step_matches_eager():
 
 @pytest.mark.parametrize(
     "kernel, stride, padding, size",
-    [(3, 1, 1, 8), (3, 2, 1, 9), (7, 2, 3, 16), (1, 2, 0, 7), (4, 4, 0, 16), (3, 2, 0, 8)],
+    [(3, 1, 1, 8), (3, 2, 1, 9), (7, 2, 3, 16), (1, 2, 0, 7), (4, 4, 0, 16), (3, 2, 0, 8),
+     # windows that do not overlap: the weight gradient is one GEMM over the patches
+     (4, 4, 0, 10), (3, 3, 1, 9), (2, 3, 1, 8), (2, 5, 2, 11)],
 )
 def test_convolution_backward_as_convolutions(kernel, stride, padding, size):
     g = torch.Generator().manual_seed(0)
@@ -135,6 +137,33 @@ def test_convolution_backward_as_convolutions(kernel, stride, padding, size):
     f(x, w, b).pow(2).sum().backward()
     for a, t in zip(got, (x, w, b)):
         torch.testing.assert_close(a, t.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_patch_embedding_backward_is_one_gemm_without_input_gradient(tmp_path, monkeypatch):
+    """A stride-equal-kernel convolution of an input that needs no gradient (an image):
+    the backward has no convolution and no dilated gradient, only the patch GEMM."""
+    monkeypatch.setenv("TESSERA_DUMP_DIR", str(tmp_path))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 3, 12, 12, dtype=torch.float64, generator=g)
+    w = torch.randn(5, 3, 4, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    b = torch.randn(5, dtype=torch.float64, generator=g, requires_grad=True)
+
+    def f(x, w, b):
+        return F.conv2d(x, w, b, stride=4)
+
+    tt.compile(f)(x, w, b).pow(2).sum().backward()
+    got = [w.grad.clone(), b.grad.clone()]
+    rep = tt.last_report()
+    assert rep.graph_breaks == 0
+    assert [gr.kind for gr in rep.graphs] == ["forward", "backward"]
+    (graph,) = tmp_path.glob("*backward*/*-graph.mlir")
+    ir = graph.read_text()
+    assert "tgraph.conv2d" not in ir and "tgraph.concat" not in ir, ir
+    assert ir.count("tgraph.matmul") == 1, ir
+    w.grad = b.grad = None
+    f(x, w, b).pow(2).sum().backward()
+    torch.testing.assert_close(got[0], w.grad, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got[1], b.grad, rtol=1e-12, atol=1e-12)
 
 
 def test_dilated_convolution_falls_back_with_its_reason():

@@ -61,6 +61,7 @@ class Row:
     report: str = ""
     notes: list[str] = field(default_factory=list)
     profile: list[str] = field(default_factory=list)
+    host_profile: list[str] = field(default_factory=list)
 
 
 def build(name: str, batch: int | None, seq: int | None) -> tuple[Any, dict[str, Any]]:
@@ -192,6 +193,9 @@ def run_row(name: str, mode: str, args: argparse.Namespace) -> Row:
             setattr(row, f"{which}_ms", _time_ms(step, args.reps))
             if which == "tessera" and args.profile:
                 row.profile = _kernel_profile(step, args.profile)
+            if which == "tessera" and args.host_profile:
+                row.host_profile = _host_profile(step, args.host_profile)
+                print("\n".join(row.host_profile), flush=True)
         except _Timeout:
             raise
         except Exception as e:  # a failing backend is a row note, not the end of the run
@@ -200,6 +204,30 @@ def run_row(name: str, mode: str, args: argparse.Namespace) -> Row:
         del compiled, model
         torch.cuda.empty_cache()
     return row
+
+
+def _host_profile(step: Callable[[], Any], top: int) -> list[str]:
+    """The ``top`` Python functions of three steps by own time (cProfile), with the
+    steps' wall time: where the host spends a step when it, not the GPU, is the limit."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    for _ in range(3):
+        step()
+    prof.disable()
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / 3 * 1e3
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()]
+    return [f"host profile: {wall:.1f} ms per step (3 steps, under cProfile)", *lines[-top - 1:]]
 
 
 def _kernel_profile(step: Callable[[], Any], top: int) -> list[str]:
@@ -236,6 +264,8 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--peers", default="inductor,tessera",
                     help="compiled runs beside eager: inductor and/or tessera")
+    ap.add_argument("--host-profile", type=int, default=0,
+                    help="print the top N Python functions of three Tessera steps (cProfile)")
     ap.add_argument("--profile", type=int, default=0,
                     help="print the N kernels of Tessera's step with the most GPU time")
     args = ap.parse_args()

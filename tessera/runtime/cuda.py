@@ -612,8 +612,9 @@ class HostPlan:
         form (a parameter of dynamic shape).
 
         ``run(args)`` returns the results, or None without doing anything when an argument
-        is not exactly what the plan was built for (not a plain torch tensor, another
-        device, dtype or shape, not contiguous, not 16-byte aligned), when the current
+        is not what the plan was built for (not a plain torch tensor, another device,
+        dtype or shape; one not contiguous or not 16-byte aligned is copied, as on the
+        checked path), when the current
         device is not the plan's, or while ``ts.profiler`` watches launches: the caller
         then takes :meth:`run`, which checks, copies or raises as usual. Constants are
         placed once; per call it checks the arguments, allocates outputs, reads the raw
@@ -685,15 +686,19 @@ class HostPlan:
                 return None
             env = base.copy()
             for (s, shape, dtype), a in zip(checks, args):
-                if shape is not None and (
-                    type(a) is not tensor_type
-                    or a.dtype is not dtype
-                    or a.shape != shape
-                    or a.get_device() != index
-                    or not a.is_contiguous()
-                    or a.data_ptr() % ALIGNMENT
-                ):
-                    return None
+                if shape is not None:
+                    if (
+                        type(a) is not tensor_type
+                        or a.dtype is not dtype
+                        or a.shape != shape
+                        or a.get_device() != index
+                    ):
+                        return None
+                    # as the checked path: a contiguous, 16-byte aligned copy if needed
+                    if not a.is_contiguous():
+                        a = a.contiguous()
+                    if a.data_ptr() % ALIGNMENT:
+                        a = a.clone()
                 env[s] = a
             if current_device() != device:
                 return None
@@ -739,14 +744,17 @@ class HostPlan:
                 env[s] = check_tensor(a, t, f"@{self.name} argument {i}", self.device)
             else:
                 env[s] = a
+        # torch's current stream, read once: no step of a plan changes it
+        stream = torch.cuda.current_stream(self.dev).cuda_stream
         for step, frees in zip(self.steps, self.frees):
-            self._step(env, step, poison)
+            self._step(env, step, poison, stream)
             for s in frees:
                 env[s] = None
         return [env[s] for s in self.results]
 
-    def _step(self, env: list[Any], step: tuple[Any, ...], poison: bool) -> None:
-        """Run one step of the plan on ``env`` (the checked path)."""
+    def _step(self, env: list[Any], step: tuple[Any, ...], poison: bool, stream: int) -> None:
+        """Run one step of the plan on ``env`` (the checked path), launching on the raw
+        stream handle ``stream``."""
         import torch
 
         from tessera.runtime import tma
@@ -770,14 +778,14 @@ class HostPlan:
             _, op, kernel, fn, grid, arg_slots = step
             values = [env[s] for s in arg_slots]
             if LAUNCH_HOOK is None and kind == "launch":
-                fn(values)
+                fn.launch(values, stream)
                 return
             if kind == "launch":
                 def go(fn=fn, values=values) -> None:
-                    fn(values)
+                    fn.launch(values, stream)
             else:
                 def go(op=op, kernel=kernel, fn=fn, values=values) -> None:
-                    tma.run_launch_ex(op, kernel, fn, values)
+                    tma.run_launch_ex(op, kernel, fn, values, stream)
             if LAUNCH_HOOK is None:
                 go()
             else:

@@ -302,9 +302,13 @@ def plan_for(op: tt.LaunchExOp, kernel: tt.FuncOp, function: Any) -> LaunchExPla
     return plan
 
 
-def run_launch_ex(op: tt.LaunchExOp, kernel: tt.FuncOp, function: Any, values: Sequence[Any]) -> None:
-    """Run one host ``ttarget.launch_ex`` (called by :func:`tessera.runtime.cuda.run_host`)."""
-    plan_for(op, kernel, function).launch(values)
+def run_launch_ex(
+    op: tt.LaunchExOp, kernel: tt.FuncOp, function: Any, values: Sequence[Any],
+    stream: int | None = None,
+) -> None:
+    """Run one host ``ttarget.launch_ex`` (called by :func:`tessera.runtime.cuda.run_host`)
+    on the raw stream handle ``stream`` (default: torch's current stream)."""
+    plan_for(op, kernel, function).launch(values, stream)
 
 
 _RUNNERS: dict[tuple[Any, int], Callable[..., None]] = {}

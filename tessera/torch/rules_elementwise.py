@@ -7,7 +7,7 @@ module is imported (``aten_ops`` imports it).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -259,13 +259,53 @@ def _reduction(fn: Callable[..., TracedTensor], cast_first: bool = True) -> Emit
         node: torch.fx.Node, a: Any, dims: Any = None, keepdim: bool = False, *, dtype: Any = None
     ) -> TracedTensor:
         dt = out_dtype(node)
+        axes = norm_dims(dims, a.ndim if isinstance(a, TracedTensor) else 0)
+        if isinstance(a, TracedTensor) and a.ndim and _apart(a.shape, axes) is not None:
+            return _two_stage(fn, a, axes, bool(keepdim), dt)
         x = to(a, dt) if cast_first else a
-        axes = norm_dims(dims, x.ndim)
         if x.ndim == 0:
             return x
         return fn(x, axis=tuple(axes), keepdims=bool(keepdim))
 
     return emit
+
+
+def _apart(shape: Sequence[int], axes: Sequence[int]) -> tuple[list[int], list[int]] | None:
+    """``(trailing, rest)`` when the reduced ``axes`` include the last dim and a kept dim
+    of size > 1 lies between reduced ones (a batch norm's ``[N, C, H, W]`` over
+    ``0, 2, 3``): the trailing run of reduced dims and the others; else None."""
+    if not axes or len(shape) - 1 not in axes or not all(isinstance(d, int) for d in shape):
+        return None
+    k = len(shape) - 1
+    while k >= 0 and k in axes:
+        k -= 1
+    trailing = list(range(k + 1, len(shape)))
+    rest = [d for d in axes if d not in trailing]
+    if not rest or all(shape[d] == 1 for d in range(min(rest), k + 1) if d not in axes):
+        return None
+    return trailing, rest
+
+
+def _two_stage(
+    fn: Callable[..., TracedTensor], a: TracedTensor, axes: Sequence[int], keepdim: bool,
+    dt: torch.dtype,
+) -> TracedTensor:
+    """A reduction over axes apart as two: the trailing run of reduced dims (rows, read
+    coalesced) and then the rest (columns of the row results); sums and means
+    accumulate in f32 for 16-bit floats and round once, as torch does."""
+    trailing, rest = _apart(a.shape, axes)  # type: ignore[misc]
+    mean = fn is ops.mean
+    red = ops.sum if mean else fn
+    wide = torch.float32 if dt in (torch.float16, torch.bfloat16) and red is ops.sum else dt
+    x = to(a, wide)
+    part = red(x, axis=tuple(trailing), keepdims=True)
+    total = red(part, axis=tuple(rest), keepdims=True)
+    if mean:
+        n = math.prod(a.shape[d] for d in axes)
+        total = ops.div(total, to(float(n), wide))
+    if not keepdim:
+        total = ops.reshape(total, [d for k, d in enumerate(a.shape) if k not in axes])
+    return to(total, dt)
 
 
 rule(aten.sum.dim_IntList, aten.sum.default)(_reduction(ops.sum))

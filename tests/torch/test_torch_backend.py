@@ -383,3 +383,24 @@ def test_a_partition_that_cannot_be_traced_runs_in_torch_and_is_reported(monkeyp
     torch.testing.assert_close(out, torch.tanh(x * 2.0) + 1.0)
     (why,) = tt.last_report().runtime_fallbacks.values()
     assert "tanh refused for the test" in why
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kind, dims, keep", [
+    ("sum", (0, 2, 3), False), ("mean", (0, 2, 3), True), ("amax", (0, 2), False),
+    ("sum", (1, 3), True), ("amin", (0, 3), False),
+])
+def test_reductions_over_axes_apart_match_float64(kind, dims, keep, dtype):
+    """Axes apart with the last reduced (a batch norm's statistics and their gradients)
+    are two reductions: the trailing run, then the rest; 16-bit sums in f32."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 4, 7).to(dtype)
+
+    def f(t):
+        return getattr(torch, kind)(t, dim=dims, keepdim=keep)
+
+    got = torch.compile(f, backend="tessera")(x)
+    ref = f(x.double())
+    assert got.dtype == dtype and got.shape == ref.shape
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(got.double(), ref, rtol=tol, atol=tol)

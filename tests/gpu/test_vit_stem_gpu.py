@@ -23,7 +23,7 @@ DT = {"bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64}
 
 def _rand(shape, dtype: str, seed: int) -> torch.Tensor:
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(*shape, device="cuda", dtype=torch.float64, generator=gen)
+    x = torch.randn(tuple(shape), device="cuda", dtype=torch.float64, generator=gen)
     x = torch.where(x.abs() < 0.05, torch.full_like(x, 0.3), x)
     return x.to(DT[dtype])
 

@@ -467,10 +467,8 @@ class CompiledFunction:
         self, args: tuple[Any, ...], kwargs: dict[str, Any], spec: Specialization
     ) -> None:
         """Record a GPU call whose tensors are plain positional parameters for the fast path."""
-        if kwargs or not self._plain_positional or len(args) != len(self._params):
-            return
-        names = [p.name for p in self._params]
-        if not all(t in names for t in spec.tensor_params):
+        names = None if kwargs else self._positional_keys(len(args))
+        if names is None or not all(t in names for t in spec.tensor_params):
             return
         key = _fast_key(args)
         if key is None or key in self._fast:
@@ -482,6 +480,16 @@ class CompiledFunction:
         run = dispatch.gpu_runner(spec)
         if run is not None:
             self._hot = [_hot_call(run, args, positions), *self._hot][:HOT_SIGNATURES]
+
+    def _positional_keys(self, n: int) -> list[str] | None:
+        """The flattened key (:func:`_flatten`) of each of ``n`` positional arguments:
+        the parameter names of a plain signature called with all of them, ``args[i]``
+        for a function of ``*args`` alone; None for other calls."""
+        if self._plain_positional:
+            return [p.name for p in self._params] if n == len(self._params) else None
+        if len(self._params) == 1 and self._params[0].kind is inspect.Parameter.VAR_POSITIONAL:
+            return [f"{self._params[0].name}[{i}]" for i in range(n)]
+        return None
 
     # ------------------------------------------------------------ inspection
     def inspect_ir(self, level: str = "graph", **sizes: int) -> str:

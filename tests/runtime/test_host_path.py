@@ -210,3 +210,20 @@ def test_reshape_views_share_the_buffer(gpu, checked):
         assert z.shape == (32, 32) and z.data_ptr() == exp_out
         assert w.shape == (1024,) and w.data_ptr() == tanh_out
     assert len(launches) == 4
+
+
+def test_star_args_function_takes_the_prepared_call(gpu, checked):
+    """A function of ``*args`` alone (a torch.compile partition) is remembered for the
+    prepared call like one with named parameters: repeated calls skip the checked path."""
+    import tessera as ts
+
+    @ts.jit
+    def pick(*xs):
+        return ts.where(xs[0], xs[1], xs[2])
+
+    c, a, b = host_path.where_args()
+    first = pick(c, a, b)
+    outs = [pick(c, a, b) for _ in range(3)]
+    assert len(checked) == 1, "repeated calls must not take the checked path"
+    assert gpu.launches == 4
+    assert all(o.shape == first.shape for o in outs)

@@ -46,6 +46,8 @@ def cases() -> list[tuple[str, Callable[..., Any], list[tuple[tuple[int, ...], s
          else ts.sum(x, axis=0), [((8192, 768), "bfloat16")]),
         ("sum axis 0 bf16 8192x3072", lambda x: x.sum(0) if isinstance(x, torch.Tensor)
          else ts.sum(x, axis=0), [((8192, 3072), "bfloat16")]),
+        ("sum heads bf16 4x8x4x2048x64", lambda x: x.sum(2) if isinstance(x, torch.Tensor)
+         else ts.sum(x, axis=2), [((4, 8, 4, 2048, 64), "bfloat16")]),
         ("sum axis 0 f32 128x64x3136", lambda x: x.sum(0) if isinstance(x, torch.Tensor)
          else ts.sum(x, axis=0), [((128, 64, 3136), "float32")]),
     ]

@@ -16,6 +16,10 @@ columns of one row (whole memory sectors) and the tile's warps take rows in turn
 * kernel 2 (several splits only), one lane per output element: the splits' partials
   in split order.
 
+With at most ``THIN_ROWS`` reduced rows (grouped-query attention's head groups) one
+lane per output element folds its rows itself, in row order: one kernel, no shared
+memory.
+
 The number of splits gives the GPU enough tiles when there are few columns (``C`` of
 768 is 24 column blocks) and is a function of the shape only, so the combination
 order, and the result, is the same on every run.
@@ -47,6 +51,11 @@ MIN_ROWS_PER_WARP = 16
 """A split gives each warp at least this many rows (fewer splits otherwise)."""
 UNROLL = 8
 """Rows a warp loads before folding them (loads in flight per lane)."""
+MAX_GRID_Y = 65535
+"""CUDA's largest grid extent in y (the thin kernel's A)."""
+THIN_ROWS = 32
+"""At most this many reduced rows (the head groups of grouped-query attention's key and
+value gradients: 4): one lane per output element folds its rows itself, in order."""
 
 Value = Callable[[KernelEmitter, list[SSAValue], list[Idx], SSAValue], SSAValue]
 """``value(e, input_refs, index, valid)``: a reduced element, in the accumulation type."""
@@ -175,6 +184,10 @@ def lower_column_reduction(
 
         e.if_(e.eq(warp, 0), combine)
 
+    if r_n <= THIN_ROWS and a_n <= MAX_GRID_Y:
+        _thin(lw, tag, out, inputs, value, kind, acc_t, (a_n, r_n, c_n), in_index, out_index,
+              finish)
+        return True
     grid = [-(-c_n // COLUMNS), s_n, a_n]
     group = WARPS * 32
     if s_n == 1:
@@ -201,3 +214,31 @@ def lower_column_reduction(
 
     lw.kernel(tag, [out, part], 256, [-(-(a_n * c_n) // 256), 1, 1], build_final)
     return True
+
+
+def _thin(
+    lw: _FunctionLowering, tag: str, out: SSAValue, inputs: Sequence[SSAValue], value: Value,
+    kind: str, acc_t: Attribute, sizes: tuple[int, int, int],
+    in_index: Callable[[KernelEmitter, Idx, Idx, Idx], list[Idx]],
+    out_index: Callable[[KernelEmitter, Idx, Idx], list[Idx]],
+    finish: Callable[[KernelEmitter, SSAValue], SSAValue],
+) -> None:
+    """Few reduced rows: a lane per output element ``(a, c)`` (adjacent lanes on adjacent
+    columns) loads its ``R`` elements, then folds them in row order."""
+    from tessera.passes.lower_graph_to_tile import _combine
+
+    a_n, r_n, c_n = sizes
+    group = WARPS * 32
+
+    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+        o_ref, ins = args[0], args[1:]
+        c = e.add(e.mul(e.tile_id("x"), group), e.local_id())
+        a = e.tile_id("y")
+        ok = e.lt(c, c_n)
+        vs = [value(e, ins, in_index(e, a, r, c), ok) for r in range(r_n)]
+        total = vs[0]
+        for v in vs[1:]:
+            total = _combine(e, kind, total, v)
+        e.store(finish(e, total), o_ref, out_index(e, a, c), mask=ok)
+
+    lw.kernel(tag, [out, *inputs], group, [-(-c_n // group), a_n, 1], build)

@@ -62,6 +62,7 @@ REDUCTIONS = [
     ((128, 64, 49), (0,), "sum"),
     ((40, 50, 5), (0, 1), "max"),
     ((3000, 7), (0,), "min"),
+    ((4, 8, 4, 256, 64), (2,), "sum"),  # grouped-query heads: the thin kernel
 ]
 
 

@@ -62,6 +62,7 @@ class Case:
     vector: bool = False  # the kernel reads/writes with vector accesses
     positive: bool = False
     column: bool = False  # a column reduction (tile_colreduce)
+    thin: bool = False  # a column reduction of few rows (tile_colreduce's thin kernel)
     kernels: int = 1
 
     def mlir(self) -> str:
@@ -112,10 +113,15 @@ def _reduce(name: str, shape, elem: str, red: str, axes: str, out, np_red, keep=
     )
     ax = [a % len(shape) for a in json.loads(axes)] or list(range(len(shape)))
     column = tile_colreduce.column_groups(shape, ax)
+    if column is not None and column[1] <= tile_colreduce.THIN_ROWS:
+        column = None  # the thin kernel: a lane per output folds its few rows
+        thin = True
+    else:
+        thin = False
     kernels = 1 if column is None or tile_colreduce.splits(*column) == 1 else 2
     return Case(name, [(shape, elem), (shape[1:], elem)], (out, elem), body,
                 lambda x, y: np_red(np.sqrt(x) * y), positive=True,
-                column=column is not None, kernels=kernels)
+                column=column is not None, thin=thin, kernels=kernels)
 
 
 def _epilogue(name: str, a, b, bias, product: str, act: str | None, cast: str | None,
@@ -206,6 +212,8 @@ CASES: list[Case] = [
     _reduce("min_axis0_keep", (10, 7), "f32", "min", "[0]", (1, 7),
             lambda v: v.min(0, keepdims=True), keep=True),
     _reduce("sum_axis0_split", (700, 9), "f32", "sum", "[0]", (9,), lambda v: v.sum(0)),
+    _reduce("sum_heads_thin", (2, 4, 3, 40), "bf16", "sum", "[1]", (2, 3, 40),
+            lambda v: v.sum(1)),
     _reduce("mean_axis1_bf16", (3, 300, 37), "bf16", "mean", "[1]", (3, 37),
             lambda v: v.mean(1)),
     _reduce("max_axes01_split", (40, 50, 5), "f32", "max", "[0, 1]", (5,),
@@ -287,6 +295,8 @@ def test_one_kernel(case: Case, lowered: dict[str, ModuleOp]) -> None:
         assert "ttile.load_vector" not in names and "ttile.store_vector" not in names
     if case.column:  # the warps' partials combine through shared memory
         assert "ttile.barrier" in names and "ttile.reduce" not in names
+    elif case.thin:  # each lane folds its own rows
+        assert "ttile.barrier" not in names and "ttile.reduce" not in names
     elif case.name.startswith(("sum", "mean", "max", "min")):
         assert "ttile.reduce" in names
 

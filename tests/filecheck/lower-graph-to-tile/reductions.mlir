@@ -58,3 +58,15 @@ func.func @f(%x: tensor<5x300xbf16>, %y: tensor<4x7xf32>, %z: tensor<300x5xbf16>
 // CHECK:        ttile.launch @f_sum_part_0(%{{.*}}, %z) grid = [1, 2, 1]
 // CHECK:        ttile.launch @f_sum_1(%{{.*}}, %{{.*}}) grid = [1, 1, 1]
 // CHECK:        ttile.launch @f_sum_2(%{{.*}}, %w) grid = [5, 1, 1]
+
+// Few reduced rows (grouped-query attention's head groups: 4): tile_colreduce's thin
+// kernel, a lane per output element folding its 4 rows in order; grid [columns/256, A].
+func.func @heads(%g: tensor<2x8x4x64x32xbf16>) -> tensor<2x8x64x32xbf16> {
+  %0 = tgraph.sum %g axes = [2] : (tensor<2x8x4x64x32xbf16>) -> tensor<2x8x64x32xbf16>
+  func.return %0 : tensor<2x8x64x32xbf16>
+}
+// CHECK:      ttile.kernel @heads_sum_0(%{{.*}}: memref<2x8x64x32xbf16>, %{{.*}}: memref<2x8x4x64x32xbf16>) group_size = 256 {
+// CHECK-NOT:    ttile.barrier
+// CHECK-COUNT-4: ttile.load %{{.*}} : memref<2x8x4x64x32xbf16> -> bf16
+// CHECK:        ttile.store
+// CHECK:      ttile.launch @heads_sum_0(%{{.*}}, %g) grid = [8, 16, 1]

@@ -138,17 +138,24 @@ class KernelEmitter:
         return self.op(arith.MuliOp(self.index(a), self.index(b)))
 
     def div(self, a: Idx, b: int) -> Idx:
+        """``a // b`` (unsigned); a shift when ``b`` is a power of two (a 64-bit division
+        is a long instruction sequence on the GPU)."""
         if isinstance(a, int):
             return a // b
         if b == 1:
             return a
+        if b & (b - 1) == 0:
+            return self.op(arith.ShRUIOp(a, self.index(b.bit_length() - 1)))
         return self.op(arith.DivUIOp(a, self.index(b)))
 
     def rem(self, a: Idx, b: int) -> Idx:
+        """``a % b`` (unsigned); a mask when ``b`` is a power of two."""
         if isinstance(a, int):
             return a % b
         if b == 1:
             return 0
+        if b & (b - 1) == 0:
+            return self.op(arith.AndIOp(a, self.index(b - 1)))
         return self.op(arith.RemUIOp(a, self.index(b)))
 
     def min(self, a: Idx, b: Idx) -> Idx:

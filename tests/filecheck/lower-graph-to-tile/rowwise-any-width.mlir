@@ -15,7 +15,7 @@ func.func @f(%x: tensor<6x1001xbf16>, %y: tensor<2x50257xbf16>, %z: tensor<300x4
   func.return %0, %1, %2 : tensor<6x1001xbf16>, tensor<2x50257xbf16>, tensor<300x40000xf32>
 }
 // CHECK:      ttile.kernel @f_softmax_0(%{{.*}}: memref<6x1001xbf16>, %{{.*}}: memref<6x1001xbf16>) group_size = 128 {
-// CHECK:        arith.remui
+// CHECK:        arith.andi
 // CHECK:        ttile.load_vector %{{.*}} mask %{{.*}} : memref<6x1001xbf16> -> vector<8xbf16>
 // CHECK:        ttile.load %{{.*}} mask %{{.*}} : memref<6x1001xbf16> -> bf16
 // CHECK:        ttile.reduce %{{.*}} kind = max scope = warp : f32

@@ -21,29 +21,19 @@ written once. The table is printed last.
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.models import _time_ms  # noqa: E402  (CUDA events, median)
+
 B = 128
-
-
-def _time_ms(fn: Callable[[], Any], reps: int = 10) -> float:
-    import torch
-
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
 
 
 def _checked(fn: Any, args: list[Any]) -> Any:
@@ -68,8 +58,8 @@ def _movement(name: str, fn: Any, args: list[Any], peer: Callable[[], Any]) -> t
     nbytes = sum(a.numel() * a.element_size() for a in args) + want.numel() * want.element_size()
     del fast, want
     torch.cuda.empty_cache()
-    t_ts = _time_ms(lambda: fn(*args))
-    t_pt = _time_ms(peer)
+    t_ts = _time_ms(lambda: fn(*args), 10)
+    t_pt = _time_ms(peer, 10)
     return name, ok, "exact" if ok else "DIFFERS", t_ts, t_pt, nbytes / t_ts / 1e6
 
 

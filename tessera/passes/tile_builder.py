@@ -13,6 +13,7 @@ like the kernel it produces::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from math import prod
 
 from xdsl.dialects import arith, math, scf, vector
 from xdsl.dialects.builtin import (
@@ -30,6 +31,7 @@ from xdsl.dialects.builtin import (
     VectorType,
     f32,
     i1,
+    i32,
 )
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 
@@ -76,6 +78,11 @@ def is_float(t: Attribute) -> bool:
 def compute_type(t: Attribute) -> Attribute:
     """Arithmetic type for storage type ``t``: f32 for 16-bit floats, else ``t``."""
     return f32 if isinstance(t, BFloat16Type | Float16Type) else t
+
+
+I32_UNRAVEL = 2**31 - 2**20
+"""Shapes with fewer elements unravel flat indices in ``i32`` (see
+:meth:`KernelEmitter.unravel`)."""
 
 
 class KernelEmitter:
@@ -188,15 +195,37 @@ class KernelEmitter:
         return self.op(arith.SelectOp(c, self.index(a), self.index(b)))
 
     def unravel(self, lin: Idx, shape: Sequence[int]) -> list[Idx]:
-        """Row-major multi-index of flat index ``lin`` in ``shape``."""
+        """Row-major multi-index of flat index ``lin`` in ``shape``.
+
+        With a division to do and fewer than ``I32_UNRAVEL`` elements in ``shape``, the
+        divisions are done in ``i32`` (PTX divides a 32-bit value by a constant with a
+        multiply-high and a shift, a 64-bit one with an emulated sequence several times
+        longer). ``lin`` may exceed ``shape`` by the lanes of a masked tail, never by
+        2**20."""
+        divides = not isinstance(lin, int) and any(d != 1 for d in shape[1:])
+        if divides and prod(shape) < I32_UNRAVEL:
+            lin32 = self.op(arith.IndexCastOp(lin, i32))
+            return [i if isinstance(i, int) else self.op(arith.IndexCastOp(i, IndexType()))
+                    for i in self._unravel(lin32, shape, i32)]
+        return self._unravel(lin, shape, IndexType())
+
+    def _unravel(self, lin: Idx, shape: Sequence[int], t: Attribute) -> list[Idx]:
         out: list[Idx] = []
         for k in range(len(shape) - 1, -1, -1):
             d = shape[k]
             if d == 1:
                 out.append(0)
                 continue
-            out.append(self.rem(lin, d) if k > 0 else lin)
-            lin = self.div(lin, d) if k > 0 else lin
+            if k == 0 or isinstance(lin, int):
+                out.append(lin % d if isinstance(lin, int) and k > 0 else lin)
+                lin = lin // d if isinstance(lin, int) and k > 0 else lin
+                continue
+            if d & (d - 1) == 0:
+                out.append(self.op(arith.AndIOp(lin, self.const(d - 1, t))))
+                lin = self.op(arith.ShRUIOp(lin, self.const(d.bit_length() - 1, t)))
+            else:
+                out.append(self.op(arith.RemUIOp(lin, self.const(d, t))))
+                lin = self.op(arith.DivUIOp(lin, self.const(d, t)))
         return list(reversed(out))
 
     # ------------------------------------------------------------------ lanes

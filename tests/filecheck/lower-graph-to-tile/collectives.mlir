@@ -20,8 +20,11 @@ func.func @f(%x: tensor<8x16xf32>, %w: tensor<16x8xf32>, %b: tensor<8x32xf32>, %
 
 // CHECK:      ttile.kernel @f_all_slice_0(%0: memref<8x16xf32>, %1: memref<8x32xf32>, %2: index) group_size = 256 {
 // CHECK:        %[[LIN:.*]] = ttile.linear_id
-// CHECK:        %[[COL:.*]] = arith.andi %[[LIN]], %{{.*}} : index
-// CHECK:        %[[ROW:.*]] = arith.shrui %[[LIN]], %{{.*}} : index
+// CHECK:        %[[L32:.*]] = arith.index_cast %[[LIN]] : index to i32
+// CHECK:        %[[C32:.*]] = arith.andi %[[L32]], %{{.*}} : i32
+// CHECK:        %[[R32:.*]] = arith.shrui %[[L32]], %{{.*}} : i32
+// CHECK-NEXT:   %[[ROW:.*]] = arith.index_cast %[[R32]] : i32 to index
+// CHECK-NEXT:   %[[COL:.*]] = arith.index_cast %[[C32]] : i32 to index
 // CHECK:        %[[OFF:.*]] = arith.muli %2, %{{.*}} : index
 // CHECK:        %[[SRC:.*]] = arith.addi %[[COL]], %[[OFF]] : index
 // CHECK:        %[[V:.*]] = ttile.load %1[%[[ROW]], %[[SRC]]] mask %{{.*}} : memref<8x32xf32> -> f32

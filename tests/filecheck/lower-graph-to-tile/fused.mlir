@@ -24,8 +24,11 @@ func.func @chain(%x: tensor<37x56xf32>, %b: tensor<56xf32>, %s: tensor<37x1xf32>
 // CHECK-NEXT:   %[[BASE:.*]] = arith.muli %[[LIN]], %[[W]] : index
 // CHECK-NEXT:   %[[N:.*]] = arith.constant 2072 : index
 // CHECK-NEXT:   %[[OK:.*]] = arith.cmpi slt, %[[BASE]], %[[N]] : index
-// CHECK:        %[[COL:.*]] = arith.remui %[[BASE]]
-// CHECK:        %[[ROW:.*]] = arith.divui %[[BASE]]
+// CHECK-NEXT:   %[[B32:.*]] = arith.index_cast %[[BASE]] : index to i32
+// CHECK:        %[[C32:.*]] = arith.remui %[[B32]], %{{.*}} : i32
+// CHECK:        %[[R32:.*]] = arith.divui %[[B32]], %{{.*}} : i32
+// CHECK-NEXT:   %[[ROW:.*]] = arith.index_cast %[[R32]] : i32 to index
+// CHECK-NEXT:   %[[COL:.*]] = arith.index_cast %[[C32]] : i32 to index
 // CHECK-NEXT:   %[[XV:.*]] = ttile.load_vector %[[X]][%[[ROW]], %[[COL]]] mask %[[OK]] : memref<37x56xf32> -> vector<4xf32>
 // CHECK-COUNT-4: vector.extract %[[XV]]
 // CHECK-NEXT:   %[[BV:.*]] = ttile.load_vector %[[B]][%[[COL]]] mask %[[OK]] : memref<56xf32> -> vector<4xf32>

@@ -52,7 +52,7 @@ MIN_ROWS_PER_WARP = 16
 UNROLL = 8
 """Rows a warp loads before folding them (loads in flight per lane)."""
 MAX_GRID_Y = 65535
-"""CUDA's largest grid extent in y (the thin kernel's A)."""
+"""CUDA's largest grid extent in y and z (where the kernels put A)."""
 THIN_ROWS = 32
 """At most this many reduced rows (the head groups of grouped-query attention's key and
 value gradients: 4): one lane per output element folds its rows itself, in order."""
@@ -109,10 +109,15 @@ def lower_column_reduction(
     if groups is None:
         return False
     a_n, r_n, c_n = groups
+    if a_n > MAX_GRID_Y:  # A is on grid y or z (at most 65535): the strided kernel
+        return False
     dims = list(enumerate(shape))
-    a_dims = [(k, d) for k, d in dims if k not in axes and d != 1 and k < min(axes)]
-    r_dims = [(k, d) for k, d in dims if k in axes]
-    c_dims = [(k, d) for k, d in dims if k not in axes and k > max(axes)]
+    # split as column_groups does: size-1 dims (reduced or kept) take index 0 wherever
+    # they are, so a reduced size-1 dim after the kept ones does not end [A, R, C] early
+    red = [k for k, d in dims if k in axes and d != 1]
+    a_dims = [(k, d) for k, d in dims if k not in axes and d != 1 and k < red[0]]
+    r_dims = [(k, d) for k, d in dims if k in red]
+    c_dims = [(k, d) for k, d in dims if k not in axes and d != 1 and k > red[-1]]
     keep = op.keepdims is not None
     out_t = g.elem_of(op.result)
     s_n = splits(a_n, r_n, c_n)
@@ -184,7 +189,7 @@ def lower_column_reduction(
 
         e.if_(e.eq(warp, 0), combine)
 
-    if r_n <= THIN_ROWS and a_n <= MAX_GRID_Y:
+    if r_n <= THIN_ROWS:
         _thin(lw, tag, out, inputs, value, kind, acc_t, (a_n, r_n, c_n), in_index, out_index,
               finish)
         return True

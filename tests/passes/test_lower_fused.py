@@ -212,6 +212,9 @@ CASES: list[Case] = [
     _reduce("min_axis0_keep", (10, 7), "f32", "min", "[0]", (1, 7),
             lambda v: v.min(0, keepdims=True), keep=True),
     _reduce("sum_axis0_split", (700, 9), "f32", "sum", "[0]", (9,), lambda v: v.sum(0)),
+    # a reduced size-1 dim after the kept one: still [A, R, C] = [1, 50, 3]
+    _reduce("sum_axes02_unit", (50, 3, 1), "f32", "sum", "[0, 2]", (3,),
+            lambda v: v.sum((0, 2))),
     _reduce("sum_heads_thin", (2, 4, 3, 40), "bf16", "sum", "[1]", (2, 3, 40),
             lambda v: v.sum(1)),
     _reduce("mean_axis1_bf16", (3, 300, 37), "bf16", "mean", "[1]", (3, 37),

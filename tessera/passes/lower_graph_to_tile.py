@@ -911,7 +911,7 @@ class _FunctionLowering:
         group = ELEMENTWISE_GROUP
         chunk = group * ROW_MAP_UNROLL
         index = [_bcast_index(s, domain) for s in shapes]
-        uniform = [bool(s) and s[-1] == 1 or not s for s in shapes]
+        uniform = [not s or s[-1] == 1 for s in shapes]
 
         def build(e: KernelEmitter, args: list[SSAValue]) -> None:
             o_ref, ins = args[0], args[1:]

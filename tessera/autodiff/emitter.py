@@ -367,14 +367,17 @@ class GraphEmitter:
         )
 
     def conv2d(
-        self, x: SSAValue, w: SSAValue, stride: Sequence[int], padding: Sequence[int]
+        self, x: SSAValue, w: SSAValue, stride: Sequence[int], padding: Sequence[int],
+        dilation: Sequence[int] = (1, 1),
     ) -> SSAValue:
-        shape = g.Conv2dOp.infer_shape(shape_of(x), shape_of(w), stride, padding)
+        shape = g.Conv2dOp.infer_shape(shape_of(x), shape_of(w), stride, padding, dilation)
         assert not isinstance(shape, str), shape
         props = {
             "stride": DenseArrayBase.from_list(i64, list(stride)),
             "padding": DenseArrayBase.from_list(i64, list(padding)),
         }
+        if tuple(dilation) != (1, 1):
+            props["dilation"] = DenseArrayBase.from_list(i64, list(dilation))
         return self.insert(
             g.Conv2dOp(
                 operands=[x, w, []], result_types=[tensor(shape, elem_of(x))], properties=props

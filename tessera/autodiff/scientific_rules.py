@@ -5,11 +5,13 @@ calling convention of :mod:`tessera.autodiff.rules`. Each adjoint is ordinary
 Graph IR built from ``tgraph`` ops, so it is itself differentiable (forward
 mode transposes it once more):
 
-* ``conv2d``: the input gradient is a stride-1 ``conv2d`` of the stride-dilated,
-  ``(k-1)``-padded cotangent with the spatially flipped weight (channels
-  swapped), cropped by the padding; the weight gradient is a ``conv2d`` of the
-  input (batch and channels swapped) with the dilated cotangent as kernel;
-  the bias gradient is ``sum(ct)`` over N, H, W.
+* ``conv2d``: the input gradient is a stride-1 ``conv2d`` (the forward's dilation)
+  of the stride-dilated, ``(k-1)``-padded cotangent with the spatially flipped
+  weight (channels swapped), cropped by the padding; the weight gradient is a
+  ``conv2d`` of the input (batch and channels swapped) with the cotangent as
+  kernel, dilated by the forward's stride and strided by its dilation (no
+  dilated copy of the cotangent), cropped to the kernel; the bias gradient is
+  ``sum(ct)`` over N, H, W.
 * ``fft`` / ``fft2d``: ``x̄ = F^H ȳ``, i.e. ``n · ifft(ȳ)`` for the forward
   transform and ``fft(ȳ) / n`` for the inverse one (n: the transformed size),
   and its real part for a real input. Cotangents of complex values follow
@@ -102,23 +104,28 @@ def _conv2d(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[
     x, w = op.input, op.weight
     sh, sw = op.stride.get_values()
     ph, pw = op.padding.get_values()
+    dh, dw = op.dilation_values
     n, c, h, wd = shape_of(x)
     o, _, kh, kw = shape_of(w)
+    eh, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1  # the dilated kernel's extent
     ho, wo = shape_of(ct)[2:]
     slots = operand_slots(op)
     out: list[Cot] = [None] * len(op.operands)
     if needs[slots["input"]]:
         hp, wp = h + 2 * ph, wd + 2 * pw
-        # ct at rows i*sh + kh-1 of zeros: a full correlation over the padded input
-        d = e.pad(ct, [n, o, hp + kh - 1, wp + kw - 1], [0, 0, kh - 1, kw - 1], [1, 1, sh, sw])
+        # ct at rows i*sh + eh-1 of zeros: a full correlation over the padded input
+        d = e.pad(ct, [n, o, hp + eh - 1, wp + ew - 1], [0, 0, eh - 1, ew - 1], [1, 1, sh, sw])
         wf = e.transpose(_flip_last2(e, w), [1, 0, 2, 3])
-        dxp = e.conv2d(d, wf, [1, 1], [0, 0])
+        dxp = e.conv2d(d, wf, [1, 1], [0, 0], [dh, dw])
         out[slots["input"]] = _crop(e, dxp, [0, 0, ph, pw], [n, c, h, wd])
-    if needs[slots["weight"]] and sh >= kh and sw >= kw:
+    if needs[slots["weight"]] and sh >= kh and sw >= kw and (dh, dw) == (1, 1):
         out[slots["weight"]] = _patch_weight_grad(e, ct, x, [kh, kw], [sh, sw], [ph, pw])
     elif needs[slots["weight"]]:
-        dil = e.pad(ct, [n, o, (ho - 1) * sh + 1, (wo - 1) * sw + 1], [0, 0, 0, 0], [1, 1, sh, sw])
-        r = e.conv2d(e.transpose(x, [1, 0, 2, 3]), e.transpose(dil, [1, 0, 2, 3]), [1, 1], [ph, pw])
+        # dW[o, c, i, j] = sum of ct[n, o, ho, wo] xp[n, c, ho*sh + i*dh, wo*sw + j*dw]: the
+        # input (channels as batch) correlated with ct, its taps spaced by the stride and
+        # its outputs by the dilation; no stride-dilated copy of ct
+        r = e.conv2d(e.transpose(x, [1, 0, 2, 3]), e.transpose(ct, [1, 0, 2, 3]), [dh, dw],
+                     [ph, pw], [sh, sw])
         r = _crop(e, r, [0, 0, 0, 0], [c, o, kh, kw])
         out[slots["weight"]] = e.transpose(r, [1, 0, 2, 3])
     if "bias" in slots and needs[slots["bias"]]:

@@ -267,16 +267,17 @@ def split_cost(
 
 def split_k(
     m: int, n: int, k: int, cfg: Sm90Config, in_type: str = "bf16", out_bytes: int = 2,
-    sms: int = NUM_SMS, batch: int = 1,
+    sms: int = NUM_SMS, batch: int = 1, max_splits: int = MAX_SPLITS,
 ) -> int:
-    """How many K ranges the product is cut into (1: no split; module docstring)."""
+    """How many K ranges (at most ``max_splits``) the product is cut into (1: no split;
+    module docstring)."""
     if batch != 1 or m * n > MAX_SPLIT_OUTPUT:
         return 1
     elem = {"e4m3": 1, "e5m2": 1, "tf32": 4, "3xtf32": 4}.get(in_type, 2)
     ktiles = cdiv(k, 128 // elem)
     base = split_cost(m, n, k, cfg, 1, in_type, out_bytes, sms)
     best, best_t = 1, base * SPLIT_GAIN
-    for s in range(2, MAX_SPLITS + 1):
+    for s in range(2, max_splits + 1):
         kps = cdiv(ktiles, s)
         if kps < MIN_SPLIT_KTILES or cdiv(ktiles, kps) != s:
             continue  # too short, or the same split as a smaller S

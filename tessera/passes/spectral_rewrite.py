@@ -230,7 +230,7 @@ class ConvViaFFT(RewritePattern):
             return
         if not _plain(op.input, op.weight, op.result):
             return
-        if list(op.stride.get_values()) != [1, 1]:
+        if list(op.stride.get_values()) != [1, 1] or op.dilation_values != (1, 1):
             return
         pad = list(op.padding.get_values())
         xs, ws = list(shape_of(op.input)), list(shape_of(op.weight))

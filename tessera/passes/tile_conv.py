@@ -6,7 +6,7 @@ with ``wo`` fastest, so neighbouring lanes read neighbouring input columns. Each
 runs three uniform ``scf.for`` loops, over input channels ``c``, kernel rows ``i`` and
 kernel columns ``j``, and accumulates
 
-    acc += x[n, c, ho * sh + i - ph, wo * sw + j - pw] * w[o, c, i, j]
+    acc += x[n, c, ho * sh + i * dh - ph, wo * sw + j * dw - pw] * w[o, c, i, j]
 
 where input positions in the zero padding are masked loads giving 0 (their indices are
 clamped to 0, so no lane addresses memory outside the input). Products and sums are in
@@ -42,6 +42,7 @@ def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
     out_shape = g.shape_of(op.result)
     sh, sw = op.stride.get_values()
     ph, pw = op.padding.get_values()
+    dh, dw = op.dilation_values
     total = pymath.prod(out_shape)
     has_bias = op.bias is not None
     out = lw.alloc(op.result.type)
@@ -56,11 +57,11 @@ def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
 
         def over_c(bc: KernelEmitter, c: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
             def over_i(bi: KernelEmitter, i: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-                h = bi.add(h0, i)
+                h = bi.add(h0, bi.mul(i, dh) if dh != 1 else i)
                 hin = bi.and_(bi.and_(ok, bi.le(0, h)), bi.lt(h, h_in))
 
                 def over_j(bj: KernelEmitter, j: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-                    w = bj.add(w0, j)
+                    w = bj.add(w0, bj.mul(j, dw) if dw != 1 else j)
                     inside = bj.and_(bj.and_(hin, bj.le(0, w)), bj.lt(w, w_in))
                     hh: Idx = bj.select(inside, h, 0)
                     ww: Idx = bj.select(inside, w, 0)

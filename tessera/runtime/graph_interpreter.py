@@ -594,10 +594,12 @@ def run_conv2d(interp: Interpreter, op: g.Conv2dOp, args: tuple[Any, ...]):
     x, w = load(vals[op.input], t, acc), load(vals[op.weight], t, acc)
     sh, sw = op.stride.get_values()
     ph, pw = op.padding.get_values()
+    dh, dw = op.dilation_values
     x = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     kh, kw = w.shape[2], w.shape[3]
-    win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))
-    win = win[:, :, ::sh, ::sw]
+    win = np.lib.stride_tricks.sliding_window_view(
+        x, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))
+    win = win[:, :, ::sh, ::sw, ::dh, ::dw]
     y = np.einsum("nchwij,ocij->nohw", win, w)
     if op.bias is not None:
         y = y + load(vals[op.bias], t, acc)[None, :, None, None]

@@ -201,17 +201,24 @@ def take(x: TracedTensor, axis: int, start: int, stop: int) -> TracedTensor:
     return ops.slice(x, lo, hi)
 
 
-def dilate(g: TracedTensor, s: int, axis: int) -> TracedTensor:
-    """``s - 1`` zeros after each element of ``g`` along ``axis`` (none after the last)."""
-    if s == 1:
-        return g
+def dilate(g: TracedTensor, s: int, axis: int, tail: int = 0) -> TracedTensor:
+    """``s - 1`` zeros after each element of ``g`` along ``axis`` (none after the last),
+    then ``tail`` more zeros."""
     shape = list(g.shape)
     n = shape[axis]
-    inner = [*shape[: axis + 1], 1, *shape[axis + 1 :]]
-    gap = [*shape[: axis + 1], s - 1, *shape[axis + 1 :]]
-    y = ops.concat([ops.reshape(g, inner), zeros_of(g, gap)], axis=axis + 1)
-    y = ops.reshape(y, [*shape[:axis], n * s, *shape[axis + 1 :]])
-    return take(y, axis, 0, (n - 1) * s + 1)
+    if s == 1 and tail == 0:
+        return g
+    if s > 1:
+        inner = [*shape[: axis + 1], 1, *shape[axis + 1 :]]
+        gap = [*shape[: axis + 1], s - 1, *shape[axis + 1 :]]
+        y = ops.concat([ops.reshape(g, inner), zeros_of(g, gap)], axis=axis + 1)
+        g = ops.reshape(y, [*shape[:axis], n * s, *shape[axis + 1 :]])
+    size = (n - 1) * s + 1 + tail
+    if size > g.shape[axis]:
+        zs = list(g.shape)
+        zs[axis] = size - g.shape[axis]
+        g = ops.concat([g, zeros_of(g, zs)], axis=axis)
+    return take(g, axis, 0, size)
 
 
 def has_rule(target: Any) -> bool:

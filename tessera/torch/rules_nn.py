@@ -220,8 +220,6 @@ def _conv_check(node: torch.fx.Node) -> str | None:
         return "not a 2-D convolution"
     if transposed:
         return "transposed convolution"
-    if any(int(d) != 1 for d in dilation):
-        return f"dilation={list(dilation)}"
     if int(groups) != 1:
         return f"groups={groups}"
     return float_only(node)
@@ -229,12 +227,13 @@ def _conv_check(node: torch.fx.Node) -> str | None:
 
 @rule(aten.convolution.default, check=_conv_check)
 def _convolution(
-    node: torch.fx.Node, x: Any, w: Any, b: Any, stride: Any, padding: Any, *rest: Any
+    node: torch.fx.Node, x: Any, w: Any, b: Any, stride: Any, padding: Any, dilation: Any,
+    *rest: Any,
 ) -> TracedTensor:
     dt = out_dtype(node)
     return ops.conv2d(
         to(x, dt), to(w, dt), to(b, dt) if b is not None else None,
-        stride=int_list(stride), padding=int_list(padding),
+        stride=int_list(stride), padding=int_list(padding), dilation=int_list(dilation),
     )
 
 
@@ -244,8 +243,6 @@ def _conv_backward_check(node: torch.fx.Node) -> str | None:
         return "not a 2-D convolution"
     if transposed:
         return "transposed convolution"
-    if any(int(d) != 1 for d in dilation):
-        return f"dilation={list(dilation)}"
     if int(groups) != 1:
         return f"groups={groups}"
     return None if val(x).dtype in FLOAT_DTYPES else f"{val(x).dtype} input"
@@ -304,37 +301,45 @@ def _convolution_backward(
     padding: Any, dilation: Any, transposed: bool, output_padding: Any, groups: int,
     output_mask: Sequence[bool],
 ) -> tuple[Any, Any, Any]:
-    """Gradients of a 2-D convolution as convolutions: the input's is the gradient,
-    dilated by the stride, convolved with the flipped, transposed kernel; the kernel's
-    is the input (channels as batch) convolved with the dilated gradient, or, when the
-    windows do not overlap (stride >= kernel), one GEMM over the input's patches
+    """Gradients of a 2-D convolution as convolutions. The input's: the gradient, dilated
+    by the stride, correlated with the flipped, transposed kernel (the forward's
+    dilation), padded so that it comes out the input's size (zeros appended for rows the
+    forward's stride skipped). The kernel's: the input (channels as batch) correlated
+    with the gradient as kernel, its taps spaced by the stride and its outputs by the
+    dilation (no dilated copy of the gradient); or, when the windows do not overlap
+    (stride >= kernel, no dilation), one GEMM over the input's patches
     (:func:`_patch_weight_grad`)."""
     dt = torch_dtype(x)
     g = to(grad, dt)
-    st, pd = int_list(stride), int_list(padding)
+    st, pd, dl = int_list(stride), int_list(padding), int_list(dilation)
     _, _, h, wd = x.shape
     kh, kw = w.shape[2], w.shape[3]
+    ext = [(kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1]  # the dilated kernel's extent
     gx = gw = gb = None
-    if output_mask[0] or (output_mask[1] and (st[0] < kh or st[1] < kw)):
-        gd = dilate(dilate(g, st[0], 2), st[1], 3)
     if output_mask[0]:
+        # padding e - 1 - p gives rows -p .. of the full correlation, so no leading crop;
+        # input rows the forward's stride never reached read zero rows appended to the
+        # dilated gradient
+        fp = [max(0, e - 1 - p) for e, p in zip(ext, pd)]
+        lead = [p - (e - 1) + f for e, p, f in zip(ext, pd, fp)]
+        gd = g
+        for axis, n in ((2, h), (3, wd)):
+            i = axis - 2
+            rows = (g.shape[axis] - 1) * st[i] + 1 + 2 * fp[i] - ext[i] + 1
+            gd = dilate(gd, st[i], axis, tail=max(0, n + lead[i] - rows))
         wf = ops.transpose(_flip(_flip(w, 2), 3), [1, 0, 2, 3])
-        full = ops.conv2d(gd, wf, padding=[kh - 1, kw - 1])
-        for axis, (n, p) in ((2, (h, pd[0])), (3, (wd, pd[1]))):
-            short = n + 2 * p - full.shape[axis]
-            if short > 0:
-                zshape = list(full.shape)
-                zshape[axis] = short
-                full = ops.concat([full, zeros_of(full, zshape)], axis=axis)
-            full = take(full, axis, p, p + n)
+        full = ops.conv2d(gd, wf, padding=fp, dilation=dl)
+        for axis, n in ((2, h), (3, wd)):
+            full = take(full, axis, lead[axis - 2], lead[axis - 2] + n)
         gx = full
-    if output_mask[1] and st[0] >= kh and st[1] >= kw:
+    if output_mask[1] and st[0] >= kh and st[1] >= kw and dl == [1, 1]:
         gw = _patch_weight_grad(g, x, kh, kw, st, pd)
     elif output_mask[1]:
         xt = ops.transpose(x, [1, 0, 2, 3])
-        kt = ops.transpose(gd, [1, 0, 2, 3])
-        r = ops.conv2d(xt, kt, padding=pd)
-        r = take(take(r, 2, 0, kh), 3, 0, kw)
+        kt = ops.transpose(g, [1, 0, 2, 3])
+        r = ops.conv2d(xt, kt, stride=dl, padding=pd, dilation=st)
+        if r.shape[2] != kh or r.shape[3] != kw:
+            r = take(take(r, 2, 0, kh), 3, 0, kw)
         gw = ops.transpose(r, [1, 0, 2, 3])
     if output_mask[2]:
         gb = ops.sum(g, axis=(0, 2, 3))

@@ -118,3 +118,68 @@ def test_conv2d_implicit_gemm_f32(xs, ws, stride, padding, bias, tf32) -> None:
     assert "tf32.tf32" in fn.inspect_ir("ptx")
     assert y.shape == ref.shape and torch.isfinite(y).all()
     assert float((y.double() - ref).norm() / ref.norm()) < (5e-3 if tf32 else 1e-5)
+
+
+@pytest.mark.parametrize(
+    ("xs", "ws", "stride", "padding", "dilation", "bias"),
+    [
+        ((2, 3, 17, 15), (16, 3, 3, 3), 1, 2, 2, True),
+        ((2, 20, 13, 11), (40, 20, 3, 2), (2, 1), 1, (2, 3), False),
+        # weight gradients (batch as channels, the output gradient as a kernel dilated by
+        # the stride): a few output tiles over a long K, split along K
+        ((3, 32, 64, 64), (64, 32, 32, 32), 1, 3, 2, False),
+        ((64, 16, 28, 28), (64, 16, 28, 28), 1, 1, 1, False),
+        ((64, 16, 28, 28), (64, 16, 28, 28), 1, 1, 1, True),
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_conv2d_implicit_dilated_and_split(xs, ws, stride, padding, dilation, bias, dtype):
+    x = torch.randn(xs, device="cuda", dtype=dtype)
+    w = torch.randn(ws, device="cuda", dtype=dtype) / (ws[1] * ws[2] * ws[3]) ** 0.5
+    b = torch.randn(ws[0], device="cuda", dtype=dtype) if bias else None
+    ref = F.conv2d(x.double(), w.double(), b.double() if bias else None, stride=stride,
+                   padding=padding, dilation=dilation)
+    big = torch.full((1 << 28,), float("nan"), device="cuda", dtype=torch.bfloat16)
+    del big
+    opts = CompileOptions.from_env(implicit_conv=True, split_k="auto")
+    if bias:
+        fn = ts.jit(lambda x, w, b: ts.conv2d(x, w, b, stride=stride, padding=padding,
+                                              dilation=dilation), options=opts)
+        y = fn(x, w, b)
+    else:
+        fn = ts.jit(lambda x, w: ts.conv2d(x, w, stride=stride, padding=padding,
+                                           dilation=dilation), options=opts)
+        y = fn(x, w)
+    torch.cuda.synchronize()
+    assert y.shape == ref.shape and torch.isfinite(y).all()
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    assert float((y.double() - ref).norm() / ref.norm()) < tol
+    if xs[0] >= 3 and ws[2] >= 28:
+        assert "split_k_reduce" in fn.inspect_ir("target")
+
+
+@pytest.mark.parametrize(("k", "st", "pd", "dl", "needs_x"),
+                         [(7, 2, 3, 1, False), (3, 1, 1, 1, True), (3, 2, 1, 1, True),
+                          (3, 1, 2, 2, True)])
+def test_convolution_training_through_torch_compile(k, st, pd, dl, needs_x):
+    """A convolution layer's forward and both gradients through the torch backend (the
+    weight gradient as one split convolution of the undilated output gradient)."""
+    import tessera.torch as tt
+
+    x = torch.randn(8, 32, 30, 30, device="cuda", dtype=torch.bfloat16).requires_grad_(needs_x)
+    w = (torch.randn(64, 32, k, k, device="cuda", dtype=torch.bfloat16) / (32 * k * k) ** 0.5
+         ).requires_grad_()
+
+    def f(x, w):
+        return F.conv2d(x, w, stride=st, padding=pd, dilation=dl)
+
+    x64 = x.detach().double().requires_grad_(needs_x)
+    w64 = w.detach().double().requires_grad_()
+    y64 = f(x64, w64)
+    dy = torch.randn_like(y64).to(torch.bfloat16)
+    y64.backward(dy.double())
+    y = tt.compile(f)(x, w)
+    y.backward(dy)
+    pairs = [(y, y64), (w.grad, w64.grad)] + ([(x.grad, x64.grad)] if needs_x else [])
+    for got, ref in pairs:
+        assert float((got.double() - ref).norm() / ref.norm()) < 2e-2

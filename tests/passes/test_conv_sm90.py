@@ -186,6 +186,65 @@ def test_pointwise_conv_is_one_batched_gemm(monkeypatch: pytest.MonkeyPatch) -> 
     ptxas.check(spec.ir("ptx"))
 
 
+@needs_ptxas
+@pytest.mark.parametrize("bias", [False, True])
+def test_weight_gradient_shaped_conv_splits_k(monkeypatch: pytest.MonkeyPatch, bias) -> None:
+    """A weight gradient's convolution (the input with its batch as channels, the output
+    gradient as a kernel dilated by the forward's stride) has a few output tiles and a
+    long K: the implicit GEMM stores f32 partials of K ranges, one kernel adds them in
+    order (and the bias) and rounds once."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    monkeypatch.setenv("TESSERA_SPLIT_K", "auto")
+    xs, ws = (3, 64, 40, 40), (64, 64, 20, 20)
+    args = [np.zeros(xs, bf), np.zeros(ws, bf)] + ([np.zeros((64,), bf)] if bias else [])
+    if bias:
+        fn = ts.jit(lambda x, w, b: ts.conv2d(x, w, b, padding=3, dilation=2))
+    else:
+        fn = ts.jit(lambda x, w: ts.conv2d(x, w, padding=3, dilation=2))
+    spec = fn.specialize(*args)
+    assert _kernels(spec) == ["conv_nhwc_0", "conv_weight_0", "conv_0", "split_k_reduce_0"]
+    (launch,) = [o for o in spec.ir("target").walk()
+                 if isinstance(o, tt.LaunchExOp) and o.callee.string_value().endswith("conv_0")]
+    ws_shape = launch.args[0].type.get_shape()
+    assert ws_shape[1:] == (3, 64, 8, 8) and ws_shape[0] > 8, ws_shape
+    ptx = spec.ir("ptx")
+    conv = ptx[ptx.index(".entry lambda_conv_0("):]
+    conv = conv[:conv.find(".entry", 1) if ".entry" in conv[1:] else None]
+    assert "st.global.f32" in conv and "st.global.b16" not in conv
+    ptxas.check(ptx)
+
+
+@pytest.mark.parametrize(("dilation", "stride", "padding"), [(2, 1, 2), ((3, 2), (2, 1), 1)])
+@pytest.mark.parametrize("sm90", [False, True])
+def test_dilated_conv2d_on_the_tile_interpreter(dilation, stride, padding, sm90) -> None:
+    """A dilated f32 convolution on the direct kernel and on the im2col path, run by the
+    Tile IR interpreter against torch in float64."""
+    import torch
+    from xdsl.dialects.builtin import ModuleOp
+
+    from tessera.passes.lower_graph_to_tile import LowerGraphToTile
+    from tessera.passes.pipelines import default_context
+    from tessera.runtime.tile_interpreter import run_host
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 11, 10)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    fn = ts.jit(lambda x, w, b: ts.conv2d(x, w, b, stride=stride, padding=padding,
+                                          dilation=dilation))
+    spec = fn.specialize(x, w, b)
+    module = spec.ir("graph").clone()
+    assert isinstance(module, ModuleOp)
+    LowerGraphToTile(sm90=sm90).apply(default_context(), module)
+    (got,) = run_host(module, spec.name, [x.copy(), w.copy(), b.copy()])
+    ref = torch.nn.functional.conv2d(
+        torch.from_numpy(x).double(), torch.from_numpy(w).double(), torch.from_numpy(b).double(),
+        stride=stride, padding=padding, dilation=dilation,
+    ).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_implicit_conv_is_off_by_option(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
     monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "0")

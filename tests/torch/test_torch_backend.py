@@ -115,19 +115,24 @@ def test_cnn_training_step_matches_eager():
 
 
 @pytest.mark.parametrize(
-    "kernel, stride, padding, size",
-    [(3, 1, 1, 8), (3, 2, 1, 9), (7, 2, 3, 16), (1, 2, 0, 7), (4, 4, 0, 16), (3, 2, 0, 8),
+    "kernel, stride, padding, size, dilation",
+    [(3, 1, 1, 8, 1), (3, 2, 1, 9, 1), (7, 2, 3, 16, 1), (1, 2, 0, 7, 1), (4, 4, 0, 16, 1),
+     (3, 2, 0, 8, 1),
      # windows that do not overlap: the weight gradient is one GEMM over the patches
-     (4, 4, 0, 10), (3, 3, 1, 9), (2, 3, 1, 8), (2, 5, 2, 11)],
+     (4, 4, 0, 10, 1), (3, 3, 1, 9, 1), (2, 3, 1, 8, 1), (2, 5, 2, 11, 1),
+     # padding beyond the kernel; dilated kernels (dilation, then stride and dilation)
+     (3, 1, 4, 8, 1), ((3, 2), 1, (1, 0), 11, (2, 1)), (3, (2, 1), 2, 12, 2),
+     ((2, 3), 3, 0, 13, (3, 2))],
 )
-def test_convolution_backward_as_convolutions(kernel, stride, padding, size):
+def test_convolution_backward_as_convolutions(kernel, stride, padding, size, dilation):
     g = torch.Generator().manual_seed(0)
+    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
     x = torch.randn(2, 3, size, size + 1, dtype=torch.float64, generator=g, requires_grad=True)
-    w = torch.randn(4, 3, kernel, kernel, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(4, 3, kh, kw, dtype=torch.float64, generator=g, requires_grad=True)
     b = torch.randn(4, dtype=torch.float64, generator=g, requires_grad=True)
 
     def f(x, w, b):
-        return F.conv2d(x, w, b, stride=stride, padding=padding)
+        return F.conv2d(x, w, b, stride=stride, padding=padding, dilation=dilation)
 
     tt.compile(f)(x, w, b).pow(2).sum().backward()
     got = [t.grad.clone() for t in (x, w, b)]
@@ -166,15 +171,37 @@ def test_patch_embedding_backward_is_one_gemm_without_input_gradient(tmp_path, m
     torch.testing.assert_close(got[1], b.grad, rtol=1e-12, atol=1e-12)
 
 
-def test_dilated_convolution_falls_back_with_its_reason():
+def test_grouped_convolution_falls_back_with_its_reason():
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(1, 2, 9, 9, generator=g)
-    w = torch.randn(3, 2, 3, 3, generator=g)
-    out = tt.compile(lambda x, w: F.conv2d(x, w, dilation=2))(x, w)
-    torch.testing.assert_close(out, F.conv2d(x, w, dilation=2))
+    x = torch.randn(1, 4, 9, 9, generator=g)
+    w = torch.randn(6, 2, 3, 3, generator=g)
+    out = tt.compile(lambda x, w: F.conv2d(x, w, groups=2))(x, w)
+    torch.testing.assert_close(out, F.conv2d(x, w, groups=2))
     rep = tt.last_report()
     assert rep.fallback_ops["aten.convolution.default"] == 1
-    assert rep.reasons()["aten.convolution.default"] == "dilation=[2, 2]"
+    assert rep.reasons()["aten.convolution.default"] == "groups=2"
+
+
+def test_weight_gradient_is_one_convolution_of_the_undilated_gradient(tmp_path, monkeypatch):
+    """A strided convolution's weight gradient reads the output gradient as it is (the
+    convolution's dilation takes the stride): no zeros interleaved into it."""
+    monkeypatch.setenv("TESSERA_DUMP_DIR", str(tmp_path))
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3, 15, 15, dtype=torch.float64, generator=g)
+    w = torch.randn(4, 3, 7, 7, dtype=torch.float64, generator=g, requires_grad=True)
+
+    def f(x, w):
+        return F.conv2d(x, w, stride=2, padding=3)
+
+    tt.compile(f)(x, w).pow(2).sum().backward()
+    got = w.grad.clone()
+    (graph,) = tmp_path.glob("*backward*/*-graph.mlir")
+    ir = graph.read_text()
+    assert ir.count("tgraph.conv2d") == 1 and "dilation = [2, 2]" in ir, ir
+    assert "tgraph.concat" not in ir, ir
+    w.grad = None
+    f(x, w).pow(2).sum().backward()
+    torch.testing.assert_close(got, w.grad, rtol=1e-12, atol=1e-12)
 
 
 def test_cnn_eval_mode_uses_running_statistics():

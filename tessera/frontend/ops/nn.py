@@ -328,22 +328,29 @@ def conv2d(
     *,
     stride: int | Sequence[int] = 1,
     padding: int | Sequence[int] = 0,
+    dilation: int | Sequence[int] = 1,
 ) -> TracedTensor:
-    """2-D cross-correlation: NCHW input, OIHW weight, optional bias [O]."""
+    """2-D cross-correlation: NCHW input, OIHW weight, optional bias [O]; ``dilation``
+    spaces the kernel's taps (``tgraph.conv2d``)."""
     x, w = _operands("conv2d", x, weight)
     b = _as_tensor(bias, "conv2d", x) if bias is not None else None
     st = [stride, stride] if isinstance(stride, int) else list(stride)
     pd = [padding, padding] if isinstance(padding, int) else list(padding)
+    dl = [dilation, dilation] if isinstance(dilation, int) else list(dilation)
     _check_same_elem("conv2d", x, w)
     if len(st) != 2 or len(pd) != 2 or builtins.min(st) < 1 or builtins.min(pd) < 0:
         raise ShapeError(
             located("conv2d stride needs two sizes >= 1 and padding two sizes >= 0")
         )
-    r = g.Conv2dOp.infer_shape(x.shape, w.shape, st, pd)
+    if len(dl) != 2 or builtins.min(dl) < 1:
+        raise ShapeError(located(f"conv2d dilation needs two sizes >= 1, got {dl}"))
+    r = g.Conv2dOp.infer_shape(x.shape, w.shape, st, pd, dl)
     if isinstance(r, str):
         raise ShapeError(located(f"conv2d {r}"))
     props = _dense_props("stride", st)
     props.update(_dense_props("padding", pd))
+    if dl != [1, 1]:
+        props.update(_dense_props("dilation", dl))
     return _emit(
         g.Conv2dOp,
         x.trace,

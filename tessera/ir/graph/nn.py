@@ -443,7 +443,10 @@ class FlashAttentionBwdOp(IRDLOperation):
 
 @irdl_op_definition
 class Conv2dOp(IRDLOperation):
-    """2-D convolution (cross-correlation), NCHW input and OIHW weight, optional bias [O]."""
+    """2-D convolution (cross-correlation), NCHW input and OIHW weight, optional bias [O]:
+    ``y[n, o, ho, wo] = sum over c, i, j of
+    x[n, c, ho*sh + i*dh - ph, wo*sw + j*dw - pw] * w[o, c, i, j]`` (+ ``bias[o]``), the
+    input zero outside its bounds. ``dilation`` (default 1, 1) spaces the kernel's taps."""
 
     name = "tgraph.conv2d"
     input = operand_def(TensorT)
@@ -451,27 +454,41 @@ class Conv2dOp(IRDLOperation):
     bias = opt_operand_def(TensorT)
     stride = prop_def(DenseArrayBase[I64])
     padding = prop_def(DenseArrayBase[I64])
+    dilation = opt_prop_def(DenseArrayBase[I64])
     result = result_def(TensorT)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
     traits = traits_def(Pure())
     assembly_format = (
         "$input `,` $weight (`bias` $bias^ `:` type($bias))? `stride` `=` $stride "
-        "`padding` `=` $padding attr-dict `:` type($input) `,` type($weight) `->` type($result)"
+        "`padding` `=` $padding (`dilation` `=` $dilation^)? attr-dict `:` type($input) `,` "
+        "type($weight) `->` type($result)"
     )
 
     @staticmethod
     def infer_shape(
-        x: Sequence[int], w: Sequence[int], stride: Sequence[int], pad: Sequence[int]
+        x: Sequence[int], w: Sequence[int], stride: Sequence[int], pad: Sequence[int],
+        dilation: Sequence[int] = (1, 1),
     ) -> tuple[int, ...] | str:
         if len(x) != 4 or len(w) != 4:
             return f"input and weight must be 4-D (NCHW, OIHW), got {fmt_shape(x)}, {fmt_shape(w)}"
         if x[1] != w[1]:
             return f"channels differ: input C={x[1]}, weight C={w[1]}"
-        ho = (x[2] + 2 * pad[0] - w[2]) // stride[0] + 1
-        wo = (x[3] + 2 * pad[1] - w[3]) // stride[1] + 1
+        eh, ew = (w[2] - 1) * dilation[0] + 1, (w[3] - 1) * dilation[1] + 1
+        ho = (x[2] + 2 * pad[0] - eh) // stride[0] + 1
+        wo = (x[3] + 2 * pad[1] - ew) // stride[1] + 1
         if ho <= 0 or wo <= 0:
-            return f"kernel {w[2]}x{w[3]} larger than padded input {x[2]}x{x[3]}"
+            what = f"kernel {w[2]}x{w[3]}" + (
+                f" dilated to {eh}x{ew}" if (eh, ew) != (w[2], w[3]) else "")
+            return f"{what} larger than padded input {x[2]}x{x[3]}"
         return (x[0], w[0], ho, wo)
+
+    @property
+    def dilation_values(self) -> tuple[int, int]:
+        """``(dh, dw)``: the dilation, (1, 1) when absent."""
+        if self.dilation is None:
+            return (1, 1)
+        dh, dw = self.dilation.get_values()
+        return (dh, dw)
 
     def verify_(self) -> None:
         _check_same_elem(self, self.input, self.weight, self.result)
@@ -480,7 +497,10 @@ class Conv2dOp(IRDLOperation):
             raise VerifyException(
                 f"{self.name}: stride needs two sizes >= 1 and padding two sizes >= 0"
             )
-        r = self.infer_shape(shape_of(self.input), shape_of(self.weight), st, pd)
+        dl = list(self.dilation.get_values()) if self.dilation is not None else [1, 1]
+        if len(dl) != 2 or min(dl) < 1:
+            raise VerifyException(f"{self.name}: dilation needs two sizes >= 1, got {dl}")
+        r = self.infer_shape(shape_of(self.input), shape_of(self.weight), st, pd, dl)
         if isinstance(r, str):
             raise VerifyException(f"{self.name}: {r}")
         if self.bias is not None:

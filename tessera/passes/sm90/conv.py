@@ -124,11 +124,13 @@ def lower_conv1x1_gemm(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
     return True
 
 
-def lower_conv2d_sm90(lw: _FunctionLowering, op: g.Conv2dOp, implicit: bool = False) -> bool:
+def lower_conv2d_sm90(
+    lw: _FunctionLowering, op: g.Conv2dOp, implicit: bool = False, split_k: str = "off"
+) -> bool:
     """Lower ``op`` through im2col and the sm90 GEMM (with ``implicit``, first try the
-    implicit GEMM: :mod:`tessera.passes.sm90.conv_implicit`); False leaves it to the
-    direct kernel."""
-    if implicit and (lower_conv1x1_gemm(lw, op) or lower_conv2d_implicit(lw, op)):
+    implicit GEMM, split along K under ``split_k``:
+    :mod:`tessera.passes.sm90.conv_implicit`); False leaves it to the direct kernel."""
+    if implicit and (lower_conv1x1_gemm(lw, op) or lower_conv2d_implicit(lw, op, split_k)):
         return True
     if conv_eligible(op) is not None:
         return False
@@ -139,6 +141,7 @@ def lower_conv2d_sm90(lw: _FunctionLowering, op: g.Conv2dOp, implicit: bool = Fa
     _, _, ho, wo = g.shape_of(op.result)
     sh, sw = op.stride.get_values()
     ph, pw = op.padding.get_values()
+    dh, dw = op.dilation_values
     k = c * kh * kw
     kp = cdiv(k, 8) * 8
     rows = n * ho * wo
@@ -160,9 +163,9 @@ def lower_conv2d_sm90(lw: _FunctionLowering, op: g.Conv2dOp, implicit: bool = Fa
             live = ce.lt(col, kp)
             real = ce.and_(live, ce.lt(col, k))
             ci, ij = ce.div(col, kh * kw), ce.rem(col, kh * kw)
-            hi = ce.add(hbase, ce.div(ij, kw))
+            hi = ce.add(hbase, ce.mul(ce.div(ij, kw), dh))
             row_in = ce.and_(real, ce.and_(ce.le(0, hi), ce.lt(hi, h)))
-            wj = ce.sub(ce.rem(ij, kw), pw)
+            wj = ce.sub(ce.mul(ce.rem(ij, kw), dw), pw)
             r0 = ce.mul(bid, wo)
 
             def pixel(pe: KernelEmitter, x0: SSAValue, _: list[SSAValue]) -> list[SSAValue]:

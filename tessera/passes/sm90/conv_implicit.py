@@ -40,10 +40,10 @@ Measured on the H100 against cuDNN: docs/PERFORMANCE.md.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, TensorType
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, TensorType, f32
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
@@ -52,7 +52,7 @@ from tessera.passes.matmul_config import BN_SPEED, NUM_SMS, SMEM_BUDGET, Sm90Con
 from tessera.passes.sm90 import builders, conv_layout
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.constants import SWIZZLE_BYTES, RegisterBudget
-from tessera.passes.tile_builder import cdiv
+from tessera.passes.tile_builder import KernelEmitter, cdiv
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -104,6 +104,10 @@ class ConvGather:
     """Bytes of an element: 2 (bf16/f16), 4 (f32 as TF32 parts)."""
     parts: int = 1
     """TF32 parts of f32 operands: 2 (3xTF32: hi and lo planes), else 1."""
+    dh: int = 1
+    dw: int = 1
+    """Dilation: filter tap ``(i, j)`` reads input pixel ``(ho*sh + i*dh - ph, wo*sw +
+    j*dw - pw)``."""
 
     @property
     def k(self) -> int:
@@ -169,9 +173,10 @@ def produce(
     e: TargetAsm, gemm: Sm90Gemm, a_param: SSAValue, b_param: SSAValue, sbase: SSAValue,
     tid: SSAValue, full0: SSAValue, empty0: SSAValue, unit0: SSAValue, nunits: SSAValue,
     units: int, tile_origin: Callable[[SSAValue], tuple[SSAValue, SSAValue, SSAValue | None]],
-    end: str,
+    k_range: Callable[[SSAValue], tuple[SSAValue, SSAValue | int, SSAValue | int]], end: str,
 ) -> None:
-    """The gathering producer warpgroup (module docstring), branching to ``end`` when done."""
+    """The gathering producer warpgroup (module docstring), branching to ``end`` when done;
+    with split-K a work unit is one K range of a tile (``k_range``)."""
     cv = gemm.gather
     assert cv is not None
     bm, bn, stages = gemm.bm, gemm.cfg.bn, gemm.cfg.stages
@@ -194,12 +199,12 @@ def produce(
     for v in (stage, phase, issued, dstage, arrived):
         e.mov("u32", v, 0)
     e.mov("u32", tile, unit0)
-    ktiles = cdiv(cv.k, gemm.box_k)
     hw = cv.ho * cv.wo
 
     tile_loop = e.label("GATHER_TILE")
     e.add(tt.LabelOp(tile_loop))
-    m0, n0, _ = tile_origin(tile)
+    tunit, kbeg, kend = k_range(tile)
+    m0, n0, _ = tile_origin(tunit)
     # this thread's output pixel: image, first input row and column of its window
     m = e.add32(m0, r)
     valid = e.setp("lt", m, gemm.m)
@@ -210,7 +215,7 @@ def produce(
     hi0 = e.bin(tt.SubOp, "u32", e.mul32(ho, cv.sh), cv.ph)  # may wrap below 0: compared
     wi0 = e.bin(tt.SubOp, "u32", e.mul32(wo, cv.sw), cv.pw)  # unsigned against H and W
     pix0 = e.mul32(img, cv.h * cv.w)
-    e.mov("u32", kt, 0)
+    e.mov("u32", kt, kbeg)
 
     loop = e.label("GATHER")
     e.add(tt.LabelOp(loop))
@@ -247,7 +252,8 @@ def produce(
         ``kc``."""
         tap, c = e.bin(tt.DivOp, "u32", kc, cv.cp), e.bin(tt.RemOp, "u32", kc, cv.cp)
         i, j = e.bin(tt.DivOp, "u32", tap, cv.kw), e.bin(tt.RemOp, "u32", tap, cv.kw)
-        hi, wi = e.add32(hi0, i), e.add32(wi0, j)
+        hi = e.add32(hi0, e.mul32(i, cv.dh) if cv.dh != 1 else i)
+        wi = e.add32(wi0, e.mul32(j, cv.dw) if cv.dw != 1 else j)
         ok = e.reg("pred")
         e.add(tt.AndOp("pred", ok, valid, e.setp("lt", hi, cv.h)))
         e.add(tt.AndOp("pred", ok, ok, e.setp("lt", wi, cv.w)))
@@ -283,7 +289,7 @@ def produce(
         e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
         e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
         e.advance(stage, phase, stages)
-        e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
+        e.add(tt.BraOp(loop, e.setp("lt", kt, kend)))
         e.add(tt.AddOp("u32", tile, tile, nunits))
         e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
         e.add(tt.CpAsyncCommitOp())  # wait for the last copies before the thread leaves
@@ -301,7 +307,7 @@ def produce(
     e.add(tt.AddOp("u32", kt, kt, e.imm(1)))
     e.add(tt.AddOp("u32", issued, issued, e.imm(1)))
     e.advance(stage, phase, stages)
-    e.add(tt.BraOp(loop, e.setp("lt", kt, ktiles)))
+    e.add(tt.BraOp(loop, e.setp("lt", kt, kend)))
     e.add(tt.AddOp("u32", tile, tile, nunits))
     e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
     # the last steps' copies
@@ -333,9 +339,12 @@ def _publish(e: TargetAsm, full0: SSAValue, dstage: SSAValue, arrived: SSAValue,
 def nchw_epilogue(
     e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, bias_param: SSAValue | None,
     tid: SSAValue, cw: SSAValue, m0: SSAValue, n0: SSAValue, acc: Sequence[SSAValue],
+    c_rows: SSAValue | None = None,
 ) -> None:
     """Store consumer warpgroup ``cw``'s fragment of the tile at ``(m0, n0)`` as
-    ``y[n, o, p]`` (module docstring), bias added in f32, rounded once."""
+    ``y[n, o, p]`` (module docstring), bias added in f32, rounded once. With split-K
+    (``c_rows``: the K range times M) the f32 partial goes to the range's ``[N, O, Ho,
+    Wo]`` block of the workspace, ``c_rows * O`` elements in."""
     cv = gemm.gather
     assert cv is not None
     ty, o, hw, bn = gemm.out_type, gemm.n, cv.ho * cv.wo, gemm.cfg.bn
@@ -369,6 +378,8 @@ def nchw_epilogue(
         img, p = e.bin(tt.DivOp, "u32", mm, hw), e.bin(tt.RemOp, "u32", mm, hw)
         # y[img, col0, p]: then column 8j + x is (8j + x) * HW elements further
         lin = e.mad32(img, o * hw, e.mad32(col0, hw, p))
+        if c_rows is not None:
+            lin = e.mad32(c_rows, o, lin)
         ptr = builders.global_pointer(e, c_param)
         builders.advance_pointer(e, ptr, lin, eb)
         for j in range(bn // 8):
@@ -391,12 +402,24 @@ def nchw_epilogue(
 # --------------------------------------------------------------------------- lowering
 
 
-def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
+def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = "off") -> bool:
     """Lower ``op`` as the NHWC copy, the weight reorder and the implicit GEMM; False
-    (nothing emitted) when :func:`implicit_eligible` refuses it."""
+    (nothing emitted) when :func:`implicit_eligible` refuses it.
+
+    Under ``split_k`` (``CompileOptions.split_k``) a convolution with few output tiles and
+    a long K (a weight gradient: the batch and the gradient's pixels are its K) cuts K
+    into ranges whose f32 partials, stored as ``[S, N, O, Ho, Wo]``,
+    :func:`~tessera.passes.sm90.split_k.reduce_splits` adds in range order, then adds the
+    bias and rounds once."""
     if implicit_eligible(op) is not None:
         return False
-    from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm, build_kernel, device_sms
+    from tessera.passes.sm90.lower_matmul_sm90 import (
+        Sm90Gemm,
+        build_kernel,
+        device_sms,
+        splits_for,
+    )
+    from tessera.passes.sm90.split_k import reduce_splits, workspace_type
 
     et = g.elem_of(op.input)
     f32 = isinstance(et, Float32Type)
@@ -406,9 +429,11 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
     _, _, ho, wo = g.shape_of(op.result)
     sh, sw = op.stride.get_values()
     ph, pw = op.padding.get_values()
+    dh, dw = op.dilation_values
     cpe = CHUNK // eb
     cp = cdiv(c, cpe) * cpe
-    cv = ConvGather(n, h, w, cp, kh, kw, sh, sw, ph, pw, ho, wo, op.bias is not None, eb, parts)
+    cv = ConvGather(n, h, w, cp, kh, kw, sh, sw, ph, pw, ho, wo, op.bias is not None, eb, parts,
+                    dh, dw)
     # the channels-last input and the K-major weight (f32: their TF32 parts, hi then lo)
     xt = lw.alloc(TensorType(et, [parts, n, h, w, cp] if f32 else [n, h, w, cp]))
     nhwc = lw.named_kernel(
@@ -427,9 +452,37 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
         in_type = out_type = "bf16" if isinstance(et, BFloat16Type) else "f16"
     gemm = Sm90Gemm(m, o, cv.k, in_type, out_type, conv_config(m, o, cv.k, sms, parts), sms,
                     b_t=True, gather=cv)
-    name = lw.named_kernel("conv", lambda nm: build_kernel(nm, gemm))
+    splits = splits_for(replace(gemm, out_type="f32"), split_k, MAX_SPLITS)
     out = lw.alloc(op.result.type)
-    args = [out, xt, wk] + ([lw.mem(op.bias)] if op.bias is not None else [])
-    lw.hb.add_op(tt.LaunchExOp(name, args, gemm.grid(), gemm.smem_bytes, gemm.boxes()))
     lw.env[op.result] = out
+    if splits == 1:
+        name = lw.named_kernel("conv", lambda nm: build_kernel(nm, gemm))
+        args = [out, xt, wk] + ([lw.mem(op.bias)] if op.bias is not None else [])
+        lw.hb.add_op(tt.LaunchExOp(name, args, gemm.grid(), gemm.smem_bytes, gemm.boxes()))
+        return True
+    part = replace(gemm, out_type="f32", splits=splits,
+                   gather=replace(cv, bias=False))
+    result = op.result.type
+    assert isinstance(result, TensorType)
+    workspace = lw.alloc(workspace_type(splits, result))
+    name = lw.named_kernel("conv", lambda nm: build_kernel(nm, part))
+    lw.hb.add_op(tt.LaunchExOp(name, [workspace, xt, wk], part.grid(), part.smem_bytes,
+                               part.boxes()))
+    extra = [lw.mem(op.bias)] if op.bias is not None else []
+    reduce_splits(lw, workspace, out, result, splits, _bias_epilogue if extra else None, extra)
     return True
+
+
+MAX_SPLITS = 128
+"""Most K ranges of a split convolution: a weight gradient's K (batch x output pixels)
+can be a million long over a handful of output tiles."""
+
+
+def _bias_epilogue(e: KernelEmitter, extra: list[SSAValue], acc: SSAValue,
+                   pre: list[SSAValue], row: SSAValue, col: SSAValue, ok: SSAValue) -> SSAValue:
+    """The split convolution's epilogue: ``bias[o]`` (``pre = [n, o]``) added to the f32
+    sum, rounded once to the result type."""
+    ty = extra[0].type
+    et = ty.element_type  # type: ignore[attr-defined]
+    b = e.convert(e.load(extra[0], [pre[1]], mask=ok), f32)
+    return e.convert(e.fadd(acc, b), et)

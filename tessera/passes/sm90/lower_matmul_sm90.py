@@ -120,7 +120,14 @@ from tessera.passes.lower_graph_to_tile import (
     _FunctionLowering,
     matmul_epilogue,
 )
-from tessera.passes.matmul_config import NUM_SMS, SMEM_BUDGET, Sm90Config, sm90_config, split_k
+from tessera.passes.matmul_config import (
+    MAX_SPLITS,
+    NUM_SMS,
+    SMEM_BUDGET,
+    Sm90Config,
+    sm90_config,
+    split_k,
+)
 from tessera.passes.sm90 import builders, conv_implicit
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.constants import (
@@ -564,9 +571,8 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
 
     # ---------------------------------------------------------------- producer
     if gather is not None:
-        assert gemm.splits == 1, "an implicit-GEMM convolution is not split along K"
         conv_implicit.produce(e, gemm, a_param, b_param, sbase, tid, full0, empty0, unit0,
-                              nunits, units, tile_origin, end)
+                              nunits, units, tile_origin, k_range, end)
     else:
         _tma_producer(e, gemm, a_param, b_param, sbase, tid, full0, empty0, unit0, nunits,
                       units, rank, tile_origin, k_range, batch_rows, plus, end)
@@ -722,7 +728,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         store.tile(m0, n0, tot)
     elif gather is not None:
         conv_implicit.nchw_epilogue(e, gemm, c_param, bias_param[0] if bias_param else None,
-                                    tid, cw, m0, n0, tot)
+                                    tid, cw, m0, n0, tot, c_rows)
     else:
         _epilogue(e, gemm, c_param, tid, cw, m0, n0, tot, fused, c_rows)
     e.add(tt.AddOp("u32", tile, tile, nunits))
@@ -1019,14 +1025,16 @@ SPLIT_K_MODES = ("off", "auto")
 product may split."""
 
 
-def splits_for(gemm: Sm90Gemm, mode: str = "off") -> int:
-    """How many split-K ranges ``gemm`` runs in under ``mode`` (see :data:`SPLIT_K_MODES`);
-    1 for batched products, and a count is cut down until every range has K."""
+def splits_for(gemm: Sm90Gemm, mode: str = "off", max_splits: int = MAX_SPLITS) -> int:
+    """How many split-K ranges ``gemm`` runs in under ``mode`` (see :data:`SPLIT_K_MODES`;
+    ``auto`` tries at most ``max_splits``); 1 for batched products, and a count is cut
+    down until every range has K."""
     if mode == "off" or gemm.batch > 1:
         return 1
     if mode == "auto":
         out_bytes = 4 if gemm.out_type == "f32" else 2
-        s = split_k(gemm.m, gemm.n, gemm.k, gemm.cfg, gemm.in_type, out_bytes, gemm.sms)
+        s = split_k(gemm.m, gemm.n, gemm.k, gemm.cfg, gemm.in_type, out_bytes, gemm.sms,
+                    max_splits=max_splits)
     elif mode.isdigit() and int(mode) >= 1:
         s = int(mode)
     else:
@@ -1164,7 +1172,8 @@ class LowerMatmulSm90(LowerGraphToTile):
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         lower = functools.partial(lower_matmul_sm90, tiles=self.sm90_tiles,
                                   allow_tf32=self.allow_tf32, split_k=str(self.split_k))
-        conv = functools.partial(lower_conv2d_sm90, implicit=self.implicit_conv)
+        conv = functools.partial(lower_conv2d_sm90, implicit=self.implicit_conv,
+                                 split_k=str(self.split_k))
         return {  # type: ignore[dict-item]
             g.MatmulOp: (lower,), g.MatmulEpilogueOp: (lower,),
             g.Conv2dOp: (conv,),

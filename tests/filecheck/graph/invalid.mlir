@@ -164,6 +164,30 @@ func.func @case19(%x: tensor<1x3x8x8xf32>, %w: tensor<4x2x3x3xf32>) attributes {
 
 // -----
 
+func.func @case19b(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) {
+  // expected-error @+1 {{tgraph.conv2d: dilation needs two sizes >= 1, got [0, 1]}}
+  %r = tgraph.conv2d %x, %w stride = [1, 1] padding = [0, 0] dilation = [0, 1] : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x6x6xf32>
+  func.return
+}
+
+// -----
+
+func.func @case19c(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) {
+  // expected-error @+1 {{tgraph.conv2d: kernel 3x3 dilated to 9x9 larger than padded input 8x8}}
+  %r = tgraph.conv2d %x, %w stride = [1, 1] padding = [0, 0] dilation = [4, 4] : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x6x6xf32>
+  func.return
+}
+
+// -----
+
+func.func @case19d(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) {
+  // expected-error @+1 {{tgraph.conv2d: result has shape [1, 4, 6, 6], expected [1, 4, 4, 4]}}
+  %r = tgraph.conv2d %x, %w stride = [1, 1] padding = [0, 0] dilation = [2, 2] : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x6x6xf32>
+  func.return
+}
+
+// -----
+
 func.func @case20(%a: tensor<4xf32>) attributes {tessera.mesh = #tessera.mesh<dp = 2, tp = 4>} {
   // expected-error @+1 {{tgraph.mse: result has shape [4], expected []}}
   %r = tgraph.mse %a, %a : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>

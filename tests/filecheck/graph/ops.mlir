@@ -91,13 +91,15 @@ func.func @linalg(%a: tensor<2x64x32xbf16>, %b: tensor<32x16xbf16>, %q: tensor<2
   %1 = tgraph.matmul %b, %b transpose_lhs : (tensor<32x16xbf16>, tensor<32x16xbf16>) -> tensor<16x16xbf16>
   %2 = tgraph.flash_attention %q, %q, %q scale = 5.000000e-01 causal : (tensor<2x4x16x8xf16>, tensor<2x4x16x8xf16>, tensor<2x4x16x8xf16>) -> tensor<2x4x16x8xf16>
   %3 = tgraph.conv2d %img, %k bias %bias : tensor<4xf32> stride = [1, 1] padding = [1, 1] : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x8x8xf32>
+  %4 = tgraph.conv2d %img, %k stride = [2, 1] padding = [2, 0] dilation = [2, 3] : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x4x2xf32>
   func.return
 }
 // CHECK-LABEL: func.func @linalg
 // CHECK-NEXT: %0 = tgraph.matmul %a, %b tile_shape = [128, 128, 64] : (tensor<2x64x32xbf16>, tensor<32x16xbf16>) -> tensor<2x64x16xf32>
 // CHECK-NEXT: %1 = tgraph.matmul %b, %b transpose_lhs
 // CHECK-NEXT: %2 = tgraph.flash_attention %q, %q, %q scale = 5.000000e-01 causal
-// CHECK-NEXT: %3 = tgraph.conv2d %img, %k bias %bias : tensor<4xf32> stride = [1, 1] padding = [1, 1]
+// CHECK-NEXT: %3 = tgraph.conv2d %img, %k bias %bias : tensor<4xf32> stride = [1, 1] padding = [1, 1] :
+// CHECK-NEXT: %4 = tgraph.conv2d %img, %k stride = [2, 1] padding = [2, 0] dilation = [2, 3] : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x4x2xf32>
 
 func.func @shapes(%x: tensor<4x8xf32>, %v: tensor<8xf32>) {
   %0 = tgraph.transpose %x permutation = [1, 0] : (tensor<4x8xf32>) -> tensor<8x4xf32>

@@ -1,0 +1,126 @@
+"""A convolution layer's training pass (forward, input and weight gradients) through
+``torch.compile(backend="tessera")`` against eager (cuDNN), ResNet-50 layer shapes, bf16.
+
+    python bench/conv_backward.py [--batch N] [--reps R]
+
+For each layer: the output and both gradients are checked against float64 first (fresh
+random inputs, the largest difference relative to the largest reference magnitude),
+then forward + backward is timed (CUDA events, median of ``--reps``) for eager and
+Tessera, with Tessera's kernels of one step (torch.profiler) listed. The table is
+printed last; ratio = eager time / Tessera time. The stem's input needs no gradient (an
+image), as in a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import traceback
+
+import torch
+
+import tessera.torch as tt
+
+F = torch.nn.functional
+LAYERS = [
+    # name, C, H (= W), O, kernel, stride, padding, input gradient
+    ("stem 7x7 s2", 3, 224, 64, 7, 2, 3, False),
+    ("l1 3x3", 64, 56, 64, 3, 1, 1, True),
+    ("l1 1x1 64->256", 64, 56, 256, 1, 1, 0, True),
+    ("l2 3x3 s2", 128, 56, 128, 3, 2, 1, True),
+    ("l2 3x3", 128, 28, 128, 3, 1, 1, True),
+    ("l3 3x3", 256, 14, 256, 3, 1, 1, True),
+    ("l4 3x3", 512, 7, 512, 3, 1, 1, True),
+    ("l4 1x1 s2 1024->2048", 1024, 14, 2048, 1, 2, 0, True),
+]
+
+
+def step_ms(fn, reps: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def kernels(fn, top: int = 6) -> str:
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    rows = sorted(((getattr(e, "self_device_time_total", 0) / 1e3, e.key) for e in
+                   prof.key_averages()), reverse=True)[:top]
+    return ", ".join(f"{k[:32]} {t:.3f}" for t, k in rows if t > 0)
+
+
+def layer(name, c, hw, o, k, st, pd, needs_x, batch, reps) -> dict:
+    dt = torch.bfloat16
+    x = torch.randn(batch, c, hw, hw, device="cuda", dtype=dt).requires_grad_(needs_x)
+    w = (torch.randn(o, c, k, k, device="cuda", dtype=dt) / (c * k * k) ** 0.5).requires_grad_()
+    ho = (hw + 2 * pd - k) // st + 1
+    dy = torch.randn(batch, o, ho, ho, device="cuda", dtype=dt)
+
+    def f(x, w):
+        return F.conv2d(x, w, stride=st, padding=pd)
+
+    x64, w64 = x.detach().double().requires_grad_(needs_x), w.detach().double().requires_grad_()
+    y64 = f(x64, w64)
+    y64.backward(dy.double())
+    comp = tt.compile(f)
+    y = comp(x, w)
+    y.backward(dy)
+    err = 0.0
+    for got, ref in ((y, y64), (w.grad, w64.grad)) + (((x.grad, x64.grad),) if needs_x else ()):
+        err = max(err, float((got.double() - ref).abs().max() / ref.abs().max()))
+
+    def run(fn):
+        def go():
+            x.grad = w.grad = None
+            fn(x, w).backward(dy)
+        return go
+
+    row = {"layer": name, "err": err, "eager_ms": step_ms(run(f), reps)}
+    row["tessera_ms"] = step_ms(run(comp), reps) if err < 5e-2 else float("nan")
+    row["kernels"] = kernels(run(comp))
+    print(row, flush=True)
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--layers", default="")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    rows = []
+    for spec in LAYERS:
+        if args.layers and spec[0] not in args.layers.split(","):
+            continue
+        try:
+            rows.append(layer(*spec, args.batch, args.reps))
+        except Exception as exc:  # noqa: BLE001 - one layer's failure is a table row
+            traceback.print_exc()
+            rows.append({"layer": spec[0], "err": float("nan"), "eager_ms": float("nan"),
+                         "tessera_ms": float("nan"), "kernels": f"error: {exc}"[:80]})
+    print(f"\n{torch.cuda.get_device_name()}  batch {args.batch}, bf16, forward + backward; "
+          "ratio = eager / Tessera")
+    print(f"{'layer':24s} {'eager ms':>9s} {'tessera ms':>10s} {'ratio':>6s} {'err':>8s}")
+    for r in rows:
+        print(f"{r['layer']:24s} {r['eager_ms']:9.3f} {r['tessera_ms']:10.3f} "
+              f"{r['eager_ms'] / r['tessera_ms']:6.2f} {r['err']:8.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -316,7 +316,17 @@ def _convolution_backward(
     kh, kw = w.shape[2], w.shape[3]
     ext = [(kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1]  # the dilated kernel's extent
     gx = gw = gb = None
-    if output_mask[0]:
+    if output_mask[0] and kh == kw == 1:
+        # a pointwise kernel: the gradient's product with the transposed weight at the
+        # reached pixels, zeros between (dilate the product, not the gradient)
+        small = ops.conv2d(g, ops.transpose(w, [1, 0, 2, 3]))
+        for axis, n in ((2, h), (3, wd)):
+            i = axis - 2
+            reach = (g.shape[axis] - 1) * st[i] + 1
+            small = dilate(small, st[i], axis, tail=max(0, pd[i] + n - reach))
+            small = take(small, axis, pd[i], pd[i] + n)
+        gx = small
+    elif output_mask[0]:
         # padding e - 1 - p gives rows -p .. of the full correlation, so no leading crop;
         # input rows the forward's stride never reached read zero rows appended to the
         # dilated gradient
@@ -447,24 +457,42 @@ def _max_pool_backward(
     dt = torch_dtype(x)
     g = to(grad, dt)
     n, c, h, w = x.shape
-    hp, wp = h + 2 * pd[0], w + 2 * pd[1]
-    total: TracedTensor | None = None
+    # input row r = ho*s + i - p is row q = r // s of phase r % s: tap i adds its window's
+    # gradient to phase (i - p) % s, shifted by (i - p) // s rows. The taps are summed on
+    # the phases' (output-sized) grids, which are interleaved once at the end.
+    size = [(-(-h // st[0])), (-(-w // st[1]))]  # rows of phase 0
+    phases: dict[tuple[int, int], TracedTensor] = {}
     for i, j, hit in _first_max(wins, out):
-        part = dilate(dilate(ops.where(hit, g, to(0.0, dt)), st[0], 2), st[1], 3)
-        for axis, (before, full) in ((2, (i, hp)), (3, (j, wp))):
-            after = full - before - part.shape[axis]
-            pieces = []
-            for width in (before, None, after):
-                if width is None:
-                    pieces.append(part)
-                elif width > 0:
-                    shape = list(part.shape)
-                    shape[axis] = width
-                    pieces.append(zeros_of(part, shape))
-            part = ops.concat(pieces, axis=axis) if len(pieces) > 1 else part
-        total = part if total is None else ops.add(total, part)
-    assert total is not None
-    return take(take(total, 2, pd[0], pd[0] + h), 3, pd[1], pd[1] + w)
+        part = ops.where(hit, g, to(0.0, dt))
+        for axis, off in ((2, i - pd[0]), (3, j - pd[1])):
+            part = _shift(part, axis, off // st[axis - 2], size[axis - 2])
+        key = ((i - pd[0]) % st[0], (j - pd[1]) % st[1])
+        phases[key] = part if key not in phases else ops.add(phases[key], part)
+    zero = None
+    rows = []
+    for a in range(st[0]):
+        cols = []
+        for b in range(st[1]):
+            ph = phases.get((a, b))
+            if ph is None:
+                zero = zero if zero is not None else zeros_of(g, [n, c, *size])
+                ph = zero
+            cols.append(ops.reshape(ph, [n, c, size[0], 1, size[1], 1]))
+        rows.append(ops.concat(cols, axis=5) if len(cols) > 1 else cols[0])
+    full = ops.concat(rows, axis=3) if len(rows) > 1 else rows[0]
+    full = ops.reshape(full, [n, c, size[0] * st[0], size[1] * st[1]])
+    return take(take(full, 2, 0, h), 3, 0, w)
+
+
+def _shift(x: TracedTensor, axis: int, d: int, size: int) -> TracedTensor:
+    """``y[q] = x[q - d]`` along ``axis`` for ``q`` in ``[0, size)``, 0 outside ``x``."""
+    lo, hi = max(0, -d), min(x.shape[axis], size - d)
+    if hi <= lo:
+        shape = list(x.shape)
+        shape[axis] = size
+        return zeros_of(x, shape)
+    x = take(x, axis, lo, hi)
+    return _pad_zeros(x, axis, max(0, d), size - max(0, d) - (hi - lo))
 
 
 def _sdpa_check_at(dropout_at: int, lse: bool = False) -> Check:

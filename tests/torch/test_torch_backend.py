@@ -122,6 +122,8 @@ def test_cnn_training_step_matches_eager():
      (4, 4, 0, 10, 1), (3, 3, 1, 9, 1), (2, 3, 1, 8, 1), (2, 5, 2, 11, 1),
      # padding beyond the kernel; dilated kernels (dilation, then stride and dilation)
      (3, 1, 4, 8, 1), ((3, 2), 1, (1, 0), 11, (2, 1)), (3, (2, 1), 2, 12, 2),
+     # pointwise: the product first, then the zeros between reached pixels
+     (1, 1, 0, 5, 1), (1, 2, 1, 9, 1), (1, (3, 2), 0, 8, 1),
      ((2, 3), 3, 0, 13, (3, 2))],
 )
 def test_convolution_backward_as_convolutions(kernel, stride, padding, size, dilation):
@@ -370,7 +372,9 @@ def test_fused_attention_backwards_recompute_exactly(causal, kv_heads):
             torch.testing.assert_close(a, r, rtol=1e-12, atol=1e-12, msg=str(op))
 
 
-@pytest.mark.parametrize("kernel, stride, padding", [(3, 2, 1), (2, 2, 0), (3, 1, 1), (3, 2, 0)])
+@pytest.mark.parametrize("kernel, stride, padding", [(3, 2, 1), (2, 2, 0), (3, 1, 1), (3, 2, 0),
+                                                     (2, 3, 0), (3, 3, 1), (5, 2, 2),
+                                                     ((3, 2), (1, 2), (1, 0))])
 def test_max_pool_and_its_backward_pick_torchs_first_maximum(kernel, stride, padding):
     """After a ReLU, windows of zeros tie: the gradient goes to the first maximum in
     torch's scan order, as its indices say."""

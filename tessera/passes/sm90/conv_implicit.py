@@ -10,7 +10,8 @@ once the input is channels-last. Three kernels:
    coalesced; :mod:`tessera.passes.sm90.conv_layout`). ``Cp`` a multiple of 64 (ResNet's
    channel counts) lets a whole 128-byte K-chunk come from one filter tap.
 2. **weight**: ``wk[o, (i*kw + j)*Cp + c] = w[o, c, i, j]`` (0 for ``c >= C``), the GEMM's
-   K-major B operand, read by TMA like ``nn.Linear``'s weight (``conv_layout``).
+   K-major B operand, read by TMA like ``nn.Linear``'s weight (``conv_layout``); a kernel
+   of many taps (a weight gradient's) by the NHWC copy, whose layout this is.
 3. **the GEMM** (:func:`tessera.passes.sm90.lower_matmul_sm90.build_kernel` with
    :attr:`Sm90Gemm.gather`): its producer warpgroup gathers the A tile itself. Thread
    ``t`` owns row ``t % BM`` of the ``BM x 128``-byte tile (one output pixel: its image, ``ho``
@@ -441,9 +442,18 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
     conv_layout.launch(lw, nhwc, [xt, lw.mem(op.input)],
                        conv_layout.nhwc_grid(n, c, h * w, cp, eb), conv_layout.NHWC_SMEM)
     wk = lw.alloc(TensorType(et, [parts * o, cv.k]))
-    weight = lw.named_kernel(
-        "conv_weight", lambda nm: conv_layout.weight_kernel(nm, o, c, kh, kw, cp, eb, parts))
-    conv_layout.launch(lw, weight, [wk, lw.mem(op.weight)], conv_layout.weight_grid(o, cv.k), 0)
+    if kh * kw >= WIDE_KERNEL_TAPS:  # [O, C, taps] -> [O, taps, Cp]: the NHWC copy's layout
+        weight = lw.named_kernel(
+            "conv_weight",
+            lambda nm: conv_layout.nhwc_kernel(nm, o, c, kh * kw, cp, eb, parts))
+        conv_layout.launch(lw, weight, [wk, lw.mem(op.weight)],
+                           conv_layout.nhwc_grid(o, c, kh * kw, cp, eb), conv_layout.NHWC_SMEM)
+    else:
+        weight = lw.named_kernel(
+            "conv_weight",
+            lambda nm: conv_layout.weight_kernel(nm, o, c, kh, kw, cp, eb, parts))
+        conv_layout.launch(lw, weight, [wk, lw.mem(op.weight)],
+                           conv_layout.weight_grid(o, cv.k), 0)
     m = n * ho * wo
     sms = device_sms()
     if f32:
@@ -473,6 +483,10 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
     return True
 
 
+WIDE_KERNEL_TAPS = 64
+"""Kernels of at least this many taps (a weight gradient's kernel is the output gradient,
+``Ho x Wo`` taps) are reordered by the tiled NHWC copy (both sides coalesced) instead of
+the one-element-per-thread weight kernel."""
 MAX_SPLITS = 128
 """Most K ranges of a split convolution: a weight gradient's K (batch x output pixels)
 can be a million long over a handful of output tiles."""

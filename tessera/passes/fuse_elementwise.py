@@ -2,9 +2,16 @@
 become one ``tgraph.fused`` op, which lowers to one kernel.
 
 A producer is absorbed into its consumer when the consumer is the producer's
-only user, so no value is computed twice and every intermediate tensor of the
-chain disappears from the graph. Producers are elementwise ops and fused ops
-without a reduction; consumers are elementwise ops, reductions and fused ops.
+only user, so every intermediate tensor of the chain disappears from the graph.
+Producers are elementwise ops and fused ops without a reduction; consumers are
+elementwise ops, reductions and fused ops.
+
+A producer with several users, all of them consumers, is copied into each of them
+when that reads no more memory than storing and rereading its result
+(:func:`duplicable`): it reads one tensor of its result's size, of an element no
+wider than the result's, the other inputs smaller (broadcast statistics, scalars).
+Batch norm's ``x - mean``, used by the variance and by the normalization, or a cast
+feeding two reductions, is then computed in both kernels and never stored.
 A fused op that ends in a reduction is never a producer: the reduction stays
 the last step of its kernel. Splat constants used by a fused op are copied
 into its body (``fuse-constants``), so the kernel needs no tensor for them.
@@ -56,6 +63,36 @@ def is_consumer(op: Operation) -> bool:
 
 def _inputs(op: Operation) -> list[SSAValue]:
     return list(op.inputs) if isinstance(op, g.FusedOp) else list(op.operands)
+
+
+def _numel(v: SSAValue) -> int:
+    n = 1
+    for d in g.shape_of(v):
+        n *= d
+    return n
+
+
+def _elem_bits(v: SSAValue) -> int:
+    return g.elem_of(v).bitwidth if hasattr(g.elem_of(v), "bitwidth") else 64
+
+
+def duplicable(op: Operation) -> bool:
+    """Computing producer ``op`` again in each consumer reads no more memory than storing
+    its result and reading it back: it reads exactly one tensor as large as its result,
+    with elements no wider than the result's, and only smaller tensors besides."""
+    if not is_producer(op) or len(op.results) != 1:
+        return False
+    r = op.results[0]
+    if not isinstance(r.type, builtin.TensorType):
+        return False
+    size = _numel(r)
+    big = []
+    for v in _inputs(op):
+        if not isinstance(v.type, builtin.TensorType):
+            return False
+        if _numel(v) >= size and not any(v is w for w in big):
+            big.append(v)
+    return len(big) == 1 and _elem_bits(big[0]) <= _elem_bits(r)
 
 
 def _clone_into(
@@ -114,12 +151,23 @@ class FuseProducerIntoConsumer(RewritePattern):
                 or p.parent is not op.parent
                 or len(p.results) != 1
                 or not is_producer(p)
-                or any(u.operation is not op for u in v.uses)
+            ):
+                continue
+            users = {id(u.operation): u.operation for u in v.uses}
+            if len(users) > 1 and not (
+                duplicable(p) and all(self._absorbs(u, p) for u in users.values())
             ):
                 continue
             rewriter.replace(op, merge(p, op, v))
-            rewriter.erase(p)
+            if not v.uses:
+                rewriter.erase(p)
             return
+
+    def _absorbs(self, user: Operation, producer: Operation) -> bool:
+        """``user`` would take a copy of ``producer`` (a consumer beside it)."""
+        if not is_consumer(user) or len(user.results) != 1 or user.parent is not producer.parent:
+            return False
+        return self.fuse_reductions or not isinstance(user, g.FUSIBLE_REDUCTION_OPS)
 
 
 class FuseSplatConstants(RewritePattern):

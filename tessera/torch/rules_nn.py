@@ -295,6 +295,34 @@ def _patch_weight_grad(
     return ops.reshape(ops.matmul(gm, patches, transpose_a=True), [o, c, kh, kw])
 
 
+def _pointwise_batched(g: TracedTensor, x: TracedTensor, kh: int, kw: int, pd: list[int]) -> bool:
+    """A 1x1 convolution's weight gradient is cheaper as per-image products summed
+    (:func:`_pointwise_weight_grad`) than as one product over transposed copies: the f32
+    partials ``[N, O, C]`` (written and read: ``8 O C`` bytes per image) are smaller than
+    the NHWC copies of the input and the gradient (``4 P (C + O)``), and the pixels
+    ``P`` make 16-byte rows."""
+    if (kh, kw) != (1, 1) or pd != [0, 0]:
+        return False
+    o, c, p = g.shape[1], x.shape[1], g.shape[2] * g.shape[3]
+    return p % 8 == 0 and 2 * o * c < p * (c + o)
+
+
+def _pointwise_weight_grad(g: TracedTensor, x: TracedTensor, st: list[int]) -> TracedTensor:
+    """``dW[o, c] = sum over n of g[n] (O x P) @ x[n].T (P x C)``: one batched product of
+    the stored layouts (the input subsampled by the stride first), f32 partials per image
+    added in order, rounded once."""
+    n, c = x.shape[0], x.shape[1]
+    o, ho, wo = g.shape[1], g.shape[2], g.shape[3]
+    if st != [1, 1]:
+        x = ops.slice(x, [0, 0, 0, 0], [n, c, (ho - 1) * st[0] + 1, (wo - 1) * st[1] + 1],
+                      [1, 1, st[0], st[1]])
+    dt = torch_dtype(x)
+    wide = ts_dtype(torch.float32) if dt in (torch.bfloat16, torch.float16) else None
+    part = ops.matmul(ops.reshape(g, [n, o, ho * wo]), ops.reshape(x, [n, c, ho * wo]),
+                      transpose_b=True, out_dtype=wide)
+    return ops.reshape(to(ops.sum(part, axis=0), dt), [o, c, 1, 1])
+
+
 @rule(aten.convolution_backward.default, check=_conv_backward_check)
 def _convolution_backward(
     node: torch.fx.Node, grad: Any, x: Any, w: Any, bias_sizes: Any, stride: Any,
@@ -342,7 +370,9 @@ def _convolution_backward(
         for axis, n in ((2, h), (3, wd)):
             full = take(full, axis, lead[axis - 2], lead[axis - 2] + n)
         gx = full
-    if output_mask[1] and st[0] >= kh and st[1] >= kw and dl == [1, 1]:
+    if output_mask[1] and _pointwise_batched(g, x, kh, kw, pd):
+        gw = _pointwise_weight_grad(g, x, st)
+    elif output_mask[1] and st[0] >= kh and st[1] >= kw and dl == [1, 1]:
         gw = _patch_weight_grad(g, x, kh, kw, st, pd)
     elif output_mask[1]:
         xt = ops.transpose(x, [1, 0, 2, 3])

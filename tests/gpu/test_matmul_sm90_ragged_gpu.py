@@ -80,6 +80,11 @@ def test_lm_head() -> None:
     ("a @ b.T", (3, 128, 64), (3, 1001, 64)),
     ("a.T @ b", (3, 64, 128), (3, 64, 1001)),
     ("a @ b", (2, 129, 77), (77, 1001)),  # 3-D A times 2-D B: the batch folds into M
+    # both operands K-major with a K tail (a 1x1 convolution's per-image weight gradient:
+    # K = pixels 784, 49 (padded rows), 100)
+    ("a @ b.T", (4, 128, 784), (4, 512, 784)),
+    ("a @ b.T", (3, 256, 49), (3, 64, 49)),
+    ("a @ b.T", (2, 64, 100), (2, 40, 100)),
 ])
 def test_batched(expr: str, ash, bsh) -> None:
     a, b = _rand(ash, torch.bfloat16, 6), _rand(bsh, torch.bfloat16, 7)

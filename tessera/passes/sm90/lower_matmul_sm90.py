@@ -200,9 +200,13 @@ def eligible(op: g.MatmulOp | g.MatmulEpilogueOp) -> str | None:
     if prob.batch > 1 and f32:
         if prob.m % 64:
             return f"batched operands need M a multiple of 64 (M = {prob.m})"
-    elif prob.batch > 1 and (prob.m % 64 or prob.k % box_k):
-        return (f"batched operands need M a multiple of 64 and K of {box_k} (M = {prob.m}, "
-                f"K = {prob.k})")
+    elif prob.batch > 1 and prob.m % 64:
+        return f"batched operands need M a multiple of 64 (M = {prob.m})"
+    elif prob.batch > 1 and (op.transpose_lhs is not None or op.transpose_rhs is None) and (
+            prob.k % box_k):
+        # an MN-major operand's rows are K: a K tail would read the next batch's rows
+        return (f"batched operands with an MN-major operand need K a multiple of {box_k} "
+                f"(K = {prob.k})")
     return None
 
 

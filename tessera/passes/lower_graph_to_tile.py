@@ -252,6 +252,8 @@ class _FunctionLowering:
         for old, new in zip(fn.body.block.args, self.hb.args):
             new.name_hint = old.name_hint
         self.env: dict[SSAValue, SSAValue] = dict(zip(fn.body.block.args, self.hb.args))
+        self.deferred: dict[SSAValue, tuple[SSAValue, tuple[int, ...], Callable[[], None]]] = {}
+        """Values left unmade for their one consumer (:meth:`defer`)."""
         self.counter: dict[str, int] = {}
         self.globals: set[SSAValue] = set()
         self._op_key: Hashable | None = None
@@ -348,7 +350,26 @@ class _FunctionLowering:
         return self.host_op(arith.ConstantOp(IntegerAttr(v, IndexType())))
 
     def mem(self, v: SSAValue) -> SSAValue:
+        """The buffer of Graph IR value ``v`` (a deferred op's is made now: :meth:`defer`)."""
+        if v not in self.env and v in self.deferred:
+            self.deferred.pop(v)[2]()
         return self.env[v]
+
+    def defer(self, v: SSAValue, source: SSAValue, perm: Sequence[int],
+              emit: Callable[[], None]) -> None:
+        """Leave ``v = transpose(source, perm)`` unmade: its consumer may read ``source``
+        in that order itself (:meth:`take_transpose`); otherwise :meth:`mem` calls
+        ``emit`` when the value is first needed."""
+        self.deferred[v] = (source, tuple(perm), emit)
+
+    def take_transpose(self, v: SSAValue, perm: Sequence[int]) -> SSAValue | None:
+        """The buffer of ``source`` when ``v`` is a deferred ``transpose(source, perm)``
+        not made yet (the caller reads it permuted; ``v`` is never made), else None."""
+        d = self.deferred.get(v)
+        if d is None or d[1] != tuple(perm) or v in self.env:
+            return None
+        del self.deferred[v]
+        return self.mem(d[0])
 
     def donated(self, v: SSAValue) -> bool:
         """Whether a result may take over the buffer of Graph IR value ``v`` (and, if so,

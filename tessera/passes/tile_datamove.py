@@ -348,7 +348,20 @@ def copy_buffer(fl: _FunctionLowering, t: Attribute, m: SSAValue) -> SSAValue:
 
 def lower_transpose(fl: _FunctionLowering, op: g.TransposeOp) -> None:
     """``tgraph.transpose``: a vector copy when the last dim stays last, else the
-    shared-memory tiled transpose."""
+    shared-memory tiled transpose. A batch-channel swap (``[1, 0, 2, 3]``) whose one user
+    is a ``tgraph.conv2d`` is deferred: the implicit-GEMM convolution reads the source in
+    that order in its own layout copy (a weight gradient's operands); any other lowering
+    of the convolution makes it when it asks for the buffer."""
+    perm = [int(p) for p in op.permutation.get_values()]
+    users = {id(u.operation): u.operation for u in op.result.uses}
+    if perm == [1, 0, 2, 3] and len(users) == 1 and isinstance(
+            next(iter(users.values())), g.Conv2dOp):
+        fl.defer(op.result, op.input, perm, lambda: _lower_transpose(fl, op))
+        return
+    _lower_transpose(fl, op)
+
+
+def _lower_transpose(fl: _FunctionLowering, op: g.TransposeOp) -> None:
     perm = [int(p) for p in op.permutation.get_values()]
     shape = list(g.shape_of(op.result))
     out = fl.alloc(op.result.type)

@@ -437,16 +437,25 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
                     dh, dw)
     # the channels-last input and the K-major weight (f32: their TF32 parts, hi then lo)
     xt = lw.alloc(TensorType(et, [parts, n, h, w, cp] if f32 else [n, h, w, cp]))
+    # a weight gradient's input is the batch-channel transpose of an activation: read
+    # the activation in that order instead of a transposed copy
+    x_src = lw.take_transpose(op.input, SWAP)
     nhwc = lw.named_kernel(
-        "conv_nhwc", lambda nm: conv_layout.nhwc_kernel(nm, n, c, h * w, cp, eb, parts))
-    conv_layout.launch(lw, nhwc, [xt, lw.mem(op.input)],
+        "conv_nhwc", lambda nm: conv_layout.nhwc_kernel(nm, n, c, h * w, cp, eb, parts,
+                                                        x_src is not None),
+        ("swapped", x_src is not None))
+    conv_layout.launch(lw, nhwc, [xt, x_src if x_src is not None else lw.mem(op.input)],
                        conv_layout.nhwc_grid(n, c, h * w, cp, eb), conv_layout.NHWC_SMEM)
     wk = lw.alloc(TensorType(et, [parts * o, cv.k]))
     if kh * kw >= WIDE_KERNEL_TAPS:  # [O, C, taps] -> [O, taps, Cp]: the NHWC copy's layout
+        w_src = lw.take_transpose(op.weight, SWAP)  # a weight gradient's output gradient
         weight = lw.named_kernel(
             "conv_weight",
-            lambda nm: conv_layout.nhwc_kernel(nm, o, c, kh * kw, cp, eb, parts))
-        conv_layout.launch(lw, weight, [wk, lw.mem(op.weight)],
+            lambda nm: conv_layout.nhwc_kernel(nm, o, c, kh * kw, cp, eb, parts,
+                                               w_src is not None),
+            ("swapped", w_src is not None))
+        conv_layout.launch(lw, weight,
+                           [wk, w_src if w_src is not None else lw.mem(op.weight)],
                            conv_layout.nhwc_grid(o, c, kh * kw, cp, eb), conv_layout.NHWC_SMEM)
     else:
         weight = lw.named_kernel(
@@ -483,6 +492,8 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
     return True
 
 
+SWAP = (1, 0, 2, 3)
+"""The batch-channel transpose the layout copies read through (``swapped``)."""
 WIDE_KERNEL_TAPS = 64
 """Kernels of at least this many taps (a weight gradient's kernel is the output gradient,
 ``Ho x Wo`` taps) are reordered by the tiled NHWC copy (both sides coalesced) instead of

@@ -71,10 +71,13 @@ def tf32_parts(e: TargetAsm, word: SSAValue, parts: int) -> list[SSAValue]:
 
 def nhwc_kernel(
     name: str, n: int, c: int, p: int, cp: int, eb: int = 2, parts: int = 1,
+    swapped: bool = False,
 ) -> tt.FuncOp:
     """The ``ttarget.func`` ``(xt, x)`` of the NHWC copy (module docstring) for ``x`` of
     ``[n, c, p]`` elements of ``eb`` bytes; one CTA per tile, :func:`nhwc_grid` of them.
-    f32 (``eb = 4``) is written as TF32 ``parts``: ``[parts, n, p, cp]``, hi then lo."""
+    f32 (``eb = 4``) is written as TF32 ``parts``: ``[parts, n, p, cp]``, hi then lo.
+    ``swapped``: ``x`` is stored ``[c, n, p]`` (the source of a batch-channel transpose,
+    read in place of the transposed copy)."""
     func = tt.FuncOp(name, ["u64", "u64"], THREADS)
     out_param, x_param = func.block.args
     e = TargetAsm(func)
@@ -95,7 +98,9 @@ def nhwc_kernel(
     okp = e.setp("lt", pix, p)
     lim = e.bin(tt.SubOp, "u32", c, c0)  # channels of this tile that exist (c0 < C)
     src = e.reg("b64")
-    first = e.mad32(e.mad32(img, c, e.add32(c0, cr)), p, pix)
+    # x[img, ch, pix] at img * stride_n + ch * stride_c + pix
+    stride_n, stride_c = (p, n * p) if swapped else (c * p, p)
+    first = e.add32(e.mad32(img, stride_n, e.mul32(e.add32(c0, cr), stride_c)), pix)
     e.add(tt.MulOp("wide.u32", src, first, e.imm(eb)))
     e.add(tt.AddOp("u64", src, src, xptr))
     vals = []
@@ -104,7 +109,7 @@ def nhwc_kernel(
         e.mov(bits, v, 0)
         ok = e.reg("pred")
         e.add(tt.AndOp("pred", ok, okp, e.setp("lt", e.add32(cr, 4 * k), lim)))
-        e.add(tt.LdOp(f"global.{bits}", [v], src, 4 * k * p * eb, ok))
+        e.add(tt.LdOp(f"global.{bits}", [v], src, 4 * k * stride_c * eb, ok))
         vals.append(v)
     # shared: pixel pl's row; channel cr + 4k in chunk 4k // cpe (swizzled: chunk g of
     # pixel r at g ^ (r % 8)), element 4k % cpe + cr of the chunk

@@ -295,38 +295,6 @@ def _patch_weight_grad(
     return ops.reshape(ops.matmul(gm, patches, transpose_a=True), [o, c, kh, kw])
 
 
-def _phase_input_grad(
-    g: TracedTensor, w: TracedTensor, st: list[int], pd: list[int], h: int, wd: int
-) -> TracedTensor:
-    """A strided convolution's input gradient without a stride-dilated gradient: padded
-    input row ``r = s*q + a`` receives ``sum over t of g[q - t] w[a + s*t]``, so each
-    stride phase ``(a, b)`` is a stride-1 full correlation of the gradient with the
-    taps ``w[:, :, a::s, b::s]`` (flipped, channels swapped): ``s*s`` convolutions over
-    the gradient's pixels with ``kh*kw`` taps in all, instead of one over ``s*s`` times
-    as many, mostly zero, pixels. The phases are interleaved once and cropped by the
-    padding."""
-    n, o = g.shape[0], g.shape[1]
-    c, kh, kw = w.shape[1], w.shape[2], w.shape[3]
-    size = [-(-(pd[0] + h) // st[0]), -(-(pd[1] + wd) // st[1])]  # rows of a phase
-    rows = []
-    for a in range(st[0]):
-        cols = []
-        for b in range(st[1]):
-            ta, tb = len(range(a, kh, st[0])), len(range(b, kw, st[1]))
-            if ta == 0 or tb == 0:
-                part = zeros_of(g, [n, c, *size])
-            else:
-                sub = ops.slice(w, [0, 0, a, b], [o, c, kh, kw], [1, 1, st[0], st[1]])
-                wf = ops.transpose(_flip(_flip(sub, 2), 3), [1, 0, 2, 3])
-                part = ops.conv2d(g, wf, padding=[ta - 1, tb - 1])
-                part = _shift(_shift(part, 2, 0, size[0]), 3, 0, size[1])
-            cols.append(ops.reshape(part, [n, c, size[0], 1, size[1], 1]))
-        rows.append(ops.concat(cols, axis=5) if len(cols) > 1 else cols[0])
-    full = ops.concat(rows, axis=3) if len(rows) > 1 else rows[0]
-    full = ops.reshape(full, [n, c, size[0] * st[0], size[1] * st[1]])
-    return take(take(full, 2, pd[0], pd[0] + h), 3, pd[1], pd[1] + wd)
-
-
 def _pointwise_batched(g: TracedTensor, x: TracedTensor, kh: int, kw: int, pd: list[int]) -> bool:
     """A 1x1 convolution's weight gradient is cheaper as per-image products summed
     (:func:`_pointwise_weight_grad`) than as one product over transposed copies: the f32
@@ -361,11 +329,10 @@ def _convolution_backward(
     padding: Any, dilation: Any, transposed: bool, output_padding: Any, groups: int,
     output_mask: Sequence[bool],
 ) -> tuple[Any, Any, Any]:
-    """Gradients of a 2-D convolution as convolutions. The input's: for a strided,
-    undilated kernel one correlation per stride phase (:func:`_phase_input_grad`);
-    otherwise the gradient, dilated by the stride, correlated with the flipped,
-    transposed kernel (the forward's dilation), padded so that it comes out the input's
-    size (zeros appended for rows the forward's stride skipped). The kernel's: the input (channels as batch) correlated
+    """Gradients of a 2-D convolution as convolutions. The input's: the gradient, dilated
+    by the stride, correlated with the flipped, transposed kernel (the forward's
+    dilation), padded so that it comes out the input's size (zeros appended for rows the
+    forward's stride skipped). The kernel's: the input (channels as batch) correlated
     with the gradient as kernel, its taps spaced by the stride and its outputs by the
     dilation (no dilated copy of the gradient); or, when the windows do not overlap
     (stride >= kernel, no dilation), one GEMM over the input's patches
@@ -387,8 +354,6 @@ def _convolution_backward(
             small = dilate(small, st[i], axis, tail=max(0, pd[i] + n - reach))
             small = take(small, axis, pd[i], pd[i] + n)
         gx = small
-    elif output_mask[0] and st != [1, 1] and dl == [1, 1]:
-        gx = _phase_input_grad(g, w, st, pd, h, wd)
     elif output_mask[0]:
         # padding e - 1 - p gives rows -p .. of the full correlation, so no leading crop;
         # input rows the forward's stride never reached read zero rows appended to the

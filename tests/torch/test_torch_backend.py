@@ -195,28 +195,6 @@ def test_pointwise_weight_gradient_is_one_batched_product(tmp_path, monkeypatch)
     assert err < 1e-2, err
 
 
-def test_strided_input_gradient_is_one_convolution_per_phase(tmp_path, monkeypatch):
-    """A 3x3, stride-2 convolution's input gradient: four convolutions of the gradient as
-    it is (one per stride phase, 9 taps in all), no stride-dilated gradient."""
-    monkeypatch.setenv("TESSERA_DUMP_DIR", str(tmp_path))
-    g = torch.Generator().manual_seed(4)
-    x = torch.randn(2, 3, 11, 10, dtype=torch.float64, generator=g, requires_grad=True)
-    w = torch.randn(4, 3, 3, 3, dtype=torch.float64, generator=g)
-
-    def f(x, w):
-        return F.conv2d(x, w, stride=2, padding=1)
-
-    tt.compile(f)(x, w).pow(2).sum().backward()
-    got = x.grad.clone()
-    (graph,) = tmp_path.glob("*backward*/*-graph.mlir")
-    ir = graph.read_text()
-    assert ir.count("tgraph.conv2d") == 4, ir
-    assert "tensor<3x4x2x2xf64> -> " in ir and "tensor<3x4x1x1xf64> -> " in ir, ir  # taps
-    x.grad = None
-    f(x, w).pow(2).sum().backward()
-    torch.testing.assert_close(got, x.grad, rtol=1e-12, atol=1e-12)
-
-
 def test_grouped_convolution_falls_back_with_its_reason():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, 4, 9, 9, generator=g)

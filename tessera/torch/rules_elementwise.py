@@ -183,22 +183,34 @@ def _gelu_check(node: torch.fx.Node) -> str | None:
     return float_only(node)
 
 
+def _opmath(dt: torch.dtype) -> torch.dtype:
+    """The type torch computes a 16-bit elementwise op in (f32), rounding once at the end;
+    a rule that spells one op as several computes them there too."""
+    return torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+
+
 @rule(aten.gelu.default, check=_gelu_check)
 def _gelu(node: torch.fx.Node, a: Any, approximate: str = "none") -> TracedTensor:
-    x = to(a, out_dtype(node))
+    out = out_dtype(node)
     if approximate == "tanh":
-        return ops.gelu(x)
-    dt = torch_dtype(x)
+        return ops.gelu(to(a, out))
+    dt = _opmath(out)
+    x = to(a, dt)
     half = ops.mul(x, to(0.5, dt))
-    return ops.mul(half, ops.add(erf(ops.mul(x, to(1 / math.sqrt(2), dt))), to(1.0, dt)))
+    y = ops.mul(half, ops.add(erf(ops.mul(x, to(1 / math.sqrt(2), dt))), to(1.0, dt)))
+    return to(y, out)
 
 
 @rule(aten.gelu_backward.default, check=_gelu_check)
 def _gelu_backward(
     node: torch.fx.Node, grad: Any, a: Any, approximate: str = "none"
 ) -> TracedTensor:
-    dt = out_dtype(node)
-    g, x = to(grad, dt), to(a, dt)
+    out = out_dtype(node)
+    return to(_gelu_grad(to(grad, _opmath(out)), to(a, _opmath(out)), approximate), out)
+
+
+def _gelu_grad(g: TracedTensor, x: TracedTensor, approximate: str) -> TracedTensor:
+    dt = torch_dtype(x)
     if approximate == "tanh":
         k, c = math.sqrt(2 / math.pi), 0.044715
         inner = ops.mul(ops.add(x, ops.mul(ops.mul(ops.mul(x, x), x), to(c, dt))), to(k, dt))

@@ -195,6 +195,31 @@ def test_pointwise_weight_gradient_is_one_batched_product(tmp_path, monkeypatch)
     assert err < 1e-2, err
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_16bit_gelu_and_its_backward_round_once(tmp_path, monkeypatch, approximate):
+    """Exact GELU and both GELU backwards of 16-bit tensors compute their several steps in
+    f32 and round once, as torch does (within one bf16 rounding of eager)."""
+    monkeypatch.setenv("TESSERA_DUMP_DIR", str(tmp_path))
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(64, 96, generator=g).to(torch.bfloat16).requires_grad_()
+    dy = torch.randn(64, 96, generator=g).to(torch.bfloat16)
+
+    def f(x):
+        return F.gelu(x, approximate=approximate)
+
+    y = tt.compile(f)(x)
+    y.backward(dy)
+    got = x.grad.clone()
+    x.grad = None
+    ref = f(x)
+    ref.backward(dy)
+    torch.testing.assert_close(y, ref, rtol=2**-7, atol=2**-7)
+    torch.testing.assert_close(got, x.grad, rtol=2**-7, atol=2**-7)
+    (graph,) = tmp_path.glob("*backward*/*-graph.mlir")
+    ir = graph.read_text()
+    assert ir.count("tgraph.cast") >= 1 and "x96xf32>" in ir, ir
+
+
 def test_grouped_convolution_falls_back_with_its_reason():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, 4, 9, 9, generator=g)

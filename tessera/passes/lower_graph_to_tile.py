@@ -362,6 +362,12 @@ class _FunctionLowering:
         ``emit`` when the value is first needed."""
         self.deferred[v] = (source, tuple(perm), emit)
 
+    def peek_transpose(self, v: SSAValue) -> tuple[SSAValue, tuple[int, ...]] | None:
+        """``(source, perm)`` when ``v`` is a deferred ``transpose(source, perm)`` not made
+        yet (its users may each read ``source`` through the permutation), else None."""
+        d = self.deferred.get(v)
+        return None if d is None or v in self.env else (d[0], d[1])
+
     def take_transpose(self, v: SSAValue, perm: Sequence[int]) -> SSAValue | None:
         """The buffer of ``source`` when ``v`` is a deferred ``transpose(source, perm)``
         not made yet (the caller reads it permuted; ``v`` is never made), else None."""

@@ -353,9 +353,15 @@ def lower_transpose(fl: _FunctionLowering, op: g.TransposeOp) -> None:
     that order in its own layout copy (a weight gradient's operands); any other lowering
     of the convolution makes it when it asks for the buffer."""
     perm = [int(p) for p in op.permutation.get_values()]
-    users = {id(u.operation): u.operation for u in op.result.uses}
-    if perm == [1, 0, 2, 3] and len(users) == 1 and isinstance(
-            next(iter(users.values())), g.Conv2dOp):
+    users = [u.operation for u in op.result.uses]
+    if perm == [1, 0, 2, 3] and len({id(u) for u in users}) == 1 and isinstance(
+            users[0], g.Conv2dOp):
+        fl.defer(op.result, op.input, perm, lambda: _lower_transpose(fl, op))
+        return
+    if perm and perm[-1] == len(perm) - 1 and users and all(
+            isinstance(u, g.SliceOp) for u in users):
+        # slices of it (an attention's q, k, v out of a permuted projection) read the
+        # source through the permutation: one pass over the data instead of two
         fl.defer(op.result, op.input, perm, lambda: _lower_transpose(fl, op))
         return
     _lower_transpose(fl, op)
@@ -458,6 +464,20 @@ def lower_slice(fl: _FunctionLowering, op: g.SliceOp) -> None:
     def src_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
         return [e.add(s, e.mul(i, st)) for i, s, st in zip(idx, start, stride)]
 
+    through = fl.peek_transpose(op.input)
+    if through is not None and through[1][-1] == len(through[1]) - 1:
+        # the input is a deferred transpose keeping the last dim: read its source
+        source, perm = through
+
+        def through_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
+            t = src_index(e, idx)
+            s: list[Idx] = [0] * len(perm)
+            for i, p in enumerate(perm):
+                s[p] = t[i]
+            return s
+
+        vector_copy(fl, "slice_t", out, shape, fl.mem(source), through_index, w)
+        return
     vector_copy(fl, "slice", out, shape, fl.mem(op.input), src_index, w)
 
 

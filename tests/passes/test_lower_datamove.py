@@ -126,6 +126,43 @@ def test_slice(shape, start, limit, stride, elem):
     np.testing.assert_array_equal(r, x[sl])
 
 
+@pytest.mark.parametrize("elem", ["bf16", "f32"])
+def test_slices_read_through_a_deferred_transpose(elem):
+    """An attention's q, k, v out of a permuted projection (``[B, N, 3, H, D]`` ->
+    ``[3, B, H, N, D]``, one slice each): the transpose keeps the last dim, all its users
+    are slices, so each slice reads the projection through the permutation and the
+    transposed copy is never made. Beside it, the same types with a transpose that has
+    another user: it is made, and its slice (same types) gets its own kernel."""
+    b, n, h, d = 2, 5, 4, 16
+    src, tr = (b, n, 3, h, d), (3, b, h, n, d)
+    one = (1, b, h, n, d)
+    x = rand(RNG, src, elem)
+    y = rand(RNG, src, elem)
+
+    def sl(v, i):
+        return (f"tgraph.slice {v} start = [{i}, 0, 0, 0, 0] limit = [{i + 1}, {b}, {h}, {n}, {d}]"
+                f" stride = [1, 1, 1, 1, 1] : ({ty(tr, elem)}) -> {ty(one, elem)}")
+
+    text = f"""func.func @f(%x: {ty(src, elem)}, %y: {ty(src, elem)}) -> ({ty(one, elem)}, {ty(one, elem)}, {ty(one, elem)}, {ty(one, elem)}, {ty(tr, elem)}) {{
+      %t = tgraph.transpose %x permutation = [2, 0, 3, 1, 4] : ({ty(src, elem)}) -> {ty(tr, elem)}
+      %q = {sl("%t", 0)}
+      %k = {sl("%t", 1)}
+      %v = {sl("%t", 2)}
+      %u = tgraph.transpose %y permutation = [2, 0, 3, 1, 4] : ({ty(src, elem)}) -> {ty(tr, elem)}
+      %w = {sl("%u", 1)}
+      func.return %q, %k, %v, %w, %u : {ty(one, elem)}, {ty(one, elem)}, {ty(one, elem)}, {ty(one, elem)}, {ty(tr, elem)} }}"""
+    names = kernels(lower(text))
+    assert sum("transpose" in k for k in names) == 1, names  # only %u's
+    assert sum("slice_t" in k for k in names) >= 1 and any(
+        "slice_" in k and "slice_t" not in k for k in names), names
+    q, k, v, w, u = run1(text, x, y)
+    t = np.transpose(x, (2, 0, 3, 1, 4))
+    for got, i in ((q, 0), (k, 1), (v, 2)):
+        np.testing.assert_array_equal(got, t[i:i + 1])
+    np.testing.assert_array_equal(u, np.transpose(y, (2, 0, 3, 1, 4)))
+    np.testing.assert_array_equal(w, u[1:2])
+
+
 @pytest.mark.parametrize("shapes,axis,elem", [
     (((3, 16), (3, 8), (3, 24)), 1, "bf16"),      # aligned offsets on the last dim
     (((3, 5), (3, 3), (3, 7)), 1, "f32"),         # unaligned

@@ -51,6 +51,10 @@ MIN_ROWS_PER_WARP = 16
 """A split gives each warp at least this many rows (fewer splits otherwise)."""
 UNROLL = 8
 """Rows a warp loads before folding them (loads in flight per lane)."""
+NARROW_UNROLL = 16
+"""``UNROLL`` when the reduction reads at most two tensors of 16-bit (or narrower)
+elements: a warp's row is then 64 bytes, and twice the rows keep as many bytes in
+flight as for f32 (the folding order, and so the result, does not change)."""
 MAX_GRID_Y = 65535
 """CUDA's largest grid extent in y and z (where the kernels put A)."""
 THIN_ROWS = 32
@@ -121,6 +125,9 @@ def lower_column_reduction(
     keep = op.keepdims is not None
     out_t = g.elem_of(op.result)
     s_n = splits(a_n, r_n, c_n)
+    narrow = len(inputs) <= 2 and all(
+        getattr(getattr(v.type, "element_type", None), "bitwidth", 64) <= 16 for v in inputs)
+    unroll = NARROW_UNROLL if narrow else UNROLL
     seg = -(-r_n // s_n)
     s_n = -(-r_n // seg)  # no empty split
     mean = isinstance(op, g.MeanOp)
@@ -160,8 +167,8 @@ def lower_column_reduction(
             # UNROLL rows loaded before they are folded (independent loads in flight),
             # folded in row order
             vs = []
-            for u in range(UNROLL):
-                local = ie.add(ie.mul(ie.add(ie.mul(k, UNROLL), u), WARPS), warp)
+            for u in range(unroll):
+                local = ie.add(ie.mul(ie.add(ie.mul(k, unroll), u), WARPS), warp)
                 r = ie.add(r0, local)
                 ok = ie.and_(c_ok, ie.and_(ie.lt(r, r_n), ie.lt(local, seg)))
                 assert ok is not None
@@ -172,7 +179,7 @@ def lower_column_reduction(
                 acc = _combine(ie, kind, acc, v)
             return [acc]
 
-        (acc,) = e.for_(0, -(-seg // (WARPS * UNROLL)), 1, [init], step)
+        (acc,) = e.for_(0, -(-seg // (WARPS * unroll)), 1, [init], step)
         smem = e.op(tt.AllocSharedOp([WARPS, COLUMNS], acc_t, alignment=16))
         e.store(acc, smem, [warp, lane])
         e.barrier()

@@ -14,12 +14,19 @@ image), as in a model.
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import traceback
+from pathlib import Path
 
 import torch
 
 import tessera.torch as tt
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.models import _time_ms  # noqa: E402  (CUDA events, median)
 
 F = torch.nn.functional
 LAYERS = [
@@ -33,21 +40,6 @@ LAYERS = [
     ("l4 3x3", 512, 7, 512, 3, 1, 1, True),
     ("l4 1x1 s2 1024->2048", 1024, 14, 2048, 1, 2, 0, True),
 ]
-
-
-def step_ms(fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def kernels(fn, top: int = 6) -> str:
@@ -89,8 +81,8 @@ def layer(name, c, hw, o, k, st, pd, needs_x, batch, reps) -> dict:
             fn(x, w).backward(dy)
         return go
 
-    row = {"layer": name, "err": err, "eager_ms": step_ms(run(f), reps)}
-    row["tessera_ms"] = step_ms(run(comp), reps) if err < 5e-2 else float("nan")
+    row = {"layer": name, "err": err, "eager_ms": _time_ms(run(f), reps)}
+    row["tessera_ms"] = _time_ms(run(comp), reps) if err < 5e-2 else float("nan")
     row["kernels"] = kernels(run(comp))
     print(row, flush=True)
     return row

@@ -22,6 +22,7 @@ running it computes exactly what the unfused chain computed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -65,15 +66,8 @@ def _inputs(op: Operation) -> list[SSAValue]:
     return list(op.inputs) if isinstance(op, g.FusedOp) else list(op.operands)
 
 
-def _numel(v: SSAValue) -> int:
-    n = 1
-    for d in g.shape_of(v):
-        n *= d
-    return n
-
-
 def _elem_bits(v: SSAValue) -> int:
-    return g.elem_of(v).bitwidth if hasattr(g.elem_of(v), "bitwidth") else 64
+    return getattr(g.elem_of(v), "bitwidth", 64)
 
 
 def duplicable(op: Operation) -> bool:
@@ -85,12 +79,12 @@ def duplicable(op: Operation) -> bool:
     r = op.results[0]
     if not isinstance(r.type, builtin.TensorType):
         return False
-    size = _numel(r)
+    size = math.prod(g.shape_of(r))
     big = []
     for v in _inputs(op):
         if not isinstance(v.type, builtin.TensorType):
             return False
-        if _numel(v) >= size and not any(v is w for w in big):
+        if math.prod(g.shape_of(v)) >= size and not any(v is w for w in big):
             big.append(v)
     return len(big) == 1 and _elem_bits(big[0]) <= _elem_bits(r)
 

@@ -201,6 +201,12 @@ def take(x: TracedTensor, axis: int, start: int, stop: int) -> TracedTensor:
     return ops.slice(x, lo, hi)
 
 
+def opmath_dtype(dt: torch.dtype) -> torch.dtype:
+    """The type torch computes a 16-bit op in (f32; other types their own), rounding once
+    at the end: rules that spell one op as several compute there too."""
+    return torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+
+
 def dilate(g: TracedTensor, s: int, axis: int, tail: int = 0) -> TracedTensor:
     """``s - 1`` zeros after each element of ``g`` along ``axis`` (none after the last),
     then ``tail`` more zeros."""
@@ -232,4 +238,5 @@ __all__ = [
     "RULES", "Rule", "Unsupported", "SUPPORTED_DTYPES", "FLOAT_DTYPES", "has_rule", "rule", "val",
     "out_dtype", "ts_dtype", "torch_dtype", "to", "promote", "norm_dims", "int_list",
     "float_only", "float_only_index", "only_outputs", "slice_bounds", "zeros_of", "take", "dilate",
+    "opmath_dtype",
 ]

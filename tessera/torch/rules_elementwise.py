@@ -19,6 +19,7 @@ from tessera.torch.aten_ops import (
     TracedTensor,
     float_only,
     norm_dims,
+    opmath_dtype,
     out_dtype,
     promote,
     rule,
@@ -183,18 +184,12 @@ def _gelu_check(node: torch.fx.Node) -> str | None:
     return float_only(node)
 
 
-def _opmath(dt: torch.dtype) -> torch.dtype:
-    """The type torch computes a 16-bit elementwise op in (f32), rounding once at the end;
-    a rule that spells one op as several computes them there too."""
-    return torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
-
-
 @rule(aten.gelu.default, check=_gelu_check)
 def _gelu(node: torch.fx.Node, a: Any, approximate: str = "none") -> TracedTensor:
     out = out_dtype(node)
     if approximate == "tanh":
         return ops.gelu(to(a, out))
-    dt = _opmath(out)
+    dt = opmath_dtype(out)
     x = to(a, dt)
     half = ops.mul(x, to(0.5, dt))
     y = ops.mul(half, ops.add(erf(ops.mul(x, to(1 / math.sqrt(2), dt))), to(1.0, dt)))
@@ -206,7 +201,7 @@ def _gelu_backward(
     node: torch.fx.Node, grad: Any, a: Any, approximate: str = "none"
 ) -> TracedTensor:
     out = out_dtype(node)
-    return to(_gelu_grad(to(grad, _opmath(out)), to(a, _opmath(out)), approximate), out)
+    return to(_gelu_grad(to(grad, opmath_dtype(out)), to(a, opmath_dtype(out)), approximate), out)
 
 
 def _gelu_grad(g: TracedTensor, x: TracedTensor, approximate: str) -> TracedTensor:
@@ -308,7 +303,7 @@ def _two_stage(
     trailing, rest = _apart(a.shape, axes)  # type: ignore[misc]
     mean = fn is ops.mean
     red = ops.sum if mean else fn
-    wide = torch.float32 if dt in (torch.float16, torch.bfloat16) and red is ops.sum else dt
+    wide = opmath_dtype(dt) if red is ops.sum else dt
     x = to(a, wide)
     part = red(x, axis=tuple(trailing), keepdims=True)
     total = red(part, axis=tuple(rest), keepdims=True)

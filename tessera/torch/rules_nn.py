@@ -28,6 +28,7 @@ from tessera.torch.aten_ops import (
     float_only_index,
     int_list,
     only_outputs,
+    opmath_dtype,
     out_dtype,
     rule,
     take,
@@ -94,7 +95,7 @@ def _native_layer_norm(
     axes = tuple(range(x.ndim - k, x.ndim))
     dt = torch_dtype(x)
     used = {u.args[1] for u in node.users if u.target is operator.getitem}
-    wide = torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+    wide = opmath_dtype(dt)
     if k == 1 and not used - {0}:
         out = ops.layernorm(x, w, b, eps=float(eps))
         return out, out, out
@@ -156,7 +157,7 @@ def _batch_norm_train(
 ) -> tuple[TracedTensor, ...]:
     x = a
     dt = torch_dtype(x)
-    wide = torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+    wide = opmath_dtype(dt)
     n = math.prod(x.shape[i] for i in range(x.ndim) if i != 1)
     xw = to(x, wide)
     mean = _channel_mean(xw)
@@ -299,12 +300,13 @@ def _pointwise_batched(g: TracedTensor, x: TracedTensor, kh: int, kw: int, pd: l
     """A 1x1 convolution's weight gradient is cheaper as per-image products summed
     (:func:`_pointwise_weight_grad`) than as one product over transposed copies: the f32
     partials ``[N, O, C]`` (written and read: ``8 O C`` bytes per image) are smaller than
-    the NHWC copies of the input and the gradient (``4 P (C + O)``), and the pixels
-    ``P`` make 16-byte rows."""
+    the NHWC copies of the input and the gradient (``4 P (C + O)``), the pixels ``P``
+    make 16-byte rows and ``O`` is a multiple of 64 (the batched tensor-core product's
+    rows; otherwise it would take the generic kernel)."""
     if (kh, kw) != (1, 1) or pd != [0, 0]:
         return False
     o, c, p = g.shape[1], x.shape[1], g.shape[2] * g.shape[3]
-    return p % 8 == 0 and 2 * o * c < p * (c + o)
+    return p % 8 == 0 and o % 64 == 0 and 2 * o * c < p * (c + o)
 
 
 def _pointwise_weight_grad(g: TracedTensor, x: TracedTensor, st: list[int]) -> TracedTensor:
@@ -317,9 +319,8 @@ def _pointwise_weight_grad(g: TracedTensor, x: TracedTensor, st: list[int]) -> T
         x = ops.slice(x, [0, 0, 0, 0], [n, c, (ho - 1) * st[0] + 1, (wo - 1) * st[1] + 1],
                       [1, 1, st[0], st[1]])
     dt = torch_dtype(x)
-    wide = ts_dtype(torch.float32) if dt in (torch.bfloat16, torch.float16) else None
     part = ops.matmul(ops.reshape(g, [n, o, ho * wo]), ops.reshape(x, [n, c, ho * wo]),
-                      transpose_b=True, out_dtype=wide)
+                      transpose_b=True, out_dtype=ts_dtype(opmath_dtype(dt)))
     return ops.reshape(to(ops.sum(part, axis=0), dt), [o, c, 1, 1])
 
 

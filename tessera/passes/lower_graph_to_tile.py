@@ -357,8 +357,8 @@ class _FunctionLowering:
 
     def defer(self, v: SSAValue, source: SSAValue, perm: Sequence[int],
               emit: Callable[[], None]) -> None:
-        """Leave ``v = transpose(source, perm)`` unmade: its consumer may read ``source``
-        in that order itself (:meth:`take_transpose`); otherwise :meth:`mem` calls
+        """Leave ``v = transpose(source, perm)`` unmade: its users may read ``source``
+        in that order themselves (:meth:`peek_transpose`); otherwise :meth:`mem` calls
         ``emit`` when the value is first needed."""
         self.deferred[v] = (source, tuple(perm), emit)
 
@@ -368,14 +368,6 @@ class _FunctionLowering:
         d = self.deferred.get(v)
         return None if d is None or v in self.env else (d[0], d[1])
 
-    def take_transpose(self, v: SSAValue, perm: Sequence[int]) -> SSAValue | None:
-        """The buffer of ``source`` when ``v`` is a deferred ``transpose(source, perm)``
-        not made yet (the caller reads it permuted; ``v`` is never made), else None."""
-        d = self.deferred.get(v)
-        if d is None or d[1] != tuple(perm) or v in self.env:
-            return None
-        del self.deferred[v]
-        return self.mem(d[0])
 
     def donated(self, v: SSAValue) -> bool:
         """Whether a result may take over the buffer of Graph IR value ``v`` (and, if so,

@@ -348,23 +348,27 @@ def copy_buffer(fl: _FunctionLowering, t: Attribute, m: SSAValue) -> SSAValue:
 
 def lower_transpose(fl: _FunctionLowering, op: g.TransposeOp) -> None:
     """``tgraph.transpose``: a vector copy when the last dim stays last, else the
-    shared-memory tiled transpose. A batch-channel swap (``[1, 0, 2, 3]``) whose one user
-    is a ``tgraph.conv2d`` is deferred: the implicit-GEMM convolution reads the source in
-    that order in its own layout copy (a weight gradient's operands); any other lowering
-    of the convolution makes it when it asks for the buffer."""
+    shared-memory tiled transpose. A transpose all of whose users can read its source
+    through the permutation (:data:`READS_THROUGH`) is deferred; a lowering of a user
+    that does not (``fl.mem``) makes it then."""
     perm = [int(p) for p in op.permutation.get_values()]
     users = [u.operation for u in op.result.uses]
-    if perm == [1, 0, 2, 3] and len({id(u) for u in users}) == 1 and isinstance(
-            users[0], g.Conv2dOp):
-        fl.defer(op.result, op.input, perm, lambda: _lower_transpose(fl, op))
-        return
-    if perm and perm[-1] == len(perm) - 1 and users and all(
-            isinstance(u, g.SliceOp) for u in users):
-        # slices of it (an attention's q, k, v out of a permuted projection) read the
-        # source through the permutation: one pass over the data instead of two
+    if users and all(READS_THROUGH.get(type(u), lambda p: False)(perm) for u in users):
         fl.defer(op.result, op.input, perm, lambda: _lower_transpose(fl, op))
         return
     _lower_transpose(fl, op)
+
+
+READS_THROUGH: dict[type, Callable[[Sequence[int]], bool]] = {
+    # a slice composes its index map with a permutation that keeps the last dim (an
+    # attention's q, k, v out of a permuted projection): one pass over the data, not two
+    g.SliceOp: lambda perm: perm[-1] == len(perm) - 1,
+    # the implicit-GEMM convolution's layout copies read a batch-channel swap (a weight
+    # gradient's operands): tessera.passes.sm90.conv_implicit
+    g.Conv2dOp: lambda perm: tuple(perm) == (1, 0, 2, 3),
+}
+"""The ops whose lowering may read a deferred ``tgraph.transpose``'s source through its
+permutation (``fl.peek_transpose``), given the permutation."""
 
 
 def _lower_transpose(fl: _FunctionLowering, op: g.TransposeOp) -> None:

@@ -439,7 +439,7 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
     xt = lw.alloc(TensorType(et, [parts, n, h, w, cp] if f32 else [n, h, w, cp]))
     # a weight gradient's input is the batch-channel transpose of an activation: read
     # the activation in that order instead of a transposed copy
-    x_src = lw.take_transpose(op.input, SWAP)
+    x_src = _swapped_source(lw, op.input)
     nhwc = lw.named_kernel(
         "conv_nhwc", lambda nm: conv_layout.nhwc_kernel(nm, n, c, h * w, cp, eb, parts,
                                                         x_src is not None),
@@ -448,7 +448,7 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
                        conv_layout.nhwc_grid(n, c, h * w, cp, eb), conv_layout.NHWC_SMEM)
     wk = lw.alloc(TensorType(et, [parts * o, cv.k]))
     if kh * kw >= WIDE_KERNEL_TAPS:  # [O, C, taps] -> [O, taps, Cp]: the NHWC copy's layout
-        w_src = lw.take_transpose(op.weight, SWAP)  # a weight gradient's output gradient
+        w_src = _swapped_source(lw, op.weight)  # a weight gradient's output gradient
         weight = lw.named_kernel(
             "conv_weight",
             lambda nm: conv_layout.nhwc_kernel(nm, o, c, kh * kw, cp, eb, parts,
@@ -494,6 +494,13 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
 
 SWAP = (1, 0, 2, 3)
 """The batch-channel transpose the layout copies read through (``swapped``)."""
+
+
+def _swapped_source(lw: _FunctionLowering, v: SSAValue) -> SSAValue | None:
+    """The buffer of ``x`` when ``v`` is a deferred ``transpose(x, SWAP)``
+    (:data:`tessera.passes.tile_datamove.READS_THROUGH`), else None."""
+    through = lw.peek_transpose(v)
+    return lw.mem(through[0]) if through is not None and through[1] == SWAP else None
 WIDE_KERNEL_TAPS = 64
 """Kernels of at least this many taps (a weight gradient's kernel is the output gradient,
 ``Ho x Wo`` taps) are reordered by the tiled NHWC copy (both sides coalesced) instead of

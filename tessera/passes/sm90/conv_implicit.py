@@ -182,9 +182,18 @@ def produce(
     assert cv is not None
     bm, bn, stages = gemm.bm, gemm.cfg.bn, gemm.cfg.stages
     e.add(tt.SetmaxnregOp("dec", CONV_REGISTERS.producer))
-    nch = bm // 16  # 16-byte chunks of a row this thread copies (8 of 8, or 4 of 8)
-    if bm == 128:
-        r, qbase = tid, None
+    lines = cv.uniform
+    # rows of the tile this thread copies: with ``lines`` (a K-step is one tap's 128 bytes
+    # of channels) eight lanes copy one pixel's 128-byte line, chunk ``q = tid % 8`` each,
+    # rows ``tid / 8 + 16 i``; else row ``tid % BM``, chunks from ``qbase`` on
+    nrows = bm // 16 if lines else 1
+    nch = 1 if lines else bm // 16  # 16-byte chunks of a row this thread copies
+    qbase = None
+    if lines:
+        r = e.bin(tt.ShrOp, "u32", tid, 3)
+        qline = e.bin(tt.AndOp, "b32", tid, 7)
+    elif bm == 128:
+        r = tid
     else:
         r = e.bin(tt.RemOp, "u32", tid, bm)
         qbase = e.mul32(e.bin(tt.DivOp, "u32", tid, bm), nch * CHUNK)  # first chunk's bytes
@@ -196,26 +205,36 @@ def produce(
                                   e.mul32(e.bin(tt.AndOp, "b32", r, 7), CHUNK)))
     if qbase is not None:
         dst0 = e.bin(tt.XorOp, "b32", dst0, qbase)
+    if lines:  # this thread's chunk of each of its rows (rows 16 apart: same swizzle)
+        dst0 = e.bin(tt.XorOp, "b32", dst0, e.mul32(qline, CHUNK))
     kt, stage, phase, issued, tile, dstage, arrived = (e.reg("b32") for _ in range(7))
     for v in (stage, phase, issued, dstage, arrived):
         e.mov("u32", v, 0)
     e.mov("u32", tile, unit0)
     hw = cv.ho * cv.wo
+    # per row: first input row and column of its window (hi0 past any H for rows past M)
+    # and, with ``lines``, the element offset of its window's corner plus the chunk's
+    hi0s, wi0s, bases = ([e.reg("b32") for _ in range(nrows)] for _ in range(3))
 
     tile_loop = e.label("GATHER_TILE")
     e.add(tt.LabelOp(tile_loop))
     tunit, kbeg, kend = k_range(tile)
     m0, n0, _ = tile_origin(tunit)
-    # this thread's output pixel: image, first input row and column of its window
-    m = e.add32(m0, r)
-    valid = e.setp("lt", m, gemm.m)
-    mm = e.reg("b32")
-    e.add(tt.SelpOp("b32", mm, m, e.imm(0), valid))
-    img, p = e.bin(tt.DivOp, "u32", mm, hw), e.bin(tt.RemOp, "u32", mm, hw)
-    ho, wo = e.bin(tt.DivOp, "u32", p, cv.wo), e.bin(tt.RemOp, "u32", p, cv.wo)
-    hi0 = e.bin(tt.SubOp, "u32", e.mul32(ho, cv.sh), cv.ph)  # may wrap below 0: compared
-    wi0 = e.bin(tt.SubOp, "u32", e.mul32(wo, cv.sw), cv.pw)  # unsigned against H and W
-    pix0 = e.mul32(img, cv.h * cv.w)
+    for i in range(nrows):
+        m = e.add32(m0, e.add32(r, 16 * i) if i else r)
+        mm = e.reg("b32")
+        e.add(tt.SelpOp("b32", mm, m, e.imm(0), e.setp("lt", m, gemm.m)))
+        img, p = e.bin(tt.DivOp, "u32", mm, hw), e.bin(tt.RemOp, "u32", mm, hw)
+        ho, wo = e.bin(tt.DivOp, "u32", p, cv.wo), e.bin(tt.RemOp, "u32", p, cv.wo)
+        # may wrap below 0: compared unsigned against H and W
+        e.add(tt.SubOp("u32", hi0s[i], e.mul32(ho, cv.sh), e.imm(cv.ph)))
+        e.add(tt.SubOp("u32", wi0s[i], e.mul32(wo, cv.sw), e.imm(cv.pw)))
+        pix0 = e.mul32(img, cv.h * cv.w)
+        corner = e.mad32(hi0s[i], cv.w, e.add32(pix0, wi0s[i]))
+        e.add(tt.MadOp("lo.u32", bases[i], corner, e.imm(cv.cp),
+                       e.mul32(qline, cv.cpe) if lines else e.imm(0)))
+        # every tap of a row past M misses
+        e.mov("u32", hi0s[i], 1 << 30, e.setp("ge", m, gemm.m))
     e.mov("u32", kt, kbeg)
 
     loop = e.label("GATHER")
@@ -234,35 +253,35 @@ def produce(
             e.add(tt.CpAsyncBulkTensorOp(e.add32(dst, gemm.b_bytes // 2), tmap_b, k0,
                                          e.add32(col, gemm.n), full, guard=leader))
     dst = e.mad32(stage, gemm.a_bytes, dst0)
-    # 3xTF32: the lo parts go to the slot's second half, from the input's second plane
-    dst_lo = e.add32(dst, gemm.a_bytes // 2) if cv.parts == 2 else None
 
-    def copy(q: int, src: SSAValue, size: SSAValue, src_offset: int = 0) -> None:
-        """Chunk ``q`` of the thread's row (and its lo part) from ``src``."""
-        for base, s in ((dst, src), (dst_lo, None)):
-            if base is None:
-                continue
-            if s is None:  # the lo plane
-                s = e.reg("b64")
-                e.add(tt.AddOp("u64", s, src, e.imm(cv.plane_bytes)))
-            d = e.bin(tt.XorOp, "b32", base, q * CHUNK) if q else base
-            e.add(tt.CpAsyncOp("cg", d, s, CHUNK, size, src_offset=src_offset))
+    def copy(d: SSAValue, src: SSAValue, size: SSAValue, src_offset: int = 0) -> None:
+        """16 bytes from ``src`` to ``d`` (3xTF32: the lo part too, from the input's second
+        plane to the slot's second half)."""
+        e.add(tt.CpAsyncOp("cg", d, src, CHUNK, size, src_offset=src_offset))
+        if cv.parts == 2:
+            s = e.reg("b64")
+            e.add(tt.AddOp("u64", s, src, e.imm(cv.plane_bytes)))
+            e.add(tt.CpAsyncOp("cg", e.add32(d, gemm.a_bytes // 2), s, CHUNK, size,
+                               src_offset=src_offset))
 
-    def source(kc: SSAValue, in_k: SSAValue | None) -> tuple[SSAValue, SSAValue]:
-        """(global address, bytes to copy: 16 or 0) of the 16 bytes of channels at K index
-        ``kc``."""
+    def tap_of(kc: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue]:
+        """(input rows, input columns, channel) K index ``kc`` is past a window's corner."""
         tap, c = e.bin(tt.DivOp, "u32", kc, cv.cp), e.bin(tt.RemOp, "u32", kc, cv.cp)
         i, j = e.bin(tt.DivOp, "u32", tap, cv.kw), e.bin(tt.RemOp, "u32", tap, cv.kw)
-        hi = e.add32(hi0, e.mul32(i, cv.dh) if cv.dh != 1 else i)
-        wi = e.add32(wi0, e.mul32(j, cv.dw) if cv.dw != 1 else j)
+        return (e.mul32(i, cv.dh) if cv.dh != 1 else i, e.mul32(j, cv.dw) if cv.dw != 1 else j,
+                c)
+
+    def source(row: int, di: SSAValue, dj: SSAValue, delta: SSAValue,
+               in_k: SSAValue | None) -> tuple[SSAValue, SSAValue]:
+        """(global address, bytes to copy: 16 or 0) of row ``row``'s chunk ``delta``
+        elements past its base, at tap offset ``(di, dj)``."""
+        hi, wi = e.add32(hi0s[row], di), e.add32(wi0s[row], dj)
         ok = e.reg("pred")
-        e.add(tt.AndOp("pred", ok, valid, e.setp("lt", hi, cv.h)))
-        e.add(tt.AndOp("pred", ok, ok, e.setp("lt", wi, cv.w)))
+        e.add(tt.AndOp("pred", ok, e.setp("lt", hi, cv.h), e.setp("lt", wi, cv.w)))
         if in_k is not None:
             e.add(tt.AndOp("pred", ok, ok, in_k))
-        lin = e.mad32(e.mad32(hi, cv.w, e.add32(pix0, wi)), cv.cp, c)
         off = e.reg("b32")
-        e.add(tt.SelpOp("b32", off, lin, e.imm(0), ok))
+        e.add(tt.SelpOp("b32", off, e.add32(bases[row], delta), e.imm(0), ok))
         size = e.reg("b32")
         e.add(tt.SelpOp("b32", size, e.imm(CHUNK), e.imm(0), ok))
         src = e.reg("b64")
@@ -270,21 +289,21 @@ def produce(
         e.add(tt.AddOp("u64", src, src, xbase))
         return src, size
 
-    def chunk_k(q: int) -> SSAValue:
-        kc = e.add32(k0, q * cv.cpe)
-        if qbase is None:
-            return kc
-        return e.add32(kc, e.bin(tt.DivOp, "u32", qbase, cv.eb))  # first chunk's K
-
-    if cv.uniform:  # the step's 128 bytes of K are one tap's: one pixel address per step
-        src, size = source(chunk_k(0), None)
-        for q in range(nch):
-            copy(q, src, size, q * CHUNK)
+    if lines:  # one tap per step: each row's chunk is one line's, 16 rows apart in the slot
+        di, dj, c = tap_of(k0)
+        delta = e.mad32(e.mad32(di, cv.w, dj), cv.cp, c)
+        for i in range(nrows):
+            src, size = source(i, di, dj, delta, None)
+            copy(e.add32(dst, i * 16 * SWIZZLE_BYTES) if i else dst, src, size)
     else:
         for q in range(nch):
-            kc = chunk_k(q)
-            src, size = source(kc, e.setp("lt", kc, cv.k))
-            copy(q, src, size)
+            kc = e.add32(k0, q * cv.cpe)
+            if qbase is not None:
+                kc = e.add32(kc, e.bin(tt.DivOp, "u32", qbase, cv.eb))  # first chunk's K
+            di, dj, c = tap_of(kc)
+            delta = e.mad32(e.mad32(di, cv.w, dj), cv.cp, c)
+            src, size = source(0, di, dj, delta, e.setp("lt", kc, cv.k))
+            copy(e.bin(tt.XorOp, "b32", dst, q * CHUNK) if q else dst, src, size)
     if SYNC == "noinc":  # the barrier gets this thread's arrive once its copies land
         e.add(tt.CpAsyncMbarrierArriveOp(full))
         e.add(tt.AddOp("u32", kt, kt, e.imm(1)))

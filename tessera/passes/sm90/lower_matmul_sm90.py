@@ -128,7 +128,7 @@ from tessera.passes.matmul_config import (
     sm90_config,
     split_k,
 )
-from tessera.passes.sm90 import builders, conv_implicit
+from tessera.passes.sm90 import builders, conv_implicit, staged_store
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.constants import (
     GEMM_REGISTERS,
@@ -160,6 +160,20 @@ FP8 = ("e4m3", "e5m2")
 TF32 = ("tf32", "3xtf32")
 """The f32 products on tf32 wgmmas: one TF32 product (``CompileOptions.allow_tf32``), or
 the error-compensated 3xTF32 one (full f32 accuracy, the default)."""
+STORES = ("staged", "registers")
+"""How results TMA does not store leave the kernel (``Sm90Gemm.store``,
+``CompileOptions.sm90_store``): through shared memory (default) or from registers."""
+
+
+def c_staging_bytes(cfg: Sm90Config, c_store: str, out_type: str) -> int:
+    """Shared memory the output store of ``c_store`` (``Sm90Gemm.c_store``) stages through:
+    the TMA store's ``BM x BN`` 16-bit tile, the staged store's ``BM`` rows of one chunk,
+    or nothing."""
+    if c_store == "tma":
+        return cfg.epilogue_bytes()
+    if c_store == "staged":
+        return staged_store.staged_bytes(cfg.consumers, staged_store.STORE_TYPES[out_type])
+    return 0
 
 
 # --------------------------------------------------------------------------- eligibility
@@ -319,9 +333,17 @@ class Sm90Gemm:
     """A convolution as an implicit GEMM (:mod:`tessera.passes.sm90.conv_implicit`): the
     producer warpgroup gathers A from a channels-last input pointer (``cp.async``) and
     the consumers store C as NCHW from registers."""
+    store: str = "staged"
+    """How a result that TMA does not store (:attr:`tma_store` false: f32 results, split-K
+    partials, N % 8 != 0) leaves: ``"staged"`` through shared memory, coalesced
+    (:mod:`tessera.passes.sm90.staged_store`), or ``"registers"``, ``st.global`` from the
+    accumulator registers (``CompileOptions.sm90_store``; same bits either way)."""
 
     def __post_init__(self) -> None:
         mn_major = self.a_t or not self.b_t
+        if self.store not in STORES:
+            raise ValueError(f"lower-matmul-sm90: store must be one of {', '.join(STORES)}, "
+                             f"got {self.store!r}")
         if self.splits > 1 and (self.batch > 1 or self.out_type != "f32"
                                 or self.epilogue is not None
                                 or self.splits * self.m * self.n >= 1 << 31):
@@ -348,12 +370,12 @@ class Sm90Gemm:
         if (self.fp8 or self.tf32) and mn_major:
             raise ValueError(f"lower-matmul-sm90: {self.in_type} operands must both be "
                              "K-major (A row-major, B stored N x K)")
-        if not self.cfg.valid(self.copies, self.tma_store):
+        if not self.cfg.valid(self.copies, self.staging_bytes):
             raise ValueError(
                 f"lower-matmul-sm90: {self.cfg} is not a valid sm90 configuration (BN in "
                 f"64/128/192/256, 1 or 2 consumers and clusters, stages and the output tile "
                 f"within {SMEM_BUDGET} bytes of shared memory; needs "
-                f"{self.cfg.smem_bytes(self.copies, self.tma_store)})"
+                f"{self.cfg.smem_bytes(self.copies, self.staging_bytes)})"
             )
 
     @property
@@ -444,18 +466,34 @@ class Sm90Gemm:
         return self.out_type != "f32" and self.n % 8 == 0 and self.gather is None
 
     @property
+    def c_store(self) -> str:
+        """How C leaves: ``"tma"`` (:class:`_TmaStore`), ``"staged"``
+        (:class:`~tessera.passes.sm90.staged_store.StagedStore`), ``"registers"``
+        (:func:`_epilogue`) or ``"nchw"`` (a convolution's
+        :func:`~tessera.passes.sm90.conv_implicit.nchw_epilogue`)."""
+        if self.gather is not None:
+            return "nchw"
+        return "tma" if self.tma_store else self.store
+
+    @property
+    def staging_bytes(self) -> int:
+        """Shared memory of the output's staging: the ``BM x BN`` tile of the TMA store,
+        the staged store's chunk buffers, or none."""
+        return c_staging_bytes(self.cfg, self.c_store, self.out_type)
+
+    @property
     def c_offset(self) -> int:
         """Shared-memory offset of the output staging tile (after the stages)."""
         return self.cfg.stages * (self.a_bytes + self.b_bytes)
 
     @property
     def bars_offset(self) -> int:
-        return self.c_offset + (self.bm * self.cfg.bn * 2 if self.tma_store else 0)
+        return self.c_offset + self.staging_bytes
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory: the stages, the output staging tile, 2 mbarriers per
-        stage, 1 KiB for alignment."""
+        """Dynamic shared memory: the stages, the output staging tile (or the staged
+        store's buffers), 2 mbarriers per stage, 1 KiB for alignment."""
         return self.bars_offset + 16 * self.cfg.stages + 1024
 
     @property
@@ -611,6 +649,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
             gemm.m % bm != 0, gemm.n % bn != 0,
         )
     store = _TmaStore(e, gemm, c_param, sbase, tid, cw, leader, fused) if gemm.tma_store else None
+    staged = _staged_store(e, gemm, c_param, sbase, tid, cw) if gemm.c_store == "staged" else None
     kt, stage, phase, prev, tile = (e.reg("b32") for _ in range(5))
     for v in (stage, phase, prev):
         e.mov("u32", v, 0)
@@ -730,6 +769,18 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         release(prev, leader)
     if store is not None:
         store.tile(m0, n0, tot)
+    elif staged is not None:
+        row0 = e.mad32(cw, WGMMA_M, m0)
+        if fused is not None:  # the fused epilogue's own view of the fragment
+            _, warp, lane = builders.fragment_lanes(e, tid)
+            fused.tile(builders.fragment_row(e, m0, cw, warp, lane),
+                       e.add32(n0, builders.fragment_col(e, lane)))
+
+        def pair(j: int, h: int) -> tuple[SSAValue, SSAValue]:
+            lo, hi = tot[4 * j + 2 * h], tot[4 * j + 2 * h + 1]
+            return fused.pair(j, h, lo, hi) if fused is not None else (lo, hi)
+
+        staged.tile(row0, n0, pair, c_rows)
     elif gather is not None:
         conv_implicit.nchw_epilogue(e, gemm, c_param, bias_param[0] if bias_param else None,
                                     tid, cw, m0, n0, tot, c_rows)
@@ -824,6 +875,26 @@ def _tma_producer(
     e.add(tt.BraOp(end))
 
 
+def _staged_store(
+    e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, sbase: SSAValue, tid: SSAValue,
+    cw: SSAValue,
+) -> staged_store.StagedStore:
+    """The staged store of consumer warpgroup ``cw``: its buffer follows the stages (where
+    the TMA store's tile would be), one per consumer warpgroup."""
+    esize = staged_store.STORE_TYPES[gemm.out_type]
+    bm, bn = gemm.bm, gemm.cfg.bn
+    shape = staged_store.StoreShape(
+        gemm.out_type, gemm.m, gemm.n, gemm.n, bn,
+        ragged_rows=gemm.m % bm != 0, ragged_cols=gemm.n % bn != 0,
+    )
+    buf = e.mad32(cw, staged_store.staged_bytes(1, esize), e.add32(sbase, gemm.c_offset))
+    t = e.bin(tt.AndOp, "b32", tid, WARPGROUP_THREADS - 1)
+    return staged_store.StagedStore(
+        e, shape, buf, t, lambda: staged_store.warpgroup_sync(e, cw, gemm.cfg.consumers),
+        builders.global_pointer(e, c_param),
+    )
+
+
 class _TmaStore:
     """The TMA-store epilogue of one consumer warpgroup.
 
@@ -885,17 +956,7 @@ class _TmaStore:
 
     def _sync(self) -> None:
         """A barrier of this warpgroup's 128 threads (named barrier 1 + warpgroup index)."""
-        e = self.e
-        if self.gemm.cfg.consumers == 1:
-            e.add(tt.BarSyncOp(1, threads=WARPGROUP_THREADS))
-            return
-        skip, done = e.label("WG1_SYNC"), e.label("SYNCED")
-        e.add(tt.BraOp(skip, e.setp("ne", self.cw, 0)))
-        e.add(tt.BarSyncOp(1, threads=WARPGROUP_THREADS))
-        e.add(tt.BraOp(done))
-        e.add(tt.LabelOp(skip))
-        e.add(tt.BarSyncOp(2, threads=WARPGROUP_THREADS))
-        e.add(tt.LabelOp(done))
+        staged_store.warpgroup_sync(self.e, self.cw, self.gemm.cfg.consumers)
 
 
 def _epilogue(
@@ -961,10 +1022,12 @@ def _product_type(op: g.MatmulOp | g.MatmulEpilogueOp) -> TensorType:
 
 def gemm_for(
     op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = (), allow_tf32: bool = False,
+    store: str = "staged",
 ) -> Sm90Gemm:
     """The kernel specialization for an eligible matmul (tile_shape, a tuned config of
     ``tiles`` or the heuristic); f32 operands take the ``tf32`` kernel when ``allow_tf32``,
-    else the ``3xtf32`` one."""
+    else the ``3xtf32`` one; results TMA does not store leave as ``store`` says
+    (:data:`STORES`)."""
     prob = _problem(op)
     assert isinstance(prob, _Problem), prob
     ta, tb = op.transpose_lhs is not None, op.transpose_rhs is not None
@@ -981,7 +1044,7 @@ def gemm_for(
     b_type = _TYPE_NAMES[type(g.elem_of(op.rhs))] if in_type not in TF32 else in_type
     if in_type in TF32:  # read K-major copies (split_tf32) or the K-major operands
         ta, tb = False, True
-        cfg = tf32_config(cfg, in_type == "3xtf32", out_type != "f32" and prob.n % 8 == 0)
+        cfg = tf32_config(cfg, in_type == "3xtf32", _staging(cfg, out_type, prob.n, store))
     if a_type in FP8:  # the kernel reads K-major copies of MN-major fp8 operands
         ta, tb = False, True
         if cfg.bn > 128:  # accumulators and f32 totals: 2 x BN / 2 registers
@@ -992,13 +1055,23 @@ def gemm_for(
         prob.m, prob.n, prob.k, a_type,
         _TYPE_NAMES[type(g.elem_of(_product_type(op)))], cfg, device_sms(), a_t=ta, b_t=tb,
         batch=prob.batch, a_batched=prob.a_batched, b_batched=prob.b_batched,
-        b_type=b_type if b_type != a_type else None,
+        b_type=b_type if b_type != a_type else None, store=store,
     )
 
 
-def tf32_config(cfg: Sm90Config, split: bool, staging: bool) -> Sm90Config:
-    """``cfg`` adapted to the tf32 kernels: as many stages as fit (at most 5; f32 results
-    need no staging tile); a 3xTF32 stage holds two copies of each operand; promoting
+def _staging(cfg: Sm90Config, out_type: str, n: int, store: str) -> bool | int:
+    """The output staging of a kernel with ``cfg`` storing ``n`` columns of ``out_type``
+    (``Sm90Config.smem_bytes``'s ``staging``): True for the TMA store's tile, else the
+    bytes of ``store``'s buffers."""
+    if out_type != "f32" and n % 8 == 0:
+        return True
+    return c_staging_bytes(cfg, store, out_type)
+
+
+def tf32_config(cfg: Sm90Config, split: bool, staging: bool | int) -> Sm90Config:
+    """``cfg`` adapted to the tf32 kernels: as many stages as fit (at most 5) next to the
+    output's ``staging`` (``Sm90Config.smem_bytes``: the TMA store's tile, the staged
+    store's buffers, or none); a 3xTF32 stage holds two copies of each operand; promoting
     tiles (3xTF32) are at most 128 wide."""
     copies = 2 if split else 1
     if split and cfg.bn > 128:
@@ -1051,7 +1124,7 @@ def splits_for(gemm: Sm90Gemm, mode: str = "off", max_splits: int = MAX_SPLITS) 
 
 def lower_matmul_sm90(
     lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = (),
-    allow_tf32: bool = False, split_k: str = "off",
+    allow_tf32: bool = False, split_k: str = "off", store: str = "staged",
 ) -> bool:
     """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path.
 
@@ -1067,7 +1140,7 @@ def lower_matmul_sm90(
     """
     if eligible(op) is not None:
         return False
-    gemm = gemm_for(op, tiles, allow_tf32)
+    gemm = gemm_for(op, tiles, allow_tf32, store)
     args = [lw.mem(op.lhs), lw.mem(op.rhs)]
     if gemm.fp8:  # fp8 wgmma reads K-major only: copy an MN-major operand K-major
         kp = padded(gemm.k, 1)  # and pad K to a 16-byte row
@@ -1103,7 +1176,7 @@ def lower_matmul_sm90(
             cfg = gemm.cfg
             if gemm.tf32:  # a 16-bit result needs the staging tile: fewer stages may fit
                 cfg = tf32_config(replace(cfg, stages=2), gemm.copies == 2,
-                                  out != "f32" and gemm.n % 8 == 0)
+                                  _staging(cfg, out, gemm.n, gemm.store))
             gemm = replace(gemm, out_type=out, epilogue=ep, cfg=cfg)
             if op.bias is not None:
                 args.append(lw.mem(op.bias))
@@ -1148,9 +1221,9 @@ def _lower_split_k(
     # split products have few tiles: no CTA pairs (and no pairs were run split on a GPU)
     part = replace(gemm, out_type="f32", epilogue=None, splits=splits,
                    cfg=replace(gemm.cfg, cluster=1))
-    if part.tf32:  # f32 partials need no staging tile: as many stages as fit
+    if part.tf32:  # f32 partials need no TMA tile: as many stages as fit
         part = replace(part, cfg=tf32_config(replace(part.cfg, stages=2), part.copies == 2,
-                                             False))
+                                             part.staging_bytes))
     workspace = lw.alloc(workspace_type(splits, result))
     name = lw.named_kernel("matmul", lambda nm: build_kernel(nm, part))
     lw.hb.add_op(tt.LaunchExOp(name, [workspace, *args], part.grid(), part.smem_bytes,
@@ -1175,7 +1248,8 @@ class LowerMatmulSm90(LowerGraphToTile):
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         lower = functools.partial(lower_matmul_sm90, tiles=self.sm90_tiles,
-                                  allow_tf32=self.allow_tf32, split_k=str(self.split_k))
+                                  allow_tf32=self.allow_tf32, split_k=str(self.split_k),
+                                  store=self.sm90_store)
         conv = functools.partial(lower_conv2d_sm90, implicit=self.implicit_conv,
                                  split_k=str(self.split_k))
         return {  # type: ignore[dict-item]

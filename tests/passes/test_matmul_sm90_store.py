@@ -193,3 +193,17 @@ def test_the_option_selects_the_store(expr: str, dtype) -> None:
     assert "ld.shared" in ptx_s and "ld.shared" not in ptx_r
     ptxas.check(ptx_s)
     ptxas.check(ptx_r)
+
+
+@needs_ptxas
+def test_im2col_convolution_takes_the_option() -> None:
+    """The im2col convolution's f32 product is staged too, unless sm90_store=registers."""
+    x, w = np.zeros((2, 64, 14, 14), bf), np.zeros((104, 64, 3, 3), bf)
+    for store, want in (("staged", "st.global.v4.b32"), ("registers", "st.global.v2.f32")):
+        opts = CompileOptions(sm90_kernels=True, implicit_conv=False, sm90_store=store)
+        ptx = ts.jit(lambda x, w: ts.conv2d(x, w, padding=1), options=opts).specialize(
+            x, w).ir("ptx")
+        (kernel,) = [k for k in ptx.split(".visible .entry") if "wgmma" in k]
+        assert set(re.findall(r"st\.global\.[a-z0-9.]+", kernel)) == {want}
+        assert ("ld.shared" in kernel) == (store == "staged")
+        ptxas.check(ptx)

@@ -1251,7 +1251,7 @@ class LowerMatmulSm90(LowerGraphToTile):
                                   allow_tf32=self.allow_tf32, split_k=str(self.split_k),
                                   store=self.sm90_store)
         conv = functools.partial(lower_conv2d_sm90, implicit=self.implicit_conv,
-                                 split_k=str(self.split_k))
+                                 split_k=str(self.split_k), sm90_store=self.sm90_store)
         return {  # type: ignore[dict-item]
             g.MatmulOp: (lower,), g.MatmulEpilogueOp: (lower,),
             g.Conv2dOp: (conv,),

@@ -33,9 +33,14 @@ output tile per CTA:
   (bank-conflict free), and one thread TMA-stores the boxes
   (``cp.async.bulk.tensor`` shared → global, clipped at ragged edges); the
   warpgroup goes straight on to its next tile while the stores drain
-  (:class:`_TmaStore`). f32 results, and those with ``N % 8 != 0`` (rows of C that are
-  no 16-byte multiple), are stored from registers with ``st.global``, predicated on
-  ``row < M`` and ``col < N`` when the tile is ragged.
+  (:class:`_TmaStore`). f32 results, split-K partials and those with ``N % 8 != 0``
+  (rows of C that are no 16-byte multiple) take the staged store
+  (:mod:`tessera.passes.sm90.staged_store`): each consumer warpgroup moves its slice
+  through a padded shared-memory buffer of one 128-byte chunk of its 64 rows at a time
+  (its named barrier before and after the writes) and stores whole rows with the widest
+  ``st.global`` the rows' alignment allows, predicated on ``row < M`` and ``col < N``
+  when the tile is ragged. ``Sm90Gemm.store = "registers"`` (``CompileOptions.
+  sm90_store``) stores them from registers instead (same bits).
 * Clusters (``cfg.cluster = 2``, when the tile rows pair up): the two CTAs of a
   cluster compute vertically adjacent tiles that share their B boxes; each loads
   half of them and multicasts it to both (``.multicast::cluster``), a slot's
@@ -70,8 +75,8 @@ an odd hidden size) take the same kernel (:func:`staging` says how):
   nothing) or rows of M or N past the problem (never stored). fp8 operands pad K in
   their K-major copy (:func:`~tessera.passes.sm90.transpose.transpose_2d`), f32 ones in
   their TF32 copies;
-* a result with ``N % 8 != 0`` is stored from registers with ``st.global`` like an f32
-  one (bounds-checked; with N odd, element by element, as a pair is then only
+* a result with ``N % 8 != 0`` is stored with ``st.global`` like an f32 one, through the
+  staged store (bounds-checked; with N odd in 2-byte stores, as rows are then only
   element-aligned), after the same fused epilogue.
 
 Split-K (``CompileOptions.split_k``, :func:`splits_for`): a product with too few output

@@ -23,7 +23,7 @@ def test_first_fit_never_overlaps_buffers_in_use_together():
         for _ in range(rng.randint(0, 3)):
             bufs.append((rng.randint(1, 5000), first, first + rng.randint(0, 30)))
     offsets, total = arena.first_fit(bufs)
-    for (size, f, last), off in zip(bufs, offsets):
+    for (size, _, _), off in zip(bufs, offsets):
         assert off % arena.ARENA_ALIGNMENT == 0 and off + size <= total
     for i, ((si, fi, li), oi) in enumerate(zip(bufs, offsets)):
         for (sj, fj, lj), oj in zip(bufs[i + 1:], offsets[i + 1:]):

@@ -42,7 +42,7 @@ from __future__ import annotations
 from math import prod
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import ComplexType, IndexType, i1
+from xdsl.dialects.builtin import ComplexType, IndexType
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
@@ -210,44 +210,4 @@ def lower_spmm_transpose(lw: _FunctionLowering, op: g.SpMMTransposeOp) -> None:
 
     args = [out, lw.mem(op.indptr), lw.mem(op.indices), lw.mem(op.values), lw.mem(op.dense)]
     lw.kernel("spmm_transpose", args, group, grid, build)
-    lw.env[op.result] = out
-
-
-def lower_sddmm(lw: _FunctionLowering, op: g.SDDMMOp) -> None:
-    """``tgraph.sddmm``: one lane per stored entry, its row found by binary search."""
-    et = f32_or_f64(op, g.elem_of(op.lhs))
-    m, k, nnz = _csr_dims(op)
-    ncols = g.shape_of(op.lhs)[1]
-    out = lw.alloc(op.result.type)
-    group, grid = _launch_shape(nnz)
-    steps = max(1, m.bit_length())  # ceil(log2(m + 1)) halvings of [0, m]
-
-    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
-        oref, ipref, ixref, lref, rref = args
-        p, ok = _lane(e, nnz, group)
-
-        # the last i in [0, m] with indptr[i] <= p: keep lo <= answer <= hi
-        def halve(b: KernelEmitter, _: SSAValue, s: list[SSAValue]) -> list[SSAValue]:
-            lo, hi = s
-            mid = b.div(b.add(b.add(lo, hi), 1), 2)
-            at_or_before = b.le(_as_index(b, b.load(ipref, [mid])), p)
-            return [b.select(at_or_before, mid, lo), b.select(at_or_before, hi, b.sub(mid, 1))]
-
-        lo, _ = e.for_(0, steps, 1, [e.index(0), e.index(m)], halve)
-        i = e.max(e.min(lo, m - 1), 0)
-        col = _as_index(e, e.load(ixref, [p], mask=ok))
-        inb = e.and_(e.and_(ok, e.le(0, col)), e.lt(col, k))
-        if m == 0:  # malformed: entries but no rows
-            inb = e.const(0, i1)
-
-        def term(b: KernelEmitter, n: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-            x = b.load(lref, [i, n], mask=inb)
-            y = b.load(rref, [col, n], mask=inb)
-            return [b.fadd(acc[0], b.fmul(x, y))]
-
-        (r,) = e.for_(0, ncols, 1, [e.const(0.0, et)], term)
-        e.store(r, oref, [p], mask=ok)
-
-    args = [out, lw.mem(op.indptr), lw.mem(op.indices), lw.mem(op.lhs), lw.mem(op.rhs)]
-    lw.kernel("sddmm", args, group, grid, build)
     lw.env[op.result] = out

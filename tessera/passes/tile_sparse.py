@@ -36,15 +36,17 @@ access is aligned (buffers start 16-byte aligned). ``G`` lanes (a power of two, 
 ``tgraph.sddmm`` (``out[p] = sum_n lhs[i, n] * rhs[indices[p], n]`` for entry ``p`` of row
 ``i``; ``lhs [M, N]``, ``rhs [K, N]``, ``out [nnz]``):
 
-* One group of ``G`` lanes per stored entry (``G`` = the fewest lanes covering ``N``,
-  at most 32; ``32 / G`` entries per warp, 128 lanes per tile, grid ``[ceil(nnz / (128 /
-  G)), 1, 1]``): work is balanced over entries whatever the row lengths. The group
-  finds the entry's row by a uniform binary search in ``indptr`` (the last ``i < M``
-  with ``indptr[i] <= p``; ``ceil(log2(M + 1))`` steps), then lane ``s`` adds
-  ``lhs[i, n] * rhs[indices[p], n]`` over its elements ``n`` in increasing order
-  (stripes of ``G * W``, ``W``-wide vectors of both rows, four stripes unrolled), and the
-  group's ``G`` partial sums are combined by a butterfly (``shuffle_xor`` by ``G/2, ...,
-  1``: every lane ends with the same sum); lane 0 of the group stores it.
+* One group of ``G`` lanes (``G`` = the fewest lanes covering ``N``, at most 32) per
+  ``E = 8`` consecutive stored entries, taken one after the other (``32 / G`` groups per
+  warp, 128 lanes per tile, grid ``[ceil(nnz / (E * 128 / G)), 1, 1]``): work is
+  balanced over entries whatever the row lengths. The group finds its first entry's
+  row by a uniform binary search in ``indptr`` (the last ``i < M`` with ``indptr[i] <=
+  p``; ``ceil(log2(M + 1))`` steps) and searches again only for an entry past that
+  row's end. For entry ``p`` of row ``i``, lane ``s`` adds ``lhs[i, n] * rhs[indices[p],
+  n]`` over its elements ``n`` in increasing order (stripes of ``G * W``, ``W``-wide
+  vectors of both rows, up to four stripes' loads in flight); the group's ``G`` partial
+  sums are combined by a butterfly (``shuffle_xor`` by ``G/2, ..., 1``: every lane ends
+  with the same sum, the same bits on every run), and lane 0 of the group stores it.
 
 Neither kernel reads out of bounds: row extents are clamped to ``[0, nnz]`` and a column
 index outside ``[0, K)`` reads zeros (spmm: the entry adds ``value * 0``; sddmm: the
@@ -78,6 +80,9 @@ LANES = 128
 
 UNROLL = 4
 """Entries (spmm) or stripes (sddmm) whose loads are issued together."""
+
+ENTRIES = 8
+"""Consecutive stored entries one sddmm lane group takes, one after the other."""
 
 
 def vector_width(et: Attribute, n: int) -> int:
@@ -235,38 +240,50 @@ def lower_sddmm(lw: _FunctionLowering, op: g.SDDMMOp) -> None:
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         o, indptr, indices, lhs, rhs = args
         lid = e.local_id()
-        p = e.add(e.mul(e.tile_id("x"), per_tile), e.div(lid, lanes))
+        first = e.mul(e.add(e.mul(e.tile_id("x"), per_tile), e.div(lid, lanes)), ENTRIES)
         sub = e.rem(lid, lanes)
-        ok = e.lt(p, nnz)
+        last = max(nnz - 1, 0)
 
-        row = row_of(e, indptr, p, m)
-        col, inside = _column(e, indices, e.min(p, max(nnz - 1, 0)), k, ok)
-        if m == 0:  # malformed: entries but no rows
-            inside = e.const(0, inside.type)
+        def entry(b: KernelEmitter, j: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+            p = b.add(first, j)
+            ok = b.lt(p, nnz)
+            pc = b.min(p, last)
+            (row,) = carried
+            nxt = _index(b, b.load(indptr, [b.min(b.add(row, 1), m)]))
+            (row,) = b.if_(b.le(nxt, pc), lambda t: [t.index(row_of(t, indptr, pc, m))],
+                           lambda t: [row], [IndexType()])
+            col, inside = _column(b, indices, pc, k, ok)
+            if m == 0:  # malformed: entries but no rows
+                inside = b.const(0, inside.type)
 
-        def part(b: KernelEmitter, s: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-            starts = [b.add(b.mul(b.add(s, u), lanes * w), b.mul(sub, w))
-                      for u in range(unroll)]
-            oks = [b.and_(inside, b.lt(c, n)) for c in starts]
-            xs = [b.op(tt.LoadVectorOp(lhs, [row, b.index(c)], w, ok_))
-                  for c, ok_ in zip(starts, oks)]
-            ys = [b.op(tt.LoadVectorOp(rhs, [col, b.index(c)], w, ok_))
-                  for c, ok_ in zip(starts, oks)]
-            (a,) = acc
-            for x, y in zip(xs, ys):
-                for xv, yv in zip(_widen(b, x, w, acc_t), _widen(b, y, w, acc_t)):
-                    a = b.fadd(a, b.fmul(xv, yv))
-            return [a]
+            def part(c: KernelEmitter, s: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+                starts = [c.add(c.mul(c.add(s, u), lanes * w), c.mul(sub, w))
+                          for u in range(unroll)]
+                oks = [c.and_(inside, c.lt(x, n)) for x in starts]
+                xs = [c.op(tt.LoadVectorOp(lhs, [row, c.index(x)], w, ok_))
+                      for x, ok_ in zip(starts, oks)]
+                ys = [c.op(tt.LoadVectorOp(rhs, [col, c.index(x)], w, ok_))
+                      for x, ok_ in zip(starts, oks)]
+                (a,) = acc
+                for x, y in zip(xs, ys):
+                    for xv, yv in zip(_widen(c, x, w, acc_t), _widen(c, y, w, acc_t)):
+                        a = c.fadd(a, c.fmul(xv, yv))
+                return [a]
 
-        (acc,) = e.for_(0, cdiv(stripes, unroll) * unroll, unroll, [e.const(0.0, acc_t)], part)
-        off = lanes // 2
-        while off:
-            acc = e.fadd(acc, e.op(tt.ShuffleXorOp(acc, off)))
-            off //= 2
-        e.store(e.convert(acc, et), o, [p], mask=e.and_(ok, e.eq(sub, 0)))
+            zero = b.const(0.0, acc_t)
+            (acc,) = b.for_(0, cdiv(stripes, unroll) * unroll, unroll, [zero], part)
+            off = lanes // 2
+            while off:
+                acc = b.fadd(acc, b.op(tt.ShuffleXorOp(acc, off)))
+                off //= 2
+            b.store(b.convert(acc, et), o, [p], mask=b.and_(ok, b.eq(sub, 0)))
+            return [row]
+
+        row0 = row_of(e, indptr, e.min(first, last), m)
+        e.for_(0, ENTRIES, 1, [e.index(row0)], entry)
 
     args = [out, *(lw.mem(v) for v in (op.indptr, op.indices, op.lhs, op.rhs))]
-    lw.kernel("sddmm", args, LANES, [cdiv(nnz, per_tile), 1, 1], build)
+    lw.kernel("sddmm", args, LANES, [cdiv(nnz, per_tile * ENTRIES), 1, 1], build)
     lw.env[op.result] = out
 
 

@@ -7,7 +7,8 @@
 // over j in order. spmm_transpose (tessera/passes/tile_sparse.py): the entries sorted by
 // column (stable merge sort: init, ceil(log2 5) = 3 merge launches), column pointers,
 // rows and values gathered, then the spmm kernel on Aᵀ. sddmm: a group of 4 lanes (2-wide
-// vectors) per entry, its row by a uniform binary search over indptr, the partial dot
+// vectors) per 8 consecutive entries, the row by a uniform binary search over indptr
+// (again only past the row's end), the partial dot
 // products summed by a butterfly (shuffle_xor 2, 1).
 
 func.func @f(%a: tensor<3x5xf32>, %b: tensor<3x5xf32>) -> (tensor<3x5xcomplex<f32>>, tensor<3x5xf32>, tensor<3x5xf32>) {

@@ -55,6 +55,7 @@ result is 0). (The CPU reference rejects such malformed CSR operands with an err
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith
@@ -318,67 +319,107 @@ def lower_spmm_transpose(lw: _FunctionLowering, op: g.SpMMTransposeOp) -> None:
     lw.env[op.result] = out
 
 
+LOCAL_SORT = 256
+"""Entries one tile sorts in shared memory before the merges in global memory."""
+
+
+def _merge_dst(e: KernelEmitter, key_at: Callable[[KernelEmitter, Idx, SSAValue], SSAValue],
+               q: Idx, size: Idx, shift: Idx, steps: Idx) -> SSAValue:
+    """Where the entry at ``q`` (of ``size``) goes when the sorted runs of ``2**shift``
+    entries are merged in pairs: ``start of the pair + (q - start of its run) + (entries
+    of the sibling run that go before it)``, counted by a binary search of ``steps``
+    uniform steps (``>= shift + 1``): keys ``< key`` in a right sibling, ``<= key`` in a
+    left one, so equal keys keep their order. ``key_at(emitter, i, mask)`` reads key
+    ``i``."""
+    as_ssa = e.index
+    run = e.op(arith.ShRUIOp(as_ssa(q), as_ssa(shift)))
+    width = e.op(arith.ShLIOp(as_ssa(1), as_ssa(shift)))
+    start = e.op(arith.ShLIOp(run, as_ssa(shift)))
+    left = e.eq(e.rem(run, 2), 0)
+    lo0 = e.select(left, e.min(e.add(start, width), size), e.sub(start, width))
+    hi0 = e.select(left, e.min(e.add(start, e.mul(width, 2)), size), start)
+    key = key_at(e, q, None)
+
+    def step(b: KernelEmitter, _: SSAValue, s: list[SSAValue]) -> list[SSAValue]:
+        lo, hi = s
+        live = b.lt(lo, hi)
+        km = key_at(b, b.div(b.add(lo, hi), 2), live)
+        before = b.select(left, b.lt(km, key), b.le(km, key))
+        go_right = b.and_(live, before)
+        stay = b.and_(live, b.op(arith.XOrIOp(before, b.const(1, i1))))
+        assert go_right is not None and stay is not None
+        mid = b.div(b.add(lo, hi), 2)
+        return [b.select(go_right, b.add(mid, 1), lo), b.select(stay, mid, hi)]
+
+    lo, _ = e.for_(0, steps, 1, [lo0, hi0], step)
+    base = e.select(left, start, e.sub(start, width))
+    return e.add(e.add(base, e.sub(q, start)), e.sub(lo, lo0))
+
+
 def _sort_by_column(lw: _FunctionLowering, indices: SSAValue, k: int,
                     nnz: int) -> tuple[SSAValue, SSAValue]:
     """Buffers ``(keys, perm)``: the entries' columns (clamped to ``[-1, k]``) in
-    increasing order and the entries in that order, equal columns in storage order.
+    increasing order and the entries in that order, equal columns in storage order (a
+    stable merge sort: deterministic).
 
-    ``sparse_init`` writes ``keys[p] = column(p)``, ``perm[p] = p``; then
-    ``ceil(log2(nnz))`` launches of ``sparse_merge`` with runs of ``2**s`` entries
-    (``s`` a kernel argument) merge pairs of sorted runs into the other pair of buffers:
-    the entry at ``q`` of run ``r`` moves to ``start of the pair + (q - start of r) +
-    (entries of the sibling run that go before it)``, counted by a binary search of
-    ``s + 1`` uniform steps: keys ``< key`` in a right sibling, ``<= key`` in a left
-    one, so equal keys keep their order (a stable sort: deterministic)."""
+    ``sparse_sort_local``: each tile of 256 lanes sorts 256 consecutive entries in shared
+    memory (eight merge levels, :func:`_merge_dst`, a barrier after each) and writes
+    their columns and positions ``p`` sorted; then ``ceil(log2(nnz)) - 8`` launches of
+    ``sparse_merge`` (one lane per entry, the run width ``2**s`` a kernel argument)
+    merge pairs of sorted runs into the other pair of buffers."""
     ints = TensorType(i32, [nnz])
     bufs = [(lw.alloc(ints), lw.alloc(ints)), (lw.alloc(ints), lw.alloc(ints))]
-    grid = [cdiv(nnz, LANES), 1, 1]
+    levels = (LOCAL_SORT - 1).bit_length()
 
-    def init(e: KernelEmitter, args: list[SSAValue]) -> None:
+    def local(e: KernelEmitter, args: list[SSAValue]) -> None:
         keys, perm, ix = args
-        p = e.linear_id()
+        lid = e.local_id()
+        chunk = e.mul(e.tile_id("x"), LOCAL_SORT)
+        p = e.add(chunk, lid)
         ok = e.lt(p, nnz)
-        c = e.min(e.max(_index(e, e.load(ix, [p], mask=ok)), -1), k)
-        e.store(e.convert(c, i32), keys, [p], mask=ok)
-        e.store(e.convert(p, i32), perm, [p], mask=ok)
+        size = e.min(e.sub(nnz, chunk), LOCAL_SORT)
+        smem = [[e.op(tt.AllocSharedOp([LOCAL_SORT], i32)) for _ in range(2)]
+                for _ in range(2)]
+        c = e.min(e.max(_index(e, e.load(ix, [e.min(p, nnz - 1)])), -1), k)
+        e.store(e.convert(c, i32), smem[0][0], [lid])
+        e.store(e.convert(p, i32), smem[0][1], [lid])
+        e.barrier()
+        src = 0
+        for level in range(levels):
+            sk, sp = smem[src]
 
-    lw.kernel("sparse_init", [*bufs[0], indices], LANES, grid, init)
+            def key_at(b: KernelEmitter, i: Idx, mask: SSAValue | None, sk=sk) -> SSAValue:
+                return _index(b, b.load(sk, [b.min(i, LOCAL_SORT - 1)], mask=mask))
+
+            dst = _merge_dst(e, key_at, lid, size, level, level + 1)
+            dk, dp = smem[1 - src]
+            e.store(e.load(sk, [lid]), dk, [dst], mask=ok)
+            e.store(e.load(sp, [lid]), dp, [dst], mask=ok)
+            e.barrier()
+            src = 1 - src
+        e.store(e.load(smem[src][0], [lid]), keys, [p], mask=ok)
+        e.store(e.load(smem[src][1], [lid]), perm, [p], mask=ok)
+
+    lw.kernel("sparse_sort_local", [*bufs[0], indices], LOCAL_SORT,
+              [cdiv(nnz, LOCAL_SORT), 1, 1], local)
 
     def merge(e: KernelEmitter, args: list[SSAValue]) -> None:
         skeys, sperm, dkeys, dperm, shift = args
         q = e.linear_id()
         ok = e.lt(q, nnz)
         qc = e.min(q, nnz - 1)
-        run = e.op(arith.ShRUIOp(qc, shift))
-        width = e.op(arith.ShLIOp(e.index(1), shift))
-        start = e.op(arith.ShLIOp(run, shift))
-        left = e.eq(e.rem(run, 2), 0)
-        lo0 = e.select(left, e.min(e.add(start, width), nnz), e.sub(start, width))
-        hi0 = e.select(left, e.min(e.add(start, e.mul(width, 2)), nnz), start)
-        key = _index(e, e.load(skeys, [qc]))
 
-        def step(b: KernelEmitter, _: SSAValue, s: list[SSAValue]) -> list[SSAValue]:
-            lo, hi = s
-            live = b.lt(lo, hi)
-            mid = b.div(b.add(lo, hi), 2)
-            km = _index(b, b.load(skeys, [b.min(mid, nnz - 1)], mask=live))
-            before = b.select(left, b.lt(km, key), b.le(km, key))
-            go_right = b.and_(live, before)
-            assert go_right is not None
-            return [b.select(go_right, b.add(mid, 1), lo),
-                    b.select(b.and_(live, b.op(arith.XOrIOp(before, b.const(1, i1)))),
-                             mid, hi)]
+        def key_at(b: KernelEmitter, i: Idx, mask: SSAValue | None) -> SSAValue:
+            return _index(b, b.load(skeys, [b.min(i, nnz - 1)], mask=mask))
 
-        steps = e.add(shift, 1)
-        lo, _ = e.for_(0, steps, 1, [lo0, hi0], step)
-        base = e.select(left, start, e.sub(start, width))
-        dst = e.add(e.add(base, e.sub(qc, start)), e.sub(lo, lo0))
-        e.store(e.convert(key, i32), dkeys, [dst], mask=ok)
+        dst = _merge_dst(e, key_at, qc, nnz, shift, e.add(shift, 1))
+        e.store(e.load(skeys, [qc]), dkeys, [dst], mask=ok)
         e.store(e.load(sperm, [qc]), dperm, [dst], mask=ok)
 
     src = 0
     name = None
-    for s in range(max(0, (nnz - 1).bit_length())):
+    grid = [cdiv(nnz, LANES), 1, 1]
+    for s in range(levels, max(levels, (nnz - 1).bit_length())):
         args = [*bufs[src], *bufs[1 - src], lw.host_index(s)]
         if name is None:
             name = lw.kernel("sparse_merge", args, LANES, grid, merge)

@@ -261,6 +261,23 @@ def test_spmm_transpose(elem, m, k, n, kind, it):
     np.testing.assert_array_equal(f64(got), f64(graph_reference(text, args)))
 
 
+def test_spmm_transpose_many_entries():
+    """1,300-odd entries: five tiles sort 256 each in shared memory (the last one
+    partial), then three merges in global memory (runs of 256, 512, 1024)."""
+    rng = np.random.default_rng(4)
+    m, k, n = 150, 37, 3
+    counts = rng.integers(0, 18, size=m)
+    counts[::7] = 0
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    indices = rng.integers(0, k, size=int(indptr[-1])).astype(np.int32)
+    assert 1024 < indices.size <= 2048 and indices.size % 256
+    v, d = values(indices.size, "f64", rng), values((m, n), "f64", rng)
+    text = transpose_text("f64", m, k, n, indices.size)
+    args = [indptr, indices, v, d]
+    (got,) = run_host(lower(text), "f", [a.copy() for a in args])
+    np.testing.assert_array_equal(got, graph_reference(text, args))
+
+
 def test_spmm_transpose_edge_cases():
     """No entries (zeros), and malformed operands (a column outside [0, K), an extent
     past nnz) that must not fault: the bad entry is left out."""
@@ -286,7 +303,7 @@ def test_sparse_kernels_pass_ptxas():
     texts = [spmm_text(e, m, k, n, 2 * m + 1, it) for e, m, k, n, _, it in SPMM[::2]]
     texts += [spmm_text(e, m, k, n, 2 * m + 1, it, op="sddmm")
               for e, m, k, n, _, it in SDDMM[::3] + SDDMM[10:11]]
-    texts += [transpose_text(e, m, k, n, 2 * m + 1, it) for e, m, k, n, _, it in TRANSPOSE[:2]]
+    texts += [transpose_text(e, m, k, n, 600, it) for e, m, k, n, _, it in TRANSPOSE[:2]]
     combined = ModuleOp([])
     for i, text in enumerate(texts):
         mod = lower(text.replace("func.func @f(", f"func.func @f{i}("))
@@ -294,6 +311,6 @@ def test_sparse_kernels_pass_ptxas():
         for kern in kernels(mod):
             combined.body.block.add_op(kern.clone())
     joined = emit_ptx(combined)
-    assert joined.count(".visible .entry") == len(texts) + 2 * 4  # + the sorts' kernels
+    assert joined.count(".visible .entry") == len(texts) + 2 * 4  # + sort, merge, colptr, gather
     ptxas.check(joined)
     assert "ld.global.v4.f32" in joined and "shfl.sync.bfly" in joined

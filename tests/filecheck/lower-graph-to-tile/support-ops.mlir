@@ -5,7 +5,7 @@
 // add (tile_complex) works on the pairs, one lane per element. triangular_solve: one lane per column of B,
 // forward substitution for a lower op(A), backward (i = n-1-s) for an upper one, the sum
 // over j in order. spmm_transpose (tessera/passes/tile_sparse.py): the entries sorted by
-// column (stable merge sort: init, ceil(log2 5) = 3 merge launches), column pointers,
+// column (a stable merge sort, in shared memory for 5 entries), column pointers,
 // rows and values gathered, then the spmm kernel on Aᵀ. sddmm: a group of 4 lanes (2-wide
 // vectors) per 8 consecutive entries, the row by a uniform binary search over indptr
 // (again only past the row's end), the partial dot
@@ -69,17 +69,17 @@ func.func @h(%ip: tensor<4xi32>, %ix: tensor<5xi32>, %v: tensor<5xf32>, %d: tens
 // CHECK:      func.func @g(
 // CHECK:        ttile.launch @g_triangular_solve_0(%{{.*}}, %a, %b) grid = [1, 1, 1]
 
-// CHECK:      ttile.kernel @h_sparse_init_0(%[[KEYS:.*]]: memref<5xi32>, %[[PERM:.*]]: memref<5xi32>, %{{.*}}: memref<5xi32>) group_size = 128 {
+// CHECK:      ttile.kernel @h_sparse_sort_local_0(%[[KEYS:.*]]: memref<5xi32>, %[[PERM:.*]]: memref<5xi32>, %{{.*}}: memref<5xi32>) group_size = 256 {
+// CHECK:        %[[SK:.*]] = ttile.alloc_shared : memref<256xi32, #tessera.smem>
 // CHECK:        arith.maxsi
 // CHECK:        arith.minsi
-// CHECK:        ttile.store %{{.*}}, %[[KEYS]]
-// CHECK:        ttile.store %{{.*}}, %[[PERM]]
-// CHECK:      ttile.kernel @h_sparse_merge_0(%[[SK:.*]]: memref<5xi32>, %[[SP:.*]]: memref<5xi32>, %[[DK:.*]]: memref<5xi32>, %[[DP:.*]]: memref<5xi32>, %[[SHIFT:.*]]: index) group_size = 128 {
-// CHECK:        arith.shrui %{{.*}}, %[[SHIFT]] : index
+// CHECK:        ttile.store %{{.*}}, %[[SK]]
+// CHECK:        ttile.barrier
 // CHECK:        scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (index, index) {
 // CHECK:          ttile.load %[[SK]]
-// CHECK:        ttile.store %{{.*}}, %[[DK]][%[[DST:.*]]] mask
-// CHECK:        ttile.store %{{.*}}, %[[DP]][%[[DST]]] mask
+// CHECK:        ttile.barrier
+// CHECK:        ttile.store %{{.*}}, %[[KEYS]]
+// CHECK:        ttile.store %{{.*}}, %[[PERM]]
 // CHECK:      ttile.kernel @h_sparse_colptr_0(%{{.*}}: memref<8xi32>, %{{.*}}: memref<5xi32>) group_size = 128 {
 // CHECK:      ttile.kernel @h_sparse_gather_0(
 // CHECK:      ttile.kernel @h_spmm_transpose_0(%{{.*}}: memref<7x6xf32>, %{{.*}}: memref<8xi32>, %{{.*}}: memref<5xi32>, %{{.*}}: memref<5xf32>, %{{.*}}: memref<3x6xf32>) group_size = 128 {
@@ -99,8 +99,8 @@ func.func @h(%ip: tensor<4xi32>, %ix: tensor<5xi32>, %v: tensor<5xf32>, %d: tens
 // CHECK:        ttile.shuffle_xor %{{.*}}, 1 : f32
 // CHECK:        ttile.store %{{.*}}, %[[OUT]][%{{.*}}] mask
 // CHECK:      func.func @h(
-// CHECK:        ttile.launch @h_sparse_init_0(%{{.*}}, %{{.*}}, %ix) grid = [1, 1, 1]
-// CHECK-COUNT-3: ttile.launch @h_sparse_merge_0(
+// CHECK:        ttile.launch @h_sparse_sort_local_0(%{{.*}}, %{{.*}}, %ix) grid = [1, 1, 1]
+// CHECK-NOT:    ttile.launch @h_sparse_merge
 // CHECK:        ttile.launch @h_sparse_colptr_0(
 // CHECK:        ttile.launch @h_sparse_gather_0(%{{.*}}, %{{.*}}, %{{.*}}, %ip, %v) grid = [1, 1, 1]
 // CHECK:        ttile.launch @h_spmm_transpose_0(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %d) grid = [1, 1, 1]

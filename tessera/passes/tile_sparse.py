@@ -21,14 +21,16 @@ access is aligned (buffers start 16-byte aligned). ``G`` lanes (a power of two, 
   grid's y dimension (``ceil(N / C)`` column blocks). A warp holds ``32 / G`` row
   groups, a tile (128 lanes) ``128 / G`` rows: grid ``[ceil(M / (128 / G)), ceil(N / C),
   1]``; row ``r = tile_x * 128 / G + local_id / G``, lane ``s = local_id % G``.
-* The group walks its row's entries in storage order, ``U = 4`` at a time (then one at
-  a time for the last ``< U``): the ``U`` (column, value) pairs are read first (every
-  lane of the group reads the same address: one broadcast transaction per warp), then
-  the ``U * P`` dense vectors ``dense[indices[p], c .. c+W-1]``, then the products are
-  added to the accumulators in order of ``p`` (``acc += values[p] * dense[..]``, a
-  multiply then an add, never fused), so each output element is the sum of its row's
-  terms in CSR order: bit for bit the Graph IR interpreter's sum. Unrolling only lets
-  ``U * P`` loads be in flight per lane; it does not change the order.
+* The group walks its row's entries in storage order, ``U`` at a time (``U = 8`` when a
+  lane has at most 4 accumulators, else 4): the ``U`` (column, value) pairs are read
+  first (every lane of the group reads the same address: one broadcast transaction per
+  warp), then the ``U * P`` dense vectors ``dense[indices[p], c .. c+W-1]``, then the
+  products are added to the accumulators in order of ``p`` (``acc += values[p] *
+  dense[..]``, a multiply then an add, never fused), so each output element is the sum
+  of its row's terms in CSR order: bit for bit the Graph IR interpreter's sum. Entries
+  past the row's end (the last step) read zeros and add ``+0``, which leaves any sum
+  unchanged (a sum that starts at ``+0`` is never ``-0``). Unrolling only lets ``U *
+  P`` loads be in flight per lane; it does not change the order.
 * Row lengths only set a group's trip count, so short rows (many rows per warp when
   ``N`` is small) and long ones (one row per warp, ``U * P`` loads in flight) both keep
   the loads coalesced; one very long row is still one group's serial walk.
@@ -177,6 +179,7 @@ def spmm_kernel(lw: _FunctionLowering, tag: str, out: SSAValue, refs: list[SSAVa
     w, lanes, per = spmm_plan(et, n)
     rows_per_tile = LANES // lanes
     cols = lanes * w * per  # columns of one column block
+    unroll = 2 * UNROLL if per * w <= 4 else UNROLL
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         o, indptr, indices, values, dense = args
@@ -188,11 +191,13 @@ def spmm_kernel(lw: _FunctionLowering, tag: str, out: SSAValue, refs: list[SSAVa
         oks = [e.and_(row_ok, e.lt(c, n)) for c in cs]
         lo, hi = _row_extent(e, indptr, row, m, nnz)
 
-        def terms(b: KernelEmitter, ps: list[Idx], acc: list[SSAValue]) -> list[SSAValue]:
+        def terms(b: KernelEmitter, p: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
             pairs = []
-            for p in ps:
-                col, inside = _column(b, indices, p, k)
-                pairs.append((col, inside, b.convert(b.load(values, [p]), acc_t)))
+            for u in range(unroll):
+                live = b.lt(b.add(p, u), hi)
+                col, inside = _column(b, indices, b.add(p, u), k, live)
+                v = b.load(values, [b.add(p, u)], mask=live)
+                pairs.append((col, inside, b.convert(v, acc_t)))
             loaded = [
                 [b.op(tt.LoadVectorOp(dense, [col, b.index(c)], w, b.and_(inside, ok)))
                  for c, ok in zip(cs, oks)]
@@ -205,16 +210,7 @@ def spmm_kernel(lw: _FunctionLowering, tag: str, out: SSAValue, refs: list[SSAVa
                         acc[j * w + x] = b.fadd(acc[j * w + x], b.fmul(v, d))
             return acc
 
-        def unrolled(b: KernelEmitter, p: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-            return terms(b, [b.add(p, u) for u in range(UNROLL)], acc)
-
-        def single(b: KernelEmitter, p: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-            return terms(b, [p], acc)
-
-        zero = e.const(0.0, acc_t)
-        mid = e.add(lo, e.mul(e.div(e.sub(hi, lo), UNROLL), UNROLL))
-        acc = e.for_(lo, mid, UNROLL, [zero] * (per * w), unrolled)
-        acc = e.for_(mid, hi, 1, acc, single)
+        acc = e.for_(lo, hi, unroll, [e.const(0.0, acc_t)] * (per * w), terms)
         for j, (c, ok) in enumerate(zip(cs, oks)):
             vec = e.const(0.0, VectorType(et, [w]))
             for x in range(w):

@@ -99,6 +99,11 @@ def sddmm_row(density: float, kd: int, reps: int) -> dict:
     rows = torch.repeat_interleave(torch.arange(M, device="cuda"), ip.diff().long())
     want = (lhs.double()[rows] * rhs.double()[ix.long()]).sum(1)
 
+    try:  # rhsᵀ as a column-major view (cuSPARSE reads it in place) ...
+        torch.sparse.sampled_addmm(pat, lhs, rhs_t, beta=0.0)
+    except RuntimeError:  # ... or a row-major copy made before timing
+        rhs_t = rhs_t.contiguous()
+
     def peer():
         return torch.sparse.sampled_addmm(pat, lhs, rhs_t, beta=0.0)
 

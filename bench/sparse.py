@@ -10,7 +10,8 @@
   transposition of a CSR matrix is not timed).
 
 Every row first checks Tessera's and torch's results against a float64 product on the
-GPU (the largest error relative to the largest reference magnitude), then times both in
+GPU (the largest error relative to the largest reference magnitude; free GPU memory is
+filled with NaN first, so an unwritten output element fails), then times both in
 this process (CUDA events around one call, median of ``--reps``); ``ratio`` = torch time
 / Tessera time (> 1: Tessera is faster). Indices are int32 for both. The table is
 printed last.
@@ -56,6 +57,13 @@ def csr(density: float, seed: int):
     return ip, ix, v
 
 
+def poison() -> None:
+    """Fill 1 GiB of the caching allocator's free memory with NaN, so that an output
+    element a kernel leaves unwritten fails the check."""
+    blocks = [torch.full((1 << 26,), float("nan"), device="cuda") for _ in range(4)]
+    del blocks
+
+
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want).abs().max() / want.abs().max().clamp(min=1e-30))
 
@@ -66,6 +74,7 @@ def spmm_row(density: float, n: int, reps: int) -> dict:
     a = torch.sparse_csr_tensor(ip, ix, v, (M, K))
     f = ts.jit(lambda p, i, x, y: ts.spmm(p, i, x, y, sparse_shape=(M, K)))
     want = torch.sparse_csr_tensor(ip.long(), ix.long(), v.double(), (M, K)) @ d.double()
+    poison()
     got, peer = f(ip, ix, v, d), torch.sparse.mm(a, d)
     return dict(case=f"spmm {density:.1%} N={n}", nnz=ix.numel(), err=rel_err(got, want),
                 peer_err=rel_err(peer, want),
@@ -83,6 +92,7 @@ def transpose_row(density: float, n: int, reps: int) -> dict:
                                  (K, M))
     f = ts.jit(lambda p, i, x, y: ts.spmm_transpose(p, i, x, y, sparse_shape=(M, K)))
     want = torch.sparse.mm(coo.double(), d.double())
+    poison()
     got, peer = f(ip, ix, v, d), torch.sparse.mm(at, d)
     return dict(case=f"spmm_transpose {density:.1%} N={n}", nnz=ix.numel(),
                 err=rel_err(got, want), peer_err=rel_err(peer, want),
@@ -107,6 +117,7 @@ def sddmm_row(density: float, kd: int, reps: int) -> dict:
     def peer():
         return torch.sparse.sampled_addmm(pat, lhs, rhs_t, beta=0.0)
 
+    poison()
     got = f(ip, ix, lhs, rhs)
     return dict(case=f"sddmm {density:.1%} K={kd}", nnz=ix.numel(), err=rel_err(got, want),
                 peer_err=rel_err(peer().values(), want),

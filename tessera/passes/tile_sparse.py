@@ -361,7 +361,7 @@ def _sort_by_column(lw: _FunctionLowering, indices: SSAValue, k: int,
     ``sparse_sort_local``: each tile of 256 lanes sorts 256 consecutive entries in shared
     memory (eight merge levels, :func:`_merge_dst`, a barrier after each) and writes
     their columns and positions ``p`` sorted; then ``ceil(log2(nnz)) - 8`` launches of
-    ``sparse_merge`` (one lane per entry, the run width ``2**s`` a kernel argument)
+    ``sparse_merge`` (:func:`_merge_path`, the run width ``2**s`` a kernel argument)
     merge pairs of sorted runs into the other pair of buffers."""
     ints = TensorType(i32, [nnz])
     bufs = [(lw.alloc(ints), lw.alloc(ints)), (lw.alloc(ints), lw.alloc(ints))]
@@ -400,29 +400,95 @@ def _sort_by_column(lw: _FunctionLowering, indices: SSAValue, k: int,
               [cdiv(nnz, LOCAL_SORT), 1, 1], local)
 
     def merge(e: KernelEmitter, args: list[SSAValue]) -> None:
-        skeys, sperm, dkeys, dperm, shift = args
-        q = e.linear_id()
-        ok = e.lt(q, nnz)
-        qc = e.min(q, nnz - 1)
-
-        def key_at(b: KernelEmitter, i: Idx, mask: SSAValue | None) -> SSAValue:
-            return _index(b, b.load(skeys, [b.min(i, nnz - 1)], mask=mask))
-
-        dst = _merge_dst(e, key_at, qc, nnz, shift, e.add(shift, 1))
-        e.store(e.load(skeys, [qc]), dkeys, [dst], mask=ok)
-        e.store(e.load(sperm, [qc]), dperm, [dst], mask=ok)
+        _merge_path(e, args, nnz)
 
     src = 0
     name = None
-    grid = [cdiv(nnz, LANES), 1, 1]
+    grid = [cdiv(nnz, LOCAL_SORT), 1, 1]
     for s in range(levels, max(levels, (nnz - 1).bit_length())):
         args = [*bufs[src], *bufs[1 - src], lw.host_index(s)]
         if name is None:
-            name = lw.kernel("sparse_merge", args, LANES, grid, merge)
+            name = lw.kernel("sparse_merge", args, LOCAL_SORT, grid, merge)
         else:
             lw.launch(name, args, grid)
         src = 1 - src
     return bufs[src]
+
+
+def _merge_path(e: KernelEmitter, args: list[SSAValue], nnz: int) -> None:
+    """One merge level in global memory: runs of ``w = 2**shift >= 256`` sorted entries
+    (``skeys``, ``sperm``) merged in pairs into ``dkeys``, ``dperm``; a tile of 256 lanes
+    writes 256 consecutive outputs of one pair (merge path).
+
+    The tile's outputs start ``d`` outputs into the pair; the tile finds how many of the
+    pair's first ``d`` outputs come from the left run (``a``: the first ``i`` with
+    ``left[i] > right[d - 1 - i]``, a binary search of ``shift + 2`` uniform steps), loads
+    the next 256 keys of each run into shared memory, and lane ``i`` finds its output the
+    same way within those (9 steps): the smaller head, the left one on equal keys, so
+    the merge is stable."""
+    skeys, sperm, dkeys, dperm, shift = args
+    t = LOCAL_SORT
+    lid = e.local_id()
+    o0 = e.mul(e.tile_id("x"), t)
+    s1 = e.add(shift, 1)
+    width = e.op(arith.ShLIOp(e.index(1), e.index(shift)))
+    base = e.op(arith.ShLIOp(e.op(arith.ShRUIOp(e.index(o0), s1)), s1))
+    mid = e.min(e.add(base, width), nnz)
+    len_l = e.sub(mid, base)
+    len_r = e.sub(e.min(e.add(base, e.mul(width, 2)), nnz), mid)
+    d = e.sub(o0, base)
+
+    def key(b: KernelEmitter, at: Idx, mask: SSAValue | None = None) -> SSAValue:
+        return _index(b, b.load(skeys, [b.max(b.min(at, nnz - 1), 0)], mask=mask))
+
+    def split(b: KernelEmitter, diag: Idx, nl: Idx, nr: Idx, steps: Idx,
+              left_at: Callable[[KernelEmitter, Idx, SSAValue], SSAValue],
+              right_at: Callable[[KernelEmitter, Idx, SSAValue], SSAValue]) -> SSAValue:
+        """The first ``i`` in ``[max(0, diag - nr), min(diag, nl)]`` with ``left[i] >
+        right[diag - 1 - i]``."""
+
+        def step(c: KernelEmitter, _: SSAValue, s: list[SSAValue]) -> list[SSAValue]:
+            lo, hi = s
+            live = c.lt(lo, hi)
+            m = c.div(c.add(lo, hi), 2)
+            takes_left = c.le(left_at(c, m, live), right_at(c, c.sub(c.sub(diag, m), 1), live))
+            up = c.and_(live, takes_left)
+            down = c.and_(live, c.op(arith.XOrIOp(takes_left, c.const(1, i1))))
+            assert up is not None and down is not None
+            return [c.select(up, c.add(m, 1), lo), c.select(down, m, hi)]
+
+        lo0, hi0 = b.index(b.max(b.sub(diag, nr), 0)), b.index(b.min(diag, nl))
+        lo, _ = b.for_(0, steps, 1, [lo0, hi0], step)
+        return lo
+
+    a = split(e, d, len_l, len_r, e.add(shift, 2),
+              lambda c, i, mk: key(c, c.add(base, i), mk),
+              lambda c, j, mk: key(c, c.add(mid, j), mk))
+    b0 = e.sub(d, a)  # outputs before the tile taken from the right run
+    n_l, n_r = e.min(e.sub(len_l, a), t), e.min(e.sub(len_r, b0), t)
+    sl, sr = (e.op(tt.AllocSharedOp([t], i32)) for _ in range(2))
+    e.store(e.convert(key(e, e.add(e.add(base, a), lid), e.lt(lid, n_l)), i32), sl, [lid])
+    e.store(e.convert(key(e, e.add(e.add(mid, b0), lid), e.lt(lid, n_r)), i32), sr, [lid])
+    e.barrier()
+
+    def shared(ref: SSAValue) -> Callable[[KernelEmitter, Idx, SSAValue | None], SSAValue]:
+        def at(c: KernelEmitter, i: Idx, mask: SSAValue | None = None) -> SSAValue:
+            return _index(c, c.load(ref, [c.max(c.min(i, t - 1), 0)], mask=mask))
+
+        return at
+
+    ai = split(e, lid, n_l, n_r, (t + 1).bit_length(), shared(sl), shared(sr))
+    bi = e.sub(lid, ai)
+    kl, kr = shared(sl)(e, ai), shared(sr)(e, bi)
+    no_right = e.op(arith.XOrIOp(e.lt(bi, n_r), e.const(1, i1)))
+    left_first = e.op(arith.OrIOp(no_right, e.le(kl, kr)))
+    take_l = e.and_(e.lt(ai, n_l), left_first)
+    assert take_l is not None
+    src = e.select(take_l, e.add(e.add(base, a), ai), e.add(e.add(mid, b0), bi))
+    o = e.add(o0, lid)
+    ok = e.lt(o, nnz)
+    e.store(e.convert(e.select(take_l, kl, kr), i32), dkeys, [o], mask=ok)
+    e.store(e.load(sperm, [e.min(src, nnz - 1)]), dperm, [o], mask=ok)
 
 
 def _colptr(lw: _FunctionLowering, colptr: SSAValue, keys: SSAValue | None, k: int,

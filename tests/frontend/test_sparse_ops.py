@@ -48,3 +48,20 @@ def test_sparse_shape_errors():
         ts.jit(lambda p, i, x, y: ts.sddmm(p, i, x, y, (4, 3)))(ip, ix, d, np.zeros((3, 5)))
     with pytest.raises(ShapeError, match="sddmm sparse_shape must be"):
         ts.jit(lambda p, i, x, y: ts.sddmm(p, i, x, y, (4,)))(ip, ix, d, np.zeros((3, 2)))
+
+
+def test_sparse_costs():
+    """The profiler counts 2·nnz·N for each of the three products."""
+    from xdsl.parser import Parser
+
+    from tessera.ir import graph as g
+    from tessera.profiler.costs import flops
+    from tests.passes.test_lower_graph_to_tile import context
+    from tests.passes.test_lower_sparse import spmm_text, transpose_text
+
+    for text in (spmm_text("f32", 3, 4, 5, 6), spmm_text("f32", 3, 4, 5, 6, op="sddmm"),
+                 transpose_text("f32", 3, 4, 5, 6)):
+        mod = Parser(context(), text).parse_module()
+        (op,) = [o for o in mod.walk() if isinstance(o, g.SpMMOp | g.SDDMMOp |
+                                                      g.SpMMTransposeOp)]
+        assert flops(op) == 2 * 6 * 5

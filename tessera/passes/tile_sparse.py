@@ -1,4 +1,5 @@
-"""Tile IR kernels for the CSR products ``tgraph.spmm`` and ``tgraph.sddmm``.
+"""Tile IR kernels for the CSR products ``tgraph.spmm``, ``tgraph.spmm_transpose`` and
+``tgraph.sddmm``.
 
 A CSR matrix ``A [M, K]`` is ``indptr [M+1]``, ``indices [nnz]`` (columns) and
 ``values [nnz]``; row ``i`` holds entries ``p = indptr[i] .. indptr[i+1]`` in storage
@@ -50,9 +51,23 @@ access is aligned (buffers start 16-byte aligned). ``G`` lanes (a power of two, 
   sums are combined by a butterfly (``shuffle_xor`` by ``G/2, ..., 1``: every lane ends
   with the same sum, the same bits on every run), and lane 0 of the group stores it.
 
-Neither kernel reads out of bounds: row extents are clamped to ``[0, nnz]`` and a column
+``tgraph.spmm_transpose`` (``out = Aᵀ @ dense``, ``dense [M, N]``, ``out [K, N]``) makes
+``Aᵀ`` as CSR and runs the spmm kernel on it:
+
+* a stable sort of the entries by column (:func:`_sort_by_column`): tiles of 256 lanes
+  sort 256 entries each in shared memory, then ``ceil(log2(nnz)) - 8`` merge levels in
+  global memory (:func:`_merge_path`), one launch each; equal columns keep storage
+  order;
+* ``colptr[c]`` (``c = 0 .. K``) by a binary search in the sorted columns
+  (:func:`_colptr`), and for each sorted entry A's row (:func:`row_of`) and value
+  (:func:`_gather`);
+* the spmm kernel on (``colptr``, rows, values) ``[K, M]``: each output element sums its
+  column's entries in storage order, bit for bit the CPU reference's ``numpy.add.at``.
+
+No kernel reads out of bounds: row extents are clamped to ``[0, nnz]`` and a column
 index outside ``[0, K)`` reads zeros (spmm: the entry adds ``value * 0``; sddmm: the
-result is 0). (The CPU reference rejects such malformed CSR operands with an error.)
+result is 0; spmm_transpose: the entry is left out). (The CPU reference rejects such
+malformed CSR operands with an error.)
 """
 
 from __future__ import annotations

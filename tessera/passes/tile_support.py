@@ -1,7 +1,7 @@
 """Tile IR kernels for the Graph IR ops that adjoint rules are written with.
 
-The autodiff rules of ``tgraph.fft``, ``tgraph.cholesky`` and ``tgraph.spmm`` emit six
-support ops besides complex add/sub; each lowers here to one kernel, f32 and f64 only,
+The autodiff rules of ``tgraph.fft`` and ``tgraph.cholesky`` emit four support ops
+besides complex add/sub; each lowers here to one kernel, f32 and f64 only,
 computed in the element type. Every output element is written by one lane, which sums its terms in a fixed
 order, so results are deterministic (no atomics).
 
@@ -20,21 +20,9 @@ order, so results are deterministic (no atomics).
   only the triangle of ``A`` the options name is read. ``x`` is kept in the output
   buffer. ``n^2 / 2`` multiply-adds per column. A zero on the diagonal gives inf/NaN
   (the CPU reference raises ``ValueError``).
-* ``tgraph.spmm_transpose`` (``Aᵀ @ D`` for CSR ``A [M, K]``, ``D [M, N]`` ->
-  ``[K, N]``): one lane per output column ``c < N``. The lane zeroes its column, then
-  walks the stored entries in storage order (rows ``i = 0, 1, ...``, entries
-  ``p = indptr[i] .. indptr[i+1]``) and adds ``values[p] * D[i, c]`` to
-  ``out[indices[p], c]``: no two lanes write one element, and each element sums its
-  terms in storage order, as the CPU reference (``numpy.add.at``) does. ``nnz``
-  multiply-adds per lane; lanes of a warp touch consecutive columns (coalesced).
-* ``tgraph.sddmm`` (``out[p] = sum_n L[i, n] R[indices[p], n]`` for stored entry ``p``
-  in row ``i``): one lane per stored entry. The lane finds its row by binary search in
-  ``indptr`` (the last ``i < M`` with ``indptr[i] <= p``; ``ceil(log2(M + 1))``
-  uniform steps), then sums the ``N`` products in order of ``n``.
 
-Malformed CSR operands (the CPU reference raises ``ValueError``) do not fault: the
-entry ranges are clamped to ``[0, nnz)`` and entries with a column outside
-``[0, K)`` are skipped (spmm_transpose) or give 0 (sddmm).
+The two sparse ops of spmm's adjoint, ``tgraph.spmm_transpose`` and ``tgraph.sddmm``,
+lower in ``tile_sparse`` with spmm itself.
 """
 
 from __future__ import annotations
@@ -42,7 +30,7 @@ from __future__ import annotations
 from math import prod
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import ComplexType, IndexType, i1
+from xdsl.dialects.builtin import ComplexType
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
@@ -67,14 +55,6 @@ def _lane(e: KernelEmitter, work: int, group: int) -> tuple[SSAValue, SSAValue |
     """This lane's item and the mask ``item < work`` (None when every lane has one)."""
     i = e.linear_id()
     return i, None if work % group == 0 else e.lt(i, work)
-
-
-def _as_index(e: KernelEmitter, v: SSAValue) -> SSAValue:
-    return e.convert(v, IndexType())
-
-
-def _clamp(e: KernelEmitter, v: SSAValue, lo: int, hi: int) -> Idx:
-    return e.min(e.max(v, lo), hi)
 
 
 # --------------------------------------------------------------------------- complex parts
@@ -161,93 +141,4 @@ def lower_triangular_solve(lw: _FunctionLowering, op: g.TriangularSolveOp) -> No
     lw.kernel(
         "triangular_solve", [out, lw.mem(op.a), lw.mem(op.b)], group, grid, build
     )
-    lw.env[op.result] = out
-
-
-# --------------------------------------------------------------------------- sparse
-
-
-def _csr_dims(op: g.SpMMTransposeOp | g.SDDMMOp) -> tuple[int, int, int]:
-    m, k = (int(x) for x in op.sparse_shape.get_values())
-    return m, k, g.shape_of(op.indices)[0]
-
-
-def lower_spmm_transpose(lw: _FunctionLowering, op: g.SpMMTransposeOp) -> None:
-    """``tgraph.spmm_transpose``: one lane per output column, entries in storage order."""
-    et = f32_or_f64(op, g.elem_of(op.dense))
-    m, k, nnz = _csr_dims(op)
-    ncols = g.shape_of(op.dense)[1]
-    out = lw.alloc(op.result.type)
-    group, grid = _launch_shape(ncols)
-
-    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
-        oref, ipref, ixref, vref, dref = args
-        c, ok = _lane(e, ncols, group)
-        zero = e.const(0.0, et)
-
-        def clear(b: KernelEmitter, r: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-            b.store(zero, oref, [r, c], mask=ok)
-            return []
-
-        e.for_(0, k, 1, [], clear)
-
-        def row(b: KernelEmitter, i: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-            lo = _clamp(b, _as_index(b, b.load(ipref, [i])), 0, nnz)
-            hi = _clamp(b, _as_index(b, b.load(ipref, [b.add(i, 1)])), 0, nnz)
-            d = b.load(dref, [i, c], mask=ok)
-
-            def entry(a: KernelEmitter, p: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-                col = _as_index(a, a.load(ixref, [p]))
-                inb = a.and_(a.and_(ok, a.le(0, col)), a.lt(col, k))
-                acc = a.load(oref, [col, c], mask=inb)
-                a.store(a.fadd(acc, a.fmul(a.load(vref, [p]), d)), oref, [col, c], mask=inb)
-                return []
-
-            b.for_(lo, hi, 1, [], entry)
-            return []
-
-        e.for_(0, m, 1, [], row)
-
-    args = [out, lw.mem(op.indptr), lw.mem(op.indices), lw.mem(op.values), lw.mem(op.dense)]
-    lw.kernel("spmm_transpose", args, group, grid, build)
-    lw.env[op.result] = out
-
-
-def lower_sddmm(lw: _FunctionLowering, op: g.SDDMMOp) -> None:
-    """``tgraph.sddmm``: one lane per stored entry, its row found by binary search."""
-    et = f32_or_f64(op, g.elem_of(op.lhs))
-    m, k, nnz = _csr_dims(op)
-    ncols = g.shape_of(op.lhs)[1]
-    out = lw.alloc(op.result.type)
-    group, grid = _launch_shape(nnz)
-    steps = max(1, m.bit_length())  # ceil(log2(m + 1)) halvings of [0, m]
-
-    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
-        oref, ipref, ixref, lref, rref = args
-        p, ok = _lane(e, nnz, group)
-
-        # the last i in [0, m] with indptr[i] <= p: keep lo <= answer <= hi
-        def halve(b: KernelEmitter, _: SSAValue, s: list[SSAValue]) -> list[SSAValue]:
-            lo, hi = s
-            mid = b.div(b.add(b.add(lo, hi), 1), 2)
-            at_or_before = b.le(_as_index(b, b.load(ipref, [mid])), p)
-            return [b.select(at_or_before, mid, lo), b.select(at_or_before, hi, b.sub(mid, 1))]
-
-        lo, _ = e.for_(0, steps, 1, [e.index(0), e.index(m)], halve)
-        i = e.max(e.min(lo, m - 1), 0)
-        col = _as_index(e, e.load(ixref, [p], mask=ok))
-        inb = e.and_(e.and_(ok, e.le(0, col)), e.lt(col, k))
-        if m == 0:  # malformed: entries but no rows
-            inb = e.const(0, i1)
-
-        def term(b: KernelEmitter, n: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-            x = b.load(lref, [i, n], mask=inb)
-            y = b.load(rref, [col, n], mask=inb)
-            return [b.fadd(acc[0], b.fmul(x, y))]
-
-        (r,) = e.for_(0, ncols, 1, [e.const(0.0, et)], term)
-        e.store(r, oref, [p], mask=ok)
-
-    args = [out, lw.mem(op.indptr), lw.mem(op.indices), lw.mem(op.lhs), lw.mem(op.rhs)]
-    lw.kernel("sddmm", args, group, grid, build)
     lw.env[op.result] = out

@@ -37,7 +37,8 @@ mse                        3 per broadcast element (subtract, square, sum) + 1
 take_along_axis            0 (data movement)
 fft / fft2d                5·n·log2(n) per transform of n points
 cholesky                   n³/3 per matrix
-spmm                       2·nnz·N
+spmm, spmm_transpose,      2·nnz·N
+sddmm
 adamw_update               14 per parameter element (decay, both moments, sqrt,
                            divide, add eps, step)
 sgd_update                 2 per parameter element, + 2 with weight decay, + 3 with
@@ -269,9 +270,14 @@ def _cholesky(op: g.CholeskyOp) -> int:
     return math.prod(shape[:-2]) * shape[-1] ** 3 // 3
 
 
-@COSTS.register(g.SpMMOp)
-def _spmm(op: g.SpMMOp) -> int:
+@COSTS.register(g.SpMMOp, g.SpMMTransposeOp)
+def _spmm(op: g.SpMMOp | g.SpMMTransposeOp) -> int:
     return 2 * numel(op.values) * _shape(op.dense)[-1]
+
+
+@COSTS.register(g.SDDMMOp)
+def _sddmm(op: g.SDDMMOp) -> int:
+    return 2 * numel(op.indices) * _shape(op.lhs)[-1]
 
 
 @COSTS.register(g.FusedOp)

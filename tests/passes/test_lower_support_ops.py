@@ -239,18 +239,25 @@ def test_sparse_out_of_range_columns_do_not_fault():
 
 
 def test_spmm_transpose_kernel_shape():
+    """Aᵀ as CSR (a stable merge sort by column: 256 entries per tile in shared memory,
+    then ceil(log2(nnz)) - 8 merge launches of one kernel; the column pointers, the
+    gathered rows and values), then the spmm kernel."""
     m = lower(csr_text("spmm_transpose", 7, 5, 9, 300, "f32"))
-    (k,) = [o for o in m.walk() if isinstance(o, tt.KernelOp)]
-    assert k.group_size.value.data == 256
-    (launch,) = [o for o in m.walk() if isinstance(o, tt.LaunchOp)]
-    assert launch.grid_value() == (2, 1, 1)  # one lane per output column
+    names = [o.sym_name.data for o in m.walk() if isinstance(o, tt.KernelOp)]
+    assert names == ["f_sparse_sort_local_0", "f_sparse_colptr_0", "f_sparse_gather_0",
+                     "f_spmm_transpose_0"]
+    launches = [o for o in m.walk() if isinstance(o, tt.LaunchOp)]
+    assert launches[-1].grid_value() == (2, 1, 1)  # 5 rows of Aᵀ, 32 lanes (4 rows) a tile
+    m = lower(csr_text("spmm_transpose", 7, 5, 3000, 3, "f32"))
+    launches = [o.callee.root_reference.data for o in m.walk() if isinstance(o, tt.LaunchOp)]
+    assert launches.count("f_sparse_merge_0") == 4  # runs of 256 .. 2048
 
 
 @pytest.mark.parametrize("op", ["spmm_transpose", "sddmm"])
-def test_sparse_f16_is_reported(op):
+def test_sparse_integer_is_reported(op):
     with pytest.raises(NotImplementedError, match=rf"tgraph.{op} has no Tile IR lowering "
-                                                  r"\(element type f16"):
-        lower(csr_text(op, 3, 4, 5, 2, "f16"))
+                                                  r"\(element type i32"):
+        lower(csr_text(op, 3, 4, 5, 2, "i32"))
 
 
 NP_INT = {"i32": np.int32, "i64": np.int64}

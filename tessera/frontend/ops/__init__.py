@@ -117,7 +117,9 @@ from tessera.frontend.ops.scientific import (
     poisson,
     randn,
     real,
+    sddmm,
     spmm,
+    spmm_transpose,
     svd,
     triangular_solve,
 )
@@ -144,6 +146,7 @@ OP_FUNCTIONS: tuple[str, ...] = (
     "transpose", "reshape", "broadcast_to", "slice", "concat", "constant", "split_qkv",
     "take_along_axis",
     "fft", "ifft", "fft2d", "ifft2d", "cholesky", "svd", "spmm",
+    "spmm_transpose", "sddmm",
     "real", "imag", "complex", "triangular_solve",
     "randn", "poisson",
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_slice", "send", "recv",

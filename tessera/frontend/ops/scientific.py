@@ -1,4 +1,5 @@
-"""Scientific operator functions: FFTs, ``cholesky``, ``svd``, ``spmm``, complex parts,
+"""Scientific operator functions: FFTs, ``cholesky``, ``svd``, ``spmm`` (and its adjoints
+``spmm_transpose`` and ``sddmm``), complex parts,
 ``triangular_solve`` and the random samplers."""
 
 from __future__ import annotations
@@ -128,6 +129,53 @@ def spmm(
         d.trace,
         operands=[t.value for t in ts_],
         result_types=[result_type(shape, d.type)],
+        properties=_dense_props("sparse_shape", sparse_shape),
+    )
+
+
+def spmm_transpose(
+    indptr: Any, indices: Any, values: Any, dense: Any, sparse_shape: Sequence[int]
+) -> TracedTensor:
+    """``Aᵀ @ dense`` for CSR A [M, K] (``indptr``, ``indices``, ``values``) and ``dense``
+    [M, N] -> [K, N] (the adjoint of ``spmm`` in its dense operand)."""
+    ts_ = _operands("spmm_transpose", indptr, indices, values, dense)
+    dims = _shape(sparse_shape, "spmm_transpose sparse_shape")
+    if len(dims) != 2:
+        raise ShapeError(located(f"spmm_transpose sparse_shape must be [M, K], got {dims}"))
+    d = ts_[3]
+    if d.ndim != 2 or d.shape[0] != dims[0]:
+        raise ShapeError(located(
+            f"spmm_transpose: dense has shape {g.fmt_shape(d.shape)}, expected [{dims[0]}, N]"))
+    return _emit(
+        g.SpMMTransposeOp,
+        d.trace,
+        operands=[t.value for t in ts_],
+        result_types=[result_type((dims[1], d.shape[1]), d.type)],
+        properties=_dense_props("sparse_shape", sparse_shape),
+    )
+
+
+def sddmm(
+    indptr: Any, indices: Any, lhs: Any, rhs: Any, sparse_shape: Sequence[int]
+) -> TracedTensor:
+    """Sampled dense-dense product: ``out[p] = sum_n lhs[i, n] * rhs[indices[p], n]`` for
+    each stored entry ``p`` (row ``i``) of the CSR pattern (``indptr``, ``indices``) of an
+    [M, K] matrix; ``lhs`` [M, N], ``rhs`` [K, N] -> [nnz] (``(lhs @ rhsᵀ)`` at the
+    pattern; the adjoint of ``spmm`` in its values)."""
+    ts_ = _operands("sddmm", indptr, indices, lhs, rhs)
+    dims = _shape(sparse_shape, "sddmm sparse_shape")
+    if len(dims) != 2:
+        raise ShapeError(located(f"sddmm sparse_shape must be [M, K], got {dims}"))
+    a, b, ix = ts_[2], ts_[3], ts_[1]
+    if a.ndim != 2 or b.ndim != 2 or a.shape[0] != dims[0] or b.shape != (dims[1], a.shape[1]):
+        raise ShapeError(located(
+            f"sddmm: lhs {g.fmt_shape(a.shape)} and rhs {g.fmt_shape(b.shape)} must be "
+            f"[{dims[0]}, N] and [{dims[1]}, N]"))
+    return _emit(
+        g.SDDMMOp,
+        a.trace,
+        operands=[t.value for t in ts_],
+        result_types=[result_type(tuple(ix.shape[:1]), a.type)],
         properties=_dense_props("sparse_shape", sparse_shape),
     )
 

@@ -4,10 +4,12 @@
 // tgraph.complex writes parts 0 and 1, tgraph.real / tgraph.imag read part 0 / 1, complex
 // add (tile_complex) works on the pairs, one lane per element. triangular_solve: one lane per column of B,
 // forward substitution for a lower op(A), backward (i = n-1-s) for an upper one, the sum
-// over j in order. spmm_transpose: one lane per output column, zeroing it, then walking
-// rows and their entries in storage order (ranges clamped to [0, nnz), columns outside
-// [0, K) masked). sddmm: one lane per entry, its row by a uniform binary search over
-// indptr, then the dot product in order.
+// over j in order. spmm_transpose (tessera/passes/tile_sparse.py): the entries sorted by
+// column (a stable merge sort, in shared memory for 5 entries), column pointers,
+// rows and values gathered, then the spmm kernel on Aᵀ. sddmm: a group of 4 lanes (2-wide
+// vectors) per 8 consecutive entries, the row by a uniform binary search over indptr
+// (again only past the row's end), the partial dot
+// products summed by a butterfly (shuffle_xor 2, 1).
 
 func.func @f(%a: tensor<3x5xf32>, %b: tensor<3x5xf32>) -> (tensor<3x5xcomplex<f32>>, tensor<3x5xf32>, tensor<3x5xf32>) {
   %0 = tgraph.complex %a, %b : (tensor<3x5xf32>, tensor<3x5xf32>) -> tensor<3x5xcomplex<f32>>
@@ -67,33 +69,39 @@ func.func @h(%ip: tensor<4xi32>, %ix: tensor<5xi32>, %v: tensor<5xf32>, %d: tens
 // CHECK:      func.func @g(
 // CHECK:        ttile.launch @g_triangular_solve_0(%{{.*}}, %a, %b) grid = [1, 1, 1]
 
-// CHECK:      ttile.kernel @h_spmm_transpose_0(%[[O:.*]]: memref<7x6xf32>, %[[IP:.*]]: memref<4xi32>, %[[IX:.*]]: memref<5xi32>, %[[V:.*]]: memref<5xf32>, %[[D:.*]]: memref<3x6xf32>) group_size = 32 {
-// CHECK:        %[[C:.*]] = ttile.linear_id
-// CHECK:        scf.for %[[K:.*]] = %{{.*}} to %{{.*}} step
-// CHECK:          ttile.store %{{.*}}, %[[O]][%[[K]], %[[C]]]
-// CHECK:        scf.for %[[RI:.*]] = %{{.*}} to %{{.*}} step
-// CHECK:          ttile.load %[[IP]][%[[RI]]] : memref<4xi32> -> i32
-// CHECK:          arith.index_cast
-// CHECK:          arith.minsi
-// CHECK:          %[[DV:.*]] = ttile.load %[[D]][%[[RI]], %[[C]]]
-// CHECK:          scf.for %[[P:.*]] = %{{.*}} to %{{.*}} step
-// CHECK:            %[[CI:.*]] = arith.index_cast
-// CHECK:            %[[ACC:.*]] = ttile.load %[[O]][%[[CI]], %[[C]]] mask %[[IN:.*]] :
-// CHECK:            %[[VP:.*]] = ttile.load %[[V]][%[[P]]]
-// CHECK:            %[[PR:.*]] = arith.mulf %[[VP]], %[[DV]] : f32
-// CHECK:            %[[SUM:.*]] = arith.addf %[[ACC]], %[[PR]] : f32
-// CHECK:            ttile.store %[[SUM]], %[[O]][%[[CI]], %[[C]]] mask %[[IN]]
+// CHECK:      ttile.kernel @h_sparse_sort_local_0(%[[KEYS:.*]]: memref<5xi32>, %[[PERM:.*]]: memref<5xi32>, %{{.*}}: memref<5xi32>) group_size = 256 {
+// CHECK:        %[[SK:.*]] = ttile.alloc_shared : memref<256xi32, #tessera.smem>
+// CHECK:        arith.maxsi
+// CHECK:        arith.minsi
+// CHECK:        ttile.store %{{.*}}, %[[SK]]
+// CHECK:        ttile.barrier
+// CHECK:        scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (index, index) {
+// CHECK:          ttile.load %[[SK]]
+// CHECK:        ttile.barrier
+// CHECK:        ttile.store %{{.*}}, %[[KEYS]]
+// CHECK:        ttile.store %{{.*}}, %[[PERM]]
+// CHECK:      ttile.kernel @h_sparse_colptr_0(%{{.*}}: memref<8xi32>, %{{.*}}: memref<5xi32>) group_size = 128 {
+// CHECK:      ttile.kernel @h_sparse_gather_0(
+// CHECK:      ttile.kernel @h_spmm_transpose_0(%{{.*}}: memref<7x6xf32>, %{{.*}}: memref<8xi32>, %{{.*}}: memref<5xi32>, %{{.*}}: memref<5xf32>, %{{.*}}: memref<3x6xf32>) group_size = 128 {
+// CHECK:        ttile.load_vector {{.*}} : memref<3x6xf32> -> vector<2xf32>
 // CHECK-NOT:    ttile.atomic
-// CHECK:      ttile.kernel @h_sddmm_0(%[[OUT:.*]]: memref<5xf32>, %[[IP2:.*]]: memref<4xi32>, %{{.*}}: memref<5xi32>, %{{.*}}: memref<3x6xf32>, %{{.*}}: memref<7x6xf32>) group_size = 32 {
-// CHECK:        %[[E:.*]] = ttile.linear_id
+// CHECK:      ttile.kernel @h_sddmm_0(%[[OUT:.*]]: memref<5xf32>, %[[IP2:.*]]: memref<4xi32>, %{{.*}}: memref<5xi32>, %{{.*}}: memref<3x6xf32>, %{{.*}}: memref<7x6xf32>) group_size = 128 {
 // CHECK:        scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (index, index) {
 // CHECK:          ttile.load %[[IP2]]
-// CHECK:          arith.cmpi sle, %{{.*}}, %[[E]] : index
+// CHECK:          arith.cmpi sle
 // CHECK:          arith.select
 // CHECK:        scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (f32) {
+// CHECK:          ttile.load_vector {{.*}} : memref<3x6xf32> -> vector<2xf32>
+// CHECK:          ttile.load_vector {{.*}} : memref<7x6xf32> -> vector<2xf32>
 // CHECK:          arith.mulf
 // CHECK:          arith.addf
-// CHECK:        ttile.store %{{.*}}, %[[OUT]][%[[E]]]
+// CHECK:        ttile.shuffle_xor %{{.*}}, 2 : f32
+// CHECK:        ttile.shuffle_xor %{{.*}}, 1 : f32
+// CHECK:        ttile.store %{{.*}}, %[[OUT]][%{{.*}}] mask
 // CHECK:      func.func @h(
-// CHECK:        ttile.launch @h_spmm_transpose_0(%{{.*}}, %ip, %ix, %v, %d) grid = [1, 1, 1]
+// CHECK:        ttile.launch @h_sparse_sort_local_0(%{{.*}}, %{{.*}}, %ix) grid = [1, 1, 1]
+// CHECK-NOT:    ttile.launch @h_sparse_merge
+// CHECK:        ttile.launch @h_sparse_colptr_0(
+// CHECK:        ttile.launch @h_sparse_gather_0(%{{.*}}, %{{.*}}, %{{.*}}, %ip, %v) grid = [1, 1, 1]
+// CHECK:        ttile.launch @h_spmm_transpose_0(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %d) grid = [1, 1, 1]
 // CHECK:        ttile.launch @h_sddmm_0(%{{.*}}, %ip, %ix, %d, %r) grid = [1, 1, 1]

@@ -3,7 +3,8 @@
 
 // f32 conv2d as the implicit GEMM on tf32 wgmmas: the NHWC copy (channels 6 -> 8, a
 // multiple of 4) and the weight copy write TF32 hi and lo planes ([2, N, H, W, Cp],
-// [2 O, K]); each k8 step issues three products, each stage's sum is added into f32
+// [2 O, K]; 8-channel pixels: K-steps of whole 3-tap filter rows padded to 4 taps,
+// K = 3 x 4 x 8); each k8 step issues three products, each stage's sum is added into f32
 // totals; with allow_tf32 one plane, one product per k8 step, one group kept in flight.
 
 func.func @f(%x: tensor<2x6x9x9xf32>, %w: tensor<16x6x3x3xf32>) -> tensor<2x16x9x9xf32> {
@@ -20,10 +21,10 @@ func.func @f(%x: tensor<2x6x9x9xf32>, %w: tensor<16x6x3x3xf32>) -> tensor<2x16x9
 // CHECK:        ttarget.st "global.f32"
 // CHECK-LABEL:  func.func @f(
 // CHECK:        memref.alloc() : memref<2x2x9x9x8xf32>
-// CHECK:        memref.alloc() : memref<32x72xf32>
+// CHECK:        memref.alloc() : memref<32x96xf32>
 
 // TF32:         ttarget.wgmma "m64n64k8.f32.tf32.tf32"
 // TF32:         ttarget.wgmma_wait 1
 // TF32-LABEL:   func.func @f(
 // TF32:         memref.alloc() : memref<1x2x9x9x8xf32>
-// TF32:         memref.alloc() : memref<16x72xf32>
+// TF32:         memref.alloc() : memref<16x96xf32>

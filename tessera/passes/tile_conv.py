@@ -1,18 +1,33 @@
-"""Tile IR kernel for ``tgraph.conv2d`` (NCHW input, OIHW weight, optional bias [O]).
+"""Tile IR kernels for ``tgraph.conv2d`` (NCHW input, OIHW weight, optional bias [O]).
 
-Direct convolution, one lane per output element: ``group_size = 256``, grid
+**Direct kernel**, one lane per output element: ``group_size = 256``, grid
 ``[ceil(N O Ho Wo / 256), 1, 1]``, the flat output index split as ``(n, o, ho, wo)``
 with ``wo`` fastest, so neighbouring lanes read neighbouring input columns. Each lane
-runs three uniform ``scf.for`` loops, over input channels ``c``, kernel rows ``i`` and
-kernel columns ``j``, and accumulates
+runs three uniform ``scf.for`` loops, over the input channels ``c`` of its group
+(``C / groups`` of them, from ``(o // (O / groups)) * C / groups``), kernel rows ``i``
+and kernel columns ``j``, and accumulates
 
-    acc += x[n, c, ho * sh + i * dh - ph, wo * sw + j * dw - pw] * w[o, c, i, j]
+    acc += x[n, cg0 + c, ho * sh + i * dh - ph, wo * sw + j * dw - pw] * w[o, c, i, j]
 
 where input positions in the zero padding are masked loads giving 0 (their indices are
-clamped to 0, so no lane addresses memory outside the input). Products and sums are in
-f32 for f32/f16/bf16 operands (16-bit values widened exactly) and f64 for f64; the bias
-is added to the sum and the result rounded once to the result type, as the Graph IR
-interpreter does (which sums in another order, so the two agree to rounding).
+clamped to 0, so no lane addresses memory outside the input).
+
+**Plane kernel** (:func:`plane_eligible`): a convolution with one input channel per
+output channel (``C / groups == 1``: depthwise, or depthwise with a channel multiplier
+``O / groups``) is memory-bound (``kh kw`` products per output element), so each tile
+works on ``R`` output rows of one output plane ``(n, o)`` (grid ``[N O ceil(Ho / R), 1,
+1]``): its lanes first copy the input rows those outputs read, zero padding included,
+into a shared ``rows x cols`` buffer of the compute type (coalesced loads along W, all
+of a lane's loads issued before its shared stores), load the plane's ``kh kw`` weights
+into registers, then each lane computes ``ceil(R Wo / 256)`` outputs (``wo`` fastest:
+coalesced stores) from shared memory with the taps unrolled: every input element is read
+from global memory once per tile (halo rows once more by the neighbouring tile) instead
+of ``kh kw`` times.
+
+Products and sums are in f32 for f32/f16/bf16 operands (16-bit values widened exactly)
+and f64 for f64; the bias is added to the sum and the result rounded once to the result
+type, as the Graph IR interpreter does (which sums in another order, so the two agree to
+rounding).
 """
 
 from __future__ import annotations
@@ -23,6 +38,7 @@ from typing import TYPE_CHECKING
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
+from tessera.ir import tile as tt
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, compute_type, float_elem
 
 if TYPE_CHECKING:
@@ -31,14 +47,27 @@ if TYPE_CHECKING:
 GROUP = 256
 """Lanes per tile."""
 
+PLANE_STAGE = 2048
+"""Most input elements a plane-kernel tile stages in shared memory (8 loads per lane)."""
+PLANE_OUTPUTS = 2048
+"""Most output elements of a plane-kernel tile (8 per lane)."""
+PLANE_TAPS = 64
+"""Most kernel taps (``kh kw``) the plane kernel unrolls."""
+
 
 def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
-    """``tgraph.conv2d``: direct convolution, one lane per output element."""
+    """``tgraph.conv2d``: the plane kernel when :func:`plane_eligible`, else the direct
+    kernel, one lane per output element."""
+    rows = plane_rows(op)
+    if rows is not None:
+        _lower_plane(lw, op, rows)
+        return
 
     et = float_elem(op, op.result.type)
     acc_t = compute_type(et)
     _, c_in, h_in, w_in = g.shape_of(op.input)
-    _, _, kh, kw = g.shape_of(op.weight)
+    o_all, cg, kh, kw = g.shape_of(op.weight)
+    og = o_all // op.groups_value  # output channels per group
     out_shape = g.shape_of(op.result)
     sh, sw = op.stride.get_values()
     ph, pw = op.padding.get_values()
@@ -54,8 +83,12 @@ def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
         n, o, ho, wo = e.unravel(lin, out_shape)
         h0 = e.sub(e.mul(ho, sh), ph)
         w0 = e.sub(e.mul(wo, sw), pw)
+        # the first input channel of o's group
+        c0 = e.mul(e.div(o, og), cg) if cg != c_in else 0
 
         def over_c(bc: KernelEmitter, c: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+            ci = bc.add(c0, c)
+
             def over_i(bi: KernelEmitter, i: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
                 h = bi.add(h0, bi.mul(i, dh) if dh != 1 else i)
                 hin = bi.and_(bi.and_(ok, bi.le(0, h)), bi.lt(h, h_in))
@@ -65,7 +98,7 @@ def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
                     inside = bj.and_(bj.and_(hin, bj.le(0, w)), bj.lt(w, w_in))
                     hh: Idx = bj.select(inside, h, 0)
                     ww: Idx = bj.select(inside, w, 0)
-                    xv = bj.convert(bj.load(x_ref, [n, c, hh, ww], mask=inside), acc_t)
+                    xv = bj.convert(bj.load(x_ref, [n, ci, hh, ww], mask=inside), acc_t)
                     wv = bj.convert(bj.load(w_ref, [o, c, i, j], mask=ok), acc_t)
                     return [bj.fadd(acc[0], bj.fmul(xv, wv))]
 
@@ -73,7 +106,7 @@ def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
 
             return bc.for_(0, kh, 1, acc, over_i)
 
-        (acc,) = e.for_(0, c_in, 1, [e.const(0.0, acc_t)], over_c)
+        (acc,) = e.for_(0, cg, 1, [e.const(0.0, acc_t)], over_c)
         if has_bias:
             acc = e.fadd(acc, e.convert(e.load(args[3], [o], mask=ok), acc_t))
         e.store(e.convert(acc, et), o_ref, [n, o, ho, wo], mask=ok)
@@ -82,4 +115,120 @@ def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
     if op.bias is not None:
         args.append(lw.mem(op.bias))
     lw.kernel("conv2d", args, GROUP, [cdiv(total, GROUP), 1, 1], build)
+    lw.env[op.result] = out
+
+
+# --------------------------------------------------------------------------- plane kernel
+
+
+def _stage_shape(op: g.Conv2dOp, rows: int) -> tuple[int, int]:
+    """``(rows, cols)`` of the input a tile of ``rows`` output rows reads."""
+    _, _, kh, kw = g.shape_of(op.weight)
+    wo = g.shape_of(op.result)[3]
+    sh, sw = op.stride.get_values()
+    dh, dw = op.dilation_values
+    return (rows - 1) * sh + (kh - 1) * dh + 1, (wo - 1) * sw + (kw - 1) * dw + 1
+
+
+def plane_rows(op: g.Conv2dOp) -> int | None:
+    """The output rows ``R`` per tile of the plane kernel (module docstring), or None when
+    the direct kernel takes ``op``: more than one input channel per output channel, more
+    than :data:`PLANE_TAPS` taps, or an output row whose input rows exceed
+    :data:`PLANE_STAGE` elements. ``R`` is the most rows within both budgets, evened out
+    over the row blocks (``Ho = 56`` in blocks of 28, not 33 + 23)."""
+    return _plane(op)[0]
+
+
+def plane_eligible(op: g.Conv2dOp) -> str | None:
+    """None if the plane kernel takes ``op``, else why not."""
+    return _plane(op)[1]
+
+
+def _plane(op: g.Conv2dOp) -> tuple[int | None, str | None]:
+    _, c, _, _ = g.shape_of(op.input)
+    _, cg, kh, kw = g.shape_of(op.weight)
+    ho, wo = g.shape_of(op.result)[2:]
+    if cg != 1:
+        return None, f"{cg} input channels per output channel (C / groups != 1)"
+    if kh * kw > PLANE_TAPS:
+        return None, f"kernel {kh}x{kw}: more than {PLANE_TAPS} taps to unroll"
+    if min(g.shape_of(op.result)) < 1:
+        return None, "empty result"
+    r1, cols = _stage_shape(op, 1)
+    if r1 * cols > PLANE_STAGE:
+        return None, f"one output row reads {r1}x{cols} inputs (> {PLANE_STAGE})"
+    rows = 1
+    while rows < ho and rows + 1 <= PLANE_OUTPUTS // wo and \
+            _stage_shape(op, rows + 1)[0] * cols <= PLANE_STAGE:
+        rows += 1
+    rows = cdiv(ho, cdiv(ho, rows))
+    return rows, None
+
+
+def _lower_plane(lw: _FunctionLowering, op: g.Conv2dOp, rows: int) -> None:
+    et = float_elem(op, op.result.type)
+    acc_t = compute_type(et)
+    n_, _, h_in, w_in = g.shape_of(op.input)
+    o_all, _, kh, kw = g.shape_of(op.weight)
+    mult = o_all // op.groups_value  # output channels per input channel
+    ho_all, wo_all = g.shape_of(op.result)[2:]
+    sh, sw = op.stride.get_values()
+    ph, pw = op.padding.get_values()
+    dh, dw = op.dilation_values
+    srows, scols = _stage_shape(op, rows)
+    staged = srows * scols
+    blocks = cdiv(ho_all, rows)
+    has_bias = op.bias is not None
+    out = lw.alloc(op.result.type)
+
+    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+        o_ref, x_ref, w_ref = args[:3]
+        n, o, rb = e.unravel(e.tile_id("x"), [n_, o_all, blocks])
+        ci = e.div(o, mult)
+        lid = e.local_id()
+        row0 = e.mul(rb, rows)  # the tile's first output row
+        top = e.sub(e.mul(row0, sh), ph)  # the input row of staged row 0
+        buf = e.op(tt.AllocSharedOp([staged], acc_t, alignment=16))
+        # stage the input rows: every load first, then the shared stores
+        loaded: list[tuple[Idx, SSAValue, SSAValue | None]] = []
+        for k in range(cdiv(staged, GROUP)):
+            t = e.add(lid, k * GROUP)
+            live = e.lt(t, staged) if (k + 1) * GROUP > staged else None
+            sr, sc = e.unravel(t, [srows, scols])
+            h = e.add(top, sr)
+            w = e.sub(sc, pw)
+            inside = e.and_(e.and_(e.and_(live, e.le(0, h)), e.lt(h, h_in)),
+                            e.and_(e.le(0, w), e.lt(w, w_in)))
+            assert inside is not None
+            hh: Idx = e.select(inside, h, 0)
+            ww: Idx = e.select(inside, w, 0)
+            loaded.append((t, e.load(x_ref, [n, ci, hh, ww], mask=inside), live))
+        taps = [[e.convert(e.load(w_ref, [o, 0, i, j]), acc_t) for j in range(kw)]
+                for i in range(kh)]
+        bias = e.convert(e.load(args[3], [o]), acc_t) if has_bias else None
+        for t, v, live in loaded:
+            e.store(e.convert(v, acc_t), buf, [t], mask=live)
+        e.barrier()
+        for k in range(cdiv(rows * wo_all, GROUP)):
+            q = e.add(lid, k * GROUP)
+            r, wo = e.unravel(q, [rows, wo_all])
+            ho = e.add(row0, r)
+            ok = e.lt(ho, ho_all)
+            if (k + 1) * GROUP > rows * wo_all:
+                ok = e.and_(ok, e.lt(q, rows * wo_all))
+            assert ok is not None
+            base: Idx = e.select(ok, e.add(e.mul(e.mul(r, sh), scols), e.mul(wo, sw)), 0)
+            acc = e.const(0.0, acc_t)
+            for i in range(kh):
+                for j in range(kw):
+                    xv = e.load(buf, [e.add(base, i * dh * scols + j * dw)])
+                    acc = e.fadd(acc, e.fmul(xv, taps[i][j]))
+            if bias is not None:
+                acc = e.fadd(acc, bias)
+            e.store(e.convert(acc, et), o_ref, [n, o, ho, wo], mask=ok)
+
+    args = [out, lw.mem(op.input), lw.mem(op.weight)]
+    if op.bias is not None:
+        args.append(lw.mem(op.bias))
+    lw.kernel("conv2d_plane", args, GROUP, [n_ * o_all * blocks, 1, 1], build)
     lw.env[op.result] = out

@@ -130,8 +130,22 @@ class ConvGather:
         return self.n * self.h * self.w * self.cp * self.eb
 
 
+def grouped(op: g.Conv2dOp) -> str | None:
+    """Why a grouped ``op`` (``groups != 1``) stays on the direct kernel, else None: the
+    GEMM paths compute one product over all input channels, and a grouped convolution is
+    ``groups`` block-diagonal products (a depthwise one, ``C / groups = 1``, has a K of
+    only ``kh kw``: memory-bound work the direct kernel does from shared memory)."""
+    gr = op.groups_value
+    if gr == 1:
+        return None
+    return (f"groups={gr}: a grouped convolution is {gr} independent products, not one "
+            "GEMM over the channels (the direct kernel takes it)")
+
+
 def implicit_eligible(op: g.Conv2dOp) -> str | None:
     """None if the implicit-GEMM kernel takes ``op``, else why not."""
+    if (why := grouped(op)) is not None:
+        return why
     et = g.elem_of(op.input)
     if not isinstance(et, BFloat16Type | Float16Type | Float32Type):
         return "operands are not bf16, f16 or f32"

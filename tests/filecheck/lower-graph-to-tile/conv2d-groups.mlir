@@ -1,0 +1,52 @@
+// RUN: tessera-opt %s -p lower-graph-to-tile | filecheck %s
+// RUN: tessera-opt %s -p 'lower-graph-to-tile{sm90=true implicit_conv=true}' | filecheck %s --check-prefix=SM90
+
+// Grouped conv2d (groups = 2, 3 input channels per group): the direct kernel, its
+// channel loop over the 3 channels of output channel o's group, from (o / 2) * 3.
+func.func @grouped(%x: tensor<2x6x7x9xf32>, %w: tensor<4x3x3x3xf32>) -> tensor<2x4x7x9xf32> {
+  %0 = tgraph.conv2d %x, %w stride = [1, 1] padding = [1, 1] groups = 2 : tensor<2x6x7x9xf32>, tensor<4x3x3x3xf32> -> tensor<2x4x7x9xf32>
+  func.return %0 : tensor<2x4x7x9xf32>
+}
+// CHECK:      ttile.kernel @grouped_conv2d_0(
+// CHECK:        %[[GROUP:[0-9]+]] = arith.shrui %{{.*}}, %{{.*}} : index
+// CHECK:        %[[C0:[0-9]+]] = arith.muli %[[GROUP]], %{{.*}} : index
+// CHECK:        scf.for %[[C:[0-9]+]] = %{{.*}} to %[[THREE:[0-9]+]] step
+// CHECK-NEXT:     %[[CI:[0-9]+]] = arith.addi %[[C0]], %[[C]] : index
+// CHECK:            ttile.load %{{.*}}[%{{.*}}, %[[CI]], %{{.*}}, %{{.*}}] mask %{{.*}} : memref<2x6x7x9xf32> -> f32
+// CHECK:            ttile.load %{{.*}}[%{{.*}}, %[[C]], %{{.*}}, %{{.*}}] mask %{{.*}} : memref<4x3x3x3xf32> -> f32
+// CHECK:      ttile.launch @grouped_conv2d_0(%{{.*}}, %x, %w) grid = [2, 1, 1]
+
+// Depthwise with a channel multiplier of 2 (one input channel per output channel): the
+// plane kernel, one tile per (n, o) plane of 7 output rows; its lanes stage the 15 x 19
+// input rows (stride 2, zero padding included) in shared memory as f32, load the 9 taps
+// and the bias once, then read the taps from shared memory (unrolled) after a barrier.
+func.func @depthwise(%x: tensor<2x4x13x17xbf16>, %w: tensor<8x1x3x3xbf16>, %b: tensor<8xbf16>) -> tensor<2x8x7x9xbf16> {
+  %0 = tgraph.conv2d %x, %w bias %b : tensor<8xbf16> stride = [2, 2] padding = [1, 1] groups = 4 : tensor<2x4x13x17xbf16>, tensor<8x1x3x3xbf16> -> tensor<2x8x7x9xbf16>
+  func.return %0 : tensor<2x8x7x9xbf16>
+}
+// CHECK:      ttile.kernel @depthwise_conv2d_plane_0(
+// CHECK:        ttile.tile_id x
+// CHECK:        %[[SMEM:[0-9]+]] = ttile.alloc_shared alignment = 16 : memref<285xf32, #tessera.smem>
+// CHECK:        ttile.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] mask %{{.*}} : memref<2x4x13x17xbf16> -> bf16
+// CHECK:        ttile.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] mask %{{.*}} : memref<2x4x13x17xbf16> -> bf16
+// CHECK-COUNT-9: ttile.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] : memref<8x1x3x3xbf16> -> bf16
+// CHECK:        ttile.load %{{.*}}[%{{.*}}] : memref<8xbf16> -> bf16
+// CHECK:        ttile.store %{{.*}}, %[[SMEM]][%{{.*}}] : f32, memref<285xf32, #tessera.smem>
+// CHECK:        ttile.store %{{.*}}, %[[SMEM]][%{{.*}}] mask %{{.*}} : f32, memref<285xf32, #tessera.smem>
+// CHECK-NEXT:   ttile.barrier
+// CHECK-COUNT-9: ttile.load %[[SMEM]][%{{.*}}] : memref<285xf32, #tessera.smem> -> f32
+// CHECK:        ttile.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] mask %{{.*}} : bf16, memref<2x8x7x9xbf16>
+// CHECK-NEXT:   ttile.return
+// CHECK:      ttile.launch @depthwise_conv2d_plane_0(%{{.*}}, %x, %w, %b) grid = [16, 1, 1]
+
+// A grouped bf16 convolution with O a multiple of 8 is no GEMM for the sm90 paths: it
+// stays on the direct kernels (sm90/conv.py and conv_implicit.py say why).
+func.func @grouped_bf16(%x: tensor<2x16x9x9xbf16>, %w: tensor<16x8x3x3xbf16>) -> tensor<2x16x9x9xbf16> {
+  %0 = tgraph.conv2d %x, %w stride = [1, 1] padding = [1, 1] groups = 2 : tensor<2x16x9x9xbf16>, tensor<16x8x3x3xbf16> -> tensor<2x16x9x9xbf16>
+  func.return %0 : tensor<2x16x9x9xbf16>
+}
+// SM90-NOT:   ttarget.func
+// SM90:       ttile.kernel @grouped_conv2d_0(
+// SM90:       ttile.kernel @depthwise_conv2d_plane_0(
+// SM90:       ttile.kernel @grouped_bf16_conv2d_0(
+// SM90-NOT:   wgmma

@@ -1,0 +1,133 @@
+"""Grouped and depthwise conv2d (``groups``): the Graph IR interpreter and the lowered
+kernels (direct kernel with a group's channel range; the plane kernel for one input
+channel per output channel) on the Tile IR interpreter against torch in float64 on fresh
+random inputs, which kernel each takes, the sm90 paths' refusal, and ptxas."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from xdsl.dialects.builtin import ModuleOp
+
+import tessera as ts
+from tessera.errors import ShapeError
+from tessera.ir import graph as g
+from tessera.passes.lower_graph_to_tile import LowerGraphToTile
+from tessera.passes.pipelines import default_context
+from tessera.passes.sm90.conv import conv1x1_eligible, conv_eligible
+from tessera.passes.sm90.conv_implicit import implicit_eligible
+from tessera.passes.tile_conv import plane_eligible, plane_rows
+from tessera.runtime import ptxas
+from tessera.runtime.graph_interpreter import run_function
+from tessera.runtime.tile_interpreter import run_host
+
+needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
+bf = ml_dtypes.bfloat16
+RNG = np.random.default_rng(31)
+TOL = {np.float32: 1e-5, np.float64: 1e-12, bf: 2e-2, np.float16: 4e-3}
+
+CASES = [
+    # (input NCHW, weight OIHW, groups, stride, padding, dilation, dtype, kernel)
+    ((2, 6, 7, 9), (4, 3, 3, 3), 2, 1, 1, 1, np.float32, "conv2d"),
+    ((2, 6, 7, 9), (6, 2, 3, 2), 3, 2, (1, 0), (1, 2), np.float64, "conv2d"),
+    ((1, 24, 5, 6), (24, 8, 3, 3), 3, 1, 1, 1, bf, "conv2d"),
+    ((2, 6, 13, 17), (6, 1, 3, 3), 6, 1, 1, 1, np.float32, "conv2d_plane"),
+    ((2, 4, 13, 17), (8, 1, 3, 3), 4, 2, 1, 1, bf, "conv2d_plane"),  # channel multiplier 2
+    ((1, 3, 13, 17), (3, 1, 7, 7), 3, 1, 3, 1, np.float16, "conv2d_plane"),
+    ((1, 3, 13, 17), (3, 1, 3, 3), 3, (2, 1), 2, 2, np.float64, "conv2d_plane"),
+    # 40 output rows in two blocks of 20 (a 62-column row: 31 rows fit the staging budget)
+    ((1, 2, 40, 60), (2, 1, 3, 3), 2, 1, 1, 1, np.float32, "conv2d_plane"),
+]
+
+
+def _ref(x, w, b, stride, padding, dilation, groups) -> np.ndarray:
+    def t(a):
+        return torch.from_numpy(np.asarray(a, np.float64))
+
+    return torch.nn.functional.conv2d(t(x), t(w), t(b), stride=stride, padding=padding,
+                                      dilation=dilation, groups=groups).numpy()
+
+
+def _close(got: np.ndarray, want: np.ndarray, tol: float) -> None:
+    g64 = np.asarray(got, np.float64)
+    assert g64.shape == want.shape and not np.isnan(g64).any()
+    err = np.abs(g64 - want) / np.maximum(np.abs(want), 1.0)
+    assert float(err.max()) <= tol, float(err.max())
+
+
+def _spec(xs, ws, groups, stride, padding, dilation, dt, bias=True):
+    x = RNG.standard_normal(xs).astype(dt)
+    w = RNG.standard_normal(ws).astype(dt)
+    b = RNG.standard_normal(ws[0]).astype(dt)
+    fn = ts.jit(lambda x, w, b: ts.conv2d(x, w, b, stride=stride, padding=padding,
+                                          dilation=dilation, groups=groups))
+    return fn.specialize(x, w, b), [x, w, b]
+
+
+@pytest.mark.parametrize(("xs", "ws", "groups", "stride", "padding", "dilation", "dt", "kind"),
+                         CASES)
+@pytest.mark.parametrize("sm90", [False, True])
+def test_grouped_conv2d_on_both_interpreters(xs, ws, groups, stride, padding, dilation, dt,
+                                             kind, sm90) -> None:
+    spec, args = _spec(xs, ws, groups, stride, padding, dilation, dt)
+    ref = _ref(*args, stride, padding, dilation, groups)
+    (want,) = run_function(spec.ir("graph"), spec.name, [a.copy() for a in args])
+    _close(want, ref, TOL[dt])
+    module = spec.ir("graph").clone()
+    assert isinstance(module, ModuleOp)
+    LowerGraphToTile(sm90=sm90, implicit_conv=sm90).apply(default_context(), module)
+    kernels = [o.sym_name.data for o in module.walk() if o.name == "ttile.kernel"]
+    assert [k.split("_", 1)[1].rsplit("_", 1)[0] for k in kernels] == [kind]
+    (got,) = run_host(module, spec.name, [a.copy() for a in args])
+    assert got.dtype == np.dtype(dt)
+    _close(got, ref, TOL[dt])
+
+
+def _op(xs, ws, groups, stride=1, padding=0, dt=bf) -> g.Conv2dOp:
+    spec, _ = _spec(xs, ws, groups, stride, padding, 1, dt)
+    return next(o for o in spec.ir("graph").walk() if isinstance(o, g.Conv2dOp))
+
+
+def test_sm90_paths_refuse_groups_with_the_reason() -> None:
+    op = _op((2, 64, 8, 8), (64, 32, 3, 3), 2)
+    for why in (conv_eligible(op), implicit_eligible(op)):
+        assert why is not None and "groups=2" in why and "direct kernel" in why
+    pw = _op((2, 64, 8, 8), (64, 32, 1, 1), 2)
+    assert "groups=2" in (conv1x1_eligible(pw) or "")
+    assert conv_eligible(_op((2, 64, 8, 8), (64, 64, 3, 3), 1)) is None
+
+
+def test_plane_kernel_takes_one_input_channel_per_output() -> None:
+    # MobileNet's 56x56 depthwise layer: two blocks of 28 rows (30 x 58 staged inputs)
+    assert plane_rows(_op((1, 8, 56, 56), (8, 1, 3, 3), 8, 1, 1)) == 28
+    assert plane_eligible(_op((1, 8, 56, 56), (8, 1, 7, 7), 8, 1, 3)) is None
+    assert "input channels per output" in plane_eligible(_op((1, 8, 9, 9), (8, 2, 3, 3), 4))
+    assert "taps" in plane_eligible(_op((1, 2, 20, 20), (2, 1, 9, 9), 2))
+    assert "inputs" in plane_eligible(_op((1, 2, 3, 3000), (2, 1, 3, 3), 2))
+
+
+@needs_ptxas
+@pytest.mark.parametrize("dt", [bf, np.float32])
+@pytest.mark.parametrize(("ws", "groups", "padding"),
+                         [((256, 1, 3, 3), 256, 1), ((256, 1, 7, 7), 256, 3),
+                          ((256, 64, 3, 3), 4, 1)])
+def test_grouped_kernels_assemble(dt, ws, groups, padding) -> None:
+    x = np.zeros((64, 256, 56, 56), dt)
+    fn = ts.jit(lambda x, w: ts.conv2d(x, w, padding=padding, groups=groups))
+    spec = fn.specialize(x, np.zeros(ws, dt))
+    ptx = spec.ir("ptx")
+    assert ("ld.shared" in ptx) == (ws[1] == 1)
+    ptxas.check(ptx)
+
+
+def test_frontend_checks_groups() -> None:
+    x, w = np.ones((1, 6, 5, 5), np.float32), np.ones((4, 3, 3, 3), np.float32)
+    with pytest.raises(ShapeError, match="groups needs an int >= 1"):
+        ts.jit(lambda x, w: ts.conv2d(x, w, groups=0)).specialize(x, w)
+    with pytest.raises(ShapeError, match="input C=6 is not groups=3 times weight C=3"):
+        ts.jit(lambda x, w: ts.conv2d(x, w, groups=3)).specialize(x, w)
+    with pytest.raises(ShapeError, match="O=5 are not a multiple of groups=2"):
+        ts.jit(lambda x, w: ts.conv2d(x, w, groups=2)).specialize(
+            x, np.ones((5, 3, 3, 3), np.float32))

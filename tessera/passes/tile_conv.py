@@ -165,10 +165,58 @@ def _plane(op: g.Conv2dOp) -> tuple[int | None, str | None]:
     return rows, None
 
 
+def _lanes(
+    e: KernelEmitter, lid: SSAValue, rows: int, cols: int
+) -> list[tuple[Idx, int, Idx, SSAValue | None, int]]:
+    """The elements ``(r0, dr, col, live, rmax)`` (row ``r0 + dr``, at most ``rmax``) of a
+    ``rows x cols`` block each lane of the tile takes, in the order issued. When ``cols``
+    fits a tile at least 3/4 used (``p = GROUP // cols`` rows per pass), a lane keeps its
+    row ``r0`` and column (``lid // cols``, ``lid % cols``: one division per lane) and
+    steps by ``dr = p`` rows, so that addresses derived from ``r0`` and ``col`` differ by
+    constants (one address register, immediate offsets). Otherwise the flat index
+    ``lid + k GROUP`` is split per element (``dr = 0``). ``live`` is None where every
+    element is in the block."""
+    out: list[tuple[Idx, int, Idx, SSAValue | None, int]] = []
+    per = GROUP // cols
+    if cols <= GROUP and 4 * per * cols >= 3 * GROUP:
+        r0, c = e.unravel(lid, [cdiv(GROUP, cols), cols])
+        lane_ok = e.lt(lid, per * cols) if per * cols < GROUP else None
+        for k in range(cdiv(rows, per)):
+            live = e.and_(lane_ok, e.lt(e.add(r0, k * per), rows) if (k + 1) * per > rows
+                          else None)
+            out.append((r0, k * per, c, live, (GROUP - 1) // cols + k * per))
+        return out
+    total = rows * cols
+    for k in range(cdiv(total, GROUP)):
+        t = e.add(lid, k * GROUP)
+        r, c = e.unravel(t, [rows, cols])
+        out.append((r, 0, c, e.lt(t, total) if (k + 1) * GROUP > total else None,
+                    (k * GROUP + GROUP - 1) // cols))
+    return out
+
+
+def _i32_in(e: KernelEmitter, v32: SSAValue, lo: int | None, hi: int | None) -> SSAValue | None:
+    """``lo <= v32 < hi`` on an i32 value (a bound None is not checked)."""
+    from xdsl.dialects import arith
+    from xdsl.dialects.builtin import i32
+
+    ok = None
+    if lo is not None:
+        ok = e.op(arith.CmpiOp(v32, e.const(lo, i32), "sge"))
+    if hi is not None:
+        ok = e.and_(ok, e.op(arith.CmpiOp(v32, e.const(hi, i32), "slt")))
+    return ok
+
+
 def _lower_plane(lw: _FunctionLowering, op: g.Conv2dOp, rows: int) -> None:
+    from xdsl.dialects import math
+    from xdsl.dialects.builtin import MemRefType, i32
+
+    from tessera.passes.tile_datamove import reshape_view
+
     et = float_elem(op, op.result.type)
     acc_t = compute_type(et)
-    n_, _, h_in, w_in = g.shape_of(op.input)
+    n_, c_, h_in, w_in = g.shape_of(op.input)
     o_all, _, kh, kw = g.shape_of(op.weight)
     mult = o_all // op.groups_value  # output channels per input channel
     ho_all, wo_all = g.shape_of(op.result)[2:]
@@ -176,58 +224,70 @@ def _lower_plane(lw: _FunctionLowering, op: g.Conv2dOp, rows: int) -> None:
     ph, pw = op.padding.get_values()
     dh, dw = op.dilation_values
     srows, scols = _stage_shape(op, rows)
-    staged = srows * scols
     blocks = cdiv(ho_all, rows)
     has_bias = op.bias is not None
     out = lw.alloc(op.result.type)
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
-        o_ref, x_ref, w_ref = args[:3]
+        o_ref, x_ref, w_ref = args[:3]  # flat NOHoWo, flat NCHW, OIHW
         n, o, rb = e.unravel(e.tile_id("x"), [n_, o_all, blocks])
-        ci = e.div(o, mult)
+        x_plane = e.mul(e.add(e.mul(n, c_), e.div(o, mult)), h_in)  # the input plane's row 0
+        y_plane = e.mul(e.add(e.mul(n, o_all), o), ho_all)
         lid = e.local_id()
         row0 = e.mul(rb, rows)  # the tile's first output row
         top = e.sub(e.mul(row0, sh), ph)  # the input row of staged row 0
-        buf = e.op(tt.AllocSharedOp([staged], acc_t, alignment=16))
-        # stage the input rows: every load first, then the shared stores
+        buf = e.op(tt.AllocSharedOp([srows * scols], acc_t, alignment=16))
+        # stage the input rows: every load first, then the shared stores. A lane whose
+        # element lies in the zero padding does not load (its address is never used).
         loaded: list[tuple[Idx, SSAValue, SSAValue | None]] = []
-        for k in range(cdiv(staged, GROUP)):
-            t = e.add(lid, k * GROUP)
-            live = e.lt(t, staged) if (k + 1) * GROUP > staged else None
-            sr, sc = e.unravel(t, [srows, scols])
-            h = e.add(top, sr)
-            w = e.sub(sc, pw)
-            inside = e.and_(e.and_(e.and_(live, e.le(0, h)), e.lt(h, h_in)),
-                            e.and_(e.le(0, w), e.lt(w, w_in)))
-            assert inside is not None
-            hh: Idx = e.select(inside, h, 0)
-            ww: Idx = e.select(inside, w, 0)
-            loaded.append((t, e.load(x_ref, [n, ci, hh, ww], mask=inside), live))
+        lane: dict[tuple[object, object], tuple[Idx, Idx, SSAValue, SSAValue | None]] = {}
+        for r0, dr, sc, live, _ in _lanes(e, lid, srows, scols):
+            if (r0, sc) not in lane:
+                w = e.sub(sc, pw)
+                h = e.add(top, r0)
+                col_ok = None
+                if pw or scols > w_in:
+                    col_ok = _i32_in(e, e.convert(e.index(w), i32), 0 if pw else None, w_in)
+                lane[(r0, sc)] = (e.add(e.mul(e.add(x_plane, h), w_in), w),
+                                  e.add(e.mul(r0, scols), sc), e.convert(e.index(h), i32), col_ok)
+            xi, si, h32, col_ok = lane[(r0, sc)]
+            inside = e.and_(e.and_(live, col_ok), _i32_in(e, h32, -dr, h_in - dr))
+            v = e.load(x_ref, [e.add(xi, dr * w_in)], mask=inside)
+            loaded.append((e.add(si, dr * scols), v, live))
         taps = [[e.convert(e.load(w_ref, [o, 0, i, j]), acc_t) for j in range(kw)]
                 for i in range(kh)]
         bias = e.convert(e.load(args[3], [o]), acc_t) if has_bias else None
         for t, v, live in loaded:
             e.store(e.convert(v, acc_t), buf, [t], mask=live)
         e.barrier()
-        for k in range(cdiv(rows * wo_all, GROUP)):
-            q = e.add(lid, k * GROUP)
-            r, wo = e.unravel(q, [rows, wo_all])
-            ho = e.add(row0, r)
-            ok = e.lt(ho, ho_all)
-            if (k + 1) * GROUP > rows * wo_all:
-                ok = e.and_(ok, e.lt(q, rows * wo_all))
-            assert ok is not None
-            base: Idx = e.select(ok, e.add(e.mul(e.mul(r, sh), scols), e.mul(wo, sw)), 0)
+        olane: dict[tuple[object, object], tuple[Idx, Idx, SSAValue]] = {}
+        for r0, dr, wo, live, rmax in _lanes(e, lid, rows, wo_all):
+            if (r0, wo) not in olane:
+                olane[(r0, wo)] = (
+                    e.add(e.mul(e.mul(r0, sh), scols), e.mul(wo, sw)),
+                    e.add(e.mul(e.add(e.add(y_plane, row0), r0), wo_all), wo),
+                    e.convert(e.index(r0), i32))
+            base, yi, r32 = olane[(r0, wo)]
+            # the last block's rows past Ho are not stored; a row past the block (a lane
+            # of the last pass) would read past the staged rows
+            ok = live
+            if ho_all % rows:
+                ho32 = e.convert(e.index(e.add(row0, r0)), i32)
+                ok = e.and_(ok, _i32_in(e, ho32, None, ho_all - dr))
+            inb = _i32_in(e, r32, None, rows - dr) if rmax >= rows else None
             acc = e.const(0.0, acc_t)
             for i in range(kh):
                 for j in range(kw):
-                    xv = e.load(buf, [e.add(base, i * dh * scols + j * dw)])
-                    acc = e.fadd(acc, e.fmul(xv, taps[i][j]))
+                    xv = e.load(buf, [e.add(base, dr * sh * scols + i * dh * scols + j * dw)],
+                                mask=inb)
+                    acc = e.op(math.FmaOp(xv, taps[i][j], acc))
             if bias is not None:
                 acc = e.fadd(acc, bias)
-            e.store(e.convert(acc, et), o_ref, [n, o, ho, wo], mask=ok)
+            e.store(e.convert(acc, et), o_ref, [e.add(yi, dr * wo_all)], mask=ok)
 
-    args = [out, lw.mem(op.input), lw.mem(op.weight)]
+    args = [reshape_view(lw, out, MemRefType(et, [n_ * o_all * ho_all * wo_all])),
+            reshape_view(lw, lw.mem(op.input), MemRefType(et, [n_ * c_ * h_in * w_in])),
+            lw.mem(op.weight)]
     if op.bias is not None:
         args.append(lw.mem(op.bias))
     lw.kernel("conv2d_plane", args, GROUP, [n_ * o_all * blocks, 1, 1], build)

@@ -39,6 +39,8 @@ CASES = [
     ((1, 3, 13, 17), (3, 1, 3, 3), 3, (2, 1), 2, 2, np.float64, "conv2d_plane"),
     # 40 output rows in two blocks of 20 (a 62-column row: 31 rows fit the staging budget)
     ((1, 2, 40, 60), (2, 1, 3, 3), 2, 1, 1, 1, np.float32, "conv2d_plane"),
+    # 152-column rows fill 59% of a tile: lanes take flat indices, not fixed columns
+    ((1, 2, 7, 150), (4, 1, 3, 3), 2, 1, 1, 1, bf, "conv2d_plane"),
 ]
 
 

@@ -17,27 +17,31 @@ func.func @grouped(%x: tensor<2x6x7x9xf32>, %w: tensor<4x3x3x3xf32>) -> tensor<2
 // CHECK:      ttile.launch @grouped_conv2d_0(%{{.*}}, %x, %w) grid = [2, 1, 1]
 
 // Depthwise with a channel multiplier of 2 (one input channel per output channel): the
-// plane kernel, one tile per (n, o) plane of 7 output rows; its lanes stage the 15 x 19
-// input rows (stride 2, zero padding included) in shared memory as f32, load the 9 taps
-// and the bias once, then read the taps from shared memory (unrolled) after a barrier.
+// plane kernel, one tile per (n, o) plane of 7 output rows, on flat views of the input
+// and the result; its lanes stage the 15 x 19 input rows (stride 2, zero padding
+// included: masked loads) in shared memory as f32, load the 9 taps and the bias once,
+// then after a barrier each output is 9 fused multiply-adds of shared loads.
 func.func @depthwise(%x: tensor<2x4x13x17xbf16>, %w: tensor<8x1x3x3xbf16>, %b: tensor<8xbf16>) -> tensor<2x8x7x9xbf16> {
   %0 = tgraph.conv2d %x, %w bias %b : tensor<8xbf16> stride = [2, 2] padding = [1, 1] groups = 4 : tensor<2x4x13x17xbf16>, tensor<8x1x3x3xbf16> -> tensor<2x8x7x9xbf16>
   func.return %0 : tensor<2x8x7x9xbf16>
 }
-// CHECK:      ttile.kernel @depthwise_conv2d_plane_0(
+// CHECK:      ttile.kernel @depthwise_conv2d_plane_0(%{{.*}}: memref<1008xbf16>, %{{.*}}: memref<1768xbf16>, %{{.*}}: memref<8x1x3x3xbf16>, %{{.*}}: memref<8xbf16>) group_size = 256 {
 // CHECK:        ttile.tile_id x
 // CHECK:        %[[SMEM:[0-9]+]] = ttile.alloc_shared alignment = 16 : memref<285xf32, #tessera.smem>
-// CHECK:        ttile.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] mask %{{.*}} : memref<2x4x13x17xbf16> -> bf16
-// CHECK:        ttile.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] mask %{{.*}} : memref<2x4x13x17xbf16> -> bf16
+// CHECK:        ttile.load %{{.*}}[%{{.*}}] mask %{{.*}} : memref<1768xbf16> -> bf16
+// CHECK:        ttile.load %{{.*}}[%{{.*}}] mask %{{.*}} : memref<1768xbf16> -> bf16
 // CHECK-COUNT-9: ttile.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] : memref<8x1x3x3xbf16> -> bf16
 // CHECK:        ttile.load %{{.*}}[%{{.*}}] : memref<8xbf16> -> bf16
-// CHECK:        ttile.store %{{.*}}, %[[SMEM]][%{{.*}}] : f32, memref<285xf32, #tessera.smem>
+// CHECK:        ttile.store %{{.*}}, %[[SMEM]][%{{.*}}] mask %{{.*}} : f32, memref<285xf32, #tessera.smem>
 // CHECK:        ttile.store %{{.*}}, %[[SMEM]][%{{.*}}] mask %{{.*}} : f32, memref<285xf32, #tessera.smem>
 // CHECK-NEXT:   ttile.barrier
-// CHECK-COUNT-9: ttile.load %[[SMEM]][%{{.*}}] : memref<285xf32, #tessera.smem> -> f32
-// CHECK:        ttile.store %{{.*}}, %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] mask %{{.*}} : bf16, memref<2x8x7x9xbf16>
+// CHECK-COUNT-9: math.fma
+// CHECK-NOT:    math.fma
+// CHECK:        ttile.store %{{.*}}, %{{.*}}[%{{.*}}] mask %{{.*}} : bf16, memref<1008xbf16>
 // CHECK-NEXT:   ttile.return
-// CHECK:      ttile.launch @depthwise_conv2d_plane_0(%{{.*}}, %x, %w, %b) grid = [16, 1, 1]
+// CHECK:      %[[Y:[0-9]+]] = memref.collapse_shape %{{.*}} : memref<2x8x7x9xbf16> into memref<1008xbf16>
+// CHECK-NEXT: %[[X:[0-9]+]] = memref.collapse_shape %x {{.*}} into memref<1768xbf16>
+// CHECK-NEXT: ttile.launch @depthwise_conv2d_plane_0(%[[Y]], %[[X]], %w, %b) grid = [16, 1, 1]
 
 // A grouped bf16 convolution with O a multiple of 8 is no GEMM for the sm90 paths: it
 // stays on the direct kernels (sm90/conv.py and conv_implicit.py say why).

@@ -16,18 +16,22 @@ clamped to 0, so no lane addresses memory outside the input).
 output channel (``C / groups == 1``: depthwise, or depthwise with a channel multiplier
 ``O / groups``) is memory-bound (``kh kw`` products per output element), so each tile
 works on ``R`` output rows of one output plane ``(n, o)`` (grid ``[N O ceil(Ho / R), 1,
-1]``): its lanes first copy the input rows those outputs read, zero padding included,
-into a shared ``rows x cols`` buffer of the compute type (coalesced loads along W, all
-of a lane's loads issued before its shared stores), load the plane's ``kh kw`` weights
-into registers, then each lane computes ``ceil(R Wo / 256)`` outputs (``wo`` fastest:
-coalesced stores) from shared memory with the taps unrolled: every input element is read
-from global memory once per tile (halo rows once more by the neighbouring tile) instead
-of ``kh kw`` times.
+1]``, on flat views of the input and the result): its lanes first copy the input rows
+those outputs read, zero padding included, into a shared ``rows x cols`` buffer of the
+compute type (coalesced loads along W, all of a lane's loads issued before its shared
+stores; a lane whose element lies in the padding does not load), load the plane's
+``kh kw`` weights into registers, then each lane computes ``ceil(R Wo / 256)`` outputs
+(``wo`` fastest: coalesced stores) from shared memory with the taps unrolled as fused
+multiply-adds. A lane keeps one column and steps by rows (:func:`_lanes`), so its
+addresses differ by constants: the shared loads of all its taps and outputs use one
+address register with immediate offsets. Every input element is read from global
+memory once per tile (halo rows once more by the neighbouring tile) instead of ``kh kw``
+times.
 
 Products and sums are in f32 for f32/f16/bf16 operands (16-bit values widened exactly)
-and f64 for f64; the bias is added to the sum and the result rounded once to the result
-type, as the Graph IR interpreter does (which sums in another order, so the two agree to
-rounding).
+and f64 for f64 (the plane kernel fuses each product into its sum); the bias is added to
+the sum and the result rounded once to the result type, as the Graph IR interpreter does
+(which sums in another order, so the two agree to rounding).
 """
 
 from __future__ import annotations
@@ -35,11 +39,14 @@ from __future__ import annotations
 import math as pymath
 from typing import TYPE_CHECKING
 
+from xdsl.dialects import arith, math
+from xdsl.dialects.builtin import MemRefType, i32
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, compute_type, float_elem
+from tessera.passes.tile_datamove import reshape_view
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -197,9 +204,6 @@ def _lanes(
 
 def _i32_in(e: KernelEmitter, v32: SSAValue, lo: int | None, hi: int | None) -> SSAValue | None:
     """``lo <= v32 < hi`` on an i32 value (a bound None is not checked)."""
-    from xdsl.dialects import arith
-    from xdsl.dialects.builtin import i32
-
     ok = None
     if lo is not None:
         ok = e.op(arith.CmpiOp(v32, e.const(lo, i32), "sge"))
@@ -209,11 +213,7 @@ def _i32_in(e: KernelEmitter, v32: SSAValue, lo: int | None, hi: int | None) -> 
 
 
 def _lower_plane(lw: _FunctionLowering, op: g.Conv2dOp, rows: int) -> None:
-    from xdsl.dialects import math
-    from xdsl.dialects.builtin import MemRefType, i32
-
-    from tessera.passes.tile_datamove import reshape_view
-
+    """The plane kernel (module docstring) with ``rows`` output rows per tile."""
     et = float_elem(op, op.result.type)
     acc_t = compute_type(et)
     n_, c_, h_in, w_in = g.shape_of(op.input)

@@ -28,6 +28,16 @@ address register with immediate offsets. Every input element is read from global
 memory once per tile (halo rows once more by the neighbouring tile) instead of ``kh kw``
 times.
 
+**Window kernel** (:func:`window_eligible`): one input channel per output channel, few
+outputs per plane (at most :data:`WINDOW_OUTPUTS`) and a large kernel, the shape of a
+grouped convolution's weight gradient (the input convolved with the output gradient as
+kernel: a 56x56 kernel for 3x3 outputs). The direct kernel would give each of the few
+outputs one lane and a long serial loop; here one tile takes a whole output plane: its
+lanes split the kernel's taps (flat index ``lid + k 256``, coalesced along the kernel's
+rows), each keeps one f32 partial per output in registers (``scf.for`` over its taps,
+the input read through L1 at the ``Ho Wo`` offsets of a tap), and the partials are
+added by ``ttile.reduce`` over the tile (a fixed order) before lane 0 stores the plane.
+
 Products and sums are in f32 for f32/f16/bf16 operands (16-bit values widened exactly)
 and f64 for f64 (the plane kernel fuses each product into its sum); the bias is added to
 the sum and the result rounded once to the result type, as the Graph IR interpreter does
@@ -37,10 +47,11 @@ the sum and the result rounded once to the result type, as the Graph IR interpre
 from __future__ import annotations
 
 import math as pymath
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import MemRefType, i32
+from xdsl.dialects.builtin import Float64Type, MemRefType, i32
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
@@ -60,6 +71,8 @@ PLANE_OUTPUTS = 2048
 """Most output elements of a plane-kernel tile (8 per lane)."""
 PLANE_TAPS = 64
 """Most kernel taps (``kh kw``) the plane kernel unrolls."""
+WINDOW_OUTPUTS = 64
+"""Most outputs per plane (registers of partial sums per lane) of the window kernel."""
 
 
 def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
@@ -68,6 +81,9 @@ def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
     rows = plane_rows(op)
     if rows is not None:
         _lower_plane(lw, op, rows)
+        return
+    if window_eligible(op) is None:
+        _lower_window(lw, op)
         return
 
     et = float_elem(op, op.result.type)
@@ -212,6 +228,50 @@ def _i32_in(e: KernelEmitter, v32: SSAValue, lo: int | None, hi: int | None) -> 
     return ok
 
 
+STAGE_BATCH = 16
+"""Most loads a lane issues before storing them to shared memory while staging."""
+
+
+def _stage(
+    e: KernelEmitter, lid: SSAValue, x_ref: SSAValue, x_plane: Idx, top: Idx,
+    staged: tuple[int, int], size: tuple[int, int], pw: int, buf: SSAValue,
+    between: Callable[[KernelEmitter], None],
+) -> None:
+    """Copy the ``staged = (rows, cols)`` input elements from row ``top`` and column
+    ``-pw`` of the plane whose row 0 is row ``x_plane`` of the flat input ``x_ref`` (of
+    planes ``size = (H, W)``) into the shared ``buf`` in the compute type, zeros outside
+    the plane: coalesced along W, :data:`STAGE_BATCH` loads of a lane issued before their
+    shared stores (``between`` emits more loads after the first batch). A lane whose
+    element lies in the zero padding does not load (its address is never used)."""
+    srows, scols = staged
+    h_in, w_in = size
+    acc_t = buf.type.element_type  # type: ignore[attr-defined]
+    lane: dict[tuple[object, object], tuple[Idx, Idx, SSAValue, SSAValue | None]] = {}
+    loaded: list[tuple[Idx, SSAValue, SSAValue | None]] = []
+    first = True
+    elems = _lanes(e, lid, srows, scols)
+    for q, (r0, dr, sc, live, _) in enumerate(elems):
+        if (r0, sc) not in lane:
+            w = e.sub(sc, pw)
+            h = e.add(top, r0)
+            col_ok = None
+            if pw or scols > w_in:
+                col_ok = _i32_in(e, e.convert(e.index(w), i32), 0 if pw else None, w_in)
+            lane[(r0, sc)] = (e.add(e.mul(e.add(x_plane, h), w_in), w),
+                              e.add(e.mul(r0, scols), sc), e.convert(e.index(h), i32), col_ok)
+        xi, si, h32, col_ok = lane[(r0, sc)]
+        inside = e.and_(e.and_(live, col_ok), _i32_in(e, h32, -dr, h_in - dr))
+        v = e.load(x_ref, [e.add(xi, dr * w_in)], mask=inside)
+        loaded.append((e.add(si, dr * scols), v, live))
+        if len(loaded) == STAGE_BATCH or q == len(elems) - 1:
+            if first:
+                between(e)
+                first = False
+            for t, v, ok in loaded:
+                e.store(e.convert(v, acc_t), buf, [t], mask=ok)
+            loaded = []
+
+
 def _lower_plane(lw: _FunctionLowering, op: g.Conv2dOp, rows: int) -> None:
     """The plane kernel (module docstring) with ``rows`` output rows per tile."""
     et = float_elem(op, op.result.type)
@@ -237,28 +297,17 @@ def _lower_plane(lw: _FunctionLowering, op: g.Conv2dOp, rows: int) -> None:
         row0 = e.mul(rb, rows)  # the tile's first output row
         top = e.sub(e.mul(row0, sh), ph)  # the input row of staged row 0
         buf = e.op(tt.AllocSharedOp([srows * scols], acc_t, alignment=16))
-        # stage the input rows: every load first, then the shared stores. A lane whose
-        # element lies in the zero padding does not load (its address is never used).
-        loaded: list[tuple[Idx, SSAValue, SSAValue | None]] = []
-        lane: dict[tuple[object, object], tuple[Idx, Idx, SSAValue, SSAValue | None]] = {}
-        for r0, dr, sc, live, _ in _lanes(e, lid, srows, scols):
-            if (r0, sc) not in lane:
-                w = e.sub(sc, pw)
-                h = e.add(top, r0)
-                col_ok = None
-                if pw or scols > w_in:
-                    col_ok = _i32_in(e, e.convert(e.index(w), i32), 0 if pw else None, w_in)
-                lane[(r0, sc)] = (e.add(e.mul(e.add(x_plane, h), w_in), w),
-                                  e.add(e.mul(r0, scols), sc), e.convert(e.index(h), i32), col_ok)
-            xi, si, h32, col_ok = lane[(r0, sc)]
-            inside = e.and_(e.and_(live, col_ok), _i32_in(e, h32, -dr, h_in - dr))
-            v = e.load(x_ref, [e.add(xi, dr * w_in)], mask=inside)
-            loaded.append((e.add(si, dr * scols), v, live))
-        taps = [[e.convert(e.load(w_ref, [o, 0, i, j]), acc_t) for j in range(kw)]
-                for i in range(kh)]
-        bias = e.convert(e.load(args[3], [o]), acc_t) if has_bias else None
-        for t, v, live in loaded:
-            e.store(e.convert(v, acc_t), buf, [t], mask=live)
+        loaded: list[SSAValue] = []
+
+        def weights(e: KernelEmitter) -> None:
+            loaded.extend(e.convert(e.load(w_ref, [o, 0, i, j]), acc_t)
+                          for i in range(kh) for j in range(kw))
+            if has_bias:
+                loaded.append(e.convert(e.load(args[3], [o]), acc_t))
+
+        _stage(e, lid, x_ref, x_plane, top, (srows, scols), (h_in, w_in), pw, buf, weights)
+        taps = [loaded[i * kw:(i + 1) * kw] for i in range(kh)]
+        bias = loaded[-1] if has_bias else None
         e.barrier()
         olane: dict[tuple[object, object], tuple[Idx, Idx, SSAValue]] = {}
         for r0, dr, wo, live, rmax in _lanes(e, lid, rows, wo_all):
@@ -291,4 +340,102 @@ def _lower_plane(lw: _FunctionLowering, op: g.Conv2dOp, rows: int) -> None:
     if op.bias is not None:
         args.append(lw.mem(op.bias))
     lw.kernel("conv2d_plane", args, GROUP, [n_ * o_all * blocks, 1, 1], build)
+    lw.env[op.result] = out
+
+
+# --------------------------------------------------------------------------- window kernel
+
+
+def window_eligible(op: g.Conv2dOp) -> str | None:
+    """None if the window kernel (module docstring) takes ``op``, else why not."""
+    _, cg, kh, kw = g.shape_of(op.weight)
+    ho, wo = g.shape_of(op.result)[2:]
+    if cg != 1:
+        return f"{cg} input channels per output channel (C / groups != 1)"
+    if ho * wo > WINDOW_OUTPUTS:
+        return f"{ho}x{wo} outputs per plane (> {WINDOW_OUTPUTS})"
+    if kh * kw <= PLANE_TAPS:
+        return f"kernel {kh}x{kw}: few taps per output (the plane or direct kernel)"
+    if min(g.shape_of(op.result)) < 1:
+        return "empty result"
+    return None
+
+
+WINDOW_STAGE_BYTES = 44 * 1024
+"""Most shared memory the window kernel stages its input plane in (static shared memory
+is limited to 48 KiB per tile; the reduction takes a little)."""
+
+
+def _lower_window(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
+    et = float_elem(op, op.result.type)
+    acc_t = compute_type(et)
+    n_, c_, h_in, w_in = g.shape_of(op.input)
+    o_all, _, kh, kw = g.shape_of(op.weight)
+    mult = o_all // op.groups_value
+    ho_all, wo_all = g.shape_of(op.result)[2:]
+    sh, sw = op.stride.get_values()
+    ph, pw = op.padding.get_values()
+    dh, dw = op.dilation_values
+    taps = kh * kw
+    has_bias = op.bias is not None
+    srows, scols = _stage_shape(op, ho_all)
+    abytes = 8 if isinstance(acc_t, Float64Type) else 4
+    staged = srows * scols * abytes <= WINDOW_STAGE_BYTES
+    out = lw.alloc(op.result.type)
+
+    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+        o_ref, x_ref, w_ref = args[:3]  # flat NOHoWo, flat NCHW, flat O*kh*kw
+        n, o = e.unravel(e.tile_id("x"), [n_, o_all])
+        x_plane = e.mul(e.add(e.mul(n, c_), e.div(o, mult)), h_in)
+        lid = e.local_id()
+        buf = None
+        if staged:  # the padded plane in shared memory, then taps at constant offsets
+            buf = e.op(tt.AllocSharedOp([srows * scols], acc_t, alignment=16))
+            _stage(e, lid, x_ref, x_plane, -ph, (srows, scols), (h_in, w_in), pw, buf,
+                   lambda e: None)
+            e.barrier()
+
+        def over_taps(b: KernelEmitter, k: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+            t = b.add(lid, b.mul(k, GROUP))
+            live = b.lt(t, taps)
+            a, c = b.unravel(t, [kh, kw])
+            wv = b.convert(b.load(w_ref, [b.add(b.mul(o, taps), t)], mask=live), acc_t)
+            new = []
+            if buf is not None:
+                base = b.add(b.mul(a, dh * scols), b.mul(c, dw))
+                for i in range(ho_all):
+                    for j in range(wo_all):
+                        xv = b.load(buf, [b.add(base, i * sh * scols + j * sw)], mask=live)
+                        new.append(b.op(math.FmaOp(xv, wv, acc[i * wo_all + j])))
+                return new
+            h0 = b.sub(b.mul(a, dh), ph)  # the input row of output row 0
+            w0 = b.sub(b.mul(c, dw), pw)
+            h32, w32 = b.convert(b.index(h0), i32), b.convert(b.index(w0), i32)
+            rows_ok = [_i32_in(b, h32, -i * sh, h_in - i * sh) for i in range(ho_all)]
+            cols_ok = [_i32_in(b, w32, -j * sw, w_in - j * sw) for j in range(wo_all)]
+            base = b.add(b.mul(x_plane, w_in), b.add(b.mul(h0, w_in), w0))
+            for i in range(ho_all):
+                for j in range(wo_all):
+                    ok = b.and_(live, b.and_(rows_ok[i], cols_ok[j]))
+                    xv = b.load(x_ref, [b.add(base, i * sh * w_in + j * sw)], mask=ok)
+                    new.append(b.op(math.FmaOp(b.convert(xv, acc_t), wv, acc[i * wo_all + j])))
+            return new
+
+        zero = e.const(0.0, acc_t)
+        accs = e.for_(0, cdiv(taps, GROUP), 1, [zero] * (ho_all * wo_all), over_taps)
+        sums = [e.op(tt.ReduceOp(a, "sum", "group")) for a in accs]
+        bias = e.convert(e.load(args[3], [o]), acc_t) if has_bias else None
+        first = e.eq(lid, 0)
+        y_plane = e.mul(e.add(e.mul(n, o_all), o), ho_all * wo_all)
+        for q, v in enumerate(sums):
+            if bias is not None:
+                v = e.fadd(v, bias)
+            e.store(e.convert(v, et), o_ref, [e.add(y_plane, q)], mask=first)
+
+    args = [reshape_view(lw, out, MemRefType(et, [n_ * o_all * ho_all * wo_all])),
+            reshape_view(lw, lw.mem(op.input), MemRefType(et, [n_ * c_ * h_in * w_in])),
+            reshape_view(lw, lw.mem(op.weight), MemRefType(et, [o_all * taps]))]
+    if op.bias is not None:
+        args.append(lw.mem(op.bias))
+    lw.kernel("conv2d_window", args, GROUP, [n_ * o_all, 1, 1], build)
     lw.env[op.result] = out

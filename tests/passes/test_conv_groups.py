@@ -18,7 +18,7 @@ from tessera.passes.lower_graph_to_tile import LowerGraphToTile
 from tessera.passes.pipelines import default_context
 from tessera.passes.sm90.conv import conv1x1_eligible, conv_eligible
 from tessera.passes.sm90.conv_implicit import implicit_eligible
-from tessera.passes.tile_conv import plane_eligible, plane_rows
+from tessera.passes.tile_conv import plane_eligible, plane_rows, window_eligible
 from tessera.runtime import ptxas
 from tessera.runtime.graph_interpreter import run_function
 from tessera.runtime.tile_interpreter import run_host
@@ -41,6 +41,11 @@ CASES = [
     ((1, 2, 40, 60), (2, 1, 3, 3), 2, 1, 1, 1, np.float32, "conv2d_plane"),
     # 152-column rows fill 59% of a tile: lanes take flat indices, not fixed columns
     ((1, 2, 7, 150), (4, 1, 3, 3), 2, 1, 1, 1, bf, "conv2d_plane"),
+    # a weight gradient's shape (few outputs per plane, a large kernel): the window kernel,
+    # its input plane staged in shared memory, or read from global memory when too large
+    ((2, 6, 20, 22), (6, 1, 12, 14), 6, 2, 2, 1, np.float64, "conv2d_window"),
+    ((1, 4, 16, 17), (8, 1, 10, 8), 4, 1, 0, (1, 2), bf, "conv2d_window"),
+    ((1, 2, 76, 76), (2, 1, 72, 72), 2, 1, 0, 1, np.float64, "conv2d_window"),
 ]
 
 
@@ -108,19 +113,27 @@ def test_plane_kernel_takes_one_input_channel_per_output() -> None:
     assert "input channels per output" in plane_eligible(_op((1, 8, 9, 9), (8, 2, 3, 3), 4))
     assert "taps" in plane_eligible(_op((1, 2, 20, 20), (2, 1, 9, 9), 2))
     assert "inputs" in plane_eligible(_op((1, 2, 3, 3000), (2, 1, 3, 3), 2))
+    # a depthwise weight gradient: input [1, N C, H, W], N C output-gradient kernels
+    assert window_eligible(_op((1, 12, 58, 58), (12, 1, 56, 56), 12)) is None
+    assert "outputs per plane" in window_eligible(_op((1, 2, 20, 22), (2, 1, 9, 10), 2, 2, 2))
+    assert "few taps" in window_eligible(_op((1, 2, 6, 6), (2, 1, 3, 3), 2))
 
 
 @needs_ptxas
-@pytest.mark.parametrize("dt", [bf, np.float32])
-@pytest.mark.parametrize(("ws", "groups", "padding"),
-                         [((256, 1, 3, 3), 256, 1), ((256, 1, 7, 7), 256, 3),
-                          ((256, 64, 3, 3), 4, 1)])
-def test_grouped_kernels_assemble(dt, ws, groups, padding) -> None:
-    x = np.zeros((64, 256, 56, 56), dt)
+@pytest.mark.parametrize(("xs", "ws", "groups", "padding", "kind", "dt"), [
+    ((64, 256, 56, 56), (256, 1, 3, 3), 256, 1, "conv2d_plane", bf),
+    ((64, 256, 56, 56), (256, 1, 3, 3), 256, 1, "conv2d_plane", np.float32),
+    ((64, 256, 56, 56), (256, 1, 7, 7), 256, 3, "conv2d_plane", bf),
+    ((64, 256, 56, 56), (256, 64, 3, 3), 4, 1, "conv2d", bf),
+    # the weight gradient of the first: 16384 planes of 56x56 taps, 3x3 outputs each
+    ((1, 16384, 56, 56), (16384, 1, 56, 56), 16384, 1, "conv2d_window", bf),
+])
+def test_grouped_kernels_assemble(xs, ws, groups, padding, kind, dt) -> None:
     fn = ts.jit(lambda x, w: ts.conv2d(x, w, padding=padding, groups=groups))
-    spec = fn.specialize(x, np.zeros(ws, dt))
+    spec = fn.specialize(np.zeros(xs, dt), np.zeros(ws, dt))
     ptx = spec.ir("ptx")
-    assert ("ld.shared" in ptx) == (ws[1] == 1)
+    assert f"_{kind}_0" in ptx
+    assert ("ld.shared" in ptx) == (kind != "conv2d")
     ptxas.check(ptx)
 
 

@@ -43,6 +43,28 @@ func.func @depthwise(%x: tensor<2x4x13x17xbf16>, %w: tensor<8x1x3x3xbf16>, %b: t
 // CHECK-NEXT: %[[X:[0-9]+]] = memref.collapse_shape %x {{.*}} into memref<1768xbf16>
 // CHECK-NEXT: ttile.launch @depthwise_conv2d_plane_0(%[[Y]], %[[X]], %w, %b) grid = [16, 1, 1]
 
+// A depthwise weight gradient's shape (the input with 9x10 gradient kernels, 4x4
+// outputs per plane): the window kernel, one tile per plane; its 12 x 13 padded input
+// plane is staged in shared memory, each lane folds its share of the 90 taps into 16
+// partial sums (one scf.for, taps at constant shared offsets), ttile.reduce adds the
+// partials over the tile and lane 0 stores the plane.
+func.func @wgrad(%x: tensor<1x6x10x11xf32>, %w: tensor<6x1x9x10xf32>) -> tensor<1x6x4x4xf32> {
+  %0 = tgraph.conv2d %x, %w stride = [1, 1] padding = [1, 1] groups = 6 : tensor<1x6x10x11xf32>, tensor<6x1x9x10xf32> -> tensor<1x6x4x4xf32>
+  func.return %0 : tensor<1x6x4x4xf32>
+}
+// CHECK:      ttile.kernel @wgrad_conv2d_window_0(%{{.*}}: memref<96xf32>, %{{.*}}: memref<660xf32>, %{{.*}}: memref<540xf32>) group_size = 256 {
+// CHECK:        %[[S:[0-9]+]] = ttile.alloc_shared alignment = 16 : memref<156xf32, #tessera.smem>
+// CHECK:        ttile.store %{{.*}}, %[[S]][%{{.*}}] mask %{{.*}} : f32, memref<156xf32, #tessera.smem>
+// CHECK-NEXT:   ttile.barrier
+// CHECK-NEXT:   arith.constant 0.0
+// CHECK:        scf.for
+// CHECK:          ttile.load %{{.*}}[%{{.*}}] mask %{{.*}} : memref<540xf32> -> f32
+// CHECK-COUNT-16: math.fma
+// CHECK:        scf.yield
+// CHECK-COUNT-16: ttile.reduce %{{.*}} kind = sum scope = group : f32
+// CHECK-COUNT-16: ttile.store %{{.*}}, %{{.*}}[%{{.*}}] mask %{{.*}} : f32, memref<96xf32>
+// CHECK:      ttile.launch @wgrad_conv2d_window_0(%{{.*}}, %{{.*}}, %{{.*}}) grid = [6, 1, 1]
+
 // A grouped bf16 convolution with O a multiple of 8 is no GEMM for the sm90 paths: it
 // stays on the direct kernels (sm90/conv.py and conv_implicit.py say why).
 func.func @grouped_bf16(%x: tensor<2x16x9x9xbf16>, %w: tensor<16x8x3x3xbf16>) -> tensor<2x16x9x9xbf16> {
@@ -52,5 +74,6 @@ func.func @grouped_bf16(%x: tensor<2x16x9x9xbf16>, %w: tensor<16x8x3x3xbf16>) ->
 // SM90-NOT:   ttarget.func
 // SM90:       ttile.kernel @grouped_conv2d_0(
 // SM90:       ttile.kernel @depthwise_conv2d_plane_0(
+// SM90:       ttile.kernel @wgrad_conv2d_window_0(
 // SM90:       ttile.kernel @grouped_bf16_conv2d_0(
 // SM90-NOT:   wgmma

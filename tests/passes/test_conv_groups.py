@@ -173,3 +173,31 @@ def test_grouped_conv2d_gradients_run_lowered(xs, ws, groups, stride, padding, d
     got = run_host(spec.ir("tile"), spec.name, [x.copy(), w.copy(), dy.copy()])
     for a, b in zip(got, (gx.numpy(), gw.numpy())):
         _close(a, b, 1e-12)
+
+
+def test_equal_depthwise_layers_share_their_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three equal depthwise layers: the third launches the second's plane kernel (the
+    kernel memo, checked by building it anyway), and the stack matches torch."""
+    from tessera.passes import lower_graph_to_tile
+
+    monkeypatch.setattr(lower_graph_to_tile, "CHECK_KERNEL_MEMO", True)
+    x = RNG.standard_normal((2, 4, 9, 11)).astype(np.float32)
+    ws = [RNG.standard_normal((4, 1, 3, 3)).astype(np.float32) for _ in range(3)]
+
+    def f(x, a, b, c):
+        for w in (a, b, c):
+            x = ts.conv2d(x, w, padding=1, groups=4)
+        return x
+
+    spec = ts.jit(f).specialize(x, *ws)
+    module = spec.ir("graph").clone()
+    assert isinstance(module, ModuleOp)
+    LowerGraphToTile().apply(default_context(), module)
+    kernels = [o.sym_name.data for o in module.walk() if o.name == "ttile.kernel"]
+    launches = [o for o in module.walk() if o.name == "ttile.launch"]
+    assert len(kernels) == 2 and len(launches) == 3, kernels
+    (got,) = run_host(module, spec.name, [x.copy(), *(w.copy() for w in ws)])
+    ref = torch.from_numpy(x).double()
+    for w in ws:
+        ref = torch.nn.functional.conv2d(ref, torch.from_numpy(w).double(), padding=1, groups=4)
+    _close(got, ref.numpy(), 1e-5)

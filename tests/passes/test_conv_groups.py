@@ -106,6 +106,13 @@ def test_sm90_paths_refuse_groups_with_the_reason() -> None:
     assert conv_eligible(_op((2, 64, 8, 8), (64, 64, 3, 3), 1)) is None
 
 
+def test_grouped_conv_flops_count_one_group_of_channels() -> None:
+    from tessera.profiler.costs import flops
+
+    op = _op((2, 24, 13, 17), (24, 8, 3, 3), 3, 1, 1)
+    assert flops(op) == 2 * 2 * 24 * 13 * 17 * 8 * 9 + 2 * 24 * 13 * 17  # with the bias
+
+
 def test_plane_kernel_takes_one_input_channel_per_output() -> None:
     # MobileNet's 56x56 depthwise layer: two blocks of 28 rows (30 x 58 staged inputs)
     assert plane_rows(_op((1, 8, 56, 56), (8, 1, 3, 3), 8, 1, 1)) == 28

@@ -12,15 +12,15 @@ and kernel columns ``j``, and accumulates
 where input positions in the zero padding are masked loads giving 0 (their indices are
 clamped to 0, so no lane addresses memory outside the input).
 
-**Plane kernel** (:func:`plane_eligible`): a convolution with one input channel per
-output channel (``C / groups == 1``: depthwise, or depthwise with a channel multiplier
-``O / groups``) is memory-bound (``kh kw`` products per output element), so each tile
-works on ``R`` output rows of one output plane ``(n, o)`` (grid ``[N O ceil(Ho / R), 1,
-1]``, on flat views of the input and the result): its lanes first copy the input rows
-those outputs read, zero padding included, into a shared ``rows x cols`` buffer of the
-compute type (coalesced loads along W, all of a lane's loads issued before its shared
-stores; a lane whose element lies in the padding does not load), load the plane's
-``kh kw`` weights into registers, then each lane computes ``ceil(R Wo / 256)`` outputs
+**Plane kernel** (:func:`plane_eligible`): a grouped convolution with few taps per output
+(``C/groups x kh x kw <= 64``: depthwise, depthwise with a channel multiplier ``O /
+groups``, or a few channels per group as ResNeXt's) is memory-bound, so each tile works
+on ``R`` output rows of one output plane ``(n, o)`` (grid ``[N O ceil(Ho / R), 1, 1]``, on
+flat views of the input and the result): its lanes first copy the input rows those
+outputs read from each of the group's ``C/groups`` channels, zero padding included,
+into shared ``rows x cols`` buffers of the compute type (coalesced loads along W, all of a lane's loads issued before its shared
+stores; a lane whose element lies in the padding does not load), load the output
+channel's ``C/groups x kh x kw`` weights into registers, then each lane computes ``ceil(R Wo / 256)`` outputs
 (``wo`` fastest: coalesced stores) from shared memory with the taps unrolled as fused
 multiply-adds. A lane keeps one column and steps by rows (:func:`_lanes`), so its
 addresses differ by constants: the shared loads of all its taps and outputs use one
@@ -65,8 +65,8 @@ if TYPE_CHECKING:
 GROUP = 256
 """Lanes per tile."""
 
-PLANE_STAGE = 2048
-"""Most input elements a plane-kernel tile stages in shared memory (8 loads per lane)."""
+PLANE_STAGE = 4096
+"""Most input elements (16 KiB in f32) a plane-kernel tile stages in shared memory."""
 PLANE_OUTPUTS = 2048
 """Most output elements of a plane-kernel tile (8 per lane)."""
 PLANE_TAPS = 64
@@ -171,18 +171,19 @@ def _plane(op: g.Conv2dOp) -> tuple[int | None, str | None]:
     _, c, _, _ = g.shape_of(op.input)
     _, cg, kh, kw = g.shape_of(op.weight)
     ho, wo = g.shape_of(op.result)[2:]
-    if cg != 1:
-        return None, f"{cg} input channels per output channel (C / groups != 1)"
-    if kh * kw > PLANE_TAPS:
-        return None, f"kernel {kh}x{kw}: more than {PLANE_TAPS} taps to unroll"
+    if op.groups_value == 1 and c > 1:
+        return None, "one channel group (a dense convolution: the GEMM paths or the direct kernel)"
+    if cg * kh * kw > PLANE_TAPS:
+        return None, (f"{cg} input channels per output channel of kernel {kh}x{kw}: more "
+                      f"than {PLANE_TAPS} taps to unroll")
     if min(g.shape_of(op.result)) < 1:
         return None, "empty result"
     r1, cols = _stage_shape(op, 1)
-    if r1 * cols > PLANE_STAGE:
-        return None, f"one output row reads {r1}x{cols} inputs (> {PLANE_STAGE})"
+    if cg * r1 * cols > PLANE_STAGE:
+        return None, f"one output row reads {cg}x{r1}x{cols} inputs (> {PLANE_STAGE})"
     rows = 1
     while rows < ho and rows + 1 <= PLANE_OUTPUTS // wo and \
-            _stage_shape(op, rows + 1)[0] * cols <= PLANE_STAGE:
+            cg * _stage_shape(op, rows + 1)[0] * cols <= PLANE_STAGE:
         rows += 1
     rows = cdiv(ho, cdiv(ho, rows))
     return rows, None
@@ -235,11 +236,12 @@ STAGE_BATCH = 16
 def _stage(
     e: KernelEmitter, lid: SSAValue, x_ref: SSAValue, x_plane: Idx, top: Idx,
     staged: tuple[int, int], size: tuple[int, int], pw: int, buf: SSAValue,
-    between: Callable[[KernelEmitter], None],
+    between: Callable[[KernelEmitter], None], offset: int = 0,
 ) -> None:
     """Copy the ``staged = (rows, cols)`` input elements from row ``top`` and column
     ``-pw`` of the plane whose row 0 is row ``x_plane`` of the flat input ``x_ref`` (of
-    planes ``size = (H, W)``) into the shared ``buf`` in the compute type, zeros outside
+    planes ``size = (H, W)``) into the shared ``buf`` from element ``offset`` on, in the
+    compute type, zeros outside
     the plane: coalesced along W, :data:`STAGE_BATCH` loads of a lane issued before their
     shared stores (``between`` emits more loads after the first batch). A lane whose
     element lies in the zero padding does not load (its address is never used)."""
@@ -258,7 +260,8 @@ def _stage(
             if pw or scols > w_in:
                 col_ok = _i32_in(e, e.convert(e.index(w), i32), 0 if pw else None, w_in)
             lane[(r0, sc)] = (e.add(e.mul(e.add(x_plane, h), w_in), w),
-                              e.add(e.mul(r0, scols), sc), e.convert(e.index(h), i32), col_ok)
+                              e.add(e.add(e.mul(r0, scols), sc), offset),
+                              e.convert(e.index(h), i32), col_ok)
         xi, si, h32, col_ok = lane[(r0, sc)]
         inside = e.and_(e.and_(live, col_ok), _i32_in(e, h32, -dr, h_in - dr))
         v = e.load(x_ref, [e.add(xi, dr * w_in)], mask=inside)
@@ -277,13 +280,14 @@ def _lower_plane(lw: _FunctionLowering, op: g.Conv2dOp, rows: int) -> None:
     et = float_elem(op, op.result.type)
     acc_t = compute_type(et)
     n_, c_, h_in, w_in = g.shape_of(op.input)
-    o_all, _, kh, kw = g.shape_of(op.weight)
-    mult = o_all // op.groups_value  # output channels per input channel
+    o_all, cg, kh, kw = g.shape_of(op.weight)
+    og = o_all // op.groups_value  # output channels per group
     ho_all, wo_all = g.shape_of(op.result)[2:]
     sh, sw = op.stride.get_values()
     ph, pw = op.padding.get_values()
     dh, dw = op.dilation_values
     srows, scols = _stage_shape(op, rows)
+    plane = srows * scols  # one staged input channel
     blocks = cdiv(ho_all, rows)
     has_bias = op.bias is not None
     out = lw.alloc(op.result.type)
@@ -291,22 +295,24 @@ def _lower_plane(lw: _FunctionLowering, op: g.Conv2dOp, rows: int) -> None:
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         o_ref, x_ref, w_ref = args[:3]  # flat NOHoWo, flat NCHW, OIHW
         n, o, rb = e.unravel(e.tile_id("x"), [n_, o_all, blocks])
-        x_plane = e.mul(e.add(e.mul(n, c_), e.div(o, mult)), h_in)  # the input plane's row 0
+        c0 = e.add(e.mul(n, c_), e.mul(e.div(o, og), cg))  # the group's first input channel
         y_plane = e.mul(e.add(e.mul(n, o_all), o), ho_all)
         lid = e.local_id()
         row0 = e.mul(rb, rows)  # the tile's first output row
         top = e.sub(e.mul(row0, sh), ph)  # the input row of staged row 0
-        buf = e.op(tt.AllocSharedOp([srows * scols], acc_t, alignment=16))
+        buf = e.op(tt.AllocSharedOp([cg * plane], acc_t, alignment=16))
         loaded: list[SSAValue] = []
 
         def weights(e: KernelEmitter) -> None:
-            loaded.extend(e.convert(e.load(w_ref, [o, 0, i, j]), acc_t)
-                          for i in range(kh) for j in range(kw))
+            loaded.extend(e.convert(e.load(w_ref, [o, c, i, j]), acc_t)
+                          for c in range(cg) for i in range(kh) for j in range(kw))
             if has_bias:
                 loaded.append(e.convert(e.load(args[3], [o]), acc_t))
 
-        _stage(e, lid, x_ref, x_plane, top, (srows, scols), (h_in, w_in), pw, buf, weights)
-        taps = [loaded[i * kw:(i + 1) * kw] for i in range(kh)]
+        for c in range(cg):  # the group's input channels, one after the other
+            _stage(e, lid, x_ref, e.mul(e.add(c0, c), h_in), top, (srows, scols),
+                   (h_in, w_in), pw, buf, weights if c == 0 else lambda e: None, c * plane)
+        taps = [loaded[t * kw:(t + 1) * kw] for t in range(cg * kh)]  # by (c, i)
         bias = loaded[-1] if has_bias else None
         e.barrier()
         olane: dict[tuple[object, object], tuple[Idx, Idx, SSAValue]] = {}
@@ -325,11 +331,12 @@ def _lower_plane(lw: _FunctionLowering, op: g.Conv2dOp, rows: int) -> None:
                 ok = e.and_(ok, _i32_in(e, ho32, None, ho_all - dr))
             inb = _i32_in(e, r32, None, rows - dr) if rmax >= rows else None
             acc = e.const(0.0, acc_t)
-            for i in range(kh):
-                for j in range(kw):
-                    xv = e.load(buf, [e.add(base, dr * sh * scols + i * dh * scols + j * dw)],
-                                mask=inb)
-                    acc = e.op(math.FmaOp(xv, taps[i][j], acc))
+            for c in range(cg):
+                for i in range(kh):
+                    for j in range(kw):
+                        off = c * plane + dr * sh * scols + i * dh * scols + j * dw
+                        xv = e.load(buf, [e.add(base, off)], mask=inb)
+                        acc = e.op(math.FmaOp(xv, taps[c * kh + i][j], acc))
             if bias is not None:
                 acc = e.fadd(acc, bias)
             e.store(e.convert(acc, et), o_ref, [e.add(yi, dr * wo_all)], mask=ok)

@@ -30,9 +30,13 @@ TOL = {np.float32: 1e-5, np.float64: 1e-12, bf: 2e-2, np.float16: 4e-3}
 
 CASES = [
     # (input NCHW, weight OIHW, groups, stride, padding, dilation, dtype, kernel)
-    ((2, 6, 7, 9), (4, 3, 3, 3), 2, 1, 1, 1, np.float32, "conv2d"),
-    ((2, 6, 7, 9), (6, 2, 3, 2), 3, 2, (1, 0), (1, 2), np.float64, "conv2d"),
+    # C / groups > 1 with at most 64 taps: the plane kernel stages each channel of the group
+    ((2, 6, 7, 9), (4, 3, 3, 3), 2, 1, 1, 1, np.float32, "conv2d_plane"),
+    ((2, 6, 7, 9), (6, 2, 3, 2), 3, 2, (1, 0), (1, 2), np.float64, "conv2d_plane"),
+    ((2, 16, 13, 17), (8, 4, 3, 3), 4, 1, 1, 1, bf, "conv2d_plane"),
+    # 8 channels x 9 taps: the direct kernel
     ((1, 24, 5, 6), (24, 8, 3, 3), 3, 1, 1, 1, bf, "conv2d"),
+    ((2, 16, 7, 9), (6, 8, 3, 3), 2, (2, 1), (0, 1), 1, np.float32, "conv2d"),
     ((2, 6, 13, 17), (6, 1, 3, 3), 6, 1, 1, 1, np.float32, "conv2d_plane"),
     ((2, 4, 13, 17), (8, 1, 3, 3), 4, 2, 1, 1, bf, "conv2d_plane"),  # channel multiplier 2
     ((1, 3, 13, 17), (3, 1, 7, 7), 3, 1, 3, 1, np.float16, "conv2d_plane"),
@@ -117,8 +121,12 @@ def test_plane_kernel_takes_one_input_channel_per_output() -> None:
     # MobileNet's 56x56 depthwise layer: two blocks of 28 rows (30 x 58 staged inputs)
     assert plane_rows(_op((1, 8, 56, 56), (8, 1, 3, 3), 8, 1, 1)) == 28
     assert plane_eligible(_op((1, 8, 56, 56), (8, 1, 7, 7), 8, 1, 3)) is None
-    assert "input channels per output" in plane_eligible(_op((1, 8, 9, 9), (8, 2, 3, 3), 4))
-    assert "taps" in plane_eligible(_op((1, 2, 20, 20), (2, 1, 9, 9), 2))
+    assert plane_eligible(_op((1, 8, 9, 9), (8, 2, 3, 3), 4)) is None
+    assert "more than 64 taps" in plane_eligible(_op((1, 16, 9, 9), (16, 8, 3, 3), 2))
+    assert "more than 64 taps" in plane_eligible(_op((1, 2, 20, 20), (2, 1, 9, 9), 2))
+    assert "one channel group" in plane_eligible(_op((1, 2, 20, 20), (2, 2, 3, 3), 1))
+    # ResNeXt's 3x3 layer (4 channels per group): 14 rows of 4 staged 16 x 58 planes
+    assert plane_rows(_op((1, 128, 56, 56), (128, 4, 3, 3), 32, 1, 1)) == 14
     assert "inputs" in plane_eligible(_op((1, 2, 3, 3000), (2, 1, 3, 3), 2))
     # a depthwise weight gradient: input [1, N C, H, W], N C output-gradient kernels
     assert window_eligible(_op((1, 12, 58, 58), (12, 1, 56, 56), 12)) is None
@@ -132,6 +140,7 @@ def test_plane_kernel_takes_one_input_channel_per_output() -> None:
     ((64, 256, 56, 56), (256, 1, 3, 3), 256, 1, "conv2d_plane", np.float32),
     ((64, 256, 56, 56), (256, 1, 7, 7), 256, 3, "conv2d_plane", bf),
     ((64, 256, 56, 56), (256, 64, 3, 3), 4, 1, "conv2d", bf),
+    ((64, 128, 56, 56), (128, 4, 3, 3), 32, 1, "conv2d_plane", bf),  # ResNeXt
     # the weight gradient of the first: 16384 planes of 56x56 taps, 3x3 outputs each
     ((1, 16384, 56, 56), (16384, 1, 56, 56), 16384, 1, "conv2d_window", bf),
 ])

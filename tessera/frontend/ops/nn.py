@@ -338,8 +338,10 @@ def conv2d(
     taps; ``groups`` splits the channels into that many independent convolutions: the
     weight is ``[O, C / groups, kh, kw]``, C and O are multiples of ``groups``, and output
     channel ``o`` reads only the input channels of its group ``o // (O / groups)``.
-    ``groups == C`` with ``O == C`` is a depthwise convolution (MobileNet, ConvNeXt),
-    which lowers to a direct kernel staging each image plane in shared memory."""
+    ``groups == C`` with ``O == C`` is a depthwise convolution (MobileNet, ConvNeXt);
+    grouped convolutions with few taps per output (``C/groups x kh x kw <= 64``) lower to
+    a direct kernel that stages its input rows in shared memory, others to the generic
+    direct kernel (not the tensor-core GEMM paths)."""
     x, w = _operands("conv2d", x, weight)
     b = _as_tensor(bias, "conv2d", x) if bias is not None else None
     st = [stride, stride] if isinstance(stride, int) else list(stride)

@@ -1,20 +1,35 @@
 // RUN: tessera-opt %s -p lower-graph-to-tile | filecheck %s
 // RUN: tessera-opt %s -p 'lower-graph-to-tile{sm90=true implicit_conv=true}' | filecheck %s --check-prefix=SM90
 
-// Grouped conv2d (groups = 2, 3 input channels per group): the direct kernel, its
-// channel loop over the 3 channels of output channel o's group, from (o / 2) * 3.
-func.func @grouped(%x: tensor<2x6x7x9xf32>, %w: tensor<4x3x3x3xf32>) -> tensor<2x4x7x9xf32> {
-  %0 = tgraph.conv2d %x, %w stride = [1, 1] padding = [1, 1] groups = 2 : tensor<2x6x7x9xf32>, tensor<4x3x3x3xf32> -> tensor<2x4x7x9xf32>
-  func.return %0 : tensor<2x4x7x9xf32>
+// Grouped conv2d (groups = 2, 8 input channels per group: 72 taps per output, more than
+// the plane kernel unrolls): the direct kernel, its channel loop over the 8 channels of
+// output channel o's group, from (o / 3) * 8.
+func.func @grouped(%x: tensor<2x16x7x9xf32>, %w: tensor<6x8x3x3xf32>) -> tensor<2x6x7x9xf32> {
+  %0 = tgraph.conv2d %x, %w stride = [1, 1] padding = [1, 1] groups = 2 : tensor<2x16x7x9xf32>, tensor<6x8x3x3xf32> -> tensor<2x6x7x9xf32>
+  func.return %0 : tensor<2x6x7x9xf32>
 }
 // CHECK:      ttile.kernel @grouped_conv2d_0(
-// CHECK:        %[[GROUP:[0-9]+]] = arith.shrui %{{.*}}, %{{.*}} : index
+// CHECK:        %[[GROUP:[0-9]+]] = arith.divui %{{.*}}, %{{.*}} : index
 // CHECK:        %[[C0:[0-9]+]] = arith.muli %[[GROUP]], %{{.*}} : index
-// CHECK:        scf.for %[[C:[0-9]+]] = %{{.*}} to %[[THREE:[0-9]+]] step
+// CHECK:        scf.for %[[C:[0-9]+]] = %{{.*}} to %{{.*}} step
 // CHECK-NEXT:     %[[CI:[0-9]+]] = arith.addi %[[C0]], %[[C]] : index
-// CHECK:            ttile.load %{{.*}}[%{{.*}}, %[[CI]], %{{.*}}, %{{.*}}] mask %{{.*}} : memref<2x6x7x9xf32> -> f32
-// CHECK:            ttile.load %{{.*}}[%{{.*}}, %[[C]], %{{.*}}, %{{.*}}] mask %{{.*}} : memref<4x3x3x3xf32> -> f32
-// CHECK:      ttile.launch @grouped_conv2d_0(%{{.*}}, %x, %w) grid = [2, 1, 1]
+// CHECK:            ttile.load %{{.*}}[%{{.*}}, %[[CI]], %{{.*}}, %{{.*}}] mask %{{.*}} : memref<2x16x7x9xf32> -> f32
+// CHECK:            ttile.load %{{.*}}[%{{.*}}, %[[C]], %{{.*}}, %{{.*}}] mask %{{.*}} : memref<6x8x3x3xf32> -> f32
+// CHECK:      ttile.launch @grouped_conv2d_0(%{{.*}}, %x, %w) grid = [3, 1, 1]
+
+// Two input channels per group of 3x2 taps (12 per output): the plane kernel stages both
+// channels of the group (2 x 10 x 11 staged elements) and unrolls 12 multiply-adds.
+func.func @grouped_plane(%x: tensor<1x4x8x9xf32>, %w: tensor<4x2x3x2xf32>) -> tensor<1x4x8x10xf32> {
+  %0 = tgraph.conv2d %x, %w stride = [1, 1] padding = [1, 1] groups = 2 : tensor<1x4x8x9xf32>, tensor<4x2x3x2xf32> -> tensor<1x4x8x10xf32>
+  func.return %0 : tensor<1x4x8x10xf32>
+}
+// CHECK:      ttile.kernel @grouped_plane_conv2d_plane_0(
+// CHECK:        ttile.alloc_shared alignment = 16 : memref<220xf32, #tessera.smem>
+// CHECK-COUNT-12: ttile.load %{{.*}}[%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}] : memref<4x2x3x2xf32> -> f32
+// CHECK:        ttile.barrier
+// CHECK-COUNT-12: math.fma
+// CHECK-NOT:    math.fma
+// CHECK:        ttile.return
 
 // Depthwise with a channel multiplier of 2 (one input channel per output channel): the
 // plane kernel, one tile per (n, o) plane of 7 output rows, on flat views of the input
@@ -73,6 +88,7 @@ func.func @grouped_bf16(%x: tensor<2x16x9x9xbf16>, %w: tensor<16x8x3x3xbf16>) ->
 }
 // SM90-NOT:   ttarget.func
 // SM90:       ttile.kernel @grouped_conv2d_0(
+// SM90:       ttile.kernel @grouped_plane_conv2d_plane_0(
 // SM90:       ttile.kernel @depthwise_conv2d_plane_0(
 // SM90:       ttile.kernel @wgrad_conv2d_window_0(
 // SM90:       ttile.kernel @grouped_bf16_conv2d_0(

@@ -51,8 +51,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import Float64Type, MemRefType, i32
-from xdsl.ir import SSAValue
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    Float32Type,
+    Float64Type,
+    MemRefType,
+    i16,
+    i32,
+)
+from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
@@ -219,6 +226,16 @@ def _lanes(
     return out
 
 
+def _widen(e: KernelEmitter, v: SSAValue, acc_t: Attribute) -> SSAValue:
+    """``v`` in the compute type ``acc_t``; a bf16 value as its bits shifted into the top
+    half of an f32 (exact: a bf16 is the top half of an f32; a NaN stays a NaN of its
+    sign), two integer instructions instead of the generic conversion's sequence."""
+    if isinstance(v.type, BFloat16Type) and isinstance(acc_t, Float32Type):
+        u = e.op(arith.ExtUIOp(e.op(arith.BitcastOp(v, i16)), i32))
+        return e.op(arith.BitcastOp(e.op(arith.ShLIOp(u, e.const(16, i32))), acc_t))
+    return e.convert(v, acc_t)
+
+
 def _i32_in(e: KernelEmitter, v32: SSAValue, lo: int | None, hi: int | None) -> SSAValue | None:
     """``lo <= v32 < hi`` on an i32 value (a bound None is not checked)."""
     ok = None
@@ -271,7 +288,7 @@ def _stage(
                 between(e)
                 first = False
             for t, v, ok in loaded:
-                e.store(e.convert(v, acc_t), buf, [t], mask=ok)
+                e.store(_widen(e, v, acc_t), buf, [t], mask=ok)
             loaded = []
 
 
@@ -304,10 +321,10 @@ def _lower_plane(lw: _FunctionLowering, op: g.Conv2dOp, rows: int) -> None:
         loaded: list[SSAValue] = []
 
         def weights(e: KernelEmitter) -> None:
-            loaded.extend(e.convert(e.load(w_ref, [o, c, i, j]), acc_t)
+            loaded.extend(_widen(e, e.load(w_ref, [o, c, i, j]), acc_t)
                           for c in range(cg) for i in range(kh) for j in range(kw))
             if has_bias:
-                loaded.append(e.convert(e.load(args[3], [o]), acc_t))
+                loaded.append(_widen(e, e.load(args[3], [o]), acc_t))
 
         for c in range(cg):  # the group's input channels, one after the other
             _stage(e, lid, x_ref, e.mul(e.add(c0, c), h_in), top, (srows, scols),
@@ -406,7 +423,7 @@ def _lower_window(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
             t = b.add(lid, b.mul(k, GROUP))
             live = b.lt(t, taps)
             a, c = b.unravel(t, [kh, kw])
-            wv = b.convert(b.load(w_ref, [b.add(b.mul(o, taps), t)], mask=live), acc_t)
+            wv = _widen(b, b.load(w_ref, [b.add(b.mul(o, taps), t)], mask=live), acc_t)
             new = []
             if buf is not None:
                 base = b.add(b.mul(a, dh * scols), b.mul(c, dw))
@@ -425,7 +442,7 @@ def _lower_window(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
                 for j in range(wo_all):
                     ok = b.and_(live, b.and_(rows_ok[i], cols_ok[j]))
                     xv = b.load(x_ref, [b.add(base, i * sh * w_in + j * sw)], mask=ok)
-                    new.append(b.op(math.FmaOp(b.convert(xv, acc_t), wv, acc[i * wo_all + j])))
+                    new.append(b.op(math.FmaOp(_widen(b, xv, acc_t), wv, acc[i * wo_all + j])))
             return new
 
         zero = e.const(0.0, acc_t)

@@ -32,10 +32,12 @@ times.
 outputs per plane (at most :data:`WINDOW_OUTPUTS`) and a large kernel, the shape of a
 grouped convolution's weight gradient (the input convolved with the output gradient as
 kernel: a 56x56 kernel for 3x3 outputs). The direct kernel would give each of the few
-outputs one lane and a long serial loop; here one tile takes a whole output plane: its
+outputs one lane and a long serial loop; here one tile takes a whole output plane,
+stages the padded input plane in shared memory (in the compute type when it fits
+:data:`WINDOW_STAGE_BYTES`, else in a 16-bit element type, else not at all), and its
 lanes split the kernel's taps (flat index ``lid + k 256``, coalesced along the kernel's
 rows), each keeps one f32 partial per output in registers (``scf.for`` over its taps,
-the input read through L1 at the ``Ho Wo`` offsets of a tap), and the partials are
+reading the input at the ``Ho Wo`` constant offsets of a tap), and the partials are
 added by ``ttile.reduce`` over the tile (a fixed order) before lane 0 stores the plane.
 
 Products and sums are in f32 for f32/f16/bf16 operands (16-bit values widened exactly)
@@ -53,6 +55,7 @@ from typing import TYPE_CHECKING
 from xdsl.dialects import arith, math
 from xdsl.dialects.builtin import (
     BFloat16Type,
+    Float16Type,
     Float32Type,
     Float64Type,
     MemRefType,
@@ -403,8 +406,13 @@ def _lower_window(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
     taps = kh * kw
     has_bias = op.bias is not None
     srows, scols = _stage_shape(op, ho_all)
-    abytes = 8 if isinstance(acc_t, Float64Type) else 4
-    staged = srows * scols * abytes <= WINDOW_STAGE_BYTES
+    # stage the plane in the compute type, else (16-bit operands) in the element type,
+    # widened as it is read, else not at all
+    stage_t: Attribute | None = None
+    for t, nbytes in ((acc_t, 8 if isinstance(acc_t, Float64Type) else 4),
+                      (et, 2 if isinstance(et, BFloat16Type | Float16Type) else 8)):
+        if stage_t is None and srows * scols * nbytes <= WINDOW_STAGE_BYTES:
+            stage_t = t
     out = lw.alloc(op.result.type)
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
@@ -413,8 +421,8 @@ def _lower_window(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
         x_plane = e.mul(e.add(e.mul(n, c_), e.div(o, mult)), h_in)
         lid = e.local_id()
         buf = None
-        if staged:  # the padded plane in shared memory, then taps at constant offsets
-            buf = e.op(tt.AllocSharedOp([srows * scols], acc_t, alignment=16))
+        if stage_t is not None:  # the padded plane in shared memory, taps at constant offsets
+            buf = e.op(tt.AllocSharedOp([srows * scols], stage_t, alignment=16))
             _stage(e, lid, x_ref, x_plane, -ph, (srows, scols), (h_in, w_in), pw, buf,
                    lambda e: None)
             e.barrier()
@@ -430,7 +438,8 @@ def _lower_window(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
                 for i in range(ho_all):
                     for j in range(wo_all):
                         xv = b.load(buf, [b.add(base, i * sh * scols + j * sw)], mask=live)
-                        new.append(b.op(math.FmaOp(xv, wv, acc[i * wo_all + j])))
+                        new.append(b.op(math.FmaOp(_widen(b, xv, acc_t), wv,
+                                                   acc[i * wo_all + j])))
                 return new
             h0 = b.sub(b.mul(a, dh), ph)  # the input row of output row 0
             w0 = b.sub(b.mul(c, dw), pw)

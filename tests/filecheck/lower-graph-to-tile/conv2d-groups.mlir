@@ -80,6 +80,21 @@ func.func @wgrad(%x: tensor<1x6x10x11xf32>, %w: tensor<6x1x9x10xf32>) -> tensor<
 // CHECK-COUNT-16: ttile.store %{{.*}}, %{{.*}}[%{{.*}}] mask %{{.*}} : f32, memref<96xf32>
 // CHECK:      ttile.launch @wgrad_conv2d_window_0(%{{.*}}, %{{.*}}, %{{.*}}) grid = [6, 1, 1]
 
+// A 110x110 bf16 plane is too large for shared memory in f32 (48 KiB): it is staged as
+// bf16 and widened as each tap is read.
+func.func @wgrad_wide(%x: tensor<1x2x110x110xbf16>, %w: tensor<2x1x107x107xbf16>) -> tensor<1x2x4x4xbf16> {
+  %0 = tgraph.conv2d %x, %w stride = [1, 1] padding = [0, 0] groups = 2 : tensor<1x2x110x110xbf16>, tensor<2x1x107x107xbf16> -> tensor<1x2x4x4xbf16>
+  func.return %0 : tensor<1x2x4x4xbf16>
+}
+// CHECK:      ttile.kernel @wgrad_wide_conv2d_window_0(
+// CHECK:        %[[S:[0-9]+]] = ttile.alloc_shared alignment = 16 : memref<12100xbf16, #tessera.smem>
+// CHECK:        scf.for
+// CHECK:          %[[V:[0-9]+]] = ttile.load %[[S]][%{{.*}}] mask %{{.*}} : memref<12100xbf16, #tessera.smem> -> bf16
+// CHECK-NEXT:     %[[B:[0-9]+]] = arith.bitcast %[[V]] : bf16 to i16
+// CHECK-NEXT:     %[[U:[0-9]+]] = arith.extui %[[B]] : i16 to i32
+// CHECK:          arith.shli %[[U]], %{{.*}} : i32
+// CHECK:          math.fma
+
 // A grouped bf16 convolution with O a multiple of 8 is no GEMM for the sm90 paths: it
 // stays on the direct kernels (sm90/conv.py and conv_implicit.py say why).
 func.func @grouped_bf16(%x: tensor<2x16x9x9xbf16>, %w: tensor<16x8x3x3xbf16>) -> tensor<2x16x9x9xbf16> {
@@ -91,5 +106,6 @@ func.func @grouped_bf16(%x: tensor<2x16x9x9xbf16>, %w: tensor<16x8x3x3xbf16>) ->
 // SM90:       ttile.kernel @grouped_plane_conv2d_plane_0(
 // SM90:       ttile.kernel @depthwise_conv2d_plane_0(
 // SM90:       ttile.kernel @wgrad_conv2d_window_0(
+// SM90:       ttile.kernel @wgrad_wide_conv2d_window_0(
 // SM90:       ttile.kernel @grouped_bf16_conv2d_0(
 // SM90-NOT:   wgmma

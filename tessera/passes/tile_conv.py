@@ -36,12 +36,12 @@ outputs one lane and a long serial loop; here one tile takes a whole output plan
 stages the padded input plane in shared memory (in the compute type when it fits
 :data:`WINDOW_STAGE_BYTES`, else in a 16-bit element type, else not at all), and its
 lanes split the kernel's taps (flat index ``lid + k 256``, coalesced along the kernel's
-rows), each keeps one f32 partial per output in registers (``scf.for`` over its taps,
+rows), each keeps one partial per output in registers (f32; f64 for f64) (``scf.for`` over its taps,
 reading the input at the ``Ho Wo`` constant offsets of a tap), and the partials are
 added by ``ttile.reduce`` over the tile (a fixed order) before lane 0 stores the plane.
 
 Products and sums are in f32 for f32/f16/bf16 operands (16-bit values widened exactly)
-and f64 for f64 (the plane kernel fuses each product into its sum); the bias is added to
+and f64 for f64 (the plane and window kernels fuse each product into its sum); the bias is added to
 the sum and the result rounded once to the result type, as the Graph IR interpreter does
 (which sums in another order, so the two agree to rounding).
 """

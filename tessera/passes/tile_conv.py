@@ -80,14 +80,15 @@ PLANE_STAGE = 4096
 PLANE_OUTPUTS = 2048
 """Most output elements of a plane-kernel tile (8 per lane)."""
 PLANE_TAPS = 64
-"""Most kernel taps (``kh kw``) the plane kernel unrolls."""
+"""Most taps per output (``C/groups x kh x kw``) the plane kernel unrolls."""
 WINDOW_OUTPUTS = 64
 """Most outputs per plane (registers of partial sums per lane) of the window kernel."""
 
 
 def lower_conv2d(lw: _FunctionLowering, op: g.Conv2dOp) -> None:
-    """``tgraph.conv2d``: the plane kernel when :func:`plane_eligible`, else the direct
-    kernel, one lane per output element."""
+    """``tgraph.conv2d``: the plane kernel when :func:`plane_eligible`, else the window
+    kernel when :func:`window_eligible`, else the direct kernel, one lane per output
+    element."""
     rows = plane_rows(op)
     if rows is not None:
         _lower_plane(lw, op, rows)
@@ -165,10 +166,11 @@ def _stage_shape(op: g.Conv2dOp, rows: int) -> tuple[int, int]:
 
 def plane_rows(op: g.Conv2dOp) -> int | None:
     """The output rows ``R`` per tile of the plane kernel (module docstring), or None when
-    the direct kernel takes ``op``: more than one input channel per output channel, more
-    than :data:`PLANE_TAPS` taps, or an output row whose input rows exceed
-    :data:`PLANE_STAGE` elements. ``R`` is the most rows within both budgets, evened out
-    over the row blocks (``Ho = 56`` in blocks of 28, not 33 + 23)."""
+    another kernel takes ``op`` (:func:`plane_eligible` says why: one channel group, more
+    than :data:`PLANE_TAPS` taps per output, or an output row whose input rows over the
+    group's channels exceed :data:`PLANE_STAGE` elements). ``R`` is the most rows of at
+    most :data:`PLANE_OUTPUTS` outputs within the staging budget, evened out over the
+    row blocks (``Ho = 56`` in blocks of 28, not 36 + 20)."""
     return _plane(op)[0]
 
 

@@ -6,7 +6,9 @@
 For each layer: the output and both gradients are checked against float64 first (fresh
 random inputs, the largest difference relative to the largest reference magnitude),
 then forward + backward is timed (CUDA events, median of ``--reps``) for eager and
-Tessera, with Tessera's kernels of one step (torch.profiler) listed. The table is
+Tessera, with Tessera's kernels of one step (torch.profiler) listed, and eager on
+channels-last tensors (``eager NHWC``, the layout Inductor picks for such networks);
+``--eager-kernels`` lists eager's kernels too. The table is
 printed last; ratio = eager time / Tessera time. The stem's input needs no gradient (an
 image), as in a model.
 """
@@ -55,7 +57,7 @@ def kernels(fn, top: int = 6) -> str:
     return ", ".join(f"{k[:32]} {t:.3f}" for t, k in rows if t > 0)
 
 
-def layer(name, c, hw, o, k, st, pd, needs_x, batch, reps) -> dict:
+def layer(name, c, hw, o, k, st, pd, needs_x, batch, reps, eager_kernels=False) -> dict:
     dt = torch.bfloat16
     x = torch.randn(batch, c, hw, hw, device="cuda", dtype=dt).requires_grad_(needs_x)
     w = (torch.randn(o, c, k, k, device="cuda", dtype=dt) / (c * k * k) ** 0.5).requires_grad_()
@@ -84,6 +86,19 @@ def layer(name, c, hw, o, k, st, pd, needs_x, batch, reps) -> dict:
     row = {"layer": name, "err": err, "eager_ms": _time_ms(run(f), reps)}
     row["tessera_ms"] = _time_ms(run(comp), reps) if err < 5e-2 else float("nan")
     row["kernels"] = kernels(run(comp))
+    # eager on channels-last tensors (the layout Inductor gives a convolutional network)
+    xcl = x.detach().to(memory_format=torch.channels_last).requires_grad_(needs_x)
+    wcl = w.detach().to(memory_format=torch.channels_last).requires_grad_()
+    dycl = dy.to(memory_format=torch.channels_last)
+
+    def cl():
+        xcl.grad = wcl.grad = None
+        f(xcl, wcl).backward(dycl)
+
+    row["eager_cl_ms"] = _time_ms(cl, reps)
+    if eager_kernels:
+        row["eager_kernels"] = kernels(run(f), 8)
+        row["eager_cl_kernels"] = kernels(cl, 8)
     print(row, flush=True)
     return row
 
@@ -93,6 +108,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--layers", default="")
+    ap.add_argument("--eager-kernels", action="store_true",
+                    help="also list eager's kernels (NCHW and channels-last) per layer")
     args = ap.parse_args()
     torch.manual_seed(0)
     rows = []
@@ -100,17 +117,20 @@ def main() -> int:
         if args.layers and spec[0] not in args.layers.split(","):
             continue
         try:
-            rows.append(layer(*spec, args.batch, args.reps))
+            rows.append(layer(*spec, args.batch, args.reps, args.eager_kernels))
         except Exception as exc:  # noqa: BLE001 - one layer's failure is a table row
             traceback.print_exc()
             rows.append({"layer": spec[0], "err": float("nan"), "eager_ms": float("nan"),
-                         "tessera_ms": float("nan"), "kernels": f"error: {exc}"[:80]})
+                         "tessera_ms": float("nan"), "eager_cl_ms": float("nan"),
+                         "kernels": f"error: {exc}"[:80]})
     print(f"\n{torch.cuda.get_device_name()}  batch {args.batch}, bf16, forward + backward; "
           "ratio = eager / Tessera")
-    print(f"{'layer':24s} {'eager ms':>9s} {'tessera ms':>10s} {'ratio':>6s} {'err':>8s}")
+    print(f"{'layer':24s} {'eager ms':>9s} {'eager NHWC':>10s} {'tessera ms':>10s} "
+          f"{'ratio':>6s} {'vs NHWC':>7s} {'err':>8s}")
     for r in rows:
-        print(f"{r['layer']:24s} {r['eager_ms']:9.3f} {r['tessera_ms']:10.3f} "
-              f"{r['eager_ms'] / r['tessera_ms']:6.2f} {r['err']:8.4f}")
+        print(f"{r['layer']:24s} {r['eager_ms']:9.3f} {r['eager_cl_ms']:10.3f} "
+              f"{r['tessera_ms']:10.3f} {r['eager_ms'] / r['tessera_ms']:6.2f} "
+              f"{r['eager_cl_ms'] / r['tessera_ms']:7.2f} {r['err']:8.4f}")
     return 0
 
 

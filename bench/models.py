@@ -236,6 +236,11 @@ def _kernel_profile(step: Callable[[], Any], top: int) -> list[str]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    step()  # the host's time to issue a step: above the GPU's, the step waits on the host
+    issue_ms = (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
@@ -246,7 +251,20 @@ def _kernel_profile(step: Callable[[], Any], top: int) -> list[str]:
             t[0] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
             t[1] += 1
     all_us = sum(t[0] for t in totals.values())
-    lines = [f"all kernels: {all_us / 1e3:.3f} ms"]
+    launches = sum(t[1] for t in totals.values())
+    lines = [f"all kernels: {all_us / 1e3:.3f} ms, {launches} launches; host issues a step "
+             f"in {issue_ms:.1f} ms"]
+    # by kind: a Tessera kernel's name ends in its kind and a number (graph0_forward_p0_conv_3)
+    kinds: dict[str, list[float]] = {}
+    for name, (us, n) in totals.items():
+        parts = name.split("_p0_", 1)[-1].rsplit("_", 1)
+        kind = parts[0] if len(parts) == 2 and parts[1].isdigit() else name[:24]
+        k = kinds.setdefault(kind, [0.0, 0])
+        k[0] += us
+        k[1] += n
+    lines.append("by kind: " + ", ".join(
+        f"{kind} {us / 1e3:.2f} ms/{n}" for kind, (us, n) in
+        sorted(kinds.items(), key=lambda kv: -kv[1][0])[:16]))
     for name, (us, n) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]:
         lines.append(f"{us / 1e3:8.3f} ms {n:5d}x  {name[:100]}")
     print("\n".join(lines), flush=True)

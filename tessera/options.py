@@ -41,6 +41,10 @@ Environment variables (read only here):
                                ranges
 ``TESSERA_IMPLICIT_CONV``      ``0``: conv2d on sm90 through an im2col buffer and the
                                GEMM; default ``1``: the implicit GEMM (no im2col)
+``TESSERA_SM90_STORE``         how sm90 matmul results that TMA does not store (f32,
+                               split-K partials, N % 8 != 0) leave: ``staged``
+                               (default: through shared memory, coalesced) or
+                               ``registers`` (``st.global`` from the accumulators)
 ``TESSERA_DUMP_DIR``           write every IR stage of every compile there
 ``TESSERA_DEBUG``              ``tessera-opt`` shows Python tracebacks
 ``TESSERA_CACHE_DIR``          the cache root (else ``$XDG_CACHE_HOME/tessera``, else
@@ -200,10 +204,20 @@ class CompileOptions:
     cost rule of ``tessera.passes.matmul_config.split_k``), ``"off"`` or a count
     ``"N"`` of K ranges wherever the product may split. Partials are added in a fixed
     order (deterministic)."""
+    sm90_store: str = "staged"
+    """With :attr:`sm90_kernels`: how matmul results that the TMA store does not take (f32
+    results, split-K's f32 partials, 16-bit results with N % 8 != 0) leave the kernel:
+    ``"staged"`` (each consumer warpgroup moves its tile through a shared-memory buffer
+    and stores whole rows, coalesced: ``tessera.passes.sm90.staged_store``) or
+    ``"registers"`` (``st.global`` straight from the accumulator fragment, the earlier
+    path, kept for comparison). Both store the same bits (``TESSERA_SM90_STORE``)."""
     dump_dir: str | None = field(default=None, compare=False)
     """Write every IR stage of every compile under this folder."""
 
     def __post_init__(self) -> None:
+        if self.sm90_store not in ("staged", "registers"):
+            raise OptionsError(f"CompileOptions: sm90_store must be 'staged' or 'registers', "
+                               f"got {self.sm90_store!r}")
         if not (self.split_k in ("off", "auto") or self.split_k.isdigit() and int(self.split_k) >= 1):
             raise OptionsError(f"CompileOptions: split_k must be 'off', 'auto' or a count >= 1, "
                                f"got {self.split_k!r}")
@@ -231,6 +245,7 @@ class CompileOptions:
             allow_tf32=bool(_flag(e, "TESSERA_ALLOW_TF32")),
             split_k=e.get("TESSERA_SPLIT_K", "auto").strip().lower() or "auto",
             implicit_conv=_flag(e, "TESSERA_IMPLICIT_CONV") is not False,
+            sm90_store=e.get("TESSERA_SM90_STORE", "staged").strip().lower() or "staged",
             dump_dir=e.get("TESSERA_DUMP_DIR") or None,
             debug=bool(_flag(e, "TESSERA_DEBUG")),
         )

@@ -49,3 +49,17 @@ def test_ratios_and_table() -> None:
     assert rows[1].ratio == pytest.approx(0.5)
     text = run.table(rows)
     assert "0.50" in text and text.count("\n") == 2
+
+
+@needs_ptxas
+def test_gemm_store_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/gemm_store.py compiles both stores of a case; only the staged one reads its
+    tile back from shared memory."""
+    from bench import gemm_store
+
+    assert gemm_store.main(["--dry-run", "--cases", "n4100"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].endswith("tessera staged      compiled, ptxas ok, staged")
+    assert lines[-1].endswith("tessera registers   compiled, ptxas ok")
+    with pytest.raises(SystemExit):
+        gemm_store.main(["--cases", "nope"])

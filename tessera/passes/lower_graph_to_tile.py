@@ -1375,6 +1375,10 @@ class LowerGraphToTile(ModulePass):
     implicit_conv: bool = False
     """With ``sm90``: bf16/f16 conv2d as the implicit-GEMM kernel
     (``CompileOptions.implicit_conv``)."""
+    sm90_store: str = "staged"
+    """With ``sm90``: how matmul results that TMA does not store (f32, split-K partials,
+    N % 8 != 0) leave the kernel: ``staged`` (through shared memory, coalesced) or
+    ``registers`` (``st.global`` from the accumulators; ``CompileOptions.sm90_store``)."""
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         """Lowerings tried before the generic one, by op type."""
@@ -1385,7 +1389,8 @@ class LowerGraphToTile(ModulePass):
 
         return {
             **LowerMatmulSm90(sm90_tiles=self.sm90_tiles, allow_tf32=self.allow_tf32,
-                             split_k=self.split_k, implicit_conv=self.implicit_conv).overrides(),
+                             split_k=self.split_k, implicit_conv=self.implicit_conv,
+                             sm90_store=self.sm90_store).overrides(),
             **LowerAttentionSm90(sm90_attention_bwd=self.sm90_attention_bwd).overrides(),
         }
 

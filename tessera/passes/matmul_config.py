@@ -16,8 +16,8 @@ usable ``tile_shape``):
 * ``stages``: as many as fit in :data:`SMEM_BUDGET` next to the ``BM x BN`` output
   tile that the TMA-store epilogue stages in shared memory, at most 5 and at least 3.
   With ``N % 8 != 0`` (no 16-byte rows of C: a vocabulary of 50257) the kernel stores
-  from registers with ``st.global`` and stages no output tile, so more stages fit
-  (``BN = 256``: 4 instead of 3).
+  through the staged store's chunk buffers (:data:`STAGED_STORE_BYTES` per 64 rows)
+  instead of the whole tile, so more stages fit (``BN = 256``: 4 instead of 3).
 * warps: 4 per warpgroup, ``1 + BM/64`` warpgroups (one producer).
 * ``group_m = 8``: CTAs walk the output in groups of 8 tile rows so that the B
   panel of a group stays in L2.
@@ -64,6 +64,10 @@ NUM_SMS = 132
 """SMs of an H100 SXM / H200 (the heuristic's occupancy target)."""
 SMEM_BUDGET = 220 * 1024
 """Shared memory the stages may use (227 KiB per block on sm_90, minus barriers and slack)."""
+STAGED_STORE_BYTES = 64 * (128 + 32)
+"""Shared memory of the staged store per 64 rows of the tile, at most (f32 results:
+``tessera.passes.sm90.staged_store.staged_bytes``): reserved next to the stages when
+rows of C are no 16-byte multiple and no TMA-store tile is staged."""
 
 
 @dataclass(frozen=True)
@@ -90,13 +94,15 @@ class Sm90Config:
         """The output tile staged in shared memory for the TMA-store epilogue (16-bit)."""
         return self.bm * self.bn * 2
 
-    def smem_bytes(self, copies: int = 1, staging: bool = True) -> int:
+    def smem_bytes(self, copies: int = 1, staging: bool | int = True) -> int:
         """Shared memory of the stages (``copies`` of each operand: 2 for 3xTF32's hi and
-        lo) and, with ``staging``, the output tile (f32 results are stored from
-        registers)."""
-        return self.stages * self.stage_bytes() * copies + staging * self.epilogue_bytes()
+        lo) and the output's staging: ``True`` the TMA store's tile
+        (:meth:`epilogue_bytes`), ``False`` none, or a byte count (the staged store's
+        buffers, :data:`STAGED_STORE_BYTES` per 64 rows at most)."""
+        out = self.epilogue_bytes() if staging is True else int(staging)
+        return self.stages * self.stage_bytes() * copies + out
 
-    def valid(self, copies: int = 1, staging: bool = True) -> bool:
+    def valid(self, copies: int = 1, staging: bool | int = True) -> bool:
         return (
             self.bn in (64, 128, 192, 256) and self.consumers in (1, 2)
             and 2 <= self.stages <= 8 and self.smem_bytes(copies, staging) <= SMEM_BUDGET
@@ -141,7 +147,8 @@ def heuristic(m: int, n: int, k: int) -> Sm90Config:
 
         bn = min((256, 128), key=cost) if n > 128 else 128
     stage = (bm + bn) * 64 * 2
-    staging = bm * bn * 2 if n % 8 == 0 else 0  # no TMA-store tile for rows of C not 16 B
+    # no TMA-store tile for rows of C not 16 B: the staged store's smaller buffers
+    staging = bm * bn * 2 if n % 8 == 0 else consumers * STAGED_STORE_BYTES
     stages = max(3, min(5, (SMEM_BUDGET - staging) // stage))
     # ragged shapes: CTA pairs sharing B (multicast) measured up to 1.4x faster
     ragged = m % bm != 0 or n % bn != 0

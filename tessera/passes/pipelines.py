@@ -79,6 +79,7 @@ def _tile_passes(options: CompileOptions) -> list[ModulePass]:
             sm90=options.sm90_kernels, sm90_tiles=tiles, deterministic=options.deterministic,
             allow_tf32=options.allow_tf32, sm90_attention_bwd=options.sm90_attention_bwd,
             split_k=options.split_k, implicit_conv=options.implicit_conv,
+            sm90_store=options.sm90_store,
         ),
         DedupeKernelsPass(),
     ]

@@ -371,12 +371,42 @@ READS_THROUGH: dict[type, Callable[[Sequence[int]], bool]] = {
 permutation (``fl.peek_transpose``), given the permutation."""
 
 
+def collapse_permutation(
+    in_shape: Sequence[int], perm: Sequence[int]
+) -> tuple[list[int], list[int]]:
+    """The same data movement as ``transpose(x, perm)`` of an ``in_shape`` tensor over
+    fewer dims: ``(shape, perm)`` of the input viewed with its size-1 dims dropped and
+    each run of dims that stays consecutive in the output merged into one
+    (``[N, C, H, W] -> [N, H, W, C]`` is ``[N, C, HW] -> [N, HW, C]``)."""
+    keep = [d for d in range(len(in_shape)) if in_shape[d] != 1]
+    sizes = [in_shape[d] for d in keep]
+    order = [keep.index(p) for p in perm if in_shape[p] != 1]  # kept dims, output order
+    runs: list[list[int]] = []
+    for d in order:
+        if runs and d == runs[-1][-1] + 1:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    by_start = sorted(runs)
+    shape = [prod(sizes[d] for d in r) for r in by_start]
+    return shape, [by_start.index(r) for r in runs]
+
+
 def _lower_transpose(fl: _FunctionLowering, op: g.TransposeOp) -> None:
     perm = [int(p) for p in op.permutation.get_values()]
     shape = list(g.shape_of(op.result))
     out = fl.alloc(op.result.type)
     fl.env[op.result] = out
     src = fl.mem(op.input)
+    in_shape = list(g.shape_of(op.input))
+    if prod(shape) > 0:
+        # move the data over the fewest dims: an inner dim of 7 x 7 pixels as 49
+        cshape, cperm = collapse_permutation(in_shape, perm)
+        if len(cperm) < len(perm):
+            et = g.elem_of(op.result)
+            src = reshape_view(fl, src, MemRefType(et, cshape or [1]))
+            out = reshape_view(fl, out, MemRefType(et, [cshape[p] for p in cperm] or [1]))
+            perm, shape = cperm or [0], [cshape[p] for p in cperm] or [1]
 
     def src_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
         s: list[Idx] = [0] * len(perm)

@@ -44,6 +44,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
+from math import prod
 from typing import Any
 
 from xdsl.dialects import arith, func, memref
@@ -68,7 +69,7 @@ from tessera.errors import TesseraError
 from tessera.ir import host_collectives as hc
 from tessera.ir import target as tt
 from tessera.options import RuntimeOptions
-from tessera.runtime import cache
+from tessera.runtime import arena, cache
 
 LOG_SIZE = 1 << 16
 
@@ -95,6 +96,44 @@ def _driver() -> Any:
     except ImportError as e:  # pragma: no cover - cuda-python is a dependency
         raise CudaError(f"cuda-python is not installed: {e}") from None
     return driver
+
+
+_RAW_LAUNCH: list[Any] = []
+
+
+def raw_launch() -> Any:
+    """``cuLaunchKernel`` of the driver library through ctypes (the same library
+    cuda-python loaded), or None while the driver is a stand-in (tests) or the symbol
+    cannot be had. A launch through it costs a foreign call instead of cuda-python's
+    argument conversion and result enum: microseconds per kernel, two thousand kernels
+    a training step."""
+    if getattr(_driver(), "__name__", None) != "cuda.bindings.driver":
+        return None
+    if not _RAW_LAUNCH:
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+            fn = lib.cuLaunchKernel
+            fn.argtypes = [ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p,
+                           ctypes.c_void_p, ctypes.c_void_p]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _RAW_LAUNCH.append(fn)
+    return _RAW_LAUNCH[0]
+
+
+def function_handle(function: Any) -> int | None:
+    """The ``CUfunction`` handle of a cuda-python function object, or None."""
+    try:
+        return int(function)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_raw(code: int, what: str) -> None:
+    """Raise :class:`CudaError` for a raw driver result code other than success."""
+    if code:
+        check((_driver().CUresult(code),), what)
 
 
 def check(result: Any, what: str) -> Any:
@@ -393,6 +432,8 @@ class KernelLaunch:
         self._streams: dict[int, Any] = {}
         self._what = f"cuLaunchKernel({self.name})"
         self._sync = RuntimeOptions.from_env().cuda_sync
+        raw, handle = raw_launch(), function_handle(function)
+        self._raw = (raw, handle) if raw is not None and handle is not None else None
 
     def __call__(self, values: Sequence[Any], stream: int | None = None) -> None:
         """Launch on ``stream`` (a raw ``CUstream`` handle; default: torch's current stream)."""
@@ -412,10 +453,19 @@ class KernelLaunch:
         """Launch with ``values`` (one per parameter) on the raw stream handle ``stream``."""
         if len(values) != len(self._slots):
             raise LaunchError(f"{self.name}: takes {len(self._slots)} arguments, got {len(values)}")
+        gx, gy, gz = self.grid
+        if self._raw is not None and self._tensors is not None and not self._sync:
+            raw, handle = self._raw
+            with self._lock:
+                for slot, is_tensor, v in zip(self._slots, self._tensors, values):
+                    slot.value = v.data_ptr() if is_tensor else (int(v) if isinstance(v, bool) else v)
+                code = raw(handle, gx, gy, gz, self.block, 1, 1, 0, stream, self._params, None)
+            if code:
+                check_raw(code, self._what)
+            return
         cu_stream = self._streams.get(stream)
         if cu_stream is None:
             cu_stream = self._stream(stream)
-        gx, gy, gz = self.grid
         with self._lock:
             if self._tensors is None:
                 for slot, v in zip(self._slots, values):
@@ -675,6 +725,13 @@ class HostPlan:
             ), frees)
             for launch, arg_slots, allocs, frees in launches
         ]
+        arena_total, in_arena = self._arena(launches, results, tail)
+        launches_ex = [
+            (launch, arg_slots, tuple(a for a in allocs if a[0] not in in_arena),
+             tuple((s, in_arena[s]) for s, *_ in allocs if s in in_arena), frees)
+            for launch, arg_slots, allocs, frees in launches
+        ]
+        uint8 = torch.uint8
         nparams = len(checks)
         dev, device, index = self.dev, self.device, torch.empty(0, device=self.dev).get_device()
         tensor_type, empty = torch.Tensor, torch.empty
@@ -703,7 +760,13 @@ class HostPlan:
             if current_device() != device:
                 return None
             stream = current_stream(device)
-            for launch, arg_slots, allocs, frees in launches:
+            # the intermediates' one allocation, held until every launch is queued (then
+            # back to torch's cache, reused after these kernels on this stream)
+            block = empty((arena_total,), dtype=uint8, device=dev) if arena_total else None
+            at = block.data_ptr() if block is not None else 0
+            for launch, arg_slots, allocs, placed, frees in launches_ex:
+                for s, spec in placed:
+                    env[s] = spec.at(at)
                 for s, shape, dtype, src in allocs:
                     if src == -1:
                         env[s] = empty(shape, dtype=dtype, device=dev)
@@ -720,6 +783,53 @@ class HostPlan:
 
         self._runner = run
         return run
+
+    def _arena(
+        self, launches: Sequence[tuple[Any, Sequence[int], Sequence[tuple[int, Any, Any, int]],
+                                       Any]],
+        results: Sequence[int], tail: Sequence[tuple[int, Any, Any, int]] = (),
+    ) -> tuple[int, dict[int, arena.BufferSpec]]:
+        """The arena of :meth:`runner` (:mod:`tessera.runtime.arena`): its size and the
+        buffer of each intermediate placed in it. Placed are buffers allocated for a
+        launch (and their views) that no result shares; a view lives in its buffer's
+        bytes, which stay reserved through the last launch of any of its views."""
+        root: dict[int, int] = {}
+        first: dict[int, int] = {}
+        spec: dict[int, tuple[tuple[int, ...], Any]] = {}
+        for i, (_, _, allocs, _) in enumerate(launches):
+            for s, shape, dtype, src in allocs:
+                if src == -1:
+                    root[s], first[s] = s, i
+                    spec[s] = (tuple(shape), dtype)
+                else:  # a view (src >= 0) or the source itself (-2 - src)
+                    source = src if src >= 0 else -2 - src
+                    if source in root:
+                        root[s] = root[source]
+                        spec[s] = (tuple(shape), spec[source][1])
+        for s, _, _, src in tail:  # results made after the last launch: views too
+            if src >= 0 and src in root:
+                root[s] = root[src]
+        shared = {root[s] for s in results if s in root}
+        last: dict[int, int] = {}
+        for i, (_, arg_slots, _, _) in enumerate(launches):
+            for s in arg_slots:
+                r = root.get(s)
+                if r is not None:
+                    last[r] = i
+        roots = sorted((r for r in first if r not in shared and r in last), key=first.get)
+        sizes = []
+        for r in roots:
+            shape, dtype = spec[r]
+            sizes.append((prod(shape) * dtype.itemsize, first[r], last[r]))
+        offsets, total = arena.first_fit(sizes)
+        where = dict(zip(roots, offsets))
+        placed: dict[int, arena.BufferSpec] = {}
+        for s, r in root.items():
+            if r in where:
+                shape, dtype = spec[s]
+                placed[s] = arena.BufferSpec(where[r], shape, dtype,
+                                             arena.contiguous_strides(shape), dtype.itemsize)
+        return total, placed
 
     def run(self, args: Sequence[Any], poison: bool = False) -> list[Any]:
         import torch

@@ -184,6 +184,8 @@ class LaunchExPlan:
         self._lock = threading.Lock()
         self._streams: dict[int, Any] = {}
         self._sync = RuntimeOptions.from_env().cuda_sync
+        raw, handle = cuda.raw_launch(), cuda.function_handle(function)
+        self._raw = (raw, handle) if raw is not None and handle is not None else None
         if self.smem > SMEM_DEFAULT_LIMIT:
             d = cuda._driver()
             cuda.check(
@@ -232,8 +234,8 @@ class LaunchExPlan:
             import torch
 
             stream = torch.cuda.current_stream().cuda_stream
-        d = cuda._driver()
         gx, gy, gz = self.grid
+        raw = self._raw
         with self._lock:
             for i, ((kind, box), v) in enumerate(zip(self.kinds, values)):
                 if kind == _TMAP:
@@ -244,6 +246,13 @@ class LaunchExPlan:
                     self._slots[i].value = v.data_ptr() if hasattr(v, "data_ptr") else int(v)
                 else:
                     self._slots[i].value = int(v) if isinstance(v, bool) else v
+            if raw is not None and not self._sync:
+                code = raw[0](raw[1], gx, gy, gz, self.block, 1, 1, self.smem, stream,
+                              self._params, None)
+                if code:
+                    cuda.check_raw(code, f"cuLaunchKernel({self.name})")
+                return
+            d = cuda._driver()
             cuda.check(
                 d.cuLaunchKernel(
                     self.function, gx, gy, gz, self.block, 1, 1, self.smem,

@@ -187,6 +187,7 @@ class TesseraPartition(torch.nn.Module):
         out = next(n for n in gm.graph.nodes if n.op == "output")
         self._single = isinstance(out.args[0], torch.fx.Node)
         self._out_nodes = [out.args[0]] if self._single else list(out.args[0])
+        self._out_specs: list[tuple[Any, torch.Size, torch.device] | None] | None = None
 
     def _body(self, *args: Any) -> tuple[TracedTensor, ...]:
         """The partition's sub-graph on traced values (run by the tracer)."""
@@ -226,7 +227,15 @@ class TesseraPartition(torch.nn.Module):
             self.report.runtime_fallbacks[self.name] = self.eager_reason
             LOG.warning("tessera.torch: %s runs in torch (%s)", self.name, self.eager_reason)
             return self.gm(*args)
-        outs = [self._check(n, r) for n, r in zip(self._out_nodes, results)]
+        specs = self._out_specs
+        if specs is None:
+            specs = self._out_specs = [_out_spec(n) for n in self._out_nodes]
+        tensor = torch.Tensor
+        outs = [
+            r if type(r) is tensor and spec is not None and r.dtype is spec[0]
+            and r.shape == spec[1] and r.device == spec[2] else self._check(n, r)
+            for n, r, spec in zip(self._out_nodes, results, specs)
+        ]
         self.report.tessera_calls += 1
         return outs[0] if self._single else tuple(outs)
 
@@ -248,6 +257,15 @@ class TesseraPartition(torch.nn.Module):
                     f"{t.dtype}{list(t.shape)}, torch expects {fake.dtype}{list(fake.shape)}"
                 )
         return t
+
+
+def _out_spec(node: torch.fx.Node) -> tuple[Any, torch.Size, torch.device] | None:
+    """(dtype, shape, device) of a result whose fake has only static sizes: a result
+    matching all three needs no further check (``TesseraPartition._check``)."""
+    fake = node.meta.get("val")
+    if not isinstance(fake, torch.Tensor) or not all(isinstance(d, int) for d in fake.shape):
+        return None
+    return fake.dtype, torch.Size(fake.shape), fake.device
 
 
 def _static(a: Any) -> Any:

@@ -44,6 +44,11 @@ IMPLICIT_CASES = [
     ((4, 128, 28, 28), (128, 128, 3, 3), 2, 1, False),
     ((8, 256, 14, 14), (256, 256, 3, 3), 1, 1, True),
     ((4, 512, 7, 7), (512, 512, 3, 3), 1, 1, False),
+    # filter rows gathered as 128-byte lines (few channels): 5x5 and 3x3 rows of 8- and
+    # 16-channel pixels, a 7x7 stem on a non-square image
+    ((2, 3, 19, 23), (24, 3, 5, 5), 1, 2, True),
+    ((2, 12, 15, 17), (32, 12, 3, 3), 1, 1, False),
+    ((3, 3, 29, 30), (64, 3, 7, 7), 2, 3, False),
 ]
 
 
@@ -79,6 +84,22 @@ def test_conv2d_implicit_gemm(xs, ws, stride, padding, bias, dtype) -> None:
     assert "wgmma.mma_async" in fn.inspect_ir("ptx")
     assert y.shape == ref.shape and torch.isfinite(y).all()
     assert float((y.double() - ref).norm() / ref.norm()) < 1e-2
+
+
+def test_conv2d_packed_rows_read_no_pixel_past_the_filter() -> None:
+    """A filter row gathered as a 128-byte line (7 taps of a line of 8 pixels) does not
+    read the eighth pixel: an infinity there reaches exactly the outputs whose windows
+    hold it, as in torch."""
+    x = torch.randn(1, 3, 20, 20, device="cuda", dtype=torch.bfloat16)
+    x[0, 1, 9, 12] = float("inf")
+    w = torch.rand(8, 3, 7, 7, device="cuda", dtype=torch.bfloat16) + 0.5
+    fn = ts.jit(lambda x, w: ts.conv2d(x, w, stride=1, padding=3),
+                options=CompileOptions.from_env(implicit_conv=True))
+    y = fn(x, w)
+    ref = F.conv2d(x.double(), w.double(), padding=3)
+    assert torch.equal(torch.isfinite(y), torch.isfinite(ref))
+    ok = torch.isfinite(ref)
+    assert float((y.double()[ok] - ref[ok]).abs().max() / ref[ok].abs().max()) < 1e-2
 
 
 @pytest.mark.parametrize(("xs", "ws", "stride", "padding", "bias"), CASES)

@@ -157,6 +157,31 @@ def test_implicit_conv_lowers_to_one_gemm_without_im2col(
     ptxas.check(ptx)
 
 
+def test_small_channel_filters_gather_whole_rows() -> None:
+    """A filter row of few-channel pixels is one 128-byte K-step when the row fills more
+    than half of the line's pixels (``packs``); the weight's K then pads each row."""
+    from tessera.passes.sm90.conv_implicit import packs
+
+    assert packs(8, 2, 7, 1, False)        # the RGB stem: 7 of 8 pixels of 16 bytes
+    assert packs(8, 2, 5, 1, False)
+    assert not packs(8, 2, 3, 1, False)    # 3 of 8: the tap-by-tap gather
+    assert packs(16, 2, 3, 1, False)       # 3 of 4 pixels of 32 bytes
+    assert packs(4, 4, 7, 1, False)        # f32: 16-byte pixels too
+    assert not packs(8, 2, 7, 2, False)    # dilated rows are not contiguous
+    assert not packs(64, 2, 3, 1, True)    # a tap's channels fill the line already
+    assert not packs(24, 2, 3, 1, False)   # 48-byte pixels do not divide a line
+
+
+@needs_ptxas
+def test_stem_weight_pads_filter_rows_to_a_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    spec = _spec((2, 3, 33, 31), (16, 3, 7, 7), 2, 3, False)
+    # K = 7 filter rows x 8 pixels x 8 channels (the eighth pixel's weights are zero)
+    assert "memref<16x448xbf16>" in str(spec.ir("target"))
+    ptxas.check(spec.ir("ptx"))
+
+
 @needs_ptxas
 @pytest.mark.parametrize("tf32", ["0", "1"])
 def test_f32_implicit_conv_runs_on_tf32_wgmma(monkeypatch: pytest.MonkeyPatch, tf32) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tessera.ir import tile as tt
-from tessera.passes.tile_datamove import reshape_groups
+from tessera.passes.tile_datamove import collapse_permutation, reshape_groups
 from tests.passes.test_lower_graph_to_tile import NP, lower, rand, run1, ty
 
 RNG = np.random.default_rng(7)
@@ -91,6 +91,10 @@ def test_reshape_of_empty_and_rank0():
     ((5, 3, 7), (2, 1, 0), "f64"),
     ((4, 3, 70), (2, 0, 1), "i32"),
     ((3, 2, 5), (1, 2, 0), "i1"),
+    ((2, 6, 7, 7), (0, 2, 3, 1), "bf16"),     # NCHW -> NHWC: [2, 6, 49] -> [2, 49, 6]
+    ((2, 5, 3, 1, 3, 1), (0, 2, 4, 1, 3, 5), "f32"),  # size-1 dims dropped
+    ((4, 1, 3), (1, 0, 2), "bf16"),           # only a size-1 dim moves: a copy
+    ((2, 3, 4, 5), (2, 3, 0, 1), "f32"),      # two runs swap
 ])
 def test_transpose(shape, perm, elem):
     x = rand(RNG, shape, "f32", lo=-9, hi=9)
@@ -101,12 +105,25 @@ def test_transpose(shape, perm, elem):
       func.return %0 : {ty(out, elem)} }}"""
     m = lower(text)
     body = str(m)
-    if perm[-1] == len(perm) - 1:
+    cshape, cperm = collapse_permutation(shape, perm)
+    if not cperm or cperm[-1] == len(cperm) - 1:
         assert "ttile.alloc_shared" not in body
     else:
         assert "ttile.alloc_shared" in body and "ttile.barrier" in body
     (r,) = run1(text, x)
     np.testing.assert_array_equal(r, np.transpose(x, perm))
+
+
+@pytest.mark.parametrize("shape,perm,want", [
+    ((8, 64, 7, 7), (0, 2, 3, 1), ([8, 64, 49], [0, 2, 1])),
+    ((8, 64, 7, 7), (1, 0, 2, 3), ([8, 64, 49], [1, 0, 2])),
+    ((4, 1024, 7, 1, 7, 1), (0, 2, 4, 1, 3, 5), ([4, 1024, 49], [0, 2, 1])),
+    ((2, 3, 4), (0, 1, 2), ([24], [0])),
+    ((1, 1), (1, 0), ([], [])),
+    ((2, 3, 4, 5), (3, 2, 1, 0), ([2, 3, 4, 5], [3, 2, 1, 0])),
+])
+def test_collapse_permutation(shape, perm, want):
+    assert collapse_permutation(shape, perm) == want
 
 
 @pytest.mark.parametrize("shape,start,limit,stride,elem", [

@@ -1,6 +1,7 @@
 """The sm90 matmul at row lengths that are no 16-byte multiple (vocabulary sizes, odd
 hidden sizes): zero-padded operand copies (run on the Tile IR interpreter against numpy),
-``st.global`` stores of results with N % 8 != 0, and PTX that assembles for sm_90a."""
+``st.global`` stores of results with N % 8 != 0 (staged through shared memory, or from
+registers), and PTX that assembles for sm_90a."""
 
 from __future__ import annotations
 
@@ -102,16 +103,23 @@ def test_lm_head_stores_by_pointer_without_copies() -> None:
 
 
 @needs_ptxas
-@pytest.mark.parametrize(("n", "out", "stores"), [
-    (1001, "bf16", "st.global.b16"), (1002, "f16", "st.global.b32"),
-    (1001, "f32", "st.global.f32"), (1002, "f32", "st.global.v2.f32"),
+@pytest.mark.parametrize(("n", "out", "stores", "staged"), [
+    (1001, "bf16", "st.global.b16", "st.global.b16"),
+    (1002, "f16", "st.global.b32", "st.global.b32"),
+    (1001, "f32", "st.global.f32", "st.global.b32"),
+    (1002, "f32", "st.global.v2.f32", "st.global.v2.b32"),
 ])
-def test_register_store_epilogue_assembles(n: int, out: str, stores: str) -> None:
-    gemm = lm.Sm90Gemm(257, n, 80, "bf16", out, mc.heuristic(257, n, 80), b_t=True)
-    assert not gemm.tma_store
-    ptx = emit_ptx(lm.build_kernel("gemm", gemm))
-    assert stores in ptx and "cp.async.bulk.tensor.2d.global.shared" not in ptx
-    ptxas.check(ptx)
+def test_register_store_epilogue_assembles(n: int, out: str, stores: str, staged: str) -> None:
+    """Both stores of results TMA does not take: from registers (a pair of the fragment
+    per store) and staged through shared memory (the widest vector the rows allow)."""
+    for store, want in (("registers", stores), ("staged", staged)):
+        gemm = lm.Sm90Gemm(257, n, 80, "bf16", out, mc.heuristic(257, n, 80), b_t=True,
+                           store=store)
+        assert not gemm.tma_store and gemm.c_store == store
+        ptx = emit_ptx(lm.build_kernel("gemm", gemm))
+        assert want in ptx and "cp.async.bulk.tensor.2d.global.shared" not in ptx
+        assert ("ld.shared" in ptx) == (store == "staged")
+        ptxas.check(ptx)
 
 
 @needs_ptxas

@@ -57,6 +57,12 @@ def test_options_from_env_and_device() -> None:
     # conv2d's implicit GEMM unless turned off
     assert CompileOptions.from_env({}, device=None).implicit_conv
     assert not CompileOptions.from_env({"TESSERA_IMPLICIT_CONV": "0"}, device=None).implicit_conv
+    # sm90 results TMA does not store: staged through shared memory unless asked otherwise
+    assert CompileOptions.from_env({}, device=None).sm90_store == "staged"
+    regs = CompileOptions.from_env({"TESSERA_SM90_STORE": "Registers"}, device=None)
+    assert regs.sm90_store == "registers"
+    with pytest.raises(OptionsError, match="sm90_store"):
+        CompileOptions.from_env({"TESSERA_SM90_STORE": "tma"}, device=None)
 
 
 def test_determinism_and_tf32_options_reach_the_tile_lowering() -> None:
@@ -71,6 +77,9 @@ def test_determinism_and_tf32_options_reach_the_tile_lowering() -> None:
     assert default.implicit_conv
     (im2col, _) = stage_passes("tile", CompileOptions(implicit_conv=False))
     assert not im2col.implicit_conv
+    assert default.sm90_store == "staged"
+    (regs, _) = stage_passes("tile", CompileOptions(sm90_store="registers"))
+    assert regs.sm90_store == "registers"
 
 
 def test_options_key_covers_only_code_changing_fields() -> None:
@@ -81,7 +90,7 @@ def test_options_key_covers_only_code_changing_fields() -> None:
     for change in (
         {"sm90_kernels": True}, {"autotune": True}, {"arch": "sm_90"}, {"device": "H100"},
         {"graph_passes": ("canonicalize",)}, {"deterministic": False}, {"allow_tf32": True},
-        {"implicit_conv": False},
+        {"implicit_conv": False}, {"sm90_store": "registers"},
         {"sm90_tiles": (("64x64x64:bf16->bf16", (128, 3, 2, 8, 1)),)},
     ):
         other = base.replace(**change)

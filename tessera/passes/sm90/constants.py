@@ -14,6 +14,8 @@ LANE_MASK = 31
 """``t & LANE_MASK`` is the thread's lane within its warp."""
 WGMMA_M = 64
 """Rows of a ``wgmma`` tile: each consumer warpgroup owns 64 rows of the output."""
+BOX_MN = 64
+"""Rows of M or N per TMA box of the GEMM (and the width of an MN-major box)."""
 WGMMA_K = 16
 """K of one 16-bit ``wgmma`` (``m64nNk16``)."""
 ELEM_BYTES = 2

@@ -97,9 +97,10 @@ def conv1x1_eligible(op: g.Conv2dOp) -> str | None:
     return None
 
 
-def lower_conv1x1_gemm(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
+def lower_conv1x1_gemm(lw: _FunctionLowering, op: g.Conv2dOp, store: str = "staged") -> bool:
     """Lower a pointwise ``op`` (:func:`conv1x1_eligible`) as one batched sm90 GEMM on
-    views of its buffers (no copies); False when not eligible."""
+    views of its buffers (no copies); False when not eligible. ``store``: how a result
+    TMA does not store leaves (``Sm90Gemm.store``)."""
     if conv1x1_eligible(op) is not None:
         return False
     from dataclasses import replace
@@ -117,7 +118,7 @@ def lower_conv1x1_gemm(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
     cfg = sm90_config(n * o, p, c, ty, ty)
     if o % cfg.bm:  # a tile must not straddle two images
         cfg = replace(cfg, consumers=1, cluster=1)
-    gemm = Sm90Gemm(o, p, c, ty, ty, cfg, device_sms(), batch=n, a_batched=False)
+    gemm = Sm90Gemm(o, p, c, ty, ty, cfg, device_sms(), batch=n, a_batched=False, store=store)
     out = lw.alloc(op.result.type)
     args = [reshape_view(lw, out, MemRefType(et, [n * o, p])),
             reshape_view(lw, lw.mem(op.weight), MemRefType(et, [o, c])),
@@ -129,12 +130,16 @@ def lower_conv1x1_gemm(lw: _FunctionLowering, op: g.Conv2dOp) -> bool:
 
 
 def lower_conv2d_sm90(
-    lw: _FunctionLowering, op: g.Conv2dOp, implicit: bool = False, split_k: str = "off"
+    lw: _FunctionLowering, op: g.Conv2dOp, implicit: bool = False, split_k: str = "off",
+    sm90_store: str = "staged",
 ) -> bool:
     """Lower ``op`` through im2col and the sm90 GEMM (with ``implicit``, first try the
     implicit GEMM, split along K under ``split_k``:
-    :mod:`tessera.passes.sm90.conv_implicit`); False leaves it to the direct kernel."""
-    if implicit and (lower_conv1x1_gemm(lw, op) or lower_conv2d_implicit(lw, op, split_k)):
+    :mod:`tessera.passes.sm90.conv_implicit`); False leaves it to the direct kernel.
+    ``sm90_store``: how the GEMMs' results that TMA does not store leave
+    (``Sm90Gemm.store``; the implicit GEMM keeps its NCHW store)."""
+    if implicit and (lower_conv1x1_gemm(lw, op, sm90_store)
+                     or lower_conv2d_implicit(lw, op, split_k)):
         return True
     if conv_eligible(op) is not None:
         return False
@@ -214,7 +219,7 @@ def lower_conv2d_sm90(
     if isinstance(et, Float32Type):
         fma_matmul_2d(lw, product, cols, weight, rows, o, kp, f32, tb=True)
     else:
-        _wgmma_product(lw, product, cols, weight, rows, o, kp, ty)
+        _wgmma_product(lw, product, cols, weight, rows, o, kp, ty, sm90_store)
 
 
     out = lw.alloc(op.result.type)
@@ -249,12 +254,13 @@ def lower_conv2d_sm90(
 
 def _wgmma_product(
     lw: _FunctionLowering, product: SSAValue, cols: SSAValue, weight: SSAValue, rows: int,
-    o: int, kp: int, ty: str,
+    o: int, kp: int, ty: str, store: str = "staged",
 ) -> None:
     """``product[rows, o] (f32) = cols[rows, kp] @ weight[o, kp].T`` on the sm90 kernel."""
     from tessera.passes.sm90.lower_matmul_sm90 import Sm90Gemm, build_kernel, device_sms
 
-    gemm = Sm90Gemm(rows, o, kp, ty, "f32", sm90_config(rows, o, kp), device_sms(), b_t=True)
+    gemm = Sm90Gemm(rows, o, kp, ty, "f32", sm90_config(rows, o, kp), device_sms(), b_t=True,
+                    store=store)
     name = lw.named_kernel("matmul", lambda nm: build_kernel(nm, gemm))
     lw.hb.add_op(tt.LaunchExOp(name, [product, cols, weight], gemm.grid(), gemm.smem_bytes,
                                gemm.boxes()))

@@ -156,14 +156,17 @@ def weight_grid(o: int, k: int) -> int:
 
 def weight_kernel(
     name: str, o: int, c: int, kh: int, kw: int, cp: int, eb: int = 2, parts: int = 1,
+    kwp: int = 0,
 ) -> tt.FuncOp:
     """The ``ttarget.func`` ``(wk, w)`` of the weight reorder (module docstring); one
     element per thread, :func:`weight_grid` CTAs. f32 is written as TF32 ``parts``
-    (``[parts, o, K]``, as :func:`nhwc_kernel`)."""
+    (``[parts, o, K]``, as :func:`nhwc_kernel`). ``kwp > kw``: each filter row is
+    zero-padded to ``kwp`` taps (``wk[o, (i*kwp + j)*cp + c]``, a packed gather's K)."""
     func = tt.FuncOp(name, ["u64", "u64"], THREADS)
     out_param, w_param = func.block.args
     e = TargetAsm(func)
-    k = kh * kw * cp
+    kwp = max(kwp, kw)
+    k = kh * kwp * cp
     bits = "b16" if eb == 2 else "b32"
     lin = e.mad32(e.sreg("ctaid.x"), THREADS, e.sreg("tid.x"))
     ok = e.setp("lt", lin, o * k)
@@ -171,6 +174,10 @@ def weight_kernel(
     tap, ci = e.bin(tt.DivOp, "u32", col, cp), e.bin(tt.RemOp, "u32", col, cp)
     inside = e.reg("pred")
     e.add(tt.AndOp("pred", inside, ok, e.setp("lt", ci, c)))
+    if kwp != kw:  # tap i*kwp + j: j past the filter row is a zero
+        fi, fj = e.bin(tt.DivOp, "u32", tap, kwp), e.bin(tt.RemOp, "u32", tap, kwp)
+        e.add(tt.AndOp("pred", inside, inside, e.setp("lt", fj, kw)))
+        tap = e.mad32(fi, kw, fj)
     src_i = e.mad32(e.mad32(oi, c, ci), kh * kw, tap)  # w[o, c, i, j], i*kw + j = tap
     src = e.reg("b64")
     e.add(tt.MulOp("wide.u32", src, src_i, e.imm(eb)))

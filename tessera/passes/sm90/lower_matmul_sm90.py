@@ -33,9 +33,14 @@ output tile per CTA:
   (bank-conflict free), and one thread TMA-stores the boxes
   (``cp.async.bulk.tensor`` shared → global, clipped at ragged edges); the
   warpgroup goes straight on to its next tile while the stores drain
-  (:class:`_TmaStore`). f32 results, and those with ``N % 8 != 0`` (rows of C that are
-  no 16-byte multiple), are stored from registers with ``st.global``, predicated on
-  ``row < M`` and ``col < N`` when the tile is ragged.
+  (:class:`~tessera.passes.sm90.gemm_store.TmaStore`). f32 results, split-K partials and those with ``N % 8 != 0``
+  (rows of C that are no 16-byte multiple) take the staged store
+  (:mod:`tessera.passes.sm90.staged_store`): each consumer warpgroup moves its slice
+  through a padded shared-memory buffer of one 128-byte chunk of its 64 rows at a time
+  (its named barrier before and after the writes) and stores whole rows with the widest
+  ``st.global`` the rows' alignment allows, predicated on ``row < M`` and ``col < N``
+  when the tile is ragged. ``Sm90Gemm.store = "registers"`` (``CompileOptions.
+  sm90_store``) stores them from registers instead (same bits).
 * Clusters (``cfg.cluster = 2``, when the tile rows pair up): the two CTAs of a
   cluster compute vertically adjacent tiles that share their B boxes; each loads
   half of them and multicasts it to both (``.multicast::cluster``), a slot's
@@ -70,8 +75,8 @@ an odd hidden size) take the same kernel (:func:`staging` says how):
   nothing) or rows of M or N past the problem (never stored). fp8 operands pad K in
   their K-major copy (:func:`~tessera.passes.sm90.transpose.transpose_2d`), f32 ones in
   their TF32 copies;
-* a result with ``N % 8 != 0`` is stored from registers with ``st.global`` like an f32
-  one (bounds-checked; with N odd, element by element, as a pair is then only
+* a result with ``N % 8 != 0`` is stored with ``st.global`` like an f32 one, through the
+  staged store (bounds-checked; with N odd in 2-byte stores, as rows are then only
   element-aligned), after the same fused epilogue.
 
 Split-K (``CompileOptions.split_k``, :func:`splits_for`): a product with too few output
@@ -131,6 +136,7 @@ from tessera.passes.matmul_config import (
 from tessera.passes.sm90 import builders, conv_implicit
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.constants import (
+    BOX_MN,
     GEMM_REGISTERS,
     MBARRIER_BYTES,
     SWIZZLE_BYTES,
@@ -141,6 +147,14 @@ from tessera.passes.sm90.constants import (
 from tessera.passes.sm90.conv import lower_conv2d_sm90
 from tessera.passes.sm90.conv_implicit import ConvGather
 from tessera.passes.sm90.epilogue import EpilogueEmitter, Sm90Epilogue
+from tessera.passes.sm90.gemm_store import (
+    STORES,
+    TmaStore,
+    c_staging_bytes,
+    register_store,
+    staged_store_of,
+    staged_tile,
+)
 from tessera.passes.sm90.pad_rows import pad_rows, padded
 from tessera.passes.sm90.split_k import reduce_splits, workspace_type
 from tessera.passes.sm90.split_tf32 import split_tf32
@@ -150,9 +164,6 @@ from tessera.passes.tile_gemm import FMA_GROUP
 
 BOX_K = 64
 """Elements of K per stage for 16-bit operands: one 128-byte swizzle row (fp8: 128)."""
-BOX_MN = 64
-"""Rows of M or N per operand box (and the width of an MN-major box)."""
-
 BOX_BYTES = BOX_MN * SWIZZLE_BYTES
 """One box of 64 rows of 128 bytes (8 KiB): ``64 x 64`` 16-bit, ``64 x 128`` fp8 or
 ``64 x 32`` f32 elements."""
@@ -319,9 +330,17 @@ class Sm90Gemm:
     """A convolution as an implicit GEMM (:mod:`tessera.passes.sm90.conv_implicit`): the
     producer warpgroup gathers A from a channels-last input pointer (``cp.async``) and
     the consumers store C as NCHW from registers."""
+    store: str = "staged"
+    """How a result that TMA does not store (:attr:`tma_store` false: f32 results, split-K
+    partials, N % 8 != 0) leaves: ``"staged"`` through shared memory, coalesced
+    (:mod:`tessera.passes.sm90.staged_store`), or ``"registers"``, ``st.global`` from the
+    accumulator registers (``CompileOptions.sm90_store``; same bits either way)."""
 
     def __post_init__(self) -> None:
         mn_major = self.a_t or not self.b_t
+        if self.store not in STORES:
+            raise ValueError(f"lower-matmul-sm90: store must be one of {', '.join(STORES)}, "
+                             f"got {self.store!r}")
         if self.splits > 1 and (self.batch > 1 or self.out_type != "f32"
                                 or self.epilogue is not None
                                 or self.splits * self.m * self.n >= 1 << 31):
@@ -348,12 +367,12 @@ class Sm90Gemm:
         if (self.fp8 or self.tf32) and mn_major:
             raise ValueError(f"lower-matmul-sm90: {self.in_type} operands must both be "
                              "K-major (A row-major, B stored N x K)")
-        if not self.cfg.valid(self.copies, self.tma_store):
+        if not self.cfg.valid(self.copies, self.staging_bytes):
             raise ValueError(
                 f"lower-matmul-sm90: {self.cfg} is not a valid sm90 configuration (BN in "
                 f"64/128/192/256, 1 or 2 consumers and clusters, stages and the output tile "
                 f"within {SMEM_BUDGET} bytes of shared memory; needs "
-                f"{self.cfg.smem_bytes(self.copies, self.tma_store)})"
+                f"{self.cfg.smem_bytes(self.copies, self.staging_bytes)})"
             )
 
     @property
@@ -444,18 +463,34 @@ class Sm90Gemm:
         return self.out_type != "f32" and self.n % 8 == 0 and self.gather is None
 
     @property
+    def c_store(self) -> str:
+        """How C leaves: ``"tma"`` (:class:`~tessera.passes.sm90.gemm_store.TmaStore`), ``"staged"``
+        (:class:`~tessera.passes.sm90.staged_store.StagedStore`), ``"registers"``
+        (:func:`~tessera.passes.sm90.gemm_store.register_store`) or ``"nchw"`` (a convolution's
+        :func:`~tessera.passes.sm90.conv_implicit.nchw_epilogue`)."""
+        if self.gather is not None:
+            return "nchw"
+        return "tma" if self.tma_store else self.store
+
+    @property
+    def staging_bytes(self) -> int:
+        """Shared memory of the output's staging: the ``BM x BN`` tile of the TMA store,
+        the staged store's chunk buffers, or none."""
+        return c_staging_bytes(self.cfg, self.c_store, self.out_type)
+
+    @property
     def c_offset(self) -> int:
         """Shared-memory offset of the output staging tile (after the stages)."""
         return self.cfg.stages * (self.a_bytes + self.b_bytes)
 
     @property
     def bars_offset(self) -> int:
-        return self.c_offset + (self.bm * self.cfg.bn * 2 if self.tma_store else 0)
+        return self.c_offset + self.staging_bytes
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory: the stages, the output staging tile, 2 mbarriers per
-        stage, 1 KiB for alignment."""
+        """Dynamic shared memory: the stages, the output staging tile (or the staged
+        store's buffers), 2 mbarriers per stage, 1 KiB for alignment."""
         return self.bars_offset + 16 * self.cfg.stages + 1024
 
     @property
@@ -610,7 +645,8 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
             e, gemm.epilogue, gemm.m, gemm.n, bias_param[0] if bias_param else None,
             gemm.m % bm != 0, gemm.n % bn != 0,
         )
-    store = _TmaStore(e, gemm, c_param, sbase, tid, cw, leader, fused) if gemm.tma_store else None
+    store = TmaStore(e, gemm, c_param, sbase, tid, cw, leader, fused) if gemm.tma_store else None
+    staged = staged_store_of(e, gemm, c_param, sbase, tid, cw) if gemm.c_store == "staged" else None
     kt, stage, phase, prev, tile = (e.reg("b32") for _ in range(5))
     for v in (stage, phase, prev):
         e.mov("u32", v, 0)
@@ -730,11 +766,13 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
         release(prev, leader)
     if store is not None:
         store.tile(m0, n0, tot)
+    elif staged is not None:
+        staged_tile(e, staged, tid, cw, m0, n0, tot, fused, c_rows)
     elif gather is not None:
         conv_implicit.nchw_epilogue(e, gemm, c_param, bias_param[0] if bias_param else None,
                                     tid, cw, m0, n0, tot, c_rows)
     else:
-        _epilogue(e, gemm, c_param, tid, cw, m0, n0, tot, fused, c_rows)
+        register_store(e, gemm, c_param, tid, cw, m0, n0, tot, fused, c_rows)
     e.add(tt.AddOp("u32", tile, tile, nunits))
     e.add(tt.BraOp(tile_loop, e.setp("lt", tile, units)))
     if store is not None:  # the last tile's stores have completed before the CTA exits
@@ -824,125 +862,6 @@ def _tma_producer(
     e.add(tt.BraOp(end))
 
 
-class _TmaStore:
-    """The TMA-store epilogue of one consumer warpgroup.
-
-    The warpgroup's ``64 x BN`` slice of the output tile is staged in shared memory as
-    ``BN / 64`` boxes of ``64 x 64`` 16-bit elements in the 128-byte swizzled layout of
-    the C tensor map (16-byte chunk ``k`` of row ``r`` at chunk ``k ^ (r % 8)``): each
-    thread's ``st.shared.b32`` of two packed elements then hits a distinct bank. One
-    thread stores the boxes with ``cp.async.bulk.tensor`` (clipped at the tensor's
-    edges) and the warpgroup goes on to its next tile while they drain; before the
-    staging area is written again, ``cp.async.bulk.wait_group.read`` and a named
-    barrier of the warpgroup make sure the previous stores have read it.
-    """
-
-    BOX_BYTES = BOX_MN * BOX_MN * 2
-
-    def __init__(
-        self, e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, sbase: SSAValue, tid: SSAValue,
-        cw: SSAValue, leader: SSAValue, fused: EpilogueEmitter | None = None,
-    ) -> None:
-        self.e, self.gemm, self.cw, self.leader, self.fused = e, gemm, cw, leader, fused
-        self.tmap = builders.tensor_map(e, c_param)
-        _, warp, lane = builders.fragment_lanes(e, tid)
-        row = e.add32(e.mul32(warp, 16), e.bin(tt.ShrOp, "u32", lane, 2))  # r (h = 0)
-        self.row, self.col = row, e.mul32(e.bin(tt.AndOp, "b32", lane, 3), 2)
-        swz = e.bin(tt.ShrOp, "u32", lane, 2)  # r % 8
-        # this warpgroup's staging area, then the thread's row and its 4-byte column pair
-        self.base = e.add32(sbase, gemm.c_offset)
-        self.slice = e.mad32(cw, gemm.bm // gemm.cfg.consumers * gemm.cfg.bn * 2, self.base)
-        rowbase = e.mad32(row, SWIZZLE_BYTES, e.mad32(e.bin(tt.AndOp, "b32", lane, 3), 4,
-                                                      self.slice))
-        # address of 16-byte chunk k (k = 0..7) of the thread's row, swizzled
-        self.chunk = [e.mad32(e.bin(tt.XorOp, "b32", swz, k), 16, rowbase) for k in range(8)]
-
-    def tile(self, m0: SSAValue, n0: SSAValue, acc: Sequence[SSAValue]) -> None:
-        """Stage the accumulators of the tile at (m0, n0) and start its TMA stores."""
-        e, gemm = self.e, self.gemm
-        fused = self.fused
-        if fused is not None:
-            fused.tile(e.add32(e.mad32(self.cw, 64, m0), self.row), e.add32(n0, self.col))
-        e.add(tt.BulkWaitOp(0, read=True))  # the previous tile's stores have read the area
-        self._sync()
-        for j in range(gemm.cfg.bn // 8):
-            box, k = divmod(j, 8)
-            for h in (0, 1):
-                lo, hi = acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]
-                if fused is not None:
-                    lo, hi = fused.pair(j, h, lo, hi)
-                packed = builders.pack_pair(e, lo, hi, gemm.out_type)
-                offset = box * self.BOX_BYTES + h * 8 * SWIZZLE_BYTES
-                e.add(tt.StOp("shared.b32", self.chunk[k], [packed], offset))
-        e.add(tt.FenceOp("proxy_async"))  # the writes are visible to the TMA unit
-        self._sync()
-        row = e.mad32(self.cw, 64, m0)
-        for box in range(gemm.cfg.bn // BOX_MN):
-            src = e.add32(self.slice, box * self.BOX_BYTES) if box else self.slice
-            col = e.add32(n0, box * BOX_MN) if box else n0
-            e.add(tt.CpAsyncBulkTensorStoreOp(self.tmap, col, row, src, guard=self.leader))
-        e.add(tt.FenceOp("bulk_commit"))
-
-    def _sync(self) -> None:
-        """A barrier of this warpgroup's 128 threads (named barrier 1 + warpgroup index)."""
-        e = self.e
-        if self.gemm.cfg.consumers == 1:
-            e.add(tt.BarSyncOp(1, threads=WARPGROUP_THREADS))
-            return
-        skip, done = e.label("WG1_SYNC"), e.label("SYNCED")
-        e.add(tt.BraOp(skip, e.setp("ne", self.cw, 0)))
-        e.add(tt.BarSyncOp(1, threads=WARPGROUP_THREADS))
-        e.add(tt.BraOp(done))
-        e.add(tt.LabelOp(skip))
-        e.add(tt.BarSyncOp(2, threads=WARPGROUP_THREADS))
-        e.add(tt.LabelOp(done))
-
-
-def _epilogue(
-    e: TargetAsm, gemm: Sm90Gemm, c_param: SSAValue, tid: SSAValue, cw: SSAValue, m0: SSAValue,
-    n0: SSAValue, acc: Sequence[SSAValue], fused: EpilogueEmitter | None = None,
-    c_rows: SSAValue | None = None,
-) -> None:
-    """Store the wgmma D fragment (after the fused epilogue, converted to the result type),
-    masked when ragged; ``c_rows`` rows further down C (a split-K range's partials)."""
-    esize = 4 if gemm.out_type == "f32" else 2
-    _, warp, lane = builders.fragment_lanes(e, tid)
-    row0 = builders.fragment_row(e, m0, cw, warp, lane)
-    col0 = e.add32(n0, builders.fragment_col(e, lane))
-    if fused is not None:
-        fused.tile(row0, col0)
-    ptr = builders.global_pointer(e, c_param)
-    if c_rows is not None:
-        builders.advance_pointer(e, ptr, c_rows, gemm.n * esize)
-    builders.advance_pointer(e, ptr, row0, gemm.n * esize)
-    builders.advance_pointer(e, ptr, col0, esize)
-    bn = gemm.cfg.bn
-    ragged_m, ragged_n = gemm.m % gemm.bm != 0, gemm.n % bn != 0
-    rows = [e.setp("lt", e.add32(row0, 8 * h), gemm.m) if ragged_m else None for h in (0, 1)]
-    cols = [e.setp("lt", e.add32(col0, 8 * j), gemm.n) if ragged_n else None for j in range(bn // 8)]
-    # odd N: a pair is only element-aligned and its second column may be the first past N
-    split = gemm.n % 2 == 1
-    cols_hi = [e.setp("lt", e.add32(col0, 8 * j + 1), gemm.n) if split else None
-               for j in range(bn // 8)]
-    for j in range(bn // 8):
-        for h in (0, 1):
-            lo, hi = acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]
-            if fused is not None:
-                lo, hi = fused.pair(j, h, lo, hi)
-            guard = _and(e, rows[h], cols[j])
-            guard_hi = _and(e, rows[h], cols_hi[j]) if split else None
-            offset = (8 * h * gemm.n + 8 * j) * esize
-            builders.store_pair(e, ptr, lo, hi, gemm.out_type, offset, guard, guard_hi, split)
-
-
-def _and(e: TargetAsm, a: SSAValue | None, b: SSAValue | None) -> SSAValue | None:
-    if a is None or b is None:
-        return a if b is None else b
-    p = e.reg("pred")
-    e.add(tt.AndOp("pred", p, a, b))
-    return p
-
-
 # --------------------------------------------------------------------------- lowering
 
 
@@ -961,10 +880,12 @@ def _product_type(op: g.MatmulOp | g.MatmulEpilogueOp) -> TensorType:
 
 def gemm_for(
     op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = (), allow_tf32: bool = False,
+    store: str = "staged",
 ) -> Sm90Gemm:
     """The kernel specialization for an eligible matmul (tile_shape, a tuned config of
     ``tiles`` or the heuristic); f32 operands take the ``tf32`` kernel when ``allow_tf32``,
-    else the ``3xtf32`` one."""
+    else the ``3xtf32`` one; results TMA does not store leave as ``store`` says
+    (:data:`STORES`)."""
     prob = _problem(op)
     assert isinstance(prob, _Problem), prob
     ta, tb = op.transpose_lhs is not None, op.transpose_rhs is not None
@@ -981,7 +902,7 @@ def gemm_for(
     b_type = _TYPE_NAMES[type(g.elem_of(op.rhs))] if in_type not in TF32 else in_type
     if in_type in TF32:  # read K-major copies (split_tf32) or the K-major operands
         ta, tb = False, True
-        cfg = tf32_config(cfg, in_type == "3xtf32", out_type != "f32" and prob.n % 8 == 0)
+        cfg = tf32_config(cfg, in_type == "3xtf32", _staging(cfg, out_type, prob.n, store))
     if a_type in FP8:  # the kernel reads K-major copies of MN-major fp8 operands
         ta, tb = False, True
         if cfg.bn > 128:  # accumulators and f32 totals: 2 x BN / 2 registers
@@ -992,13 +913,23 @@ def gemm_for(
         prob.m, prob.n, prob.k, a_type,
         _TYPE_NAMES[type(g.elem_of(_product_type(op)))], cfg, device_sms(), a_t=ta, b_t=tb,
         batch=prob.batch, a_batched=prob.a_batched, b_batched=prob.b_batched,
-        b_type=b_type if b_type != a_type else None,
+        b_type=b_type if b_type != a_type else None, store=store,
     )
 
 
-def tf32_config(cfg: Sm90Config, split: bool, staging: bool) -> Sm90Config:
-    """``cfg`` adapted to the tf32 kernels: as many stages as fit (at most 5; f32 results
-    need no staging tile); a 3xTF32 stage holds two copies of each operand; promoting
+def _staging(cfg: Sm90Config, out_type: str, n: int, store: str) -> bool | int:
+    """The output staging of a kernel with ``cfg`` storing ``n`` columns of ``out_type``
+    (``Sm90Config.smem_bytes``'s ``staging``): True for the TMA store's tile, else the
+    bytes of ``store``'s buffers."""
+    if out_type != "f32" and n % 8 == 0:
+        return True
+    return c_staging_bytes(cfg, store, out_type)
+
+
+def tf32_config(cfg: Sm90Config, split: bool, staging: bool | int) -> Sm90Config:
+    """``cfg`` adapted to the tf32 kernels: as many stages as fit (at most 5) next to the
+    output's ``staging`` (``Sm90Config.smem_bytes``: the TMA store's tile, the staged
+    store's buffers, or none); a 3xTF32 stage holds two copies of each operand; promoting
     tiles (3xTF32) are at most 128 wide."""
     copies = 2 if split else 1
     if split and cfg.bn > 128:
@@ -1051,7 +982,7 @@ def splits_for(gemm: Sm90Gemm, mode: str = "off", max_splits: int = MAX_SPLITS) 
 
 def lower_matmul_sm90(
     lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp, tiles: Sequence[str] = (),
-    allow_tf32: bool = False, split_k: str = "off",
+    allow_tf32: bool = False, split_k: str = "off", store: str = "staged",
 ) -> bool:
     """Lower ``op`` to the sm90 kernel if it is eligible; False leaves it to the generic path.
 
@@ -1067,7 +998,7 @@ def lower_matmul_sm90(
     """
     if eligible(op) is not None:
         return False
-    gemm = gemm_for(op, tiles, allow_tf32)
+    gemm = gemm_for(op, tiles, allow_tf32, store)
     args = [lw.mem(op.lhs), lw.mem(op.rhs)]
     if gemm.fp8:  # fp8 wgmma reads K-major only: copy an MN-major operand K-major
         kp = padded(gemm.k, 1)  # and pad K to a 16-byte row
@@ -1103,7 +1034,7 @@ def lower_matmul_sm90(
             cfg = gemm.cfg
             if gemm.tf32:  # a 16-bit result needs the staging tile: fewer stages may fit
                 cfg = tf32_config(replace(cfg, stages=2), gemm.copies == 2,
-                                  out != "f32" and gemm.n % 8 == 0)
+                                  _staging(cfg, out, gemm.n, gemm.store))
             gemm = replace(gemm, out_type=out, epilogue=ep, cfg=cfg)
             if op.bias is not None:
                 args.append(lw.mem(op.bias))
@@ -1148,9 +1079,9 @@ def _lower_split_k(
     # split products have few tiles: no CTA pairs (and no pairs were run split on a GPU)
     part = replace(gemm, out_type="f32", epilogue=None, splits=splits,
                    cfg=replace(gemm.cfg, cluster=1))
-    if part.tf32:  # f32 partials need no staging tile: as many stages as fit
+    if part.tf32:  # f32 partials need no TMA tile: as many stages as fit
         part = replace(part, cfg=tf32_config(replace(part.cfg, stages=2), part.copies == 2,
-                                             False))
+                                             part.staging_bytes))
     workspace = lw.alloc(workspace_type(splits, result))
     name = lw.named_kernel("matmul", lambda nm: build_kernel(nm, part))
     lw.hb.add_op(tt.LaunchExOp(name, [workspace, *args], part.grid(), part.smem_bytes,
@@ -1175,9 +1106,10 @@ class LowerMatmulSm90(LowerGraphToTile):
 
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         lower = functools.partial(lower_matmul_sm90, tiles=self.sm90_tiles,
-                                  allow_tf32=self.allow_tf32, split_k=str(self.split_k))
+                                  allow_tf32=self.allow_tf32, split_k=str(self.split_k),
+                                  store=self.sm90_store)
         conv = functools.partial(lower_conv2d_sm90, implicit=self.implicit_conv,
-                                 split_k=str(self.split_k))
+                                 split_k=str(self.split_k), sm90_store=self.sm90_store)
         return {  # type: ignore[dict-item]
             g.MatmulOp: (lower,), g.MatmulEpilogueOp: (lower,),
             g.Conv2dOp: (conv,),

@@ -29,7 +29,8 @@ func.func @mm(%a: tensor<1000x72xf32>, %b: tensor<72x136xf32>) -> tensor<1000x13
 // X3-NEXT:   ttarget.wgmma "m64n128k8.f32.tf32.tf32"
 // X3:        ttarget.wgmma_wait 0
 // X3:        ttarget.add "rn.f32"
-// X3:        ttarget.st "global.v2.f32"
+// X3:        ttarget.st "shared.v2.f32"
+// X3:        ttarget.st "global.v4.b32"
 // X3:      func.func @mm
 // X3:        ttile.launch @mm_split_tf32_0(%{{.*}}, %a) grid = [282, 1, 1]
 // X3:        ttile.launch @mm_split_tf32_1(%{{.*}}, %b) grid = [5, 3, 1]

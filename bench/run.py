@@ -11,6 +11,9 @@ Cases (docs/PERFORMANCE.md says how to read them):
 * ``attention``: forward, bf16, B=4 H=16 D=128, S in 2048/8192, causal and not,
   against ``torch.nn.functional.scaled_dot_product_attention``; FLOPs
   ``4 B H S^2 D``, halved when causal.
+* ``conv2d_depthwise``: depthwise ``conv2d`` (``groups = C``) at batch 64, MobileNet's
+  3x3 (56x56; 112x112 stride 2) and ConvNeXt's 7x7 layers, bf16 (and f32), against
+  cuDNN; GB/s from one read of the input and one write of the result.
 * ``softmax`` / ``rmsnorm``: bf16 32768x8192 along the last dim, against torch eager
   and ``torch.compile``; bytes = one read and one write.
 * ``rows_wide``: softmax and rmsnorm, bf16, 4096 rows (2048 at 151936) of 4096, 50257
@@ -553,6 +556,52 @@ def case_conv2d(ctx: Ctx) -> None:
                     flops=flops, fn=fn: run_tessera(ctx, case, fn, [x, wt], ref, tol, flops))
 
 
+def case_conv2d_depthwise(ctx: Ctx) -> None:
+    """Depthwise conv2d (``groups = C``, the plane kernel) through ``ts.jit`` against cuDNN:
+    MobileNet's and ConvNeXt's layers at batch 64, bf16 and f32; GB/s counts one read of
+    the input and one write of the result."""
+    import tessera as ts
+
+    shapes = [  # x, kernel, stride, padding, dtypes
+        ((64, 256, 56, 56), 3, 1, 1, ("bf16", "f32")),
+        ((64, 96, 112, 112), 3, 2, 1, ("bf16",)),
+        ((64, 96, 56, 56), 7, 1, 3, ("bf16",)),
+    ]
+    torch = None if ctx.dry else _torch()
+    for xs, k, st, pd, dts in shapes[:1] if ctx.quick else shapes:
+        n, c, h, w_ = xs
+        fn = ts.jit(lambda x, w, st=st, pd=pd, c=c: ts.conv2d(x, w, stride=st, padding=pd,
+                                                            groups=c))
+        ho, wo = (h + 2 * pd - k) // st + 1, (w_ + 2 * pd - k) // st + 1
+        flops = 2.0 * n * c * ho * wo * k * k
+        for dt in dts:
+            eb = 2 if dt == "bf16" else 4
+            nbytes = float(eb * n * c * (h * w_ + ho * wo))
+            case = (f"conv2d depthwise {dt} {'x'.join(map(str, xs))} k{k}x{k}"
+                    + (f" s{st}p{pd}" if (st, pd) != (1, 1) else ""))
+            if ctx.dry:
+                dry = [stand_in(xs, dt), stand_in((c, 1, k, k), dt)]
+                guarded(ctx, case, "tessera", lambda dry=dry, case=case, fn=fn: run_tessera(
+                    ctx, case, fn, [], None, TOL_BF16, dry_args=dry))
+                continue
+            assert torch is not None
+            tdt = {"bf16": torch.bfloat16, "f32": torch.float32}[dt]
+            x = torch.randn(xs, device="cuda", dtype=tdt)
+            wt = torch.randn((c, 1, k, k), device="cuda", dtype=tdt) / k
+            ref = torch.nn.functional.conv2d(x.double(), wt.double(), stride=st, padding=pd,
+                                             groups=c)
+            tol = TOL_BF16 if dt == "bf16" else 1e-5
+            guarded(ctx, case, "cuDNN", lambda x=x, wt=wt, ref=ref, case=case, tol=tol,
+                    flops=flops, nbytes=nbytes, st=st, pd=pd, c=c: timed_peer(
+                        ctx, case, "cuDNN",
+                        lambda: torch.nn.functional.conv2d(x, wt, stride=st, padding=pd,
+                                                           groups=c),
+                        ref, tol, flops, nbytes))
+            guarded(ctx, case, "tessera", lambda x=x, wt=wt, ref=ref, case=case, tol=tol,
+                    flops=flops, nbytes=nbytes, fn=fn: run_tessera(
+                        ctx, case, fn, [x, wt], ref, tol, flops, nbytes))
+
+
 def case_attention_bwd(ctx: Ctx) -> None:
     """``ts.grad`` of causal attention (dQ, dK, dV) against SDPA's backward."""
     import tessera as ts
@@ -1023,6 +1072,7 @@ CASES: dict[str, Callable[[Ctx], None]] = {
     "gemm_layouts": case_gemm_layouts,
     "mlp_step": case_mlp_step,
     "conv2d": case_conv2d,
+    "conv2d_depthwise": case_conv2d_depthwise,
     "attention_bwd": case_attention_bwd,
     "attention": case_attention,
     "softmax": case_softmax,

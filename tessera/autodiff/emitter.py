@@ -368,9 +368,10 @@ class GraphEmitter:
 
     def conv2d(
         self, x: SSAValue, w: SSAValue, stride: Sequence[int], padding: Sequence[int],
-        dilation: Sequence[int] = (1, 1),
+        dilation: Sequence[int] = (1, 1), groups: int = 1,
     ) -> SSAValue:
-        shape = g.Conv2dOp.infer_shape(shape_of(x), shape_of(w), stride, padding, dilation)
+        shape = g.Conv2dOp.infer_shape(shape_of(x), shape_of(w), stride, padding, dilation,
+                                       groups)
         assert not isinstance(shape, str), shape
         props = {
             "stride": DenseArrayBase.from_list(i64, list(stride)),
@@ -378,6 +379,8 @@ class GraphEmitter:
         }
         if tuple(dilation) != (1, 1):
             props["dilation"] = DenseArrayBase.from_list(i64, list(dilation))
+        if groups != 1:
+            props["groups"] = IntegerAttr(groups, i64)
         return self.insert(
             g.Conv2dOp(
                 operands=[x, w, []], result_types=[tensor(shape, elem_of(x))], properties=props

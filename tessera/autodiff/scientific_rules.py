@@ -11,7 +11,13 @@ mode transposes it once more):
   ``conv2d`` of the input (batch and channels swapped) with the cotangent as
   kernel, dilated by the forward's stride and strided by its dilation (no
   dilated copy of the cotangent), cropped to the kernel; the bias gradient is
-  ``sum(ct)`` over N, H, W.
+  ``sum(ct)`` over N, H, W. With ``groups = G``: the input gradient's convolution is
+  grouped too, its weight transposed within each group (``[G, O/G, C/G] -> [G, C/G,
+  O/G]``: a grouped transposed convolution); the weight gradient is one convolution
+  of the input as ``[C/G, N G, H, W]`` (a reshape, no copy, for a depthwise one) with
+  the cotangent as ``[N O, 1, Ho, Wo]`` kernels in ``N G`` groups, i.e. one image's
+  partial gradient per output channel ``(n, o)`` (``N O C/G kh kw`` independent sums, so
+  the direct kernel has work for every SM), summed over N.
 * ``fft`` / ``fft2d``: ``x̄ = F^H ȳ``, i.e. ``n · ifft(ȳ)`` for the forward
   transform and ``fft(ȳ) / n`` for the inverse one (n: the transformed size),
   and its real part for a real input. Cotangents of complex values follow
@@ -96,6 +102,42 @@ def _patch_weight_grad(
     return e.reshape(e.matmul(cm, patches, transpose_lhs=True), [o, c, kh, kw])
 
 
+def _group_transpose(e: GraphEmitter, w: SSAValue, groups: int) -> SSAValue:
+    """``w [O, C/G, kh, kw]`` with O and C swapped within each of the ``G`` groups:
+    ``[C, O/G, kh, kw]``, the weight of the grouped transposed convolution."""
+    o, cg, kh, kw = shape_of(w)
+    if groups == 1:
+        return e.transpose(w, [1, 0, 2, 3])
+    og = o // groups
+    if og == 1 or cg == 1:  # the swap moves a size-1 axis: a reshape
+        return e.reshape(w, [groups * cg, og, kh, kw])
+    w5 = e.transpose(e.reshape(w, [groups, og, cg, kh, kw]), [0, 2, 1, 3, 4])
+    return e.reshape(w5, [groups * cg, og, kh, kw])
+
+
+def _grouped_weight_grad(
+    e: GraphEmitter, ct: SSAValue, x: SSAValue, k: Sequence[int], st: Sequence[int],
+    pd: Sequence[int], dl: Sequence[int], groups: int,
+) -> SSAValue:
+    """The weight gradient of a grouped convolution (module docstring): ``dW[o, c, i, j] =
+    sum over n of r[c, (n, o), i, j]``, ``r`` the convolution of the input as
+    ``[C/G, (n, g), H, W]`` with ``ct`` as ``[(n, o), 1, Ho, Wo]`` in ``N G`` groups (taps
+    spaced by the stride, outputs by the dilation), cropped to the kernel."""
+    n, c, h, wd = shape_of(x)
+    o, ho, wo = shape_of(ct)[1:]
+    cg = c // groups
+    if cg == 1:
+        xt = e.reshape(x, [1, n * c, h, wd])
+    else:
+        x5 = e.transpose(e.reshape(x, [n, groups, cg, h, wd]), [2, 0, 1, 3, 4])
+        xt = e.reshape(x5, [cg, n * groups, h, wd])
+    kt = e.reshape(ct, [n * o, 1, ho, wo])
+    r = e.conv2d(xt, kt, dl, pd, st, n * groups)
+    r = _crop(e, r, [0, 0, 0, 0], [cg, n * o, k[0], k[1]])
+    r = e.sum(e.reshape(r, [cg, n, o, k[0], k[1]]), [1])
+    return e.reshape(r, [o, 1, *k]) if cg == 1 else e.transpose(r, [1, 0, 2, 3])
+
+
 @VJP_RULES.register(g.Conv2dOp)
 def _conv2d(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.Conv2dOp)
@@ -105,6 +147,7 @@ def _conv2d(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[
     sh, sw = op.stride.get_values()
     ph, pw = op.padding.get_values()
     dh, dw = op.dilation_values
+    gr = op.groups_value
     n, c, h, wd = shape_of(x)
     o, _, kh, kw = shape_of(w)
     eh, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1  # the dilated kernel's extent
@@ -115,10 +158,13 @@ def _conv2d(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[
         hp, wp = h + 2 * ph, wd + 2 * pw
         # ct at rows i*sh + eh-1 of zeros: a full correlation over the padded input
         d = e.pad(ct, [n, o, hp + eh - 1, wp + ew - 1], [0, 0, eh - 1, ew - 1], [1, 1, sh, sw])
-        wf = e.transpose(_flip_last2(e, w), [1, 0, 2, 3])
-        dxp = e.conv2d(d, wf, [1, 1], [0, 0], [dh, dw])
+        wf = _group_transpose(e, _flip_last2(e, w), gr)
+        dxp = e.conv2d(d, wf, [1, 1], [0, 0], [dh, dw], gr)
         out[slots["input"]] = _crop(e, dxp, [0, 0, ph, pw], [n, c, h, wd])
-    if needs[slots["weight"]] and sh >= kh and sw >= kw and (dh, dw) == (1, 1):
+    if needs[slots["weight"]] and gr != 1:
+        out[slots["weight"]] = _grouped_weight_grad(e, ct, x, [kh, kw], [sh, sw], [ph, pw],
+                                                    [dh, dw], gr)
+    elif needs[slots["weight"]] and sh >= kh and sw >= kw and (dh, dw) == (1, 1):
         out[slots["weight"]] = _patch_weight_grad(e, ct, x, [kh, kw], [sh, sw], [ph, pw])
     elif needs[slots["weight"]]:
         # dW[o, c, i, j] = sum of ct[n, o, ho, wo] xp[n, c, ho*sh + i*dh, wo*sw + j*dw]: the

@@ -18,7 +18,7 @@ ulps) or change the algorithm (a convolution through FFTs). Each has a pass opti
 * ``conv-via-fft`` (off unless asked for, ``spectral-rewrite{conv-via-fft=true}``: it
   changes a convolution's rounding, and the operation count below does not see that
   the direct convolution runs on the tensor cores): a ``tgraph.conv2d`` with stride 1
-  in f32/f64 becomes a
+  (no dilation, one channel group) in f32/f64 becomes a
   cross-correlation through 2-D FFTs when that takes fewer floating-point operations
   by the rule below. The input is zero-padded to ``P x Q = (H + 2 ph) x (W + 2 pw)``
   and the weight to ``P x Q``; ``Y = real(ifft2d(fft2d(x)[N,1,C] * conj(fft2d(w))[K,C]))``
@@ -232,6 +232,8 @@ class ConvViaFFT(RewritePattern):
             return
         if list(op.stride.get_values()) != [1, 1] or op.dilation_values != (1, 1):
             return
+        if op.groups_value != 1:
+            return  # the FFT product sums over all input channels
         pad = list(op.padding.get_values())
         xs, ws = list(shape_of(op.input)), list(shape_of(op.weight))
         n, c, h, wd = xs

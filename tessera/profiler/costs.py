@@ -32,7 +32,7 @@ flash_attention            per batch element: 2·P·D (q·kᵀ) + 2·P·Dv (p·v
                            flash_attention_fwd the same
 flash_attention_bwd        per batch element: 6·P·D + 4·P·Dv (S, dV, dP, dQ, dK) + 6·P
                            (P, dS) + 2·Sq·Dv (Di)
-conv2d                     2·N·O·Ho·Wo·C·kh·kw (+ N·O·Ho·Wo with a bias)
+conv2d                     2·N·O·Ho·Wo·(C/groups)·kh·kw (+ N·O·Ho·Wo with a bias)
 mse                        3 per broadcast element (subtract, square, sum) + 1
 take_along_axis            0 (data movement)
 fft / fft2d                5·n·log2(n) per transform of n points

@@ -600,7 +600,13 @@ def run_conv2d(interp: Interpreter, op: g.Conv2dOp, args: tuple[Any, ...]):
     win = np.lib.stride_tricks.sliding_window_view(
         x, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))
     win = win[:, :, ::sh, ::sw, ::dh, ::dw]
-    y = np.einsum("nchwij,ocij->nohw", win, w)
+    gr = op.groups_value
+    nb, c, ho, wo = win.shape[:4]
+    o = w.shape[0]
+    # output channel o of group o // (O/groups) reads that group's C/groups input channels
+    win = win.reshape(nb, gr, c // gr, ho, wo, kh, kw)
+    y = np.einsum("ngchwij,gocij->ngohw", win, w.reshape(gr, o // gr, c // gr, kh, kw))
+    y = y.reshape(nb, o, ho, wo)
     if op.bias is not None:
         y = y + load(vals[op.bias], t, acc)[None, :, None, None]
     return (store(y, op.result.type),)

@@ -221,20 +221,19 @@ def _conv_check(node: torch.fx.Node) -> str | None:
         return "not a 2-D convolution"
     if transposed:
         return "transposed convolution"
-    if int(groups) != 1:
-        return f"groups={groups}"
     return float_only(node)
 
 
 @rule(aten.convolution.default, check=_conv_check)
 def _convolution(
     node: torch.fx.Node, x: Any, w: Any, b: Any, stride: Any, padding: Any, dilation: Any,
-    *rest: Any,
+    transposed: bool, output_padding: Any, groups: int,
 ) -> TracedTensor:
     dt = out_dtype(node)
     return ops.conv2d(
         to(x, dt), to(w, dt), to(b, dt) if b is not None else None,
         stride=int_list(stride), padding=int_list(padding), dilation=int_list(dilation),
+        groups=int(groups),
     )
 
 
@@ -244,15 +243,7 @@ def _conv_backward_check(node: torch.fx.Node) -> str | None:
         return "not a 2-D convolution"
     if transposed:
         return "transposed convolution"
-    if int(groups) != 1:
-        return f"groups={groups}"
     return None if val(x).dtype in FLOAT_DTYPES else f"{val(x).dtype} input"
-
-
-
-
-
-
 
 
 def _flip(x: TracedTensor, axis: int) -> TracedTensor:
@@ -296,6 +287,49 @@ def _patch_weight_grad(
     return ops.reshape(ops.matmul(gm, patches, transpose_a=True), [o, c, kh, kw])
 
 
+def _group_transpose(w: TracedTensor, groups: int) -> TracedTensor:
+    """``w [O, C/G, kh, kw]`` with O and C swapped within each of the ``groups`` groups:
+    ``[C, O/G, kh, kw]``, the weight of the grouped transposed convolution (a reshape
+    when either side of a group has one channel, as a depthwise one's)."""
+    o, cg, kh, kw = w.shape
+    if groups == 1:
+        return ops.transpose(w, [1, 0, 2, 3])
+    og = o // groups
+    if og == 1 or cg == 1:
+        return ops.reshape(w, [groups * cg, og, kh, kw])
+    w5 = ops.transpose(ops.reshape(w, [groups, og, cg, kh, kw]), [0, 2, 1, 3, 4])
+    return ops.reshape(w5, [groups * cg, og, kh, kw])
+
+
+def _grouped_weight_grad(
+    g: TracedTensor, x: TracedTensor, kh: int, kw: int, st: list[int], pd: list[int],
+    dl: list[int], groups: int,
+) -> TracedTensor:
+    """A grouped convolution's weight gradient, ``dW[o, c, i, j] = sum over n of
+    r[c, (n, o), i, j]``: ``r`` is one convolution of the input as ``[C/G, (n, g), H, W]``
+    (a reshape, no copy, for a depthwise one) with the gradient as ``N O`` kernels
+    ``[(n, o), 1, Ho, Wo]`` in ``N G`` groups (taps spaced by the stride, outputs by the
+    dilation), one image's partial per output channel: ``N O C/G kh kw`` independent
+    sums, so the direct kernel has work for every SM, not ``O C/G kh kw``. 16-bit partials
+    are rounded once before their f32 sum over the batch."""
+    n, c, h, wd = x.shape
+    o, ho, wo = g.shape[1], g.shape[2], g.shape[3]
+    cg = c // groups
+    if cg == 1:
+        xt = ops.reshape(x, [1, n * c, h, wd])
+    else:
+        x5 = ops.transpose(ops.reshape(x, [n, groups, cg, h, wd]), [2, 0, 1, 3, 4])
+        xt = ops.reshape(x5, [cg, n * groups, h, wd])
+    kt = ops.reshape(g, [n * o, 1, ho, wo])
+    r = ops.conv2d(xt, kt, stride=dl, padding=pd, dilation=st, groups=n * groups)
+    if r.shape[2] != kh or r.shape[3] != kw:
+        r = take(take(r, 2, 0, kh), 3, 0, kw)
+    total = ops.sum(ops.reshape(r, [cg, n, o, kh, kw]), axis=1)  # f32 sum, one rounding
+    if cg == 1:
+        return ops.reshape(total, [o, 1, kh, kw])
+    return ops.transpose(total, [1, 0, 2, 3])
+
+
 def _pointwise_batched(g: TracedTensor, x: TracedTensor, kh: int, kw: int, pd: list[int]) -> bool:
     """A 1x1 convolution's weight gradient is cheaper as per-image products summed
     (:func:`_pointwise_weight_grad`) than as one product over transposed copies: the f32
@@ -337,10 +371,13 @@ def _convolution_backward(
     with the gradient as kernel, its taps spaced by the stride and its outputs by the
     dilation (no dilated copy of the gradient); or, when the windows do not overlap
     (stride >= kernel, no dilation), one GEMM over the input's patches
-    (:func:`_patch_weight_grad`)."""
+    (:func:`_patch_weight_grad`). With ``groups``: the input's correlation is grouped,
+    its kernel transposed within each group (:func:`_group_transpose`), and the kernel's
+    gradient is :func:`_grouped_weight_grad`."""
     dt = torch_dtype(x)
     g = to(grad, dt)
     st, pd, dl = int_list(stride), int_list(padding), int_list(dilation)
+    gr = int(groups)
     _, _, h, wd = x.shape
     kh, kw = w.shape[2], w.shape[3]
     ext = [(kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1]  # the dilated kernel's extent
@@ -348,7 +385,7 @@ def _convolution_backward(
     if output_mask[0] and kh == kw == 1:
         # a pointwise kernel: the gradient's product with the transposed weight at the
         # reached pixels, zeros between (dilate the product, not the gradient)
-        small = ops.conv2d(g, ops.transpose(w, [1, 0, 2, 3]))
+        small = ops.conv2d(g, _group_transpose(w, gr), groups=gr)
         for axis, n in ((2, h), (3, wd)):
             i = axis - 2
             reach = (g.shape[axis] - 1) * st[i] + 1
@@ -366,12 +403,14 @@ def _convolution_backward(
             i = axis - 2
             rows = (g.shape[axis] - 1) * st[i] + 1 + 2 * fp[i] - ext[i] + 1
             gd = dilate(gd, st[i], axis, tail=max(0, n + lead[i] - rows))
-        wf = ops.transpose(_flip(_flip(w, 2), 3), [1, 0, 2, 3])
-        full = ops.conv2d(gd, wf, padding=fp, dilation=dl)
+        wf = _group_transpose(_flip(_flip(w, 2), 3), gr)
+        full = ops.conv2d(gd, wf, padding=fp, dilation=dl, groups=gr)
         for axis, n in ((2, h), (3, wd)):
             full = take(full, axis, lead[axis - 2], lead[axis - 2] + n)
         gx = full
-    if output_mask[1] and _pointwise_batched(g, x, kh, kw, pd):
+    if output_mask[1] and gr != 1:
+        gw = _grouped_weight_grad(g, x, kh, kw, st, pd, dl, gr)
+    elif output_mask[1] and _pointwise_batched(g, x, kh, kw, pd):
         gw = _pointwise_weight_grad(g, x, st)
     elif output_mask[1] and st[0] >= kh and st[1] >= kw and dl == [1, 1]:
         gw = _patch_weight_grad(g, x, kh, kw, st, pd)

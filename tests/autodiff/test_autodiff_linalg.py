@@ -68,16 +68,18 @@ def randn(*shapes: Sequence[int]) -> Gen:
 # --------------------------------------------------------------------------- conv2d
 
 
-def conv_case(name, xs, ws, stride, pad, bias: bool) -> LCase:
+def conv_case(name, xs, ws, stride, pad, bias: bool, dil=(1, 1), groups: int = 1) -> LCase:
     n, c, h, w = xs
     o, _, kh, kw = ws
-    ho = (h + 2 * pad[0] - kh) // stride[0] + 1
-    wo = (w + 2 * pad[1] - kw) // stride[1] + 1
+    ho = (h + 2 * pad[0] - (kh - 1) * dil[0] - 1) // stride[0] + 1
+    wo = (w + 2 * pad[1] - (kw - 1) * dil[1] - 1) // stride[1] + 1
     ys = (n, o, ho, wo)
     args = [("x", ty(xs)), ("w", ty(ws))] + ([("b", ty((o,)))] if bias else [])
     b = f" bias %b : {ty((o,))}" if bias else ""
+    extra = (f" dilation = {list(dil)}" if tuple(dil) != (1, 1) else "") + (
+        f" groups = {groups}" if groups != 1 else "")
     body = [
-        f"%y = tgraph.conv2d %x, %w{b} stride = {list(stride)} padding = {list(pad)} "
+        f"%y = tgraph.conv2d %x, %w{b} stride = {list(stride)} padding = {list(pad)}{extra} "
         f": {ty(xs)}, {ty(ws)} -> {ty(ys)}"
     ]
     shapes = [xs, ws] + ([(o,)] if bias else [])
@@ -85,7 +87,8 @@ def conv_case(name, xs, ws, stride, pad, bias: bool) -> LCase:
         name,
         func_text(args, body, [("y", ty(ys))]),
         randn(*shapes),
-        lambda *t: (F.conv2d(*t, stride=tuple(stride), padding=tuple(pad)),),
+        lambda *t: (F.conv2d(*t, stride=tuple(stride), padding=tuple(pad), dilation=tuple(dil),
+                             groups=groups),),
         tuple(range(len(shapes))),
     )
 
@@ -98,6 +101,14 @@ CONV = [
     # windows that do not overlap: the weight gradient is a GEMM over the input's patches
     conv_case("conv2d_patches", (2, 3, 8, 12), (4, 3, 4, 4), (4, 4), (0, 0), True),
     conv_case("conv2d_patches_gaps_pad", (1, 2, 7, 9), (3, 2, 2, 3), (3, 4), (1, 1), False),
+    # grouped: the input gradient a grouped transposed convolution, the weight gradient
+    # per-image partials in N*G groups summed over N
+    conv_case("conv2d_groups2_stride2", (2, 4, 7, 6), (6, 2, 3, 2), (2, 1), (1, 0), True,
+              groups=2),
+    conv_case("conv2d_depthwise_dilated", (2, 3, 8, 7), (3, 1, 3, 3), (1, 2), (2, 1), False,
+              dil=(2, 1), groups=3),
+    conv_case("conv2d_depthwise_multiplier", (1, 2, 6, 5), (4, 1, 2, 2), (2, 2), (0, 1), True,
+              groups=2),
 ]
 
 

@@ -91,6 +91,13 @@ def _conv_samples(dtype: str, rng: np.random.Generator) -> Iterator[tuple[np.nda
         yield make(rng, xs, dtype, low=-1, high=1), make(rng, ws, dtype, low=-1, high=1)
 
 
+def _grouped_conv_samples(dtype: str, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, ...]]:
+    # (input, weight) for groups = 2: two channels per group, and one (depthwise with a
+    # channel multiplier 2 when C = 2)
+    for xs, ws in (((1, 4, 5, 6), (4, 2, 3, 3)), ((2, 2, 6, 5), (4, 1, 3, 2))):
+        yield make(rng, xs, dtype, low=-1, high=1), make(rng, ws, dtype, low=-1, high=1)
+
+
 def _attention_samples(dtype: str, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, ...]]:
     for b, s, d in ((1, 5, 4), (2, 7, 8)):
         yield tuple(make(rng, (b, s, d), dtype, low=-1, high=1) for _ in range(3))
@@ -267,6 +274,10 @@ OPS: list[OpInfo] = [
            lambda x, w: ts.conv2d(x, w, w[:, 0, 0, 0], stride=2, padding=1),
            lambda x, w: F.conv2d(x, w, w[:, 0, 0, 0], stride=2, padding=1),
            ("float32", "float64"), _conv_samples, grad=True, rtol={"float32": 1e-5}),
+    OpInfo("conv2d_groups",
+           lambda x, w: ts.conv2d(x, w, w[:, 0, 0, 0], padding=1, groups=2),
+           lambda x, w: F.conv2d(x, w, w[:, 0, 0, 0], padding=1, groups=2),
+           ("float32", "float64"), _grouped_conv_samples, grad=True, rtol={"float32": 1e-5}),
     OpInfo("flash_attention_causal", lambda q, k, v: ts.flash_attention(q, k, v, causal=True),
            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
            ("float32", "float64"), _attention_samples, grad=True, rtol={"float32": 1e-5}),

@@ -329,9 +329,19 @@ def conv2d(
     stride: int | Sequence[int] = 1,
     padding: int | Sequence[int] = 0,
     dilation: int | Sequence[int] = 1,
+    groups: int = 1,
 ) -> TracedTensor:
-    """2-D cross-correlation: NCHW input, OIHW weight, optional bias [O]; ``dilation``
-    spaces the kernel's taps (``tgraph.conv2d``)."""
+    """2-D cross-correlation: NCHW input, OIHW weight, optional bias [O]
+    (``tgraph.conv2d``, ``torch.nn.functional.conv2d``'s arguments and meaning).
+
+    ``stride`` and ``padding`` (zeros) per spatial dim; ``dilation`` spaces the kernel's
+    taps; ``groups`` splits the channels into that many independent convolutions: the
+    weight is ``[O, C / groups, kh, kw]``, C and O are multiples of ``groups``, and output
+    channel ``o`` reads only the input channels of its group ``o // (O / groups)``.
+    ``groups == C`` with ``O == C`` is a depthwise convolution (MobileNet, ConvNeXt);
+    grouped convolutions with few taps per output (``C/groups x kh x kw <= 64``) lower to
+    a direct kernel that stages its input rows in shared memory, others to the generic
+    direct kernel (not the tensor-core GEMM paths)."""
     x, w = _operands("conv2d", x, weight)
     b = _as_tensor(bias, "conv2d", x) if bias is not None else None
     st = [stride, stride] if isinstance(stride, int) else list(stride)
@@ -344,13 +354,17 @@ def conv2d(
         )
     if len(dl) != 2 or builtins.min(dl) < 1:
         raise ShapeError(located(f"conv2d dilation needs two sizes >= 1, got {dl}"))
-    r = g.Conv2dOp.infer_shape(x.shape, w.shape, st, pd, dl)
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ShapeError(located(f"conv2d groups needs an int >= 1, got {groups!r}"))
+    r = g.Conv2dOp.infer_shape(x.shape, w.shape, st, pd, dl, groups)
     if isinstance(r, str):
         raise ShapeError(located(f"conv2d {r}"))
     props = _dense_props("stride", st)
     props.update(_dense_props("padding", pd))
     if dl != [1, 1]:
         props.update(_dense_props("dilation", dl))
+    if groups != 1:
+        props["groups"] = IntegerAttr(groups, i64)
     return _emit(
         g.Conv2dOp,
         x.trace,

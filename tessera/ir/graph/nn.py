@@ -446,7 +446,11 @@ class Conv2dOp(IRDLOperation):
     """2-D convolution (cross-correlation), NCHW input and OIHW weight, optional bias [O]:
     ``y[n, o, ho, wo] = sum over c, i, j of
     x[n, c, ho*sh + i*dh - ph, wo*sw + j*dw - pw] * w[o, c, i, j]`` (+ ``bias[o]``), the
-    input zero outside its bounds. ``dilation`` (default 1, 1) spaces the kernel's taps."""
+    input zero outside its bounds. ``dilation`` (default 1, 1) spaces the kernel's taps.
+    ``groups`` (default 1) splits the channels into that many groups convolved apart:
+    the weight is ``[O, C / groups, kh, kw]`` and output channel ``o`` sums over the
+    input channels ``g * C/groups + c`` of its group ``g = o // (O / groups)``
+    (``groups == C == O``: a depthwise convolution)."""
 
     name = "tgraph.conv2d"
     input = operand_def(TensorT)
@@ -455,24 +459,32 @@ class Conv2dOp(IRDLOperation):
     stride = prop_def(DenseArrayBase[I64])
     padding = prop_def(DenseArrayBase[I64])
     dilation = opt_prop_def(DenseArrayBase[I64])
+    groups = opt_prop_def(IntegerAttr[I64])
     result = result_def(TensorT)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
     traits = traits_def(Pure())
     assembly_format = (
         "$input `,` $weight (`bias` $bias^ `:` type($bias))? `stride` `=` $stride "
-        "`padding` `=` $padding (`dilation` `=` $dilation^)? attr-dict `:` type($input) `,` "
-        "type($weight) `->` type($result)"
+        "`padding` `=` $padding (`dilation` `=` $dilation^)? (`groups` `=` $groups^)? "
+        "attr-dict `:` type($input) `,` type($weight) `->` type($result)"
     )
 
     @staticmethod
     def infer_shape(
         x: Sequence[int], w: Sequence[int], stride: Sequence[int], pad: Sequence[int],
-        dilation: Sequence[int] = (1, 1),
+        dilation: Sequence[int] = (1, 1), groups: int = 1,
     ) -> tuple[int, ...] | str:
         if len(x) != 4 or len(w) != 4:
             return f"input and weight must be 4-D (NCHW, OIHW), got {fmt_shape(x)}, {fmt_shape(w)}"
-        if x[1] != w[1]:
+        if groups < 1:
+            return f"groups must be >= 1, got {groups}"
+        if groups == 1 and x[1] != w[1]:
             return f"channels differ: input C={x[1]}, weight C={w[1]}"
+        if x[1] != w[1] * groups:
+            return (f"channels differ: input C={x[1]} is not groups={groups} times weight "
+                    f"C={w[1]}")
+        if w[0] % groups:
+            return f"output channels O={w[0]} are not a multiple of groups={groups}"
         eh, ew = (w[2] - 1) * dilation[0] + 1, (w[3] - 1) * dilation[1] + 1
         ho = (x[2] + 2 * pad[0] - eh) // stride[0] + 1
         wo = (x[3] + 2 * pad[1] - ew) // stride[1] + 1
@@ -490,6 +502,11 @@ class Conv2dOp(IRDLOperation):
         dh, dw = self.dilation.get_values()
         return (dh, dw)
 
+    @property
+    def groups_value(self) -> int:
+        """The channel groups, 1 when absent."""
+        return 1 if self.groups is None else self.groups.value.data
+
     def verify_(self) -> None:
         _check_same_elem(self, self.input, self.weight, self.result)
         st, pd = list(self.stride.get_values()), list(self.padding.get_values())
@@ -500,7 +517,8 @@ class Conv2dOp(IRDLOperation):
         dl = list(self.dilation.get_values()) if self.dilation is not None else [1, 1]
         if len(dl) != 2 or min(dl) < 1:
             raise VerifyException(f"{self.name}: dilation needs two sizes >= 1, got {dl}")
-        r = self.infer_shape(shape_of(self.input), shape_of(self.weight), st, pd, dl)
+        r = self.infer_shape(shape_of(self.input), shape_of(self.weight), st, pd, dl,
+                             self.groups_value)
         if isinstance(r, str):
             raise VerifyException(f"{self.name}: {r}")
         if self.bias is not None:

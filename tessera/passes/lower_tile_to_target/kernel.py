@@ -364,7 +364,7 @@ class KernelLowering:
         mask: SSAValue | None = None, other: SSAValue | None = None,
     ) -> None:
         et = result.type
-        space, a = self.address(op, ref, indices)
+        space, a, offset = self.shared_address_imm(op, ref, indices)
         d = self.define(result)
         guard = self.one(mask) if mask is not None else None
         if is_i1(et):
@@ -388,21 +388,21 @@ class KernelLowering:
                 self.mov(d, self.one(other), et)
             else:
                 self.zero(d, et)
-        self.emit(tt.LdOp(f"{space}.{mem_type(et)}", [d], a, guard=guard))
+        self.emit(tt.LdOp(f"{space}.{mem_type(et)}", [d], a, offset, guard=guard))
 
     def store_scalar(
         self, op: Operation, value: SSAValue, ref: SSAValue, indices: Sequence[SSAValue],
         mask: SSAValue | None = None,
     ) -> None:
         et = value.type
-        space, a = self.address(op, ref, indices)
+        space, a, offset = self.shared_address_imm(op, ref, indices)
         guard = self.one(mask) if mask is not None else None
         v = self.one(value)
         if is_i1(et):
             raw = self.reg("b16")
             self.emit(tt.SelpOp("u16", raw, self.imm(1, IntegerType(16)), self.imm(0, IntegerType(16)), v))
             v = raw
-        self.emit(tt.StOp(f"{space}.{mem_type(et)}", a, [v], guard=guard))
+        self.emit(tt.StOp(f"{space}.{mem_type(et)}", a, [v], offset, guard=guard))
 
     def zero(self, d: SSAValue, t: Attribute) -> None:
         cls = reg_class_of(t)

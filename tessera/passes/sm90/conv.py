@@ -42,7 +42,7 @@ from xdsl.ir import SSAValue
 from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.matmul_config import sm90_config
-from tessera.passes.sm90.conv_implicit import lower_conv2d_implicit
+from tessera.passes.sm90.conv_implicit import grouped, lower_conv2d_implicit
 from tessera.passes.tile_builder import KernelEmitter, cdiv
 from tessera.passes.tile_gemm import fma_matmul_2d
 
@@ -57,6 +57,8 @@ STORE_GROUP = 64
 
 def conv_eligible(op: g.Conv2dOp) -> str | None:
     """None if the sm90 path takes ``op``, else why not."""
+    if (why := grouped(op)) is not None:
+        return why
     et = g.elem_of(op.input)
     if isinstance(et, Float32Type):
         return None  # im2col + the FMA GEMM (no TMA row-stride constraint)
@@ -74,6 +76,8 @@ def conv1x1_eligible(op: g.Conv2dOp) -> str | None:
     """None if ``op`` is a pointwise convolution the batched sm90 GEMM takes as it is
     stored, else why not: ``y[n] (O x HW) = w (O x C) @ x[n] (C x HW)``, the weight the
     K-major A (broadcast over the batch), ``x[n]`` the N-major B, ``y`` stored by TMA."""
+    if (why := grouped(op)) is not None:
+        return why
     et = g.elem_of(op.input)
     if not isinstance(et, BFloat16Type | Float16Type):
         return "operands are not bf16 or f16"

@@ -154,6 +154,18 @@ class ConvGather:
         return self.n * self.h * self.w * self.cp * self.eb
 
 
+def grouped(op: g.Conv2dOp) -> str | None:
+    """Why a grouped ``op`` (``groups != 1``) stays on the direct kernel, else None: the
+    GEMM paths compute one product over all input channels, and a grouped convolution is
+    ``groups`` block-diagonal products (a depthwise one, ``C / groups = 1``, has a K of
+    only ``kh kw``: memory-bound work the direct kernel does from shared memory)."""
+    gr = op.groups_value
+    if gr == 1:
+        return None
+    return (f"groups={gr}: a grouped convolution is {gr} independent products, not one "
+            "GEMM over the channels (the direct kernel takes it)")
+
+
 def packs(cp: int, eb: int, kw: int, dw: int, uniform: bool) -> bool:
     """Whether a convolution gathers filter rows (:attr:`ConvGather.packed`): pixels of
     ``cp * eb`` bytes dividing a 128-byte line whose ``128 / (cp * eb)`` pixels hold a whole
@@ -167,6 +179,8 @@ def packs(cp: int, eb: int, kw: int, dw: int, uniform: bool) -> bool:
 
 def implicit_eligible(op: g.Conv2dOp) -> str | None:
     """None if the implicit-GEMM kernel takes ``op``, else why not."""
+    if (why := grouped(op)) is not None:
+        return why
     et = g.elem_of(op.input)
     if not isinstance(et, BFloat16Type | Float16Type | Float32Type):
         return "operands are not bf16, f16 or f32"

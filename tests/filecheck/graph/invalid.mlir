@@ -188,6 +188,38 @@ func.func @case19d(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) {
 
 // -----
 
+func.func @case19e(%x: tensor<1x6x8x8xf32>, %w: tensor<4x3x3x3xf32>) {
+  // expected-error @+1 {{tgraph.conv2d: channels differ: input C=6 is not groups=3 times weight C=3}}
+  %r = tgraph.conv2d %x, %w stride = [1, 1] padding = [0, 0] groups = 3 : tensor<1x6x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x6x6xf32>
+  func.return
+}
+
+// -----
+
+func.func @case19f(%x: tensor<1x6x8x8xf32>, %w: tensor<5x3x3x3xf32>) {
+  // expected-error @+1 {{tgraph.conv2d: output channels O=5 are not a multiple of groups=2}}
+  %r = tgraph.conv2d %x, %w stride = [1, 1] padding = [0, 0] groups = 2 : tensor<1x6x8x8xf32>, tensor<5x3x3x3xf32> -> tensor<1x5x6x6xf32>
+  func.return
+}
+
+// -----
+
+func.func @case19g(%x: tensor<1x6x8x8xf32>, %w: tensor<4x3x3x3xf32>) {
+  // expected-error @+1 {{tgraph.conv2d: groups must be >= 1, got 0}}
+  %r = tgraph.conv2d %x, %w stride = [1, 1] padding = [0, 0] groups = 0 : tensor<1x6x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x6x6xf32>
+  func.return
+}
+
+// -----
+
+func.func @case19h(%x: tensor<1x6x8x8xf32>, %w: tensor<6x1x3x3xf32>, %b: tensor<3xf32>) {
+  // expected-error @+1 {{tgraph.conv2d: bias has shape [3], expected [6]}}
+  %r = tgraph.conv2d %x, %w bias %b : tensor<3xf32> stride = [1, 1] padding = [0, 0] groups = 6 : tensor<1x6x8x8xf32>, tensor<6x1x3x3xf32> -> tensor<1x6x6x6xf32>
+  func.return
+}
+
+// -----
+
 func.func @case20(%a: tensor<4xf32>) attributes {tessera.mesh = #tessera.mesh<dp = 2, tp = 4>} {
   // expected-error @+1 {{tgraph.mse: result has shape [4], expected []}}
   %r = tgraph.mse %a, %a : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>

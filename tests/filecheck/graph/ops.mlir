@@ -86,12 +86,16 @@ func.func @reductions_nn(%x: tensor<4x8xf32>, %w: tensor<8xf32>, %t: tensor<4x8x
 // CHECK-NEXT: %7 = tgraph.mse %x, %t : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<f32>
 
 func.func @linalg(%a: tensor<2x64x32xbf16>, %b: tensor<32x16xbf16>, %q: tensor<2x4x16x8xf16>,
-                  %img: tensor<1x3x8x8xf32>, %k: tensor<4x3x3x3xf32>, %bias: tensor<4xf32>) {
+                  %img: tensor<1x3x8x8xf32>, %k: tensor<4x3x3x3xf32>, %bias: tensor<4xf32>,
+                  %dk: tensor<6x1x3x3xf32>, %db: tensor<6xf32>) {
   %0 = tgraph.matmul %a, %b tile_shape = [128, 128, 64] : (tensor<2x64x32xbf16>, tensor<32x16xbf16>) -> tensor<2x64x16xf32>
   %1 = tgraph.matmul %b, %b transpose_lhs : (tensor<32x16xbf16>, tensor<32x16xbf16>) -> tensor<16x16xbf16>
   %2 = tgraph.flash_attention %q, %q, %q scale = 5.000000e-01 causal : (tensor<2x4x16x8xf16>, tensor<2x4x16x8xf16>, tensor<2x4x16x8xf16>) -> tensor<2x4x16x8xf16>
   %3 = tgraph.conv2d %img, %k bias %bias : tensor<4xf32> stride = [1, 1] padding = [1, 1] : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x8x8xf32>
   %4 = tgraph.conv2d %img, %k stride = [2, 1] padding = [2, 0] dilation = [2, 3] : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x4x2xf32>
+  %5 = tgraph.conv2d %img, %dk bias %db : tensor<6xf32> stride = [1, 1] padding = [1, 1] groups = 3 : tensor<1x3x8x8xf32>, tensor<6x1x3x3xf32> -> tensor<1x6x8x8xf32>
+  %6 = tgraph.conv2d %img, %dk stride = [2, 2] padding = [0, 0] dilation = [2, 2] groups = 3 : tensor<1x3x8x8xf32>, tensor<6x1x3x3xf32> -> tensor<1x6x2x2xf32>
+  %7 = tgraph.conv2d %img, %k stride = [1, 1] padding = [0, 0] groups = 1 : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x6x6xf32>
   func.return
 }
 // CHECK-LABEL: func.func @linalg
@@ -100,6 +104,9 @@ func.func @linalg(%a: tensor<2x64x32xbf16>, %b: tensor<32x16xbf16>, %q: tensor<2
 // CHECK-NEXT: %2 = tgraph.flash_attention %q, %q, %q scale = 5.000000e-01 causal
 // CHECK-NEXT: %3 = tgraph.conv2d %img, %k bias %bias : tensor<4xf32> stride = [1, 1] padding = [1, 1] :
 // CHECK-NEXT: %4 = tgraph.conv2d %img, %k stride = [2, 1] padding = [2, 0] dilation = [2, 3] : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x4x2xf32>
+// CHECK-NEXT: %5 = tgraph.conv2d %img, %dk bias %db : tensor<6xf32> stride = [1, 1] padding = [1, 1] groups = 3 : tensor<1x3x8x8xf32>, tensor<6x1x3x3xf32> -> tensor<1x6x8x8xf32>
+// CHECK-NEXT: %6 = tgraph.conv2d %img, %dk stride = [2, 2] padding = [0, 0] dilation = [2, 2] groups = 3 : tensor<1x3x8x8xf32>, tensor<6x1x3x3xf32> -> tensor<1x6x2x2xf32>
+// CHECK-NEXT: %7 = tgraph.conv2d %img, %k stride = [1, 1] padding = [0, 0] groups = 1 : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32> -> tensor<1x4x6x6xf32>
 
 func.func @shapes(%x: tensor<4x8xf32>, %v: tensor<8xf32>) {
   %0 = tgraph.transpose %x permutation = [1, 0] : (tensor<4x8xf32>) -> tensor<8x4xf32>

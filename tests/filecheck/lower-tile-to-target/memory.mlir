@@ -83,3 +83,29 @@ ttile.kernel @mma(%x: memref<1xf32>) group_size = 32 {
 // CHECK:        ttarget.mma "bf16" ([[D0:%.*]], %{{.*}}, %{{.*}}, %{{.*}}), ([[A0]], %{{.*}}, %{{.*}}, %{{.*}}), (%{{.*}}, %{{.*}}), (%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}})
 // CHECK:        ttarget.mov "f32" %{{.*}}, [[D0]]
 // PTX: mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f{{[0-9]+}}, %f{{[0-9]+}}, %f{{[0-9]+}}, %f{{[0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}, %r{{[0-9]+}}}, {%r{{[0-9]+}}, %r{{[0-9]+}}}, {%f{{[0-9]+}}, %f{{[0-9]+}}, %f{{[0-9]+}}, %f{{[0-9]+}}};
+
+// Scalar accesses of a 1-D shared buffer at constant distances from one index (a
+// stencil's taps) share one address register: the constant part is the instruction's
+// immediate offset (f32: 4 bytes per element); global accesses keep theirs in the address.
+ttile.kernel @taps(%g: memref<64xf32>) group_size = 32 {
+  %l = ttile.local_id
+  %s = ttile.alloc_shared : memref<64xf32, #tessera.smem>
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %i2 = arith.addi %l, %c2 : index
+  %i5 = arith.addi %i2, %c3 : index
+  %v = ttile.load %g[%i5] : memref<64xf32> -> f32
+  ttile.store %v, %s[%i2] : f32, memref<64xf32, #tessera.smem>
+  ttile.barrier
+  %a = ttile.load %s[%l] : memref<64xf32, #tessera.smem> -> f32
+  %b = ttile.load %s[%i5] : memref<64xf32, #tessera.smem> -> f32
+  %t = arith.addf %a, %b : f32
+  ttile.store %t, %g[%l] : f32, memref<64xf32>
+  ttile.return
+}
+// CHECK-LABEL: ttarget.func @taps
+// CHECK:        ttarget.ld "global.f32" (%{{.*}}), [%{{.*}} + 0]
+// CHECK:        ttarget.st "shared.f32" [[[A:%.*]] + 8], (%{{.*}})
+// CHECK:        ttarget.bar_sync 0
+// CHECK:        ttarget.ld "shared.f32" (%{{.*}}), [[[B:%.*]] + 0]
+// CHECK:        ttarget.ld "shared.f32" (%{{.*}}), [[[B2:%.*]] + 20]

@@ -37,3 +37,13 @@ func.func @kept(%x: tensor<1x4x32x32xf32>, %w: tensor<4x4x3x3xf32>, %h: tensor<1
 // CHECK-NEXT:    tgraph.conv2d %x, %w stride = [2, 2]
 // CHECK-NEXT:    tgraph.conv2d %h, %v
 // CHECK-NOT:     tgraph.fft2d
+
+// A grouped convolution (each output channel sums over its group's channels only) is
+// never rewritten: the FFT product sums over every input channel.
+func.func @grouped(%x: tensor<1x4x18x18xf32>, %w: tensor<4x2x15x15xf32>) -> tensor<1x4x18x18xf32> {
+  %0 = tgraph.conv2d %x, %w stride = [1, 1] padding = [7, 7] groups = 2 : tensor<1x4x18x18xf32>, tensor<4x2x15x15xf32> -> tensor<1x4x18x18xf32>
+  func.return %0 : tensor<1x4x18x18xf32>
+}
+// CHECK-LABEL: func.func @grouped
+// CHECK-NEXT:    tgraph.conv2d %x, %w stride = [1, 1] padding = [7, 7] groups = 2
+// CHECK-NOT:     tgraph.fft2d

@@ -1,0 +1,338 @@
+"""The body of one FFT kernel (a :class:`~tessera.passes.fft_plan.TilePass`).
+
+A tile takes ``T = per_tile`` consecutive lines ``L = tile_id * T + t`` of ``N = size``
+points and keeps them in shared memory as two planes, ``buf[0, t*N + k]`` (real parts)
+and ``buf[1, t*N + k]`` (imaginary parts), so lanes reading consecutive points read
+consecutive words. Two such buffers ping-pong between stages.
+
+* **Load.** Flat index ``f < T*N``, one per lane and step: a row-like source view
+  (points of a line consecutive in memory) takes ``t, k = divmod(f, N)``, a column-like
+  one ``k, t = divmod(f, T)``, so consecutive lanes touch consecutive complex values in
+  either case. A complex value is one vector load of its (re, im) pair; a real input
+  gets a zero imaginary part; points past the view's ``n`` and lines past ``lines`` are
+  zeros.
+* **Stockham stage** of radix ``R`` with ``Ns`` (the product of the radices before it):
+  butterfly ``j < N/R`` of line ``t`` reads ``x[j + r N/R]`` for ``r < R``, multiplies
+  them by ``w_N**(r (j mod Ns) N/(Ns R))`` (the float64 table of ``w_N**e``, rounded once),
+  does the ``R``-point DFT in registers (:func:`small_dft`) and writes
+  ``y[(j div Ns) Ns R + (j mod Ns) + r Ns]``: ``log_R N`` passes through shared memory,
+  one barrier each, and the result in natural order (autosort).
+* **Multiply** (Bluestein's chirps and kernel): point ``k`` times ``table[k]``, in place.
+* **Store**, in the order of the destination view like the load; optionally times the
+  four-step twiddle ``w_(N sub)**(s k)`` (``s``: the line's ``sub`` index; from two
+  short tables, :func:`~tessera.passes.fft_plan.twiddle_tables`) and a scale.
+
+Every value is computed by one lane in a fixed order: deterministic. Loops have
+constant trip counts.
+"""
+
+from __future__ import annotations
+
+import cmath
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from xdsl.dialects.builtin import VectorType
+from xdsl.ir import Attribute, SSAValue
+
+from tessera.ir import tile as tt
+from tessera.passes.fft_plan import Multiply, Stages, TilePass, View, radices, twiddle_tables
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
+
+Pair = list[SSAValue]
+"""A complex value as [real, imaginary]."""
+
+TINY = 1e-12
+
+
+def pass_tables(p: TilePass) -> list[tuple[tuple, np.ndarray]]:
+    """The constant tables a pass's kernel reads, in argument order: ``(key, values)``
+    (complex128; the key names equal tables)."""
+    out: list[tuple[tuple, np.ndarray]] = []
+    for s in p.steps:
+        if isinstance(s, Stages):
+            key = ("w", p.size, s.sign)
+            if all(k != key for k, _ in out):
+                e = np.arange(p.size, dtype=np.float64)
+                out.append((key, np.exp(s.sign * 2j * np.pi * e / p.size)))
+        else:
+            out.append((s.key, s.table))
+    if p.twiddle:
+        n = p.size * p.dst_view.sub
+        _, hi, lo = twiddle_tables(n, p.twiddle)
+        out += [(("hi", n, p.twiddle), hi), (("lo", n, p.twiddle), lo)]
+    return out
+
+
+def cadd(b: KernelEmitter, x: Pair, y: Pair) -> Pair:
+    return [b.fadd(x[0], y[0]), b.fadd(x[1], y[1])]
+
+
+def csub(b: KernelEmitter, x: Pair, y: Pair) -> Pair:
+    return [b.fsub(x[0], y[0]), b.fsub(x[1], y[1])]
+
+
+def cmul(b: KernelEmitter, x: Pair, y: Pair) -> Pair:
+    """``x * y`` (numpy's formula)."""
+    re = b.fsub(b.fmul(x[0], y[0]), b.fmul(x[1], y[1]))
+    im = b.fadd(b.fmul(x[0], y[1]), b.fmul(x[1], y[0]))
+    return [re, im]
+
+
+def _neg(b: KernelEmitter, x: SSAValue) -> SSAValue:
+    from xdsl.dialects import arith
+
+    return b.op(arith.NegfOp(x))
+
+
+def cmul_const(b: KernelEmitter, x: Pair, w: complex, et: Attribute) -> Pair:
+    """``x * w`` for a constant ``w``: free for ``+-1, +-i``; two products for
+    ``|re w| = |im w|``."""
+    c, s = w.real, w.imag
+    if abs(s) < TINY and abs(abs(c) - 1) < TINY:
+        return x if c > 0 else [_neg(b, x[0]), _neg(b, x[1])]
+    if abs(c) < TINY and abs(abs(s) - 1) < TINY:  # +-i (x + iy) = -+y +- ix
+        return [_neg(b, x[1]), x[0]] if s > 0 else [x[1], _neg(b, x[0])]
+    if abs(abs(c) - abs(s)) < TINY:
+        cc = b.const(c, et)
+        if s / c > 0:  # (x + iy)(c + ic) = c(x - y) + ic(x + y)
+            return [b.fmul(cc, b.fsub(x[0], x[1])), b.fmul(cc, b.fadd(x[0], x[1]))]
+        return [b.fmul(cc, b.fadd(x[0], x[1])), b.fmul(cc, b.fsub(x[1], x[0]))]
+    cc, ss = b.const(c, et), b.const(s, et)
+    return [b.fsub(b.fmul(x[0], cc), b.fmul(x[1], ss)),
+            b.fadd(b.fmul(x[0], ss), b.fmul(x[1], cc))]
+
+
+def small_dft(b: KernelEmitter, v: Sequence[Pair], sign: int, et: Attribute) -> list[Pair]:
+    """The DFT ``X[k] = sum_j v[j] exp(sign 2 pi i j k / R)`` of ``R = len(v)`` values in
+    registers: radix-2 decimation in time for even ``R``; for odd ``R`` the direct sum
+    over pairs ``j, R - j``, ``v_j w**jk + v_(R-j) w**-jk = (v_j + v_(R-j)) cos +
+    sign i (v_j - v_(R-j)) sin``, so ``(R-1)**2 / 2`` real products per part."""
+    r = len(v)
+    if r == 1:
+        return [list(v[0])]
+    if r % 2 == 0:
+        ev = small_dft(b, v[0::2], sign, et)
+        od = small_dft(b, v[1::2], sign, et)
+        h = r // 2
+        out: list[Pair] = [[]] * r
+        for k in range(h):
+            t = cmul_const(b, od[k], cmath.exp(sign * 2j * cmath.pi * k / r), et)
+            out[k] = cadd(b, ev[k], t)
+            out[k + h] = csub(b, ev[k], t)
+        return out
+    h = (r - 1) // 2
+    a = [cadd(b, v[j], v[r - j]) for j in range(1, h + 1)]
+    d = [csub(b, v[j], v[r - j]) for j in range(1, h + 1)]
+    x0 = list(v[0])
+    for aj in a:
+        x0 = cadd(b, x0, aj)
+    out = [x0] + [[]] * (r - 1)
+    for k in range(1, h + 1):
+        re_a, im_a = v[0][0], v[0][1]
+        re_d: SSAValue | None = None
+        im_d: SSAValue | None = None
+        for j in range(1, h + 1):
+            ang = 2 * np.pi * ((j * k) % r) / r
+            c, s = b.const(float(np.cos(ang)), et), b.const(float(np.sin(ang)), et)
+            re_a = b.fadd(re_a, b.fmul(a[j - 1][0], c))
+            im_a = b.fadd(im_a, b.fmul(a[j - 1][1], c))
+            tr, ti = b.fmul(d[j - 1][0], s), b.fmul(d[j - 1][1], s)
+            re_d = tr if re_d is None else b.fadd(re_d, tr)
+            im_d = ti if im_d is None else b.fadd(im_d, ti)
+        assert re_d is not None and im_d is not None
+        # sign i (re_d + i im_d) = (-sign im_d) + i (sign re_d)
+        if sign < 0:
+            out[k] = [b.fadd(re_a, im_d), b.fsub(im_a, re_d)]
+            out[r - k] = [b.fsub(re_a, im_d), b.fadd(im_a, re_d)]
+        else:
+            out[k] = [b.fsub(re_a, im_d), b.fadd(im_a, re_d)]
+            out[r - k] = [b.fadd(re_a, im_d), b.fsub(im_a, re_d)]
+    return out
+
+
+def _divmod(b: KernelEmitter, x: Idx, d: int, bound: int) -> tuple[Idx, Idx]:
+    """``(x // d, x % d)`` for ``0 <= x < bound`` (shifts for powers of two, 32-bit
+    divisions by a constant otherwise)."""
+    if d == 1:
+        return x, 0
+    q, r = b.unravel(x, [max(1, cdiv(bound, d)), d])
+    return q, r
+
+
+class PassKernel:
+    """Emits the body of the kernel of pass ``p``: arguments ``(dst, src, *tables)``."""
+
+    def __init__(self, e: KernelEmitter, p: TilePass, et: Attribute, src_complex: bool,
+                 args: list[SSAValue]):
+        self.e, self.p, self.et, self.src_complex = e, p, et, src_complex
+        self.dst, self.src = args[0], args[1]
+        self.tables = {key: a for (key, _), a in zip(pass_tables(p), args[2:], strict=True)}
+        self.T, self.N = p.per_tile, p.size
+        self.group = p.group()
+        self.lid = e.local_id()
+        self.first = e.mul(e.tile_id(), self.T)
+
+    # ------------------------------------------------------------------ loops
+    def strided(self, count: int, body: Callable[[KernelEmitter, Idx, SSAValue | None], None]
+                ) -> None:
+        """``body(e, i, mask)`` for ``i = local_id + G*r < count`` (mask None if always)."""
+        e, grp = self.e, self.group
+        if count <= grp:
+            body(e, self.lid, None if count == grp else e.lt(self.lid, count))
+            return
+
+        def step(b: KernelEmitter, base: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+            i = b.add(base, self.lid)
+            body(b, i, None if count % grp == 0 else b.lt(i, count))
+            return []
+
+        e.for_(0, count, grp, [], step)
+
+    # ------------------------------------------------------------------ addressing
+    def _split(self, b: KernelEmitter, f: Idx, view: View) -> tuple[Idx, Idx]:
+        """(line in tile, point) of flat index ``f`` in the order of ``view``."""
+        total = self.T * self.N
+        if view.rowlike or self.T == 1:
+            return _divmod(b, f, self.N, total)
+        k, t = _divmod(b, f, self.T, total)
+        return t, k
+
+    def _line(self, b: KernelEmitter, t: Idx) -> Idx:
+        return b.add(self.first, t)
+
+    def address(self, b: KernelEmitter, view: View, line: Idx, k: Idx) -> Idx:
+        """Flat element of point ``k`` of line ``line`` in ``view``."""
+        lines = self.p.lines
+        sb = view.sub * view.batch
+        outer = cdiv(lines, sb)
+        o, s, bb = b.unravel(line, [max(outer, 1) + self.T, view.sub, view.batch])
+        row = b.add(b.mul(o, view.n), k)
+        return b.add(b.mul(b.add(b.mul(row, view.sub), s), view.batch), bb)
+
+    def _valid(self, b: KernelEmitter, ok: SSAValue | None, line: Idx, k: Idx,
+               view: View) -> SSAValue | None:
+        m = ok
+        if self.p.lines % self.T:
+            m = b.and_(m, b.lt(line, self.p.lines))
+        if view.n < self.N:
+            m = b.and_(m, b.lt(k, view.n))
+        return m
+
+    def sidx(self, b: KernelEmitter, t: Idx, k: Idx) -> Idx:
+        return b.add(b.mul(t, self.N), k)
+
+    # ------------------------------------------------------------------ steps
+    def load(self, buf: SSAValue) -> None:
+        p, et = self.p, self.et
+
+        def body(b: KernelEmitter, f: Idx, ok: SSAValue | None) -> None:
+            t, k = self._split(b, f, p.src_view)
+            line = self._line(b, t)
+            valid = self._valid(b, ok, line, k, p.src_view)
+            a = self.address(b, p.src_view, line, k)
+            if self.src_complex:
+                v = b.op(tt.LoadVectorOp(self.src, [b.index(a), b.index(0)], 2, valid))
+                re, im = b.extract(v, 0), b.extract(v, 1)
+            else:
+                re = b.load(self.src, [a], mask=valid)
+                im = b.const(0.0, et)
+            si = self.sidx(b, t, k)
+            b.store(b.convert(re, et), buf, [0, si], mask=ok)
+            b.store(b.convert(im, et), buf, [1, si], mask=ok)
+
+        self.strided(self.T * self.N, body)
+
+    def stages(self, src: SSAValue, dst: SSAValue, sign: int) -> tuple[SSAValue, SSAValue]:
+        """Mixed-radix Stockham stages from ``src``; returns (result, other buffer)."""
+        N, T, et = self.N, self.T, self.et
+        tw = self.tables[("w", N, sign)]
+        ns = 1
+        for r in radices(N):
+            self.e.barrier()
+            q = N // r
+
+            def body(b: KernelEmitter, i: Idx, ok: SSAValue | None, r=r, q=q, ns=ns,
+                     src=src, dst=dst) -> None:
+                t, j = _divmod(b, i, q, T * q) if T > 1 else (0, i)
+                base = b.mul(t, N)
+                v = [[b.load(src, [c, b.add(base, b.add(j, rr * q))], mask=ok) for c in (0, 1)]
+                     for rr in range(r)]
+                hi, jm = _divmod(b, j, ns, q) if ns > 1 else (j, 0)
+                if ns > 1:
+                    step = N // (ns * r)
+                    for rr in range(1, r):
+                        e_ = b.mul(jm, rr * step)
+                        w = [b.load(tw, [e_, c], mask=ok) for c in (0, 1)]
+                        v[rr] = cmul(b, v[rr], w)
+                out = small_dft(b, v, sign, et)
+                d = b.add(b.add(base, b.mul(hi, ns * r)), jm)
+                for rr in range(r):
+                    for c in (0, 1):
+                        b.store(out[rr][c], dst, [c, b.add(d, rr * ns)], mask=ok)
+
+            self.strided(T * q, body)
+            src, dst = dst, src
+            ns *= r
+        return src, dst
+
+    def multiply(self, buf: SSAValue, key: tuple) -> None:
+        table = self.tables[key]
+        self.e.barrier()
+
+        def body(b: KernelEmitter, f: Idx, ok: SSAValue | None) -> None:
+            _, k = _divmod(b, f, self.N, self.T * self.N)
+            w = [b.load(table, [k, c], mask=ok) for c in (0, 1)]
+            x = [b.load(buf, [c, f], mask=ok) for c in (0, 1)]
+            y = cmul(b, x, w)
+            for c in (0, 1):
+                b.store(y[c], buf, [c, f], mask=ok)
+
+        self.strided(self.T * self.N, body)
+
+    def store(self, buf: SSAValue) -> None:
+        p, et = self.p, self.et
+        view = p.dst_view
+        self.e.barrier()
+
+        def body(b: KernelEmitter, f: Idx, ok: SSAValue | None) -> None:
+            t, k = self._split(b, f, view)
+            line = self._line(b, t)
+            valid = self._valid(b, ok, line, k, view)
+            si = self.sidx(b, t, k)
+            x = [b.load(buf, [c, si], mask=ok) for c in (0, 1)]
+            if p.twiddle:
+                n = self.N * view.sub
+                q, _, _ = twiddle_tables(n, p.twiddle)
+                hi_t, lo_t = self.tables[("hi", n, p.twiddle)], self.tables[("lo", n, p.twiddle)]
+                s = b.unravel(line, [cdiv(p.lines, view.sub * view.batch) + self.T,
+                                     view.sub, view.batch])[1]
+                ex = b.mul(s, k)  # s < sub, k < N: below n
+                eh, el = _divmod(b, ex, q, n)
+                w = cmul(b, [b.load(hi_t, [eh, c], mask=ok) for c in (0, 1)],
+                         [b.load(lo_t, [el, c], mask=ok) for c in (0, 1)])
+                x = cmul(b, x, w)
+            if p.scale is not None:
+                sc = b.const(p.scale, et)
+                x = [b.fmul(x[0], sc), b.fmul(x[1], sc)]
+            vec = b.const(0.0, VectorType(et, [2]))
+            vec = b.insert(x[1], b.insert(x[0], vec, 0), 1)
+            a = self.address(b, view, line, k)
+            b.emit(tt.StoreVectorOp(vec, self.dst, [b.index(a), b.index(0)], valid))
+
+        self.strided(self.T * self.N, body)
+
+    def build(self) -> None:
+        e, et = self.e, self.et
+        size = self.T * self.N
+        cur = e.op(tt.AllocSharedOp([2, size], et))
+        other = e.op(tt.AllocSharedOp([2, size], et)) if any(
+            isinstance(s, Stages) for s in self.p.steps) else cur
+        self.load(cur)
+        for s in self.p.steps:
+            if isinstance(s, Stages):
+                cur, other = self.stages(cur, other, s.sign)
+            else:
+                assert isinstance(s, Multiply)
+                self.multiply(cur, s.key)
+        self.store(cur)

@@ -37,7 +37,7 @@ from math import prod
 import numpy as np
 
 SHARED_BYTES_LIMIT = 32 * 1024
-"""Shared memory of one tile: two ping-pong buffers of ``lines x size`` complex points."""
+"""Shared memory of one tile: one buffer of ``lines x size`` complex points."""
 
 MAX_GROUP = 256
 """Most lanes per tile."""
@@ -51,8 +51,8 @@ COLUMN_LINES = 64
 
 
 def max_points(ebytes: int) -> int:
-    """Most points of one line in shared memory (two buffers of complex values)."""
-    return SHARED_BYTES_LIMIT // (2 * 2 * ebytes)
+    """Most points of one line in shared memory (complex values of ``ebytes`` parts)."""
+    return SHARED_BYTES_LIMIT // (2 * ebytes)
 
 
 def factor(n: int) -> list[int]:
@@ -194,12 +194,14 @@ def bluestein_kernel(n: int, sign: int) -> np.ndarray:
 
 
 def four_step_split(n: int, limit: int) -> tuple[int, int] | None:
-    """``(n1, n2)`` with ``n = n1 n2``, ``n2`` the largest divisor that fits and ``n1``
-    fitting too; None when there is none."""
-    for n2 in range(min(n, limit), 1, -1):
-        if n % n2 == 0 and n // n2 <= limit:
-            return n // n2, n2
-    return None
+    """``(n1, n2)`` with ``n = n1 n2 ``, both at most ``limit``, ``n1 <= n2`` as close to
+    ``sqrt(n)`` as the divisors allow (so both passes hold many lines per tile: long
+    contiguous segments); None when there is none."""
+    best = None
+    for n1 in range(2, int(n**0.5) + 1):
+        if n % n1 == 0 and n // n1 <= limit:
+            best = (n1, n // n1)
+    return best
 
 
 def plan_axis(n: int, outer: int, batch: int, sign: int, scale: float | None,

@@ -11,11 +11,11 @@ with ``torch.view_as_complex``, tests with ``numpy.ndarray.view``).
 :func:`tessera.passes.fft_plan.plan_axis` picks the kernels
 (:mod:`tessera.passes.tile_fft_kernel` builds each):
 
-* ``n`` whose prime factors are all at most 13 and whose ``lines x n`` points fit a
-  tile's shared memory (``n <= 2048`` f32, ``n <= 1024`` f64): one kernel, a mixed-radix
+* ``n`` whose prime factors are all at most 13 and whose points fit a tile's shared
+  memory (32 KiB: ``n <= 4096`` f32, ``n <= 2048`` f64): one kernel, a mixed-radix
   Stockham transform (radix 8, then 4 / 2, and 3, 5, 7, 11, 13), each butterfly a DFT
-  in one lane's registers, one shared-memory pass and barrier per stage, several lines
-  per tile when ``n`` is short (up to 256 lanes);
+  in one lane's registers, one pass through shared memory per stage (in place, two
+  barriers), several lines per tile when ``n`` is short (up to 256 lanes);
 * such ``n`` too long for a tile: a four-step transform ``n = n1 n2`` (two kernels
   through a temporary, every access in whole segments);
 * ``n`` with a larger prime factor: Bluestein's chirp-z transform through power-of-two
@@ -29,8 +29,8 @@ columns. ``inverse`` conjugates the twiddles and scales by ``1/n`` (numpy's ``if
 a real input gets a zero imaginary part. Twiddles and Bluestein's chirps are constant
 ``memref.global`` tables computed on the host in float64 and rounded once to the
 element type. Every value is produced by one lane in a fixed order: deterministic.
-Lengths beyond ``max_points**2`` (``2**22`` f32, ``2**20`` f64) raise
-``NotImplementedError``.
+Lengths that need more than two levels (a four-step split beyond ``4096**2`` points for
+f32, ``2048**2`` for f64) raise ``NotImplementedError``.
 """
 
 from __future__ import annotations

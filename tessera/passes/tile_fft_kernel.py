@@ -3,7 +3,7 @@
 A tile takes ``T = per_tile`` consecutive lines ``L = tile_id * T + t`` of ``N = size``
 points and keeps them in shared memory as two planes, ``buf[0, t*N + k]`` (real parts)
 and ``buf[1, t*N + k]`` (imaginary parts), so lanes reading consecutive points read
-consecutive words. Two such buffers ping-pong between stages.
+consecutive words; the stages work in place in that one buffer.
 
 * **Load.** Flat index ``f < T*N``, one per lane and step: a row-like source view
   (points of a line consecutive in memory) takes ``t, k = divmod(f, N)``, a column-like
@@ -14,9 +14,10 @@ consecutive words. Two such buffers ping-pong between stages.
 * **Stockham stage** of radix ``R`` with ``Ns`` (the product of the radices before it):
   butterfly ``j < N/R`` of line ``t`` reads ``x[j + r N/R]`` for ``r < R``, multiplies
   them by ``w_N**(r (j mod Ns) N/(Ns R))`` (the float64 table of ``w_N**e``, rounded once),
-  does the ``R``-point DFT in registers (:func:`small_dft`) and writes
-  ``y[(j div Ns) Ns R + (j mod Ns) + r Ns]``: ``log_R N`` passes through shared memory,
-  one barrier each, and the result in natural order (autosort).
+  does the ``R``-point DFT in registers (:func:`small_dft`) and, after a barrier (every
+  lane holds the values of its butterflies in registers), writes
+  ``y[(j div Ns) Ns R + (j mod Ns) + r Ns]`` into the same buffer: ``log_R N`` passes
+  through shared memory, two barriers each, and the result in natural order (autosort).
 * **Multiply** (Bluestein's chirps and kernel): point ``k`` times ``table[k]``, in place.
 * **Store**, in the order of the destination view like the load; optionally times the
   four-step twiddle ``w_(N sub)**(s k)`` (``s``: the line's ``sub`` index; from two
@@ -243,20 +244,25 @@ class PassKernel:
 
         self.strided(self.T * self.N, body)
 
-    def stages(self, src: SSAValue, dst: SSAValue, sign: int) -> tuple[SSAValue, SSAValue]:
-        """Mixed-radix Stockham stages from ``src``; returns (result, other buffer)."""
-        N, T, et = self.N, self.T, self.et
+    def stages(self, buf: SSAValue, sign: int) -> None:
+        """Mixed-radix Stockham stages in place in ``buf``: each lane loads the inputs of
+        its butterflies (``ceil(T N/R / G)`` of them, unrolled) into registers, computes
+        them, and after a barrier writes the outputs back."""
+        N, T, et, grp = self.N, self.T, self.et, self.group
         tw = self.tables[("w", N, sign)]
         ns = 1
         for r in radices(N):
-            self.e.barrier()
             q = N // r
-
-            def body(b: KernelEmitter, i: Idx, ok: SSAValue | None, r=r, q=q, ns=ns,
-                     src=src, dst=dst) -> None:
-                t, j = _divmod(b, i, q, T * q) if T > 1 else (0, i)
+            items = T * q
+            b = self.e
+            results: list[tuple[SSAValue | None, Idx, list[Pair]]] = []
+            b.barrier()
+            for u in range(cdiv(items, grp)):
+                i = b.add(self.lid, u * grp)
+                ok = None if (u + 1) * grp <= items else b.lt(i, items)
+                t, j = _divmod(b, i, q, items) if T > 1 else (0, i)
                 base = b.mul(t, N)
-                v = [[b.load(src, [c, b.add(base, b.add(j, rr * q))], mask=ok) for c in (0, 1)]
+                v = [[b.load(buf, [c, b.add(base, b.add(j, rr * q))], mask=ok) for c in (0, 1)]
                      for rr in range(r)]
                 hi, jm = _divmod(b, j, ns, q) if ns > 1 else (j, 0)
                 if ns > 1:
@@ -266,15 +272,13 @@ class PassKernel:
                         w = [b.load(tw, [e_, c], mask=ok) for c in (0, 1)]
                         v[rr] = cmul(b, v[rr], w)
                 out = small_dft(b, v, sign, et)
-                d = b.add(b.add(base, b.mul(hi, ns * r)), jm)
+                results.append((ok, b.add(b.add(base, b.mul(hi, ns * r)), jm), out))
+            b.barrier()
+            for ok, d, out in results:
                 for rr in range(r):
                     for c in (0, 1):
-                        b.store(out[rr][c], dst, [c, b.add(d, rr * ns)], mask=ok)
-
-            self.strided(T * q, body)
-            src, dst = dst, src
+                        b.store(out[rr][c], buf, [c, b.add(d, rr * ns)], mask=ok)
             ns *= r
-        return src, dst
 
     def multiply(self, buf: SSAValue, key: tuple) -> None:
         table = self.tables[key]
@@ -326,12 +330,10 @@ class PassKernel:
         e, et = self.e, self.et
         size = self.T * self.N
         cur = e.op(tt.AllocSharedOp([2, size], et))
-        other = e.op(tt.AllocSharedOp([2, size], et)) if any(
-            isinstance(s, Stages) for s in self.p.steps) else cur
         self.load(cur)
         for s in self.p.steps:
             if isinstance(s, Stages):
-                cur, other = self.stages(cur, other, s.sign)
+                self.stages(cur, s.sign)
             else:
                 assert isinstance(s, Multiply)
                 self.multiply(cur, s.key)

@@ -2,8 +2,10 @@
 
 A tile takes ``T = per_tile`` consecutive lines ``L = tile_id * T + t`` of ``N = size``
 points and keeps them in shared memory as two planes, ``buf[0, t*N + k]`` (real parts)
-and ``buf[1, t*N + k]`` (imaginary parts), so lanes reading consecutive points read
-consecutive words; the stages work in place in that one buffer.
+and ``buf[1, t*N + k]`` (imaginary parts), each index ``i`` padded to ``i + i / 32``
+(:func:`pad`), so lanes reading consecutive points read consecutive words and the
+strided writes of a stage spread over the banks; the stages work in place in that one
+buffer.
 
 * **Load.** Flat index ``f < T*N``, one per lane and step: a row-like source view
   (points of a line consecutive in memory) takes ``t, k = divmod(f, N)``, a column-like
@@ -44,6 +46,9 @@ Pair = list[SSAValue]
 """A complex value as [real, imaginary]."""
 
 TINY = 1e-12
+
+BANKS = 32
+"""Shared-memory banks (4-byte words)."""
 
 
 def pass_tables(p: TilePass) -> list[tuple[tuple, np.ndarray]]:
@@ -152,6 +157,13 @@ def small_dft(b: KernelEmitter, v: Sequence[Pair], sign: int, et: Attribute) -> 
     return out
 
 
+def pad(b: KernelEmitter, i: Idx) -> Idx:
+    """Shared-memory slot of point ``i`` of a plane: one padding word after every
+    :data:`BANKS` words, so the strided writes of the first Stockham stages (stride
+    ``R``) fall in distinct banks."""
+    return b.add(i, b.div(i, BANKS))
+
+
 def _divmod(b: KernelEmitter, x: Idx, d: int, bound: int) -> tuple[Idx, Idx]:
     """``(x // d, x % d)`` for ``0 <= x < bound`` (shifts for powers of two, 32-bit
     divisions by a constant otherwise)."""
@@ -221,7 +233,7 @@ class PassKernel:
         return m
 
     def sidx(self, b: KernelEmitter, t: Idx, k: Idx) -> Idx:
-        return b.add(b.mul(t, self.N), k)
+        return pad(b, b.add(b.mul(t, self.N), k))
 
     # ------------------------------------------------------------------ steps
     def load(self, buf: SSAValue) -> None:
@@ -262,8 +274,8 @@ class PassKernel:
                 ok = None if (u + 1) * grp <= items else b.lt(i, items)
                 t, j = _divmod(b, i, q, items) if T > 1 else (0, i)
                 base = b.mul(t, N)
-                v = [[b.load(buf, [c, b.add(base, b.add(j, rr * q))], mask=ok) for c in (0, 1)]
-                     for rr in range(r)]
+                src = [pad(b, b.add(base, b.add(j, rr * q))) for rr in range(r)]
+                v = [[b.load(buf, [c, src[rr]], mask=ok) for c in (0, 1)] for rr in range(r)]
                 hi, jm = _divmod(b, j, ns, q) if ns > 1 else (j, 0)
                 if ns > 1:
                     step = N // (ns * r)
@@ -276,8 +288,9 @@ class PassKernel:
             b.barrier()
             for ok, d, out in results:
                 for rr in range(r):
+                    dst = pad(b, b.add(d, rr * ns))
                     for c in (0, 1):
-                        b.store(out[rr][c], buf, [c, b.add(d, rr * ns)], mask=ok)
+                        b.store(out[rr][c], buf, [c, dst], mask=ok)
             ns *= r
 
     def multiply(self, buf: SSAValue, key: tuple) -> None:
@@ -287,10 +300,10 @@ class PassKernel:
         def body(b: KernelEmitter, f: Idx, ok: SSAValue | None) -> None:
             _, k = _divmod(b, f, self.N, self.T * self.N)
             w = [b.load(table, [k, c], mask=ok) for c in (0, 1)]
-            x = [b.load(buf, [c, f], mask=ok) for c in (0, 1)]
+            x = [b.load(buf, [c, pad(b, f)], mask=ok) for c in (0, 1)]
             y = cmul(b, x, w)
             for c in (0, 1):
-                b.store(y[c], buf, [c, f], mask=ok)
+                b.store(y[c], buf, [c, pad(b, f)], mask=ok)
 
         self.strided(self.T * self.N, body)
 
@@ -329,7 +342,7 @@ class PassKernel:
     def build(self) -> None:
         e, et = self.e, self.et
         size = self.T * self.N
-        cur = e.op(tt.AllocSharedOp([2, size], et))
+        cur = e.op(tt.AllocSharedOp([2, size + size // BANKS], et))
         self.load(cur)
         for s in self.p.steps:
             if isinstance(s, Stages):

@@ -42,10 +42,10 @@ func.func @f(%x: tensor<3x8xf32>, %y: tensor<2x6xf64>, %z: tensor<4x6xf32>, %u: 
 // CHECK:      ttile.kernel @f_fft2d_1(%{{.*}}: memref<24x2xf32>, %{{.*}}: memref<24x2xf32>, %{{.*}}: memref<4x2xf32>) group_size = 32 {
 // CHECK:        ttile.load_vector
 // CHECK:      ttile.kernel @f_fft_2(%{{.*}}: memref<8192x2xf64>, %{{.*}}: memref<8192xf64>, %{{.*}}: memref<64x2xf64>, %{{.*}}: memref<64x2xf64>, %{{.*}}: memref<64x2xf64>) group_size = 256 {
-// CHECK:        ttile.alloc_shared : memref<2x2048xf64, #tessera.smem>
+// CHECK:        ttile.alloc_shared : memref<2x2112xf64, #tessera.smem>
 // CHECK:      ttile.kernel @f_fft_3(%{{.*}}: memref<8192x2xf64>, %{{.*}}: memref<8192x2xf64>, %{{.*}}: memref<64x2xf64>) group_size = 256 {
 // CHECK:      ttile.kernel @f_fft_4(%{{.*}}: memref<34x2xf32>, %{{.*}}: memref<34xf32>, %{{.*}}: memref<64x2xf32>, %{{.*}}: memref<64x2xf32>, %{{.*}}: memref<64x2xf32>, %{{.*}}: memref<64x2xf32>, %{{.*}}: memref<64x2xf32>) group_size = 32 {
-// CHECK:        ttile.alloc_shared : memref<2x128xf32, #tessera.smem>
+// CHECK:        ttile.alloc_shared : memref<2x132xf32, #tessera.smem>
 // CHECK:      func.func @f(%x: memref<3x8xf32>, %y: memref<2x6xf64>, %z: memref<4x6xf32>, %u: memref<2x4096xf64>, %v: memref<2x17xf32>)
 // CHECK:        %[[F:.*]] = memref.alloc() : memref<3x8x2xf32>
 // CHECK-NEXT:   %[[X:.*]] = memref.collapse_shape %x {{.*}} into memref<24xf32>

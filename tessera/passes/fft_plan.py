@@ -164,7 +164,7 @@ def _per_tile(p: TilePass, ebytes: int) -> int:
     cap = max(1, max_points(ebytes) // p.size)
     rs = p.radix_list()
     if p.src_view.rowlike and p.dst_view.rowlike:
-        lanes = max(1, p.size // (max(rs) if rs else 1))
+        lanes = max(1, p.size // (min(rs) if rs else 1))
         want = max(1, MAX_GROUP // lanes)
     else:
         want = COLUMN_LINES

@@ -25,8 +25,9 @@ buffer.
   four-step twiddle ``w_(N sub)**(s k)`` (``s``: the line's ``sub`` index; from two
   short tables, :func:`~tessera.passes.fft_plan.twiddle_tables`) and a scale.
 
-Every value is computed by one lane in a fixed order: deterministic. Loops have
-constant trip counts.
+Every value is computed by one lane in a fixed order: deterministic. A lane's steps
+over the points are unrolled (straight-line code, no data-dependent loops), so its
+global loads are all in flight before the first shared-memory store.
 """
 
 from __future__ import annotations
@@ -187,20 +188,23 @@ class PassKernel:
         self.first = e.mul(e.tile_id(), self.T)
 
     # ------------------------------------------------------------------ loops
-    def strided(self, count: int, body: Callable[[KernelEmitter, Idx, SSAValue | None], None]
+    def strided(self, count: int,
+                body: Callable[[KernelEmitter, Idx, SSAValue | None], Callable[[], None] | None]
                 ) -> None:
-        """``body(e, i, mask)`` for ``i = local_id + G*r < count`` (mask None if always)."""
+        """``body(e, i, mask)`` for ``i = local_id + G*u < count`` (mask None where every
+        lane is in range), unrolled (at most ``4096 / G`` steps: a tile holds at most 4096
+        points), so the global loads of all steps are in flight together; what a body
+        returns runs after every body (the shared-memory stores of the loads)."""
         e, grp = self.e, self.group
-        if count <= grp:
-            body(e, self.lid, None if count == grp else e.lt(self.lid, count))
-            return
-
-        def step(b: KernelEmitter, base: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-            i = b.add(base, self.lid)
-            body(b, i, None if count % grp == 0 else b.lt(i, count))
-            return []
-
-        e.for_(0, count, grp, [], step)
+        later = []
+        for u in range(cdiv(count, grp)):
+            i = e.add(self.lid, u * grp)
+            ok = None if (u + 1) * grp <= count else e.lt(i, count)
+            fin = body(e, i, ok)
+            if fin is not None:
+                later.append(fin)
+        for fin in later:
+            fin()
 
     # ------------------------------------------------------------------ addressing
     def _split(self, b: KernelEmitter, f: Idx, view: View) -> tuple[Idx, Idx]:
@@ -239,7 +243,7 @@ class PassKernel:
     def load(self, buf: SSAValue) -> None:
         p, et = self.p, self.et
 
-        def body(b: KernelEmitter, f: Idx, ok: SSAValue | None) -> None:
+        def body(b: KernelEmitter, f: Idx, ok: SSAValue | None) -> Callable[[], None]:
             t, k = self._split(b, f, p.src_view)
             line = self._line(b, t)
             valid = self._valid(b, ok, line, k, p.src_view)
@@ -251,8 +255,12 @@ class PassKernel:
                 re = b.load(self.src, [a], mask=valid)
                 im = b.const(0.0, et)
             si = self.sidx(b, t, k)
-            b.store(b.convert(re, et), buf, [0, si], mask=ok)
-            b.store(b.convert(im, et), buf, [1, si], mask=ok)
+
+            def put() -> None:
+                b.store(b.convert(re, et), buf, [0, si], mask=ok)
+                b.store(b.convert(im, et), buf, [1, si], mask=ok)
+
+            return put
 
         self.strided(self.T * self.N, body)
 

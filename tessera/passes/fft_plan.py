@@ -122,6 +122,19 @@ class Multiply:
     key: tuple = ()
 
 
+@dataclass(frozen=True)
+class ConvolveLoop:
+    """Bluestein's convolution in one tile as a loop of two identical iterations
+    ``x = conj(fft_m(x) * table[it*m + k])``, ``it = 0, 1``: with ``table`` the kernel's
+    transform then the conjugated final chirp, the first iteration makes
+    ``conj(fft(a) K)``, whose forward transform conjugated is ``m ifft(fft(a) K)``, and
+    the second multiplies that by the chirp. One copy of the stages' code (a forward
+    transform both times) keeps the kernel small and its registers few."""
+
+    table: np.ndarray = field(compare=False)
+    key: tuple = ()
+
+
 @dataclass
 class TilePass:
     """One kernel: ``lines`` lines of ``size`` points, ``per_tile`` lines per tile, read
@@ -136,13 +149,14 @@ class TilePass:
     src_view: View
     dst: str
     dst_view: View
-    steps: list[Stages | Multiply]
+    steps: list[Stages | Multiply | ConvolveLoop]
     twiddle: int = 0  # the four-step sign (0: none)
     scale: float | None = None
     per_tile: int = 1
 
     def radix_list(self) -> tuple[int, ...]:
-        return radices(self.size) if any(isinstance(s, Stages) for s in self.steps) else ()
+        return radices(self.size) if any(
+            isinstance(s, Stages | ConvolveLoop) for s in self.steps) else ()
 
     def group(self) -> int:
         """Lanes of a tile: one per butterfly of the widest stage (one per point without
@@ -232,7 +246,9 @@ def plan_axis(n: int, outer: int, batch: int, sign: int, scale: float | None,
         mid_s = Multiply(kern, ("bluestein", n, sign))
         post_s = Multiply(np.concatenate([post, np.zeros(m - n)]), ("chirp", n, sign, scale))
         if m <= limit:
-            steps: list[Stages | Multiply] = [pre_s, Stages(-1), mid_s, Stages(1), post_s]
+            loop = ConvolveLoop(np.concatenate([kern, np.conj(post_s.table)]),
+                                ("convolve", n, sign, scale))
+            steps: list[Stages | Multiply | ConvolveLoop] = [pre_s, loop]
             passes = [TilePass(m, lines, "in", io, "out", View(n, 1, batch), steps)]
             temp = 0
         else:

@@ -40,7 +40,15 @@ from xdsl.dialects.builtin import VectorType
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import tile as tt
-from tessera.passes.fft_plan import Multiply, Stages, TilePass, View, radices, twiddle_tables
+from tessera.passes.fft_plan import (
+    ConvolveLoop,
+    Multiply,
+    Stages,
+    TilePass,
+    View,
+    radices,
+    twiddle_tables,
+)
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 
 Pair = list[SSAValue]
@@ -62,6 +70,12 @@ def pass_tables(p: TilePass) -> list[tuple[tuple, np.ndarray]]:
             if all(k != key for k, _ in out):
                 e = np.arange(p.size, dtype=np.float64)
                 out.append((key, np.exp(s.sign * 2j * np.pi * e / p.size)))
+        elif isinstance(s, ConvolveLoop):
+            key = ("w", p.size, -1)
+            if all(k != key for k, _ in out):
+                e = np.arange(p.size, dtype=np.float64)
+                out.append((key, np.exp(-2j * np.pi * e / p.size)))
+            out.append((s.key, s.table))
         else:
             out.append((s.key, s.table))
     if p.twiddle:
@@ -301,19 +315,36 @@ class PassKernel:
                         b.store(out[rr][c], buf, [c, dst], mask=ok)
             ns *= r
 
-    def multiply(self, buf: SSAValue, key: tuple) -> None:
+    def multiply(self, buf: SSAValue, key: tuple, offset: Idx = 0, conj: bool = False
+                 ) -> None:
+        """Point ``k`` times ``table[offset + k]`` (conjugated after when ``conj``)."""
         table = self.tables[key]
         self.e.barrier()
 
         def body(b: KernelEmitter, f: Idx, ok: SSAValue | None) -> None:
             _, k = _divmod(b, f, self.N, self.T * self.N)
-            w = [b.load(table, [k, c], mask=ok) for c in (0, 1)]
+            w = [b.load(table, [b.add(offset, k), c], mask=ok) for c in (0, 1)]
             x = [b.load(buf, [c, pad(b, f)], mask=ok) for c in (0, 1)]
             y = cmul(b, x, w)
+            if conj:
+                y = [y[0], _neg(b, y[1])]
             for c in (0, 1):
                 b.store(y[c], buf, [c, pad(b, f)], mask=ok)
 
         self.strided(self.T * self.N, body)
+
+    def convolve_loop(self, buf: SSAValue, key: tuple) -> None:
+        """:class:`~tessera.passes.fft_plan.ConvolveLoop`: an ``scf.for`` of two steps."""
+        outer = self.e
+
+        def body(b: KernelEmitter, it: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+            self.e = b
+            self.stages(buf, -1)
+            self.multiply(buf, key, b.mul(it, self.N), conj=True)
+            self.e = outer
+            return []
+
+        outer.for_(0, 2, 1, [], body)
 
     def store(self, buf: SSAValue) -> None:
         p, et = self.p, self.et
@@ -355,6 +386,8 @@ class PassKernel:
         for s in self.p.steps:
             if isinstance(s, Stages):
                 self.stages(cur, s.sign)
+            elif isinstance(s, ConvolveLoop):
+                self.convolve_loop(cur, s.key)
             else:
                 assert isinstance(s, Multiply)
                 self.multiply(cur, s.key)

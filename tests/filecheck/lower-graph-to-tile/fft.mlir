@@ -12,8 +12,9 @@
 //   columns in one tile);
 // * length 4096 f64 (over one tile's 2048 points): four-step 64 x 64 through a
 //   temporary, the first pass multiplying by twiddles from two 64-entry tables;
-// * length 17 (prime): Bluestein in one tile, 64-point transforms between multiplies
-//   by the chirp, the kernel's transform and the chirp again.
+// * length 17 (prime): Bluestein in one tile: the chirp, then a loop of two forward
+//   64-point transforms each followed by a conjugated product (the kernel's transform,
+//   then the chirp), from one table of 128 entries.
 
 func.func @f(%x: tensor<3x8xf32>, %y: tensor<2x6xf64>, %z: tensor<4x6xf32>, %u: tensor<2x4096xf64>, %v: tensor<2x17xf32>) -> (tensor<3x8xcomplex<f32>>, tensor<2x6xcomplex<f64>>, tensor<4x6xcomplex<f32>>, tensor<2x4096xcomplex<f64>>, tensor<2x17xcomplex<f32>>) {
   %0 = tgraph.fft %x : (tensor<3x8xf32>) -> tensor<3x8xcomplex<f32>>
@@ -44,8 +45,15 @@ func.func @f(%x: tensor<3x8xf32>, %y: tensor<2x6xf64>, %z: tensor<4x6xf32>, %u: 
 // CHECK:      ttile.kernel @f_fft_2(%{{.*}}: memref<8192x2xf64>, %{{.*}}: memref<8192xf64>, %{{.*}}: memref<64x2xf64>, %{{.*}}: memref<64x2xf64>, %{{.*}}: memref<64x2xf64>) group_size = 256 {
 // CHECK:        ttile.alloc_shared : memref<2x2112xf64, #tessera.smem>
 // CHECK:      ttile.kernel @f_fft_3(%{{.*}}: memref<8192x2xf64>, %{{.*}}: memref<8192x2xf64>, %{{.*}}: memref<64x2xf64>) group_size = 256 {
-// CHECK:      ttile.kernel @f_fft_4(%{{.*}}: memref<34x2xf32>, %{{.*}}: memref<34xf32>, %{{.*}}: memref<64x2xf32>, %{{.*}}: memref<64x2xf32>, %{{.*}}: memref<64x2xf32>, %{{.*}}: memref<64x2xf32>, %{{.*}}: memref<64x2xf32>) group_size = 32 {
+// CHECK:      ttile.kernel @f_fft_4(%{{.*}}: memref<34x2xf32>, %{{.*}}: memref<34xf32>, %{{.*}}: memref<64x2xf32>, %{{.*}}: memref<64x2xf32>, %{{.*}}: memref<128x2xf32>) group_size = 32 {
 // CHECK:        ttile.alloc_shared : memref<2x132xf32, #tessera.smem>
+// CHECK:        ttile.barrier
+// CHECK:        scf.for
+// CHECK-COUNT-5:  ttile.barrier
+// CHECK:        }
+// CHECK-NEXT:   ttile.barrier
+// CHECK-NOT:    ttile.barrier
+// CHECK:        ttile.return
 // CHECK:      func.func @f(%x: memref<3x8xf32>, %y: memref<2x6xf64>, %z: memref<4x6xf32>, %u: memref<2x4096xf64>, %v: memref<2x17xf32>)
 // CHECK:        %[[F:.*]] = memref.alloc() : memref<3x8x2xf32>
 // CHECK-NEXT:   %[[X:.*]] = memref.collapse_shape %x {{.*}} into memref<24xf32>

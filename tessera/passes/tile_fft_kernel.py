@@ -172,6 +172,12 @@ def small_dft(b: KernelEmitter, v: Sequence[Pair], sign: int, et: Attribute) -> 
     return out
 
 
+def load_pair(b: KernelEmitter, table: SSAValue, i: Idx, ok: SSAValue | None) -> Pair:
+    """Entry ``i`` of a constant ``[n, 2]`` table as one 2-element vector load."""
+    v = b.op(tt.LoadVectorOp(table, [b.index(i), b.index(0)], 2, ok))
+    return [b.extract(v, 0), b.extract(v, 1)]
+
+
 def pad(b: KernelEmitter, i: Idx) -> Idx:
     """Shared-memory slot of point ``i`` of a plane: one padding word after every
     :data:`BANKS` words, so the strided writes of the first Stockham stages (stride
@@ -303,7 +309,7 @@ class PassKernel:
                     step = N // (ns * r)
                     for rr in range(1, r):
                         e_ = b.mul(jm, rr * step)
-                        w = [b.load(tw, [e_, c], mask=ok) for c in (0, 1)]
+                        w = load_pair(b, tw, e_, ok)
                         v[rr] = cmul(b, v[rr], w)
                 out = small_dft(b, v, sign, et)
                 results.append((ok, b.add(b.add(base, b.mul(hi, ns * r)), jm), out))
@@ -323,7 +329,7 @@ class PassKernel:
 
         def body(b: KernelEmitter, f: Idx, ok: SSAValue | None) -> None:
             _, k = _divmod(b, f, self.N, self.T * self.N)
-            w = [b.load(table, [b.add(offset, k), c], mask=ok) for c in (0, 1)]
+            w = load_pair(b, table, b.add(offset, k), ok)
             x = [b.load(buf, [c, pad(b, f)], mask=ok) for c in (0, 1)]
             y = cmul(b, x, w)
             if conj:
@@ -365,8 +371,7 @@ class PassKernel:
                                      view.sub, view.batch])[1]
                 ex = b.mul(s, k)  # s < sub, k < N: below n
                 eh, el = _divmod(b, ex, q, n)
-                w = cmul(b, [b.load(hi_t, [eh, c], mask=ok) for c in (0, 1)],
-                         [b.load(lo_t, [el, c], mask=ok) for c in (0, 1)])
+                w = cmul(b, load_pair(b, hi_t, eh, ok), load_pair(b, lo_t, el, ok))
                 x = cmul(b, x, w)
             if p.scale is not None:
                 sc = b.const(p.scale, et)

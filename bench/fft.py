@@ -32,7 +32,8 @@ CASES = [
     # name, shape, dtype, 2-D, inverse
     ("fft2d 64x512x512 f32", (64, 512, 512), torch.float32, True, False),
     ("fft 4096x4096 f32", (4096, 4096), torch.float32, False, False),
-    ("ifft 1024x1000 f32", (1024, 1000), torch.float32, False, True),
+    ("fft 1024x1000 f32", (1024, 1000), torch.float32, False, False),
+    ("ifft2d 64x512x512 f32", (64, 512, 512), torch.float32, True, True),
     ("fft 256x4096 f64", (256, 4096), torch.float64, False, False),
     ("fft 64x65536 f32", (64, 65536), torch.float32, False, False),
     ("fft 1024x1009 f32", (1024, 1009), torch.float32, False, False),

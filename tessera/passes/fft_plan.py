@@ -20,8 +20,9 @@ kernel whose tiles hold ``lines`` transform lines of ``size`` points in shared m
   ``X[k] = c[k] sum_j (x[j] c[j]) conj(c[k - j])``: a circular convolution of length
   ``m`` (the power of two ``>= 2n - 1``) computed as ``ifft_m(fft_m(x c) * fft_m(conj c))``.
   The transform of ``conj c`` (times ``1/m``) is a constant table computed in float64.
-  One tile when ``m`` points fit, else five passes (chirp, forward four-step, product,
-  inverse four-step, chirp) through two temporaries of ``m`` points per line.
+  One tile when ``m`` points fit (:class:`ConvolveLoop`), else seven kernels (chirp,
+  forward four-step, product, inverse four-step, chirp) through two temporaries of
+  ``m`` points per line.
 
 A :class:`View` maps (line, point) of a pass to a flat element of a buffer, so the
 same kernel reads rows, columns of a 2-D transform and the transposed views of the
@@ -159,8 +160,9 @@ class TilePass:
             isinstance(s, Stages | ConvolveLoop) for s in self.steps) else ()
 
     def group(self) -> int:
-        """Lanes of a tile: one per butterfly of the widest stage (one per point without
-        stages), a multiple of 32, at most :data:`MAX_GROUP`."""
+        """Lanes of a tile: one per butterfly of the stage with the most (the smallest
+        radix; one per point without stages), a multiple of 32, at most
+        :data:`MAX_GROUP` (more butterflies: several per lane, unrolled)."""
         rs = self.radix_list()
         work = self.per_tile * self.size // (min(rs) if rs else 1)
         return min(MAX_GROUP, max(32, -(-work // 32) * 32))

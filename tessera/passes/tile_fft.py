@@ -19,7 +19,7 @@ with ``torch.view_as_complex``, tests with ``numpy.ndarray.view``).
 * such ``n`` too long for a tile: a four-step transform ``n = n1 n2`` (two kernels
   through a temporary, every access in whole segments);
 * ``n`` with a larger prime factor: Bluestein's chirp-z transform through power-of-two
-  transforms of ``m >= 2n - 1`` points (one kernel when ``m`` fits, else five).
+  transforms of ``m >= 2n - 1`` points (one kernel when ``m`` fits, else seven).
 
 Every line of a pass is read and written in the order that keeps consecutive lanes on
 consecutive addresses: points along the last axis, adjacent lines (columns) along

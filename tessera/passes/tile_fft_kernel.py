@@ -25,7 +25,9 @@ buffer.
   four-step twiddle ``w_(N sub)**(s k)`` (``s``: the line's ``sub`` index; from two
   short tables, :func:`~tessera.passes.fft_plan.twiddle_tables`) and a scale.
 
-Every value is computed by one lane in a fixed order: deterministic. A lane's steps
+Indices inside the tile (points, shared slots, table entries) are ``i32`` (:class:`I32`),
+global addresses ``index``. Every value is computed by one lane in a fixed order:
+deterministic. A lane's steps
 over the points are unrolled (straight-line code, no data-dependent loops), so its
 global loads are all in flight before the first shared-memory store.
 """
@@ -36,7 +38,8 @@ import cmath
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import VectorType
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import IndexType, IntegerAttr, VectorType, i32
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import tile as tt
@@ -101,8 +104,6 @@ def cmul(b: KernelEmitter, x: Pair, y: Pair) -> Pair:
 
 
 def _neg(b: KernelEmitter, x: SSAValue) -> SSAValue:
-    from xdsl.dialects import arith
-
     return b.op(arith.NegfOp(x))
 
 
@@ -172,9 +173,27 @@ def small_dft(b: KernelEmitter, v: Sequence[Pair], sign: int, et: Attribute) -> 
     return out
 
 
+class I32(KernelEmitter):
+    """Integer arithmetic in ``i32`` (constants made ``i32``): the indices inside a tile
+    (shared-memory slots, points, table entries, all below ``2**16``), so PTX computes
+    them in 32-bit registers instead of emulating 64-bit ones."""
+
+    def index(self, v: Idx) -> SSAValue:
+        if isinstance(v, int):
+            return self.op(arith.ConstantOp(IntegerAttr(v, i32)))
+        return v
+
+
+def wide(b: KernelEmitter, v: Idx) -> Idx:
+    """An ``i32`` value as ``index``."""
+    if isinstance(v, int) or v.type == IndexType():
+        return v
+    return b.op(arith.IndexCastOp(v, IndexType()))
+
+
 def load_pair(b: KernelEmitter, table: SSAValue, i: Idx, ok: SSAValue | None) -> Pair:
     """Entry ``i`` of a constant ``[n, 2]`` table as one 2-element vector load."""
-    v = b.op(tt.LoadVectorOp(table, [b.index(i), b.index(0)], 2, ok))
+    v = b.op(tt.LoadVectorOp(table, [b.index(wide(b, i)), b.index(0)], 2, ok))
     return [b.extract(v, 0), b.extract(v, 1)]
 
 
@@ -190,6 +209,8 @@ def _divmod(b: KernelEmitter, x: Idx, d: int, bound: int) -> tuple[Idx, Idx]:
     divisions by a constant otherwise)."""
     if d == 1:
         return x, 0
+    if isinstance(b, I32):
+        return b.div(x, d), b.rem(x, d)
     q, r = b.unravel(x, [max(1, cdiv(bound, d)), d])
     return q, r
 
@@ -204,18 +225,19 @@ class PassKernel:
         self.tables = {key: a for (key, _), a in zip(pass_tables(p), args[2:], strict=True)}
         self.T, self.N = p.per_tile, p.size
         self.group = p.group()
-        self.lid = e.local_id()
+        self.lid = e.op(arith.IndexCastOp(e.local_id(), i32))
         self.first = e.mul(e.tile_id(), self.T)
 
     # ------------------------------------------------------------------ loops
     def strided(self, count: int,
                 body: Callable[[KernelEmitter, Idx, SSAValue | None], Callable[[], None] | None]
                 ) -> None:
-        """``body(e, i, mask)`` for ``i = local_id + G*u < count`` (mask None where every
-        lane is in range), unrolled (at most ``4096 / G`` steps: a tile holds at most 4096
-        points), so the global loads of all steps are in flight together; what a body
-        returns runs after every body (the shared-memory stores of the loads)."""
-        e, grp = self.e, self.group
+        """``body(e, i, mask)`` for ``i = local_id + G*u < count`` (an ``i32``; mask None
+        where every lane is in range), unrolled (at most ``4096 / G`` steps: a tile holds
+        at most 4096 points), so the global loads of all steps are in flight together;
+        what a body returns runs after every body (the shared-memory stores of the
+        loads). ``e`` is an :class:`I32` emitter."""
+        e, grp = I32(self.e.block), self.group
         later = []
         for u in range(cdiv(count, grp)):
             i = e.add(self.lid, u * grp)
@@ -236,10 +258,14 @@ class PassKernel:
         return t, k
 
     def _line(self, b: KernelEmitter, t: Idx) -> Idx:
-        return b.add(self.first, t)
+        """The line (an ``index``) of line ``t`` (``i32``) of the tile."""
+        w = KernelEmitter(b.block)
+        return w.add(self.first, wide(w, t))
 
     def address(self, b: KernelEmitter, view: View, line: Idx, k: Idx) -> Idx:
-        """Flat element of point ``k`` of line ``line`` in ``view``."""
+        """Flat element (an ``index``) of point ``k`` of line ``line`` in ``view``."""
+        b = KernelEmitter(b.block)
+        k = wide(b, k)
         lines = self.p.lines
         sb = view.sub * view.batch
         outer = cdiv(lines, sb)
@@ -251,7 +277,7 @@ class PassKernel:
                view: View) -> SSAValue | None:
         m = ok
         if self.p.lines % self.T:
-            m = b.and_(m, b.lt(line, self.p.lines))
+            m = b.and_(m, KernelEmitter(b.block).lt(line, self.p.lines))
         if view.n < self.N:
             m = b.and_(m, b.lt(k, view.n))
         return m
@@ -268,17 +294,18 @@ class PassKernel:
             line = self._line(b, t)
             valid = self._valid(b, ok, line, k, p.src_view)
             a = self.address(b, p.src_view, line, k)
+            g = KernelEmitter(b.block)
             if self.src_complex:
-                v = b.op(tt.LoadVectorOp(self.src, [b.index(a), b.index(0)], 2, valid))
-                re, im = b.extract(v, 0), b.extract(v, 1)
+                v = g.op(tt.LoadVectorOp(self.src, [a, g.index(0)], 2, valid))
+                re, im = g.extract(v, 0), g.extract(v, 1)
             else:
-                re = b.load(self.src, [a], mask=valid)
-                im = b.const(0.0, et)
-            si = self.sidx(b, t, k)
+                re = g.load(self.src, [a], mask=valid)
+                im = g.const(0.0, et)
+            si = wide(g, self.sidx(b, t, k))
 
             def put() -> None:
-                b.store(b.convert(re, et), buf, [0, si], mask=ok)
-                b.store(b.convert(im, et), buf, [1, si], mask=ok)
+                g.store(g.convert(re, et), buf, [0, si], mask=ok)
+                g.store(g.convert(im, et), buf, [1, si], mask=ok)
 
             return put
 
@@ -294,31 +321,32 @@ class PassKernel:
         for r in radices(N):
             q = N // r
             items = T * q
-            b = self.e
+            g = self.e
+            b = I32(g.block)
             results: list[tuple[SSAValue | None, Idx, list[Pair]]] = []
-            b.barrier()
+            g.barrier()
             for u in range(cdiv(items, grp)):
                 i = b.add(self.lid, u * grp)
                 ok = None if (u + 1) * grp <= items else b.lt(i, items)
                 t, j = _divmod(b, i, q, items) if T > 1 else (0, i)
                 base = b.mul(t, N)
-                src = [pad(b, b.add(base, b.add(j, rr * q))) for rr in range(r)]
-                v = [[b.load(buf, [c, src[rr]], mask=ok) for c in (0, 1)] for rr in range(r)]
+                src = [wide(g, pad(b, b.add(base, b.add(j, rr * q)))) for rr in range(r)]
+                v = [[g.load(buf, [c, src[rr]], mask=ok) for c in (0, 1)] for rr in range(r)]
                 hi, jm = _divmod(b, j, ns, q) if ns > 1 else (j, 0)
                 if ns > 1:
                     step = N // (ns * r)
                     for rr in range(1, r):
                         e_ = b.mul(jm, rr * step)
-                        w = load_pair(b, tw, e_, ok)
-                        v[rr] = cmul(b, v[rr], w)
-                out = small_dft(b, v, sign, et)
+                        w = load_pair(g, tw, e_, ok)
+                        v[rr] = cmul(g, v[rr], w)
+                out = small_dft(g, v, sign, et)
                 results.append((ok, b.add(b.add(base, b.mul(hi, ns * r)), jm), out))
-            b.barrier()
+            g.barrier()
             for ok, d, out in results:
                 for rr in range(r):
-                    dst = pad(b, b.add(d, rr * ns))
+                    dst = wide(g, pad(b, b.add(d, rr * ns)))
                     for c in (0, 1):
-                        b.store(out[rr][c], buf, [c, dst], mask=ok)
+                        g.store(out[rr][c], buf, [c, dst], mask=ok)
             ns *= r
 
     def multiply(self, buf: SSAValue, key: tuple, offset: Idx = 0, conj: bool = False
@@ -328,14 +356,16 @@ class PassKernel:
         self.e.barrier()
 
         def body(b: KernelEmitter, f: Idx, ok: SSAValue | None) -> None:
+            g = KernelEmitter(b.block)
             _, k = _divmod(b, f, self.N, self.T * self.N)
-            w = load_pair(b, table, b.add(offset, k), ok)
-            x = [b.load(buf, [c, pad(b, f)], mask=ok) for c in (0, 1)]
-            y = cmul(b, x, w)
+            w = load_pair(g, table, b.add(offset, k), ok)
+            si = wide(g, pad(b, f))
+            x = [g.load(buf, [c, si], mask=ok) for c in (0, 1)]
+            y = cmul(g, x, w)
             if conj:
-                y = [y[0], _neg(b, y[1])]
+                y = [y[0], _neg(g, y[1])]
             for c in (0, 1):
-                b.store(y[c], buf, [c, pad(b, f)], mask=ok)
+                g.store(y[c], buf, [c, si], mask=ok)
 
         self.strided(self.T * self.N, body)
 
@@ -346,7 +376,8 @@ class PassKernel:
         def body(b: KernelEmitter, it: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
             self.e = b
             self.stages(buf, -1)
-            self.multiply(buf, key, b.mul(it, self.N), conj=True)
+            it32 = b.op(arith.IndexCastOp(it, i32))
+            self.multiply(buf, key, I32(b.block).mul(it32, self.N), conj=True)
             self.e = outer
             return []
 
@@ -358,28 +389,29 @@ class PassKernel:
         self.e.barrier()
 
         def body(b: KernelEmitter, f: Idx, ok: SSAValue | None) -> None:
+            g = KernelEmitter(b.block)
             t, k = self._split(b, f, view)
             line = self._line(b, t)
             valid = self._valid(b, ok, line, k, view)
-            si = self.sidx(b, t, k)
-            x = [b.load(buf, [c, si], mask=ok) for c in (0, 1)]
+            si = wide(g, self.sidx(b, t, k))
+            x = [g.load(buf, [c, si], mask=ok) for c in (0, 1)]
             if p.twiddle:
                 n = self.N * view.sub
                 q, _, _ = twiddle_tables(n, p.twiddle)
                 hi_t, lo_t = self.tables[("hi", n, p.twiddle)], self.tables[("lo", n, p.twiddle)]
-                s = b.unravel(line, [cdiv(p.lines, view.sub * view.batch) + self.T,
+                s = g.unravel(line, [cdiv(p.lines, view.sub * view.batch) + self.T,
                                      view.sub, view.batch])[1]
-                ex = b.mul(s, k)  # s < sub, k < N: below n
-                eh, el = _divmod(b, ex, q, n)
-                w = cmul(b, load_pair(b, hi_t, eh, ok), load_pair(b, lo_t, el, ok))
-                x = cmul(b, x, w)
+                ex = g.mul(s, wide(g, k))  # s < sub, k < N: below n
+                eh, el = _divmod(g, ex, q, n)
+                w = cmul(g, load_pair(g, hi_t, eh, ok), load_pair(g, lo_t, el, ok))
+                x = cmul(g, x, w)
             if p.scale is not None:
-                sc = b.const(p.scale, et)
-                x = [b.fmul(x[0], sc), b.fmul(x[1], sc)]
-            vec = b.const(0.0, VectorType(et, [2]))
-            vec = b.insert(x[1], b.insert(x[0], vec, 0), 1)
+                sc = g.const(p.scale, et)
+                x = [g.fmul(x[0], sc), g.fmul(x[1], sc)]
+            vec = g.const(0.0, VectorType(et, [2]))
+            vec = g.insert(x[1], g.insert(x[0], vec, 0), 1)
             a = self.address(b, view, line, k)
-            b.emit(tt.StoreVectorOp(vec, self.dst, [b.index(a), b.index(0)], valid))
+            g.emit(tt.StoreVectorOp(vec, self.dst, [a, g.index(0)], valid))
 
         self.strided(self.T * self.N, body)
 

@@ -25,13 +25,14 @@ ulps) or change the algorithm (a convolution through FFTs). Each has a pass opti
   summed over ``C`` and sliced to ``Ho x Wo`` is the convolution (no wrap-around:
   ``Ho + R - 1 = P``), plus the bias.
 
-  **Cost rule.** ``f1(n) = 5 n log2 n`` when ``n`` is a power of two (the radix-2
-  kernel), else ``8 n^2`` (the direct DFT ``tgraph.fft`` lowers to);
+  **Cost rule.** ``f1(n) = 5 n log2 n`` when every prime factor of ``n`` is at most 13
+  (the mixed-radix Stockham kernel), else ``2 f1(m) + 18 m`` (Bluestein's two
+  transforms of ``m >= 2n - 1`` points and three complex products: ``tile_fft``);
   ``f2(P, Q) = P f1(Q) + Q f1(P)``. FFT cost ``= (N C + K C + N K C) f2(P, Q) +
   7 N K C P Q`` (the transforms, a complex product and the channel sum); direct cost
   ``= 2 N K C Ho Wo R S``. The rewrite applies when ``fft-conv-margin * FFT cost <
   direct cost`` (margin 1 by default) and ``P`` and ``Q`` fit one transform tile of
-  ``tile_fft`` (at most 2048 points in f32, 1024 in f64).
+  ``tile_fft`` (at most 4096 points in f32, 2048 in f64).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from tessera.autodiff.emitter import GraphEmitter
 from tessera.ir import graph as g
 from tessera.ir.graph import elem_of, shape_of
 from tessera.passes.algebra_utils import has_encoding, splat_value
-from tessera.passes.tile_fft import SHARED_BYTES_LIMIT
+from tessera.passes.fft_plan import bluestein_length, max_points, smooth
 
 
 def _emitter(op: Operation) -> GraphEmitter:
@@ -193,9 +194,10 @@ class ParsevalSum(RewritePattern):
 
 def _f1(n: int) -> float:
     """Floating-point operations of one length-``n`` transform (see the module docstring)."""
-    if n & (n - 1) == 0:
-        return 5.0 * n * max(1, n.bit_length() - 1)
-    return 8.0 * n * n
+    if smooth(n):
+        return 5.0 * n * max(1.0, math.log2(n))
+    m = bluestein_length(n)
+    return 2 * _f1(m) + 18.0 * m
 
 
 def conv_costs(
@@ -213,8 +215,7 @@ def conv_costs(
 
 
 def _fits_fft_tile(n: int, et: object) -> bool:
-    size = 8 if isinstance(et, Float64Type) else 4
-    return 2 * n * 2 * size <= SHARED_BYTES_LIMIT
+    return n <= max_points(8 if isinstance(et, Float64Type) else 4)
 
 
 class ConvViaFFT(RewritePattern):

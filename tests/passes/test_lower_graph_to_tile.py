@@ -362,9 +362,10 @@ def test_flash_attention_bf16_scale():
 
 
 def test_unlowered_op_names_itself():
-    text = """func.func @f(%x: tensor<4x4096xf32>) -> tensor<4x4096xcomplex<f32>> {
-      %0 = tgraph.fft %x : (tensor<4x4096xf32>) -> tensor<4x4096xcomplex<f32>>
-      func.return %0 : tensor<4x4096xcomplex<f32>> }"""
+    # an fft longer than a four-step of two one-tile transforms (2048**2 points in f64)
+    text = """func.func @f(%x: tensor<1x8388608xf64>) -> tensor<1x8388608xcomplex<f64>> {
+      %0 = tgraph.fft %x : (tensor<1x8388608xf64>) -> tensor<1x8388608xcomplex<f64>>
+      func.return %0 : tensor<1x8388608xcomplex<f64>> }"""
     with pytest.raises(NotImplementedError, match="tgraph.fft has no Tile IR lowering"):
         lower(text)
 

@@ -130,11 +130,16 @@ def test_cost_rule():
     # 3x3 kernel: direct wins by far
     direct, fft = conv_costs((1, 4, 32, 32), (4, 4, 3, 3), (1, 1))
     assert direct == 2 * 16 * 32 * 32 * 9 and fft > 10 * direct
-    # a length that is not a power of two pays the direct DFT's n^2
-    assert conv_costs((1, 1, 30, 30), (1, 1, 15, 15), (0, 0))[1] == (
-        3 * (30 * 8 * 30**2 * 2) + 7 * 30 * 30)
+    # 30 = 2 x 3 x 5: mixed radix, 5 n log2 n
+    f1 = 5 * 30 * np.log2(30)
+    assert conv_costs((1, 1, 30, 30), (1, 1, 15, 15), (0, 0))[1] == pytest.approx(
+        3 * (30 * f1 * 2) + 7 * 30 * 30)
+    # 37 (prime): Bluestein, two transforms of 128 points and three products
+    f1 = 2 * 5 * 128 * 7 + 18 * 128
+    assert conv_costs((1, 1, 37, 37), (1, 1, 3, 3), (0, 0))[1] == pytest.approx(
+        3 * (37 * f1 * 2) + 7 * 37 * 37)
     # too long for one transform tile: kept even with margin 0
-    m = rewrite(conv_text((1, 1, 2100, 4), (1, 1, 3, 3), (1, 1), False, "f32"),
+    m = rewrite(conv_text((1, 1, 4100, 4), (1, 1, 3, 3), (1, 1), False, "f32"),
                 fft_conv_margin=0.0)
     assert "tgraph.conv2d" in str(m)
 

@@ -183,6 +183,19 @@ def test_stem_weight_pads_filter_rows_to_a_line(monkeypatch: pytest.MonkeyPatch)
 
 
 @needs_ptxas
+def test_wide_kernels_keep_unpadded_filter_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel of 64 taps or more (a weight gradient's 10 x 7 output gradient over a
+    batch of 2) is reordered by the NHWC copy, which writes K as kh x kw x Cp: the
+    gather then reads unpadded rows too (K = 10 x 7 x 8, not 10 x 8 x 8)."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    spec = _spec((3, 2, 12, 9), (64, 2, 10, 7), 1, 0, False)
+    target = str(spec.ir("target"))
+    assert "memref<64x560xbf16>" in target and "conv_weight_0" in target
+    ptxas.check(spec.ir("ptx"))
+
+
+@needs_ptxas
 @pytest.mark.parametrize("tf32", ["0", "1"])
 def test_f32_implicit_conv_runs_on_tf32_wgmma(monkeypatch: pytest.MonkeyPatch, tf32) -> None:
     """f32: the NHWC and weight copies write TF32 parts (3xTF32: hi and lo planes, the

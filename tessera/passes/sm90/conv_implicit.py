@@ -516,8 +516,11 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
     cpe = CHUNK // eb
     cp = cdiv(c, cpe) * cpe
     uniform = cp % (SWIZZLE_BYTES // eb) == 0
+    # a kernel of many taps is reordered by the NHWC copy (below), which writes K as
+    # kh x kw x Cp: no filter rows padded to a line there
+    packed = packs(cp, eb, kw, dw, uniform) and kh * kw < WIDE_KERNEL_TAPS
     cv = ConvGather(n, h, w, cp, kh, kw, sh, sw, ph, pw, ho, wo, op.bias is not None, eb, parts,
-                    dh, dw, packs(cp, eb, kw, dw, uniform))
+                    dh, dw, packed)
     # the channels-last input and the K-major weight (f32: their TF32 parts, hi then lo)
     xt = lw.alloc(TensorType(et, [parts, n, h, w, cp] if f32 else [n, h, w, cp]))
     # a weight gradient's input is the batch-channel transpose of an activation: read

@@ -31,7 +31,9 @@ once the input is channels-last. Three kernels:
    With few channels (``packs``: an RGB stem's 8-channel pixels) a K-step is one
    *filter row* instead: ``128 / (Cp * eb)`` consecutive pixels of the input row, the
    filter's row zero-padded to that many taps in the weight's K, gathered the same way
-   (a lane past the row's taps copies zeros, so no pixel outside the window is read).
+   (a lane past the row's taps copies zeros, so no pixel outside the window is read);
+   not for kernels of :data:`WIDE_KERNEL_TAPS` taps or more, whose weight the NHWC copy
+   reorders unpadded.
    f32 operands are read as TF32 parts: the two copies write ``hi`` and ``lo`` planes
    (3xTF32; one plane with ``allow_tf32``) and the producer fills both halves of the
    slot, as the 3xTF32 GEMM's TMA producer does.

@@ -49,6 +49,8 @@ IMPLICIT_CASES = [
     ((2, 3, 19, 23), (24, 3, 5, 5), 1, 2, True),
     ((2, 12, 15, 17), (32, 12, 3, 3), 1, 1, False),
     ((3, 3, 29, 30), (64, 3, 7, 7), 2, 3, False),
+    # 70 taps of 8-channel pixels: a weight-gradient-like kernel reordered unpadded
+    ((3, 2, 12, 9), (64, 2, 10, 7), 1, 0, False),
 ]
 
 

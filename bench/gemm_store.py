@@ -24,7 +24,6 @@ is torch's time over the row's.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import tessera as ts  # noqa: E402
+from bench.models import _time_ms  # noqa: E402  (CUDA events, median)
 from tessera.options import CompileOptions  # noqa: E402
 
 CASES = {  # name: (expression, A shape, B shape, dtype)
@@ -80,22 +80,6 @@ def dry_run(names: list[str]) -> list[str]:
     return lines
 
 
-def timed(fn) -> float:
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(30):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
-
-
 def rel_err(c, ref) -> float:
     """``|c - ref| / |ref|``; NaN when ``c`` has a non-finite element (an unwritten one)."""
     import torch
@@ -125,7 +109,7 @@ def run(names: list[str]) -> list[str]:
         n = bsh[0] if expr.endswith(".T") else bsh[1]
         flops = 2.0 * m * n * k
 
-        t_torch = timed(lambda a=a, b=b, peer=peer: peer(a, b))
+        t_torch = _time_ms(lambda a=a, b=b, peer=peer: peer(a, b), 30)
         lines.append(f"{_title(name):34}  {'torch.matmul':18}  {t_torch:8.3f}  "
                      f"{flops / t_torch / 1e9:8.1f}  {1.0:7.2f}  {rel_err(peer(a, b), ref):8.1e}")
         outs = {}
@@ -141,7 +125,7 @@ def run(names: list[str]) -> list[str]:
             if not err < TOL[dt]:
                 lines.append(f"{label}  {'-':>8}  {'-':>8}  {'-':>7}  {err:8.1e}  WRONG, not timed")
                 continue
-            ms = timed(lambda fn=fn, a=a, b=b: fn(a, b))
+            ms = _time_ms(lambda fn=fn, a=a, b=b: fn(a, b), 30)
             note = ""
             if store == "registers" and "staged" in outs:
                 note = "bitwise = staged" if torch.equal(outs["staged"], c) else "DIFFERS from staged"

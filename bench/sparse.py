@@ -22,30 +22,18 @@ printed last.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 import tessera as ts
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.models import _time_ms as time_ms  # noqa: E402  (CUDA events, median)
+
 M = K = 8192
-
-
-def time_ms(fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
 
 
 def csr(density: float, seed: int):

@@ -8,7 +8,8 @@ eager torch (printed; run with ``-s``). Skipped without a GPU."""
 
 from __future__ import annotations
 
-import statistics
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,9 @@ pytestmark = [
 ]
 
 import tessera as ts  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.models import _time_ms  # noqa: E402  (CUDA events, median)
 
 F = torch.nn.functional
 TOL = {torch.bfloat16: 1e-2, torch.float32: 1e-5}
@@ -105,20 +109,6 @@ def test_grouped_conv2d_training_through_torch_compile(c, o, groups, stride, dty
         assert _rel(got, ref) < tol
 
 
-def _median_ms(fn, reps: int = 30) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
-
-
 def test_depthwise_3x3_time_against_eager():
     """MobileNet's depthwise 3x3 layer (N=64, C=256, 56x56, bf16): correctness on these
     inputs, then the median time (CUDA events) of the plane kernel and of eager torch, and
@@ -135,8 +125,8 @@ def test_depthwise_3x3_time_against_eager():
     assert "conv2d_plane" in fn.inspect_ir("target")
     ref = F.conv2d(x[:4].double(), w.double(), padding=1, groups=c)
     assert _rel(y[:4], ref) < 1e-2
-    ours = _median_ms(lambda: fn(x, w))
-    eager = _median_ms(lambda: F.conv2d(x, w, padding=1, groups=c))
+    ours = _time_ms(lambda: fn(x, w), 30)
+    eager = _time_ms(lambda: F.conv2d(x, w, padding=1, groups=c), 30)
     gbs = 2 * x.numel() * x.element_size() / (ours * 1e-3) / 1e9
 
     xg = x.detach().requires_grad_()
@@ -156,8 +146,8 @@ def test_depthwise_3x3_time_against_eager():
 
     step(compiled)()
     assert tt.last_report().graph_breaks == 0
-    train_ours = _median_ms(step(compiled), reps=10)
-    train_eager = _median_ms(step(conv), reps=10)
+    train_ours = _time_ms(step(compiled), 10)
+    train_eager = _time_ms(step(conv), 10)
     print("\ndepthwise 3x3, N=64 C=256 56x56 bf16 (median ms, CUDA events)")
     print(f"{'':24}{'tessera':>10}{'eager':>10}")
     print(f"{'forward':24}{ours:10.3f}{eager:10.3f}   tessera {gbs:.0f} GB/s (x read + y written)")

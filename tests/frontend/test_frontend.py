@@ -332,3 +332,29 @@ def test_return_annotation_is_checked():
 
     with pytest.raises(ts.ShapeError, match="symbolic dim 'M' bound to two sizes"):
         wrong_dims(rnd(2, 3), rnd(3, 4))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_grouped_query_heads(causal):
+    """Fewer key/value heads than query heads: torch's ``enable_gqa`` meaning (query head h
+    reads head h // group), forward and all three gradients, against torch float64."""
+    rng = np.random.default_rng(3)
+    q, do = rng.standard_normal((2, 6, 5, 8)), rng.standard_normal((2, 6, 5, 8))
+    k, v = rng.standard_normal((2, 2, 7, 8)), rng.standard_normal((2, 2, 7, 8))
+    out = ts.jit(lambda q, k, v: ts.flash_attention(q, k, v, causal=causal))(q, k, v)
+    tq, tk, tv = (torch.tensor(t, requires_grad=True) for t in (q, k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal,
+                                                           enable_gqa=True)
+    np.testing.assert_allclose(np.asarray(out), ref.detach().numpy(), atol=1e-12)
+    (ref * torch.tensor(do)).sum().backward()
+    grads = ts.grad(lambda q, k, v, do: ts.sum(ts.flash_attention(q, k, v, causal=causal) * do),
+                    argnums=(0, 1, 2))(q, k, v, do)
+    for got, want in zip(grads, (tq.grad, tk.grad, tv.grad)):
+        np.testing.assert_allclose(np.asarray(got), want.numpy(), atol=1e-12)
+
+
+def test_flash_attention_heads_not_a_multiple():
+    """Key/value heads that do not divide the query heads are a located shape error."""
+    x, kv = np.ones((1, 3, 4, 8)), np.ones((1, 2, 4, 8))
+    with pytest.raises(ts.TesseraError, match="flash_attention"):
+        ts.jit(lambda q, k, v: ts.flash_attention(q, k, v))(x, kv, kv)

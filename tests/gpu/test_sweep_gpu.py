@@ -19,6 +19,7 @@ pytestmark = [
 ]
 
 import tessera as ts  # noqa: E402
+import tessera.torch  # noqa: E402,F401  (registers the "tessera" torch.compile backend)
 
 TYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 TOL = {"bf16": 2e-2, "f16": 5e-3, "f32": 1e-4}
@@ -100,10 +101,7 @@ def test_attention(dt, b, h, hkv, sq, sk, d, causal) -> None:
     v = _rand((b, hkv, sk, d), TYPES[dt], gen)
     do = _rand((b, h, sq, d), TYPES[dt], gen)
     what = f"attention {dt} b{b} h{h}/{hkv} sq{sq} sk{sk} d{d} causal={causal}"
-    try:
-        out = ts.jit(lambda q, k, v: ts.flash_attention(q, k, v, causal=causal))(q, k, v)
-    except ts.TesseraError as err:  # a located refusal is acceptable, a wrong value is not
-        pytest.skip(f"{what}: refused: {str(err).splitlines()[0]}")
+    out = ts.jit(lambda q, k, v: ts.flash_attention(q, k, v, causal=causal))(q, k, v)
     ref = _sdpa64(q, k, v, causal)
     _check(out, ref, 2e-2, what)
     qd, kd, vd = (t.double().requires_grad_() for t in (q, k, v))
@@ -111,7 +109,8 @@ def test_attention(dt, b, h, hkv, sq, sk, d, causal) -> None:
     grads = ts.grad(lambda q, k, v, do: ts.sum(ts.flash_attention(q, k, v, causal=causal) * do),
                     argnums=(0, 1, 2))(q, k, v, do)
     for name, got, want in zip("qkv", grads, (qd.grad, kd.grad, vd.grad)):
-        _check(got, want, 3e-2, f"{what} d{name}")
+        # one key: dq is zero in exact arithmetic, f32 rounding of dP - rowsum(dO O) in ours
+        _check(got, want, 3e-2, f"{what} d{name}", floor=got.numel() ** 0.5 * 1e-3)
 
 
 def _row_cases() -> list[tuple]:

@@ -36,6 +36,7 @@ from tessera.frontend.ops.base import (
 from tessera.frontend.ops.elementwise import (
     cast,
 )
+from tessera.frontend.ops.shape import broadcast_to, reshape
 from tessera.frontend.tracing import TracedTensor, current_trace, result_type
 from tessera.ir import graph as g
 from tessera.ir.attrs import tensor_type
@@ -260,8 +261,16 @@ def gemm(a: Any, b: Any, **kw: Any) -> TracedTensor:
 def flash_attention(
     q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False
 ) -> TracedTensor:
-    """Fused ``softmax(scale * q kᵀ [+ causal mask]) v`` (scale defaults to 1/sqrt(D))."""
+    """Fused ``softmax(scale * q kᵀ [+ causal mask]) v`` (scale defaults to 1/sqrt(D)).
+
+    ``q`` is ``[..., H, Sq, D]``, ``k`` and ``v`` ``[..., Hkv, Sk, D]``. With fewer key/value
+    heads than query heads (grouped-query attention, ``H`` a multiple of ``Hkv``), query
+    head ``h`` reads key/value head ``h // (H / Hkv)``, as ``torch``'s
+    ``scaled_dot_product_attention(..., enable_gqa=True)``; the gradients of ``k`` and ``v``
+    are then summed over each head's group. The causal mask keeps key ``j`` for query ``i``
+    when ``j <= i`` (the top-left-aligned lower triangle, as torch's ``is_causal``)."""
     q, k, v = _operands("flash_attention", q, k, v)
+    k, v = _repeat_kv_heads(q, k), _repeat_kv_heads(q, v)
     props: dict[str, Attribute] = {}
     if scale is not None:
         props["scale"] = FloatAttr(_float(scale, "flash_attention scale"), f64)
@@ -275,6 +284,21 @@ def flash_attention(
         result_types=[result_type(shape, q.type)],
         properties=props,
     )
+
+
+def _repeat_kv_heads(q: TracedTensor, kv: TracedTensor) -> TracedTensor:
+    """``kv [..., Hkv, Sk, D]`` with each head repeated ``H / Hkv`` times in place
+    (``[..., H, Sk, D]``, head ``h`` a copy of head ``h // (H / Hkv)``) when ``q`` has
+    ``H`` heads, a multiple of ``Hkv``; ``kv`` itself otherwise (the op's verifier then
+    reports any other mismatch)."""
+    if q.ndim < 3 or kv.ndim != q.ndim or q.shape[:-3] != kv.shape[:-3]:
+        return kv
+    h, hkv = q.shape[-3], kv.shape[-3]
+    if hkv == h or hkv == 0 or h % hkv != 0:
+        return kv
+    *lead, sk, d = kv.shape
+    grouped = broadcast_to(reshape(kv, [*lead, 1, sk, d]), [*lead, h // hkv, sk, d])
+    return reshape(grouped, [*lead[:-1], h, sk, d])
 
 
 def _attention_props(scale: float | None, causal: bool) -> dict[str, Attribute]:

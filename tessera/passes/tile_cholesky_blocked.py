@@ -110,12 +110,14 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
         k0 = e.mul(kblk, b_)
         zero, one = e.const(0.0, et), e.const(1.0, et)
         nan = e.const(float("nan"), et)
-        s = e.op(tt.AllocSharedOp([b_, b_], et))
-        # lanes cover the b x b block, BLOCK * BLOCK / lanes elements each
+        # rows padded by one element: lanes reading a column ``s[j, k]`` hit distinct banks
+        s = e.op(tt.AllocSharedOp([b_, b_ + 1], et))
+        # lanes cover the b x b block, BLOCK * BLOCK / lanes elements each: adjacent lanes
+        # on adjacent elements of a row (a warp reads a row of ``s`` without conflicts)
         per = b_ * b_ // 256
         cells = []
         for u in range(per):
-            q = e.add(e.mul(lid, per), u)
+            q = e.add(e.mul(u, 256), lid)
             i, j = e.div(q, b_), e.rem(q, b_)
             gi, gj = e.add(k0, i), e.add(k0, j)
             inside = e.and_(e.lt(gi, n), e.lt(gj, n))

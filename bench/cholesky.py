@@ -1,0 +1,93 @@
+"""Cholesky factors of f32 SPD matrices on the GPU: Tessera's blocked kernels
+(``tessera/passes/tile_cholesky_blocked.py``) against ``torch.linalg.cholesky``
+(cuSOLVER), for each block width given, with the time of each kernel kind from
+``torch.profiler``. Each result is checked against float64 first.
+
+    python bench/cholesky.py [--blocks 32,64] [--sizes 1x4096,64x256,64x512,1x8192]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.models import _time_ms  # noqa: E402  (CUDA events, median)
+
+# the block width is a module constant, not part of the program cache's key
+os.environ["TESSERA_NO_DISK_CACHE"] = "1"
+
+
+def _spd(b: int, n: int):
+    import torch
+
+    g = torch.randn(b, n, n, device="cuda", dtype=torch.float64)
+    a = (g @ g.mT / n + torch.eye(n, device="cuda", dtype=torch.float64)).float()
+    return a if b > 1 else a[0]
+
+
+def _kernel_times(fn, a) -> dict[str, float]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(a)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(a)
+        torch.cuda.synchronize()
+    kinds: dict[str, float] = defaultdict(float)
+    for ev in prof.key_averages():
+        if ev.device_type.name == "CUDA":
+            name = ev.key.split("cholesky_")[-1].split("_")[0] if "cholesky_" in ev.key else ev.key
+            kinds[name[:24]] += ev.device_time_total / 1000.0
+    return dict(kinds)
+
+
+def main() -> None:
+    import torch
+
+    import tessera as ts
+    from tessera import op
+    from tessera.passes import tile_cholesky_blocked as blocked
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--blocks", default="32,64")
+    p.add_argument("--sizes", default="1x4096,64x256,64x512")
+    args = p.parse_args()
+    rows = []
+    for spec in args.sizes.split(","):
+        b, n = (int(x) for x in spec.split("x"))
+        a = _spd(b, n)
+        ref = torch.linalg.cholesky(a.double())
+        peer = _time_ms(lambda a=a: torch.linalg.cholesky(a), 20)
+        for block in (int(x) for x in args.blocks.split(",")):
+            blocked.BLOCK = block
+
+            @ts.jit
+            def chol(a):
+                return op.cholesky(a)
+
+            out = chol(a)
+            torch.cuda.synchronize()
+            err = float((out.double() - ref).norm() / ref.norm())
+            if not err < 1e-5:
+                rows.append((spec, block, peer, float("nan"), err, "MISMATCH"))
+                continue
+            ms = _time_ms(lambda a=a, chol=chol: chol(a), 20)
+            kinds = _kernel_times(chol, a)
+            detail = ", ".join(f"{k} {v:.3f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+            rows.append((spec, block, peer, ms, err, detail))
+            print(spec, block, f"{ms:.3f} ms", detail, flush=True)
+    print(f"\n{'size':>10} {'block':>5} {'cuSOLVER ms':>11} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}  kernels (ms)")
+    for spec, block, peer, ms, err, detail in rows:
+        print(f"{spec:>10} {block:>5} {peer:11.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
+
+
+if __name__ == "__main__":
+    main()

@@ -81,7 +81,16 @@ def _f16_from_fp8(lw: KernelLowering, code: SSAValue, fmt: str) -> SSAValue:
 
 def _f32_from_half(lw: KernelLowering, d: SSAValue, s: SSAValue, sty: str) -> None:
     """``d`` (f32) = ``s`` (f16 or bf16), exact, with the sign of a NaN kept (the ``cvt``
-    returns the canonical NaN; ORing in the sign bit changes nothing else)."""
+    returns the canonical NaN; ORing in the sign bit changes nothing else). A bf16 is
+    the high half of its f32: a shift, which keeps every bit (NaN sign and payload)."""
+    if sty == "bf16":
+        half = lw.reg("b16")
+        lw.emit(tt.MovOp("b16", half, s))
+        wide = lw.reg("b32")
+        lw.emit(tt.CvtOp("u32.u16", wide, [half]))
+        lw.emit(tt.ShlOp("b32", wide, wide, lw.imm(16)))
+        lw.emit(tt.MovOp("b32", d, wide))
+        return
     lw.emit(tt.CvtOp(f"f32.{sty}", d, [s]))
     half = lw.reg("b16")
     lw.emit(tt.MovOp("b16", half, s))

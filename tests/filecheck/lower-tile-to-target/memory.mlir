@@ -46,7 +46,10 @@ ttile.kernel @smem(%a: memref<16x64xbf16>, %out: memref<16x64xbf16>, %sum: memre
 // CHECK:        ttarget.ld "shared.v4.b32" ([[W0:%.*]], [[W1:%.*]], [[W2:%.*]], [[W3:%.*]]), [%{{.*}} + 0] if
 // CHECK:        ttarget.unpack "b32" ([[E0:%.*]], [[E1:%.*]]), [[W0]]
 // CHECK:        ttarget.st "global.v4.b32" [%{{.*}} + 0], (%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) if
-// CHECK:        ttarget.cvt "f32.bf16"
+// A bf16 widens to f32 by a shift of its bits (exact, NaN sign and payload kept).
+// CHECK:        ttarget.cvt "u32.u16" [[WIDE:%.*]], %{{.*}}
+// CHECK-NEXT:   ttarget.shl "b32" [[WIDE]], [[WIDE]], %{{.*}}
+// CHECK-NEXT:   ttarget.mov "b32" %{{.*}}, [[WIDE]]
 // Butterfly over the warp, then the warps in order through shared memory.
 // CHECK:        ttarget.shfl "bfly.b32" %{{.*}}, %{{.*}}, [[O16:%.*]], %{{.*}}, %{{.*}}
 // CHECK:        ttarget.shfl "bfly.b32"

@@ -7,13 +7,10 @@ followed by at least one kept axis: the bias and norm-weight gradients of a back
 pass (``[tokens, features] -> [features]``), a batch norm's statistics over
 ``[N, C, H*W]``. The strided kernel of ``lower_graph_to_tile`` gives each output element
 one tile whose lanes stride down a column; here the lanes of a warp read 32 adjacent
-columns of one row (whole memory sectors), twice (:data:`LANE_COLUMNS`: a lane's columns
-are 32 apart and share the row's index arithmetic), and the tile's warps take rows in
-turn:
+columns of one row (whole memory sectors) and the tile's warps take rows in turn:
 
-* kernel 1, grid ``[column blocks of 64, splits, A]``: warp ``y`` of split ``s`` folds
-  rows ``y, y + 8, ...`` of the split's rows, in order, loading 8 (16 for narrow
-  inputs) of them at a time; the 8 warps' partials are combined through
+* kernel 1, grid ``[column blocks, splits, A]``: warp ``y`` of split ``s`` folds rows
+  ``y, y + 8, ...`` of the split's rows, in order, loading 8 of them at a time; the 8 warps' partials are combined through
   shared memory in warp order. With one split this is the result; with more, each
   split's partial goes to an f32 buffer ``[A, splits, C]``;
 * kernel 2 (several splits only), one lane per output element: the splits' partials
@@ -45,15 +42,11 @@ if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
 
 COLUMNS = 32
-"""Lanes of a warp, each on its own column of a row."""
-LANE_COLUMNS = 2
-"""Columns per lane (``COLUMNS`` apart): a tile covers ``COLUMNS * LANE_COLUMNS`` columns,
-and a row's index arithmetic (the unravelling of the reduced dims, the bounds) is shared
-by the lane's columns."""
+"""Columns per tile: one per lane of a warp."""
 WARPS = 8
 """Warps per tile, each folding every ``WARPS``-th row of the tile's split."""
-TARGET_TILES = 1056
-"""Tiles to aim for (eight per SM of an H100) when choosing the number of splits."""
+TARGET_TILES = 528
+"""Tiles to aim for (four per SM of an H100) when choosing the number of splits."""
 MIN_ROWS_PER_WARP = 16
 """A split gives each warp at least this many rows (fewer splits otherwise)."""
 UNROLL = 8
@@ -95,7 +88,7 @@ def column_groups(shape: Sequence[int], axes: Sequence[int]) -> tuple[int, int, 
 
 def splits(a: int, r: int, c: int) -> int:
     """How many splits the rows of a column reduction are cut into."""
-    tiles = -(-c // (COLUMNS * LANE_COLUMNS)) * a
+    tiles = -(-c // COLUMNS) * a
     most = max(1, r // (WARPS * MIN_ROWS_PER_WARP))
     return max(1, min(most, -(-TARGET_TILES // tiles)))
 
@@ -163,50 +156,42 @@ def lower_column_reduction(
         o_ref, ins = args[0], args[1:]
         lane = e.lane_id()
         warp = e.warp_id()
-        c0 = e.add(e.mul(e.tile_id("x"), COLUMNS * LANE_COLUMNS), lane)
-        cols = [e.add(c0, COLUMNS * j) for j in range(LANE_COLUMNS)]
+        c = e.add(e.mul(e.tile_id("x"), COLUMNS), lane)
         s = e.tile_id("y")
         a = e.tile_id("z")
-        c_oks = [e.lt(c, c_n) for c in cols]
+        c_ok = e.lt(c, c_n)
         r0 = e.mul(s, seg)
         init = e.const(_reduce_init(kind, acc_t), acc_t)
 
         def step(ie: KernelEmitter, k: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
             # UNROLL rows loaded before they are folded (independent loads in flight),
-            # each column's rows folded in row order
-            vs: list[list[SSAValue]] = [[] for _ in cols]
+            # folded in row order
+            vs = []
             for u in range(unroll):
                 local = ie.add(ie.mul(ie.add(ie.mul(k, unroll), u), WARPS), warp)
                 r = ie.add(r0, local)
-                row_ok = ie.and_(ie.lt(r, r_n), ie.lt(local, seg))
-                for j, (c, c_ok) in enumerate(zip(cols, c_oks)):
-                    ok = ie.and_(c_ok, row_ok)
-                    assert ok is not None
-                    v = value(ie, ins, in_index(ie, a, r, c), ok)
-                    vs[j].append(ie.vselect(ok, v, ie.const(_reduce_init(kind, acc_t), acc_t)))
-            out = []
-            for acc, col in zip(carried, vs):
-                for v in col:
-                    acc = _combine(ie, kind, acc, v)
-                out.append(acc)
-            return out
+                ok = ie.and_(c_ok, ie.and_(ie.lt(r, r_n), ie.lt(local, seg)))
+                assert ok is not None
+                v = value(ie, ins, in_index(ie, a, r, c), ok)
+                vs.append(ie.vselect(ok, v, ie.const(_reduce_init(kind, acc_t), acc_t)))
+            acc = carried[0]
+            for v in vs:
+                acc = _combine(ie, kind, acc, v)
+            return [acc]
 
-        accs = e.for_(0, -(-seg // (WARPS * unroll)), 1, [init] * LANE_COLUMNS, step)
-        smem = e.op(tt.AllocSharedOp([WARPS, COLUMNS * LANE_COLUMNS], acc_t, alignment=16))
-        for j, acc in enumerate(accs):
-            e.store(acc, smem, [warp, e.add(lane, COLUMNS * j)])
+        (acc,) = e.for_(0, -(-seg // (WARPS * unroll)), 1, [init], step)
+        smem = e.op(tt.AllocSharedOp([WARPS, COLUMNS], acc_t, alignment=16))
+        e.store(acc, smem, [warp, lane])
         e.barrier()
 
         def combine(ie: KernelEmitter) -> list[SSAValue]:
-            for j, (c, c_ok) in enumerate(zip(cols, c_oks)):
-                at = ie.add(lane, COLUMNS * j)
-                total = ie.load(smem, [0, at])
-                for w in range(1, WARPS):
-                    total = _combine(ie, kind, total, ie.load(smem, [w, at]))
-                if dst == "out":
-                    ie.store(finish(ie, total), o_ref, out_index(ie, a, c), mask=c_ok)
-                else:
-                    ie.store(total, o_ref, [a, s, c], mask=c_ok)
+            total = ie.load(smem, [0, lane])
+            for w in range(1, WARPS):
+                total = _combine(ie, kind, total, ie.load(smem, [w, lane]))
+            if dst == "out":
+                ie.store(finish(ie, total), o_ref, out_index(ie, a, c), mask=c_ok)
+            else:
+                ie.store(total, o_ref, [a, s, c], mask=c_ok)
             return []
 
         e.if_(e.eq(warp, 0), combine)
@@ -215,7 +200,7 @@ def lower_column_reduction(
         _thin(lw, tag, out, inputs, value, kind, acc_t, (a_n, r_n, c_n), in_index, out_index,
               finish)
         return True
-    grid = [-(-c_n // (COLUMNS * LANE_COLUMNS)), s_n, a_n]
+    grid = [-(-c_n // COLUMNS), s_n, a_n]
     group = WARPS * 32
     if s_n == 1:
         lw.kernel(tag, [out, *inputs], group,

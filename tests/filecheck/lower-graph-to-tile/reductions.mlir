@@ -37,17 +37,13 @@ func.func @f(%x: tensor<5x300xbf16>, %y: tensor<4x7xf32>, %z: tensor<300x5xbf16>
 // CHECK:        ttile.reduce %{{.*}} kind = sum scope = warp : f32
 // CHECK:        ttile.store_vector
 // CHECK:      ttile.kernel @f_sum_part_0(%{{.*}}: memref<1x2x5xf32>, %{{.*}}: memref<300x5xbf16>) group_size = 256 {
-// Two columns per lane (32 apart), each with its own accumulator.
-// CHECK:        %[[ACC0:.*]], %[[ACC1:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) -> (f32, f32) {
+// CHECK:        %[[ACC:.*]] = scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (f32) {
 // CHECK:          ttile.load %{{.*}}[%{{.*}}, %{{.*}}] mask %{{.*}} : memref<300x5xbf16> -> bf16
 // CHECK:          arith.addf
-// CHECK:        %[[SM:.*]] = ttile.alloc_shared alignment = 16 : memref<8x64xf32, #tessera.smem>
-// CHECK:        ttile.store %[[ACC0]], %[[SM]]
-// CHECK:        ttile.store %[[ACC1]], %[[SM]]
+// CHECK:        %[[SM:.*]] = ttile.alloc_shared alignment = 16 : memref<8x32xf32, #tessera.smem>
+// CHECK:        ttile.store %[[ACC]], %[[SM]]
 // CHECK:        ttile.barrier
 // CHECK:        scf.if
-// CHECK-COUNT-8:  ttile.load %[[SM]]
-// CHECK:          ttile.store %{{.*}} : f32, memref<1x2x5xf32>
 // CHECK-COUNT-8:  ttile.load %[[SM]]
 // CHECK:          ttile.store %{{.*}} : f32, memref<1x2x5xf32>
 // CHECK:      ttile.kernel @f_sum_1(%{{.*}}: memref<5xbf16>, %{{.*}}: memref<1x2x5xf32>) group_size = 256 {

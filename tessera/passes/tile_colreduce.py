@@ -45,8 +45,11 @@ COLUMNS = 32
 """Columns per tile: one per lane of a warp."""
 WARPS = 8
 """Warps per tile, each folding every ``WARPS``-th row of the tile's split."""
-TARGET_TILES = 528
-"""Tiles to aim for (four per SM of an H100) when choosing the number of splits."""
+TARGET_TILES = 1056
+"""Tiles to aim for (eight per SM of an H100) when choosing the number of splits: on an
+H100, twice the splits of four tiles per SM took a ViT-B/16 bias gradient
+(``[25216, 768]`` bf16 summed over rows) from 0.063 to 0.046 ms and a layer norm's weight
+gradient from 0.105 to 0.083 ms (docs/perf/2026-11-25-h100-colreduce.txt)."""
 MIN_ROWS_PER_WARP = 16
 """A split gives each warp at least this many rows (fewer splits otherwise)."""
 UNROLL = 8

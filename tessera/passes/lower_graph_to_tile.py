@@ -1245,7 +1245,7 @@ def _relu(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
 
 def _sigmoid(e: KernelEmitter, x: SSAValue) -> SSAValue:
     one = e.const(1.0, x.type)
-    return e.fdiv(one, e.fadd(one, e.exp(e.op(arith.NegfOp(x)))))
+    return e.fdiv(one, e.fadd(one, e.exp(e.op(arith.NegfOp(x)), approx=False)))
 
 
 @UNARY_SCALARS.register(g.SigmoidOp)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from math import prod
 
 from xdsl.dialects import arith, math, scf, vector
+from xdsl.dialects.arith import FastMathFlag, FastMathFlagsAttr
 from xdsl.dialects.builtin import (
     AnyFloat,
     BFloat16Type,
@@ -313,8 +314,12 @@ class KernelEmitter:
     def fmax(self, a: SSAValue, b: SSAValue) -> SSAValue:
         return self.op(arith.MaximumfOp(a, b))
 
-    def exp(self, a: SSAValue) -> SSAValue:
-        return self.op(math.ExpOp(a))
+    def exp(self, a: SSAValue, *, approx: bool = True) -> SSAValue:
+        """``e^a``. ``approx`` (the default, for the kernels' own arithmetic: softmax's
+        ``exp(x - max)``, attention's scores) marks it ``fastmath<afn>``, which lowers to
+        ``ex2.approx`` of ``a log2 e``; without it, the 1-2 ulp lowering of ``ts.exp``."""
+        flags = FastMathFlagsAttr([FastMathFlag.APPROX_FUNC]) if approx else None
+        return self.op(math.ExpOp(a, flags))
 
     def rsqrt(self, a: SSAValue) -> SSAValue:
         return self.op(math.RsqrtOp(a))

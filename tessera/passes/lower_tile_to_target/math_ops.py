@@ -4,6 +4,7 @@ in f32, tanh and erf as polynomials, square roots, ``fma`` and ``powf``."""
 from __future__ import annotations
 
 from xdsl.dialects import math as mathd
+from xdsl.dialects.arith import FastMathFlag
 from xdsl.dialects.builtin import Float32Type, f32
 from xdsl.ir import Operation, SSAValue
 
@@ -34,19 +35,140 @@ def _exp_f32(lw: KernelLowering, x: SSAValue) -> SSAValue:
     return _exp2_f32(lw, t)
 
 
+EXP_LN2_HI = 0.693145751953125
+"""ln 2 to 16 bits (``0x3f317200``): ``n * EXP_LN2_HI`` is exact for ``|n| < 2**9``."""
+EXP_LN2_LO = 1.4286068203094173e-06
+"""``ln 2 - EXP_LN2_HI`` rounded to f32."""
+LOG_LN2_HI = 0.693138122558594
+"""ln 2 to 16 bits (``0x3f317180``), the high part of ``e ln 2`` in ``log``."""
+LOG_LN2_LO = 9.05800061445916e-06
+"""``ln 2 - LOG_LN2_HI`` rounded to f32 (``0x3717f7d1``)."""
+LOG_POLY = (0.6666666269302368, 0.40000972151756287, 0.2849878668785095, 0.24279078841209412)
+"""``Lg1..Lg4`` of the classic ``logf`` kernel (fdlibm): ``log1p(f) = f - h + s (h + R)``
+with ``s = f / (2 + f)``, ``h = f^2 / 2`` and ``R = z (Lg1 + w Lg3) + w (Lg2 + w Lg4)``,
+``z = s^2``, ``w = z^2``; under 1 ulp for ``f`` in ``[sqrt(2)/2 - 1, sqrt(2) - 1]``."""
+
+
+def _exp_accurate(lw: KernelLowering, x: SSAValue, d: SSAValue) -> None:
+    """``d = e^x`` in f32 to about 2 ulps over the whole range (``ex2.approx`` of
+    ``x log2 e`` loses ``|x|`` ulps to the rounding of the product): ``x = n ln 2 + r``
+    with ``n = rint(x log2 e)`` and ``r`` from a two-part ``ln 2`` (exact ``fma``s), so
+    ``e^x = 2^n 2^(r log2 e)`` with ``|r log2 e| <= 1/2``; ``2^n`` is two exponent-field
+    factors (``n`` from -150 to 128 after clamping ``x`` to [-104, 89]), so subnormal
+    and overflowing results round once. NaN gives NaN."""
+
+    def reg(kind: str = "f32") -> SSAValue:
+        return lw.reg(kind)
+
+    xc, t, n, r, u, p = reg(), reg(), reg(), reg(), reg(), reg()
+    lw.emit(tt.MaxOp("f32", xc, x, lw.imm(-104.0, f32)))
+    lw.emit(tt.MinOp("f32", xc, xc, lw.imm(89.0, f32)))
+    lw.emit(tt.MulOp("rn.f32", t, xc, lw.imm(LOG2E, f32)))
+    lw.emit(tt.CvtOp("rni.f32.f32", n, [t]))
+    lw.emit(tt.FmaOp("rn.f32", r, n, lw.imm(-EXP_LN2_HI, f32), xc))
+    lw.emit(tt.FmaOp("rn.f32", r, n, lw.imm(-EXP_LN2_LO, f32), r))
+    lw.emit(tt.MulOp("rn.f32", u, r, lw.imm(LOG2E, f32)))
+    lw.emit(tt.Ex2Op("approx.f32", p, u))
+    ni, n1, n2 = reg("b32"), reg("b32"), reg("b32")
+    lw.emit(tt.CvtOp("rni.s32.f32", ni, [n]))
+    lw.emit(tt.ShrOp("s32", n1, ni, lw.imm(1)))
+    lw.emit(tt.SubOp("s32", n2, ni, n1))
+    y = p
+    for half in (n1, n2):
+        bits, scale, prod_ = reg("b32"), reg(), reg()
+        lw.emit(tt.AddOp("s32", bits, half, lw.imm(127)))
+        lw.emit(tt.ShlOp("b32", bits, bits, lw.imm(23)))
+        lw.emit(tt.MovOp("b32", scale, bits))
+        lw.emit(tt.MulOp("rn.f32", prod_, y, scale))
+        y = prod_
+    is_nan = reg("pred")
+    lw.emit(tt.SetpOp("nan.f32", is_nan, x, x))
+    lw.emit(tt.SelpOp("f32", d, x, y, is_nan))
+
+
+def _log_accurate(lw: KernelLowering, x: SSAValue, d: SSAValue) -> None:
+    """``d = ln x`` in f32 to about 1 ulp (``lg2.approx`` has an absolute error, so its
+    relative error grows without bound as ``x`` nears 1): ``x = 2^e m`` with ``m`` in
+    ``[sqrt(2)/2, sqrt(2))`` from the bits (subnormals scaled by ``2^23`` first), ``ln x
+    = e ln 2 + log1p(m - 1)`` by :data:`LOG_POLY`. ``ln 0 = -inf``, ``ln x = NaN`` for
+    ``x < 0``, ``ln inf = inf``, NaN gives NaN."""
+
+    def reg(kind: str = "f32") -> SSAValue:
+        return lw.reg(kind)
+
+    sub, big = reg("pred"), reg("pred")
+    lw.emit(tt.SetpOp("lt.f32", sub, x, lw.imm(2.0 ** -126, f32)))
+    scaled, xs = reg(), reg()
+    lw.emit(tt.MulOp("rn.f32", scaled, x, lw.imm(2.0 ** 23, f32)))
+    lw.emit(tt.SelpOp("f32", xs, scaled, x, sub))
+    bits, e, mb = reg("b32"), reg("b32"), reg("b32")
+    lw.emit(tt.MovOp("b32", bits, xs))
+    lw.emit(tt.ShrOp("u32", e, bits, lw.imm(23)))
+    lw.emit(tt.AndOp("b32", e, e, lw.imm(0xFF)))
+    lw.emit(tt.AndOp("b32", mb, bits, lw.imm(0x7FFFFF)))
+    lw.emit(tt.OrOp("b32", mb, mb, lw.imm(0x3F800000)))
+    # m > sqrt(2): halve it (one off the exponent field) and count it in e
+    lw.emit(tt.SetpOp("gt.u32", big, mb, lw.imm(0x3FB504F3)))
+    halved, adj, eadj = reg("b32"), reg("b32"), reg("b32")
+    lw.emit(tt.SubOp("s32", halved, mb, lw.imm(0x00800000)))
+    lw.emit(tt.SelpOp("b32", mb, halved, mb, big))
+    lw.emit(tt.SelpOp("s32", adj, lw.imm(-126), lw.imm(-127), big))
+    lw.emit(tt.SelpOp("s32", eadj, lw.imm(-23), lw.imm(0), sub))
+    lw.emit(tt.AddOp("s32", e, e, adj))
+    lw.emit(tt.AddOp("s32", e, e, eadj))
+    m, f, den, s_, z, w = reg(), reg(), reg(), reg(), reg(), reg()
+    lw.emit(tt.MovOp("b32", m, mb))
+    lw.emit(tt.SubOp("rn.f32", f, m, lw.imm(1.0, f32)))
+    lw.emit(tt.AddOp("rn.f32", den, f, lw.imm(2.0, f32)))
+    lw.emit(tt.DivOp("rn.f32", s_, f, den))
+    lw.emit(tt.MulOp("rn.f32", z, s_, s_))
+    lw.emit(tt.MulOp("rn.f32", w, z, z))
+    lg1, lg2, lg3, lg4 = LOG_POLY
+    t1, t2, rr = reg(), reg(), reg()
+    lw.emit(tt.FmaOp("rn.f32", t1, w, lw.imm(lg4, f32), lw.imm(lg2, f32)))
+    lw.emit(tt.MulOp("rn.f32", t1, t1, w))
+    lw.emit(tt.FmaOp("rn.f32", t2, w, lw.imm(lg3, f32), lw.imm(lg1, f32)))
+    lw.emit(tt.MulOp("rn.f32", t2, t2, z))
+    lw.emit(tt.AddOp("rn.f32", rr, t2, t1))
+    hfsq, ff, dk, acc = reg(), reg(), reg(), reg()
+    lw.emit(tt.MulOp("rn.f32", ff, f, f))
+    lw.emit(tt.MulOp("rn.f32", hfsq, ff, lw.imm(0.5, f32)))
+    lw.emit(tt.CvtOp("rn.f32.s32", dk, [e]))
+    # s (h + R) + e ln2_lo - h + f + e ln2_hi, in that order
+    lw.emit(tt.AddOp("rn.f32", acc, hfsq, rr))
+    lw.emit(tt.MulOp("rn.f32", acc, acc, s_))
+    lw.emit(tt.FmaOp("rn.f32", acc, dk, lw.imm(LOG_LN2_LO, f32), acc))
+    lw.emit(tt.SubOp("rn.f32", acc, acc, hfsq))
+    lw.emit(tt.AddOp("rn.f32", acc, acc, f))
+    lw.emit(tt.FmaOp("rn.f32", acc, dk, lw.imm(LOG_LN2_HI, f32), acc))
+    zero, neg, special = reg("pred"), reg("pred"), reg("pred")
+    lw.emit(tt.SetpOp("eq.f32", zero, x, lw.imm(0.0, f32)))
+    lw.emit(tt.SelpOp("f32", acc, lw.imm(float("-inf"), f32), acc, zero))
+    lw.emit(tt.SetpOp("lt.f32", neg, x, lw.imm(0.0, f32)))
+    lw.emit(tt.SelpOp("f32", acc, lw.imm(float("nan"), f32), acc, neg))
+    # +inf and NaN are their own logarithm
+    lw.emit(tt.SetpOp("equ.f32", special, x, lw.imm(float("inf"), f32)))
+    lw.emit(tt.SelpOp("f32", d, x, acc, special))
+
+
 @TARGET_LOWERINGS.register(mathd.ExpOp, mathd.Exp2Op, mathd.LogOp, mathd.Log2Op, mathd.SinOp, mathd.CosOp)
 def _transcendental(lw: KernelLowering, op: Operation) -> None:
+    """``exp`` and ``log`` to 1-2 ulps (:func:`_exp_accurate`, :func:`_log_accurate`), an
+    ``exp`` marked ``fastmath<afn>`` (the kernels' own: softmax, attention) as ``ex2.approx``
+    of ``x log2 e``;
+    ``exp2`` and ``log2`` as the ``approx`` instructions (what the softmax and attention
+    kernels' base-2 arithmetic is written for); ``sin`` / ``cos`` as ``approx``."""
     _f32_only(lw, op)
     x = lw.one(op.operands[0])
     d = lw.define(op.results[0])
-    if isinstance(op, mathd.ExpOp):
+    if isinstance(op, mathd.ExpOp) and FastMathFlag.APPROX_FUNC in op.fastmath.data:
         lw.emit(tt.MovOp("f32", d, _exp_f32(lw, x)))
+    elif isinstance(op, mathd.ExpOp):
+        _exp_accurate(lw, x, d)
     elif isinstance(op, mathd.Exp2Op):
         lw.emit(tt.Ex2Op("approx.f32", d, x))
     elif isinstance(op, mathd.LogOp):
-        t = lw.reg("f32")
-        lw.emit(tt.Lg2Op("approx.f32", t, x))
-        lw.emit(tt.MulOp("rn.f32", d, t, lw.imm(LN2, f32)))
+        _log_accurate(lw, x, d)
     elif isinstance(op, mathd.Log2Op):
         lw.emit(tt.Lg2Op("approx.f32", d, x))
     elif isinstance(op, mathd.SinOp):

@@ -29,7 +29,7 @@ func.func @f(%x: tensor<5x300xbf16>, %y: tensor<4x7xf32>) -> (tensor<5xbf16>, te
 // CHECK:        ttile.launch @f_logsumexp_0(%{{.*}}, %x) grid = [5, 1, 1]
 
 // PTX:      ttarget.func @f_logsumexp_0
-// PTX:        ttarget.lg2 "approx.f32"
+// PTX:        ttarget.div "rn.f32"
 // PTX:      ttarget.func @f_erf_0
 // PTX:        ttarget.fma "rn.f32"
 // PTX:        ttarget.min "f32"

@@ -363,6 +363,8 @@ READS_THROUGH: dict[type, Callable[[Sequence[int]], bool]] = {
     # a slice composes its index map with a permutation that keeps the last dim (an
     # attention's q, k, v out of a permuted projection): one pass over the data, not two
     g.SliceOp: lambda perm: perm[-1] == len(perm) - 1,
+    # so does a reverse (a convolution's flipped, channel-swapped weight)
+    g.ReverseOp: lambda perm: perm[-1] == len(perm) - 1,
     # the implicit-GEMM convolution's layout copies read a batch-channel swap (a weight
     # gradient's operands): tessera.passes.sm90.conv_implicit
     g.Conv2dOp: lambda perm: tuple(perm) == (1, 0, 2, 3),
@@ -515,6 +517,39 @@ def lower_slice(fl: _FunctionLowering, op: g.SliceOp) -> None:
     vector_copy(fl, "slice", out, shape, fl.mem(op.input), src_index, w)
 
 
+def lower_reverse(fl: _FunctionLowering, op: g.ReverseOp) -> None:
+    """``tgraph.reverse``: one copy, ``out[i] = src[i with n - 1 - i_d on each reversed
+    dim d]`` (vectors when the last dim is not reversed). A deferred transpose input
+    keeping the last dim (a weight's batch-channel swap) is read through its
+    permutation, so a transposed, flipped weight is one pass."""
+    dims = op.dim_values()
+    shape = list(g.shape_of(op.result))
+    out = fl.alloc(op.result.type)
+    fl.env[op.result] = out
+    rank = len(shape)
+    w = 1
+    if shape and rank - 1 not in dims:
+        w = vector_width(g.elem_of(op.result), shape[-1])
+
+    def flipped(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
+        return [e.sub(shape[d] - 1, i) if d in dims else i for d, i in enumerate(idx)]
+
+    through = fl.peek_transpose(op.input)
+    if through is not None and through[1][-1] == rank - 1:
+        source, perm = through
+
+        def through_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
+            t = flipped(e, idx)
+            s: list[Idx] = [0] * rank
+            for i, p in enumerate(perm):
+                s[p] = t[i]
+            return s
+
+        vector_copy(fl, "reverse_t", out, shape, fl.mem(source), through_index, w)
+        return
+    vector_copy(fl, "reverse", out, shape, fl.mem(op.input), flipped, w)
+
+
 def lower_concat(fl: _FunctionLowering, op: g.ConcatOp) -> None:
     """``tgraph.concat``: one vector copy per input into its part of the output."""
     shape = list(g.shape_of(op.result))
@@ -589,4 +624,5 @@ def register(registry: Any) -> None:
     registry.register(g.ReshapeOp)(lower_reshape)
     registry.register(g.SliceOp)(lower_slice)
     registry.register(g.ConcatOp)(lower_concat)
+    registry.register(g.ReverseOp)(lower_reverse)
     registry.register(g.BroadcastOp)(lower_broadcast)

@@ -55,6 +55,9 @@ class Builder(Protocol, Generic[T]):
     def take(self, x: T, axis: int, start: int, stop: int) -> T:
         """``x[start:stop]`` along ``axis``."""
         ...
+    def crop(self, x: T, start: list[int], shape: list[int]) -> T:
+        """``x[start : start + shape]`` (one slice, ``x`` itself when it is all of ``x``)."""
+        ...
     def conv2d(self, x: T, w: T, padding: list[int], dilation: list[int], groups: int) -> T:
         """A stride-1 ``conv2d``."""
         ...
@@ -182,9 +185,7 @@ def input_grad(
                 keep = keep & sel.reshape([pl.stride if j == 3 + 2 * i else 1 for j in range(6)])
         y = b.mask(y, keep)
     y = b.reshape(y, [n, c, rh * plans[0].period, rw * plans[1].period])
-    for i, pl in enumerate(plans):
-        y = b.take(y, 2 + i, pl.start, pl.start + size[i])
-    return y
+    return b.crop(y, [0, 0, plans[0].start, plans[1].start], [n, c, *size])
 
 
 __all__ = ["AxisPlan", "Builder", "axis_plan", "group_transpose", "input_grad"]

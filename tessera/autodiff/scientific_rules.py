@@ -128,6 +128,9 @@ class _Emit:
         s[axis] = stop - start
         return _crop(self.e, x, st, s)
 
+    def crop(self, x: SSAValue, start: list[int], shape: list[int]) -> SSAValue:
+        return _crop(self.e, x, start, shape)
+
     def conv2d(self, x: SSAValue, w: SSAValue, padding: list[int], dilation: list[int],
                groups: int) -> SSAValue:
         return self.e.conv2d(x, w, [1, 1], padding, dilation, groups)

@@ -301,6 +301,11 @@ class _Ops:
     def take(self, x: TracedTensor, axis: int, start: int, stop: int) -> TracedTensor:
         return take(x, axis, start, stop)
 
+    def crop(self, x: TracedTensor, start: list[int], shape: list[int]) -> TracedTensor:
+        if list(start) == [0] * x.ndim and list(shape) == list(x.shape):
+            return x
+        return ops.slice(x, start, [a + n for a, n in zip(start, shape)])
+
     def conv2d(self, x: TracedTensor, w: TracedTensor, padding: list[int],
                dilation: list[int], groups: int) -> TracedTensor:
         return ops.conv2d(x, w, padding=padding, dilation=dilation, groups=groups)
@@ -401,7 +406,7 @@ def _convolution_backward(
         kt = ops.transpose(g, [1, 0, 2, 3])
         r = ops.conv2d(xt, kt, stride=dl, padding=pd, dilation=st)
         if r.shape[2] != kh or r.shape[3] != kw:
-            r = take(take(r, 2, 0, kh), 3, 0, kw)
+            r = ops.slice(r, [0, 0, 0, 0], [r.shape[0], r.shape[1], kh, kw])
         gw = ops.transpose(r, [1, 0, 2, 3])
     if output_mask[2]:
         gb = ops.sum(g, axis=(0, 2, 3))

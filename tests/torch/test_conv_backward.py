@@ -59,13 +59,18 @@ def _backward_ir(tmp_path, monkeypatch, f, *ts) -> tuple[str, list[torch.Tensor]
     return graph.read_text(), got
 
 
-@pytest.mark.parametrize("kernel,stride,padding,convs,reverses", [
-    (3, 1, 1, 2, 1),  # ResNet's 3x3: the flip is one reverse (was 6 slices + 2 concats)
-    (3, 2, 1, 2, 1),  # 3x3/2: both phases of both axes from one 2x2-tap convolution
-    (1, 2, 0, 1, 0),  # 1x1/2: the product at the reached pixels, zeros by one select
+@pytest.mark.parametrize("kernel,stride,padding,convs,reverses,slices", [
+    (3, 1, 1, 2, 1, 0),  # ResNet's 3x3: the flip is one reverse (was 6 slices + 2 concats)
+    # 3x3/2: both phases of both axes from one 2x2-tap convolution; one crop of each
+    # gradient (the input's phases start a row early, the weight gradient's convolution
+    # has a fourth row and column)
+    (3, 2, 1, 2, 1, 2),
+    # 1x1/2: the product at the reached pixels, zeros by one select (the slice: the
+    # weight gradient's view of the reached input pixels)
+    (1, 2, 0, 1, 0, 1),
 ])
 def test_backward_has_no_dilated_gradient(tmp_path, monkeypatch, kernel, stride, padding,
-                                          convs, reverses):
+                                          convs, reverses, slices):
     """The backward of a ResNet layer: no concat or slice of the output gradient
     (no stride dilation), one reverse of the weight, one convolution per gradient
     (the 1x1 weight gradient is a batched product)."""
@@ -82,9 +87,8 @@ def test_backward_has_no_dilated_gradient(tmp_path, monkeypatch, kernel, stride,
     assert ir.count("tgraph.reverse") == reverses, ir
     # the 3x3/2's weight is padded by a zero row and column (two weight-sized concats)
     assert ir.count("tgraph.concat") == (2 if stride == 2 and kernel == 3 else 0), ir
-    # 3x3/2: one crop of each gradient (the input's phases start a row early, the weight
-    # gradient's convolution has a fourth row and column)
-    assert ir.count("tgraph.slice") == (2 if stride == 2 and kernel == 3 else 0), ir
+    assert ir.count("tgraph.slice") == slices, ir
+    assert ir.count("tgraph.select") == (1 if kernel == 1 else 0), ir
     want = _grads(f, x, w)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

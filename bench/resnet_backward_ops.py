@@ -66,8 +66,10 @@ class ResNet50(nn.Module):
         return self.fc(self.blocks(self.stem(x)).mean((2, 3)))
 
 
-def count(batch: int, hw: int) -> tuple[collections.Counter, collections.Counter]:
-    """(backward Graph IR ops by name, sm90 host launches by kernel kind)."""
+def count(batch: int, hw: int, show: tuple[str, ...] = ()
+          ) -> tuple[collections.Counter, collections.Counter]:
+    """(backward Graph IR ops by name, sm90 host launches by kernel kind); the lines of the
+    ops named in ``show`` (``tgraph.concat`` ...) are printed."""
     import tessera.torch as tt
     from tessera.ir.context import default_context
     from tessera.passes.lower_graph_to_tile import LowerGraphToTile
@@ -84,6 +86,9 @@ def count(batch: int, hw: int) -> tuple[collections.Counter, collections.Counter
         assert graphs, "no backward graph was dumped"
         text = "\n".join(p.read_text() for p in graphs)
     ops = collections.Counter(re.findall(r"= (tgraph\.\w+)", text))
+    for line in text.splitlines():
+        if any(f"= {name} " in line for name in show):
+            print(line.strip())
     launches: collections.Counter = collections.Counter()
     for p_text in text.split("builtin.module")[1:]:
         ctx = default_context()
@@ -102,8 +107,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--hw", type=int, default=64)
+    ap.add_argument("--show", default="", help="ops whose lines to print: concat,slice")
     args = ap.parse_args()
-    ops, launches = count(args.batch, args.hw)
+    show = tuple(f"tgraph.{n}" for n in args.show.split(",") if n)
+    ops, launches = count(args.batch, args.hw, show)
     print(f"ResNet-50 backward, batch {args.batch}, {args.hw}x{args.hw}, bf16")
     print("Graph IR ops:", ", ".join(f"{k} {v}" for k, v in sorted(ops.items())))
     print(f"sm90 launches ({sum(launches.values())}):",

@@ -521,7 +521,30 @@ def lower_reverse(fl: _FunctionLowering, op: g.ReverseOp) -> None:
     """``tgraph.reverse``: one copy, ``out[i] = src[i with n - 1 - i_d on each reversed
     dim d]`` (vectors when the last dim is not reversed). A deferred transpose input
     keeping the last dim (a weight's batch-channel swap) is read through its
-    permutation, so a transposed, flipped weight is one pass."""
+    permutation, so a transposed, flipped weight is one pass. A reverse of a convolution
+    weight's taps (dims 2 and 3) used only as convolution weights is deferred: the
+    implicit GEMM's weight relayout reads the weight flipped (and channel-swapped)
+    itself (:data:`READS_FLIPPED`), any other lowering makes the copy when it needs it."""
+    users = [(u.operation, u.index) for u in op.result.uses]
+    if users and all(READS_FLIPPED.get(type(u), lambda i, d: False)(i, op.dim_values())
+                     for u, i in users):
+        through = fl.peek_transpose(op.input)
+        source, perm = through if through is not None else (op.input, tuple(range(4)))
+        fl.defer(op.result, source, perm, lambda: _lower_reverse(fl, op), op.dim_values())
+        return
+    _lower_reverse(fl, op)
+
+
+READS_FLIPPED: dict[type, Callable[[int, Sequence[int]], bool]] = {
+    # operand 1 (the weight) of a convolution, its kh and kw reversed:
+    # tessera.passes.sm90.conv_implicit reads it so in its weight relayout
+    g.Conv2dOp: lambda index, dims: index == 1 and tuple(dims) == (2, 3),
+}
+"""The ops whose lowering may read a deferred ``tgraph.reverse`` (``fl.peek_view``), given
+the operand index it is used at and the reversed dims."""
+
+
+def _lower_reverse(fl: _FunctionLowering, op: g.ReverseOp) -> None:
     dims = op.dim_values()
     shape = list(g.shape_of(op.result))
     out = fl.alloc(op.result.type)

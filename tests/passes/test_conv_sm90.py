@@ -362,3 +362,34 @@ def test_conv_config_fills_the_gpu() -> None:
     for m, o in ((100352, 64), (6272, 256), (15, 5), (1568, 2048)):
         c = conv_config(m, o, 576, 132)
         assert c.valid(staging=False) and c.smem_bytes(staging=False) <= SMEM_BUDGET
+
+
+@needs_ptxas
+@pytest.mark.parametrize(("swap", "groups_like"), [(True, False), (False, False),
+                                                   (True, True)])
+def test_input_gradient_reads_its_kernel_flipped(monkeypatch: pytest.MonkeyPatch, swap,
+                                                  groups_like) -> None:
+    """conv2d(g, reverse(transpose(w), [2, 3])) (an input gradient's kernel): the
+    implicit GEMM's weight relayout reads w flipped (and swapped): no reverse or transpose
+    kernel. A reverse with another user is made (one copy that reads through the
+    transpose), and the convolution reads that copy."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+
+    def kernel(w):
+        return ts.flip(ts.transpose(w, (1, 0, 2, 3)) if swap else w, (2, 3))
+
+    if groups_like:  # the flipped kernel is also returned: it must be made
+        fn = ts.jit(lambda g, w: (ts.conv2d(g, kernel(w), padding=1), kernel(w) * 2.0))
+    else:
+        fn = ts.jit(lambda g, w: ts.conv2d(g, kernel(w), padding=1))
+    spec = fn.specialize(np.zeros((2, 64, 14, 14), bf), np.zeros((64, 64, 3, 3), bf))
+    names = " ".join(_kernels(spec))
+    if groups_like:
+        assert "reverse" in names, names
+    else:
+        assert "reverse" not in names and "transpose" not in names, names
+    ptx = spec.ir("ptx")
+    if not groups_like:
+        assert "sub.u32" in ptx  # the flipped tap, 8 - tap
+    ptxas.check(ptx)

@@ -70,10 +70,11 @@ def count(batch: int, hw: int, show: tuple[str, ...] = ()
           ) -> tuple[collections.Counter, collections.Counter]:
     """(backward Graph IR ops by name, sm90 host launches by kernel kind); the lines of the
     ops named in ``show`` (``tgraph.concat`` ...) are printed."""
+    from xdsl.parser import Parser
+
     import tessera.torch as tt
     from tessera.ir.context import default_context
     from tessera.passes.lower_graph_to_tile import LowerGraphToTile
-    from xdsl.parser import Parser
 
     with tempfile.TemporaryDirectory() as d:
         os.environ["TESSERA_DUMP_DIR"] = d

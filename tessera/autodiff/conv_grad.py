@@ -16,8 +16,10 @@ twice-as-long stride-dilated gradient before), so all ``s`` phases are ONE strid
 convolution of ``g`` whose output channels are (phase, channel): the kernel of phase
 ``a`` at window row ``u`` is ``w[off + a + s*(T-1-u)]`` (zero outside the kernel), i.e.
 the kernel zero-padded to ``s*T`` rows, reshaped ``[T, s]`` and reversed along ``T``.
-The phases' outputs interleave with one transpose (``[.., q, a, ..]`` is row ``s*q + a``)
-and one crop. A kernel of one tap along an axis of stride ``s`` (a 1x1/2 shortcut) gives
+The phases' outputs interleave with one transpose (``[.., q, a, ..]`` is row ``s*q + a``),
+whose rows the input needs are cropped from it whole (a slice that reads through the
+transpose: one pass), plus a crop inside the last phase row when the input's size is
+not a multiple of the stride. A kernel of one tap along an axis of stride ``s`` (a 1x1/2 shortcut) gives
 only one phase taps: it is computed alone and the others are zeros, written by one
 ``select`` of the broadcast product (no product of zero rows, no dilated copy). A dilated
 kernel along a strided axis is first spread to its extent with zero taps between (its
@@ -171,10 +173,18 @@ def input_grad(
         wc = b.reshape(w7, [groups * ph * pw * cg, og, th, tw])
     y = b.conv2d(g, wc, [pl.padding for pl in plans], [pl.conv_dilation for pl in plans],
                  groups)
-    rh, rw = plans[0].rows, plans[1].rows
+    # the rows of the convolution's output that the input needs: whole phase rows first
+    # (cropped before the interleave, so that the crop reads through the transpose),
+    # then what remains inside a row of phases
+    lo = [pl.start // pl.period for pl in plans]
+    hi = [-(-(pl.start + size[i]) // pl.period) for i, pl in enumerate(plans)]
+    rh, rw = hi[0] - lo[0], hi[1] - lo[1]
     if ph * pw > 1:
-        y = b.reshape(y, [n, groups, ph, pw, cg, rh, rw])
+        y = b.reshape(y, [n, groups, ph, pw, cg, plans[0].rows, plans[1].rows])
         y = b.transpose(y, [0, 1, 4, 5, 2, 6, 3])  # [N, G, C/G, rows, Ph, cols, Pw]
+        y = b.crop(y, [0, 0, 0, lo[0], 0, lo[1], 0], [n, groups, cg, rh, ph, rw, pw])
+    else:
+        y = b.crop(y, [0, 0, lo[0], lo[1]], [n, c, rh, rw])
     if any(pl.single is not None for pl in plans):
         y = b.reshape(y, [n, c, rh, ph, rw, pw])
         # the one phase of a one-tap strided axis: its rows, zeros between
@@ -185,7 +195,7 @@ def input_grad(
                 keep = keep & sel.reshape([pl.stride if j == 3 + 2 * i else 1 for j in range(6)])
         y = b.mask(y, keep)
     y = b.reshape(y, [n, c, rh * plans[0].period, rw * plans[1].period])
-    return b.crop(y, [0, 0, plans[0].start, plans[1].start], [n, c, *size])
-
+    first = [pl.start - lo[i] * pl.period for i, pl in enumerate(plans)]
+    return b.crop(y, [0, 0, *first], [n, c, *size])
 
 __all__ = ["AxisPlan", "Builder", "axis_plan", "group_transpose", "input_grad"]

@@ -361,8 +361,11 @@ def lower_transpose(fl: _FunctionLowering, op: g.TransposeOp) -> None:
 
 READS_THROUGH: dict[type, Callable[[Sequence[int]], bool]] = {
     # a slice composes its index map with a permutation that keeps the last dim (an
-    # attention's q, k, v out of a permuted projection): one pass over the data, not two
-    g.SliceOp: lambda perm: perm[-1] == len(perm) - 1,
+    # attention's q, k, v out of a permuted projection): one pass over the data, not two;
+    # or that interleaves the last dim with another (the source's last dim next to last:
+    # a convolution input gradient's stride phases), read an element at a time, each
+    # warp's reads still runs along source rows
+    g.SliceOp: lambda perm: len(perm) - 1 in (perm[-1], perm[-2] if len(perm) > 1 else -1),
     # so does a reverse (a convolution's flipped, channel-swapped weight)
     g.ReverseOp: lambda perm: perm[-1] == len(perm) - 1,
     # the implicit-GEMM convolution's layout copies read a batch-channel swap (a weight
@@ -513,6 +516,20 @@ def lower_slice(fl: _FunctionLowering, op: g.SliceOp) -> None:
             return s
 
         vector_copy(fl, "slice_t", out, shape, fl.mem(source), through_index, w)
+        return
+    if through is not None and len(through[1]) > 1 and through[1][-2] == len(through[1]) - 1:
+        # an interleaving transpose (the last dims [.., rows, phase, cols, phase]): one
+        # element per lane, the transposed copy never made
+        source, perm = through
+
+        def interleave_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
+            t = src_index(e, idx)
+            s: list[Idx] = [0] * len(perm)
+            for i, p in enumerate(perm):
+                s[p] = t[i]
+            return s
+
+        vector_copy(fl, "slice_i", out, shape, fl.mem(source), interleave_index, 1)
         return
     vector_copy(fl, "slice", out, shape, fl.mem(op.input), src_index, w)
 

@@ -3,6 +3,8 @@ PTX that assembles for sm_90a (GPU results: tests/gpu/test_conv_sm90_gpu.py)."""
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -393,3 +395,31 @@ def test_input_gradient_reads_its_kernel_flipped(monkeypatch: pytest.MonkeyPatch
     if not groups_like:
         assert "sub.u32" in ptx  # the flipped tap, 8 - tap
     ptxas.check(ptx)
+
+
+@needs_ptxas
+@pytest.mark.parametrize(("ws", "stride", "padding"), [((64, 64, 3, 3), 2, 1),
+                                                        ((128, 64, 1, 1), 2, 0),
+                                                        ((64, 64, 3, 3), 1, 1)])
+def test_input_gradient_kernels_assemble(monkeypatch: pytest.MonkeyPatch, ws, stride,
+                                         padding) -> None:
+    """ts.grad's input gradient of a 3x3/2, a 1x1/2 and a 3x3 convolution on the sm90
+    kernels: one convolution of the undilated gradient; the 3x3/2's phases interleaved
+    and cropped by one slice reading through the transpose; the 1x1/2's zeros by one
+    select; the 3x3's flip inside the weight relayout. PTX through ptxas."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    fn = ts.grad(lambda x, w, dy: ts.sum(ts.conv2d(x, w, stride=stride, padding=padding) * dy))
+    ho = (16 + 2 * padding - ws[2]) // stride + 1
+    spec = fn.specialize(np.zeros((2, 64, 16, 16), bf), np.zeros(ws, bf),
+                         np.zeros((2, ws[0], ho, ho), bf))
+    kinds = [re.sub(r"^.*?_grad_|_\d+$", "", n) for n in _kernels(spec)]
+    if ws[2] == 3 and stride == 2:  # the weight zero-padded (4 small copies), its phases
+        assert kinds == ["constant", "concat", "concat", "constant", "concat", "concat",
+                         "reverse", "transpose", "conv_nhwc", "conv_weight", "conv",
+                         "slice_i"], kinds
+    if ws[2] == 1:  # the product (a pointwise GEMM), the zeros between by one select
+        assert kinds == ["transpose", "matmul", "constant", "select"], kinds
+    if stride == 1:
+        assert kinds == ["conv_nhwc", "conv_weight", "conv"], kinds
+    ptxas.check(spec.ir("ptx"))

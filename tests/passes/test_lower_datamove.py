@@ -418,3 +418,20 @@ def test_reverse_ptx_assembles():
     ptx = emit_ptx(m)
     assert "v4" in ptx  # the second copy keeps its last dim: vectors
     ptxas.check(ptx)
+
+
+@pytest.mark.parametrize("elem", ["bf16", "f32"])
+def test_slice_reads_through_an_interleaving_transpose(elem):
+    """A convolution input gradient's stride phases, ``[N, G, Ph, Pw, C, rows, cols] ->
+    [N, G, C, rows, Ph, cols, Pw]`` (the source's last dim next to last), cropped by a
+    slice: one copy that reads the phases through the permutation (no transpose)."""
+    src, tr, out = (2, 1, 2, 2, 3, 5, 6), (2, 1, 3, 5, 2, 6, 2), (2, 1, 3, 4, 2, 5, 2)
+    y = rand(RNG, src, elem)
+    text = f"""func.func @f(%y: {ty(src, elem)}) -> {ty(out, elem)} {{
+      %t = tgraph.transpose %y permutation = [0, 1, 4, 5, 2, 6, 3] : ({ty(src, elem)}) -> {ty(tr, elem)}
+      %s = tgraph.slice %t start = [0, 0, 0, 1, 0, 1, 0] limit = [2, 1, 3, 5, 2, 6, 2] stride = [1, 1, 1, 1, 1, 1, 1] : ({ty(tr, elem)}) -> {ty(out, elem)}
+      func.return %s : {ty(out, elem)} }}"""
+    names = kernels(lower(text))
+    assert len(names) == 1 and "slice_i" in names[0], names
+    (r,) = run1(text, y)
+    np.testing.assert_array_equal(r, np.transpose(y, (0, 1, 4, 5, 2, 6, 3))[:, :, :, 1:, :, 1:])

@@ -353,27 +353,40 @@ def lower_transpose(fl: _FunctionLowering, op: g.TransposeOp) -> None:
     that does not (``fl.mem``) makes it then."""
     perm = [int(p) for p in op.permutation.get_values()]
     users = [u.operation for u in op.result.uses]
-    if users and all(READS_THROUGH.get(type(u), lambda p: False)(perm) for u in users):
+    shape = list(g.shape_of(op.result))
+    if users and all(READS_THROUGH.get(type(u), lambda p, s: False)(perm, shape)
+                     for u in users):
         fl.defer(op.result, op.input, perm, lambda: _lower_transpose(fl, op))
         return
     _lower_transpose(fl, op)
 
 
-READS_THROUGH: dict[type, Callable[[Sequence[int]], bool]] = {
+READS_THROUGH: dict[type, Callable[[Sequence[int], Sequence[int]], bool]] = {
     # a slice composes its index map with a permutation that keeps the last dim (an
     # attention's q, k, v out of a permuted projection): one pass over the data, not two;
-    # or that interleaves the last dim with another (the source's last dim next to last:
-    # a convolution input gradient's stride phases), read an element at a time, each
-    # warp's reads still runs along source rows
-    g.SliceOp: lambda perm: len(perm) - 1 in (perm[-1], perm[-2] if len(perm) > 1 else -1),
+    # or with one that interleaves the source's rows (its last dim next to last, a last
+    # dim of at most INTERLEAVE elements: a convolution input gradient's stride phases),
+    # read an element at a time, each warp's reads a few runs along source rows
+    g.SliceOp: lambda perm, shape: perm[-1] == len(perm) - 1 or interleaves(perm, shape),
     # so does a reverse (a convolution's flipped, channel-swapped weight)
-    g.ReverseOp: lambda perm: perm[-1] == len(perm) - 1,
+    g.ReverseOp: lambda perm, shape: perm[-1] == len(perm) - 1,
     # the implicit-GEMM convolution's layout copies read a batch-channel swap (a weight
     # gradient's operands): tessera.passes.sm90.conv_implicit
-    g.Conv2dOp: lambda perm: tuple(perm) == (1, 0, 2, 3),
+    g.Conv2dOp: lambda perm, shape: tuple(perm) == (1, 0, 2, 3),
 }
 """The ops whose lowering may read a deferred ``tgraph.transpose``'s source through its
-permutation (``fl.peek_transpose``), given the permutation."""
+permutation (``fl.peek_transpose``), given the permutation and the transpose's shape."""
+
+INTERLEAVE = 4
+"""The longest last dim of a transpose that a slice reads through element by element
+(:func:`interleaves`)."""
+
+
+def interleaves(perm: Sequence[int], shape: Sequence[int]) -> bool:
+    """``transpose(x, perm)`` of result ``shape`` puts ``x``'s last dim next to last and a
+    last dim of at most :data:`INTERLEAVE` elements after it: ``[.., rows, s, cols, s]``
+    from ``[.., s, s, .., rows, cols]``, each output row a few runs of a source row."""
+    return len(perm) > 1 and perm[-2] == len(perm) - 1 and shape[-1] <= INTERLEAVE
 
 
 def collapse_permutation(
@@ -517,7 +530,7 @@ def lower_slice(fl: _FunctionLowering, op: g.SliceOp) -> None:
 
         vector_copy(fl, "slice_t", out, shape, fl.mem(source), through_index, w)
         return
-    if through is not None and len(through[1]) > 1 and through[1][-2] == len(through[1]) - 1:
+    if through is not None and interleaves(through[1], g.shape_of(op.input)):
         # an interleaving transpose (the last dims [.., rows, phase, cols, phase]): one
         # element per lane, the transposed copy never made
         source, perm = through

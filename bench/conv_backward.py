@@ -1,7 +1,11 @@
 """A convolution layer's training pass (forward, input and weight gradients) through
-``torch.compile(backend="tessera")`` against eager (cuDNN), ResNet-50 layer shapes, bf16.
+``torch.compile(backend="tessera")`` against eager (cuDNN), ResNet-50 layer shapes, bf16;
+then each of ResNet-50's distinct convolutions' input gradient alone
+(``torch.nn.grad.conv2d_input``: one ``aten.convolution_backward`` through the backend,
+against cuDNN's), the strided 3x3/2 and 1x1/2 ones included.
 
-    python bench/conv_backward.py [--batch N] [--reps R]
+    python bench/conv_backward.py [--batch N] [--reps R] [--layers a,b] [--no-train]
+        [--no-input-grad]
 
 For each layer: the output and both gradients are checked against float64 first (fresh
 random inputs, the largest difference relative to the largest reference magnitude),
@@ -42,6 +46,49 @@ LAYERS = [
     ("l4 3x3", 512, 7, 512, 3, 1, 1, True),
     ("l4 1x1 s2 1024->2048", 1024, 14, 2048, 1, 2, 0, True),
 ]
+
+
+INPUT_GRAD_LAYERS = [
+    # name, C, H (= W), O, kernel, stride, padding: every distinct convolution of
+    # ResNet-50 (torchvision's layout, the stride on the 3x3) that needs an input gradient
+    ("l1 1x1 64->64", 64, 56, 64, 1, 1, 0),
+    ("l1 3x3", 64, 56, 64, 3, 1, 1),
+    ("l1 1x1 64->256", 64, 56, 256, 1, 1, 0),
+    ("l1 1x1 256->64", 256, 56, 64, 1, 1, 0),
+    ("l2 1x1 256->128", 256, 56, 128, 1, 1, 0),
+    ("l2 3x3 s2", 128, 56, 128, 3, 2, 1),
+    ("l2 1x1 s2 256->512", 256, 56, 512, 1, 2, 0),
+    ("l2 3x3", 128, 28, 128, 3, 1, 1),
+    ("l3 3x3 s2", 256, 28, 256, 3, 2, 1),
+    ("l3 1x1 s2 512->1024", 512, 28, 1024, 1, 2, 0),
+    ("l3 3x3", 256, 14, 256, 3, 1, 1),
+    ("l4 3x3 s2", 512, 14, 512, 3, 2, 1),
+    ("l4 1x1 s2 1024->2048", 1024, 14, 2048, 1, 2, 0),
+    ("l4 3x3", 512, 7, 512, 3, 1, 1),
+]
+
+
+def input_grad(name, c, hw, o, k, st, pd, batch, reps) -> dict:
+    """The input gradient alone: Tessera's (through the backend) against cuDNN's, checked
+    against float64 first."""
+    dt = torch.bfloat16
+    xs = (batch, c, hw, hw)
+    w = torch.randn(o, c, k, k, device="cuda", dtype=dt) / (c * k * k) ** 0.5
+    ho = (hw + 2 * pd - k) // st + 1
+    dy = torch.randn(batch, o, ho, ho, device="cuda", dtype=dt)
+
+    def f(dy, w):
+        return torch.nn.grad.conv2d_input(xs, w, dy, stride=st, padding=pd)
+
+    ref = f(dy.double(), w.double())
+    comp = tt.compile(f)
+    got = comp(dy, w)
+    err = float((got.double() - ref).abs().max() / ref.abs().max())
+    row = {"layer": name, "err": err, "eager_ms": _time_ms(lambda: f(dy, w), reps)}
+    row["tessera_ms"] = _time_ms(lambda: comp(dy, w), reps) if err < 5e-2 else float("nan")
+    row["kernels"] = kernels(lambda: comp(dy, w))
+    print(row, flush=True)
+    return row
 
 
 def kernels(fn, top: int = 6) -> str:
@@ -110,10 +157,23 @@ def main() -> int:
     ap.add_argument("--layers", default="")
     ap.add_argument("--eager-kernels", action="store_true",
                     help="also list eager's kernels (NCHW and channels-last) per layer")
+    ap.add_argument("--no-train", action="store_true", help="skip the training-pass table")
+    ap.add_argument("--no-input-grad", action="store_true",
+                    help="skip the input-gradient table")
     args = ap.parse_args()
     torch.manual_seed(0)
+    grads = []
+    for spec in [] if args.no_input_grad else INPUT_GRAD_LAYERS:
+        if args.layers and spec[0] not in args.layers.split(","):
+            continue
+        try:
+            grads.append(input_grad(*spec, args.batch, args.reps))
+        except Exception as exc:  # noqa: BLE001 - one layer's failure is a table row
+            traceback.print_exc()
+            grads.append({"layer": spec[0], "err": float("nan"), "eager_ms": float("nan"),
+                          "tessera_ms": float("nan"), "kernels": f"error: {exc}"[:80]})
     rows = []
-    for spec in LAYERS:
+    for spec in [] if args.no_train else LAYERS:
         if args.layers and spec[0] not in args.layers.split(","):
             continue
         try:
@@ -123,6 +183,15 @@ def main() -> int:
             rows.append({"layer": spec[0], "err": float("nan"), "eager_ms": float("nan"),
                          "tessera_ms": float("nan"), "eager_cl_ms": float("nan"),
                          "kernels": f"error: {exc}"[:80]})
+    if grads:
+        print(f"\n{torch.cuda.get_device_name()}  batch {args.batch}, bf16, input gradient "
+              "alone (conv2d_input); ratio = cuDNN / Tessera")
+        print(f"{'layer':24s} {'cuDNN ms':>9s} {'tessera ms':>10s} {'ratio':>6s} {'err':>8s}")
+        for r in grads:
+            print(f"{r['layer']:24s} {r['eager_ms']:9.3f} {r['tessera_ms']:10.3f} "
+                  f"{r['eager_ms'] / r['tessera_ms']:6.2f} {r['err']:8.4f}")
+    if not rows:
+        return 0
     print(f"\n{torch.cuda.get_device_name()}  batch {args.batch}, bf16, forward + backward; "
           "ratio = eager / Tessera")
     print(f"{'layer':24s} {'eager ms':>9s} {'eager NHWC':>10s} {'tessera ms':>10s} "

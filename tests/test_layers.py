@@ -46,7 +46,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("tessera.ir",),
     (
         "tessera.numerics", "tessera.autodiff.rules", "tessera.autodiff.emitter",
-        "tessera.autodiff.scientific_rules", "tessera.runtime.graph_interpreter",
+        "tessera.autodiff.scientific_rules", "tessera.autodiff.conv_grad",
+        "tessera.runtime.graph_interpreter",
         "tessera.dist.mesh", "tessera.dist.sharding", "tessera.dist.collectives",
         "tessera.dist.topology",
     ),

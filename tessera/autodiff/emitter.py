@@ -224,6 +224,14 @@ class GraphEmitter:
         s = shape_of(x)
         return self.insert(g.TransposeOp(x, perm, tensor([s[p] for p in perm], elem_of(x))))
 
+    def reverse(self, x: SSAValue, dims: Sequence[int]) -> SSAValue:
+        """``x`` reversed along ``dims`` (``x`` itself when each of them has one element)."""
+        s = shape_of(x)
+        dims = [d for d in dims if s[d] > 1]
+        if not dims:
+            return x
+        return self.insert(g.ReverseOp(x, dims, tensor(s, elem_of(x))))
+
     def swap_last(self, x: SSAValue) -> SSAValue:
         r = len(shape_of(x))
         return self.transpose(x, [*range(r - 2), r - 1, r - 2])

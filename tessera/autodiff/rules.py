@@ -583,6 +583,14 @@ def _broadcast(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequen
     return [e.unbroadcast(ct, shape_of(op.operands[0]))]
 
 
+@VJP_RULES.register(g.ReverseOp)
+def _reverse(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    assert isinstance(op, g.ReverseOp)
+    ct = cts[0]
+    assert ct is not None
+    return [e.reverse(ct, op.dim_values())]
+
+
 @VJP_RULES.register(g.SliceOp)
 def _slice(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
     assert isinstance(op, g.SliceOp)

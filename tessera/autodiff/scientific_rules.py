@@ -5,9 +5,12 @@ calling convention of :mod:`tessera.autodiff.rules`. Each adjoint is ordinary
 Graph IR built from ``tgraph`` ops, so it is itself differentiable (forward
 mode transposes it once more):
 
-* ``conv2d``: the input gradient is a stride-1 ``conv2d`` (the forward's dilation)
-  of the stride-dilated, ``(k-1)``-padded cotangent with the spatially flipped
-  weight (channels swapped), cropped by the padding; the weight gradient is a
+* ``conv2d``: the input gradient is one stride-1 ``conv2d`` of the undilated cotangent
+  (:func:`tessera.autodiff.conv_grad.input_grad`): with the reversed (``tgraph.reverse``),
+  channel-swapped weight along axes of stride 1, and along a strided axis with the
+  kernel cut into its stride phases, one output channel per (phase, channel), the
+  phases interleaved by one transpose (no stride-dilated cotangent, no product of its
+  zero rows); the weight gradient is a
   ``conv2d`` of the input (batch and channels swapped) with the cotangent as
   kernel, dilated by the forward's stride and strided by its dilation (no
   dilated copy of the cotangent), cropped to the kernel; the bias gradient is
@@ -41,9 +44,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 from xdsl.dialects.builtin import ComplexType
 from xdsl.ir import Operation, SSAValue
 
+from tessera.autodiff.conv_grad import input_grad
 from tessera.autodiff.emitter import GraphEmitter, numel
 from tessera.autodiff.rules import VJP_RULES, Cot, operand_slots
 from tessera.ir import graph as g
@@ -56,18 +61,6 @@ def _is_complex(v: SSAValue) -> bool:
 
 def _identity(e: GraphEmitter, n: int, like: SSAValue) -> SSAValue:
     return e.dense_const([float(i == j) for i in range(n) for j in range(n)], [n, n], like)
-
-
-def _flip_last2(e: GraphEmitter, w: SSAValue) -> SSAValue:
-    """``w[..., ::-1, ::-1]``, as products with anti-identity matrices (exact)."""
-    kh, kw = shape_of(w)[-2:]
-    if kh > 1:
-        j = e.dense_const([float(i + c == kh - 1) for i in range(kh) for c in range(kh)], [kh, kh], w)
-        w = e.matmul(j, w)
-    if kw > 1:
-        j = e.dense_const([float(i + c == kw - 1) for i in range(kw) for c in range(kw)], [kw, kw], w)
-        w = e.matmul(w, j)
-    return w
 
 
 def _crop(e: GraphEmitter, x: SSAValue, start: Sequence[int], shape: Sequence[int]) -> SSAValue:
@@ -102,17 +95,48 @@ def _patch_weight_grad(
     return e.reshape(e.matmul(cm, patches, transpose_lhs=True), [o, c, kh, kw])
 
 
-def _group_transpose(e: GraphEmitter, w: SSAValue, groups: int) -> SSAValue:
-    """``w [O, C/G, kh, kw]`` with O and C swapped within each of the ``G`` groups:
-    ``[C, O/G, kh, kw]``, the weight of the grouped transposed convolution."""
-    o, cg, kh, kw = shape_of(w)
-    if groups == 1:
-        return e.transpose(w, [1, 0, 2, 3])
-    og = o // groups
-    if og == 1 or cg == 1:  # the swap moves a size-1 axis: a reshape
-        return e.reshape(w, [groups * cg, og, kh, kw])
-    w5 = e.transpose(e.reshape(w, [groups, og, cg, kh, kw]), [0, 2, 1, 3, 4])
-    return e.reshape(w5, [groups * cg, og, kh, kw])
+class _Emit:
+    """:class:`~tessera.autodiff.conv_grad.Builder` over a :class:`GraphEmitter`."""
+
+    def __init__(self, e: GraphEmitter):
+        self.e = e
+
+    def shape(self, x: SSAValue) -> tuple[int, ...]:
+        return tuple(shape_of(x))
+
+    def reshape(self, x: SSAValue, shape: list[int]) -> SSAValue:
+        return self.e.reshape(x, shape)
+
+    def transpose(self, x: SSAValue, perm: list[int]) -> SSAValue:
+        return x if list(perm) == sorted(perm) else self.e.transpose(x, perm)
+
+    def reverse(self, x: SSAValue, dims: list[int]) -> SSAValue:
+        return self.e.reverse(x, dims)
+
+    def pad(self, x: SSAValue, axis: int, before: int, after: int) -> SSAValue:
+        s = list(shape_of(x))
+        parts = [self.e.const(0.0, x, [*s[:axis], before, *s[axis + 1 :]])] if before else []
+        parts.append(x)
+        if after:
+            parts.append(self.e.const(0.0, x, [*s[:axis], after, *s[axis + 1 :]]))
+        return self.e.concat(parts, axis)
+
+    def take(self, x: SSAValue, axis: int, start: int, stop: int) -> SSAValue:
+        s = list(shape_of(x))
+        st = [0] * len(s)
+        st[axis] = start
+        s[axis] = stop - start
+        return _crop(self.e, x, st, s)
+
+    def crop(self, x: SSAValue, start: list[int], shape: list[int]) -> SSAValue:
+        return _crop(self.e, x, start, shape)
+
+    def conv2d(self, x: SSAValue, w: SSAValue, padding: list[int], dilation: list[int],
+               groups: int) -> SSAValue:
+        return self.e.conv2d(x, w, [1, 1], padding, dilation, groups)
+
+    def mask(self, x: SSAValue, keep: np.ndarray) -> SSAValue:
+        return self.e.select(self.e.bool_const(keep, keep.shape), x, 0.0)
 
 
 def _grouped_weight_grad(
@@ -150,17 +174,12 @@ def _conv2d(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[
     gr = op.groups_value
     n, c, h, wd = shape_of(x)
     o, _, kh, kw = shape_of(w)
-    eh, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1  # the dilated kernel's extent
     ho, wo = shape_of(ct)[2:]
     slots = operand_slots(op)
     out: list[Cot] = [None] * len(op.operands)
     if needs[slots["input"]]:
-        hp, wp = h + 2 * ph, wd + 2 * pw
-        # ct at rows i*sh + eh-1 of zeros: a full correlation over the padded input
-        d = e.pad(ct, [n, o, hp + eh - 1, wp + ew - 1], [0, 0, eh - 1, ew - 1], [1, 1, sh, sw])
-        wf = _group_transpose(e, _flip_last2(e, w), gr)
-        dxp = e.conv2d(d, wf, [1, 1], [0, 0], [dh, dw], gr)
-        out[slots["input"]] = _crop(e, dxp, [0, 0, ph, pw], [n, c, h, wd])
+        out[slots["input"]] = input_grad(_Emit(e), ct, w, (h, wd), [sh, sw], [ph, pw], [dh, dw],
+                                         gr)
     if needs[slots["weight"]] and gr != 1:
         out[slots["weight"]] = _grouped_weight_grad(e, ct, x, [kh, kw], [sh, sw], [ph, pw],
                                                     [dh, dw], gr)

@@ -23,6 +23,7 @@ from tessera.frontend.ops import (  # noqa: F401, A004
     fft,
     fft2d,
     flash_attention,
+    flip,
     ge,
     gelu,
     gemm,

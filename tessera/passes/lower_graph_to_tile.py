@@ -252,8 +252,10 @@ class _FunctionLowering:
         for old, new in zip(fn.body.block.args, self.hb.args):
             new.name_hint = old.name_hint
         self.env: dict[SSAValue, SSAValue] = dict(zip(fn.body.block.args, self.hb.args))
-        self.deferred: dict[SSAValue, tuple[SSAValue, tuple[int, ...], Callable[[], None]]] = {}
-        """Values left unmade for their one consumer (:meth:`defer`)."""
+        self.deferred: dict[
+            SSAValue, tuple[SSAValue, tuple[int, ...], Callable[[], None], tuple[int, ...]]
+        ] = {}
+        """Values left unmade for their consumers (:meth:`defer`)."""
         self.counter: dict[str, int] = {}
         self.globals: set[SSAValue] = set()
         self._op_key: Hashable | None = None
@@ -356,17 +358,26 @@ class _FunctionLowering:
         return self.env[v]
 
     def defer(self, v: SSAValue, source: SSAValue, perm: Sequence[int],
-              emit: Callable[[], None]) -> None:
-        """Leave ``v = transpose(source, perm)`` unmade: its users may read ``source``
-        in that order themselves (:meth:`peek_transpose`); otherwise :meth:`mem` calls
-        ``emit`` when the value is first needed."""
-        self.deferred[v] = (source, tuple(perm), emit)
+              emit: Callable[[], None], flips: Sequence[int] = ()) -> None:
+        """Leave ``v = reverse(transpose(source, perm), flips)`` unmade: its users may read
+        ``source`` in that order themselves (:meth:`peek_transpose`, :meth:`peek_view`);
+        otherwise :meth:`mem` calls ``emit`` when the value is first needed."""
+        self.deferred[v] = (source, tuple(perm), emit, tuple(sorted(flips)))
 
     def peek_transpose(self, v: SSAValue) -> tuple[SSAValue, tuple[int, ...]] | None:
         """``(source, perm)`` when ``v`` is a deferred ``transpose(source, perm)`` not made
         yet (its users may each read ``source`` through the permutation), else None."""
         d = self.deferred.get(v)
-        return None if d is None or v in self.env else (d[0], d[1])
+        return None if d is None or v in self.env or d[3] else (d[0], d[1])
+
+    def peek_view(
+        self, v: SSAValue
+    ) -> tuple[SSAValue, tuple[int, ...], tuple[int, ...]] | None:
+        """``(source, perm, flips)`` when ``v`` is a deferred ``reverse(transpose(source,
+        perm), flips)`` (``flips`` in ``v``'s dims; none for a plain transpose) not made
+        yet, else None."""
+        d = self.deferred.get(v)
+        return None if d is None or v in self.env else (d[0], d[1], d[3])
 
 
     def donated(self, v: SSAValue) -> bool:

@@ -353,22 +353,40 @@ def lower_transpose(fl: _FunctionLowering, op: g.TransposeOp) -> None:
     that does not (``fl.mem``) makes it then."""
     perm = [int(p) for p in op.permutation.get_values()]
     users = [u.operation for u in op.result.uses]
-    if users and all(READS_THROUGH.get(type(u), lambda p: False)(perm) for u in users):
+    shape = list(g.shape_of(op.result))
+    if users and all(READS_THROUGH.get(type(u), lambda p, s: False)(perm, shape)
+                     for u in users):
         fl.defer(op.result, op.input, perm, lambda: _lower_transpose(fl, op))
         return
     _lower_transpose(fl, op)
 
 
-READS_THROUGH: dict[type, Callable[[Sequence[int]], bool]] = {
+READS_THROUGH: dict[type, Callable[[Sequence[int], Sequence[int]], bool]] = {
     # a slice composes its index map with a permutation that keeps the last dim (an
-    # attention's q, k, v out of a permuted projection): one pass over the data, not two
-    g.SliceOp: lambda perm: perm[-1] == len(perm) - 1,
+    # attention's q, k, v out of a permuted projection): one pass over the data, not two;
+    # or with one that interleaves the source's rows (its last dim next to last, a last
+    # dim of at most INTERLEAVE elements: a convolution input gradient's stride phases),
+    # read an element at a time, each warp's reads a few runs along source rows
+    g.SliceOp: lambda perm, shape: perm[-1] == len(perm) - 1 or interleaves(perm, shape),
+    # so does a reverse (a convolution's flipped, channel-swapped weight)
+    g.ReverseOp: lambda perm, shape: perm[-1] == len(perm) - 1,
     # the implicit-GEMM convolution's layout copies read a batch-channel swap (a weight
     # gradient's operands): tessera.passes.sm90.conv_implicit
-    g.Conv2dOp: lambda perm: tuple(perm) == (1, 0, 2, 3),
+    g.Conv2dOp: lambda perm, shape: tuple(perm) == (1, 0, 2, 3),
 }
 """The ops whose lowering may read a deferred ``tgraph.transpose``'s source through its
-permutation (``fl.peek_transpose``), given the permutation."""
+permutation (``fl.peek_transpose``), given the permutation and the transpose's shape."""
+
+INTERLEAVE = 4
+"""The longest last dim of a transpose that a slice reads through element by element
+(:func:`interleaves`)."""
+
+
+def interleaves(perm: Sequence[int], shape: Sequence[int]) -> bool:
+    """``transpose(x, perm)`` of result ``shape`` puts ``x``'s last dim next to last and a
+    last dim of at most :data:`INTERLEAVE` elements after it: ``[.., rows, s, cols, s]``
+    from ``[.., s, s, .., rows, cols]``, each output row a few runs of a source row."""
+    return len(perm) > 1 and perm[-2] == len(perm) - 1 and shape[-1] <= INTERLEAVE
 
 
 def collapse_permutation(
@@ -512,7 +530,77 @@ def lower_slice(fl: _FunctionLowering, op: g.SliceOp) -> None:
 
         vector_copy(fl, "slice_t", out, shape, fl.mem(source), through_index, w)
         return
+    if through is not None and interleaves(through[1], g.shape_of(op.input)):
+        # an interleaving transpose (the last dims [.., rows, phase, cols, phase]): one
+        # element per lane, the transposed copy never made
+        source, perm = through
+
+        def interleave_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
+            t = src_index(e, idx)
+            s: list[Idx] = [0] * len(perm)
+            for i, p in enumerate(perm):
+                s[p] = t[i]
+            return s
+
+        vector_copy(fl, "slice_i", out, shape, fl.mem(source), interleave_index, 1)
+        return
     vector_copy(fl, "slice", out, shape, fl.mem(op.input), src_index, w)
+
+
+def lower_reverse(fl: _FunctionLowering, op: g.ReverseOp) -> None:
+    """``tgraph.reverse``: one copy, ``out[i] = src[i with n - 1 - i_d on each reversed
+    dim d]`` (vectors when the last dim is not reversed). A deferred transpose input
+    keeping the last dim (a weight's batch-channel swap) is read through its
+    permutation, so a transposed, flipped weight is one pass. A reverse of a convolution
+    weight's taps (dims 2 and 3) used only as convolution weights is deferred: the
+    implicit GEMM's weight relayout reads the weight flipped (and channel-swapped)
+    itself (:data:`READS_FLIPPED`), any other lowering makes the copy when it needs it."""
+    users = [(u.operation, u.index) for u in op.result.uses]
+    if users and all(READS_FLIPPED.get(type(u), lambda i, d: False)(i, op.dim_values())
+                     for u, i in users):
+        through = fl.peek_transpose(op.input)
+        source, perm = through if through is not None else (op.input, tuple(range(4)))
+        fl.defer(op.result, source, perm, lambda: _lower_reverse(fl, op), op.dim_values())
+        return
+    _lower_reverse(fl, op)
+
+
+READS_FLIPPED: dict[type, Callable[[int, Sequence[int]], bool]] = {
+    # operand 1 (the weight) of a convolution, its kh and kw reversed:
+    # tessera.passes.sm90.conv_implicit reads it so in its weight relayout
+    g.Conv2dOp: lambda index, dims: index == 1 and tuple(dims) == (2, 3),
+}
+"""The ops whose lowering may read a deferred ``tgraph.reverse`` (``fl.peek_view``), given
+the operand index it is used at and the reversed dims."""
+
+
+def _lower_reverse(fl: _FunctionLowering, op: g.ReverseOp) -> None:
+    dims = op.dim_values()
+    shape = list(g.shape_of(op.result))
+    out = fl.alloc(op.result.type)
+    fl.env[op.result] = out
+    rank = len(shape)
+    w = 1
+    if shape and rank - 1 not in dims:
+        w = vector_width(g.elem_of(op.result), shape[-1])
+
+    def flipped(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
+        return [e.sub(shape[d] - 1, i) if d in dims else i for d, i in enumerate(idx)]
+
+    through = fl.peek_transpose(op.input)
+    if through is not None and through[1][-1] == rank - 1:
+        source, perm = through
+
+        def through_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
+            t = flipped(e, idx)
+            s: list[Idx] = [0] * rank
+            for i, p in enumerate(perm):
+                s[p] = t[i]
+            return s
+
+        vector_copy(fl, "reverse_t", out, shape, fl.mem(source), through_index, w)
+        return
+    vector_copy(fl, "reverse", out, shape, fl.mem(op.input), flipped, w)
 
 
 def lower_concat(fl: _FunctionLowering, op: g.ConcatOp) -> None:
@@ -589,4 +677,5 @@ def register(registry: Any) -> None:
     registry.register(g.ReshapeOp)(lower_reshape)
     registry.register(g.SliceOp)(lower_slice)
     registry.register(g.ConcatOp)(lower_concat)
+    registry.register(g.ReverseOp)(lower_reverse)
     registry.register(g.BroadcastOp)(lower_broadcast)

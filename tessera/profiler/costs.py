@@ -172,7 +172,8 @@ def _elementwise(op: Operation) -> int:
 
 
 @COSTS.register(
-    g.CastOp, g.TransposeOp, g.ReshapeOp, g.BroadcastOp, g.SliceOp, g.ConcatOp, g.ConstantOp,
+    g.CastOp, g.TransposeOp, g.ReshapeOp, g.BroadcastOp, g.SliceOp, g.ReverseOp, g.ConcatOp,
+    g.ConstantOp,
 )
 def _data_movement(op: Operation) -> int:
     return 0

@@ -720,6 +720,11 @@ def run_slice(interp: Interpreter, op: g.SliceOp, args: tuple[Any, ...]):
     return (np.ascontiguousarray(args[0][idx]),)
 
 
+@SEMANTICS.register(g.ReverseOp)
+def run_reverse(interp: Interpreter, op: g.ReverseOp, args: tuple[Any, ...]):
+    return (np.ascontiguousarray(np.flip(args[0], op.dim_values())),)
+
+
 @SEMANTICS.register(g.ConcatOp)
 def run_concat(interp: Interpreter, op: g.ConcatOp, args: tuple[Any, ...]):
     return (np.concatenate(args, axis=op.axis.value.data),)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.fx
 
+from tessera.autodiff.conv_grad import input_grad
 from tessera.frontend import ops
 from tessera.frontend.ops.nn import flash_attention_bwd, flash_attention_fwd
 from tessera.torch import attention as _attention  # noqa: F401  (defines tessera::sdpa_backward)
@@ -23,7 +24,6 @@ from tessera.torch.aten_ops import (
     Check,
     TracedTensor,
     Unsupported,
-    dilate,
     float_only,
     float_only_index,
     int_list,
@@ -246,13 +246,6 @@ def _conv_backward_check(node: torch.fx.Node) -> str | None:
     return None if val(x).dtype in FLOAT_DTYPES else f"{val(x).dtype} input"
 
 
-def _flip(x: TracedTensor, axis: int) -> TracedTensor:
-    n = x.shape[axis]
-    if n == 1:
-        return x
-    return ops.concat([take(x, axis, i, i + 1) for i in reversed(range(n))], axis=axis)
-
-
 def _pad_zeros(x: TracedTensor, axis: int, before: int, after: int) -> TracedTensor:
     """``x`` with ``before`` and ``after`` zeros along ``axis``."""
     parts = []
@@ -287,18 +280,38 @@ def _patch_weight_grad(
     return ops.reshape(ops.matmul(gm, patches, transpose_a=True), [o, c, kh, kw])
 
 
-def _group_transpose(w: TracedTensor, groups: int) -> TracedTensor:
-    """``w [O, C/G, kh, kw]`` with O and C swapped within each of the ``groups`` groups:
-    ``[C, O/G, kh, kw]``, the weight of the grouped transposed convolution (a reshape
-    when either side of a group has one channel, as a depthwise one's)."""
-    o, cg, kh, kw = w.shape
-    if groups == 1:
-        return ops.transpose(w, [1, 0, 2, 3])
-    og = o // groups
-    if og == 1 or cg == 1:
-        return ops.reshape(w, [groups * cg, og, kh, kw])
-    w5 = ops.transpose(ops.reshape(w, [groups, og, cg, kh, kw]), [0, 2, 1, 3, 4])
-    return ops.reshape(w5, [groups * cg, og, kh, kw])
+class _Ops:
+    """:class:`~tessera.autodiff.conv_grad.Builder` over the traced operator functions."""
+
+    def shape(self, x: TracedTensor) -> tuple[int, ...]:
+        return tuple(x.shape)
+
+    def reshape(self, x: TracedTensor, shape: list[int]) -> TracedTensor:
+        return x if list(x.shape) == list(shape) else ops.reshape(x, shape)
+
+    def transpose(self, x: TracedTensor, perm: list[int]) -> TracedTensor:
+        return x if list(perm) == sorted(perm) else ops.transpose(x, perm)
+
+    def reverse(self, x: TracedTensor, dims: list[int]) -> TracedTensor:
+        return ops.flip(x, dims) if dims else x
+
+    def pad(self, x: TracedTensor, axis: int, before: int, after: int) -> TracedTensor:
+        return _pad_zeros(x, axis, before, after)
+
+    def take(self, x: TracedTensor, axis: int, start: int, stop: int) -> TracedTensor:
+        return take(x, axis, start, stop)
+
+    def crop(self, x: TracedTensor, start: list[int], shape: list[int]) -> TracedTensor:
+        if list(start) == [0] * x.ndim and list(shape) == list(x.shape):
+            return x
+        return ops.slice(x, start, [a + n for a, n in zip(start, shape)])
+
+    def conv2d(self, x: TracedTensor, w: TracedTensor, padding: list[int],
+               dilation: list[int], groups: int) -> TracedTensor:
+        return ops.conv2d(x, w, padding=padding, dilation=dilation, groups=groups)
+
+    def mask(self, x: TracedTensor, keep: np.ndarray) -> TracedTensor:
+        return ops.where(ops.constant(keep), x, to(0.0, torch_dtype(x)))
 
 
 def _grouped_weight_grad(
@@ -364,50 +377,24 @@ def _convolution_backward(
     padding: Any, dilation: Any, transposed: bool, output_padding: Any, groups: int,
     output_mask: Sequence[bool],
 ) -> tuple[Any, Any, Any]:
-    """Gradients of a 2-D convolution as convolutions. The input's: the gradient, dilated
-    by the stride, correlated with the flipped, transposed kernel (the forward's
-    dilation), padded so that it comes out the input's size (zeros appended for rows the
-    forward's stride skipped). The kernel's: the input (channels as batch) correlated
-    with the gradient as kernel, its taps spaced by the stride and its outputs by the
-    dilation (no dilated copy of the gradient); or, when the windows do not overlap
-    (stride >= kernel, no dilation), one GEMM over the input's patches
-    (:func:`_patch_weight_grad`). With ``groups``: the input's correlation is grouped,
-    its kernel transposed within each group (:func:`_group_transpose`), and the kernel's
-    gradient is :func:`_grouped_weight_grad`."""
+    """Gradients of a 2-D convolution as convolutions. The input's: one stride-1
+    convolution of the undilated gradient (:func:`tessera.autodiff.conv_grad.input_grad`,
+    shared with ``ts.grad``): the kernel reversed and channel-swapped (within each group),
+    and along a strided axis cut into its stride phases, one output channel per (phase,
+    channel), interleaved by one transpose. The kernel's: the input (channels as batch)
+    correlated with the gradient as kernel, its taps spaced by the stride and its outputs
+    by the dilation (no dilated copy of the gradient); or, when the windows do not
+    overlap (stride >= kernel, no dilation), one GEMM over the input's patches
+    (:func:`_patch_weight_grad`); with ``groups``, :func:`_grouped_weight_grad`."""
     dt = torch_dtype(x)
     g = to(grad, dt)
     st, pd, dl = int_list(stride), int_list(padding), int_list(dilation)
     gr = int(groups)
     _, _, h, wd = x.shape
     kh, kw = w.shape[2], w.shape[3]
-    ext = [(kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1]  # the dilated kernel's extent
     gx = gw = gb = None
-    if output_mask[0] and kh == kw == 1:
-        # a pointwise kernel: the gradient's product with the transposed weight at the
-        # reached pixels, zeros between (dilate the product, not the gradient)
-        small = ops.conv2d(g, _group_transpose(w, gr), groups=gr)
-        for axis, n in ((2, h), (3, wd)):
-            i = axis - 2
-            reach = (g.shape[axis] - 1) * st[i] + 1
-            small = dilate(small, st[i], axis, tail=max(0, pd[i] + n - reach))
-            small = take(small, axis, pd[i], pd[i] + n)
-        gx = small
-    elif output_mask[0]:
-        # padding e - 1 - p gives rows -p .. of the full correlation, so no leading crop;
-        # input rows the forward's stride never reached read zero rows appended to the
-        # dilated gradient
-        fp = [max(0, e - 1 - p) for e, p in zip(ext, pd)]
-        lead = [p - (e - 1) + f for e, p, f in zip(ext, pd, fp)]
-        gd = g
-        for axis, n in ((2, h), (3, wd)):
-            i = axis - 2
-            rows = (g.shape[axis] - 1) * st[i] + 1 + 2 * fp[i] - ext[i] + 1
-            gd = dilate(gd, st[i], axis, tail=max(0, n + lead[i] - rows))
-        wf = _group_transpose(_flip(_flip(w, 2), 3), gr)
-        full = ops.conv2d(gd, wf, padding=fp, dilation=dl, groups=gr)
-        for axis, n in ((2, h), (3, wd)):
-            full = take(full, axis, lead[axis - 2], lead[axis - 2] + n)
-        gx = full
+    if output_mask[0]:
+        gx = input_grad(_Ops(), g, w, (h, wd), st, pd, dl, gr)
     if output_mask[1] and gr != 1:
         gw = _grouped_weight_grad(g, x, kh, kw, st, pd, dl, gr)
     elif output_mask[1] and _pointwise_batched(g, x, kh, kw, pd):
@@ -419,7 +406,7 @@ def _convolution_backward(
         kt = ops.transpose(g, [1, 0, 2, 3])
         r = ops.conv2d(xt, kt, stride=dl, padding=pd, dilation=st)
         if r.shape[2] != kh or r.shape[3] != kw:
-            r = take(take(r, 2, 0, kh), 3, 0, kw)
+            r = ops.slice(r, [0, 0, 0, 0], [r.shape[0], r.shape[1], kh, kw])
         gw = ops.transpose(r, [1, 0, 2, 3])
     if output_mask[2]:
         gb = ops.sum(g, axis=(0, 2, 3))

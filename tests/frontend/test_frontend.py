@@ -66,7 +66,7 @@ def test_every_graph_op_has_a_function():
             ts.rmsnorm(x), x @ x, ts.flash_attention(x, x, x),
             ts.conv2d(ts.reshape(x, (1, 1, 4, 4)), ts.reshape(x, (1, 1, 4, 4))),
             ts.mse(x, x), x.T, ts.reshape(x, (16,)), ts.broadcast_to(x, (2, 4, 4)),
-            x[1:3], ts.concat([x, x]), ts.take_along_axis(x, ts.cast(x > x, ts.i64), 1), ts.fft(x), ts.fft2d(x), ts.cholesky(m), *ts.svd(x),
+            x[1:3], ts.flip(x, (0,)), ts.concat([x, x]), ts.take_along_axis(x, ts.cast(x > x, ts.i64), 1), ts.fft(x), ts.fft2d(x), ts.cholesky(m), *ts.svd(x),
             ts.spmm(ip, ix, ts.reshape(x, (16,))[0:3], x, sparse_shape=(2, 4)),
             ts.randn((2, 2)), ts.poisson(lam), ts.all_reduce(x, op="sum", axis="dp"),
             ts.all_gather(x, axis="tp"), ts.reduce_scatter(x, axis="tp"),

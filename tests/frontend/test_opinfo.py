@@ -248,6 +248,8 @@ OPS: list[OpInfo] = [
     OpInfo("T", lambda x: x.T, lambda x: x.mT, ALL,
            lambda d, r: (a for a in row_samples(d, r) if a[0].ndim >= 2), grad=True),
     OpInfo("reshape", lambda x: x.reshape(-1), lambda x: x.reshape(-1), ALL, unary_samples(), grad=True),
+    OpInfo("flip", lambda x: ts.flip(x, (0, -1)), lambda x: x.flip(0, -1), ALL,
+           lambda d, r: (a for a in row_samples(d, r) if a[0].ndim >= 2), grad=True),
     OpInfo("broadcast_to", lambda x: ts.broadcast_to(x, (2, *x.shape)),
            lambda x: x.broadcast_to((2, *x.shape)), ALL, unary_samples(), grad=True),
     OpInfo("getitem", lambda x: x[..., 1:], lambda x: x[..., 1:], ALL,

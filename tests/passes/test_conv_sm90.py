@@ -3,6 +3,8 @@ PTX that assembles for sm_90a (GPU results: tests/gpu/test_conv_sm90_gpu.py)."""
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -362,3 +364,62 @@ def test_conv_config_fills_the_gpu() -> None:
     for m, o in ((100352, 64), (6272, 256), (15, 5), (1568, 2048)):
         c = conv_config(m, o, 576, 132)
         assert c.valid(staging=False) and c.smem_bytes(staging=False) <= SMEM_BUDGET
+
+
+@needs_ptxas
+@pytest.mark.parametrize(("swap", "groups_like"), [(True, False), (False, False),
+                                                   (True, True)])
+def test_input_gradient_reads_its_kernel_flipped(monkeypatch: pytest.MonkeyPatch, swap,
+                                                  groups_like) -> None:
+    """conv2d(g, reverse(transpose(w), [2, 3])) (an input gradient's kernel): the
+    implicit GEMM's weight relayout reads w flipped (and swapped): no reverse or transpose
+    kernel. A reverse with another user is made (one copy that reads through the
+    transpose), and the convolution reads that copy."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+
+    def kernel(w):
+        return ts.flip(ts.transpose(w, (1, 0, 2, 3)) if swap else w, (2, 3))
+
+    if groups_like:  # the flipped kernel is also returned: it must be made
+        fn = ts.jit(lambda g, w: (ts.conv2d(g, kernel(w), padding=1), kernel(w) * 2.0))
+    else:
+        fn = ts.jit(lambda g, w: ts.conv2d(g, kernel(w), padding=1))
+    spec = fn.specialize(np.zeros((2, 64, 14, 14), bf), np.zeros((64, 64, 3, 3), bf))
+    names = " ".join(_kernels(spec))
+    if groups_like:
+        assert "reverse" in names, names
+    else:
+        assert "reverse" not in names and "transpose" not in names, names
+    ptx = spec.ir("ptx")
+    if not groups_like:
+        assert "sub.u32" in ptx  # the flipped tap, 8 - tap
+    ptxas.check(ptx)
+
+
+@needs_ptxas
+@pytest.mark.parametrize(("ws", "stride", "padding"), [((64, 64, 3, 3), 2, 1),
+                                                        ((128, 64, 1, 1), 2, 0),
+                                                        ((64, 64, 3, 3), 1, 1)])
+def test_input_gradient_kernels_assemble(monkeypatch: pytest.MonkeyPatch, ws, stride,
+                                         padding) -> None:
+    """ts.grad's input gradient of a 3x3/2, a 1x1/2 and a 3x3 convolution on the sm90
+    kernels: one convolution of the undilated gradient; the 3x3/2's phases interleaved
+    and cropped by one slice reading through the transpose; the 1x1/2's zeros by one
+    select; the 3x3's flip inside the weight relayout. PTX through ptxas."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    fn = ts.grad(lambda x, w, dy: ts.sum(ts.conv2d(x, w, stride=stride, padding=padding) * dy))
+    ho = (16 + 2 * padding - ws[2]) // stride + 1
+    spec = fn.specialize(np.zeros((2, 64, 16, 16), bf), np.zeros(ws, bf),
+                         np.zeros((2, ws[0], ho, ho), bf))
+    kinds = [re.sub(r"^.*?_grad_|_\d+$", "", n) for n in _kernels(spec)]
+    if ws[2] == 3 and stride == 2:  # the weight zero-padded (4 small copies), its phases
+        assert kinds == ["constant", "concat", "concat", "constant", "concat", "concat",
+                         "reverse", "transpose", "conv_nhwc", "conv_weight", "conv",
+                         "slice_i"], kinds
+    if ws[2] == 1:  # the product (a pointwise GEMM), the zeros between by one select
+        assert kinds == ["transpose", "matmul", "constant", "select"], kinds
+    if stride == 1:
+        assert kinds == ["conv_nhwc", "conv_weight", "conv"], kinds
+    ptxas.check(spec.ir("ptx"))

@@ -364,3 +364,89 @@ def test_broadcast_runs(src, dst, runs):
     from tessera.passes.tile_datamove import broadcast_runs
 
     assert broadcast_runs(src, dst) == runs
+
+
+@pytest.mark.parametrize("shape,dims,elem", [
+    ((5, 7), (0,), "f32"),
+    ((5, 7), (1,), "f32"),                 # the last dim: one element per lane
+    ((3, 4, 3, 3), (2, 3), "bf16"),        # a 3x3 weight's flip
+    ((2, 3, 5, 16), (1, 2), "f16"),        # last dim kept: vectors
+    ((4, 6, 7), (0, 1, 2), "f64"),
+])
+def test_reverse(shape, dims, elem):
+    x = rand(RNG, shape, elem)
+    text = f"""func.func @f(%x: {ty(shape, elem)}) -> {ty(shape, elem)} {{
+      %0 = tgraph.reverse %x dims = {list(dims)} : ({ty(shape, elem)}) -> {ty(shape, elem)}
+      func.return %0 : {ty(shape, elem)} }}"""
+    (r,) = run1(text, x)
+    np.testing.assert_array_equal(r, np.flip(x, dims))
+
+
+@pytest.mark.parametrize("elem", ["bf16", "f32"])
+def test_reverse_reads_through_a_deferred_transpose(elem):
+    """A convolution's input-gradient weight, ``reverse(transpose(w, [1, 0, 2, 3]), [2,
+    3])``: the batch-channel swap keeps the last dim and its one user is the reverse, so
+    the pair is one copy (no transpose kernel)."""
+    src, tr = (6, 4, 3, 5), (4, 6, 3, 5)
+    w = rand(RNG, src, elem)
+    text = f"""func.func @f(%w: {ty(src, elem)}) -> {ty(tr, elem)} {{
+      %t = tgraph.transpose %w permutation = [1, 0, 2, 3] : ({ty(src, elem)}) -> {ty(tr, elem)}
+      %r = tgraph.reverse %t dims = [2, 3] : ({ty(tr, elem)}) -> {ty(tr, elem)}
+      func.return %r : {ty(tr, elem)} }}"""
+    names = kernels(lower(text))
+    assert len(names) == 1 and "reverse_t" in names[0], names
+    (r,) = run1(text, w)
+    np.testing.assert_array_equal(r, np.flip(np.transpose(w, (1, 0, 2, 3)), (2, 3)))
+
+
+def test_reverse_ptx_assembles():
+    from tessera.passes.emit_ptx import emit_ptx
+    from tessera.passes.lower_tile_to_target import LowerTileToTargetPass
+    from tessera.runtime import ptxas
+    from tests.passes.test_lower_graph_to_tile import context
+
+    if ptxas.find_ptxas() is None:
+        pytest.skip("ptxas not found")
+    a, b = ty((6, 4, 3, 3), "bf16"), ty((4, 6, 3, 3), "bf16")
+    c = ty((3, 5, 40), "f32")
+    m = lower(f"""func.func @f(%w: {a}, %x: {c}) -> ({b}, {c}) {{
+      %t = tgraph.transpose %w permutation = [1, 0, 2, 3] : ({a}) -> {b}
+      %r = tgraph.reverse %t dims = [2, 3] : ({b}) -> {b}
+      %y = tgraph.reverse %x dims = [0, 1] : ({c}) -> {c}
+      func.return %r, %y : {b}, {c} }}""")
+    LowerTileToTargetPass().apply(context(), m)
+    ptx = emit_ptx(m)
+    assert "v4" in ptx  # the second copy keeps its last dim: vectors
+    ptxas.check(ptx)
+
+
+@pytest.mark.parametrize("elem", ["bf16", "f32"])
+def test_slice_reads_through_an_interleaving_transpose(elem):
+    """A convolution input gradient's stride phases, ``[N, G, Ph, Pw, C, rows, cols] ->
+    [N, G, C, rows, Ph, cols, Pw]`` (the source's last dim next to last), cropped by a
+    slice: one copy that reads the phases through the permutation (no transpose)."""
+    src, tr, out = (2, 1, 2, 2, 3, 5, 6), (2, 1, 3, 5, 2, 6, 2), (2, 1, 3, 4, 2, 5, 2)
+    y = rand(RNG, src, elem)
+    text = f"""func.func @f(%y: {ty(src, elem)}) -> {ty(out, elem)} {{
+      %t = tgraph.transpose %y permutation = [0, 1, 4, 5, 2, 6, 3] : ({ty(src, elem)}) -> {ty(tr, elem)}
+      %s = tgraph.slice %t start = [0, 0, 0, 1, 0, 1, 0] limit = [2, 1, 3, 5, 2, 6, 2] stride = [1, 1, 1, 1, 1, 1, 1] : ({ty(tr, elem)}) -> {ty(out, elem)}
+      func.return %s : {ty(out, elem)} }}"""
+    names = kernels(lower(text))
+    assert len(names) == 1 and "slice_i" in names[0], names
+    (r,) = run1(text, y)
+    np.testing.assert_array_equal(r, np.transpose(y, (0, 1, 4, 5, 2, 6, 3))[:, :, :, 1:, :, 1:])
+
+
+def test_slice_of_a_matrix_transpose_is_not_read_through():
+    """A transpose whose last dim is long and comes from another source dim (a matrix
+    transpose): an element-wise read through it would stride across rows, so it is made
+    (tiled) and the slice copies it."""
+    x = rand(RNG, (40, 24))
+    text = f"""func.func @f(%x: {ty((40, 24))}) -> {ty((20, 40))} {{
+      %t = tgraph.transpose %x permutation = [1, 0] : ({ty((40, 24))}) -> {ty((24, 40))}
+      %s = tgraph.slice %t start = [2, 0] limit = [22, 40] stride = [1, 1] : ({ty((24, 40))}) -> {ty((20, 40))}
+      func.return %s : {ty((20, 40))} }}"""
+    names = kernels(lower(text))
+    assert any("transpose" in k for k in names) and not any("slice_i" in k for k in names)
+    (r,) = run1(text, x)
+    np.testing.assert_array_equal(r, x.T[2:22])

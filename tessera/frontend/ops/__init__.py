@@ -126,6 +126,7 @@ from tessera.frontend.ops.scientific import (
 from tessera.frontend.ops.shape import (
     broadcast_to,
     concat,
+    flip,
     getitem,
     reshape,
     slice,
@@ -144,7 +145,7 @@ OP_FUNCTIONS: tuple[str, ...] = (
     "softmax", "layernorm", "rmsnorm", "layernorm_safe", "rmsnorm_safe",
     "matmul", "gemm", "flash_attention", "conv2d", "mse",
     "transpose", "reshape", "broadcast_to", "slice", "concat", "constant", "split_qkv",
-    "take_along_axis",
+    "take_along_axis", "flip",
     "fft", "ifft", "fft2d", "ifft2d", "cholesky", "svd", "spmm",
     "spmm_transpose", "sddmm",
     "real", "imag", "complex", "triangular_solve",

@@ -1,5 +1,5 @@
-"""Shape operator functions: ``transpose``, ``reshape``, ``broadcast_to``, ``slice``, indexing,
-``concat``, ``split_qkv``."""
+"""Shape operator functions: ``transpose``, ``reshape``, ``broadcast_to``, ``slice``,
+``flip``, indexing, ``concat``, ``split_qkv``."""
 
 from __future__ import annotations
 
@@ -121,6 +121,27 @@ def slice(  # noqa: A001
         operands=[x.value],
         result_types=[result_type(shape, x.type)],
         properties=props,
+    )
+
+
+def flip(x: Any, dims: Sequence[int]) -> TracedTensor:
+    """``x`` with the order of its elements reversed along each of ``dims`` (as
+    ``torch.flip``; negative dims count from the end). One ``tgraph.reverse``; dims of
+    one element are dropped, and ``x`` itself comes back when none is left."""
+    x = _tensor_arg(x, "flip")
+    dims = _ints(dims, "flip dims")
+    ds = [_norm_axis("flip", d, x.ndim) for d in dims]
+    if len(set(ds)) != len(ds):
+        raise ShapeError(located(f"flip: dims {dims} repeat a dim"))
+    ds = sorted(d for d in ds if x.shape[d] > 1)
+    if not ds:
+        return x
+    return _emit(
+        g.ReverseOp,
+        x.trace,
+        operands=[x.value],
+        result_types=[result_type(list(x.shape), x.type)],
+        properties=_dense_props("dims", ds),
     )
 
 

@@ -1,5 +1,5 @@
 """``tgraph`` shape ops and constants: ``transpose``, ``reshape``, ``broadcast``, ``slice``,
-``concat``, ``constant``."""
+``reverse``, ``concat``, ``constant``."""
 
 from __future__ import annotations
 
@@ -141,6 +141,44 @@ class SliceOp(IRDLOperation):
                 )
             want.append((b - a + c - 1) // c)
         _check_shape(self, "result", shape_of(self.result), want)
+
+
+@irdl_op_definition
+class ReverseOp(IRDLOperation):
+    """Reverse the order of elements along each of ``dims`` (``stablehlo.reverse``,
+    ``torch.flip``): ``y[..., i, ...] = x[..., n - 1 - i, ...]`` on those dims. A
+    convolution's input gradient correlates with its kernel reversed along kh and kw."""
+
+    name = "tgraph.reverse"
+    input = operand_def(TensorT)
+    dims = prop_def(DenseArrayBase[I64])
+    result = result_def(TensorT)
+    traits = traits_def(Pure())
+    assembly_format = "$input `dims` `=` $dims " + _FN
+
+    def __init__(self, input: SSAValue, dims: Sequence[int], result_type: Attribute):
+        super().__init__(
+            operands=[input],
+            result_types=[result_type],
+            properties={"dims": DenseArrayBase.from_list(i64, list(dims))},
+        )
+
+    def dim_values(self) -> tuple[int, ...]:
+        """The reversed dims, in increasing order."""
+        return tuple(sorted(int(d) for d in self.dims.get_values()))
+
+    def verify_(self) -> None:
+        _check_same_elem(self, self.input, self.result)
+        s = shape_of(self.input)
+        d = [int(v) for v in self.dims.get_values()]
+        bad = [v for v in d if not 0 <= v < len(s)]
+        if bad:
+            raise VerifyException(
+                f"{self.name}: dim {bad[0]} out of range for rank {len(s)} input {fmt_shape(s)}"
+            )
+        if len(set(d)) != len(d):
+            raise VerifyException(f"{self.name}: dims {d} repeat a dim")
+        _check_shape(self, "result", shape_of(self.result), s)
 
 
 @irdl_op_definition

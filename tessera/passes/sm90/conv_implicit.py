@@ -546,11 +546,16 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
                            [wk, w_src if w_src is not None else lw.mem(op.weight)],
                            conv_layout.nhwc_grid(o, c, kh * kw, cp, eb), conv_layout.NHWC_SMEM)
     else:
+        # an input gradient's kernel, reverse(transpose(w)): read w flipped and swapped
+        flipped = _flipped_source(lw, op.weight)
+        flip, swapped = flipped is not None, flipped is not None and flipped[1]
         weight = lw.named_kernel(
             "conv_weight",
-            lambda nm: conv_layout.weight_kernel(nm, o, c, kh, kw, cp, eb, parts, cv.kwp))
-        conv_layout.launch(lw, weight, [wk, lw.mem(op.weight)],
-                           conv_layout.weight_grid(o, cv.k), 0)
+            lambda nm: conv_layout.weight_kernel(nm, o, c, kh, kw, cp, eb, parts, cv.kwp,
+                                                 flip, swapped),
+            ("flip", flip, swapped))
+        w_buf = flipped[0] if flipped is not None else lw.mem(op.weight)
+        conv_layout.launch(lw, weight, [wk, w_buf], conv_layout.weight_grid(o, cv.k), 0)
     m = n * ho * wo
     sms = device_sms()
     if f32:
@@ -582,6 +587,16 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
 
 SWAP = (1, 0, 2, 3)
 """The batch-channel transpose the layout copies read through (``swapped``)."""
+
+
+def _flipped_source(lw: _FunctionLowering, v: SSAValue) -> tuple[SSAValue, bool] | None:
+    """``(buffer of w, swapped)`` when ``v`` is a deferred ``reverse(w, [2, 3])`` or
+    ``reverse(transpose(w, SWAP), [2, 3])`` (``swapped``;
+    :data:`tessera.passes.tile_datamove.READS_FLIPPED`), else None."""
+    view = lw.peek_view(v)
+    if view is None or view[2] != (2, 3) or view[1] not in (SWAP, (0, 1, 2, 3)):
+        return None
+    return lw.mem(view[0]), view[1] == SWAP
 
 
 def _swapped_source(lw: _FunctionLowering, v: SSAValue) -> SSAValue | None:

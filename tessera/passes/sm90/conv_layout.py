@@ -156,12 +156,16 @@ def weight_grid(o: int, k: int) -> int:
 
 def weight_kernel(
     name: str, o: int, c: int, kh: int, kw: int, cp: int, eb: int = 2, parts: int = 1,
-    kwp: int = 0,
+    kwp: int = 0, flip: bool = False, swapped: bool = False,
 ) -> tt.FuncOp:
     """The ``ttarget.func`` ``(wk, w)`` of the weight reorder (module docstring); one
     element per thread, :func:`weight_grid` CTAs. f32 is written as TF32 ``parts``
     (``[parts, o, K]``, as :func:`nhwc_kernel`). ``kwp > kw``: each filter row is
-    zero-padded to ``kwp`` taps (``wk[o, (i*kwp + j)*cp + c]``, a packed gather's K)."""
+    zero-padded to ``kwp`` taps (``wk[o, (i*kwp + j)*cp + c]``, a packed gather's K).
+    ``flip``: the convolution's weight is ``w`` with its taps reversed, read as
+    ``w[o, c, kh-1-i, kw-1-j]`` (an input gradient's kernel: no flipped copy);
+    ``swapped``: ``w`` is stored ``[C, O, kh, kw]`` (``w[c, o, ...]``, the forward
+    weight of an input gradient: no transposed copy)."""
     func = tt.FuncOp(name, ["u64", "u64"], THREADS)
     out_param, w_param = func.block.args
     e = TargetAsm(func)
@@ -178,7 +182,10 @@ def weight_kernel(
         fi, fj = e.bin(tt.DivOp, "u32", tap, kwp), e.bin(tt.RemOp, "u32", tap, kwp)
         e.add(tt.AndOp("pred", inside, inside, e.setp("lt", fj, kw)))
         tap = e.mad32(fi, kw, fj)
-    src_i = e.mad32(e.mad32(oi, c, ci), kh * kw, tap)  # w[o, c, i, j], i*kw + j = tap
+    if flip:  # tap (kh-1-i)*kw + kw-1-j = kh*kw - 1 - tap
+        tap = e.bin(tt.SubOp, "u32", kh * kw - 1, tap)
+    row = e.mad32(ci, o, oi) if swapped else e.mad32(oi, c, ci)
+    src_i = e.mad32(row, kh * kw, tap)  # w[o, c, i, j], i*kw + j = tap
     src = e.reg("b64")
     e.add(tt.MulOp("wide.u32", src, src_i, e.imm(eb)))
     e.add(tt.AddOp("u64", src, src, builders.global_pointer(e, w_param)))

@@ -146,6 +146,8 @@ for _t, _f in (
     (aten.tanh.default, ops.tanh),
     (aten.sigmoid.default, ops.sigmoid),
     (aten.silu.default, ops.silu),
+    (aten.sin.default, ops.sin),
+    (aten.cos.default, ops.cos),
 ):
     rule(_t, check=float_only)(_unary(_f))
 rule(aten.relu.default)(_unary(ops.relu))

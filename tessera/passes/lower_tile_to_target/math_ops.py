@@ -113,7 +113,7 @@ def _sin_cos(lw: KernelLowering, op: Operation) -> None:
     (``pi/2`` in three parts, :data:`PIO2_F32` / :data:`PIO2_F64`; f32 arguments above
     :data:`SIN_FAST_F32` branch to the reduction in f64), then ``sin r`` or ``cos r`` by
     the quadrant ``k mod 4`` (cosine is sine a quadrant on) from Taylor polynomials on
-    ``|r| <= pi/4``. ``k = 0`` keeps ``r = x`` (so ``sin(-0.0) = -0.0``); NaN, the
+    ``|r| <= pi/4``. ``k = 0`` keeps ``r = x``; ``sin(+-0) = +-0``; NaN, the
     infinities and ``|x| > SIN_DOMAIN`` give NaN. ``sin.approx`` is not used: it is
     accurate only near ``[-pi, pi]``."""
     ty = float_type(op.results[0].type)
@@ -170,6 +170,10 @@ def _sin_cos(lw: KernelLowering, op: Operation) -> None:
     lw.emit(tt.SelpOp(ty, v, c, s, odd))
     lw.emit(tt.NegOp(ty, nv, v))
     lw.emit(tt.SelpOp(ty, v, nv, v, neg))
+    if isinstance(op, mathd.SinOp):  # sin(+-0) = +-0 (the polynomial's fma gives +0)
+        zero = lw.reg("pred")
+        lw.emit(tt.SetpOp(f"eq.{ty}", zero, x, lw.imm(0.0, fty)))
+        lw.emit(tt.SelpOp(ty, v, x, v, zero))
     out = lw.reg("pred")
     lw.emit(tt.SetpOp(f"gt.{ty}", out, ax, lw.imm(SIN_DOMAIN, fty)))
     lw.emit(tt.SelpOp(ty, d, lw.imm(float("nan"), fty), v, out))

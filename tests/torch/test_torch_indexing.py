@@ -1,0 +1,128 @@
+"""Rules the ``transformers`` decoders need beyond the core layers: rotary embeddings
+(``sin``/``cos``), token embeddings and their backward (``index_put`` with
+``accumulate=True``), against eager torch on fresh random inputs, with the report saying
+nothing fell back."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import tessera.torch as tt
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _train_step(model: nn.Module, *inputs: torch.Tensor):
+    ref_model = copy.deepcopy(model)
+    out = tt.compile(model)(*inputs)
+    ref = ref_model(*inputs)
+    out.double().pow(2).sum().backward()
+    ref.double().pow(2).sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for (n, p), (_, q) in zip(model.named_parameters(), ref_model.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5, msg=n)
+
+
+class _Rotary(nn.Module):
+    """A LLaMA-style rotary embedding of a projection, positions up to ``seq``."""
+
+    def __init__(self, dim: int = 16, base: float = 10000.0):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.register_buffer("inv", 1.0 / base ** (torch.arange(0, dim, 2).float() / dim))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        ang = pos[:, None].float() * self.inv[None, :]
+        emb = torch.cat([ang, ang], -1)
+        q = self.proj(x)
+        half = q.shape[-1] // 2
+        rot = torch.cat([-q[..., half:], q[..., :half]], -1)
+        return q * emb.cos() + rot * emb.sin()
+
+
+def test_rotary_embedding_at_large_positions_has_no_graph_break():
+    torch.manual_seed(0)
+    pos = torch.randint(0, 20000, (12,))  # angles of thousands of radians
+    _train_step(_Rotary(), torch.randn(12, 16), pos)
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not any(g.runtime_fallbacks for g in rep.graphs), str(rep)
+
+
+def test_sin_cos_in_float64_and_their_gradients():
+    x = (torch.rand(5, 7, dtype=torch.float64) - 0.5) * 2e4
+    w = nn.Parameter(torch.randn(7, dtype=torch.float64))
+    out = tt.compile(lambda t: torch.sin(t * w) * torch.cos(t) + torch.cos(w))(x)
+    out.sum().backward()
+    g = w.grad.clone()
+    w.grad = None
+    ref = torch.sin(x * w) * torch.cos(x) + torch.cos(w)
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g, w.grad, rtol=1e-9, atol=1e-9)
+    assert not tt.last_report().fallback_ops
+
+
+class _Embed(nn.Module):
+    def __init__(self, vocab: int = 11, dim: int = 6, padding_idx: int | None = None):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim, padding_idx=padding_idx)
+        self.fc = nn.Linear(dim, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.emb(ids)).tanh()
+
+
+@pytest.mark.parametrize("padding_idx", [None, 2])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=str)
+def test_embedding_and_its_backward_with_repeated_ids(padding_idx, dtype):
+    torch.manual_seed(0)
+    ids = torch.tensor([[1, 2, 2, 10], [0, 2, 1, 1], [5, 5, 5, 2]], dtype=dtype)  # repeats
+    _train_step(_Embed(padding_idx=padding_idx), ids)
+    rep = tt.last_report()
+    assert not rep.fallback_ops, str(rep)
+    assert sum(g.tessera_calls for g in rep.graphs) >= 2  # the forward and the backward
+
+
+def test_embedding_index_outside_the_table_is_nan_not_a_value():
+    emb = nn.Embedding(5, 3)
+    with torch.no_grad():
+        out = tt.compile(emb)(torch.tensor([0, 4, 5]))
+    assert torch.isnan(out[2]).all() and not torch.isnan(out[:2]).any()
+
+
+def test_index_put_accumulate_with_negative_and_outside_indices():
+    x = torch.randn(6, 2, 3)
+    v = torch.randn(4, 2, 3)
+
+    def f(x, idx, v):
+        return torch.index_put(x, (idx,), v, accumulate=True) * 2.0
+
+    idx = torch.tensor([1, -1, 1, 0])  # -1 is the last row, as in torch
+    got = tt.compile(f)(x, idx, v)
+    torch.testing.assert_close(got, f(x, idx, v), rtol=1e-6, atol=1e-6)
+    assert not tt.last_report().fallback_ops
+    torch._dynamo.reset()
+    bad = tt.compile(f)(x, torch.tensor([1, 6, 0, 0]), v)  # torch raises
+    assert torch.isnan(bad).all()
+
+
+def test_index_put_without_accumulate_stays_in_torch():
+    def f(x, idx, v):
+        return torch.index_put(x, (idx,), v) + 1.0
+
+    x, v, idx = torch.randn(5, 2), torch.randn(2, 2), torch.tensor([3, 1])
+    torch.testing.assert_close(tt.compile(f)(x, idx, v), f(x, idx, v))
+    rep = tt.last_report()
+    assert rep.fallback_ops["aten.index_put.default"] == 1
+    reason = next(g.fallback_reasons["aten.index_put.default"] for g in rep.graphs
+                  if "aten.index_put.default" in g.fallback_reasons)
+    assert "accumulate=False" in reason

@@ -126,3 +126,24 @@ def test_index_put_without_accumulate_stays_in_torch():
     reason = next(g.fallback_reasons["aten.index_put.default"] for g in rep.graphs
                   if "aten.index_put.default" in g.fallback_reasons)
     assert "accumulate=False" in reason
+
+
+@pytest.mark.parametrize("start,end,step", [(0, None, 2), (1, None, 2), (1, 7, 3), (2, 3, 4)])
+def test_strided_slice_and_its_backward(start, end, step):
+    """GPT-J's interleaved rotary takes ``x[..., ::2]`` and ``x[..., 1::2]``: the backward
+    of a strided slice is a strided ``slice_scatter``."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 8)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, x):
+            h = self.lin(x)
+            return h[..., start:end:step].sin() * 3.0
+
+    _train_step(M(), torch.randn(3, 4))
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not any(g.runtime_fallbacks for g in rep.graphs), str(rep)

@@ -1,4 +1,5 @@
-"""ATen rules: embeddings and indexed accumulation (``embedding``, ``index_put``).
+"""ATen rules: embeddings, indexing by one integer tensor and indexed accumulation
+(``embedding``, ``index.Tensor``, ``index_put``).
 
 ``aten.embedding`` becomes a ``tgraph.take_along_axis`` of the table's rows (NaN for an
 index outside the table, where torch raises). Its backward, which the core ATen
@@ -68,12 +69,14 @@ def _index_put_check(node: torch.fx.Node) -> str | None:
         return "accumulate=False (duplicate indices would need torch's write order)"
     if x.dtype not in FLOAT_DTYPES or x.dim() == 0:
         return f"{x.dtype}{list(x.shape)} input"
-    if len(indices) != 1 or not isinstance(indices[0], torch.fx.Node):
-        return "not one index tensor along dim 0"
-    idx = val(indices[0])
+    given = [k for k, i in enumerate(indices) if i is not None]
+    if len(given) != 1:
+        return f"{len(given)} index tensors (one is translated)"
+    d = given[0]
+    idx = val(indices[d])
     if idx.dtype not in _INDEX_DTYPES:
         return f"{idx.dtype} indices"
-    want = [*idx.shape, *x.shape[1:]]
+    want = [*x.shape[:d], *idx.shape, *x.shape[d + 1 :]]
     if values.dtype != x.dtype or list(values.shape) != want:
         return f"values {values.dtype}{list(values.shape)}, expected {x.dtype}{want}"
     return None
@@ -83,20 +86,60 @@ def _index_put_check(node: torch.fx.Node) -> str | None:
 def _index_put(
     node: torch.fx.Node, x: Any, indices: Any, values: Any, accumulate: bool = False
 ) -> TracedTensor:
-    """``x.index_put([idx], values, accumulate=True)``: ``x[idx[k]] += values[k]`` for
-    each position ``k`` of the indices (of any shape), as ``x + onehot(idx)^T @ values`` (see the module docstring)."""
+    """``x.index_put([None, .., idx], values, accumulate=True)``: ``x[.., idx[k], ..] +=
+    values[.., k, ..]`` for each position ``k`` of the indices (of any shape) at dim
+    ``d``, as ``x + onehot(idx)^T @ values`` with dim ``d`` of ``x`` moved first (see
+    the module docstring)."""
     dt = out_dtype(node)
     wide = opmath_dtype(dt)
-    (idx,) = indices
-    v, rest = x.shape[0], list(x.shape[1:])
-    n, r = math.prod(idx.shape), math.prod(rest)
+    d = next(k for k, i in enumerate(indices) if i is not None)
+    idx = indices[d]
+    v, pre, post = x.shape[d], list(x.shape[:d]), list(x.shape[d + 1 :])
+    n, p, q = math.prod(idx.shape), math.prod(pre), math.prod(post)
     i = ops.reshape(to(idx, torch.int64), [n])
     i = ops.where(ops.lt(i, to(0, torch.int64)), ops.add(i, to(v, torch.int64)), i)
     pos = ops.constant(np.arange(v, dtype=np.int64).reshape(v, 1), ts_dtype(torch.int64))
     onehot = to(ops.eq(pos, ops.reshape(i, [1, n])), wide)  # [V, N]
-    upd = ops.matmul(onehot, ops.reshape(to(values, wide), [n, r]))  # [V, R]
-    out = ops.add(to(ops.reshape(x, [v, r]), wide), upd)
+    vals = ops.reshape(to(values, wide), [p, n, q])
+    if p > 1:
+        vals = ops.transpose(vals, [1, 0, 2])
+    upd = ops.matmul(onehot, ops.reshape(vals, [n, p * q]))  # [V, P Q]
+    perm = [d, *range(d), *range(d + 1, x.ndim)]
+    xt = ops.transpose(x, perm) if d else x
+    out = ops.add(to(ops.reshape(xt, [v, p * q]), wide), upd)
     bad = ops.sum(to(ops.where(ops.lt(i, to(0, torch.int64)), True,
                                ops.ge(i, to(v, torch.int64))), torch.int64))
     out = ops.where(ops.gt(bad, to(0, torch.int64)), to(float("nan"), wide), out)
-    return to(ops.reshape(out, [v, *rest]), dt)
+    out = ops.reshape(out, [v, *pre, *post])
+    if d:
+        out = ops.transpose(out, [perm.index(k) for k in range(x.ndim)])
+    return to(out, dt)
+
+
+def _index_check(node: torch.fx.Node) -> str | None:
+    x, indices = val(node.args[0]), node.args[1]
+    given = [k for k, i in enumerate(indices) if i is not None]
+    if len(given) != 1:
+        return f"{len(given)} index tensors (one is translated)"
+    idx = val(indices[given[0]])
+    if idx.dtype not in _INDEX_DTYPES:
+        return f"{idx.dtype} indices (integer indices are translated)"
+    if x.dtype not in FLOAT_DTYPES:
+        return f"{x.dtype} input"
+    return None
+
+
+@rule(aten.index.Tensor, check=_index_check)
+def _index(node: torch.fx.Node, x: Any, indices: Any) -> TracedTensor:
+    """``x[:, ..., idx]``: one integer index tensor (any shape) at dim ``d`` picks along it;
+    the result has ``x.shape[:d] + idx.shape + x.shape[d+1:]``. A negative index counts
+    from the end; one outside the dim gives NaN (torch raises)."""
+    d = next(k for k, i in enumerate(indices) if i is not None)
+    idx = indices[d]
+    size = x.shape[d]
+    n = math.prod(idx.shape)
+    i = to(idx, torch.int64)
+    i = ops.where(ops.lt(i, to(0, torch.int64)), ops.add(i, to(size, torch.int64)), i)
+    i = ops.reshape(i, [1] * d + [n] + [1] * (x.ndim - d - 1))
+    picked = ops.take_along_axis(x, ops.broadcast_to(i, [*x.shape[:d], n, *x.shape[d + 1 :]]), d)
+    return ops.reshape(picked, [*x.shape[:d], *idx.shape, *x.shape[d + 1 :]])

@@ -76,6 +76,27 @@ def _expand(node: torch.fx.Node, a: Any, sizes: Sequence[Any], *, implicit: bool
     return ops.broadcast_to(a, shape)
 
 
+@rule(aten.repeat.default, compute=False)
+def _repeat(node: torch.fx.Node, a: Any, repeats: Sequence[Any]) -> TracedTensor:
+    """``a.repeat(*repeats)``: each dim ``d`` of size ``n`` repeated ``r`` times is a
+    broadcast of ``[1, n]`` to ``[r, n]`` read as ``r n`` (leading repeats add dims)."""
+    reps = int_list(repeats)
+    x = ops.reshape(a, [1] * (len(reps) - a.ndim) + list(a.shape)) if len(reps) > a.ndim else a
+    if all(r == 1 for r in reps):
+        return x
+    pairs = [v for n in x.shape for v in (1, n)]
+    wide = [v for r, n in zip(reps, x.shape) for v in (r, n)]
+    y = ops.broadcast_to(ops.reshape(x, pairs), wide)
+    return ops.reshape(y, [r * n for r, n in zip(reps, x.shape)])
+
+
+@rule(aten.copy.default, compute=False)
+def _copy(node: torch.fx.Node, dst: Any, src: Any, non_blocking: bool = False) -> TracedTensor:
+    """The functional ``copy``: ``src`` broadcast to ``dst``'s shape in its dtype."""
+    x = to(src, out_dtype(node))
+    return x if tuple(x.shape) == tuple(dst.shape) else ops.broadcast_to(x, list(dst.shape))
+
+
 @rule(aten.unsqueeze.default, aten.unsqueeze_copy.default, compute=False)
 def _unsqueeze(node: torch.fx.Node, a: Any, dim: int) -> TracedTensor:
     d = int(dim) % (a.ndim + 1)

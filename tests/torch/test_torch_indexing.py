@@ -147,3 +147,56 @@ def test_strided_slice_and_its_backward(start, end, step):
     _train_step(M(), torch.randn(3, 4))
     rep = tt.last_report()
     assert not rep.fallback_ops and not any(g.runtime_fallbacks for g in rep.graphs), str(rep)
+
+
+def _no_fallbacks() -> None:
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not any(g.runtime_fallbacks for g in rep.graphs), str(rep)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cumsum_of_masks_and_floats(dim):
+    """OPT and RoBERTa number positions by a cumulative sum of the attention mask."""
+    mask = (torch.rand(3, 37) > 0.3).long()
+    w = nn.Parameter(torch.randn(37))
+
+    def f(m, x):
+        pos = torch.cumsum(m, dim=dim) * m
+        return pos.float() + torch.cumsum(x * w, dim=dim)
+
+    x = torch.randn(3, 37)
+    got = tt.compile(f)(mask, x)
+    torch.testing.assert_close(got, f(mask, x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.cumsum(mask, dim=dim) * mask,
+                               (got - torch.cumsum(x * w, dim=dim)).round().long())
+    _no_fallbacks()
+    got.sum().backward()  # the backward of a cumsum is a flipped cumsum
+    g = w.grad.clone()
+    w.grad = None
+    f(mask, x).sum().backward()
+    torch.testing.assert_close(g, w.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_repeat_copy_and_index_by_one_tensor():
+    """GPT-J and BLOOM ``repeat``; T5 and BART shift the labels right with a slice
+    assignment (``copy``); Falcon picks heads with ``x[:, :, [k]]``."""
+    torch.manual_seed(0)
+    lin = nn.Linear(5, 12)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, x, ids):
+            h = self.lin(x).view(2, 3, 4)  # [2, 3, 4]
+            r = h.repeat(2, 1, 3)  # [4, 3, 12]
+            shifted = ids.new_zeros(ids.shape)
+            shifted[:, 1:] = ids[:, :-1].clone()
+            picked = h[:, :, torch.tensor([3, -1, 0])]  # [2, 3, 3]
+            rows = h[torch.tensor([[1, 0], [1, 1]])]  # [2, 2, 3, 4]
+            return (r.sum(-1, keepdim=True)[:2, :, :1] * shifted[:, :1, None].float()
+                    + picked.sum(-1, keepdim=True) + rows.sum(0)[..., :1])
+
+    _train_step(M(), torch.randn(2, 5), torch.randint(0, 9, (2, 3)))
+    _no_fallbacks()

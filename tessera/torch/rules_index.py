@@ -28,13 +28,16 @@ from tessera.frontend import ops
 from tessera.torch.aten_ops import (
     FLOAT_DTYPES,
     TracedTensor,
+    Unsupported,
     opmath_dtype,
     out_dtype,
     rule,
     to,
+    torch_dtype,
     ts_dtype,
     val,
 )
+from tessera.torch.static_values import static_value
 
 aten = torch.ops.aten
 
@@ -119,27 +122,57 @@ def _index_put(
 def _index_check(node: torch.fx.Node) -> str | None:
     x, indices = val(node.args[0]), node.args[1]
     given = [k for k, i in enumerate(indices) if i is not None]
-    if len(given) != 1:
-        return f"{len(given)} index tensors (one is translated)"
-    idx = val(indices[given[0]])
-    if idx.dtype not in _INDEX_DTYPES:
-        return f"{idx.dtype} indices (integer indices are translated)"
-    if x.dtype not in FLOAT_DTYPES:
-        return f"{x.dtype} input"
+    if not given or given != list(range(given[0], given[-1] + 1)):
+        return "index tensors at dims apart (consecutive ones are translated)"
+    for k in given:
+        idx = val(indices[k])
+        if idx.dtype not in _INDEX_DTYPES:
+            return f"{idx.dtype} indices (integer indices are translated)"
+    try:
+        torch.broadcast_shapes(*(val(indices[k]).shape for k in given))
+    except RuntimeError:
+        return "index tensors that do not broadcast"
+    if x.dtype not in (*FLOAT_DTYPES, torch.bool):
+        return f"{x.dtype} input (float and bool tensors are translated)"
     return None
 
 
 @rule(aten.index.Tensor, check=_index_check)
 def _index(node: torch.fx.Node, x: Any, indices: Any) -> TracedTensor:
-    """``x[:, ..., idx]``: one integer index tensor (any shape) at dim ``d`` picks along it;
-    the result has ``x.shape[:d] + idx.shape + x.shape[d+1:]``. A negative index counts
-    from the end; one outside the dim gives NaN (torch raises)."""
-    d = next(k for k, i in enumerate(indices) if i is not None)
-    idx = indices[d]
-    size = x.shape[d]
-    n = math.prod(idx.shape)
-    i = to(idx, torch.int64)
-    i = ops.where(ops.lt(i, to(0, torch.int64)), ops.add(i, to(size, torch.int64)), i)
-    i = ops.reshape(i, [1] * d + [n] + [1] * (x.ndim - d - 1))
-    picked = ops.take_along_axis(x, ops.broadcast_to(i, [*x.shape[:d], n, *x.shape[d + 1 :]]), d)
-    return ops.reshape(picked, [*x.shape[:d], *idx.shape, *x.shape[d + 1 :]])
+    """``x[:, .., i_d, i_d+1, ..]``: integer index tensors at consecutive dims, broadcast
+    to one shape ``B``, pick along them; the result has ``x.shape[:d] + B + rest``. They
+    become one index into those dims read as one (``i_d s_d+1 + i_d+1 ...``). A negative
+    index counts from the end; one outside its dim gives NaN (torch raises). A bool
+    ``x`` is picked as f32 zeros and ones, and only by indices the trace knows (built
+    from constants, as ``transformers`` builds its masks) to lie in range."""
+    given = [k for k, i in enumerate(indices) if i is not None]
+    d, e = given[0], given[-1] + 1
+    if torch_dtype(x) == torch.bool:  # no NaN to mark an index outside: known in range
+        for k in given:
+            known = static_value(indices[k])
+            if known is None or known.size and not (
+                (known >= -x.shape[k]).all() and (known < x.shape[k]).all()
+            ):
+                raise Unsupported("a bool tensor indexed by indices not known in range")
+    shape = list(torch.broadcast_shapes(*(torch.Size(indices[k].shape) for k in given)))
+    n = math.prod(shape)
+    flat, bad = None, None
+    for k in given:
+        size = x.shape[k]
+        i = ops.broadcast_to(to(indices[k], torch.int64), shape) if list(indices[k].shape) != shape \
+            else to(indices[k], torch.int64)
+        i = ops.reshape(i, [n])
+        i = ops.where(ops.lt(i, to(0, torch.int64)), ops.add(i, to(size, torch.int64)), i)
+        out = ops.where(ops.lt(i, to(0, torch.int64)), True, ops.ge(i, to(size, torch.int64)))
+        bad = out if bad is None else ops.where(bad, True, out)
+        flat = i if flat is None else ops.add(ops.mul(flat, to(size, torch.int64)), i)
+    span = math.prod(x.shape[d:e])
+    flat = ops.where(bad, to(span, torch.int64), flat)  # outside: NaN from the gather
+    dt = torch_dtype(x)
+    src = to(x, torch.float32) if dt == torch.bool else x
+    src = ops.reshape(src, [*x.shape[:d], span, *x.shape[e:]])
+    i = ops.reshape(flat, [1] * d + [n] + [1] * (x.ndim - e))
+    picked = ops.take_along_axis(src, ops.broadcast_to(i, [*x.shape[:d], n, *x.shape[e:]]), d)
+    if dt == torch.bool:  # NaN (an index outside) is not a bool: torch raises there
+        picked = ops.ne(picked, to(0.0, torch.float32))
+    return ops.reshape(picked, [*x.shape[:d], *shape, *x.shape[e:]])

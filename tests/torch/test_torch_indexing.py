@@ -200,3 +200,55 @@ def test_repeat_copy_and_index_by_one_tensor():
 
     _train_step(M(), torch.randn(2, 5), torch.randint(0, 9, (2, 3)))
     _no_fallbacks()
+
+
+def test_fully_masked_query_rows_give_zeros_as_torch():
+    """A left-padded sequence's padding queries see no key: torch's fused attention gives
+    them a zero output (and gradient) where a softmax would give NaN, which the next
+    layer's attention would then spread to every query of the sequence."""
+    torch.manual_seed(0)
+    proj = nn.Linear(8, 8)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = proj
+
+        def forward(self, x, keep):
+            q = self.proj(x).view(2, 5, 2, 4).transpose(1, 2)
+            bias = torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+            o = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=bias)
+            return torch.nn.functional.scaled_dot_product_attention(o, o, o) * 2.0
+
+    keep = torch.ones(2, 1, 5, 5, dtype=torch.bool).tril()
+    keep[0, :, :, :2] = False  # row 0 left-padded by two: queries 0 and 1 see nothing
+    keep[0, :, 0, 0] = keep[0, :, 1, 1] = False
+    _train_step(M(), torch.randn(2, 5, 8), keep)
+    _no_fallbacks()
+
+
+def test_index_by_several_tensors_and_a_bool_mask():
+    """``transformers`` builds its padding masks as ``mask[batch_idx, kv_idx]`` from
+    ``arange``s: a bool tensor picked at indices the trace knows."""
+
+    def f(x, pad):
+        b = torch.arange(2)[:, None, None]
+        kv = torch.arange(6)[None, None, :]
+        keep = pad[b, kv]  # [2, 1, 6] bool
+        rows = x[torch.tensor([[1], [0]]), torch.tensor([2, -1, 0])]  # [2, 3, 4]
+        return torch.where(keep, x[:, :1, :1].expand(2, 1, 6), 0.0).sum(-1, keepdim=True) + rows
+
+    x = torch.randn(2, 6, 4)
+    pad = torch.rand(2, 6) > 0.3
+    torch.testing.assert_close(tt.compile(f)(x, pad), f(x, pad))
+    _no_fallbacks()
+
+
+def test_a_bool_tensor_at_unknown_indices_runs_in_torch():
+    def f(pad, i):
+        return pad[i, i].float() * 3.0
+
+    pad, i = torch.rand(4, 4) > 0.5, torch.tensor([3, 0, 1])
+    torch.testing.assert_close(tt.compile(f)(pad, i), f(pad, i))
+    rep = tt.last_report()
+    assert any("not known in range" in r for g in rep.graphs for r in g.runtime_fallbacks.values())

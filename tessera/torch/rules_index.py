@@ -176,3 +176,44 @@ def _index(node: torch.fx.Node, x: Any, indices: Any) -> TracedTensor:
     if dt == torch.bool:  # NaN (an index outside) is not a bool: torch raises there
         picked = ops.ne(picked, to(0.0, torch.float32))
     return ops.reshape(picked, [*x.shape[:d], *shape, *x.shape[e:]])
+
+
+def _float_or_bool_input(node: torch.fx.Node) -> str | None:
+    x = val(node.args[0])
+    return None if x.dtype in (*FLOAT_DTYPES, torch.bool) else f"{x.dtype} input"
+
+
+def _pick_along(x: TracedTensor, d: int, idx: np.ndarray) -> TracedTensor:
+    """``x`` picked along dim ``d`` at the in-range constant indices ``idx`` (1-D)."""
+    n = len(idx)
+    i = ops.constant(idx.astype(np.int64).reshape([1] * d + [n] + [1] * (x.ndim - d - 1)),
+                     ts_dtype(torch.int64))
+    dt = torch_dtype(x)
+    src = to(x, torch.float32) if dt == torch.bool else x
+    out = ops.take_along_axis(src, ops.broadcast_to(i, [*x.shape[:d], n, *x.shape[d + 1 :]]), d)
+    return ops.ne(out, to(0.0, torch.float32)) if dt == torch.bool else out
+
+
+@rule(aten.flip.default, check=_float_or_bool_input)
+def _flip(node: torch.fx.Node, x: Any, dims: Any) -> TracedTensor:
+    """``x`` reversed along ``dims`` (a ``cumsum``'s backward flips twice): a gather at
+    the constant indices ``n-1 .. 0`` of each dim."""
+    for d in sorted({int(d) % max(x.ndim, 1) for d in dims}):
+        if x.ndim and x.shape[d] > 1:
+            x = _pick_along(x, d, np.arange(x.shape[d])[::-1])
+    return x
+
+
+def _index_select_check(node: torch.fx.Node) -> str | None:
+    x, idx = val(node.args[0]), val(node.args[2])
+    if idx.dtype not in _INDEX_DTYPES or idx.dim() > 1:
+        return f"indices {idx.dtype}{list(idx.shape)}"
+    return None if x.dtype in FLOAT_DTYPES else f"{x.dtype} input (float tensors are translated)"
+
+
+@rule(aten.index_select.default, check=_index_select_check)
+def _index_select(node: torch.fx.Node, x: Any, dim: int, idx: Any) -> TracedTensor:
+    """``torch.index_select``: ``x[:, .., idx]`` along ``dim`` (its backward, ``index_add``,
+    decomposes to the accumulating ``index_put``)."""
+    d = int(dim) % max(x.ndim, 1)
+    return _index(node, x, [None] * d + [ops.reshape(idx, [math.prod(idx.shape)])])

@@ -252,3 +252,22 @@ def test_a_bool_tensor_at_unknown_indices_runs_in_torch():
     torch.testing.assert_close(tt.compile(f)(pad, i), f(pad, i))
     rep = tt.last_report()
     assert any("not known in range" in r for g in rep.graphs for r in g.runtime_fallbacks.values())
+
+
+def test_cumsum_backward_flips_and_index_select():
+    w = nn.Parameter(torch.randn(5))
+    x = torch.randn(3, 5)
+    idx = torch.tensor([4, 0, 0, 2])
+
+    def f(x):
+        return torch.cumsum(x * w, 1).flip(0) + torch.index_select(x * w, 1, idx).sum(-1, True)
+
+    out = tt.compile(f)(x)
+    out.pow(2).sum().backward()
+    g = w.grad.clone()
+    w.grad = None
+    ref = f(x)
+    ref.pow(2).sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(g, w.grad, rtol=1e-5, atol=1e-5)
+    _no_fallbacks()

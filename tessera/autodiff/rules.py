@@ -234,6 +234,8 @@ VJP_RULES.register(g.ErfOp)(
     _unary(lambda e, ct, x, y: e.mul(ct, e.mul(e.exp(e.neg(e.mul(x, x))), ERF_C)))
 )
 VJP_RULES.register(g.GeluOp)(_unary(lambda e, ct, x, y: e.mul(ct, _gelu_grad(e, x))))
+VJP_RULES.register(g.SinOp)(_unary(lambda e, ct, x, y: e.mul(ct, e.unary(g.CosOp, x))))
+VJP_RULES.register(g.CosOp)(_unary(lambda e, ct, x, y: e.neg(e.mul(ct, e.unary(g.SinOp, x)))))
 
 
 def _silu_grad(e: GraphEmitter, x: SSAValue) -> SSAValue:

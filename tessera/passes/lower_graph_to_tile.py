@@ -1244,6 +1244,8 @@ UNARY_SCALARS.register(g.SqrtOp)(_math(math.SqrtOp))
 UNARY_SCALARS.register(g.RsqrtOp)(_math(math.RsqrtOp))
 UNARY_SCALARS.register(g.TanhOp)(_math(math.TanhOp))
 UNARY_SCALARS.register(g.ErfOp)(_math(math.ErfOp))
+UNARY_SCALARS.register(g.SinOp)(_math(math.SinOp))
+UNARY_SCALARS.register(g.CosOp)(_math(math.CosOp))
 
 
 @UNARY_SCALARS.register(g.ReluOp)
@@ -1307,7 +1309,7 @@ TILE_LOWERINGS.register(
 )(_FunctionLowering.lower_binary)
 TILE_LOWERINGS.register(
     g.NegOp, g.AbsOp, g.ExpOp, g.LogOp, g.SqrtOp, g.RsqrtOp, g.TanhOp, g.ReluOp, g.GeluOp,
-    g.SiluOp, g.SigmoidOp, g.ErfOp,
+    g.SiluOp, g.SigmoidOp, g.ErfOp, g.SinOp, g.CosOp,
 )(_FunctionLowering.lower_unary)
 TILE_LOWERINGS.register(g.SelectOp)(_FunctionLowering.lower_select)
 TILE_LOWERINGS.register(g.CastOp)(_FunctionLowering.lower_cast)

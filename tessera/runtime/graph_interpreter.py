@@ -183,6 +183,8 @@ _UNARY: dict[type, Callable[[np.ndarray], np.ndarray]] = {
     g.SiluOp: lambda x: x * _sigmoid(x),
     g.SigmoidOp: _sigmoid,
     g.ErfOp: _erf,
+    g.SinOp: np.sin,
+    g.CosOp: np.cos,
 }
 
 _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -415,6 +417,16 @@ def run_sigmoid(interp: Interpreter, op: g.SigmoidOp, args: tuple[Any, ...]):
 
 @SEMANTICS.register(g.ErfOp)
 def run_erf(interp: Interpreter, op: g.ErfOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.SinOp)
+def run_sin(interp: Interpreter, op: g.SinOp, args: tuple[Any, ...]):
+    return _unary(op, args)
+
+
+@SEMANTICS.register(g.CosOp)
+def run_cos(interp: Interpreter, op: g.CosOp, args: tuple[Any, ...]):
     return _unary(op, args)
 
 

@@ -146,6 +146,8 @@ for _t, _f in (
     (aten.tanh.default, ops.tanh),
     (aten.sigmoid.default, ops.sigmoid),
     (aten.silu.default, ops.silu),
+    (aten.sin.default, ops.sin),
+    (aten.cos.default, ops.cos),
 ):
     rule(_t, check=float_only)(_unary(_f))
 rule(aten.relu.default)(_unary(ops.relu))
@@ -361,3 +363,27 @@ def _var_mean(
     axes = norm_dims(dims, x.ndim)
     var = _var(x, axes, _correction(correction, None), keepdim)
     return var, ops.mean(x, axis=tuple(axes), keepdims=keepdim)
+
+
+@rule(aten.cumsum.default)
+def _cumsum(node: torch.fx.Node, a: Any, dim: int, *, dtype: Any = None) -> TracedTensor:
+    """Inclusive prefix sums along ``dim`` in ``ceil(log2 n)`` steps (Hillis-Steele): step
+    ``k`` adds the sums so far shifted by ``2^k``. Integers are exact; floats add in a
+    tree order of the same terms (torch adds left to right), in f32 for 16-bit floats."""
+    out = out_dtype(node)
+    x = to(a, opmath_dtype(out))
+    if x.ndim == 0:
+        return to(x, out)
+    d = int(dim) % x.ndim
+    n = x.shape[d]
+    shift = 1
+    while shift < n:
+        lo = [0] * x.ndim
+        hi = list(x.shape)
+        hi[d] = n - shift
+        pad = list(x.shape)
+        pad[d] = shift
+        zeros = ops.broadcast_to(to(0, torch_dtype(x)), pad)
+        x = ops.add(x, ops.concat([zeros, ops.slice(x, lo, hi)], axis=d))
+        shift *= 2
+    return to(x, out)

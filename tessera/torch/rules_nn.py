@@ -596,8 +596,10 @@ def _flash(
         o, lse = flash_attention_fwd(q, kr, vr, scale=scale, causal=causal or kind == "causal")
     else:  # a general mask: the scores materialized, the log-sum-exp of the masked ones
         s = _masked_scores(q, kr, mask, causal, scale, _wide(q))
-        o = ops.matmul(ops.cast(ops.softmax(s, axis=-1), q.dtype), vr)
+        p, dead = _masked_softmax(s)
+        o = ops.matmul(ops.cast(p, q.dtype), vr)
         lse = ops.logsumexp(s, dim=-1)
+        lse = ops.where(ops.reshape(dead, list(lse.shape)), zeros_of(lse, lse.shape), lse)
     want = [int(d) for d in val(node)[1].shape]  # the op's own log-sum-exp layout
     if want == [*lse.shape, 1]:  # cuDNN: [..., Sq, 1]
         lse = ops.reshape(lse, want)
@@ -628,6 +630,16 @@ def _masked_scores(
     if mask is not None:
         s = ops.where(mask, s, ninf) if torch_dtype(mask) == torch.bool else ops.add(s, to(mask, dt))
     return s
+
+
+def _masked_softmax(s: TracedTensor) -> tuple[TracedTensor, TracedTensor]:
+    """(softmax of the masked scores over the last axis, the rows ``[..., Sq, 1]`` whose
+    scores are all ``-inf``): those rows (a left-padded sequence's padding queries) get
+    zeros, as torch's fused attention gives them a zero output and log-sum-exp, where
+    a plain softmax would give NaN that the next layer spreads to every query."""
+    dead = ops.eq(ops.max(s, axis=-1, keepdims=True), to(float("-inf"), torch_dtype(s)))
+    p = ops.softmax(ops.where(dead, zeros_of(s, s.shape), s), axis=-1)
+    return ops.where(dead, zeros_of(s, s.shape), p), dead
 
 
 def _sum_groups(x: TracedTensor, kv_heads: int) -> TracedTensor:
@@ -717,7 +729,7 @@ def attention(
     if kind is not None:  # no mask, or one known at trace time to be causal
         return ops.flash_attention(q, k, v, scale=scale, causal=causal or kind == "causal")
     s = _masked_scores(q, k, mask, causal, scale, torch_dtype(q))
-    return ops.matmul(ops.softmax(s, axis=-1), v)
+    return ops.matmul(_masked_softmax(s)[0], v)
 
 
 @rule(aten._scaled_dot_product_flash_attention_for_cpu.default, check=_sdpa_check)

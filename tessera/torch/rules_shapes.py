@@ -17,7 +17,7 @@ import torch.fx
 from tessera.frontend import ops
 from tessera.torch.aten_ops import (
     TracedTensor,
-    Unsupported,
+    dilate,
     int_list,
     norm_dims,
     out_dtype,
@@ -26,6 +26,7 @@ from tessera.torch.aten_ops import (
     to,
     torch_dtype,
     ts_dtype,
+    zeros_of,
 )
 
 aten = torch.ops.aten
@@ -73,6 +74,27 @@ def _expand(node: torch.fx.Node, a: Any, sizes: Sequence[Any], *, implicit: bool
     if tuple(shape) == a.shape:
         return a
     return ops.broadcast_to(a, shape)
+
+
+@rule(aten.repeat.default, compute=False)
+def _repeat(node: torch.fx.Node, a: Any, repeats: Sequence[Any]) -> TracedTensor:
+    """``a.repeat(*repeats)``: each dim ``d`` of size ``n`` repeated ``r`` times is a
+    broadcast of ``[1, n]`` to ``[r, n]`` read as ``r n`` (leading repeats add dims)."""
+    reps = int_list(repeats)
+    x = ops.reshape(a, [1] * (len(reps) - a.ndim) + list(a.shape)) if len(reps) > a.ndim else a
+    if all(r == 1 for r in reps):
+        return x
+    pairs = [v for n in x.shape for v in (1, n)]
+    wide = [v for r, n in zip(reps, x.shape) for v in (r, n)]
+    y = ops.broadcast_to(ops.reshape(x, pairs), wide)
+    return ops.reshape(y, [r * n for r, n in zip(reps, x.shape)])
+
+
+@rule(aten.copy.default, compute=False)
+def _copy(node: torch.fx.Node, dst: Any, src: Any, non_blocking: bool = False) -> TracedTensor:
+    """The functional ``copy``: ``src`` broadcast to ``dst``'s shape in its dtype."""
+    x = to(src, out_dtype(node))
+    return x if tuple(x.shape) == tuple(dst.shape) else ops.broadcast_to(x, list(dst.shape))
 
 
 @rule(aten.unsqueeze.default, aten.unsqueeze_copy.default, compute=False)
@@ -124,10 +146,10 @@ def _slice_scatter(
     node: torch.fx.Node, base: Any, src: Any, dim: int = 0, start: Any = None, end: Any = None,
     step: int = 1,
 ) -> TracedTensor:
-    if int(step) != 1:
-        raise Unsupported(f"slice_scatter with step {step}")
     d = int(dim) % base.ndim
-    s, e = slice_bounds(base.shape[d], start, end, 1)
+    s, e = slice_bounds(base.shape[d], start, end, int(step))
+    if int(step) != 1:
+        return _strided_scatter(base, to(src, torch_dtype(base)), d, s, int(step))
     parts = []
     for piece in ("before", "src", "after"):
         if piece == "src":
@@ -140,6 +162,25 @@ def _slice_scatter(
             lo[d], hi[d] = a, b
             parts.append(ops.slice(base, lo, hi))
     return parts[0] if len(parts) == 1 else ops.concat(parts, axis=d)
+
+
+def _strided_scatter(base: TracedTensor, src: TracedTensor, d: int, s: int, step: int) -> TracedTensor:
+    """``base`` with ``base[s::step][:m] = src`` along ``d`` (``m`` the length of ``src``
+    there): ``src`` spread out with ``step - 1`` zeros between elements, padded to the
+    length of ``base``, and picked where a constant mask of those positions is true."""
+    n, m = base.shape[d], src.shape[d]
+    if m == 0:
+        return base
+    spread = dilate(src, step, d)
+    parts = [zeros_of(src, [s if k == d else x for k, x in enumerate(src.shape)])] if s else []
+    parts.append(spread)
+    tail = n - s - spread.shape[d]
+    if tail:
+        parts.append(zeros_of(src, [tail if k == d else x for k, x in enumerate(src.shape)]))
+    placed = parts[0] if len(parts) == 1 else ops.concat(parts, axis=d)
+    mask = np.zeros([n if k == d else 1 for k in range(base.ndim)], dtype=bool)
+    mask.reshape(-1)[s : s + (m - 1) * step + 1 : step] = True
+    return ops.where(ops.constant(mask, ts_dtype(torch.bool)), placed, base)
 
 
 @rule(aten.select.int, aten.select_copy.int, compute=False)

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import tessera as ts  # noqa: E402
 import tessera.torch as tt  # noqa: E402
-from tests.torch.torch_models import MODELS, compare_training_step  # noqa: E402
+from tests.torch.torch_models import MODELS, MORE_MODELS, compare_training_step  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -94,6 +94,30 @@ def test_full_size_training_step_on_the_gpu(name):
     rep = tt.last_report()
     print(f"\n{name}:\n{rep}")
     assert not rep.runtime_fallbacks, str(rep)
+
+
+@pytest.mark.parametrize("name", ["llama", *MORE_MODELS])
+def test_tiny_transformers_padded_training_step_on_the_gpu(name):
+    """The tiny configurations of the CPU tests on CUDA, with a padded batch: rotary
+    sin/cos kernels, embeddings and their one-hot backward, strided slices, cumsum,
+    fully masked attention rows, in float32 against eager torch."""
+    try:
+        importlib.import_module("transformers")
+    except ImportError as e:
+        pytest.skip(f"transformers is not importable ({e}); install tessera[models]")
+    torch.manual_seed(0)
+    build = MODELS.get(name) or MORE_MODELS[name]
+    model, inputs = build("tiny", device="cuda")
+    model = model.cuda().train()
+    mask = torch.ones_like(inputs["input_ids"])
+    mask[0, :3] = 0
+    mask[1, -2:] = 0
+    fwd, grad = compare_training_step(model, {**inputs, "attention_mask": mask}, tt.compile)
+    assert fwd < 2e-3, f"{name} forward error {fwd:.3g}"
+    assert grad < 2e-3, f"{name} gradient error {grad:.3g}"
+    rep = tt.last_report()
+    assert not any(g.runtime_fallbacks for g in rep.graphs), str(rep)
+    assert all(g.tessera_calls >= 1 for g in rep.graphs), str(rep)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

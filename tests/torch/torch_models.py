@@ -145,6 +145,61 @@ def compare_training_step(
     return fwd, worst
 
 
+_SMALL = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+              vocab_size=64, max_position_embeddings=32)
+"""The shape of the tiny decoders below: 2 layers, hidden 32, 4 heads of 8, vocabulary 64."""
+
+
+def _tiny(model_cls: str, config_cls: str, **cfg: Any) -> Callable[..., tuple[Any, dict[str, Any]]]:
+    def build(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+        import transformers as T
+
+        if size != "tiny":
+            raise ValueError(f"{model_cls}: only the tiny configuration is built here")
+        config = getattr(T, config_cls)(**cfg)
+        return getattr(T, model_cls)(config), _lm_inputs(config.vocab_size, 2, 8, device)
+
+    return build
+
+
+_NO_DROPOUT = dict(attention_dropout=0.0, hidden_dropout=0.0)
+
+MORE_MODELS: dict[str, Callable[..., tuple[Any, dict[str, Any]]]] = {
+    "phi": _tiny("PhiForCausalLM", "PhiConfig", **_SMALL, partial_rotary_factor=0.5,
+                    resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0),
+    "gpt_neox": _tiny("GPTNeoXForCausalLM", "GPTNeoXConfig", **_SMALL, rotary_pct=0.25,
+                         **_NO_DROPOUT),
+    "gemma2": _tiny("Gemma2ForCausalLM", "Gemma2Config", **_SMALL, num_key_value_heads=1,
+                       head_dim=8, sliding_window=4),
+    "falcon": _tiny("FalconForCausalLM", "FalconConfig", num_hidden_layers=2, hidden_size=32,
+                       num_attention_heads=4, vocab_size=64, multi_query=True,
+                       new_decoder_architecture=False, **_NO_DROPOUT),
+    "gptj": _tiny("GPTJForCausalLM", "GPTJConfig", n_layer=2, n_embd=32, n_head=4,
+                     vocab_size=64, n_positions=32, rotary_dim=4, resid_pdrop=0.0,
+                     embd_pdrop=0.0, attn_pdrop=0.0),
+    "opt": _tiny("OPTForCausalLM", "OPTConfig", num_hidden_layers=2, hidden_size=32,
+                    ffn_dim=64, num_attention_heads=4, vocab_size=64, max_position_embeddings=32,
+                    word_embed_proj_dim=32, dropout=0.0, attention_dropout=0.0),
+    "bloom": _tiny("BloomForCausalLM", "BloomConfig", n_layer=2, hidden_size=32, n_head=4,
+                      vocab_size=64, **_NO_DROPOUT),
+    "t5": _tiny("T5ForConditionalGeneration", "T5Config", num_layers=1, num_decoder_layers=1,
+                   d_model=32, d_kv=8, d_ff=64, num_heads=4, vocab_size=64, dropout_rate=0.0,
+                   relative_attention_num_buckets=8, decoder_start_token_id=0, pad_token_id=0),
+    "bart": _tiny("BartForConditionalGeneration", "BartConfig", encoder_layers=1,
+                     decoder_layers=1, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                     encoder_attention_heads=4, decoder_attention_heads=4, vocab_size=64,
+                     max_position_embeddings=32, dropout=0.0, attention_dropout=0.0,
+                     activation_dropout=0.0),
+    "distilbert": _tiny("DistilBertForMaskedLM", "DistilBertConfig", n_layers=2, dim=32,
+                           hidden_dim=64, n_heads=4, vocab_size=64, max_position_embeddings=32,
+                           dropout=0.0, attention_dropout=0.0),
+}
+"""More ``transformers`` architectures, tiny configurations only (the CPU tests): rotary
+variants (partial, interleaved), learned and ALiBi positions, multi-query attention,
+soft-capping with sliding windows, encoder-decoders (one layer each side) and an
+encoder. (Mistral and Qwen2 are LLaMA's graph with other options: the sweep in
+docs/TORCH.md covers them.)"""
+
 MODELS: dict[str, Callable[..., tuple[Any, dict[str, Any]]]] = {
     "gpt2": gpt2, "llama": llama, "bert": bert, "mixtral": mixtral,
     "resnet50": resnet50, "vit_b16": vit_b16,

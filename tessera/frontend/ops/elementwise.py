@@ -185,10 +185,12 @@ _SCALAR_UNARY: dict[str, Any] = {
     "silu": lambda v: v / (1 + math.exp(-v)),
     "sigmoid": lambda v: 1 / (1 + math.exp(-v)),
     "erf": math.erf,
+    "sin": math.sin,
+    "cos": math.cos,
 }
 
 
-_INT_TO_FLOAT = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf"})
+_INT_TO_FLOAT = frozenset({"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos"})
 """Unary ops that take integer and bool tensors as ``f32`` (as torch does)."""
 
 
@@ -274,6 +276,18 @@ def erf(x: Any) -> TracedTensor:
     """Elementwise error function (``torch.erf``); integer and bool tensors are taken as
     ``f32``."""
     return _unary(g.ErfOp, "erf", x)
+
+
+def sin(x: Any) -> TracedTensor:
+    """Elementwise sine (radians, ``torch.sin``); integer and bool tensors are taken as
+    ``f32``."""
+    return _unary(g.SinOp, "sin", x)
+
+
+def cos(x: Any) -> TracedTensor:
+    """Elementwise cosine (radians, ``torch.cos``); integer and bool tensors are taken as
+    ``f32``."""
+    return _unary(g.CosOp, "cos", x)
 
 
 def round(x: Any) -> TracedTensor:  # noqa: A001

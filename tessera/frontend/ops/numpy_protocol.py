@@ -13,6 +13,7 @@ from tessera.frontend.ops.base import _tensor_arg
 from tessera.frontend.ops.elementwise import (
     abs,
     add,
+    cos,
     div,
     eq,
     exp,
@@ -27,6 +28,7 @@ from tessera.frontend.ops.elementwise import (
     ne,
     neg,
     pow,
+    sin,
     sqrt,
     sub,
     tanh,
@@ -56,6 +58,7 @@ def _ufunc_table() -> dict[str, Any]:
         "less": lt, "less_equal": le, "greater": gt, "greater_equal": ge, "equal": eq,
         "not_equal": ne, "negative": neg, "positive": lambda x: x, "absolute": abs,
         "exp": exp, "log": log, "sqrt": sqrt, "tanh": tanh,
+        "sin": sin, "cos": cos,
     }
 
 

@@ -304,6 +304,21 @@ class ErfOp(ElementwiseUnaryOp):
 
 
 @irdl_op_definition
+class SinOp(ElementwiseUnaryOp):
+    """Elementwise sine (radians), accurate for arguments of any size the kernels
+    reduce (see ``lower_tile_to_target.math_ops``)."""
+
+    name = "tgraph.sin"
+
+
+@irdl_op_definition
+class CosOp(ElementwiseUnaryOp):
+    """Elementwise cosine (radians)."""
+
+    name = "tgraph.cos"
+
+
+@irdl_op_definition
 class CastOp(IRDLOperation):
     """Elementwise conversion to the result's element type.
 

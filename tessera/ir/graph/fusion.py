@@ -43,6 +43,7 @@ from tessera.ir.graph.elementwise import (
     AbsOp,
     AddOp,
     CastOp,
+    CosOp,
     DivOp,
     EqOp,
     ErfOp,
@@ -64,6 +65,7 @@ from tessera.ir.graph.elementwise import (
     SelectOp,
     SigmoidOp,
     SiluOp,
+    SinOp,
     SqrtOp,
     SubOp,
     TanhOp,
@@ -84,7 +86,7 @@ from tessera.ir.graph.shape import (
 
 FUSIBLE_UNARY_OPS: tuple[type[IRDLOperation], ...] = (
     NegOp, AbsOp, ExpOp, LogOp, SqrtOp, RsqrtOp, TanhOp, ReluOp, GeluOp, SiluOp, SigmoidOp,
-    ErfOp, CastOp,
+    ErfOp, SinOp, CosOp, CastOp,
 )
 FUSIBLE_BINARY_OPS: tuple[type[IRDLOperation], ...] = (
     AddOp, SubOp, MulOp, DivOp, PowOp, MaximumOp, MinimumOp, LtOp, LeOp, GtOp, GeOp, EqOp, NeOp,

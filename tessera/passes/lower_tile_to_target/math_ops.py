@@ -1,11 +1,14 @@
-"""Lowerings of the ``math`` dialect: ``ex2`` / ``lg2`` / ``sin`` / ``cos`` approximations
-in f32, tanh and erf as polynomials, square roots, ``fma`` and ``powf``."""
+"""Lowerings of the ``math`` dialect: ``ex2`` / ``lg2`` approximations in f32, sine and
+cosine with an argument reduction (f32 and f64), tanh and erf as polynomials, square
+roots, ``fma`` and ``powf``."""
 
 from __future__ import annotations
 
+import math as _math
+
 from xdsl.dialects import math as mathd
 from xdsl.dialects.arith import FastMathFlag
-from xdsl.dialects.builtin import Float32Type, f32
+from xdsl.dialects.builtin import Float32Type, f32, f64
 from xdsl.ir import Operation, SSAValue
 
 from tessera.ir import target as tt
@@ -151,13 +154,13 @@ def _log_accurate(lw: KernelLowering, x: SSAValue, d: SSAValue) -> None:
     lw.emit(tt.SelpOp("f32", d, x, acc, special))
 
 
-@TARGET_LOWERINGS.register(mathd.ExpOp, mathd.Exp2Op, mathd.LogOp, mathd.Log2Op, mathd.SinOp, mathd.CosOp)
+@TARGET_LOWERINGS.register(mathd.ExpOp, mathd.Exp2Op, mathd.LogOp, mathd.Log2Op)
 def _transcendental(lw: KernelLowering, op: Operation) -> None:
     """``exp`` and ``log`` to 1-2 ulps (:func:`_exp_accurate`, :func:`_log_accurate`), an
     ``exp`` marked ``fastmath<afn>`` (the kernels' own: softmax, attention) as ``ex2.approx``
     of ``x log2 e``;
     ``exp2`` and ``log2`` as the ``approx`` instructions (what the softmax and attention
-    kernels' base-2 arithmetic is written for); ``sin`` / ``cos`` as ``approx``."""
+    kernels' base-2 arithmetic is written for)."""
     _f32_only(lw, op)
     x = lw.one(op.operands[0])
     d = lw.define(op.results[0])
@@ -169,12 +172,133 @@ def _transcendental(lw: KernelLowering, op: Operation) -> None:
         lw.emit(tt.Ex2Op("approx.f32", d, x))
     elif isinstance(op, mathd.LogOp):
         _log_accurate(lw, x, d)
-    elif isinstance(op, mathd.Log2Op):
-        lw.emit(tt.Lg2Op("approx.f32", d, x))
-    elif isinstance(op, mathd.SinOp):
-        lw.emit(tt.SinOp("approx.f32", d, x))
     else:
-        lw.emit(tt.CosOp("approx.f32", d, x))
+        lw.emit(tt.Lg2Op("approx.f32", d, x))
+
+
+TWO_OVER_PI = 0.6366197723675814
+
+PIO2_F32 = (1.5707963705062866, -4.371138828673793e-08, -1.7151245100058819e-15)
+"""``pi/2`` as a sum of three f32 numbers (each the f32 rounding of what the previous ones
+leave; the rest is 1.1e-23), for the Cody-Waite reduction ``r = x - k pi/2`` in f32 with
+``fma``: ``x - k C1`` is exact (both are multiples of 2^-23 and their difference is below
+2), the two other products add the low bits."""
+
+PIO2_F64 = (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)
+"""``pi/2`` as a sum of three f64 numbers (the rest is 5.6e-50), for the reduction in f64."""
+
+SIN_FAST_F32 = 131072.0
+"""Above this ``|x|`` (2^17) an f32 argument is reduced in f64 instead of f32: the f32
+reduction keeps ``k`` (up to 83,000) and its products exact, the f64 one does for any
+``k`` below 2^40."""
+
+SIN_DOMAIN = float(2**40)
+"""The largest ``|x|`` the kernels reduce (about 1.1e12 radians); above it sine and
+cosine are NaN rather than a wrong number (Payne-Hanek reduction is not implemented)."""
+
+SIN_F32 = (-1.0 / 6, 1.0 / 120, -1.0 / 5040, 1.0 / 362880)
+"""``sin r = r + r^3 S(r^2)`` on ``|r| <= pi/4``: the Taylor coefficients of ``S``, lowest
+first (truncation 2.5e-9 relative, below half an f32 ulp)."""
+
+COS_F32 = (1.0 / 24, -1.0 / 720, 1.0 / 40320, -1.0 / 3628800)
+"""``cos r = 1 - r^2/2 + r^4 C(r^2)`` on ``|r| <= pi/4`` (truncation 1.2e-10)."""
+
+SIN_F64 = tuple((-1.0) ** n / _math.factorial(2 * n + 1) for n in range(1, 9))
+"""``S`` in f64: to ``r^17`` (truncation 1.1e-19 relative)."""
+
+COS_F64 = tuple((-1.0) ** n / _math.factorial(2 * n) for n in range(2, 10))
+"""``C`` in f64: to ``r^18`` (truncation 3.3e-21)."""
+
+
+def _reduce_f64(lw: KernelLowering, x: SSAValue, r: SSAValue, q: SSAValue) -> SSAValue:
+    """``r = x - k pi/2`` and ``q = k mod 4`` (into existing registers) for the f64 ``x``,
+    ``k`` the integer nearest ``x 2/pi``; returns ``k``."""
+    j, k, nk, t, m = (lw.reg("f64") for _ in range(5))
+    lw.emit(tt.MulOp("rn.f64", j, x, lw.imm(TWO_OVER_PI, f64)))
+    lw.emit(tt.CvtOp("rni.f64.f64", k, [j]))
+    lw.emit(tt.NegOp("f64", nk, k))
+    lw.emit(tt.FmaOp("rn.f64", r, nk, lw.imm(PIO2_F64[0], f64), x))
+    for c in PIO2_F64[1:]:
+        lw.emit(tt.FmaOp("rn.f64", r, nk, lw.imm(c, f64), r))
+    lw.emit(tt.MulOp("rn.f64", t, k, lw.imm(0.25, f64)))
+    lw.emit(tt.CvtOp("rmi.f64.f64", t, [t]))
+    lw.emit(tt.FmaOp("rn.f64", m, t, lw.imm(-4.0, f64), k))  # k - 4 floor(k/4), exact
+    lw.emit(tt.CvtOp("rzi.s32.f64", q, [m]))
+    return k
+
+
+@TARGET_LOWERINGS.register(mathd.SinOp, mathd.CosOp)
+def _sin_cos(lw: KernelLowering, op: Operation) -> None:
+    """Sine and cosine in f32 or f64 to about 1 ulp for ``|x| <= SIN_DOMAIN``.
+
+    Cody-Waite reduction ``r = x - k pi/2`` with ``k`` the integer nearest ``x 2/pi``
+    (``pi/2`` in three parts, :data:`PIO2_F32` / :data:`PIO2_F64`; f32 arguments above
+    :data:`SIN_FAST_F32` branch to the reduction in f64), then ``sin r`` or ``cos r`` by
+    the quadrant ``k mod 4`` (cosine is sine a quadrant on) from Taylor polynomials on
+    ``|r| <= pi/4``. ``k = 0`` keeps ``r = x``; ``sin(+-0) = +-0``; NaN, the
+    infinities and ``|x| > SIN_DOMAIN`` give NaN. ``sin.approx`` is not used: it is
+    accurate only near ``[-pi, pi]``."""
+    ty = float_type(op.results[0].type)
+    if ty not in ("f32", "f64"):
+        raise lw.fail(op, f"only f32 and f64 are lowered, got {op.results[0].type}")
+    fty = f32 if ty == "f32" else f64
+    x = lw.one(op.operands[0])
+    d = lw.define(op.results[0])
+    r, q = lw.reg(ty), lw.reg("b32")
+    ax = lw.reg(ty)
+    lw.emit(tt.AbsOp(ty, ax, x))
+    if ty == "f32":
+        j, k, nk = lw.reg("f32"), lw.reg("f32"), lw.reg("f32")
+        lw.emit(tt.MulOp("rn.f32", j, x, lw.imm(TWO_OVER_PI, f32)))
+        lw.emit(tt.CvtOp("rni.f32.f32", k, [j]))
+        lw.emit(tt.NegOp("f32", nk, k))
+        lw.emit(tt.FmaOp("rn.f32", r, nk, lw.imm(PIO2_F32[0], f32), x))
+        for c in PIO2_F32[1:]:
+            lw.emit(tt.FmaOp("rn.f32", r, nk, lw.imm(c, f32), r))
+        lw.emit(tt.CvtOp("rzi.s32.f32", q, [k]))
+        big = lw.reg("pred")
+        lw.emit(tt.SetpOp("gt.f32", big, ax, lw.imm(SIN_FAST_F32, f32)))
+        done = lw.label("sincos_reduced")
+        lw.emit(tt.BraOp(done, big, negate=True))
+        xd, rd = lw.reg("f64"), lw.reg("f64")
+        lw.emit(tt.CvtOp("f64.f32", xd, [x]))
+        _reduce_f64(lw, xd, rd, q)
+        lw.emit(tt.CvtOp("rn.f32.f64", r, [rd]))
+        lw.emit(tt.LabelOp(done))
+    else:
+        k = _reduce_f64(lw, x, r, q)
+    k0 = lw.reg("pred")
+    lw.emit(tt.SetpOp(f"eq.{ty}", k0, k, lw.imm(0.0, fty)))
+    lw.emit(tt.SelpOp(ty, r, x, r, k0))
+    if isinstance(op, mathd.CosOp):
+        lw.emit(tt.AddOp("s32", q, q, lw.imm(1)))
+    r2, rr2 = lw.reg(ty), lw.reg(ty)
+    lw.emit(tt.MulOp(f"rn.{ty}", r2, r, r))
+    lw.emit(tt.MulOp(f"rn.{ty}", rr2, r2, r))
+    sin_c, cos_c = (SIN_F32, COS_F32) if ty == "f32" else (SIN_F64, COS_F64)
+    s = lw.reg(ty)
+    lw.emit(tt.FmaOp(f"rn.{ty}", s, rr2, _horner(lw, sin_c, r2, ty), r))
+    r4, c, c0 = lw.reg(ty), lw.reg(ty), lw.reg(ty)
+    lw.emit(tt.MulOp(f"rn.{ty}", r4, r2, r2))
+    lw.emit(tt.FmaOp(f"rn.{ty}", c0, r2, lw.imm(-0.5, fty), lw.imm(1.0, fty)))
+    lw.emit(tt.FmaOp(f"rn.{ty}", c, r4, _horner(lw, cos_c, r2, ty), c0))
+    bit = lw.reg("b32")
+    odd, neg = lw.reg("pred"), lw.reg("pred")
+    lw.emit(tt.AndOp("b32", bit, q, lw.imm(1)))
+    lw.emit(tt.SetpOp("ne.b32", odd, bit, lw.imm(0)))
+    lw.emit(tt.AndOp("b32", bit, q, lw.imm(2)))
+    lw.emit(tt.SetpOp("ne.b32", neg, bit, lw.imm(0)))
+    v, nv = lw.reg(ty), lw.reg(ty)
+    lw.emit(tt.SelpOp(ty, v, c, s, odd))
+    lw.emit(tt.NegOp(ty, nv, v))
+    lw.emit(tt.SelpOp(ty, v, nv, v, neg))
+    if isinstance(op, mathd.SinOp):  # sin(+-0) = +-0 (the polynomial's fma gives +0)
+        zero = lw.reg("pred")
+        lw.emit(tt.SetpOp(f"eq.{ty}", zero, x, lw.imm(0.0, fty)))
+        lw.emit(tt.SelpOp(ty, v, x, v, zero))
+    out = lw.reg("pred")
+    lw.emit(tt.SetpOp(f"gt.{ty}", out, ax, lw.imm(SIN_DOMAIN, fty)))
+    lw.emit(tt.SelpOp(ty, d, lw.imm(float("nan"), fty), v, out))
 
 
 @TARGET_LOWERINGS.register(mathd.TanhOp)
@@ -231,12 +355,13 @@ ERF_ONE = 3.92
 """Above this ``erfc(x) < 2.3e-8``, so ``erf(x)`` rounds to 1 in f32."""
 
 
-def _horner(lw: KernelLowering, coeffs: tuple[float, ...], t: SSAValue) -> SSAValue:
-    """``sum coeffs[k] t^k`` by Horner's rule with ``fma.rn.f32``."""
-    p = lw.reg("f32")
-    lw.emit(tt.MovOp("f32", p, lw.imm(coeffs[-1], f32)))
+def _horner(lw: KernelLowering, coeffs: tuple[float, ...], t: SSAValue, ty: str = "f32") -> SSAValue:
+    """``sum coeffs[k] t^k`` by Horner's rule with ``fma.rn`` in ``ty`` (f32 or f64)."""
+    fty = f32 if ty == "f32" else f64
+    p = lw.reg(ty)
+    lw.emit(tt.MovOp(ty, p, lw.imm(coeffs[-1], fty)))
     for c in reversed(coeffs[:-1]):
-        lw.emit(tt.FmaOp("rn.f32", p, p, t, lw.imm(c, f32)))
+        lw.emit(tt.FmaOp(f"rn.{ty}", p, p, t, lw.imm(c, fty)))
     return p
 
 

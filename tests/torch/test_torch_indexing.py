@@ -1,0 +1,273 @@
+"""Rules the ``transformers`` decoders need beyond the core layers: rotary embeddings
+(``sin``/``cos``), token embeddings and their backward (``index_put`` with
+``accumulate=True``), against eager torch on fresh random inputs, with the report saying
+nothing fell back."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import tessera.torch as tt
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _train_step(model: nn.Module, *inputs: torch.Tensor):
+    ref_model = copy.deepcopy(model)
+    out = tt.compile(model)(*inputs)
+    ref = ref_model(*inputs)
+    out.double().pow(2).sum().backward()
+    ref.double().pow(2).sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for (n, p), (_, q) in zip(model.named_parameters(), ref_model.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5, msg=n)
+
+
+class _Rotary(nn.Module):
+    """A LLaMA-style rotary embedding of a projection, positions up to ``seq``."""
+
+    def __init__(self, dim: int = 16, base: float = 10000.0):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        self.register_buffer("inv", 1.0 / base ** (torch.arange(0, dim, 2).float() / dim))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        ang = pos[:, None].float() * self.inv[None, :]
+        emb = torch.cat([ang, ang], -1)
+        q = self.proj(x)
+        half = q.shape[-1] // 2
+        rot = torch.cat([-q[..., half:], q[..., :half]], -1)
+        return q * emb.cos() + rot * emb.sin()
+
+
+def test_rotary_embedding_at_large_positions_has_no_graph_break():
+    torch.manual_seed(0)
+    pos = torch.randint(0, 20000, (12,))  # angles of thousands of radians
+    _train_step(_Rotary(), torch.randn(12, 16), pos)
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not any(g.runtime_fallbacks for g in rep.graphs), str(rep)
+
+
+def test_sin_cos_in_float64_and_their_gradients():
+    x = (torch.rand(5, 7, dtype=torch.float64) - 0.5) * 2e4
+    w = nn.Parameter(torch.randn(7, dtype=torch.float64))
+    out = tt.compile(lambda t: torch.sin(t * w) * torch.cos(t) + torch.cos(w))(x)
+    out.sum().backward()
+    g = w.grad.clone()
+    w.grad = None
+    ref = torch.sin(x * w) * torch.cos(x) + torch.cos(w)
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g, w.grad, rtol=1e-9, atol=1e-9)
+    assert not tt.last_report().fallback_ops
+
+
+class _Embed(nn.Module):
+    def __init__(self, vocab: int = 11, dim: int = 6, padding_idx: int | None = None):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim, padding_idx=padding_idx)
+        self.fc = nn.Linear(dim, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.emb(ids)).tanh()
+
+
+@pytest.mark.parametrize("padding_idx", [None, 2])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=str)
+def test_embedding_and_its_backward_with_repeated_ids(padding_idx, dtype):
+    torch.manual_seed(0)
+    ids = torch.tensor([[1, 2, 2, 10], [0, 2, 1, 1], [5, 5, 5, 2]], dtype=dtype)  # repeats
+    _train_step(_Embed(padding_idx=padding_idx), ids)
+    rep = tt.last_report()
+    assert not rep.fallback_ops, str(rep)
+    assert sum(g.tessera_calls for g in rep.graphs) >= 2  # the forward and the backward
+
+
+def test_embedding_index_outside_the_table_is_nan_not_a_value():
+    emb = nn.Embedding(5, 3)
+    with torch.no_grad():
+        out = tt.compile(emb)(torch.tensor([0, 4, 5]))
+    assert torch.isnan(out[2]).all() and not torch.isnan(out[:2]).any()
+
+
+def test_index_put_accumulate_with_negative_and_outside_indices():
+    x = torch.randn(6, 2, 3)
+    v = torch.randn(4, 2, 3)
+
+    def f(x, idx, v):
+        return torch.index_put(x, (idx,), v, accumulate=True) * 2.0
+
+    idx = torch.tensor([1, -1, 1, 0])  # -1 is the last row, as in torch
+    got = tt.compile(f)(x, idx, v)
+    torch.testing.assert_close(got, f(x, idx, v), rtol=1e-6, atol=1e-6)
+    assert not tt.last_report().fallback_ops
+    torch._dynamo.reset()
+    bad = tt.compile(f)(x, torch.tensor([1, 6, 0, 0]), v)  # torch raises
+    assert torch.isnan(bad).all()
+
+
+def test_index_put_without_accumulate_stays_in_torch():
+    def f(x, idx, v):
+        return torch.index_put(x, (idx,), v) + 1.0
+
+    x, v, idx = torch.randn(5, 2), torch.randn(2, 2), torch.tensor([3, 1])
+    torch.testing.assert_close(tt.compile(f)(x, idx, v), f(x, idx, v))
+    rep = tt.last_report()
+    assert rep.fallback_ops["aten.index_put.default"] == 1
+    reason = next(g.fallback_reasons["aten.index_put.default"] for g in rep.graphs
+                  if "aten.index_put.default" in g.fallback_reasons)
+    assert "accumulate=False" in reason
+
+
+@pytest.mark.parametrize("start,end,step", [(0, None, 2), (1, None, 2), (1, 7, 3), (2, 3, 4)])
+def test_strided_slice_and_its_backward(start, end, step):
+    """GPT-J's interleaved rotary takes ``x[..., ::2]`` and ``x[..., 1::2]``: the backward
+    of a strided slice is a strided ``slice_scatter``."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 8)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, x):
+            h = self.lin(x)
+            return h[..., start:end:step].sin() * 3.0
+
+    _train_step(M(), torch.randn(3, 4))
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not any(g.runtime_fallbacks for g in rep.graphs), str(rep)
+
+
+def _no_fallbacks() -> None:
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not any(g.runtime_fallbacks for g in rep.graphs), str(rep)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cumsum_of_masks_and_floats(dim):
+    """OPT and RoBERTa number positions by a cumulative sum of the attention mask."""
+    mask = (torch.rand(3, 37) > 0.3).long()
+    w = nn.Parameter(torch.randn(37))
+
+    def f(m, x):
+        pos = torch.cumsum(m, dim=dim) * m
+        return pos.float() + torch.cumsum(x * w, dim=dim)
+
+    x = torch.randn(3, 37)
+    got = tt.compile(f)(mask, x)
+    torch.testing.assert_close(got, f(mask, x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.cumsum(mask, dim=dim) * mask,
+                               (got - torch.cumsum(x * w, dim=dim)).round().long())
+    _no_fallbacks()
+    got.sum().backward()  # the backward of a cumsum is a flipped cumsum
+    g = w.grad.clone()
+    w.grad = None
+    f(mask, x).sum().backward()
+    torch.testing.assert_close(g, w.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_repeat_copy_and_index_by_one_tensor():
+    """GPT-J and BLOOM ``repeat``; T5 and BART shift the labels right with a slice
+    assignment (``copy``); Falcon picks heads with ``x[:, :, [k]]``."""
+    torch.manual_seed(0)
+    lin = nn.Linear(5, 12)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, x, ids):
+            h = self.lin(x).view(2, 3, 4)  # [2, 3, 4]
+            r = h.repeat(2, 1, 3)  # [4, 3, 12]
+            shifted = ids.new_zeros(ids.shape)
+            shifted[:, 1:] = ids[:, :-1].clone()
+            picked = h[:, :, torch.tensor([3, -1, 0])]  # [2, 3, 3]
+            rows = h[torch.tensor([[1, 0], [1, 1]])]  # [2, 2, 3, 4]
+            return (r.sum(-1, keepdim=True)[:2, :, :1] * shifted[:, :1, None].float()
+                    + picked.sum(-1, keepdim=True) + rows.sum(0)[..., :1])
+
+    _train_step(M(), torch.randn(2, 5), torch.randint(0, 9, (2, 3)))
+    _no_fallbacks()
+
+
+def test_fully_masked_query_rows_give_zeros_as_torch():
+    """A left-padded sequence's padding queries see no key: torch's fused attention gives
+    them a zero output (and gradient) where a softmax would give NaN, which the next
+    layer's attention would then spread to every query of the sequence."""
+    torch.manual_seed(0)
+    proj = nn.Linear(8, 8)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = proj
+
+        def forward(self, x, keep):
+            q = self.proj(x).view(2, 5, 2, 4).transpose(1, 2)
+            bias = torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))
+            o = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=bias)
+            return torch.nn.functional.scaled_dot_product_attention(o, o, o) * 2.0
+
+    keep = torch.ones(2, 1, 5, 5, dtype=torch.bool).tril()
+    keep[0, :, :, :2] = False  # row 0 left-padded by two: queries 0 and 1 see nothing
+    keep[0, :, 0, 0] = keep[0, :, 1, 1] = False
+    _train_step(M(), torch.randn(2, 5, 8), keep)
+    _no_fallbacks()
+
+
+def test_index_by_several_tensors_and_a_bool_mask():
+    """``transformers`` builds its padding masks as ``mask[batch_idx, kv_idx]`` from
+    ``arange``s: a bool tensor picked at indices the trace knows."""
+
+    def f(x, pad):
+        b = torch.arange(2)[:, None, None]
+        kv = torch.arange(6)[None, None, :]
+        keep = pad[b, kv]  # [2, 1, 6] bool
+        rows = x[torch.tensor([[1], [0]]), torch.tensor([2, -1, 0])]  # [2, 3, 4]
+        return torch.where(keep, x[:, :1, :1].expand(2, 1, 6), 0.0).sum(-1, keepdim=True) + rows
+
+    x = torch.randn(2, 6, 4)
+    pad = torch.rand(2, 6) > 0.3
+    torch.testing.assert_close(tt.compile(f)(x, pad), f(x, pad))
+    _no_fallbacks()
+
+
+def test_a_bool_tensor_at_unknown_indices_runs_in_torch():
+    def f(pad, i):
+        return pad[i, i].float() * 3.0
+
+    pad, i = torch.rand(4, 4) > 0.5, torch.tensor([3, 0, 1])
+    torch.testing.assert_close(tt.compile(f)(pad, i), f(pad, i))
+    rep = tt.last_report()
+    assert any("not known in range" in r for g in rep.graphs for r in g.runtime_fallbacks.values())
+
+
+def test_cumsum_backward_flips_and_index_select():
+    w = nn.Parameter(torch.randn(5))
+    x = torch.randn(3, 5)
+    idx = torch.tensor([4, 0, 0, 2])
+
+    def f(x):
+        return torch.cumsum(x * w, 1).flip(0) + torch.index_select(x * w, 1, idx).sum(-1, True)
+
+    out = tt.compile(f)(x)
+    out.pow(2).sum().backward()
+    g = w.grad.clone()
+    w.grad = None
+    ref = f(x)
+    ref.pow(2).sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(g, w.grad, rtol=1e-5, atol=1e-5)
+    _no_fallbacks()

@@ -128,6 +128,25 @@ def test_index_put_without_accumulate_stays_in_torch():
     assert "accumulate=False" in reason
 
 
+def test_index_put_past_the_one_hot_limit_stays_in_torch(monkeypatch):
+    """A table x positions product past ``ONEHOT_LIMIT`` (GPT-2's embedding backward at
+    full size would be a 1.6 GB one-hot matrix) is left to torch, counted, with why."""
+    from tessera.torch import rules_index
+
+    monkeypatch.setattr(rules_index, "ONEHOT_LIMIT", 23)
+
+    def f(x, idx, v):
+        return torch.index_put(x, (idx,), v, accumulate=True) * 2.0
+
+    x, v, idx = torch.randn(6, 2), torch.randn(4, 2), torch.tensor([1, 5, 1, 0])
+    torch.testing.assert_close(tt.compile(f)(x, idx, v), f(x, idx, v))
+    rep = tt.last_report()
+    assert rep.fallback_ops["aten.index_put.default"] == 1
+    reason = next(g.fallback_reasons["aten.index_put.default"] for g in rep.graphs
+                  if "aten.index_put.default" in g.fallback_reasons)
+    assert "one-hot" in reason
+
+
 @pytest.mark.parametrize("start,end,step", [(0, None, 2), (1, None, 2), (1, 7, 3), (2, 3, 4)])
 def test_strided_slice_and_its_backward(start, end, step):
     """GPT-J's interleaved rotary takes ``x[..., ::2]`` and ``x[..., 1::2]``: the backward

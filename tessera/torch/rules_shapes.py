@@ -18,6 +18,7 @@ from tessera.frontend import ops
 from tessera.torch.aten_ops import (
     TracedTensor,
     Unsupported,
+    dilate,
     int_list,
     norm_dims,
     out_dtype,
@@ -26,6 +27,7 @@ from tessera.torch.aten_ops import (
     to,
     torch_dtype,
     ts_dtype,
+    zeros_of,
 )
 
 aten = torch.ops.aten
@@ -124,9 +126,9 @@ def _slice_scatter(
     node: torch.fx.Node, base: Any, src: Any, dim: int = 0, start: Any = None, end: Any = None,
     step: int = 1,
 ) -> TracedTensor:
-    if int(step) != 1:
-        raise Unsupported(f"slice_scatter with step {step}")
     d = int(dim) % base.ndim
+    if int(step) != 1:
+        return _strided_slice_scatter(base, src, d, start, end, int(step))
     s, e = slice_bounds(base.shape[d], start, end, 1)
     parts = []
     for piece in ("before", "src", "after"):
@@ -140,6 +142,37 @@ def _slice_scatter(
             lo[d], hi[d] = a, b
             parts.append(ops.slice(base, lo, hi))
     return parts[0] if len(parts) == 1 else ops.concat(parts, axis=d)
+
+
+def _strided_slice_scatter(
+    base: TracedTensor, src: Any, d: int, start: Any, end: Any, step: int
+) -> TracedTensor:
+    """``base`` with ``base[start:end:step]`` along ``d`` replaced by ``src``: ``src``
+    spread to every ``step``-th row (zeros between) and selected where the rows lie."""
+    if step < 1:
+        raise Unsupported(f"slice_scatter with step {step}")
+    n = base.shape[d]
+    s, e = slice_bounds(n, start, end, 1)
+    rows = np.arange(s, e, step)
+    if rows.size == 0:
+        return base
+    x = dilate(to(src, torch_dtype(base)), step, d)
+    before, after = int(rows[0]), n - int(rows[-1]) - 1
+    parts = []
+    for width, piece in ((before, None), (None, x), (after, None)):
+        if piece is not None:
+            parts.append(piece)
+        elif width > 0:
+            shape = list(x.shape)
+            shape[d] = width
+            parts.append(zeros_of(x, shape))
+    spread = ops.concat(parts, axis=d) if len(parts) > 1 else parts[0]
+    mask = np.zeros(n, dtype=np.bool_)
+    mask[rows] = True
+    shape = [1] * base.ndim
+    shape[d] = n
+    keep = ops.constant(mask.reshape(shape), ts_dtype(torch.bool))
+    return ops.where(keep, spread, base)
 
 
 @rule(aten.select.int, aten.select_copy.int, compute=False)

@@ -1,4 +1,5 @@
-"""ATen rules: ``index.Tensor`` with one integer index tensor, as a gather.
+"""ATen rules: ``index.Tensor`` with one integer index tensor, as a gather, and its
+gradient ``index_put(..., accumulate=True)``, as a one-hot product.
 
 Vision transformers (Swin, BEiT, LeViT) read their relative position bias as
 ``table[index]``, with ``index`` an int64 buffer: ``aten.index.Tensor(table, [index])``.
@@ -7,6 +8,12 @@ With one index tensor at dim ``d`` (the other entries ``None``), the result is
 with the flattened index broadcast over the other dims, then a reshape. Negative
 indices count from the end, as in torch. An index outside the dim reads NaN (torch
 raises), so a bad index is never a silent finite value.
+
+The gradient of such a read is ``index_put`` with ``accumulate=True`` on dim 0: each
+row of the target gets the sum of the values whose index names it, which is the
+product of the index's one-hot matrix (transposed) with the values: deterministic, no
+atomics; it is translated while that matrix has at most :data:`MAX_ONE_HOT` elements
+(a position-bias table, not a large vocabulary).
 
 The rules register themselves in :data:`tessera.torch.aten_ops.RULES` when this module
 is imported (``aten_ops`` imports it).
@@ -18,11 +25,21 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.fx
 
 from tessera.frontend import ops
-from tessera.torch.aten_ops import FLOAT_DTYPES, TracedTensor, rule, to, torch_dtype, val
+from tessera.torch.aten_ops import (
+    FLOAT_DTYPES,
+    TracedTensor,
+    opmath_dtype,
+    rule,
+    to,
+    torch_dtype,
+    ts_dtype,
+    val,
+)
 
 aten = torch.ops.aten
 
@@ -59,4 +76,57 @@ def _index(node: torch.fx.Node, x: Any, indices: Sequence[Any]) -> TracedTensor:
     return ops.reshape(got, [*x.shape[:d], *idx.shape, *x.shape[d + 1:]])
 
 
-__all__: list[str] = []
+MAX_ONE_HOT = 1 << 22
+"""The most elements (index entries x rows of the target) an ``index_put`` is
+translated with: its one-hot matrix."""
+
+
+def _index_put_check(node: torch.fx.Node) -> str | None:
+    base, indices, values = node.args[0], list(node.args[1]), node.args[2]
+    accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+    if not accumulate:
+        return "accumulate=False (duplicate indices would race)"
+    if len(indices) != 1 or indices[0] is None:
+        return "an index other than one tensor on dim 0"
+    b, idx, v = val(base), val(indices[0]), val(values)
+    if idx.dtype not in (torch.int64, torch.int32):
+        return f"{idx.dtype} index"
+    if b.dtype not in FLOAT_DTYPES or v.dtype != b.dtype:
+        return f"{v.dtype} values into a {b.dtype} tensor"
+    if not all(isinstance(s, int) for s in (*b.shape, *idx.shape, *v.shape)):
+        return "symbolic shape"
+    if list(v.shape) != [*idx.shape, *b.shape[1:]]:
+        return f"values of shape {list(v.shape)} (broadcast values)"
+    if idx.numel() * b.shape[0] > MAX_ONE_HOT:
+        return f"a one-hot matrix of {idx.numel()} x {b.shape[0]}"
+    return None
+
+
+@rule(aten.index_put.default, check=_index_put_check)
+def _index_put(
+    node: torch.fx.Node, base: Any, indices: Sequence[Any], values: Any, accumulate: bool = False,
+) -> TracedTensor:
+    """``base.index_put_((index,), values, accumulate=True)``: the values of each row
+    summed by the product with the index's one-hot matrix, ``base + onehot(index)ᵀ @
+    values``, in f32 for 16-bit values. An index outside the dim makes the result NaN
+    (torch raises)."""
+    idx = indices[0]
+    t = base.shape[0]
+    m = math.prod(idx.shape)
+    rest = math.prod(base.shape[1:])
+    dt = torch_dtype(base)
+    wide = opmath_dtype(dt)
+    flat = ops.reshape(idx, [m, 1])
+    it = torch_dtype(flat)
+    flat = ops.where(ops.lt(flat, to(0, it)), ops.add(flat, to(t, it)), flat)
+    rows = ops.constant(np.arange(t, dtype=ts_dtype(it).np_dtype).reshape(1, t), ts_dtype(it))
+    hot = to(ops.eq(flat, rows), wide)  # [m, t]
+    v = ops.reshape(to(values, wide), [m, rest])
+    summed = ops.matmul(hot, v, transpose_a=True)  # [t, rest]
+    missing = ops.sum(ops.sub(to(1.0, wide), ops.sum(hot, axis=1)))  # indices out of range
+    bad = ops.where(ops.gt(missing, to(0.0, wide)), to(float("nan"), wide), to(0.0, wide))
+    out = ops.add(ops.add(to(ops.reshape(base, [t, rest]), wide), summed), bad)
+    return to(ops.reshape(out, list(base.shape)), dt)
+
+
+__all__ = ["MAX_ONE_HOT"]

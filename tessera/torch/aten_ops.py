@@ -232,7 +232,10 @@ def has_rule(target: Any) -> bool:
 
 
 # the rule modules register their rules in RULES on import
-from tessera.torch import rules_elementwise, rules_loss, rules_index, rules_nn, rules_pool, rules_shapes, rules_views  # noqa: E402, F401, I001, E501
+from tessera.torch import (  # noqa: E402, F401, I001
+    rules_activations, rules_elementwise, rules_index, rules_loss, rules_nn, rules_pool,
+    rules_shapes, rules_views,
+)
 
 __all__ = [
     "RULES", "Rule", "Unsupported", "SUPPORTED_DTYPES", "FLOAT_DTYPES", "has_rule", "rule", "val",

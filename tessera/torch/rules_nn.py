@@ -116,6 +116,39 @@ def _native_layer_norm(
 
 
 
+def _group_norm_check(node: torch.fx.Node) -> str | None:
+    x = val(node.args[0])
+    if not all(isinstance(d, int) for d in x.shape) or x.dim() < 2:
+        return "symbolic or rank-1 input"
+    return float_only_index(node, 0)
+
+
+@rule(aten.native_group_norm.default, check=_group_norm_check)
+def _native_group_norm(
+    node: torch.fx.Node, a: Any, w: Any, b: Any, n: Any, c: Any, hw: Any, group: Any, eps: float
+) -> tuple[TracedTensor, TracedTensor, TracedTensor]:
+    """``[N, C, *]`` as ``[N, G, C/G * prod(*)]`` rows: each row's mean and 1/std (in
+    f32 for 16-bit inputs), the normalized rows, then the per-channel affine."""
+    x = a
+    dt = torch_dtype(x)
+    wide = opmath_dtype(dt)
+    g = int(group)
+    nn_, cc = x.shape[0], x.shape[1]
+    rows = ops.reshape(to(x, wide), [nn_, g, math.prod(x.shape) // (nn_ * g)])
+    mean = ops.mean(rows, axis=2, keepdims=True)
+    d = ops.sub(rows, mean)
+    var = ops.mean(ops.mul(d, d), axis=2, keepdims=True)
+    rstd = ops.rsqrt(ops.add(var, to(float(eps), wide)))
+    y = ops.reshape(ops.mul(d, rstd), list(x.shape))
+    shp = [1, cc, *([1] * (x.ndim - 2))]
+    if w is not None:
+        y = ops.mul(y, ops.reshape(to(w, wide), shp))
+    if b is not None:
+        y = ops.add(y, ops.reshape(to(b, wide), shp))
+    return (to(y, dt), to(ops.reshape(mean, [nn_, g]), out_dtype(node, 1)),
+            to(ops.reshape(rstd, [nn_, g]), out_dtype(node, 2)))
+
+
 def _bn_shape(x: TracedTensor) -> list[int]:
     return [1, x.shape[1], *([1] * (x.ndim - 2))]
 

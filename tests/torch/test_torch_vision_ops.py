@@ -187,3 +187,33 @@ def test_as_strided_of_a_channels_last_result_reads_torch_storage():
 
     torch.testing.assert_close(tt.compile(fn)(x), fn(x))
     assert _fallbacks()["aten.as_strided.default"] == 1
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_group_norm_with_affine_parameters(groups):
+    """``native_group_norm`` (PoolFormer's GroupNorm1 is one group): the forward, the
+    input's and the weight's and bias's gradients (the backward is decomposed)."""
+    torch.manual_seed(6)
+    norm = torch.nn.GroupNorm(groups, 4).double()
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+    w, b = norm.weight.detach(), norm.bias.detach()
+    _check(lambda x, w, b: F.group_norm(x, groups, w, b, 1e-5),
+           torch.randn(2, 4, 5, 7, dtype=torch.float64), w, b)
+
+
+ACTIVATIONS = {
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.2),
+    "clamp_tensor_bounds": lambda x: torch.clamp(x, min=x.mean(), max=x.amax(1, keepdim=True) * 0.5),
+    "vector_norm_2": lambda x: torch.linalg.vector_norm(x, dim=(1, 2)),
+    "vector_norm_1": lambda x: torch.linalg.vector_norm(x, ord=1, dim=-1, keepdim=True),
+    "vector_norm_inf": lambda x: torch.linalg.vector_norm(x, ord=float("inf"), dim=1),
+    "normalize": lambda x: F.normalize(x, dim=1),
+}
+
+
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_activations_clamps_and_norms(name):
+    torch.manual_seed(7)
+    _check(ACTIVATIONS[name], torch.randn(2, 4, 5, 6, dtype=torch.float64))

@@ -9,8 +9,8 @@ with the flattened index broadcast over the other dims, then a reshape. Negative
 indices count from the end, as in torch. An index outside the dim reads NaN (torch
 raises), so a bad index is never a silent finite value.
 
-The gradient of such a read is ``index_put`` with ``accumulate=True`` on dim 0: each
-row of the target gets the sum of the values whose index names it, which is the
+The gradient of such a read is ``index_put`` with ``accumulate=True`` and the same one
+index tensor: each row of the target (along the indexed dim) gets the sum of the values whose index names it, which is the
 product of the index's one-hot matrix (transposed) with the values: deterministic, no
 atomics; it is translated while that matrix has at most :data:`MAX_ONE_HOT` elements
 (a position-bias table, not a large vocabulary).
@@ -86,19 +86,21 @@ def _index_put_check(node: torch.fx.Node) -> str | None:
     accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
     if not accumulate:
         return "accumulate=False (duplicate indices would race)"
-    if len(indices) != 1 or indices[0] is None:
-        return "an index other than one tensor on dim 0"
-    b, idx, v = val(base), val(indices[0]), val(values)
+    used = [k for k, i in enumerate(indices) if i is not None]
+    if len(used) != 1:
+        return f"{len(used)} index tensors"
+    d = used[0]
+    b, idx, v = val(base), val(indices[d]), val(values)
     if idx.dtype not in (torch.int64, torch.int32):
         return f"{idx.dtype} index"
     if b.dtype not in FLOAT_DTYPES or v.dtype != b.dtype:
         return f"{v.dtype} values into a {b.dtype} tensor"
     if not all(isinstance(s, int) for s in (*b.shape, *idx.shape, *v.shape)):
         return "symbolic shape"
-    if list(v.shape) != [*idx.shape, *b.shape[1:]]:
+    if list(v.shape) != [*b.shape[:d], *idx.shape, *b.shape[d + 1:]]:
         return f"values of shape {list(v.shape)} (broadcast values)"
-    if idx.numel() * b.shape[0] > MAX_ONE_HOT:
-        return f"a one-hot matrix of {idx.numel()} x {b.shape[0]}"
+    if idx.numel() * b.shape[d] > MAX_ONE_HOT:
+        return f"a one-hot matrix of {idx.numel()} x {b.shape[d]}"
     return None
 
 
@@ -106,11 +108,17 @@ def _index_put_check(node: torch.fx.Node) -> str | None:
 def _index_put(
     node: torch.fx.Node, base: Any, indices: Sequence[Any], values: Any, accumulate: bool = False,
 ) -> TracedTensor:
-    """``base.index_put_((index,), values, accumulate=True)``: the values of each row
-    summed by the product with the index's one-hot matrix, ``base + onehot(index)ᵀ @
-    values``, in f32 for 16-bit values. An index outside the dim makes the result NaN
-    (torch raises)."""
-    idx = indices[0]
+    """``base.index_put_((None, ..., index), values, accumulate=True)``: the values of
+    each row summed by the product with the index's one-hot matrix, ``base +
+    onehot(index)ᵀ @ values`` with the indexed dim moved first, in f32 for 16-bit values.
+    An index outside the dim makes the result NaN (torch raises)."""
+    d = next(k for k, i in enumerate(indices) if i is not None)
+    idx = indices[d]
+    k = idx.ndim
+    if d:  # the indexed dim first, in the base and in the values
+        base = ops.transpose(base, [d, *range(d), *range(d + 1, base.ndim)])
+        values = ops.transpose(values, [*range(d, d + k), *range(d),
+                                        *range(d + k, values.ndim)])
     t = base.shape[0]
     m = math.prod(idx.shape)
     rest = math.prod(base.shape[1:])
@@ -125,8 +133,11 @@ def _index_put(
     summed = ops.matmul(hot, v, transpose_a=True)  # [t, rest]
     missing = ops.sum(ops.sub(to(1.0, wide), ops.sum(hot, axis=1)))  # indices out of range
     bad = ops.where(ops.gt(missing, to(0.0, wide)), to(float("nan"), wide), to(0.0, wide))
-    out = ops.add(ops.add(to(ops.reshape(base, [t, rest]), wide), summed), bad)
-    return to(ops.reshape(out, list(base.shape)), dt)
+    out = to(ops.reshape(ops.add(ops.add(to(ops.reshape(base, [t, rest]), wide), summed), bad),
+                         list(base.shape)), dt)
+    if d:
+        out = ops.transpose(out, [*range(1, d + 1), 0, *range(d + 1, out.ndim)])
+    return out
 
 
 __all__ = ["MAX_ONE_HOT"]

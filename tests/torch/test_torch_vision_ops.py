@@ -166,7 +166,9 @@ def test_table_read_by_index_and_its_gradient():
         return t[i.view(-1)].view(5, 5, -1).permute(2, 0, 1) * 3
 
     _check(fn, table, index)
-    _check(lambda t, i: t[:, i] + 1, table.t().contiguous(), index[:2], grad=False)
+    # LeViT's attention_biases[:, idxs]: a 2-D index on dim 1, and its gradient
+    _check(lambda t, i: t[:, i] * 2, table.t().contiguous(), index[:2])
+    _check(lambda t, i: t[:, :, i].sum(-1), torch.randn(2, 3, 13, dtype=torch.float64), index)
 
 
 def test_table_read_out_of_range_is_nan():

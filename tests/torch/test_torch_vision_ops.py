@@ -219,3 +219,11 @@ ACTIVATIONS = {
 def test_activations_clamps_and_norms(name):
     torch.manual_seed(7)
     _check(ACTIVATIONS[name], torch.randn(2, 4, 5, 6, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("shifts,dims", [((1, -2), (2, 3)), (3, 1), (-7, None), ((2, 9), (2, 3))])
+def test_roll(shifts, dims):
+    """``torch.roll`` (Swin's shifted windows) is kept whole and translated, forward and
+    backward (a roll back)."""
+    torch.manual_seed(8)
+    _check(lambda x: torch.roll(x * 2, shifts, dims), torch.randn(2, 3, 4, 5, dtype=torch.float64))

@@ -142,10 +142,11 @@ def densenet(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
 
 
 def swin(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
-    """Swin-T: window attention, torch.roll shifts, a relative position bias table read
-    by index."""
+    """Swin-T: window attention, shifted windows (``torch.roll`` and an attention mask
+    in the second block of the first stage), a relative position bias table read by
+    index."""
     return _timm("swin_tiny_patch4_window7_224", size, device,
-                 {"img_size": 32, "window_size": 4, "embed_dim": 16, "depths": (1, 1),
+                 {"img_size": 32, "window_size": 4, "embed_dim": 16, "depths": (2, 2),
                   "num_heads": (2, 4)}, **_NO_DROP)
 
 

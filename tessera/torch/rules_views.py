@@ -1,5 +1,5 @@
-"""ATen rules: strided views of a tensor's storage (``as_strided``, its scatter) and
-``copy``.
+"""ATen rules: strided views of a tensor's storage (``as_strided``, its scatter),
+``copy`` and uninitialized tensors (``empty``, ``new_empty_strided``).
 
 AOTAutograd leaves ``as_strided`` where a view's strides matter to torch (a
 ``keepdim`` mean viewed with channels-last strides, the gradient of a squeezed view).
@@ -159,6 +159,24 @@ def _copy(node: torch.fx.Node, dst: Any, src: Any, non_blocking: bool = False) -
     s = to(src, dt)
     shape = list(dst.shape)
     return s if list(s.shape) == shape else ops.broadcast_to(s, shape)
+
+
+def _empty_check(node: torch.fx.Node) -> str | None:
+    v = val(node)
+    if not all(isinstance(d, int) for d in v.shape):
+        return "symbolic shape"
+    return None
+
+
+@rule(aten.new_empty_strided.default, aten.empty_strided.default, aten.new_empty.default,
+      aten.empty.memory_format, check=_empty_check)
+def _empty(node: torch.fx.Node, *args: Any, **kwargs: Any) -> TracedTensor:
+    """A fresh tensor whose values torch leaves unspecified (a buffer the graph then
+    overwrites, as the backward of a strided slice assignment does): zeros, a constant of
+    the program."""
+    v = val(node)
+    z = to(0, out_dtype(node))
+    return z if v.dim() == 0 else ops.broadcast_to(z, [int(d) for d in v.shape])
 
 
 __all__ = ["storage_indices", "MAX_RUNS"]

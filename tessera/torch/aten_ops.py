@@ -10,11 +10,11 @@ Type promotion is explicit here, since Tessera has none: each rule casts its
 operands to the dtype torch computes in (the node's result dtype, or the
 promoted dtype of the operands for comparisons) before emitting the op.
 
-The rules themselves live in :mod:`rules_elementwise`, :mod:`rules_index`,
-:mod:`rules_loss`, :mod:`rules_nn` and :mod:`rules_shapes`, which this module imports at
-its end.
+The rules themselves live in :mod:`rules_elementwise`, :mod:`rules_nn` and
+:mod:`rules_shapes`, which this module imports at its end.
 
-Ops without a rule (advanced indexing, sort/topk, random ops...) are not translated: the partitioner leaves them to
+Ops without a rule (gather/index/scatter, sort/topk, cumulative sums,
+random ops, sin/cos...) are not translated: the partitioner leaves them to
 eager torch and counts them. A rule that discovers at trace time that it cannot
 translate its node raises :class:`Unsupported`, and its partition runs in torch.
 """
@@ -232,7 +232,10 @@ def has_rule(target: Any) -> bool:
 
 
 # the rule modules register their rules in RULES on import
-from tessera.torch import rules_elementwise, rules_index, rules_loss, rules_nn, rules_shapes  # noqa: E402, F401, I001
+from tessera.torch import (  # noqa: E402, F401, I001
+    rules_activations, rules_elementwise, rules_index, rules_loss, rules_nn, rules_pool,
+    rules_shapes, rules_views,
+)
 
 __all__ = [
     "RULES", "Rule", "Unsupported", "SUPPORTED_DTYPES", "FLOAT_DTYPES", "has_rule", "rule", "val",

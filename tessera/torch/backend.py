@@ -35,13 +35,16 @@ def _decompositions() -> dict[Any, Callable[..., Any]]:
     # Kept whole: it becomes flash_attention(_fwd). (Its decomposition also hands the
     # attention weights to the fused backward in place of the log-sum-exp.)
     del table[aten._scaled_dot_product_flash_attention_for_cpu.default]
+    # Kept whole: two slices and a concat per rolled dim (decomposed, it is an fmod of
+    # an arange and an index_select, which stay in torch)
+    del table[aten.roll.default]
     table.update(ATTENTION_BACKWARDS)
     return table
 
 
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = _decompositions()
-"""The core ATen decompositions, with CPU flash attention kept whole and the fused
-attention backwards replaced (:data:`tessera.torch.attention.ATTENTION_BACKWARDS`)."""
+"""The core ATen decompositions, with CPU flash attention and ``roll`` kept whole and the
+fused attention backwards replaced (:data:`tessera.torch.attention.ATTENTION_BACKWARDS`)."""
 
 _GRAPH_IDS = itertools.count()
 

@@ -98,14 +98,66 @@ def unsupported_reason(node: torch.fx.Node) -> str | None:
     return None
 
 
+STORAGE_OPS = frozenset({aten.as_strided.default, aten.as_strided_copy.default,
+                         aten.as_strided_scatter.default})
+"""Ops whose meaning depends on their operand's storage (strides, offset), not only its
+values."""
+
+
+def _dense_own(t: Any) -> bool:
+    """``t`` (a fake tensor) lays out its elements densely (any order of strides) in a
+    storage of exactly its size from offset 0: a copy of its values into
+    ``torch.empty_strided(t.shape, t.stride())`` is the same storage."""
+    if not isinstance(t, torch.Tensor) or not all(isinstance(d, int) for d in t.shape):
+        return False
+    try:
+        nbytes = t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return False
+    return (t.storage_offset() == 0 and torch._prims_common.is_non_overlapping_and_dense_or_false(t)
+            and nbytes == t.numel() * t.element_size())
+
+
+def storage_constraints(gm: torch.fx.GraphModule) -> tuple[dict[str, str], set[str]]:
+    """What the torch-side storage ops of ``gm`` need from Tessera: a Tessera result is a
+    fresh contiguous tensor, so an operand of an untranslated :data:`STORAGE_OPS` node
+    (or of a view leading to it) that torch has as a strided view or in another layout
+    would be read wrongly. Returns the nodes that must stay in torch (a view of another
+    tensor's storage), with why, and the names of the nodes whose Tessera result must be
+    given the fake tensor's strides (a dense layout such as channels-last)."""
+    keep: dict[str, str] = {}
+    restride: set[str] = set()
+    todo = [n for n in gm.graph.nodes
+            if n.op == "call_function" and n.target in STORAGE_OPS and unsupported_reason(n)]
+    seen: set[torch.fx.Node] = set()
+    while todo:
+        node = todo.pop()
+        for a in node.all_input_nodes:
+            if a in seen or a.op != "call_function":
+                continue
+            seen.add(a)
+            fake = a.meta.get("val")
+            if not isinstance(fake, torch.Tensor) or (
+                fake.is_contiguous() and _dense_own(fake)
+            ):
+                continue  # Tessera's contiguous result is torch's storage
+            if _dense_own(fake):
+                restride.add(a.name)
+            else:  # a view of a larger storage: computed in torch, from its own operands
+                keep[a.name] = f"a strided view read by {op_name(node.target)} in torch"
+                todo.append(a)
+    return keep, restride
+
+
 class _Support(OperatorSupportBase):
-    def __init__(self, reasons: dict[str, str]):
+    def __init__(self, reasons: dict[str, str], keep: dict[str, str] | None = None):
         self.reasons = reasons
+        self.keep = keep or {}
 
     def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
         if node.op != "call_function":
             return False
-        reason = unsupported_reason(node)
+        reason = self.keep.get(node.name) or unsupported_reason(node)
         if reason is not None:
             self.reasons[node.name] = reason
             return False
@@ -127,7 +179,8 @@ def _is_eager_op(node: torch.fx.Node) -> bool:
 def partition(gm: torch.fx.GraphModule, name: str, report: GraphReport) -> torch.fx.GraphModule:
     """Replace the translatable parts of ``gm`` by :class:`TesseraPartition` modules."""
     reasons: dict[str, str] = {}  # node name -> why a node with a rule was not translated
-    support = _Support(reasons)
+    keep, restride = storage_constraints(gm)
+    support = _Support(reasons, keep)
     report.aten_ops = sum(1 for n in gm.graph.nodes if _is_eager_op(n))
     partitioner = CapabilityBasedPartitioner(
         gm, support, allows_single_node_partition=True
@@ -157,7 +210,7 @@ def partition(gm: torch.fx.GraphModule, name: str, report: GraphReport) -> torch
                 1 for m in sub.graph.nodes
                 if m.op == "call_function" and m.target is not operator.getitem
             )
-            mod = TesseraPartition(f"{name}_p{count}", sub, report)
+            mod = TesseraPartition(f"{name}_p{count}", sub, report, restride)
             setattr(fused, n.target, mod)
             count += 1
     report.partitions = count
@@ -177,7 +230,8 @@ def _views_to_reshapes(gm: torch.fx.GraphModule) -> None:
 class TesseraPartition(torch.nn.Module):
     """One translated sub-graph, run as a Tessera compiled function of its inputs."""
 
-    def __init__(self, name: str, gm: torch.fx.GraphModule, report: GraphReport):
+    def __init__(self, name: str, gm: torch.fx.GraphModule, report: GraphReport,
+                 restride: set[str] | frozenset[str] = frozenset()):
         super().__init__()
         self.name = name
         self.gm = gm
@@ -187,6 +241,8 @@ class TesseraPartition(torch.nn.Module):
         out = next(n for n in gm.graph.nodes if n.op == "output")
         self._single = isinstance(out.args[0], torch.fx.Node)
         self._out_nodes = [out.args[0]] if self._single else list(out.args[0])
+        # results that a storage op in torch reads: given the fake tensor's strides
+        self._restride = [i for i, n in enumerate(self._out_nodes) if n.name in restride]
         self._out_specs: list[tuple[Any, torch.Size, torch.device] | None] | None = None
 
     def _body(self, *args: Any) -> tuple[TracedTensor, ...]:
@@ -236,6 +292,11 @@ class TesseraPartition(torch.nn.Module):
             and r.shape == spec[1] and r.device == spec[2] else self._check(n, r)
             for n, r, spec in zip(self._out_nodes, results, specs)
         ]
+        for i in self._restride:
+            fake = self._out_nodes[i].meta["val"]
+            outs[i] = torch.empty_strided(
+                tuple(fake.shape), fake.stride(), dtype=outs[i].dtype, device=outs[i].device
+            ).copy_(outs[i])
         self.report.tessera_calls += 1
         return outs[0] if self._single else tuple(outs)
 
@@ -275,4 +336,5 @@ def _static(a: Any) -> Any:
     return a
 
 
-__all__ = ["partition", "TesseraPartition", "unsupported_reason", "op_name"]
+__all__ = ["partition", "TesseraPartition", "unsupported_reason", "op_name", "storage_constraints",
+           "STORAGE_OPS"]

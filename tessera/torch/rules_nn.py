@@ -116,6 +116,39 @@ def _native_layer_norm(
 
 
 
+def _group_norm_check(node: torch.fx.Node) -> str | None:
+    x = val(node.args[0])
+    if not all(isinstance(d, int) for d in x.shape) or x.dim() < 2:
+        return "symbolic or rank-1 input"
+    return float_only_index(node, 0)
+
+
+@rule(aten.native_group_norm.default, check=_group_norm_check)
+def _native_group_norm(
+    node: torch.fx.Node, a: Any, w: Any, b: Any, n: Any, c: Any, hw: Any, group: Any, eps: float
+) -> tuple[TracedTensor, TracedTensor, TracedTensor]:
+    """``[N, C, *]`` as ``[N, G, C/G * prod(*)]`` rows: each row's mean and 1/std (in
+    f32 for 16-bit inputs), the normalized rows, then the per-channel affine."""
+    x = a
+    dt = torch_dtype(x)
+    wide = opmath_dtype(dt)
+    g = int(group)
+    nn_, cc = x.shape[0], x.shape[1]
+    rows = ops.reshape(to(x, wide), [nn_, g, math.prod(x.shape) // (nn_ * g)])
+    mean = ops.mean(rows, axis=2, keepdims=True)
+    d = ops.sub(rows, mean)
+    var = ops.mean(ops.mul(d, d), axis=2, keepdims=True)
+    rstd = ops.rsqrt(ops.add(var, to(float(eps), wide)))
+    y = ops.reshape(ops.mul(d, rstd), list(x.shape))
+    shp = [1, cc, *([1] * (x.ndim - 2))]
+    if w is not None:
+        y = ops.mul(y, ops.reshape(to(w, wide), shp))
+    if b is not None:
+        y = ops.add(y, ops.reshape(to(b, wide), shp))
+    return (to(y, dt), to(ops.reshape(mean, [nn_, g]), out_dtype(node, 1)),
+            to(ops.reshape(rstd, [nn_, g]), out_dtype(node, 2)))
+
+
 def _bn_shape(x: TracedTensor) -> list[int]:
     return [1, x.shape[1], *([1] * (x.ndim - 2))]
 
@@ -413,145 +446,6 @@ def _convolution_backward(
     return gx, gw, gb
 
 
-def _pool_params(kernel: Any, stride: Any, padding: Any) -> tuple[list[int], list[int], list[int]]:
-    k = int_list(kernel) if len(kernel) == 2 else int_list(kernel) * 2
-    st = int_list(stride) if stride else k
-    st = st if len(st) == 2 else st * 2
-    pd = int_list(padding) if not isinstance(padding, int) else [padding, padding]
-    pd = pd if len(pd) == 2 else pd * 2
-    return k, st, pd
-
-
-def _max_pool_check(node: torch.fx.Node) -> str | None:
-    args = list(node.args)
-    backward = node.target is aten.max_pool2d_with_indices_backward.default
-    x = args[1] if backward else args[0]
-    rest = args[2:] if backward else args[1:]
-    dilation = rest[3] if len(rest) > 3 else 1
-    ceil_mode = rest[4] if len(rest) > 4 else False
-    if len(val(x).shape) != 4:
-        return "not a batched 2-D pooling"
-    if any(int(d) != 1 for d in ([dilation] if isinstance(dilation, int) else dilation)):
-        return f"dilation={dilation}"
-    if ceil_mode:
-        return "ceil_mode"
-    return None if val(x).dtype in FLOAT_DTYPES else f"{val(x).dtype} input"
-
-
-def _pool_windows(
-    x: TracedTensor, k: list[int], st: list[int], pd: list[int]
-) -> tuple[list[tuple[int, int, TracedTensor]], int, int]:
-    """The k×k strided views of ``x`` padded with -inf, in torch's scan order, and the
-    output size."""
-    n, c, h, w = x.shape
-    ho = (h + 2 * pd[0] - k[0]) // st[0] + 1
-    wo = (w + 2 * pd[1] - k[1]) // st[1] + 1
-    xp = x
-    for axis, p in ((2, pd[0]), (3, pd[1])):
-        if p:
-            shape = list(xp.shape)
-            shape[axis] = p
-            edge = ops.broadcast_to(to(float("-inf"), torch_dtype(x)), shape)
-            xp = ops.concat([edge, xp, edge], axis=axis)
-    wins = []
-    for i in range(k[0]):
-        for j in range(k[1]):
-            lo = [0, 0, i, j]
-            hi = [n, c, i + st[0] * (ho - 1) + 1, j + st[1] * (wo - 1) + 1]
-            wins.append((i, j, ops.slice(xp, lo, hi, [1, 1, st[0], st[1]])))
-    return wins, ho, wo
-
-
-def _first_max(
-    wins: list[tuple[int, int, TracedTensor]], out: TracedTensor
-) -> list[tuple[int, int, TracedTensor]]:
-    """Per window offset, where it holds the maximum first in scan order (torch's index)."""
-    taken: TracedTensor | None = None
-    hits = []
-    for i, j, win in wins:
-        hit = ops.eq(win, out)
-        if taken is not None:
-            hit = ops.where(taken, False, hit)
-            taken = ops.where(hit, True, taken)
-        else:
-            taken = hit
-        hits.append((i, j, hit))
-    return hits
-
-
-@rule(aten.max_pool2d_with_indices.default, check=_max_pool_check)
-def _max_pool(
-    node: torch.fx.Node, x: Any, kernel: Any, stride: Any = (), padding: Any = 0,
-    dilation: Any = 1, ceil_mode: bool = False,
-) -> tuple[TracedTensor, TracedTensor]:
-    k, st, pd = _pool_params(kernel, stride, padding)
-    wins, ho, wo = _pool_windows(x, k, st, pd)
-    out = wins[0][2]
-    for _, _, win in wins[1:]:
-        out = ops.maximum(out, win)
-    w = x.shape[3]
-    idx = to(0, torch.int64)
-    for i, j, hit in reversed(_first_max(wins, out)):
-        rows = (np.arange(ho) * st[0] + i - pd[0])[:, None]
-        cols = (np.arange(wo) * st[1] + j - pd[1])[None, :]
-        flat = ops.constant((rows * w + cols).astype(np.int64), ts_dtype(torch.int64))
-        idx = ops.where(hit, flat, idx)
-    return out, idx
-
-
-@rule(aten.max_pool2d_with_indices_backward.default, check=_max_pool_check)
-def _max_pool_backward(
-    node: torch.fx.Node, grad: Any, x: Any, kernel: Any, stride: Any, padding: Any,
-    dilation: Any, ceil_mode: bool, indices: Any,
-) -> TracedTensor:
-    """The gradient goes to the first maximum of each window (recomputed from ``x``,
-    which is where ``indices`` points), summed where windows overlap."""
-    k, st, pd = _pool_params(kernel, stride, padding)
-    wins, ho, wo = _pool_windows(x, k, st, pd)
-    out = wins[0][2]
-    for _, _, win in wins[1:]:
-        out = ops.maximum(out, win)
-    dt = torch_dtype(x)
-    g = to(grad, dt)
-    n, c, h, w = x.shape
-    # input row r = ho*s + i - p is row q = r // s of phase r % s: tap i adds its window's
-    # gradient to phase (i - p) % s, shifted by (i - p) // s rows. The taps are summed on
-    # the phases' (output-sized) grids, which are interleaved once at the end.
-    size = [(-(-h // st[0])), (-(-w // st[1]))]  # rows of phase 0
-    phases: dict[tuple[int, int], TracedTensor] = {}
-    for i, j, hit in _first_max(wins, out):
-        part = ops.where(hit, g, to(0.0, dt))
-        for axis, off in ((2, i - pd[0]), (3, j - pd[1])):
-            part = _shift(part, axis, off // st[axis - 2], size[axis - 2])
-        key = ((i - pd[0]) % st[0], (j - pd[1]) % st[1])
-        phases[key] = part if key not in phases else ops.add(phases[key], part)
-    zero = None
-    rows = []
-    for a in range(st[0]):
-        cols = []
-        for b in range(st[1]):
-            ph = phases.get((a, b))
-            if ph is None:
-                zero = zero if zero is not None else zeros_of(g, [n, c, *size])
-                ph = zero
-            cols.append(ops.reshape(ph, [n, c, size[0], 1, size[1], 1]))
-        rows.append(ops.concat(cols, axis=5) if len(cols) > 1 else cols[0])
-    full = ops.concat(rows, axis=3) if len(rows) > 1 else rows[0]
-    full = ops.reshape(full, [n, c, size[0] * st[0], size[1] * st[1]])
-    return take(take(full, 2, 0, h), 3, 0, w)
-
-
-def _shift(x: TracedTensor, axis: int, d: int, size: int) -> TracedTensor:
-    """``y[q] = x[q - d]`` along ``axis`` for ``q`` in ``[0, size)``, 0 outside ``x``."""
-    lo, hi = max(0, -d), min(x.shape[axis], size - d)
-    if hi <= lo:
-        shape = list(x.shape)
-        shape[axis] = size
-        return zeros_of(x, shape)
-    x = take(x, axis, lo, hi)
-    return _pad_zeros(x, axis, max(0, d), size - max(0, d) - (hi - lo))
-
-
 def _sdpa_check_at(dropout_at: int, lse: bool = False) -> Check:
     """The check of a fused attention op whose dropout is positional argument
     ``dropout_at``; ``lse``: its log-sum-exp (result 1) may be used too."""
@@ -765,22 +659,3 @@ def _sdpa_cudnn(
     scale: Any = None,
 ) -> tuple[TracedTensor, ...]:
     return _flash(node, q, k, v, bool(is_causal), scale, attn_bias)
-
-
-@rule(aten._adaptive_avg_pool2d.default)
-def _adaptive_avg_pool(node: torch.fx.Node, x: Any, size: Sequence[int]) -> TracedTensor:
-    if int_list(size) != [1, 1]:
-        h, w = x.shape[-2:]
-        if int_list(size) != [h, w]:
-            raise Unsupported(f"adaptive_avg_pool2d to {list(size)}")
-        return x
-    return ops.mean(x, axis=(x.ndim - 2, x.ndim - 1), keepdims=True)
-
-
-@rule(aten._adaptive_avg_pool2d_backward.default)
-def _adaptive_avg_pool_backward(node: torch.fx.Node, grad: Any, x: Any) -> TracedTensor:
-    h, w = x.shape[-2:]
-    if grad.shape[-2:] != (1, 1):
-        raise Unsupported("adaptive_avg_pool2d backward to a size other than 1x1")
-    g = ops.div(grad, to(h * w, torch_dtype(grad)))
-    return ops.broadcast_to(g, x.shape)

@@ -183,6 +183,35 @@ def _strided_scatter(base: TracedTensor, src: TracedTensor, d: int, s: int, step
     return ops.where(ops.constant(mask, ts_dtype(torch.bool)), placed, base)
 
 
+@rule(aten.roll.default, compute=False)
+def _roll(node: torch.fx.Node, a: Any, shifts: Any, dims: Any = ()) -> TracedTensor:
+    """``torch.roll``: per dim, the last ``shift`` rows moved to the front (two slices and
+    a concat); without dims, the flattened tensor rolled and reshaped back."""
+    sh = [int(shifts)] if isinstance(shifts, int) else int_list(shifts)
+    ds = [int(dims)] if isinstance(dims, int) else int_list(dims)
+    x = a
+    if not ds:
+        flat = ops.reshape(x, [int(np.prod(x.shape))])
+        return ops.reshape(_roll_axis(flat, 0, sh[0]), list(x.shape))
+    for s, d in zip(sh, ds):
+        x = _roll_axis(x, d % x.ndim, s)
+    return x
+
+
+def _roll_axis(x: TracedTensor, d: int, shift: int) -> TracedTensor:
+    n = x.shape[d]
+    k = shift % n if n else 0
+    if k == 0:
+        return x
+    lo, hi = [0] * x.ndim, list(x.shape)
+    hi[d] = n - k
+    head = ops.slice(x, lo, hi)
+    lo2 = [0] * x.ndim
+    lo2[d] = n - k
+    tail = ops.slice(x, lo2, list(x.shape))
+    return ops.concat([tail, head], axis=d)
+
+
 @rule(aten.select.int, aten.select_copy.int, compute=False)
 def _select(node: torch.fx.Node, a: Any, dim: int, index: int) -> TracedTensor:
     d = int(dim) % a.ndim

@@ -184,3 +184,39 @@ def test_cross_entropy_loss_and_gradient_on_the_gpu(n, c, dtype):
     assert tt.last_report().graph_breaks == 0
     none = torch.full_like(t, -100)
     assert torch.isnan(compiled(x.detach(), none))
+
+
+def _vision_ops():
+    import torch.nn.functional as F
+
+    table_index = torch.randint(-13, 13, (25,), device="cuda")
+    return {
+        "avg_pool_ceil_pad_excluded": (
+            lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), 11),
+        "max_pool_ceil": (lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True), 10),
+        "adaptive_7_of_33": (lambda x: F.adaptive_avg_pool2d(x, 7), 33),
+        "adaptive_3_of_8": (lambda x: F.adaptive_avg_pool2d(x, 3), 8),
+        "table_read": (lambda x: x.reshape(-1, 13)[table_index].sum(), 13),
+    }
+
+
+@pytest.mark.parametrize("name", ["avg_pool_ceil_pad_excluded", "max_pool_ceil", "adaptive_7_of_33",
+                                  "adaptive_3_of_8", "table_read"])
+def test_vision_op_rules_on_the_gpu(name):
+    """The pooling and table-read rules (tests/torch/test_torch_vision_ops.py on the CPU)
+    run as Tessera kernels on CUDA tensors, forward and backward, in float32."""
+    torch.manual_seed(0)
+    fn, hw = _vision_ops()[name]
+    x = torch.randn(2, 3, hw, hw, device="cuda", requires_grad=True)
+    ref_x = x.detach().clone().requires_grad_()
+    out = tt.compile(fn)(x)
+    ref = fn(ref_x)
+    assert out.is_cuda
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    w = torch.randn_like(ref)
+    out.backward(w)
+    ref.backward(w)
+    torch.testing.assert_close(x.grad, ref_x.grad, rtol=1e-5, atol=1e-5)
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
+    assert all(g.tessera_calls >= 1 for g in rep.graphs), str(rep)

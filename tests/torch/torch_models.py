@@ -105,6 +105,51 @@ def vit_b16(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
     return model, {"x": torch.randn(batch, 3, hw, hw, device=device)}
 
 
+def _timm(name: str, size: str, device: str, tiny: dict[str, Any], hw: int = 32,
+          **common: Any) -> tuple[Any, dict[str, Any]]:
+    """A timm model by name: at ``"tiny"`` with the ``tiny`` constructor arguments, a
+    batch of 2 images of ``hw`` x ``hw``; at ``"full"`` its published configuration and
+    8 images of 224 x 224. Dropout and drop-path are off (``common``), so a training
+    step is deterministic and comparable with eager torch."""
+    import timm
+
+    kw = {**common, **(tiny if size == "tiny" else {})}
+    model = timm.create_model(name, pretrained=False, num_classes=10 if size == "tiny" else 1000,
+                              **kw)
+    batch, side = (2, hw) if size == "tiny" else (8, 224)
+    return model, {"x": torch.randn(batch, 3, side, side, device=device)}
+
+
+_NO_DROP = {"drop_rate": 0.0, "drop_path_rate": 0.0}
+
+
+def convnext(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    """ConvNeXt-atto: depthwise 7x7 convolutions, layer norm over channels (NHWC)."""
+    return _timm("convnext_atto", size, device,
+                 {"depths": (1, 1, 1, 1), "dims": (16, 24, 32, 48)}, **_NO_DROP)
+
+
+def mobilenetv3(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    """MobileNetV3-small: depthwise convolutions, squeeze-excite, hardswish and
+    hardsigmoid, batch norm."""
+    return _timm("mobilenetv3_small_050", size, device, {}, **_NO_DROP)
+
+
+def densenet(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    """DenseNet: concatenations, 2x2 average pooling in the transitions, a max pool."""
+    return _timm("densenet121", size, device, {"growth_rate": 8, "block_config": (1, 1, 1, 1)},
+                 drop_rate=0.0)
+
+
+def swin(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    """Swin-T: window attention, shifted windows (``torch.roll`` and an attention mask
+    in the second block of the first stage), a relative position bias table read by
+    index."""
+    return _timm("swin_tiny_patch4_window7_224", size, device,
+                 {"img_size": 32, "window_size": 4, "embed_dim": 16, "depths": (2, 2),
+                  "num_heads": (2, 4)}, **_NO_DROP)
+
+
 def _lm_inputs(vocab: int, batch: int, seq: int, device: str) -> dict[str, Any]:
     ids = torch.randint(0, vocab, (batch, seq), device=device)
     return {"input_ids": ids, "labels": ids}
@@ -127,6 +172,18 @@ def compare_training_step(
 ) -> tuple[float, float]:
     """(forward error, gradient error) of one training step, each relative to the largest
     magnitude of the eager value (output, or gradient over all parameters)."""
+    fwd, grad, _ = training_step_errors(model, inputs, compile_fn)
+    return fwd, grad
+
+
+def training_step_errors(
+    model: torch.nn.Module,
+    inputs: dict[str, Any],
+    compile_fn: Callable[[torch.nn.Module], Any],
+) -> tuple[float, float, float]:
+    """:func:`compare_training_step`'s two errors and the largest difference of the
+    floating-point buffers after the step (batch norm's running statistics), relative to
+    each buffer's largest magnitude (or to 1, for buffers below it)."""
     ref_model = copy.deepcopy(model)
     out = compile_fn(model)(**inputs)
     _loss(out).backward()
@@ -142,7 +199,14 @@ def compare_training_step(
         got = grads[n].grad
         assert got is not None, f"no gradient for {n}"
         worst = max(worst, (got.float() - g.float()).abs().max().item() / scale)
-    return fwd, worst
+    bufs = 0.0
+    ref_bufs = dict(ref_model.named_buffers())
+    for n, b in model.named_buffers():
+        r = ref_bufs[n]
+        if b.is_floating_point() and b.numel():
+            # relative to the statistic's size, absolute for ones near 0 (a mean of 0)
+            bufs = max(bufs, ((b - r).abs().max() / r.abs().max().clamp_min(1.0)).item())
+    return fwd, worst, bufs
 
 
 _SMALL = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
@@ -204,3 +268,8 @@ MODELS: dict[str, Callable[..., tuple[Any, dict[str, Any]]]] = {
     "gpt2": gpt2, "llama": llama, "bert": bert, "mixtral": mixtral,
     "resnet50": resnet50, "vit_b16": vit_b16,
 }
+
+VISION_MODELS: dict[str, Callable[..., tuple[Any, dict[str, Any]]]] = {
+    "convnext": convnext, "mobilenetv3": mobilenetv3, "densenet": densenet, "swin": swin,
+}
+"""More timm families for the CPU reference (tests/torch/test_torch_vision.py)."""

@@ -1,0 +1,101 @@
+"""ATen rules: activations and clamps that vision models use beyond the core set
+(``leaky_relu`` and its backward, ``clamp`` with tensor bounds, ``sign``, ``isnan``) and vector
+norms.
+
+The rules register themselves in :data:`tessera.torch.aten_ops.RULES` when this module
+is imported (``aten_ops`` imports it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+
+from tessera.frontend import ops
+from tessera.torch.aten_ops import (
+    TracedTensor,
+    float_only,
+    norm_dims,
+    opmath_dtype,
+    out_dtype,
+    rule,
+    to,
+)
+
+aten = torch.ops.aten
+
+
+@rule(aten.leaky_relu.default, check=float_only)
+def _leaky_relu(node: torch.fx.Node, a: Any, slope: Any = 0.01) -> TracedTensor:
+    """``x`` where ``x > 0``, else ``slope x``."""
+    dt = out_dtype(node)
+    x = to(a, dt)
+    return ops.where(ops.gt(x, to(0.0, dt)), x, ops.mul(x, to(float(slope), dt)))
+
+
+@rule(aten.leaky_relu_backward.default, check=float_only)
+def _leaky_relu_backward(
+    node: torch.fx.Node, grad: Any, a: Any, slope: Any, self_is_result: bool
+) -> TracedTensor:
+    dt = out_dtype(node)
+    g = to(grad, dt)
+    return ops.where(ops.gt(to(a, dt), to(0.0, dt)), g, ops.mul(g, to(float(slope), dt)))
+
+
+@rule(aten.clamp.Tensor, check=float_only)
+def _clamp_tensor(node: torch.fx.Node, a: Any, lo: Any = None, hi: Any = None) -> TracedTensor:
+    """``min(max(x, lo), hi)`` with tensor bounds (``hi`` where ``lo > hi``, as torch)."""
+    dt = out_dtype(node)
+    x = to(a, dt)
+    if lo is not None:
+        x = ops.maximum(x, to(lo, dt))
+    if hi is not None:
+        x = ops.minimum(x, to(hi, dt))
+    return x
+
+
+@rule(aten.sign.default, check=float_only)
+def _sign(node: torch.fx.Node, a: Any) -> TracedTensor:
+    """1, -1 or 0 by the sign of ``x`` (0 for ±0 and for NaN, as torch's CPU kernel)."""
+    dt = out_dtype(node)
+    x = to(a, dt)
+    one, zero = to(1.0, dt), to(0.0, dt)
+    return ops.where(ops.gt(x, zero), one, ops.where(ops.lt(x, zero), to(-1.0, dt), zero))
+
+
+@rule(aten.isnan.default)
+def _isnan(node: torch.fx.Node, a: Any) -> TracedTensor:
+    """``x != x``: true exactly for NaN (false for every integer)."""
+    return ops.ne(a, a)
+
+
+def _norm_check(node: torch.fx.Node) -> str | None:
+    order = node.args[1] if len(node.args) > 1 else node.kwargs.get("ord", 2)
+    if order not in (1, 2, 1.0, 2.0, float("inf")):
+        return f"ord={order}"
+    return float_only(node)
+
+
+@rule(aten.linalg_vector_norm.default, check=_norm_check)
+def _vector_norm(
+    node: torch.fx.Node, a: Any, order: Any = 2, dim: Any = None, keepdim: bool = False, *,
+    dtype: Any = None,
+) -> TracedTensor:
+    """The 2-norm ``sqrt(sum(x²))`` (in f32 for 16-bit inputs), the 1-norm ``sum(|x|)``
+    or the max-norm ``max(|x|)`` over ``dim``."""
+    dt = out_dtype(node)
+    wide = opmath_dtype(dt)
+    x = to(a, wide)
+    if x.ndim == 0:
+        return to(ops.abs(x), dt)
+    axes = tuple(norm_dims(dim, x.ndim))
+    if order == float("inf"):
+        return to(ops.max(ops.abs(x), axis=axes, keepdims=bool(keepdim)), dt)
+    if order in (1, 1.0):
+        return to(ops.sum(ops.abs(x), axis=axes, keepdims=bool(keepdim)), dt)
+    return to(ops.sqrt(ops.sum(ops.mul(x, x), axis=axes, keepdims=bool(keepdim))), dt)
+
+
+__all__: list[str] = []

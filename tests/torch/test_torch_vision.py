@@ -1,0 +1,83 @@
+"""More ``timm`` vision families through ``torch.compile(backend="tessera")`` on the CPU
+reference, at tiny configurations with random weights (no download).
+
+ConvNeXt (depthwise 7x7 convolutions, layer norm over NHWC channels), MobileNetV3
+(depthwise convolutions, squeeze-excite, hardswish/hardsigmoid, batch norm), DenseNet
+(concatenations, average-pooled transitions) and Swin (window attention, ``roll``, a
+relative position bias table read by index). Each test runs one training step and
+compares the forward output, every parameter's gradient and the batch-norm running
+statistics with eager torch, then checks that no op was left to torch. The batch-norm
+nets run in float64: over 2 images of a few pixels late in the net, float32 batch
+statistics differ between any two summation orders by more than any useful tolerance
+(eager NCHW against eager channels-last differs by ~1e-2 for EfficientNet-B0).
+MobileNetV3's tolerance is 1e-6 because eager torch's ``hardsigmoid_backward`` on the
+CPU multiplies by ``1.0f / 6.0f``, a float32 constant, even in float64.
+
+Needs the ``models`` extra (``pip install -e .[models]``) and a torchvision that loads
+beside torch; skipped without them.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+import tessera.torch as tt
+from tests.torch.torch_models import VISION_MODELS, training_step_errors
+
+
+def _need_timm() -> None:
+    try:
+        importlib.import_module("timm")
+    except ImportError as e:  # timm also needs a torchvision that loads beside torch
+        pytest.skip(f"timm is not importable here ({e}); install tessera[models]")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+# (dtype, tolerance) per model
+SETTINGS = {
+    "convnext": (torch.float32, 1e-5),
+    "mobilenetv3": (torch.float64, 1e-6),
+    "densenet": (torch.float64, 1e-9),
+    "swin": (torch.float32, 1e-5),
+}
+
+
+@pytest.mark.parametrize("name", list(VISION_MODELS))
+def test_vision_training_step_matches_eager(name):
+    _need_timm()
+    torch.manual_seed(0)
+    model, inputs = VISION_MODELS[name]("tiny")
+    dtype, tol = SETTINGS[name]
+    model = model.to(dtype).train()
+    inputs = {k: v.to(dtype) for k, v in inputs.items()}
+    fwd, grad, bufs = training_step_errors(model, inputs, tt.compile)
+    assert fwd < tol, f"{name} forward error {fwd:.3g}"
+    assert grad < tol, f"{name} gradient error {grad:.3g}"
+    assert bufs < tol, f"{name} running statistics error {bufs:.3g}"
+    rep = tt.last_report()
+    assert not rep.fallback_ops, str(rep)
+    assert not rep.runtime_fallbacks, str(rep)
+
+
+@pytest.mark.parametrize("name", ["convnext", "swin"])
+def test_vision_inference_of_channels_last_images(name):
+    _need_timm()
+    torch.manual_seed(1)
+    model, inputs = VISION_MODELS[name]("tiny")
+    model.eval()
+    x = inputs["x"].contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        out = tt.compile(model)(x)
+        ref = model(x)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)

@@ -269,10 +269,10 @@ class TesseraPartition(torch.nn.Module):
     def forward(self, *args: Any) -> Any:
         if self.eager_reason is not None:
             return self.gm(*args)
-        cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+        device = next((a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda),
+                      None)
         call_args = [
-            (a.contiguous() if cuda else a) if isinstance(a, torch.Tensor) else _static(a)
-            for a in args
+            _on(a, device) if isinstance(a, torch.Tensor) else _static(a) for a in args
         ]
         try:
             results = self.compiled(*call_args)
@@ -318,6 +318,19 @@ class TesseraPartition(torch.nn.Module):
                     f"{t.dtype}{list(t.shape)}, torch expects {fake.dtype}{list(fake.shape)}"
                 )
         return t
+
+
+def _on(a: torch.Tensor, device: torch.device | None) -> torch.Tensor:
+    """A partition argument as the compiled call takes it: contiguous on the CUDA device
+    of the call (``device``; None: a CPU call), where a 0-dim CPU tensor (a Python scalar
+    torch made a tensor, e.g. Gemma's ``torch.tensor(hidden_size ** 0.5)``) is moved, as
+    torch's CUDA kernels accept it in place; any other CPU tensor stays and is refused
+    by the launch with its name."""
+    if device is None:
+        return a
+    if not a.is_cuda and a.dim() == 0:
+        return a.to(device)
+    return a.contiguous()
 
 
 def _out_spec(node: torch.fx.Node) -> tuple[Any, torch.Size, torch.device] | None:

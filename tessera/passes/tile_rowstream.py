@@ -80,10 +80,11 @@ of an H100)."""
 MIN_SEGMENT_STEPS = 2
 """A segment covers at least this many loop steps."""
 
-NEG_BIG = -1.0e38
-"""The softmax running maximum before any element: finite, and small enough that
-``-NEG_BIG * log2(e)`` is finite too, so that rescaling never computes
-``-inf + inf`` (a lane or a segment with no element keeps ``(NEG_BIG, 0)``)."""
+NEG_BIG = -3.4028234663852886e38
+"""The softmax running maximum before any element: the lowest finite f32, so that
+rescaling never computes ``-inf + inf`` (a lane or a segment with no element keeps
+``(NEG_BIG, 0)``) and a row of scores masked with ``finfo(f32).min`` still has its own
+maximum (the differences from the maximum are taken before the ``log2(e)`` scale)."""
 
 
 @dataclass(frozen=True)
@@ -237,10 +238,6 @@ def _exp2(e: KernelEmitter, v: SSAValue) -> SSAValue:
     return e.op(math.Exp2Op(v))
 
 
-def _fma(e: KernelEmitter, a: SSAValue, b: SSAValue, c: SSAValue) -> SSAValue:
-    return e.op(math.FmaOp(a, b, c))
-
-
 def _online_update(b: KernelEmitter, vals: list[SSAValue], m: SSAValue, s: SSAValue) -> list:
     """Running (max, sum of exp(x - max)) after ``vals`` (masked values are -inf)."""
     mb = vals[0]
@@ -248,11 +245,11 @@ def _online_update(b: KernelEmitter, vals: list[SSAValue], m: SSAValue, s: SSAVa
         mb = b.fmax(mb, v)
     mn = b.fmax(m, mb)
     l2e = b.const(LOG2E, f32)
-    neg = b.fmul(mn, b.const(-LOG2E, f32))
-    # (m - mn) first: exactly 0 when the maximum did not move
+    # (m - mn) first: exactly 0 when the maximum did not move; (v - mn) before the scale,
+    # since mn log2e overflows for scores near -FLT_MAX (finfo.min masks)
     acc = b.fmul(s, _exp2(b, b.fmul(b.fsub(m, mn), l2e)))
     for v in vals:
-        acc = b.fadd(acc, _exp2(b, _fma(b, v, l2e, neg)))
+        acc = b.fadd(acc, _exp2(b, b.fmul(b.fsub(v, mn), l2e)))
     return [mn, acc]
 
 
@@ -305,8 +302,7 @@ def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> bool:
 
         def ys(b: KernelEmitter, pc: Piece) -> list[SSAValue]:
             l2e = b.const(log2e, f32)
-            neg = b.fmul(mx, b.const(-log2e, f32))
-            return [b.fmul(_exp2(b, _fma(b, v, l2e, neg)), inv) for v in pc.values]
+            return [b.fmul(_exp2(b, b.fmul(b.fsub(v, mx), l2e)), inv) for v in pc.values]
 
         edge = s.edge(x)
         if edge is not None:

@@ -241,11 +241,11 @@ def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> None:
         k = RowKernel(e, plan, rows, shape[:-1])
         r = k.load(x)
         m = k.reduce(r, "max", lambda v: v)
-        # exp(x - m) = exp2(x * log2e - m * log2e)
-        neg = e.fmul(m, e.const(-LOG2E, f32))
+        # exp(x - m) = exp2((x - m) log2e): the difference first, since m log2e
+        # overflows for a row of masked scores near -FLT_MAX (finfo.min masks)
         log2e = e.const(LOG2E, f32)
         ex = [
-            p.like([e.op(math.Exp2Op(e.op(math.FmaOp(v, log2e, neg)))) for v in p.values])
+            p.like([e.op(math.Exp2Op(e.fmul(e.fsub(v, m), log2e))) for v in p.values])
             for p in r
         ]
         s = k.reduce(ex, "sum", lambda v: v)

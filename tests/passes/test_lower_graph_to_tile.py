@@ -386,3 +386,21 @@ def test_host_function_shape():
 def test_lowered_ops_listed():
     assert "tgraph.matmul" in LOWERED_OPS and "tgraph.flash_attention" in LOWERED_OPS
     assert "tgraph.conv2d" in LOWERED_OPS and "tgraph.spmm" in LOWERED_OPS
+
+
+@pytest.mark.parametrize("width", [8, 1000, 40000])
+def test_softmax_of_rows_masked_with_the_lowest_float(width):
+    """Scores masked by adding ``finfo(f32).min`` (transformers' masks): a row with every
+    score masked is uniform, as in torch, not NaN (``max * log2e`` overflows to -inf in
+    f32, so the kernels subtract the maximum before scaling)."""
+    lo = float(np.finfo(np.float32).min)
+    x = rand(RNG, (3, width), "f32")
+    x[0] = lo  # every score masked
+    x[1, ::2] = lo
+    text = f"""func.func @f(%x: {ty((3, width))}) -> {ty((3, width))} {{
+      %0 = tgraph.softmax %x axis = 1 : ({ty((3, width))}) -> {ty((3, width))}
+      func.return %0 : {ty((3, width))} }}"""
+    (r,) = run1(text, x)
+    want = np.exp(f64(x) - f64(x).max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    np.testing.assert_allclose(f64(r), want, rtol=1e-5, atol=1e-7)

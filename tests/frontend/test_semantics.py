@@ -270,7 +270,7 @@ def test_numpy_ufuncs_on_traced_tensors():
     x = np.linspace(0.5, 2.0, 6, dtype=np.float32)
     got = jit(lambda x: np.exp(x) * np.ones(6, np.float32) - np.sqrt(x) / np.float32(2))(x)
     np.testing.assert_allclose(got, np.exp(x) - np.sqrt(x) / 2, rtol=1e-6)
-    _raises(TesseraTypeError, "np.sin cannot run on a traced tensor", jit(lambda x: np.sin(x)), x)
+    _raises(TesseraTypeError, "np.arctan cannot run on a traced tensor", jit(lambda x: np.arctan(x)), x)
     _raises(TesseraTypeError, "np.add.reduce", jit(lambda x: np.add.reduce(x)), x)
 
 

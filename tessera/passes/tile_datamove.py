@@ -529,33 +529,24 @@ def lower_slice(fl: _FunctionLowering, op: g.SliceOp) -> None:
         return [e.add(s, e.mul(i, st)) for i, s, st in zip(idx, start, stride)]
 
     through = fl.peek_transpose(op.input)
-    if through is not None and through[1][-1] == len(through[1]) - 1:
-        # the input is a deferred transpose keeping the last dim: read its source
+    if through is not None:
         source, perm = through
+        # the input is a deferred transpose: read its source, as a vector copy when the
+        # transpose keeps the last dim, else (an interleaving transpose: the last dims
+        # [.., rows, phase, cols, phase]) one element per lane
+        keeps_last = perm[-1] == len(perm) - 1
+        if keeps_last or interleaves(perm, g.shape_of(op.input)):
 
-        def through_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
-            t = src_index(e, idx)
-            s: list[Idx] = [0] * len(perm)
-            for i, p in enumerate(perm):
-                s[p] = t[i]
-            return s
+            def through_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
+                t = src_index(e, idx)
+                s: list[Idx] = [0] * len(perm)
+                for i, p in enumerate(perm):
+                    s[p] = t[i]
+                return s
 
-        vector_copy(fl, "slice_t", out, shape, fl.mem(source), through_index, w)
-        return
-    if through is not None and interleaves(through[1], g.shape_of(op.input)):
-        # an interleaving transpose (the last dims [.., rows, phase, cols, phase]): one
-        # element per lane, the transposed copy never made
-        source, perm = through
-
-        def interleave_index(e: KernelEmitter, idx: list[Idx]) -> list[Idx]:
-            t = src_index(e, idx)
-            s: list[Idx] = [0] * len(perm)
-            for i, p in enumerate(perm):
-                s[p] = t[i]
-            return s
-
-        vector_copy(fl, "slice_i", out, shape, fl.mem(source), interleave_index, 1)
-        return
+            tag, width = ("slice_t", w) if keeps_last else ("slice_i", 1)
+            vector_copy(fl, tag, out, shape, fl.mem(source), through_index, width)
+            return
     vector_copy(fl, "slice", out, shape, fl.mem(op.input), src_index, w)
 
 

@@ -23,6 +23,7 @@ from tessera.torch.aten_ops import (
     rule,
     to,
 )
+from tessera.torch.rules_elementwise import clamp_between
 
 aten = torch.ops.aten
 
@@ -48,12 +49,7 @@ def _leaky_relu_backward(
 def _clamp_tensor(node: torch.fx.Node, a: Any, lo: Any = None, hi: Any = None) -> TracedTensor:
     """``min(max(x, lo), hi)`` with tensor bounds (``hi`` where ``lo > hi``, as torch)."""
     dt = out_dtype(node)
-    x = to(a, dt)
-    if lo is not None:
-        x = ops.maximum(x, to(lo, dt))
-    if hi is not None:
-        x = ops.minimum(x, to(hi, dt))
-    return x
+    return clamp_between(to(a, dt), lo, hi, dt)
 
 
 @rule(aten.sign.default, check=float_only)

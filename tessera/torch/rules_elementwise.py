@@ -232,7 +232,12 @@ def _clamp(node: torch.fx.Node, a: Any, lo: Any = None, hi: Any = None) -> Trace
     if node.target is aten.hardtanh.default:
         lo = -1.0 if lo is None else lo
         hi = 1.0 if hi is None else hi
-    x = to(a, dt)
+    return clamp_between(to(a, dt), lo, hi, dt)
+
+
+def clamp_between(x: TracedTensor, lo: Any, hi: Any, dt: torch.dtype) -> TracedTensor:
+    """``min(max(x, lo), hi)`` with either bound absent (None), the bounds cast to ``dt``
+    (``hi`` where ``lo > hi``, as torch's clamp)."""
     if lo is not None:
         x = ops.maximum(x, to(lo, dt))
     if hi is not None:

@@ -295,22 +295,23 @@ class HoistReshape(RewritePattern):
             return
         shape = g.shape_of(e.results[0])
         new_shape = g.shape_of(op.result)
-        reshapes: list[Operation] = []
-        operands: list[SSAValue] = []
         for v in e.operands:
             if not isinstance(v.type, builtin.TensorType):
                 return
             s = g.shape_of(v)
-            if s == ():
-                operands.append(v)
-            elif s == shape and not isinstance(v.owner, g.ConstantOp):
-                r = g.ReshapeOp.create(
-                    operands=[v], result_types=[builtin.TensorType(g.elem_of(v), new_shape)]
-                )
-                reshapes.append(r)
-                operands.append(r.results[0])
-            else:
+            if s != () and (s != shape or isinstance(v.owner, g.ConstantOp)):
                 return
+        reshapes: list[Operation] = []
+        operands: list[SSAValue] = []
+        for v in e.operands:
+            if g.shape_of(v) == ():
+                operands.append(v)
+                continue
+            r = g.ReshapeOp.create(
+                operands=[v], result_types=[builtin.TensorType(g.elem_of(v), new_shape)]
+            )
+            reshapes.append(r)
+            operands.append(r.results[0])
         new = type(e).create(
             operands=operands, result_types=[op.result.type],
             properties=dict(e.properties), attributes=dict(e.attributes),

@@ -201,8 +201,9 @@ def test_backward(shape, act) -> None:
 
 
 def test_graph_shape() -> None:
-    """The backward's reductions: two over [0, 2, 3], each fused with the relu backward
-    (which is copied into its users, not stored)."""
+    """The backward's reductions: two over [2, 3] (the sums over [0] after them stay
+    separate: a merged [0, 2, 3] reduction of NCHW measured slower on the GPU), each fused
+    with the relu backward (which is copied into its users, not stored)."""
     ctx = context()
     m = Parser(ctx, backward_mlir((4, 8, 32, 40), "bf16")).parse_module()
     FuseElementwisePass().apply(ctx, m)
@@ -210,8 +211,8 @@ def test_graph_shape() -> None:
     top = [op for op in m.walk() if op.parent_op() is not None
            and not isinstance(op.parent_op(), g.FusedOp) and op.dialect_name() == "tgraph"]
     reds = [op for op in top if isinstance(op, g.FusedOp) and op.reduction() is not None]
-    assert [r.reduction().axis_list() for r in reds] == [[0, 2, 3], [0, 2, 3]]
-    assert not any(isinstance(op, (g.SumOp, g.SelectOp)) for op in top)
+    assert [r.reduction().axis_list() for r in reds] == [[2, 3], [2, 3]]
+    assert not any(isinstance(op, g.SelectOp) for op in top)
     for r in reds:
         assert any(isinstance(o, g.SelectOp) for o in r.body.walk())
 

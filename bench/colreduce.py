@@ -1,6 +1,8 @@
 """Column reductions (``[A, R, C]`` summed over ``R``: bias and norm-weight gradients of a
 backward pass) against torch, in one run: each result checked against float64 first,
-then timed (median), with the bytes read per ms.
+then timed by the GPU's own kernel durations (torch.profiler, CUPTI: the sum of a call's
+kernels, averaged over 20 calls; a call of these sizes takes longer to issue than to
+run, so wall-clock timings would measure the host), with the bytes read per ms.
 
     python bench/colreduce.py
 
@@ -18,11 +20,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def _kernel_ms(fn, calls: int = 20) -> float:
+    """The GPU time of ``fn``'s kernels per call (torch.profiler's CUDA events)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    us = sum(ev.device_time_total for ev in prof.events()
+             if ev.device_type == torch.autograd.DeviceType.CUDA)
+    return us / calls / 1e3
+
+
 def main() -> int:
     import torch
 
     import tessera as ts
-    from bench.models import _time_ms
 
     torch.manual_seed(0)
     rows = []
@@ -50,12 +68,12 @@ def main() -> int:
         torch.cuda.synchronize()
         err = float((out.double() - ref).abs().max() / ref.abs().max())
         ok = err < 1e-2
-        ms = _time_ms(lambda fn=fn, args=args: fn(*args), 30) if ok else float("nan")
-        t_ms = _time_ms(peer, 30)
+        ms = _kernel_ms(lambda fn=fn, args=args: fn(*args)) if ok else float("nan")
+        t_ms = _kernel_ms(peer)
         rows.append((name, ms, t_ms, nbytes / ms / 1e6 if ok else 0.0, err, ok))
         print(rows[-1], flush=True)
     clone = torch.empty_like(xf)
-    c_ms = _time_ms(lambda: clone.copy_(xf), 30)
+    c_ms = _kernel_ms(lambda: clone.copy_(xf))
     print(f"\n{torch.cuda.get_device_name()}; copy {xf.numel() * 8 / c_ms / 1e6:.0f} GB/s "
           "(read + write); ratio = torch time / Tessera time")
     print(f"{'case':46} {'tessera ms':>10} {'torch ms':>9} {'ratio':>6} {'GB/s':>6}  check")

@@ -286,11 +286,12 @@ def _thin(
 
 VECTOR_UNROLL = 4
 """Rows a warp of the vector kernel loads (16 bytes per lane each) before folding them."""
-VECTOR_TARGET_TILES = 264
-"""Tiles the vector kernel aims for (two per SM of an H100): each lane reads 16 bytes a
-row, so fewer tiles keep as many bytes in flight, and fewer splits leave the second
-kernel fewer partials to fold."""
-VECTOR_MIN_ROWS_PER_WARP = 32
+VECTOR_TARGET_TILES = 528
+"""Tiles the vector kernel aims for (four per SM of an H100). On an H100 (bench/colreduce.py,
+docs/perf/2026-11-25-h100-colreduce-vector.txt) 528 tiles with 16 rows per warp were the
+best of 264/528/1056 tiles overall: 2.5-2.8 TB/s on ViT-B/16's bias gradients, where the
+scalar kernel reads 0.9-1.6 TB/s."""
+VECTOR_MIN_ROWS_PER_WARP = 16
 """A split of the vector kernel gives each warp at least this many rows."""
 
 

@@ -338,6 +338,32 @@ class HoistReshape(RewritePattern):
         rewriter.erase(e)
 
 
+class MergeDuplicateReshapes(RewritePattern):
+    """Reshapes of one value to one type, in one block, are one: the later ones are replaced
+    by the first (a reshape hoisted above an elementwise op reshapes each operand, so a
+    value that several hoisted ops read is reshaped once per op; merged, the value keeps
+    one user and its own producer can move too)."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.ReshapeOp, rewriter: PatternRewriter) -> None:
+        block = op.parent
+        if block is None:
+            return
+        later = []
+        after = False
+        others = {id(u.operation) for u in op.input.uses if u.operation is not op}
+        if not others:
+            return
+        for other in block.ops:
+            if other is op:
+                after = True
+            elif (after and id(other) in others and isinstance(other, g.ReshapeOp)
+                  and other.result.type == op.result.type):
+                later.append(other)
+        for other in later:
+            rewriter.replace_op(other, [], [op.result])
+
+
 class FuseSplatConstants(RewritePattern):
     """Splat-constant operands of a ``tgraph.fused`` op are recreated inside its body and
     dropped from its operands."""
@@ -381,7 +407,7 @@ class FuseElementwisePass(ModulePass):
         if self.merge_reductions:
             first.append(MergeReductionChain())
         if self.hoist_reshapes:
-            first.append(HoistReshape())
+            first += [MergeDuplicateReshapes(), HoistReshape()]
         if first:  # before fusion, so that whole elementwise chains move and merge
             PatternRewriteWalker(GreedyRewritePatternApplier(first)).rewrite_module(op)
         patterns: list[RewritePattern] = [FuseProducerIntoConsumer(self.fuse_reductions)]

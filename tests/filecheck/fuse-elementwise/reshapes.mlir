@@ -47,3 +47,21 @@ func.func @kept(%a: tensor<8xf32>, %b: tensor<1xf32>) -> (tensor<2x4xf32>, tenso
 // CHECK-NEXT:    tgraph.reshape %[[E]]
 // CHECK-NEXT:    %[[M:.*]] = tgraph.mul %a, %b
 // CHECK-NEXT:    tgraph.reshape %[[M]]
+
+// A value read by several hoisted ops gets one reshape, not one per op: the cast feeding
+// them then has one user, moves below the reshape too, and the fused kernel reads the
+// bf16 input (the gelu backward of a bf16 MLP read its f32 copy four times).
+func.func @shared(%x: tensor<4x6xbf16>) -> tensor<24xf32> {
+  %c = tgraph.cast %x : (tensor<4x6xbf16>) -> tensor<4x6xf32>
+  %a = tgraph.mul %c, %c : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
+  %b = tgraph.add %a, %c : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
+  %r = tgraph.reshape %b : (tensor<4x6xf32>) -> tensor<24xf32>
+  func.return %r : tensor<24xf32>
+}
+// CHECK-LABEL: func.func @shared
+// CHECK-NEXT:    %[[R:.*]] = tgraph.reshape %x : (tensor<4x6xbf16>) -> tensor<24xbf16>
+// CHECK-NEXT:    %[[F:.*]] = tgraph.fused %[[R]] : (tensor<24xbf16>) -> tensor<24xf32> {
+// CHECK:           tgraph.cast
+// CHECK:           tgraph.mul
+// CHECK:           tgraph.add
+// CHECK:         func.return %[[F]]

@@ -274,6 +274,9 @@ class _FunctionLowering:
         result into one (:meth:`donated`), and the function returns it uncopied."""
         self.claimed: set[SSAValue] = set()
         """Host arguments (buffers) that a result has taken over."""
+        self.skip: set[Operation] = set()
+        """Ops whose work an earlier op's lowering did (an input gradient's phase
+        interleave, stored by its convolution's epilogue): not lowered."""
 
     # ------------------------------------------------------------------ host helpers
     def host_op(self, o: Operation) -> SSAValue:
@@ -396,6 +399,8 @@ class _FunctionLowering:
     def run(self) -> None:
         for op in list(self.fn.body.block.ops):
             self._op_key = None
+            if op in self.skip:
+                continue
             if isinstance(op, func.ReturnOp):
                 # a result shares memory with no argument, constant or other result
                 # (a reshape is a view of its input's buffer: tile_datamove), except a

@@ -60,9 +60,10 @@ from xdsl.ir import SSAValue
 from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.matmul_config import BN_SPEED, NUM_SMS, SMEM_BUDGET, Sm90Config
-from tessera.passes.sm90 import builders, conv_layout
+from tessera.passes.sm90 import builders, conv_interleave, conv_layout
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.constants import SWIZZLE_BYTES, RegisterBudget
+from tessera.passes.sm90.conv_interleave import Interleave
 from tessera.passes.tile_builder import KernelEmitter, cdiv
 
 if TYPE_CHECKING:
@@ -123,6 +124,9 @@ class ConvGather:
     """A K-step is one filter row: :attr:`kwp` consecutive input pixels of ``cp``
     channels, 128 contiguous bytes of the channels-last input, the filter's row
     zero-padded to ``kwp`` taps (:func:`packs`: an RGB stem's 7 x 7 filter rows)."""
+    interleave: Interleave | None = None
+    """Store C at the strided places of an input gradient's phases
+    (:mod:`tessera.passes.sm90.conv_interleave`) instead of as ``y[N, O, Ho, Wo]``."""
 
     @property
     def kwp(self) -> int:
@@ -433,6 +437,11 @@ def nchw_epilogue(
     cv = gemm.gather
     assert cv is not None
     ty, o, hw, bn = gemm.out_type, gemm.n, cv.ho * cv.wo, gemm.cfg.bn
+    if cv.interleave is not None:
+        assert bias_param is None and c_rows is None
+        conv_interleave.epilogue(e, cv.interleave, ty, gemm.m, bn, c_param, tid, cw, m0, n0,
+                                 acc)
+        return
     eb = 4 if ty == "f32" else 2
     _, warp, lane = builders.fragment_lanes(e, tid)
     row0 = builders.fragment_row(e, m0, cw, warp, lane)
@@ -565,10 +574,20 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
     gemm = Sm90Gemm(m, o, cv.k, in_type, out_type, conv_config(m, o, cv.k, sms, parts), sms,
                     b_t=True, gather=cv)
     splits = splits_for(replace(gemm, out_type="f32"), split_k, MAX_SPLITS)
-    out = lw.alloc(op.result.type)
-    lw.env[op.result] = out
+    target = (conv_interleave.lower_target(lw, op) if splits == 1 and op.bias is None
+              else None)
+    if target is not None:
+        # an input gradient's phases: the epilogue stores dx itself, and the ops that
+        # would interleave the convolution's output are not lowered
+        il, out = target
+        cv = replace(cv, interleave=il)
+        gemm = replace(gemm, gather=cv)
+    else:
+        out = lw.alloc(op.result.type)
+        lw.env[op.result] = out
     if splits == 1:
-        name = lw.named_kernel("conv", lambda nm: build_kernel(nm, gemm))
+        name = lw.named_kernel("conv", lambda nm: build_kernel(nm, gemm),
+                               ("interleave", cv.interleave))
         args = [out, xt, wk] + ([lw.mem(op.bias)] if op.bias is not None else [])
         lw.hb.add_op(tt.LaunchExOp(name, args, gemm.grid(), gemm.smem_bytes, gemm.boxes()))
         return True

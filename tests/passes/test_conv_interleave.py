@@ -1,0 +1,155 @@
+"""A strided convolution's input gradient stored by the implicit GEMM's epilogue
+(:mod:`tessera.passes.sm90.conv_interleave`): the chain after the phase convolution is
+recognized in ts.grad's and the torch backend's graphs, its closed form matches the ops
+it replaces, and the emitted epilogue (run on the straight-line Target IR simulator of
+test_conv_weight_sim, every thread of every tile) stores each accumulator at its place
+of ``dx`` and nothing else."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+import tessera as ts
+from tessera.ir import graph as g
+from tessera.ir import target as tt
+from tessera.passes.sm90 import builders, conv_interleave
+from tessera.passes.sm90.asm import TargetAsm
+from tests.passes.test_conv_weight_sim import OUT, POISON, Grid
+
+bf = ml_dtypes.bfloat16
+
+CONFIGS = [
+    # x shape, w shape, stride, padding, dilation
+    ((2, 8, 14, 14), (16, 8, 3, 3), 2, 1, 1),   # ResNet's 3x3/2
+    ((1, 8, 15, 13), (8, 8, 3, 3), 2, 1, 1),    # odd sizes: a partial last phase row
+    ((2, 8, 11, 9), (8, 8, 3, 2), (2, 3), (0, 1), 1),
+    ((1, 8, 17, 17), (8, 8, 3, 3), 2, 2, 2),    # dilated
+    ((1, 8, 12, 10), (8, 8, 5, 4), (3, 2), (2, 1), 1),
+]
+
+
+def _graph(xs, ws, stride, padding, dilation) -> str:
+    fn = ts.grad(lambda x, w: ts.sum(ts.conv2d(x, w, stride=stride, padding=padding,
+                                               dilation=dilation) ** 2))
+    return fn.specialize(np.zeros(xs, bf), np.zeros(ws, bf)).ir("graph")
+
+
+def _phase_convs(module) -> list[g.Conv2dOp]:
+    return [o for o in module.walk() if isinstance(o, g.Conv2dOp)
+            and conv_interleave.match(o) is not None]
+
+
+def _chain_numpy(ops, y: np.ndarray) -> np.ndarray:
+    """The ops after the convolution on ``y`` (all images), plain numpy."""
+    for op in ops:
+        if isinstance(op, g.ReshapeOp):
+            y = y.reshape(g.shape_of(op.result))
+        elif isinstance(op, g.TransposeOp):
+            y = y.transpose([int(p) for p in op.permutation.get_values()])
+        else:
+            y = y[tuple(slice(a, b) for a, b in zip(op.start.get_values(),
+                                                    op.limit.get_values()))]
+    return y
+
+
+@pytest.mark.parametrize(("xs", "ws", "stride", "padding", "dilation"), CONFIGS)
+def test_input_gradient_chain_is_matched(xs, ws, stride, padding, dilation):
+    """ts.grad's input gradient of a strided convolution: its phase convolution's chain is
+    matched, the interleave's closed form equals the chain on fresh random values (every
+    image), and dx is the chain's last value with the input's shape."""
+    module = _graph(xs, ws, stride, padding, dilation)
+    (conv,) = _phase_convs(module)
+    il, ops = conv_interleave.match(conv)
+    assert list(g.shape_of(ops[-1].results[0])) == list(xs)
+    y = np.random.default_rng(0).standard_normal(g.shape_of(conv.result))
+    np.testing.assert_array_equal(il.apply(y), _chain_numpy(ops, y))
+
+
+def test_torch_backend_chain_is_matched(tmp_path, monkeypatch):
+    """The torch backend's conv2d_input graph (odd input, stride 2) has the same chain."""
+    import tessera.torch as tth
+
+    monkeypatch.setenv("TESSERA_DUMP_DIR", str(tmp_path))
+    xs = (2, 8, 13, 13)
+    w = torch.randn(16, 8, 3, 3, dtype=torch.float64)
+    dy = torch.randn(2, 16, 7, 7, dtype=torch.float64)
+    f = tth.compile(lambda dy, w: torch.nn.grad.conv2d_input(xs, w, dy, stride=2, padding=1))
+    got = f(dy, w)
+    want = torch.nn.grad.conv2d_input(xs, w, dy, stride=2, padding=1)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    from xdsl.parser import Parser
+
+    from tessera.ir.context import default_context
+    (path,) = tmp_path.glob("*/*-graph.mlir")
+    module = Parser(default_context(), path.read_text()).parse_module()
+    (conv,) = _phase_convs(module)
+    il, ops = conv_interleave.match(conv)
+    assert (il.ph, il.pw, il.h, il.w) == (2, 2, 13, 13)
+
+
+def test_other_users_are_not_matched():
+    """A chain value with another user (here the convolution's output itself returned)
+    is not taken over."""
+    def f(gy, w):
+        y = ts.conv2d(gy, w, padding=1)
+        z = ts.transpose(ts.reshape(y, [2, 1, 2, 2, 4, 8, 8]), [0, 1, 4, 5, 2, 6, 3])
+        return ts.reshape(z, [2, 4, 16, 16]), y
+    module = ts.jit(f).specialize(np.zeros((2, 8, 7, 7), bf), np.zeros((16, 8, 2, 2), bf)
+                                  ).ir("graph")
+    (conv,) = [o for o in module.walk() if isinstance(o, g.Conv2dOp)]
+    assert conv_interleave.match(conv) is None
+
+
+class EpilogueGrid(Grid):
+    """The weight-relayout simulator with the epilogue's few other instructions."""
+
+    def op_shr(self, op, params) -> None:
+        self._int(op, lambda a, b: a >> b, op.a, op.b)
+
+    def op_selp(self, op, params) -> None:
+        self.vals[op.dst] = np.where(self.val(op.pred), self.val(op.a), self.val(op.b))
+
+    def op_cvt(self, op, params) -> None:  # values are integers: rounding is the identity
+        self.vals[op.dst] = self.val(op.srcs[0]).copy()
+
+
+@pytest.mark.parametrize(("xs", "ws", "stride", "padding", "dilation"), CONFIGS[:4])
+@pytest.mark.parametrize(("bn", "consumers"), [(64, 1), (128, 2)])
+def test_epilogue_stores_every_place_once(xs, ws, stride, padding, dilation, bn, consumers):
+    """The epilogue of every ``64*consumers x bn`` tile, its accumulators holding their
+    own (row, column) as a number (from the wgmma fragment layout), leaves ``dx`` equal to
+    the interleave of that matrix seen as ``y``: every place written, nothing past it."""
+    (conv,) = _phase_convs(_graph(xs, ws, stride, padding, dilation))
+    il, _ = conv_interleave.match(conv)
+    n = xs[0]
+    m, o = n * il.rows * il.cols, il.channels
+    bm = 64 * consumers
+    dx = np.full(n * o // (il.ph * il.pw) * il.h * il.w + 64, POISON, np.int64)
+    for m0 in range(0, m, bm):
+        for n0 in range(0, o, bn):
+            func = tt.FuncOp("epi", ["u64"], 128 * consumers)
+            e = TargetAsm(func)
+            tid = e.sreg("tid.x")
+            cw = e.bin(tt.ShrOp, "u32", tid, 7)
+            _, warp, lane = builders.fragment_lanes(e, tid)
+            row0 = builders.fragment_row(e, e.imm(m0), cw, warp, lane)
+            col0 = e.add32(e.imm(n0), builders.fragment_col(e, lane))
+            acc = []
+            for j in range(bn // 8):
+                for h in (0, 1):
+                    for x in (0, 1):
+                        acc.append(e.mad32(e.add32(row0, 8 * h), 1 << 12,
+                                           e.add32(col0, 8 * j + x)))
+            conv_interleave.epilogue(e, il, "bf16", m, bn, func.block.args[0], tid, cw,
+                                     e.imm(m0), e.imm(n0), acc)
+            e.add(tt.RetOp())
+            func.verify()
+            EpilogueGrid(128 * consumers, 128 * consumers, {OUT: dx}).run(func, [OUT])
+    mm, cc = np.meshgrid(np.arange(m), np.arange(o), indexing="ij")
+    y = (mm * (1 << 12) + cc).reshape(n, il.rows, il.cols, o).transpose(0, 3, 1, 2)
+    size = dx.size - 64
+    np.testing.assert_array_equal(dx[:size], il.apply(y).reshape(-1))
+    assert (dx[size:] == POISON).all()

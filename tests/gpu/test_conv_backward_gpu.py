@@ -1,6 +1,7 @@
 """The convolution input gradient without a stride-dilated gradient
 (:mod:`tessera.autodiff.conv_grad`: stride phases as output channels of one stride-1
-convolution, one interleaving transpose; the weight's flip one ``tgraph.reverse``) on
+convolution, stored interleaved by the implicit GEMM's epilogue
+(:mod:`tessera.passes.sm90.conv_interleave`); the weight's flip one ``tgraph.reverse``) on
 the GPU against torch in float64: through the torch backend (``aten.convolution_backward``,
 the input gradient alone and a training step) and through ``ts.grad``, bf16 and f32, with
 the memory the results come from filled with NaN first. Skipped without a compute
@@ -37,6 +38,11 @@ CASES = [
     ((2, 32, 15, 16), (32, 1, 3, 3), 2, 1, 1, 32),       # depthwise /2
     ((2, 16, 13, 13), (24, 8, 3, 3), 2, 1, 1, 2),        # grouped /2
     ((2, 24, 11, 9), (16, 24, 2, 2), 3, 0, 1, 1),        # kernel smaller than the stride
+    # the phases stored by the convolution's epilogue: odd input, 40 channels (a GEMM
+    # tile's columns span phases), a tile straddling phases of 96 channels
+    ((3, 40, 27, 25), (24, 40, 3, 3), 2, 1, 1, 1),
+    ((2, 96, 30, 30), (64, 96, 3, 3), 2, 1, 1, 1),
+    ((2, 64, 23, 23), (64, 64, 3, 3), 2, 2, 2, 1),       # dilated 3x3/2, odd
 ]
 
 

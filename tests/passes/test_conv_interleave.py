@@ -17,6 +17,7 @@ from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.sm90 import builders, conv_interleave
 from tessera.passes.sm90.asm import TargetAsm
+from tessera.runtime import ptxas
 from tests.passes.test_conv_weight_sim import OUT, POISON, Grid
 
 bf = ml_dtypes.bfloat16
@@ -153,3 +154,20 @@ def test_epilogue_stores_every_place_once(xs, ws, stride, padding, dilation, bn,
     size = dx.size - 64
     np.testing.assert_array_equal(dx[:size], il.apply(y).reshape(-1))
     assert (dx[size:] == POISON).all()
+
+
+@pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
+@pytest.mark.parametrize("dtype", [bf, np.float16, np.float32])
+def test_strided_input_gradient_has_no_interleave_kernel(monkeypatch, dtype):
+    """On the Hopper kernels, ts.grad's input gradient of an odd-sized 3x3/2 convolution
+    is stored by its convolution (bf16, f16, and f32 as 3xTF32): no slice kernel reads
+    the phases back; the PTX assembles."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    fn = ts.grad(lambda x, w, dy: ts.sum(ts.conv2d(x, w, stride=2, padding=1) * dy))
+    spec = fn.specialize(np.zeros((2, 24, 15, 13), dtype), np.zeros((40, 24, 3, 3), dtype),
+                         np.zeros((2, 40, 8, 7), dtype))
+    names = [o.callee.string_value() for o in spec.ir("target").walk()
+             if isinstance(o, tt.LaunchOp | tt.LaunchExOp)]
+    assert any("_conv_" in n for n in names) and not any("slice" in n for n in names), names
+    ptxas.check(spec.ir("ptx"))

@@ -60,7 +60,7 @@ from xdsl.ir import SSAValue
 from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.matmul_config import BN_SPEED, NUM_SMS, SMEM_BUDGET, Sm90Config
-from tessera.passes.sm90 import builders, conv_interleave, conv_layout
+from tessera.passes.sm90 import builders, conv_interleave, conv_layout, conv_phase_weight
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.constants import SWIZZLE_BYTES, RegisterBudget
 from tessera.passes.sm90.conv_interleave import Interleave
@@ -554,6 +554,14 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
         conv_layout.launch(lw, weight,
                            [wk, w_src if w_src is not None else lw.mem(op.weight)],
                            conv_layout.nhwc_grid(o, c, kh * kw, cp, eb), conv_layout.NHWC_SMEM)
+    elif (phase := lw.notes.get((conv_phase_weight.NOTE, op))) is not None:
+        # a strided input gradient's phase kernel: read from the forward weight
+        pwt, w_root = phase
+        weight = lw.named_kernel(
+            "conv_weight",
+            lambda nm: conv_phase_weight.weight_kernel(nm, pwt, cp, eb, parts, cv.kwp),
+            ("phases", pwt))
+        conv_layout.launch(lw, weight, [wk, lw.mem(w_root)], conv_layout.weight_grid(o, cv.k), 0)
     else:
         # an input gradient's kernel, reverse(transpose(w)): read w flipped and swapped
         flipped = _flipped_source(lw, op.weight)

@@ -133,3 +133,17 @@ def test_strided_input_gradient_is_three_kernels(monkeypatch, dtype):
              for o in spec.ir("target").walk() if isinstance(o, tt.LaunchOp | tt.LaunchExOp)]
     assert kinds == ["conv_nhwc", "conv_weight", "conv"], kinds
     ptxas.check(spec.ir("ptx"))
+
+
+def test_wide_phase_kernels_are_made(monkeypatch):
+    """A phase kernel of 64 taps or more (a 15x15/2 kernel: 8 x 8 window taps) is relaid
+    out by the NHWC copy from the made kernel: not claimed, its ops lowered."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    fn = ts.grad(lambda x, w, dy: ts.sum(ts.conv2d(x, w, stride=2, padding=7) * dy),
+                 argnums=0)
+    spec = fn.specialize(np.zeros((1, 8, 16, 16), bf), np.zeros((8, 8, 15, 15), bf),
+                         np.zeros((1, 8, 8, 8), bf))
+    kinds = [re.sub(r"^.*?_grad_|_\d+$", "", o.callee.string_value())
+             for o in spec.ir("target").walk() if isinstance(o, tt.LaunchOp | tt.LaunchExOp)]
+    assert "reverse" in kinds and "conv" in kinds, kinds

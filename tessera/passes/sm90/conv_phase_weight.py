@@ -200,12 +200,17 @@ def match(conv: g.Conv2dOp) -> tuple[PhaseWeight, list[Operation], SSAValue] | N
 
 def claim(lw: _FunctionLowering, op: Operation) -> None:
     """Before lowering: a convolution that takes the implicit GEMM (not the pointwise
-    one) and whose kernel is a :class:`PhaseWeight` gets it noted; its ops are skipped."""
+    one) with the one-element-per-thread weight relayout (fewer than
+    ``WIDE_KERNEL_TAPS`` taps) and whose kernel is a :class:`PhaseWeight` gets it noted;
+    its ops are skipped (``lower_conv2d_implicit`` then reads the forward weight)."""
     from tessera.passes.sm90.conv import conv1x1_eligible
-    from tessera.passes.sm90.conv_implicit import implicit_eligible
+    from tessera.passes.sm90.conv_implicit import WIDE_KERNEL_TAPS, implicit_eligible
 
     if not isinstance(op, g.Conv2dOp) or implicit_eligible(op) is not None or \
             conv1x1_eligible(op) is None:
+        return
+    _, _, th, tw = g.shape_of(op.weight)
+    if th * tw >= WIDE_KERNEL_TAPS:  # relaid out by the NHWC copy, from a made kernel
         return
     found = match(op)
     if found is None:

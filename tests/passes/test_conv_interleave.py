@@ -118,13 +118,19 @@ class EpilogueGrid(Grid):
 
 
 @pytest.mark.parametrize(("xs", "ws", "stride", "padding", "dilation"), CONFIGS[:4])
-@pytest.mark.parametrize(("bn", "consumers"), [(64, 1), (128, 2)])
-def test_epilogue_stores_every_place_once(xs, ws, stride, padding, dilation, bn, consumers):
+@pytest.mark.parametrize(("bn", "consumers", "channel_major"),
+                         [(64, 1, False), (128, 2, False), (64, 1, True), (128, 2, True)])
+def test_epilogue_stores_every_place_once(xs, ws, stride, padding, dilation, bn, consumers,
+                                          channel_major):
     """The epilogue of every ``64*consumers x bn`` tile, its accumulators holding their
     own (row, column) as a number (from the wgmma fragment layout), leaves ``dx`` equal to
-    the interleave of that matrix seen as ``y``: every place written, nothing past it."""
+    the interleave of that matrix seen as ``y`` (its columns in (phase, channel) or in
+    (channel, phase) order): every place written, nothing past it."""
+    from dataclasses import replace
+
     (conv,) = _phase_convs(_graph(xs, ws, stride, padding, dilation))
     il, _ = conv_interleave.match(conv)
+    il = replace(il, channel_major=channel_major)
     n = xs[0]
     m, o = n * il.rows * il.cols, il.channels
     bm = 64 * consumers

@@ -94,14 +94,16 @@ class PhaseGrid(Grid):
 
 
 @pytest.mark.parametrize(("xs", "ws", "stride", "padding", "dilation"), CONFIGS)
-@pytest.mark.parametrize("kwp_extra", [0, 2])
-def test_relayout_reads_the_forward_weight(xs, ws, stride, padding, dilation, kwp_extra):
+@pytest.mark.parametrize(("kwp_extra", "channel_major"), [(0, False), (2, False), (0, True)])
+def test_relayout_reads_the_forward_weight(xs, ws, stride, padding, dilation, kwp_extra,
+                                           channel_major):
     """``wk[oc, (u*kwp + v)*Cp + o] = wc[oc, o, u, v]`` from ``w``: zeros where no tap
-    reaches, for channels past O and for filter-row taps past Tw; nothing past the end."""
+    reaches, for channels past O and for filter-row taps past Tw; nothing past the end.
+    ``channel_major``: wk's rows in (channel, phase) order."""
     pwt, _, _ = conv_phase_weight.match(_conv(xs, ws, stride, padding, dilation))
     cp = -(-pwt.o // 8) * 8
     kwp = pwt.tw + kwp_extra
-    func = conv_phase_weight.weight_kernel("w", pwt, cp, 2, 1, kwp)
+    func = conv_phase_weight.weight_kernel("w", pwt, cp, 2, 1, kwp, channel_major)
     func.verify()
     oc = pwt.ph * pwt.pw * pwt.c
     k = pwt.th * kwp * cp
@@ -111,7 +113,10 @@ def test_relayout_reads_the_forward_weight(xs, ws, stride, padding, dilation, kw
     PhaseGrid(grid * conv_layout.THREADS, conv_layout.THREADS,
               {OUT: out, SRC: w.reshape(-1).copy()}).run(func, [OUT, SRC])
     want = np.zeros((oc, pwt.th, kwp, cp), np.int64)
-    want[:, :, : pwt.tw, : pwt.o] = pwt.apply(w).transpose(0, 2, 3, 1)
+    wc = pwt.apply(w)
+    if channel_major:  # row (c*P + p) holds channel p*C + c
+        wc = wc.reshape(pwt.ph * pwt.pw, pwt.c, *wc.shape[1:]).swapaxes(0, 1).reshape(wc.shape)
+    want[:, :, : pwt.tw, : pwt.o] = wc.transpose(0, 2, 3, 1)
     np.testing.assert_array_equal(out[: oc * k].reshape(oc, pwt.th, kwp, cp), want)
     assert (out[oc * k:] == POISON).all()
 
@@ -147,3 +152,37 @@ def test_wide_phase_kernels_are_made(monkeypatch):
     kinds = [re.sub(r"^.*?_grad_|_\d+$", "", o.callee.string_value())
              for o in spec.ir("target").walk() if isinstance(o, tt.LaunchOp | tt.LaunchExOp)]
     assert "reverse" in kinds and "conv" in kinds, kinds
+
+
+def test_relayout_and_epilogue_agree_on_the_column_order(monkeypatch):
+    """With the phase kernel relaid out and the phases stored by the epilogue, both order
+    the GEMM's columns as (channel, phase); with a made kernel (a weight used twice) both
+    keep the graph's (phase, channel)."""
+    from tessera.passes.sm90 import conv_interleave
+
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    seen = []
+    relayout, epilogue = conv_phase_weight.weight_kernel, conv_interleave.epilogue
+
+    def spy_relayout(*args):
+        seen.append(("weight", args[-1]))
+        return relayout(*args)
+
+    def spy_epilogue(e, il, *args):
+        seen.append(("epilogue", il.channel_major))
+        return epilogue(e, il, *args)
+
+    monkeypatch.setattr(conv_phase_weight, "weight_kernel", spy_relayout)
+    monkeypatch.setattr(conv_interleave, "epilogue", spy_epilogue)
+    fn = ts.grad(lambda x, w, dy: ts.sum(ts.conv2d(x, w, stride=2, padding=1) * dy),
+                 argnums=0)
+    fn.specialize(np.zeros((2, 16, 13, 13), bf), np.zeros((16, 16, 3, 3), bf),
+                  np.zeros((2, 16, 7, 7), bf)).ir("target")
+    assert seen == [("weight", True), ("epilogue", True)], seen
+    seen.clear()
+    # the padded weight also returned: the pads are made, the relayout reads the made kernel
+    fn2 = ts.jit(lambda g, w: (ts.conv2d(g, ts.reshape(ts.concat([w, w * 0.0], 0),
+                                                       [32, 16, 2, 2]), padding=1), w))
+    fn2.specialize(np.zeros((2, 16, 7, 7), bf), np.zeros((16, 16, 2, 2), bf)).ir("target")
+    assert ("weight", True) not in seen and ("epilogue", True) not in seen, seen

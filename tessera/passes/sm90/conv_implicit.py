@@ -544,35 +544,44 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
     conv_layout.launch(lw, nhwc, [xt, x_src if x_src is not None else lw.mem(op.input)],
                        conv_layout.nhwc_grid(n, c, h * w, cp, eb), conv_layout.NHWC_SMEM)
     wk = lw.alloc(TensorType(et, [parts * o, cv.k]))
-    if kh * kw >= WIDE_KERNEL_TAPS:  # [O, C, taps] -> [O, taps, Cp]: the NHWC copy's layout
-        w_src = _swapped_source(lw, op.weight)  # a weight gradient's output gradient
-        weight = lw.named_kernel(
-            "conv_weight",
-            lambda nm: conv_layout.nhwc_kernel(nm, o, c, kh * kw, cp, eb, parts,
-                                               w_src is not None),
-            ("swapped", w_src is not None))
-        conv_layout.launch(lw, weight,
-                           [wk, w_src if w_src is not None else lw.mem(op.weight)],
-                           conv_layout.nhwc_grid(o, c, kh * kw, cp, eb), conv_layout.NHWC_SMEM)
-    elif (phase := lw.notes.get((conv_phase_weight.NOTE, op))) is not None:
-        # a strided input gradient's phase kernel: read from the forward weight
-        pwt, w_root = phase
-        weight = lw.named_kernel(
-            "conv_weight",
-            lambda nm: conv_phase_weight.weight_kernel(nm, pwt, cp, eb, parts, cv.kwp),
-            ("phases", pwt))
-        conv_layout.launch(lw, weight, [wk, lw.mem(w_root)], conv_layout.weight_grid(o, cv.k), 0)
-    else:
-        # an input gradient's kernel, reverse(transpose(w)): read w flipped and swapped
-        flipped = _flipped_source(lw, op.weight)
-        flip, swapped = flipped is not None, flipped is not None and flipped[1]
-        weight = lw.named_kernel(
-            "conv_weight",
-            lambda nm: conv_layout.weight_kernel(nm, o, c, kh, kw, cp, eb, parts, cv.kwp,
-                                                 flip, swapped),
-            ("flip", flip, swapped))
-        w_buf = flipped[0] if flipped is not None else lw.mem(op.weight)
-        conv_layout.launch(lw, weight, [wk, w_buf], conv_layout.weight_grid(o, cv.k), 0)
+    phase = lw.notes.get((conv_phase_weight.NOTE, op))
+
+    def relayout_weight(channel_major: bool) -> None:
+        """Launch the weight's relayout into ``wk`` (``channel_major``: a phase kernel's
+        output channels in (channel, phase) order, :mod:`conv_phase_weight`)."""
+        if kh * kw >= WIDE_KERNEL_TAPS:  # [O, C, taps] -> [O, taps, Cp]: the NHWC layout
+            w_src = _swapped_source(lw, op.weight)  # a weight gradient's output gradient
+            weight = lw.named_kernel(
+                "conv_weight",
+                lambda nm: conv_layout.nhwc_kernel(nm, o, c, kh * kw, cp, eb, parts,
+                                                   w_src is not None),
+                ("swapped", w_src is not None))
+            conv_layout.launch(lw, weight,
+                               [wk, w_src if w_src is not None else lw.mem(op.weight)],
+                               conv_layout.nhwc_grid(o, c, kh * kw, cp, eb),
+                               conv_layout.NHWC_SMEM)
+        elif phase is not None:
+            # a strided input gradient's phase kernel: read from the forward weight
+            pwt, w_root = phase
+            weight = lw.named_kernel(
+                "conv_weight",
+                lambda nm: conv_phase_weight.weight_kernel(nm, pwt, cp, eb, parts, cv.kwp,
+                                                           channel_major),
+                ("phases", pwt, channel_major))
+            conv_layout.launch(lw, weight, [wk, lw.mem(w_root)],
+                               conv_layout.weight_grid(o, cv.k), 0)
+        else:
+            # an input gradient's kernel, reverse(transpose(w)): read w flipped and swapped
+            flipped = _flipped_source(lw, op.weight)
+            flip, swapped = flipped is not None, flipped is not None and flipped[1]
+            weight = lw.named_kernel(
+                "conv_weight",
+                lambda nm: conv_layout.weight_kernel(nm, o, c, kh, kw, cp, eb, parts, cv.kwp,
+                                                     flip, swapped),
+                ("flip", flip, swapped))
+            w_buf = flipped[0] if flipped is not None else lw.mem(op.weight)
+            conv_layout.launch(lw, weight, [wk, w_buf], conv_layout.weight_grid(o, cv.k), 0)
+
     m = n * ho * wo
     sms = device_sms()
     if f32:
@@ -584,10 +593,16 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
     splits = splits_for(replace(gemm, out_type="f32"), split_k, MAX_SPLITS)
     target = (conv_interleave.lower_target(lw, op) if splits == 1 and op.bias is None
               else None)
+    # with both the phase kernel relaid out here and the phases stored by the epilogue,
+    # the GEMM's columns are (channel, phase): a warp's stores of one channel's phases
+    # then fill whole runs of dx's rows
+    relayout_weight(target is not None and phase is not None)
     if target is not None:
         # an input gradient's phases: the epilogue stores dx itself, and the ops that
         # would interleave the convolution's output are not lowered
         il, out = target
+        if phase is not None:
+            il = replace(il, channel_major=True)
         cv = replace(cv, interleave=il)
         gemm = replace(gemm, gather=cv)
     else:

@@ -10,7 +10,9 @@ input's layout with data movement only::
       -> crop (whole phase rows) -> reshape [N, C, rows, cols] -> crop -> dx [N, C, H, W]
 
 Every element of ``dx`` is one element of ``y``: channel ``oc = ((g*Ph + a)*Pw + b)*Cg + c``
-at ``(r, q)`` is ``dx[n, g*Cg + c, r*Ph + a - oh, q*Pw + b - ow]`` (an :class:`Interleave`),
+at ``(r, q)`` is ``dx[n, g*Cg + c, r*Ph + a - oh, q*Pw + b - ow]`` (an :class:`Interleave`;
+when the weight relayout orders the GEMM's columns as (channel, phase), it decodes them
+so),
 stored when that position lies inside ``dx``; the rest of ``y`` (rows the crops drop) is
 never needed. :func:`match` recognizes the chain after a convolution (each value used
 once, the composite checked element by element on one image against the closed form) and
@@ -59,6 +61,11 @@ class Interleave:
     w: int
     oh: int
     ow: int
+    channel_major: bool = False
+    """The GEMM's columns in (group, channel, phase) order, ``oc = ((g*Cg + c)*Ph + a)*Pw
+    + b``, when the weight relayout wrote its rows so
+    (:mod:`tessera.passes.sm90.conv_phase_weight`): a warp's stores of a channel's
+    phases then fill whole runs of dx's rows."""
 
     @property
     def channels(self) -> int:
@@ -69,8 +76,12 @@ class Interleave:
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(channel, row, column)`` of ``dx`` for output channel ``oc`` at ``(r, q)``
         (the row or column may lie outside ``dx``: not stored)."""
-        pi, c = np.divmod(oc, self.cg)
-        gi, ab = np.divmod(pi, self.ph * self.pw)
+        if self.channel_major:
+            gc, ab = np.divmod(oc, self.ph * self.pw)
+            gi, c = np.divmod(gc, self.cg)
+        else:
+            pi, c = np.divmod(oc, self.cg)
+            gi, ab = np.divmod(pi, self.ph * self.pw)
         a, b = np.divmod(ab, self.pw)
         return gi * self.cg + c, r * self.ph + a - self.oh, q * self.pw + b - self.ow
 
@@ -216,9 +227,13 @@ def epilogue(
         for x in (0, 1):
             col = e.add32(col0, 8 * j + x)
             cok = e.setp("lt", col, o)
-            pi, c = e.bin(tt.DivOp, "u32", col, il.cg), e.bin(tt.RemOp, "u32", col, il.cg)
-            gi, ab = (e.bin(tt.DivOp, "u32", pi, il.ph * il.pw),
-                      e.bin(tt.RemOp, "u32", pi, il.ph * il.pw))
+            phases = il.ph * il.pw
+            if il.channel_major:
+                gc, ab = e.bin(tt.DivOp, "u32", col, phases), e.bin(tt.RemOp, "u32", col, phases)
+                gi, c = e.bin(tt.DivOp, "u32", gc, il.cg), e.bin(tt.RemOp, "u32", gc, il.cg)
+            else:
+                pi, c = e.bin(tt.DivOp, "u32", col, il.cg), e.bin(tt.RemOp, "u32", col, il.cg)
+                gi, ab = e.bin(tt.DivOp, "u32", pi, phases), e.bin(tt.RemOp, "u32", pi, phases)
             a, b = e.bin(tt.DivOp, "u32", ab, il.pw), e.bin(tt.RemOp, "u32", ab, il.pw)
             # dx[n, g*Cg + c, rb + a, qb + b] - dx[n, 0, rb, qb]
             coff = e.mad32(e.mad32(gi, il.cg, c), hw, e.mad32(a, il.w, b))

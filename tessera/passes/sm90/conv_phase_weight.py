@@ -221,11 +221,14 @@ def claim(lw: _FunctionLowering, op: Operation) -> None:
 
 
 def weight_kernel(name: str, pwt: PhaseWeight, cp: int, eb: int = 2, parts: int = 1,
-                  kwp: int = 0) -> tt.FuncOp:
+                  kwp: int = 0, channel_major: bool = False) -> tt.FuncOp:
     """The ``ttarget.func`` ``(wk, w)``: ``wk[oc, (u*kwp + v)*cp + o] = wc[oc, o, u, v]``
     (:class:`PhaseWeight`; zero for padded channels, padded filter-row taps and taps no
     weight element reaches), one element per thread over ``conv_layout.weight_grid``
-    CTAs; f32 as TF32 ``parts`` as ``conv_layout.weight_kernel`` writes them."""
+    CTAs; f32 as TF32 ``parts`` as ``conv_layout.weight_kernel`` writes them.
+    ``channel_major``: row ``(c*Ph + a)*Pw + b`` of ``wk`` holds ``wc``'s channel ``(a*Pw
+    + b)*C + c`` (the GEMM's columns in (channel, phase) order:
+    :attr:`tessera.passes.sm90.conv_interleave.Interleave.channel_major`)."""
     func = tt.FuncOp(name, ["u64", "u64"], conv_layout.THREADS)
     out_param, w_param = func.block.args
     e = TargetAsm(func)
@@ -238,7 +241,11 @@ def weight_kernel(name: str, pwt: PhaseWeight, cp: int, eb: int = 2, parts: int 
     oi, col = e.bin(tt.DivOp, "u32", lin, k), e.bin(tt.RemOp, "u32", lin, k)
     tap, o = e.bin(tt.DivOp, "u32", col, cp), e.bin(tt.RemOp, "u32", col, cp)
     u, v = e.bin(tt.DivOp, "u32", tap, kwp), e.bin(tt.RemOp, "u32", tap, kwp)
-    ab, c = e.bin(tt.DivOp, "u32", oi, pwt.c), e.bin(tt.RemOp, "u32", oi, pwt.c)
+    if channel_major:
+        c, ab = (e.bin(tt.DivOp, "u32", oi, pwt.ph * pwt.pw),
+                 e.bin(tt.RemOp, "u32", oi, pwt.ph * pwt.pw))
+    else:
+        ab, c = e.bin(tt.DivOp, "u32", oi, pwt.c), e.bin(tt.RemOp, "u32", oi, pwt.c)
     a, b = e.bin(tt.DivOp, "u32", ab, pwt.pw), e.bin(tt.RemOp, "u32", ab, pwt.pw)
     inside = e.reg("pred")
     e.add(tt.AndOp("pred", inside, ok, e.setp("lt", o, pwt.o)))

@@ -41,8 +41,8 @@ func.func @dgrad(%g: tensor<2x16x7x7xbf16>, %wc: tensor<32x16x2x2xbf16>) -> tens
 // CHECK:        ttarget.ret
 // CHECK-LABEL:  func.func @dgrad(
 // CHECK:        ttarget.launch_ex @dgrad_conv_nhwc_0
-// CHECK:        ttarget.launch_ex @dgrad_conv_weight_0
 // CHECK:        %[[DX:.*]] = memref.alloc() : memref<2x8x13x13xbf16>
+// CHECK-NEXT:   ttarget.launch_ex @dgrad_conv_weight_0
 // CHECK-NEXT:   ttarget.launch_ex @dgrad_conv_0(%[[DX]], %{{.*}}, %{{.*}})
 // CHECK-NOT:    ttile.launch
 // CHECK-NOT:    memref.alloc

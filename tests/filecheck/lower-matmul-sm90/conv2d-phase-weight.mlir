@@ -40,8 +40,8 @@ func.func @dgrad(%dy: tensor<2x16x7x7xbf16>, %w: tensor<16x8x3x3xbf16>) -> tenso
 // CHECK-NEXT:   memref.alloc() : memref<2x7x7x16xbf16>
 // CHECK-NEXT:   ttarget.launch_ex @dgrad_conv_nhwc_0
 // CHECK-NEXT:   %[[WK:.*]] = memref.alloc() : memref<32x64xbf16>
-// CHECK-NEXT:   ttarget.launch_ex @dgrad_conv_weight_0(%[[WK]], %[[W]])
 // CHECK-NEXT:   %[[DX:.*]] = memref.alloc() : memref<2x8x14x14xbf16>
+// CHECK-NEXT:   ttarget.launch_ex @dgrad_conv_weight_0(%[[WK]], %[[W]])
 // CHECK-NEXT:   ttarget.launch_ex @dgrad_conv_0(%[[DX]], %{{.*}}, %[[WK]])
 // CHECK-NEXT:   func.return %[[DX]]
 

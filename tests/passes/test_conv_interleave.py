@@ -69,6 +69,24 @@ def test_input_gradient_chain_is_matched(xs, ws, stride, padding, dilation):
     np.testing.assert_array_equal(il.apply(y), _chain_numpy(ops, y))
 
 
+@pytest.mark.parametrize(("xs", "ws", "stride", "padding", "dilation"), CONFIGS)
+def test_trimmed_interleave_drops_only_rows_that_reach_nothing(xs, ws, stride, padding,
+                                                              dilation):
+    """The trimmed interleave of the rows and columns of y that reach dx gives the same dx;
+    the rows and columns it drops reach nothing."""
+    (conv,) = _phase_convs(_graph(xs, ws, stride, padding, dilation))
+    il, _ = conv_interleave.match(conv)
+    t, rmin, qmin = il.trimmed()
+    y = np.random.default_rng(3).standard_normal(g.shape_of(conv.result))
+    part = y[:, :, rmin: rmin + t.rows, qmin: qmin + t.cols]
+    np.testing.assert_array_equal(t.apply(part), il.apply(y))
+    for r in (rmin - 1, rmin + t.rows):  # a dropped row's every phase misses dx
+        if 0 <= r < il.rows:
+            assert all(not 0 <= r * il.ph + a - il.oh < il.h for a in range(il.ph))
+    if xs == (2, 8, 14, 14):  # ResNet's 3x3/2: the phase convolution's first row is dropped
+        assert (rmin, qmin, t.rows, t.cols) == (1, 1, 7, 7)
+
+
 def test_torch_backend_chain_is_matched(tmp_path, monkeypatch):
     """The torch backend's conv2d_input graph (odd input, stride 2) has the same chain."""
     import tessera.torch as tth

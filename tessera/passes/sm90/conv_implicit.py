@@ -603,6 +603,14 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
         il, out = target
         if phase is not None:
             il = replace(il, channel_major=True)
+        # only the convolution's rows and columns that reach dx: its pixel grid starts
+        # (rmin, qmin) in, which the gather sees as that much less padding
+        trimmed, rmin, qmin = il.trimmed()
+        if rmin <= cv.ph and qmin <= cv.pw:
+            il = trimmed
+            cv = replace(cv, ho=il.rows, wo=il.cols, ph=cv.ph - rmin, pw=cv.pw - qmin)
+            m = n * il.rows * il.cols
+            gemm = replace(gemm, m=m, cfg=conv_config(m, o, cv.k, sms, parts))
         cv = replace(cv, interleave=il)
         gemm = replace(gemm, gather=cv)
     else:

@@ -24,7 +24,7 @@ once instead of writing ``y`` for a slice kernel to read and write again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -84,6 +84,19 @@ class Interleave:
             gi, ab = np.divmod(pi, self.ph * self.pw)
         a, b = np.divmod(ab, self.pw)
         return gi * self.cg + c, r * self.ph + a - self.oh, q * self.pw + b - self.ow
+
+    def trimmed(self) -> tuple[Interleave, int, int]:
+        """The interleave of only the rows ``rmin..`` and columns ``qmin..`` of ``y`` that
+        reach ``dx`` (a row of ``y`` reaches it when one of its phases does), and
+        ``(rmin, qmin)``."""
+        def span(n: int, p: int, off: int, size: int) -> tuple[int, int]:
+            lo = max(0, -(-(off - p + 1) // p))
+            return lo, min(n - 1, (size - 1 + off) // p) - lo + 1
+
+        rmin, rows = span(self.rows, self.ph, self.oh, self.h)
+        qmin, cols = span(self.cols, self.pw, self.ow, self.w)
+        return (replace(self, rows=rows, cols=cols, oh=self.oh - rmin * self.ph,
+                        ow=self.ow - qmin * self.pw), rmin, qmin)
 
     def apply(self, y: np.ndarray) -> np.ndarray:
         """``dx`` from ``y`` (numpy; the reference of :func:`epilogue`)."""

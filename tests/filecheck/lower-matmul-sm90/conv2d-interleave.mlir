@@ -19,16 +19,17 @@ func.func @dgrad(%g: tensor<2x16x7x7xbf16>, %wc: tensor<32x16x2x2xbf16>) -> tens
 
 // CHECK:      ttarget.func @dgrad_conv_0(
 // CHECK:        ttarget.wgmma "m64n{{[0-9]+}}k16.f32.bf16.bf16"
-// a row's image and pixel (R x Q = 64) once it is below M = 128, its row and column
-// (Q = 8), minus the offsets
-// CHECK:        %[[M:.*]] = ttarget.imm 128
+// the phase convolution's first row and column reach no place of dx: the GEMM computes
+// its 7 x 7 other pixels (M = 98), gathered with no padding. A row's image and pixel
+// (49 of them) once it is below M, its row and column (of 7), each times 2, minus 0
+// CHECK:        %[[M:.*]] = ttarget.imm 98
 // CHECK-NEXT:   ttarget.setp "lt.u32" %{{.*}}, %{{.*}}, %[[M]]
-// CHECK:        %[[RQ:.*]] = ttarget.imm 64
+// CHECK:        %[[RQ:.*]] = ttarget.imm 49
 // CHECK-NEXT:   ttarget.div "u32" %{{.*}}, %{{.*}}, %[[RQ]]
-// CHECK:        %[[Q:.*]] = ttarget.imm 8
+// CHECK:        %[[Q:.*]] = ttarget.imm 7
 // CHECK-NEXT:   ttarget.div "u32" %{{.*}}, %{{.*}}, %[[Q]]
 // CHECK:        ttarget.mul "lo.u32"
-// CHECK:        %[[OH:.*]] = ttarget.imm 2
+// CHECK:        %[[OH:.*]] = ttarget.imm 0
 // CHECK-NEXT:   ttarget.sub "u32" %{{.*}}, %{{.*}}, %[[OH]]
 // only places inside dx (13 x 13) are stored
 // CHECK:        ttarget.and "pred" %[[OK:.*]], %{{.*}}, %{{.*}}

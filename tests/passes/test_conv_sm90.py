@@ -423,3 +423,19 @@ def test_input_gradient_kernels_assemble(monkeypatch: pytest.MonkeyPatch, ws, st
     if stride == 1:
         assert kinds == ["conv_nhwc", "conv_weight", "conv"], kinds
     ptxas.check(spec.ir("ptx"))
+
+
+@needs_ptxas
+def test_pointwise_strided_input_gradient_reads_the_weight_swapped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1x1/2 input gradient of a 7x7 gradient (49 pixels: the implicit GEMM, not the
+    batched pointwise one): the weight relayout reads the forward weight channel-swapped,
+    no transpose kernel. PTX through ptxas."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    fn = ts.grad(lambda x, w, dy: ts.sum(ts.conv2d(x, w, stride=2) * dy))
+    spec = fn.specialize(np.zeros((2, 64, 14, 14), bf), np.zeros((128, 64, 1, 1), bf),
+                         np.zeros((2, 128, 7, 7), bf))
+    kinds = [re.sub(r"^.*?_grad_|_\d+$", "", n) for n in _kernels(spec)]
+    assert kinds[:3] == ["conv_nhwc", "conv_weight", "conv"] and "transpose" not in kinds, kinds
+    ptxas.check(spec.ir("ptx"))

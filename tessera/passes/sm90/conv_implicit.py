@@ -571,9 +571,12 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
             conv_layout.launch(lw, weight, [wk, lw.mem(w_root)],
                                conv_layout.weight_grid(o, cv.k), 0)
         else:
-            # an input gradient's kernel, reverse(transpose(w)): read w flipped and swapped
+            # an input gradient's kernel, reverse(transpose(w)): read w flipped and swapped;
+            # a one-tap one's, transpose(w): read w swapped
             flipped = _flipped_source(lw, op.weight)
             flip, swapped = flipped is not None, flipped is not None and flipped[1]
+            if flipped is None and (w_src := _swapped_source(lw, op.weight)) is not None:
+                flipped, swapped = (w_src, True), True
             weight = lw.named_kernel(
                 "conv_weight",
                 lambda nm: conv_layout.weight_kernel(nm, o, c, kh, kw, cp, eb, parts, cv.kwp,

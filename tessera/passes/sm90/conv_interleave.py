@@ -61,6 +61,11 @@ class Interleave:
     w: int
     oh: int
     ow: int
+    single: tuple[int, int] | None = None
+    """A one-tap kernel's input gradient (a 1x1/2 shortcut's): ``y`` has no phases in its
+    channels (``oc = g*Cg + c``); each of its elements owns the ``Ph x Pw`` places
+    ``(r*Ph + a - oh, q*Pw + b - ow)`` of ``dx`` and holds the one at ``(a, b) = single``,
+    zeros at the others (the select of conv_grad's ``mask``, written by the epilogue)."""
     channel_major: bool = False
     """The GEMM's columns in (group, channel, phase) order, ``oc = ((g*Cg + c)*Ph + a)*Pw
     + b``, when the weight relayout wrote its rows so
@@ -70,12 +75,18 @@ class Interleave:
     @property
     def channels(self) -> int:
         """The convolution's output channels."""
+        if self.single is not None:
+            return self.groups * self.cg
         return self.groups * self.ph * self.pw * self.cg
 
     def place(self, oc: np.ndarray, r: np.ndarray, q: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(channel, row, column)`` of ``dx`` for output channel ``oc`` at ``(r, q)``
-        (the row or column may lie outside ``dx``: not stored)."""
+        (the row or column may lie outside ``dx``: not stored); with :attr:`single` the
+        place of the value."""
+        if self.single is not None:
+            a, b = self.single
+            return oc, r * self.ph + a - self.oh, q * self.pw + b - self.ow
         if self.channel_major:
             gc, ab = np.divmod(oc, self.ph * self.pw)
             gi, c = np.divmod(gc, self.cg)
@@ -109,6 +120,27 @@ class Interleave:
         out[:, ch[ok], hh[ok], ww[ok]] = y[:, oc[ok], r[ok], q[ok]]
         return out
 
+    def written(self) -> np.ndarray:
+        """``[C, H, W]``: per place of one image of ``dx``, the linear index into one image
+        of ``y`` of the element stored there, -1 where a zero is, -2 where nothing is."""
+        out = np.full((self.groups * self.cg, self.h, self.w), -2, np.int64)
+        oc, r, q = np.meshgrid(np.arange(self.channels), np.arange(self.rows),
+                               np.arange(self.cols), indexing="ij")
+        lin = (oc * self.rows + r) * self.cols + q
+        if self.single is not None:
+            a0, b0 = self.single
+            for a in range(self.ph):
+                for b in range(self.pw):
+                    hh, ww = r * self.ph + a - self.oh, q * self.pw + b - self.ow
+                    ok = (hh >= 0) & (hh < self.h) & (ww >= 0) & (ww < self.w)
+                    val = lin if (a, b) == (a0, b0) else np.full_like(lin, -1)
+                    out[oc[ok], hh[ok], ww[ok]] = val[ok]
+            return out
+        ch, hh, ww = self.place(oc, r, q)
+        ok = (hh >= 0) & (hh < self.h) & (ww >= 0) & (ww < self.w)
+        out[ch[ok], hh[ok], ww[ok]] = lin[ok]
+        return out
+
 
 def _single_use(v: SSAValue) -> Operation | None:
     uses = list(v.uses)
@@ -121,18 +153,41 @@ def _chain(conv: g.Conv2dOp) -> list[Operation] | None:
     ops: list[Operation] = []
     v = conv.result
     while (user := _single_use(v)) is not None and isinstance(
-        user, g.ReshapeOp | g.TransposeOp | g.SliceOp
+        user, g.ReshapeOp | g.TransposeOp | g.SliceOp | g.SelectOp
     ):
         if isinstance(user, g.SliceOp) and any(s != 1 for s in user.stride.get_values()):
             break
+        if isinstance(user, g.SelectOp) and _mask(user, v) is None:
+            break
         ops.append(user)
-        v = user.result
+        v = user.results[0]
     return ops
+
+
+def _mask(op: g.SelectOp, v: SSAValue) -> np.ndarray | None:
+    """The constant mask of ``select(mask, v, 0)`` (one for every image), else None."""
+    cond, zero = op.cond.owner, op.on_false.owner
+    if op.on_true is not v or not isinstance(cond, g.ConstantOp) or \
+            not isinstance(zero, g.ConstantOp):
+        return None
+    if any(float(x) != 0.0 for x in zero.value.get_values()):
+        return None
+    shape = tuple(g.shape_of(op.cond))
+    vals = np.asarray([bool(x) for x in cond.value.get_values()])
+    if not shape or shape[0] != 1 or vals.size not in (1, int(np.prod(shape))):
+        return None
+    return np.broadcast_to(vals, shape) if vals.size == 1 else vals.reshape(shape)
 
 
 def _evaluate(ops: Sequence[Operation], x: np.ndarray) -> np.ndarray:
     """The data movement of ``ops`` on one image ``x`` (batch dim of size 1)."""
     for op in ops:
+        if isinstance(op, g.SelectOp):
+            keep = _mask(op, op.on_true)
+            assert keep is not None
+            shape = [1, *g.shape_of(op.result)[1:]]
+            x = np.broadcast_to(np.where(keep, x, -1), shape)
+            continue
         if isinstance(op, g.ReshapeOp):
             x = x.reshape([1, *g.shape_of(op.result)[1:]])
         elif isinstance(op, g.TransposeOp):
@@ -146,50 +201,87 @@ def _evaluate(ops: Sequence[Operation], x: np.ndarray) -> np.ndarray:
 
 def match(conv: g.Conv2dOp) -> tuple[Interleave, list[Operation]] | None:
     """The interleave that the ops after ``conv`` compute (module docstring) and those
-    ops (the last one's result is ``dx``), or None when they are not such a chain."""
+    ops (the last one's result is ``dx``), or None when they are not such a chain: the
+    phases as channels (a reshape to ``[N, G, Ph, Pw, Cg, R, Q]`` and the transpose
+    :data:`PERM`) or one phase (a select of a constant ``[1, 1, 1, Ph, 1, Pw]`` mask
+    with one true element). Checked on one image, every place of ``dx``, against the
+    closed form (:meth:`Interleave.written`)."""
     ops = _chain(conv)
-    if not ops or not isinstance(ops[0], g.ReshapeOp):
+    if not ops:
         return None
     n, oc, rows, cols = g.shape_of(conv.result)
-    s7 = list(g.shape_of(ops[0].result))
-    if len(s7) != 7 or s7[0] != n or s7[5:] != [rows, cols] or len(ops) < 2:
+    if oc * rows * cols > CHECK_ELEMENTS:
+        return None
+    selects = [op for op in ops if isinstance(op, g.SelectOp)]
+    if selects:
+        found = _single(ops, selects[0], oc)
+    else:
+        found = _phases(ops, n, rows, cols)
+    if found is None:
+        return None
+    groups, ph, pw, cg, single, ops = found
+    for op in ops:
+        if g.shape_of(op.results[0])[0] != n or (
+                isinstance(op, g.TransposeOp) and int(op.permutation.get_values()[0]) != 0) or (
+                isinstance(op, g.SliceOp) and op.start.get_values()[0] != 0):
+            return None
+    _, _, h, w = g.shape_of(ops[-1].results[0])
+    ids = np.arange(oc * rows * cols, dtype=np.int64).reshape(1, oc, rows, cols)
+    got = _evaluate(ops, ids)[0]
+    # the offsets, from the element stored first in dx
+    flat = got.reshape(-1)
+    at = int(np.argmax(flat >= 0))
+    if flat[at] < 0:
+        return None
+    _, hh, ww = np.unravel_index(at, got.shape)
+    c0, rest = divmod(int(flat[at]), rows * cols)
+    r0, q0 = divmod(rest, cols)
+    if single is not None:
+        a0, b0 = single
+    else:
+        a0, b0 = divmod((c0 // cg) % (ph * pw), pw)
+    il = Interleave(groups, ph, pw, cg, rows, cols, h, w, r0 * ph + a0 - int(hh),
+                    q0 * pw + b0 - int(ww), single)
+    if not np.array_equal(il.written(), got):
+        return None
+    return il, ops
+
+
+def _end(ops: list[Operation], n: int, c: int, after: int) -> list[Operation] | None:
+    """``ops`` up to the last value of the input's layout ``[N, C, H, W]`` past index
+    ``after`` (only more of it would follow)."""
+    last = None
+    for i, op in enumerate(ops):
+        s = g.shape_of(op.results[0])
+        if i > after and len(s) == 4 and s[0] == n and s[1] == c:
+            last = i
+    return None if last is None else ops[: last + 1]
+
+
+def _phases(ops: list[Operation], n: int, rows: int, cols: int) -> tuple | None:
+    """``(groups, Ph, Pw, Cg, None, ops)`` of a phases-as-channels chain."""
+    s7 = list(g.shape_of(ops[0].results[0]))
+    if not isinstance(ops[0], g.ReshapeOp) or len(s7) != 7 or s7[0] != n or \
+            s7[5:] != [rows, cols] or len(ops) < 2:
         return None
     t = ops[1]
     if not isinstance(t, g.TransposeOp) or tuple(t.permutation.get_values()) != PERM:
         return None
-    # the chain ends at the first value of the input's layout [N, C, H, W] after which
-    # only more of it would follow
-    last = None
-    for i, op in enumerate(ops):
-        s = g.shape_of(op.result)
-        if i >= 2 and len(s) == 4 and s[0] == n and s[1] == s7[1] * s7[4]:
-            last = i
-    if last is None:
+    kept = _end(ops, n, s7[1] * s7[4], 1)
+    return None if kept is None else (*s7[1:5], None, kept)
+
+
+def _single(ops: list[Operation], sel: g.SelectOp, oc: int) -> tuple | None:
+    """``(1, Ph, Pw, C, (a, b), ops)`` of a one-phase chain."""
+    keep = _mask(sel, sel.on_true)
+    assert keep is not None
+    if keep.ndim != 6 or keep.shape[:3] != (1, 1, 1) or keep.shape[4] != 1 or \
+            int(keep.sum()) != 1:
         return None
-    ops = ops[: last + 1]
-    for op in ops:
-        if isinstance(op, g.ReshapeOp | g.TransposeOp | g.SliceOp) and g.shape_of(
-                op.result)[0] != n:
-            return None
-        if isinstance(op, g.TransposeOp) and int(op.permutation.get_values()[0]) != 0:
-            return None
-        if isinstance(op, g.SliceOp) and op.start.get_values()[0] != 0:
-            return None
-    if oc * rows * cols > CHECK_ELEMENTS:
-        return None
-    groups, ph, pw, cg = s7[1:5]
-    _, _, h, w = g.shape_of(ops[-1].result)
-    # the offsets: where y's element that lands on dx[.., 0, 0] came from
-    ids = np.arange(oc * rows * cols, dtype=np.int64).reshape(1, oc, rows, cols)
-    got = _evaluate(ops, ids)
-    first = int(got[0, 0, 0, 0])
-    c0, rest = divmod(first, rows * cols)
-    r0, q0 = divmod(rest, cols)
-    a0, b0 = divmod((c0 // cg) % (ph * pw), pw)
-    il = Interleave(groups, ph, pw, cg, rows, cols, h, w, r0 * ph + a0, q0 * pw + b0)
-    if not np.array_equal(il.apply(ids), got):
-        return None
-    return il, ops
+    (_, _, _, a0, _, b0), = np.argwhere(keep)
+    kept = _end(ops, g.shape_of(sel.result)[0], oc, ops.index(sel))
+    return None if kept is None else (1, keep.shape[3], keep.shape[5], oc,
+                                      (int(a0), int(b0)), kept)
 
 
 def lower_target(lw: _FunctionLowering, conv: g.Conv2dOp
@@ -204,6 +296,11 @@ def lower_target(lw: _FunctionLowering, conv: g.Conv2dOp
     dx = ops[-1].results[0]
     buf = lw.env[dx] = lw.alloc(dx.type)
     lw.skip.update(ops)
+    # a select's mask and zero, when nothing else reads them
+    for sel in (op for op in ops if isinstance(op, g.SelectOp)):
+        for const in (sel.cond.owner, sel.on_false.owner):
+            if all(u.operation in lw.skip for u in const.results[0].uses):
+                lw.skip.add(const)
     return il, buf
 
 
@@ -236,10 +333,46 @@ def epilogue(
         rbase.append(rb)
         qbase.append(qb)
         rok.append(ok)
+    zero = e.reg("f32" if eb == 4 else "b16")  # a one-phase gradient's other places
+    if il.single is not None:
+        e.add(tt.MovOp("f32", zero, e.fimm(0.0)) if eb == 4 else tt.MovOp("b16", zero,
+                                                                          e.imm(0)))
+
+    def store(v: SSAValue, h: int, coff: SSAValue, a: SSAValue | int, b: SSAValue | int,
+              cok: SSAValue) -> None:
+        """``v`` at ``dx[n, ., rb + a, qb + b]`` of row ``h``, ``coff`` elements past the
+        row's phase-0 place, if that lies inside ``dx``."""
+        hh, ww = e.add32(rbase[h], a), e.add32(qbase[h], b)
+        gd = e.reg("pred")
+        e.add(tt.AndOp("pred", gd, rok[h], cok))
+        for val, lim in ((hh, il.h), (ww, il.w)):
+            e.add(tt.AndOp("pred", gd, gd, e.setp("lt", val, lim)))
+        ptr = e.reg("b64")
+        e.add(tt.MovOp("b64", ptr, base))
+        builders.advance_pointer(e, ptr, e.add32(rowlin[h], coff), eb)
+        if eb == 4:
+            e.add(tt.StOp("global.f32", ptr, [v], 0, gd))
+            return
+        if v is zero:
+            e.add(tt.StOp("global.b16", ptr, [zero], 0, gd))
+            return
+        out = e.reg("b16")
+        e.add(tt.CvtOp(f"rn.{out_type}.f32", out, [v]))
+        e.add(tt.StOp("global.b16", ptr, [out], 0, gd))
+
     for j in range(bn // 8):
         for x in (0, 1):
             col = e.add32(col0, 8 * j + x)
             cok = e.setp("lt", col, o)
+            if il.single is not None:
+                # channel col: the value at its phase, zeros at the block's other places
+                for a in range(il.ph):
+                    for b in range(il.pw):
+                        coff = e.mad32(col, hw, a * il.w + b)
+                        for h in (0, 1):
+                            v = acc[4 * j + 2 * h + x] if (a, b) == il.single else zero
+                            store(v, h, coff, a, b, cok)
+                continue
             phases = il.ph * il.pw
             if il.channel_major:
                 gc, ab = e.bin(tt.DivOp, "u32", col, phases), e.bin(tt.RemOp, "u32", col, phases)
@@ -251,22 +384,7 @@ def epilogue(
             # dx[n, g*Cg + c, rb + a, qb + b] - dx[n, 0, rb, qb]
             coff = e.mad32(e.mad32(gi, il.cg, c), hw, e.mad32(a, il.w, b))
             for h in (0, 1):
-                hh, ww = e.add32(rbase[h], a), e.add32(qbase[h], b)
-                gd = e.reg("pred")
-                e.add(tt.AndOp("pred", gd, rok[h], cok))
-                for v, lim in ((hh, il.h), (ww, il.w)):
-                    inside = e.setp("lt", v, lim)
-                    e.add(tt.AndOp("pred", gd, gd, inside))
-                ptr = e.reg("b64")
-                e.add(tt.MovOp("b64", ptr, base))
-                builders.advance_pointer(e, ptr, e.add32(rowlin[h], coff), eb)
-                v = acc[4 * j + 2 * h + x]
-                if eb == 4:
-                    e.add(tt.StOp("global.f32", ptr, [v], 0, gd))
-                    continue
-                out = e.reg("b16")
-                e.add(tt.CvtOp(f"rn.{out_type}.f32", out, [v]))
-                e.add(tt.StOp("global.b16", ptr, [out], 0, gd))
+                store(acc[4 * j + 2 * h + x], h, coff, a, b, cok)
 
 
 __all__ = ["Interleave", "epilogue", "lower_target", "match"]

@@ -43,6 +43,10 @@ CASES = [
     ((3, 40, 27, 25), (24, 40, 3, 3), 2, 1, 1, 1),
     ((2, 96, 30, 30), (64, 96, 3, 3), 2, 1, 1, 1),
     ((2, 64, 23, 23), (64, 64, 3, 3), 2, 2, 2, 1),       # dilated 3x3/2, odd
+    # 1x1/2 on the implicit GEMM (gradients of 49 and 42 pixels): the epilogue writes the
+    # value and the zeros of each 2x2 block
+    ((4, 128, 14, 14), (256, 128, 1, 1), 2, 0, 1, 1),    # l4's shortcut, smaller
+    ((3, 64, 13, 11), (128, 64, 1, 1), 2, 0, 1, 1),      # odd: the last blocks cut
 ]
 
 

@@ -111,10 +111,16 @@ def test_input_gradient_through_ts_grad(xs, ws, stride, padding, dilation, group
     assert _err(got, ref) < TOL[dtype]
 
 
-@pytest.mark.parametrize(("k", "st", "pd"), [(3, 2, 1), (1, 2, 0), (3, 1, 1)])
-def test_training_step_gradients(k, st, pd):
+@pytest.mark.parametrize(("k", "st", "pd", "hw"), [
+    (3, 2, 1, 28), (1, 2, 0, 28), (3, 1, 1, 28),
+    # gradients of 7 x 7 pixels: the weight gradient's kernel (the output gradient, 49
+    # taps) read channel-swapped by the weight relayout, no transpose kernel; the 1x1/2
+    # input gradient's zeros written by the implicit GEMM's epilogue
+    (3, 1, 1, 7), (3, 2, 1, 14), (1, 2, 0, 14),
+])
+def test_training_step_gradients(k, st, pd, hw):
     """A layer's forward and both gradients through the torch backend, bf16."""
-    x = torch.randn(8, 64, 28, 28, device="cuda", dtype=torch.bfloat16).requires_grad_()
+    x = torch.randn(8, 64, hw, hw, device="cuda", dtype=torch.bfloat16).requires_grad_()
     w = (torch.randn(128, 64, k, k, device="cuda", dtype=torch.bfloat16) / (64 * k * k) ** 0.5
          ).requires_grad_()
 

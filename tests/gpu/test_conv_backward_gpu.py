@@ -47,6 +47,9 @@ CASES = [
     # value and the zeros of each 2x2 block
     ((4, 128, 14, 14), (256, 128, 1, 1), 2, 0, 1, 1),    # l4's shortcut, smaller
     ((3, 64, 13, 11), (128, 64, 1, 1), 2, 0, 1, 1),      # odd: the last blocks cut
+    # 1x1 stride 1 as one batched GEMM whose A is the forward weight read M-major
+    ((4, 64, 28, 28), (256, 64, 1, 1), 1, 0, 1, 1),      # l1 64->256
+    ((4, 256, 16, 16), (64, 256, 1, 1), 1, 0, 1, 1),     # l1 256->64
 ]
 
 

@@ -43,6 +43,11 @@ once the input is channels-last. Three kernels:
    result type (as the direct kernel does). Rows past ``M`` and columns past ``O`` are
    not stored, so any ``O`` works.
 
+An input gradient's convolution reads its kernel from the forward weight (a flipped,
+channel-swapped one through :func:`conv_layout.weight_kernel`, a strided one's phase
+kernel through :mod:`tessera.passes.sm90.conv_phase_weight`) and, when strided, stores
+``dx`` itself (:mod:`tessera.passes.sm90.conv_interleave`): no interleave pass.
+
 :func:`implicit_eligible` says which convolutions take it (bf16, f16, f32; index ranges
 within 32 bits); the rest keep :mod:`tessera.passes.sm90.conv` or the direct kernel.
 Measured on the H100 against cuDNN: docs/PERFORMANCE.md.

@@ -12,13 +12,19 @@ input's layout with data movement only::
 Every element of ``dx`` is one element of ``y``: channel ``oc = ((g*Ph + a)*Pw + b)*Cg + c``
 at ``(r, q)`` is ``dx[n, g*Cg + c, r*Ph + a - oh, q*Pw + b - ow]`` (an :class:`Interleave`;
 when the weight relayout orders the GEMM's columns as (channel, phase), it decodes them
-so),
-stored when that position lies inside ``dx``; the rest of ``y`` (rows the crops drop) is
-never needed. :func:`match` recognizes the chain after a convolution (each value used
-once, the composite checked element by element on one image against the closed form) and
+so), stored when that position lies inside ``dx``; the rest of ``y`` (rows the crops
+drop) is never needed, and the GEMM computes only the rows and columns that reach ``dx``
+(:meth:`Interleave.trimmed`). A kernel of one tap along a strided axis (a 1x1/2
+shortcut's) has one phase: ``y [N, C, R, Q]`` reshaped ``[N, C, R, 1, Q, 1]``, a
+``select`` of a constant ``[1, 1, 1, Ph, 1, Pw]`` mask with one true element against
+zero, then reshaped and cropped: each element of ``y`` owns a ``Ph x Pw`` block of ``dx``,
+its value at the mask's place and zeros at the others (:attr:`Interleave.single`).
+
+:func:`match` recognizes either chain after a convolution (each value used once; the
+composite checked on one image, every place of ``dx``, against the closed form) and
 :func:`epilogue` stores the GEMM's accumulators that way, in place of
 :func:`tessera.passes.sm90.conv_implicit.nchw_epilogue`: the convolution writes ``dx``
-once instead of writing ``y`` for a slice kernel to read and write again.
+once instead of writing ``y`` for a slice or select kernel to read and write again.
 """
 
 from __future__ import annotations

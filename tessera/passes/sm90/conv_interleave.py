@@ -295,10 +295,14 @@ def lower_target(lw: _FunctionLowering, conv: g.Conv2dOp
     """When ``conv`` is followed by an interleave (:func:`match`): its description and
     ``dx``'s buffer, made now, with the chain's ops left to the convolution (``lw.skip``: its
     epilogue stores ``dx``)."""
+    from tessera.passes.tile_policy import rounding_policy
+
     found = match(conv)
     if found is None:
         return None
     il, ops = found
+    if any(rounding_policy(op.results[0].type) is not None for op in ops):
+        return None  # rounded again by a numeric policy: lowered as they are
     dx = ops[-1].results[0]
     buf = lw.env[dx] = lw.alloc(dx.type)
     lw.skip.update(ops)

@@ -205,10 +205,11 @@ def claim(lw: _FunctionLowering, op: Operation) -> None:
     its ops are skipped (``lower_conv2d_implicit`` then reads the forward weight)."""
     from tessera.passes.sm90.conv import conv1x1_eligible
     from tessera.passes.sm90.conv_implicit import WIDE_KERNEL_TAPS, implicit_eligible
+    from tessera.passes.tile_policy import rounding_policy
 
     if not isinstance(op, g.Conv2dOp) or implicit_eligible(op) is not None or \
-            conv1x1_eligible(op) is None:
-        return
+            conv1x1_eligible(op) is None or rounding_policy(op.result.type) is not None:
+        return  # not lowered by lower_conv2d_implicit (a rounding policy's lowering)
     _, _, th, tw = g.shape_of(op.weight)
     if th * tw >= WIDE_KERNEL_TAPS:  # relaid out by the NHWC copy, from a made kernel
         return

@@ -52,6 +52,8 @@ Environment variables (read only here):
 ``TESSERA_NO_DISK_CACHE``      ``1``: no program or cubin cache on disk
 ``TESSERA_PTXAS``              the ptxas executable to use
 ``TESSERA_CUDA_SYNC``          ``1``: synchronize after every kernel launch
+``TESSERA_CUDA_GRAPHS``        ``1``: replay repeated calls as recorded CUDA graphs
+                               (each plan then keeps its intermediates' memory)
 ``TESSERA_PROGRESS``           ``0``: no progress bars
 ``TESSERA_PROGRESS_MIN_STEPS`` fewest passes a compile stage needs to get a bar
 =============================  ====================================================
@@ -293,6 +295,9 @@ class RuntimeOptions:
     """The ptxas executable (else found on ``PATH`` or in the ``nvidia-cuda-nvcc`` wheel)."""
     cuda_sync: bool = False
     """Synchronize the stream after every launch (errors at the launch that caused them)."""
+    cuda_graphs: bool = False
+    """Replay a host plan's repeated launches as one CUDA graph
+    (:mod:`tessera.runtime.cuda_graphs`)."""
     progress: bool = True
     """Draw progress bars (on a terminal only)."""
     progress_min_steps: int | None = None
@@ -312,6 +317,7 @@ class RuntimeOptions:
             disk_cache=not _flag(e, "TESSERA_NO_DISK_CACHE"),
             ptxas=e.get("TESSERA_PTXAS") or None,
             cuda_sync=bool(_flag(e, "TESSERA_CUDA_SYNC")),
+            cuda_graphs=bool(_flag(e, "TESSERA_CUDA_GRAPHS")),
             progress=e.get("TESSERA_PROGRESS", "") != "0",
             progress_min_steps=min_steps,
         )

@@ -636,6 +636,8 @@ class _FunctionLowering:
     def lower_reduction(self, op: g.ReductionOp) -> None:
         if tile_rowreduce.lower_reduction(self, op):  # last-axis rows: vectorized
             return
+        if tile_colreduce.lower_vector_columns(self, op):  # columns: vectorized
+            return
         acc_t = _accum_type(g.elem_of(op.input), op)
 
         def value(e: KernelEmitter, ins: list[SSAValue], idx: list[Idx], ok: SSAValue) -> SSAValue:

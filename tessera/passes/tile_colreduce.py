@@ -60,6 +60,8 @@ elements: a warp's row is then 64 bytes, and twice the rows keep as many bytes i
 flight as for f32 (the folding order, and so the result, does not change)."""
 MAX_GRID_Y = 65535
 """CUDA's largest grid extent in y and z (where the kernels put A)."""
+FINAL_UNROLL = 8
+"""Partials a lane of the second kernel loads before folding them."""
 THIN_ROWS = 32
 """At most this many reduced rows (the head groups of grouped-query attention's key and
 value gradients: 4): one lane per output element folds its rows itself, in order."""
@@ -213,22 +215,45 @@ def lower_column_reduction(
     lw.kernel(f"{tag}_part", [part, *inputs], group, grid,
               lambda e, args: build_partial(e, args, "part"))
 
-    def build_final(e: KernelEmitter, args: list[SSAValue]) -> None:
-        o_ref, p_ref = args
-        lin = e.linear_id()
-        ok = e.lt(lin, a_n * c_n)
-        a = e.div(lin, c_n)
-        c = e.rem(lin, c_n)
-        init = e.const(_reduce_init(kind, acc_t), acc_t)
-
-        def step(ie: KernelEmitter, s: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
-            return [_combine(ie, kind, carried[0], ie.load(p_ref, [a, s, c], mask=ok))]
-
-        (total,) = e.for_(0, s_n, 1, [init], step)
-        e.store(finish(e, total), o_ref, out_index(e, a, c), mask=ok)
-
-    lw.kernel(tag, [out, part], 256, [-(-(a_n * c_n) // 256), 1, 1], build_final)
+    lw.kernel(tag, [out, part], 256, [-(-(a_n * c_n) // 256), 1, 1],
+              lambda e, args: _final(e, args, a_n, s_n, c_n, kind, acc_t,
+                                     lambda ie, a, c: out_index(ie, a, c), finish))
     return True
+
+
+def _final(
+    e: KernelEmitter, args: list[SSAValue], a_n: int, s_n: int, c_n: int, kind: str,
+    acc_t: Attribute, out_index: Callable[[KernelEmitter, Idx, Idx], list[Idx]],
+    finish: Callable[[KernelEmitter, SSAValue], SSAValue],
+) -> None:
+    """The second kernel: one lane per output element folds the splits' partials
+    ``[A, S, C]`` in split order, loading ``FINAL_UNROLL`` of them before adding (the loads
+    of a lane are independent: in flight together, not one latency each)."""
+    from tessera.passes.lower_graph_to_tile import _combine, _reduce_init
+
+    o_ref, p_ref = args
+    lin = e.linear_id()
+    ok = e.lt(lin, a_n * c_n)
+    a = e.div(lin, c_n)
+    c = e.rem(lin, c_n)
+    init = e.const(_reduce_init(kind, acc_t), acc_t)
+    total = init
+    full, rest = divmod(s_n, FINAL_UNROLL)
+
+    def step(ie: KernelEmitter, k: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+        s0 = ie.mul(k, FINAL_UNROLL)
+        vs = [ie.load(p_ref, [a, ie.add(s0, u), c], mask=ok) for u in range(FINAL_UNROLL)]
+        acc = carried[0]
+        for v in vs:
+            acc = _combine(ie, kind, acc, v)
+        return [acc]
+
+    if full:
+        (total,) = e.for_(0, full, 1, [total], step)
+    tail = [e.load(p_ref, [a, full * FINAL_UNROLL + u, c], mask=ok) for u in range(rest)]
+    for v in tail:
+        total = _combine(e, kind, total, v)
+    e.store(finish(e, total), o_ref, out_index(e, a, c), mask=ok)
 
 
 def _thin(
@@ -257,3 +282,136 @@ def _thin(
         e.store(finish(e, total), o_ref, out_index(e, a, c), mask=ok)
 
     lw.kernel(tag, [out, *inputs], group, [-(-c_n // group), a_n, 1], build)
+
+
+VECTOR_UNROLL = 4
+"""Rows a warp of the vector kernel loads (16 bytes per lane each) before folding them."""
+VECTOR_TARGET_TILES = 264
+"""Tiles the vector kernel aims for (two per SM of an H100): each lane reads 16 bytes a
+row, so fewer tiles keep as many bytes in flight, and fewer splits leave the second
+kernel fewer partials to fold."""
+VECTOR_MIN_ROWS_PER_WARP = 32
+"""A split of the vector kernel gives each warp at least this many rows."""
+
+
+def vector_splits(a: int, r: int, c: int, width: int) -> int:
+    """How many splits the rows of a vector column reduction are cut into."""
+    tiles = -(-c // (COLUMNS * width)) * a
+    most = max(1, r // (WARPS * VECTOR_MIN_ROWS_PER_WARP))
+    return max(1, min(most, -(-VECTOR_TARGET_TILES // tiles)))
+
+
+def lower_vector_columns(lw: _FunctionLowering, op: g.ReductionOp) -> bool:
+    """A plain ``sum`` / ``mean`` / ``max`` / ``min`` of a bf16, f16 or f32 tensor over
+    consecutive axes followed by kept ones (``[A, R, C]`` over ``R``), with ``C`` a multiple
+    of a 16-byte vector: each lane reads one vector (8 bf16/f16 or 4 f32 columns) of a row,
+    a warp 512 contiguous bytes; otherwise as the scalar kernels (rows folded in order per
+    warp, the warps' partials through shared memory in warp order, the splits' partials by
+    a second kernel in split order, accumulated in f32). False (nothing emitted) when it
+    does not apply; the input is read through an ``[A, R, C]`` view, so no index is
+    unravelled per element."""
+    from tessera.passes.lower_graph_to_tile import _combine, _reduce_init
+    from tessera.passes.tile_datamove import reshape_view
+
+    kinds = {g.SumOp: "sum", g.MeanOp: "sum", g.MaxOp: "max", g.MinOp: "min"}
+    kind = kinds.get(type(op))
+    et = g.elem_of(op.input)
+    bits = getattr(et, "bitwidth", 0)
+    if kind is None or not tile_float(et) or bits not in (16, 32):
+        return False
+    shape, axes = g.shape_of(op.input), op.axis_list()
+    groups = column_groups(shape, axes)
+    width = 128 // bits
+    if groups is None:
+        return False
+    a_n, r_n, c_n = groups
+    if a_n > MAX_GRID_Y or r_n <= THIN_ROWS or c_n % width:
+        return False
+    from xdsl.dialects.builtin import f32
+
+    acc_t = f32
+    rt = g.elem_of(op.result)
+    mean = isinstance(op, g.MeanOp)
+    s_n = vector_splits(a_n, r_n, c_n, width)
+    seg = -(-r_n // s_n)
+    s_n = -(-r_n // seg)
+    cols = COLUMNS * width
+    x = reshape_view(lw, lw.mem(op.input), MemRefType(et, [a_n, r_n, c_n]))
+    out = lw.alloc(op.result.type)
+    lw.env[op.result] = out
+    out2 = reshape_view(lw, out, MemRefType(rt, [a_n, c_n]))
+
+    def finish(e: KernelEmitter, total: SSAValue) -> SSAValue:
+        if mean:
+            total = e.fdiv(total, e.const(float(r_n), acc_t))
+        return e.convert(total, rt)
+
+    def build(e: KernelEmitter, args: list[SSAValue], to_out: bool) -> None:
+        o_ref, xr = args
+        lane, warp = e.lane_id(), e.warp_id()
+        c0 = e.mul(e.add(e.mul(e.tile_id("x"), COLUMNS), lane), width)
+        s, a = e.tile_id("y"), e.tile_id("z")
+        c_ok = e.lt(c0, c_n)
+        r0 = e.mul(s, seg)
+        init = _reduce_init(kind, acc_t)
+
+        def step(ie: KernelEmitter, k: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+            loaded = []
+            for u in range(VECTOR_UNROLL):
+                local = ie.add(ie.mul(ie.add(ie.mul(k, VECTOR_UNROLL), u), WARPS), warp)
+                r = ie.add(r0, local)
+                ok = ie.and_(c_ok, ie.and_(ie.lt(r, r_n), ie.lt(local, seg)))
+                assert ok is not None
+                v = ie.op(tt.LoadVectorOp(xr, [ie.index(a), ie.index(r), ie.index(c0)],
+                                          width, ok))
+                loaded.append((ok, v))
+            accs = list(carried)
+            for ok, v in loaded:  # folded in row order
+                for j in range(width):
+                    xj = ie.convert(ie.extract(v, j), acc_t)
+                    if kind != "sum":  # a masked load reads zeros
+                        xj = ie.vselect(ok, xj, ie.const(init, acc_t))
+                    accs[j] = _combine(ie, kind, accs[j], xj)
+            return accs
+
+        accs = e.for_(0, -(-seg // (WARPS * VECTOR_UNROLL)), 1,
+                      [e.const(init, acc_t)] * width, step)
+        smem = e.op(tt.AllocSharedOp([WARPS, cols], acc_t, alignment=16))
+        base = e.mul(lane, width)
+        for j, acc in enumerate(accs):
+            e.store(acc, smem, [warp, e.add(base, j)])
+        e.barrier()
+
+        def combine(ie: KernelEmitter) -> list[SSAValue]:
+            for j in range(width):
+                col = ie.add(base, j)
+                total = ie.load(smem, [0, col])
+                for w in range(1, WARPS):
+                    total = _combine(ie, kind, total, ie.load(smem, [w, col]))
+                cj = ie.add(c0, j)
+                if to_out:
+                    ie.store(finish(ie, total), o_ref, [a, cj], mask=c_ok)
+                else:
+                    ie.store(total, o_ref, [a, s, cj], mask=c_ok)
+            return []
+
+        e.if_(e.eq(warp, 0), combine)
+
+    tag = op.name.split(".")[1]
+    grid = [-(-c_n // cols), s_n, a_n]
+    if s_n == 1:
+        lw.kernel(tag, [out2, x], WARPS * 32, grid, lambda e, args: build(e, args, True))
+        return True
+    part = lw.alloc(MemRefType(acc_t, [a_n, s_n, c_n]))
+    lw.kernel(f"{tag}_part", [part, x], WARPS * 32, grid, lambda e, args: build(e, args, False))
+    lw.kernel(tag, [out2, part], 256, [-(-(a_n * c_n) // 256), 1, 1],
+              lambda e, args: _final(e, args, a_n, s_n, c_n, kind, acc_t,
+                                     lambda ie, a, c: [a, c], finish))
+    return True
+
+
+def tile_float(t: Attribute) -> bool:
+    """bf16, f16 or f32."""
+    from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
+
+    return isinstance(t, BFloat16Type | Float16Type | Float32Type)

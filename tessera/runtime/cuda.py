@@ -629,6 +629,9 @@ class HostPlan:
         self.nslots = len(slots)
         self.frees = self._frees()
         self._runner: Callable[[Sequence[Any]], list[Any] | None] | None = None
+        self.graphs: Any = None
+        """The :class:`~tessera.runtime.cuda_graphs.GraphCache` of :meth:`runner`, once
+        made (None: graphs off)."""
 
     def _frees(self) -> list[tuple[int, ...]]:
         """For each step, the buffers (``alloc`` slots) it is the last user of: the run drops
@@ -737,6 +740,19 @@ class HostPlan:
         tensor_type, empty = torch.Tensor, torch.empty
         current_device, current_stream = device_getter(), stream_getter()
         module = sys.modules[__name__]
+        graphs = self.graphs = self._graphs()
+        # what a call's launches depend on besides the plan: its tensor arguments' and
+        # outputs' addresses and its other arguments' values (the arena's address is
+        # added per call)
+        key_inputs = tuple(s for s, shape, _ in checks if shape is not None)
+        key_values = tuple(s for s, shape, _ in checks if shape is None)
+        key_outputs = tuple(s for *_, allocs, _, _ in launches_ex for s, _, _, src in allocs
+                            if src == -1) + tuple(s for s, _, _, src in tail if src < 0)
+        all_launches = tuple((launch, arg_slots) for launch, arg_slots, *_ in launches_ex)
+
+        def launch_all(env: list[Any], stream: int) -> None:
+            for launch, arg_slots in all_launches:
+                launch([env[s] for s in arg_slots], stream)
 
         def run(args: Sequence[Any]) -> list[Any] | None:
             if len(args) != nparams or module.LAUNCH_HOOK is not None:
@@ -762,6 +778,42 @@ class HostPlan:
             stream = current_stream(device)
             # the intermediates' one allocation, held until every launch is queued (then
             # back to torch's cache, reused after these kernels on this stream)
+            if graphs is not None and graphs.enabled:
+                # the plan keeps one arena per stream (calls on a stream are ordered), so
+                # that its address, part of the key, repeats
+                block = graphs.arenas.get(stream)
+                if block is None and arena_total:
+                    block = graphs.arenas[stream] = empty((arena_total,), dtype=uint8, device=dev)
+                at = block.data_ptr() if block is not None else 0
+                # every buffer first, then the launches: recorded, replayed or one by one
+                for _, _, allocs, placed, _ in launches_ex:
+                    for s, spec in placed:
+                        env[s] = spec.at(at)
+                    for s, shape, dtype, src in allocs:
+                        if src == -1:
+                            env[s] = empty(shape, dtype=dtype, device=dev)
+                        elif src >= 0:
+                            env[s] = env[src].view(shape)
+                        else:
+                            env[s] = env[-2 - src]
+                for s, shape, dtype, src in tail:
+                    env[s] = (empty(shape, dtype=dtype, device=dev) if src < 0
+                              else env[src].view(shape))
+                try:
+                    key = (at, *[env[s].data_ptr() for s in key_inputs],
+                           *[env[s].data_ptr() for s in key_outputs],
+                           *[env[s] for s in key_values])
+                    hash(key)
+                except TypeError:  # an argument value that is not hashable: no graph
+                    key = None
+                exe = graphs.get(key) if key is not None else None
+                if exe is None and key is not None and graphs.should_capture(key):
+                    exe = graphs.capture(key, lambda s: launch_all(env, s))
+                if exe is not None:
+                    graphs.launch(exe, stream)
+                else:
+                    launch_all(env, stream)
+                return [env[s] for s in results]
             block = empty((arena_total,), dtype=uint8, device=dev) if arena_total else None
             at = block.data_ptr() if block is not None else 0
             for launch, arg_slots, allocs, placed, frees in launches_ex:
@@ -783,6 +835,19 @@ class HostPlan:
 
         self._runner = run
         return run
+
+    def _graphs(self) -> Any:
+        """The CUDA graphs of :meth:`runner` (:mod:`tessera.runtime.cuda_graphs`), or None
+        where they are off: without ``TESSERA_CUDA_GRAPHS=1``, under
+        ``TESSERA_CUDA_SYNC=1``, or with a stand-in driver (no ``libcuda`` launch)."""
+        opts = RuntimeOptions.from_env()
+        if not opts.cuda_graphs or opts.cuda_sync or raw_launch() is None:
+            return None
+        from tessera.runtime.cuda_graphs import GraphCache
+
+        graphs = GraphCache(_driver(), self.name)
+        weakref.finalize(self, graphs.close).atexit = False  # the driver may be gone then
+        return graphs
 
     def _arena(
         self, launches: Sequence[tuple[Any, Sequence[int], Sequence[tuple[int, Any, Any, int]],

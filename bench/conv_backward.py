@@ -6,6 +6,7 @@ against cuDNN's), the strided 3x3/2 and 1x1/2 ones included.
 
     python bench/conv_backward.py [--batch N] [--reps R] [--layers a,b] [--no-train]
         [--no-input-grad]
+    python bench/conv_backward.py --plan [--batch N] [--layers a,b]   (no GPU)
 
 For each layer: the output and both gradients are checked against float64 first (fresh
 random inputs, the largest difference relative to the largest reference magnitude),
@@ -15,6 +16,11 @@ channels-last tensors (``eager NHWC``, the layout Inductor picks for such networ
 ``--eager-kernels`` lists eager's kernels too. The table is
 printed last; ratio = eager time / Tessera time. The stem's input needs no gradient (an
 image), as in a model.
+
+``--plan`` needs no GPU: each input gradient is lowered on the CPU with the Hopper
+kernels (``TESSERA_SM90_MATMUL=1 TESSERA_IMPLICIT_CONV=1``) and its kernels are listed
+with the bytes of their buffers (arguments read or written, each counted once per launch)
+against the ideal (``dY`` and ``W`` read once, ``dX`` written once).
 """
 
 from __future__ import annotations
@@ -91,6 +97,65 @@ def input_grad(name, c, hw, o, k, st, pd, batch, reps) -> dict:
     return row
 
 
+def _buffer_bytes(t) -> int:
+    shape = t.get_shape()
+    width = getattr(t.element_type, "bitwidth", None) or getattr(t.element_type, "width", 32)
+    n = 1
+    for d in shape:
+        n *= d
+    return n * width // 8
+
+
+def plan(name, c, hw, o, k, st, pd, batch) -> dict:
+    """The kernels of one input gradient lowered on the CPU (``--plan``): each launch's
+    name and the bytes of its buffers, against the ideal."""
+    from tessera.frontend.jit import CompiledFunction
+    from tessera.ir import target as tgt
+
+    xs = (batch, c, hw, hw)
+    ho = (hw + 2 * pd - k) // st + 1
+    w = torch.zeros(o, c, k, k, dtype=torch.bfloat16)
+    dy = torch.zeros(batch, o, ho, ho, dtype=torch.bfloat16)
+    specs = []
+
+    class Lowered(Exception):
+        pass
+
+    def record(self, *args, **kw):  # the partition's specialization, not run
+        specs.append(self.specialize(*args, **kw))
+        raise Lowered
+
+    torch._dynamo.reset()
+    call = CompiledFunction.__call__
+    CompiledFunction.__call__ = record
+    try:
+        tt.compile(lambda dy, w: torch.nn.grad.conv2d_input(xs, w, dy, stride=st,
+                                                            padding=pd))(dy, w)
+    except Lowered:
+        pass
+    finally:
+        CompiledFunction.__call__ = call
+    (spec,) = specs
+    launches = []
+    for op in spec.ir("target").walk():
+        if isinstance(op, tgt.LaunchOp | tgt.LaunchExOp):
+            launches.append((op.callee.string_value().split("_p0_")[-1],
+                             sum(_buffer_bytes(a.type) for a in op.args)))
+    ideal = 2 * (batch * o * ho * ho + o * c * k * k + batch * c * hw * hw)
+    return {"layer": name, "launches": launches, "ideal": ideal}
+
+
+def print_plans(plans) -> None:
+    print("\ninput gradient kernels on the CPU lowering (sm90, implicit conv); MB of the "
+          "buffers each launch reads or writes")
+    print(f"{'layer':24s} {'kernels':>7s} {'MB':>8s} {'ideal MB':>8s} {'x ideal':>7s}  kernels")
+    for p in plans:
+        tot = sum(b for _, b in p["launches"])
+        names = ", ".join(f"{n} {b / 1e6:.1f}" for n, b in p["launches"])
+        print(f"{p['layer']:24s} {len(p['launches']):7d} {tot / 1e6:8.1f} "
+              f"{p['ideal'] / 1e6:8.1f} {tot / p['ideal']:7.2f}  {names}")
+
+
 def kernels(fn, top: int = 6) -> str:
     from torch.profiler import ProfilerActivity, profile
 
@@ -160,7 +225,16 @@ def main() -> int:
     ap.add_argument("--no-train", action="store_true", help="skip the training-pass table")
     ap.add_argument("--no-input-grad", action="store_true",
                     help="skip the input-gradient table")
+    ap.add_argument("--plan", action="store_true",
+                    help="no GPU: list each input gradient's kernels and bytes (CPU lowering)")
     args = ap.parse_args()
+    if args.plan:
+        import os
+
+        os.environ["TESSERA_SM90_MATMUL"] = os.environ["TESSERA_IMPLICIT_CONV"] = "1"
+        print_plans([plan(*spec, args.batch) for spec in INPUT_GRAD_LAYERS
+                     if not args.layers or spec[0] in args.layers.split(",")])
+        return 0
     torch.manual_seed(0)
     grads = []
     for spec in [] if args.no_input_grad else INPUT_GRAD_LAYERS:

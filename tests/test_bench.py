@@ -63,3 +63,18 @@ def test_gemm_store_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[-1].endswith("tessera registers   compiled, ptxas ok")
     with pytest.raises(SystemExit):
         gemm_store.main(["--cases", "nope"])
+
+
+def test_conv_backward_plan_lists_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/conv_backward.py --plan (no GPU): a 3x3/2 input gradient's kernels on the
+    sm90 lowering and their bytes against the ideal."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    from bench import conv_backward
+
+    spec = next(s for s in conv_backward.INPUT_GRAD_LAYERS if s[0] == "l4 3x3 s2")
+    row = conv_backward.plan(*spec, 2)
+    assert [n.rsplit("_", 1)[0] for n, _ in row["launches"]] == ["conv_nhwc", "conv_weight",
+                                                                  "conv"]
+    assert row["ideal"] == 2 * (2 * 512 * 7 * 7 + 512 * 512 * 9 + 2 * 512 * 14 * 14)
+    assert sum(b for _, b in row["launches"]) > row["ideal"]

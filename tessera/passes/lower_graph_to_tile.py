@@ -231,6 +231,7 @@ class _FunctionLowering:
         self, module: ModuleOp, fn: func.FuncOp,
         overrides: Mapping[type[Operation], Sequence[Override]] | None = None,
         *, deterministic: bool = True, allow_tf32: bool = False,
+        claims: Sequence[Callable[[_FunctionLowering, Operation], None]] = (),
     ):
         self.module = module
         self.fn = fn
@@ -274,6 +275,15 @@ class _FunctionLowering:
         result into one (:meth:`donated`), and the function returns it uncopied."""
         self.claimed: set[SSAValue] = set()
         """Host arguments (buffers) that a result has taken over."""
+        self.skip: set[Operation] = set()
+        """Ops whose work another op's lowering does (an input gradient's phase
+        interleave, stored by its convolution's epilogue; its phase kernel, read from the
+        forward weight by the convolution's weight relayout): not lowered."""
+        self.claims = tuple(claims)
+        """Called with every op before any is lowered: may add ops to :attr:`skip` whose
+        work a later op's lowering takes over, noting what it needs in :attr:`notes`."""
+        self.notes: dict[Hashable, object] = {}
+        """Facts a claim leaves for a lowering."""
 
     # ------------------------------------------------------------------ host helpers
     def host_op(self, o: Operation) -> SSAValue:
@@ -395,7 +405,12 @@ class _FunctionLowering:
     # ------------------------------------------------------------------ driver
     def run(self) -> None:
         for op in list(self.fn.body.block.ops):
+            for claim in self.claims:
+                claim(self, op)
+        for op in list(self.fn.body.block.ops):
             self._op_key = None
+            if op in self.skip:
+                continue
             if isinstance(op, func.ReturnOp):
                 # a result shares memory with no argument, constant or other result
                 # (a reshape is a view of its input's buffer: tile_datamove), except a
@@ -1395,6 +1410,14 @@ class LowerGraphToTile(ModulePass):
     N % 8 != 0) leave the kernel: ``staged`` (through shared memory, coalesced) or
     ``registers`` (``st.global`` from the accumulators; ``CompileOptions.sm90_store``)."""
 
+    def claims(self) -> tuple[Callable[[_FunctionLowering, Operation], None], ...]:
+        """Called with every op before any is lowered (``_FunctionLowering.claims``)."""
+        if not (self.sm90 and self.implicit_conv):
+            return ()
+        from tessera.passes.sm90.conv_phase_weight import claim
+
+        return (claim,)
+
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         """Lowerings tried before the generic one, by op type."""
         if not self.sm90:
@@ -1421,7 +1444,7 @@ class LowerGraphToTile(ModulePass):
                 expand_attention_grads(fn, tile_attention_bwd.fused)
                 _FunctionLowering(
                     op, fn, self.overrides(), deterministic=self.deterministic,
-                    allow_tf32=self.allow_tf32,
+                    allow_tf32=self.allow_tf32, claims=self.claims(),
                 ).run()
 
 

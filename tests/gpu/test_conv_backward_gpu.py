@@ -1,6 +1,7 @@
 """The convolution input gradient without a stride-dilated gradient
 (:mod:`tessera.autodiff.conv_grad`: stride phases as output channels of one stride-1
-convolution, one interleaving transpose; the weight's flip one ``tgraph.reverse``) on
+convolution, stored interleaved by the implicit GEMM's epilogue
+(:mod:`tessera.passes.sm90.conv_interleave`); the weight's flip one ``tgraph.reverse``) on
 the GPU against torch in float64: through the torch backend (``aten.convolution_backward``,
 the input gradient alone and a training step) and through ``ts.grad``, bf16 and f32, with
 the memory the results come from filled with NaN first. Skipped without a compute
@@ -37,6 +38,18 @@ CASES = [
     ((2, 32, 15, 16), (32, 1, 3, 3), 2, 1, 1, 32),       # depthwise /2
     ((2, 16, 13, 13), (24, 8, 3, 3), 2, 1, 1, 2),        # grouped /2
     ((2, 24, 11, 9), (16, 24, 2, 2), 3, 0, 1, 1),        # kernel smaller than the stride
+    # the phases stored by the convolution's epilogue: odd input, 40 channels (a GEMM
+    # tile's columns span phases), a tile straddling phases of 96 channels
+    ((3, 40, 27, 25), (24, 40, 3, 3), 2, 1, 1, 1),
+    ((2, 96, 30, 30), (64, 96, 3, 3), 2, 1, 1, 1),
+    ((2, 64, 23, 23), (64, 64, 3, 3), 2, 2, 2, 1),       # dilated 3x3/2, odd
+    # 1x1/2 on the implicit GEMM (gradients of 49 and 42 pixels): the epilogue writes the
+    # value and the zeros of each 2x2 block
+    ((4, 128, 14, 14), (256, 128, 1, 1), 2, 0, 1, 1),    # l4's shortcut, smaller
+    ((3, 64, 13, 11), (128, 64, 1, 1), 2, 0, 1, 1),      # odd: the last blocks cut
+    # 1x1 stride 1 as one batched GEMM whose A is the forward weight read M-major
+    ((4, 64, 28, 28), (256, 64, 1, 1), 1, 0, 1, 1),      # l1 64->256
+    ((4, 256, 16, 16), (64, 256, 1, 1), 1, 0, 1, 1),     # l1 256->64
 ]
 
 
@@ -101,10 +114,16 @@ def test_input_gradient_through_ts_grad(xs, ws, stride, padding, dilation, group
     assert _err(got, ref) < TOL[dtype]
 
 
-@pytest.mark.parametrize(("k", "st", "pd"), [(3, 2, 1), (1, 2, 0), (3, 1, 1)])
-def test_training_step_gradients(k, st, pd):
+@pytest.mark.parametrize(("k", "st", "pd", "hw"), [
+    (3, 2, 1, 28), (1, 2, 0, 28), (3, 1, 1, 28),
+    # gradients of 7 x 7 pixels: the weight gradient's kernel (the output gradient, 49
+    # taps) read channel-swapped by the weight relayout, no transpose kernel; the 1x1/2
+    # input gradient's zeros written by the implicit GEMM's epilogue
+    (3, 1, 1, 7), (3, 2, 1, 14), (1, 2, 0, 14),
+])
+def test_training_step_gradients(k, st, pd, hw):
     """A layer's forward and both gradients through the torch backend, bf16."""
-    x = torch.randn(8, 64, 28, 28, device="cuda", dtype=torch.bfloat16).requires_grad_()
+    x = torch.randn(8, 64, hw, hw, device="cuda", dtype=torch.bfloat16).requires_grad_()
     w = (torch.randn(128, 64, k, k, device="cuda", dtype=torch.bfloat16) / (64 * k * k) ** 0.5
          ).requires_grad_()
 

@@ -400,13 +400,16 @@ def test_input_gradient_reads_its_kernel_flipped(monkeypatch: pytest.MonkeyPatch
 @needs_ptxas
 @pytest.mark.parametrize(("ws", "stride", "padding"), [((64, 64, 3, 3), 2, 1),
                                                         ((128, 64, 1, 1), 2, 0),
-                                                        ((64, 64, 3, 3), 1, 1)])
+                                                        ((64, 64, 3, 3), 1, 1),
+                                                        ((128, 64, 1, 1), 1, 0)])
 def test_input_gradient_kernels_assemble(monkeypatch: pytest.MonkeyPatch, ws, stride,
                                          padding) -> None:
     """ts.grad's input gradient of a 3x3/2, a 1x1/2 and a 3x3 convolution on the sm90
-    kernels: one convolution of the undilated gradient; the 3x3/2's phases interleaved
-    and cropped by one slice reading through the transpose; the 1x1/2's zeros by one
-    select; the 3x3's flip inside the weight relayout. PTX through ptxas."""
+    kernels: one convolution of the undilated gradient; the 3x3/2's phase kernel read
+    from the forward weight by the relayout (no pad, reverse or transpose kernels), its
+    phases stored at their strided places by the convolution's epilogue (no interleave
+    kernel); the 1x1/2's product reading the forward weight as stored (no transpose), its
+    zeros by one select; the 3x3's flip inside the weight relayout. PTX through ptxas."""
     monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
     monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
     fn = ts.grad(lambda x, w, dy: ts.sum(ts.conv2d(x, w, stride=stride, padding=padding) * dy))
@@ -414,12 +417,28 @@ def test_input_gradient_kernels_assemble(monkeypatch: pytest.MonkeyPatch, ws, st
     spec = fn.specialize(np.zeros((2, 64, 16, 16), bf), np.zeros(ws, bf),
                          np.zeros((2, ws[0], ho, ho), bf))
     kinds = [re.sub(r"^.*?_grad_|_\d+$", "", n) for n in _kernels(spec)]
-    if ws[2] == 3 and stride == 2:  # the weight zero-padded (4 small copies), its phases
-        assert kinds == ["constant", "concat", "concat", "constant", "concat", "concat",
-                         "reverse", "transpose", "conv_nhwc", "conv_weight", "conv",
-                         "slice_i"], kinds
-    if ws[2] == 1:  # the product (a pointwise GEMM), the zeros between by one select
-        assert kinds == ["transpose", "matmul", "constant", "select"], kinds
-    if stride == 1:
+    if ws[2] == 3 and stride == 2:  # the phase kernel relaid out from w itself
         assert kinds == ["conv_nhwc", "conv_weight", "conv"], kinds
+    if ws[2] == 1 and stride == 2:  # the product (a pointwise GEMM), the zeros by a select
+        assert kinds == ["matmul", "constant", "select"], kinds
+    if ws[2] == 1 and stride == 1:  # one pointwise GEMM reading w as stored
+        assert kinds == ["matmul"], kinds
+    if ws[2] == 3 and stride == 1:
+        assert kinds == ["conv_nhwc", "conv_weight", "conv"], kinds
+    ptxas.check(spec.ir("ptx"))
+
+
+@needs_ptxas
+def test_pointwise_strided_input_gradient_reads_the_weight_swapped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1x1/2 input gradient of a 7x7 gradient (49 pixels: the implicit GEMM, not the
+    batched pointwise one): the weight relayout reads the forward weight channel-swapped,
+    no transpose kernel. PTX through ptxas."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    fn = ts.grad(lambda x, w, dy: ts.sum(ts.conv2d(x, w, stride=2) * dy))
+    spec = fn.specialize(np.zeros((2, 64, 14, 14), bf), np.zeros((128, 64, 1, 1), bf),
+                         np.zeros((2, 128, 7, 7), bf))
+    kinds = [re.sub(r"^.*?_grad_|_\d+$", "", n) for n in _kernels(spec)]
+    assert kinds[:3] == ["conv_nhwc", "conv_weight", "conv"] and "transpose" not in kinds, kinds
     ptxas.check(spec.ir("ptx"))

@@ -125,7 +125,8 @@ class Grid:
     (4, 3, 7, 7, 8, 8),      # the stem's filter rows padded to 8 taps
     (6, 8, 2, 3, 8, 0),
 ])
-@pytest.mark.parametrize(("flip", "swapped"), [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize(("flip", "swapped"), [(False, False), (True, False), (True, True),
+                                               (False, True)])
 def test_weight_relayout_flips_and_swaps(o, c, kh, kw, cp, kwp, flip, swapped):
     rng = np.random.default_rng(o * 100 + c)
     w = rng.integers(1, 1 << 15, (o, c, kh, kw), dtype=np.int64)  # distinct-ish 16-bit words

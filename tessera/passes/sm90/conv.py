@@ -99,8 +99,9 @@ def conv1x1_eligible(op: g.Conv2dOp) -> str | None:
 
 def lower_conv1x1_gemm(lw: _FunctionLowering, op: g.Conv2dOp, store: str = "staged") -> bool:
     """Lower a pointwise ``op`` (:func:`conv1x1_eligible`) as one batched sm90 GEMM on
-    views of its buffers (no copies); False when not eligible. ``store``: how a result
-    TMA does not store leaves (``Sm90Gemm.store``)."""
+    views of its buffers (no copies; a weight that is a deferred batch-channel transpose,
+    an input gradient's, is read as stored, the GEMM's M-major A); False when not
+    eligible. ``store``: how a result TMA does not store leaves (``Sm90Gemm.store``)."""
     if conv1x1_eligible(op) is not None:
         return False
     from dataclasses import replace
@@ -118,12 +119,18 @@ def lower_conv1x1_gemm(lw: _FunctionLowering, op: g.Conv2dOp, store: str = "stag
     cfg = sm90_config(n * o, p, c, ty, ty)
     if o % cfg.bm:  # a tile must not straddle two images
         cfg = replace(cfg, consumers=1, cluster=1)
-    gemm = Sm90Gemm(o, p, c, ty, ty, cfg, device_sms(), batch=n, a_batched=False, store=store)
+    # an input gradient's kernel is the forward weight channel-swapped: read it as stored,
+    # K x M (the M-major A), instead of a transposed copy
+    through = lw.peek_transpose(op.weight)
+    a_t = through is not None and through[1] == (1, 0, 2, 3)
+    w_buf = lw.mem(through[0]) if a_t and through is not None else lw.mem(op.weight)
+    gemm = Sm90Gemm(o, p, c, ty, ty, cfg, device_sms(), a_t=a_t, batch=n, a_batched=False,
+                    store=store)
     out = lw.alloc(op.result.type)
     args = [reshape_view(lw, out, MemRefType(et, [n * o, p])),
-            reshape_view(lw, lw.mem(op.weight), MemRefType(et, [o, c])),
+            reshape_view(lw, w_buf, MemRefType(et, [c, o] if a_t else [o, c])),
             reshape_view(lw, lw.mem(op.input), MemRefType(et, [n * c, p]))]
-    name = lw.named_kernel("matmul", lambda nm: build_kernel(nm, gemm))
+    name = lw.named_kernel("matmul", lambda nm: build_kernel(nm, gemm), ("a_t", a_t))
     lw.hb.add_op(tt.LaunchExOp(name, args, gemm.grid(), gemm.smem_bytes, gemm.boxes()))
     lw.env[op.result] = out
     return True

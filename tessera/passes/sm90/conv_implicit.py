@@ -43,6 +43,11 @@ once the input is channels-last. Three kernels:
    result type (as the direct kernel does). Rows past ``M`` and columns past ``O`` are
    not stored, so any ``O`` works.
 
+An input gradient's convolution reads its kernel from the forward weight (a flipped,
+channel-swapped one through :func:`conv_layout.weight_kernel`, a strided one's phase
+kernel through :mod:`tessera.passes.sm90.conv_phase_weight`) and, when strided, stores
+``dx`` itself (:mod:`tessera.passes.sm90.conv_interleave`): no interleave pass.
+
 :func:`implicit_eligible` says which convolutions take it (bf16, f16, f32; index ranges
 within 32 bits); the rest keep :mod:`tessera.passes.sm90.conv` or the direct kernel.
 Measured on the H100 against cuDNN: docs/PERFORMANCE.md.
@@ -60,9 +65,10 @@ from xdsl.ir import SSAValue
 from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.matmul_config import BN_SPEED, NUM_SMS, SMEM_BUDGET, Sm90Config
-from tessera.passes.sm90 import builders, conv_layout
+from tessera.passes.sm90 import builders, conv_interleave, conv_layout, conv_phase_weight
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.constants import SWIZZLE_BYTES, RegisterBudget
+from tessera.passes.sm90.conv_interleave import Interleave
 from tessera.passes.tile_builder import KernelEmitter, cdiv
 
 if TYPE_CHECKING:
@@ -123,6 +129,9 @@ class ConvGather:
     """A K-step is one filter row: :attr:`kwp` consecutive input pixels of ``cp``
     channels, 128 contiguous bytes of the channels-last input, the filter's row
     zero-padded to ``kwp`` taps (:func:`packs`: an RGB stem's 7 x 7 filter rows)."""
+    interleave: Interleave | None = None
+    """Store C at the strided places of an input gradient's phases
+    (:mod:`tessera.passes.sm90.conv_interleave`) instead of as ``y[N, O, Ho, Wo]``."""
 
     @property
     def kwp(self) -> int:
@@ -433,6 +442,11 @@ def nchw_epilogue(
     cv = gemm.gather
     assert cv is not None
     ty, o, hw, bn = gemm.out_type, gemm.n, cv.ho * cv.wo, gemm.cfg.bn
+    if cv.interleave is not None:
+        assert bias_param is None and c_rows is None
+        conv_interleave.epilogue(e, cv.interleave, ty, gemm.m, bn, c_param, tid, cw, m0, n0,
+                                 acc)
+        return
     eb = 4 if ty == "f32" else 2
     _, warp, lane = builders.fragment_lanes(e, tid)
     row0 = builders.fragment_row(e, m0, cw, warp, lane)
@@ -535,27 +549,47 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
     conv_layout.launch(lw, nhwc, [xt, x_src if x_src is not None else lw.mem(op.input)],
                        conv_layout.nhwc_grid(n, c, h * w, cp, eb), conv_layout.NHWC_SMEM)
     wk = lw.alloc(TensorType(et, [parts * o, cv.k]))
-    if kh * kw >= WIDE_KERNEL_TAPS:  # [O, C, taps] -> [O, taps, Cp]: the NHWC copy's layout
-        w_src = _swapped_source(lw, op.weight)  # a weight gradient's output gradient
-        weight = lw.named_kernel(
-            "conv_weight",
-            lambda nm: conv_layout.nhwc_kernel(nm, o, c, kh * kw, cp, eb, parts,
-                                               w_src is not None),
-            ("swapped", w_src is not None))
-        conv_layout.launch(lw, weight,
-                           [wk, w_src if w_src is not None else lw.mem(op.weight)],
-                           conv_layout.nhwc_grid(o, c, kh * kw, cp, eb), conv_layout.NHWC_SMEM)
-    else:
-        # an input gradient's kernel, reverse(transpose(w)): read w flipped and swapped
-        flipped = _flipped_source(lw, op.weight)
-        flip, swapped = flipped is not None, flipped is not None and flipped[1]
-        weight = lw.named_kernel(
-            "conv_weight",
-            lambda nm: conv_layout.weight_kernel(nm, o, c, kh, kw, cp, eb, parts, cv.kwp,
-                                                 flip, swapped),
-            ("flip", flip, swapped))
-        w_buf = flipped[0] if flipped is not None else lw.mem(op.weight)
-        conv_layout.launch(lw, weight, [wk, w_buf], conv_layout.weight_grid(o, cv.k), 0)
+    phase = lw.notes.get((conv_phase_weight.NOTE, op))
+
+    def relayout_weight(channel_major: bool) -> None:
+        """Launch the weight's relayout into ``wk`` (``channel_major``: a phase kernel's
+        output channels in (channel, phase) order, :mod:`conv_phase_weight`)."""
+        if kh * kw >= WIDE_KERNEL_TAPS:  # [O, C, taps] -> [O, taps, Cp]: the NHWC layout
+            w_src = _swapped_source(lw, op.weight)  # a weight gradient's output gradient
+            weight = lw.named_kernel(
+                "conv_weight",
+                lambda nm: conv_layout.nhwc_kernel(nm, o, c, kh * kw, cp, eb, parts,
+                                                   w_src is not None),
+                ("swapped", w_src is not None))
+            conv_layout.launch(lw, weight,
+                               [wk, w_src if w_src is not None else lw.mem(op.weight)],
+                               conv_layout.nhwc_grid(o, c, kh * kw, cp, eb),
+                               conv_layout.NHWC_SMEM)
+        elif phase is not None:
+            # a strided input gradient's phase kernel: read from the forward weight
+            pwt, w_root = phase
+            weight = lw.named_kernel(
+                "conv_weight",
+                lambda nm: conv_phase_weight.weight_kernel(nm, pwt, cp, eb, parts, cv.kwp,
+                                                           channel_major),
+                ("phases", pwt, channel_major))
+            conv_layout.launch(lw, weight, [wk, lw.mem(w_root)],
+                               conv_layout.weight_grid(o, cv.k), 0)
+        else:
+            # an input gradient's kernel, reverse(transpose(w)): read w flipped and swapped;
+            # a one-tap one's, transpose(w): read w swapped
+            flipped = _flipped_source(lw, op.weight)
+            flip, swapped = flipped is not None, flipped is not None and flipped[1]
+            if flipped is None and (w_src := _swapped_source(lw, op.weight)) is not None:
+                flipped, swapped = (w_src, True), True
+            weight = lw.named_kernel(
+                "conv_weight",
+                lambda nm: conv_layout.weight_kernel(nm, o, c, kh, kw, cp, eb, parts, cv.kwp,
+                                                     flip, swapped),
+                ("flip", flip, swapped))
+            w_buf = flipped[0] if flipped is not None else lw.mem(op.weight)
+            conv_layout.launch(lw, weight, [wk, w_buf], conv_layout.weight_grid(o, cv.k), 0)
+
     m = n * ho * wo
     sms = device_sms()
     if f32:
@@ -565,10 +599,34 @@ def lower_conv2d_implicit(lw: _FunctionLowering, op: g.Conv2dOp, split_k: str = 
     gemm = Sm90Gemm(m, o, cv.k, in_type, out_type, conv_config(m, o, cv.k, sms, parts), sms,
                     b_t=True, gather=cv)
     splits = splits_for(replace(gemm, out_type="f32"), split_k, MAX_SPLITS)
-    out = lw.alloc(op.result.type)
-    lw.env[op.result] = out
+    target = (conv_interleave.lower_target(lw, op) if splits == 1 and op.bias is None
+              else None)
+    # with both the phase kernel relaid out here and the phases stored by the epilogue,
+    # the GEMM's columns are (channel, phase): a warp's stores of one channel's phases
+    # then fill whole runs of dx's rows
+    relayout_weight(target is not None and phase is not None)
+    if target is not None:
+        # an input gradient's phases: the epilogue stores dx itself, and the ops that
+        # would interleave the convolution's output are not lowered
+        il, out = target
+        if phase is not None:
+            il = replace(il, channel_major=True)
+        # only the convolution's rows and columns that reach dx: its pixel grid starts
+        # (rmin, qmin) in, which the gather sees as that much less padding
+        trimmed, rmin, qmin = il.trimmed()
+        if rmin <= cv.ph and qmin <= cv.pw:
+            il = trimmed
+            cv = replace(cv, ho=il.rows, wo=il.cols, ph=cv.ph - rmin, pw=cv.pw - qmin)
+            m = n * il.rows * il.cols
+            gemm = replace(gemm, m=m, cfg=conv_config(m, o, cv.k, sms, parts))
+        cv = replace(cv, interleave=il)
+        gemm = replace(gemm, gather=cv)
+    else:
+        out = lw.alloc(op.result.type)
+        lw.env[op.result] = out
     if splits == 1:
-        name = lw.named_kernel("conv", lambda nm: build_kernel(nm, gemm))
+        name = lw.named_kernel("conv", lambda nm: build_kernel(nm, gemm),
+                               ("interleave", cv.interleave))
         args = [out, xt, wk] + ([lw.mem(op.bias)] if op.bias is not None else [])
         lw.hb.add_op(tt.LaunchExOp(name, args, gemm.grid(), gemm.smem_bytes, gemm.boxes()))
         return True

@@ -1104,6 +1104,13 @@ class LowerMatmulSm90(LowerGraphToTile):
 
     name = "lower-matmul-sm90"
 
+    def claims(self) -> tuple:
+        """A strided input gradient's phase kernel, read by its convolution's weight
+        relayout from the forward weight (:mod:`tessera.passes.sm90.conv_phase_weight`)."""
+        from tessera.passes.sm90.conv_phase_weight import claim
+
+        return (claim,) if self.implicit_conv else ()
+
     def overrides(self) -> dict[type[Operation], tuple[Override, ...]]:
         lower = functools.partial(lower_matmul_sm90, tiles=self.sm90_tiles,
                                   allow_tf32=self.allow_tf32, split_k=str(self.split_k),

@@ -32,7 +32,7 @@ elements in another order (and a 16-bit sum no longer rounds its partial sums): 
 result is as accurate, not bitwise the same; ``max`` and ``min`` are exact.
 
 A reshape of the result of an elementwise op that has no other user moves to the op's
-operands (``hoist-reshapes``): batch norm's ``reshape(cast(weight), [1, C, 1, 1])`` becomes
+operands when every reader of the reshape is a fusible consumer (``hoist-reshapes``): batch norm's ``reshape(cast(weight), [1, C, 1, 1])`` becomes
 ``cast(reshape(weight))``, and the cast joins the normalization's kernel instead of
 being a kernel of its own. Every operand must have the result's shape (reshaped alike)
 or be a scalar; the op computes the same elements.
@@ -309,6 +309,11 @@ class HoistReshape(RewritePattern):
             or len(list(e.results[0].uses)) != 1
             or _rounds(e)
             or _rounds(op)
+            # the op moves into the kernels that read the reshape: only worth it when all
+            # of them can take it (a matmul cannot; moved there, the op would be a kernel
+            # of its own, cut off by the reshape from the producer it fused with)
+            or not op.result.uses
+            or not all(is_consumer(u.operation) for u in op.result.uses)
         ):
             return
         shape = g.shape_of(e.results[0])

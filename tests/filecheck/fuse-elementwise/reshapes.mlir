@@ -56,7 +56,8 @@ func.func @shared(%x: tensor<4x6xbf16>) -> tensor<24xf32> {
   %a = tgraph.mul %c, %c : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
   %b = tgraph.add %a, %c : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x6xf32>
   %r = tgraph.reshape %b : (tensor<4x6xf32>) -> tensor<24xf32>
-  func.return %r : tensor<24xf32>
+  %o = tgraph.exp %r : (tensor<24xf32>) -> tensor<24xf32>
+  func.return %o : tensor<24xf32>
 }
 // CHECK-LABEL: func.func @shared
 // CHECK-NEXT:    %[[R:.*]] = tgraph.reshape %x : (tensor<4x6xbf16>) -> tensor<24xbf16>
@@ -64,4 +65,20 @@ func.func @shared(%x: tensor<4x6xbf16>) -> tensor<24xf32> {
 // CHECK:           tgraph.cast
 // CHECK:           tgraph.mul
 // CHECK:           tgraph.add
+// CHECK:           tgraph.exp
 // CHECK:         func.return %[[F]]
+
+// Not hoisted when a reader of the reshape cannot take the op (a matmul, a result): the
+// cast stays with the producer it fused with, the reshape a view after it.
+func.func @to_matmul(%x: tensor<4x6xf32>, %w: tensor<6x3xbf16>) -> tensor<2x2x3xbf16> {
+  %e = tgraph.exp %x : (tensor<4x6xf32>) -> tensor<4x6xf32>
+  %c = tgraph.cast %e : (tensor<4x6xf32>) -> tensor<4x6xbf16>
+  %r = tgraph.reshape %c : (tensor<4x6xbf16>) -> tensor<2x2x6xbf16>
+  %m = tgraph.matmul %r, %w : (tensor<2x2x6xbf16>, tensor<6x3xbf16>) -> tensor<2x2x3xbf16>
+  func.return %m : tensor<2x2x3xbf16>
+}
+// CHECK-LABEL: func.func @to_matmul
+// CHECK-NEXT:    %[[F:.*]] = tgraph.fused %x : (tensor<4x6xf32>) -> tensor<4x6xbf16> {
+// CHECK:           tgraph.exp
+// CHECK:           tgraph.cast
+// CHECK:         tgraph.reshape %[[F]] : (tensor<4x6xbf16>) -> tensor<2x2x6xbf16>

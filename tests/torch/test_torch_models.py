@@ -18,12 +18,13 @@ import torch
 
 import tessera.torch as tt
 from tests.torch.torch_models import MODELS, MORE_MODELS, compare_training_step
+from tests.torch.torchvision_shim import import_timm
 
 
 def _need(module: str) -> None:
-    try:
-        importlib.import_module(module)
-    except ImportError as e:  # timm also needs a torchvision that loads beside torch
+    try:  # timm through the torchvision shim when no torchvision loads beside torch
+        import_timm() if module == "timm" else importlib.import_module(module)
+    except ImportError as e:
         pytest.skip(f"{module} is not importable here ({e}); install tessera[models]")
 
 

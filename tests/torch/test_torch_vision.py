@@ -19,19 +19,18 @@ beside torch; skipped without them.
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
 
 import tessera.torch as tt
 from tests.torch.torch_models import VISION_MODELS, training_step_errors
+from tests.torch.torchvision_shim import import_timm
 
 
 def _need_timm() -> None:
-    try:
-        importlib.import_module("timm")
-    except ImportError as e:  # timm also needs a torchvision that loads beside torch
+    try:  # through the torchvision shim when no torchvision loads beside torch
+        import_timm()
+    except ImportError as e:
         pytest.skip(f"timm is not importable here ({e}); install tessera[models]")
 
 

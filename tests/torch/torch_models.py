@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from tests.torch.torchvision_shim import import_timm
+
 
 def gpt2(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
     import transformers as T
@@ -83,7 +85,7 @@ def mixtral(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
 
 
 def resnet50(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
-    import timm
+    timm = import_timm()
 
     model = timm.create_model("resnet50", pretrained=False, num_classes=10 if size == "tiny" else 1000)
     batch, hw = (2, 32) if size == "tiny" else (8, 224)
@@ -91,7 +93,7 @@ def resnet50(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
 
 
 def vit_b16(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
-    import timm
+    timm = import_timm()
 
     if size == "tiny":
         model = timm.create_model(
@@ -111,7 +113,7 @@ def _timm(name: str, size: str, device: str, tiny: dict[str, Any], hw: int = 32,
     batch of 2 images of ``hw`` x ``hw``; at ``"full"`` its published configuration and
     8 images of 224 x 224. Dropout and drop-path are off (``common``), so a training
     step is deterministic and comparable with eager torch."""
-    import timm
+    timm = import_timm()
 
     kw = {**common, **(tiny if size == "tiny" else {})}
     model = timm.create_model(name, pretrained=False, num_classes=10 if size == "tiny" else 1000,

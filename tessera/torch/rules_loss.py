@@ -21,7 +21,16 @@ import torch.fx
 
 from tessera.frontend import ops
 from tessera.torch import cross_entropy as _cross_entropy  # noqa: F401  (defines tessera::cross_entropy_rows)
-from tessera.torch.aten_ops import FLOAT_DTYPES, TracedTensor, rule, to, torch_dtype, ts_dtype, val
+from tessera.torch.aten_ops import (
+    FLOAT_DTYPES,
+    TracedTensor,
+    fail_at_run_time_if,
+    rule,
+    to,
+    torch_dtype,
+    ts_dtype,
+    val,
+)
 
 aten = torch.ops.aten
 
@@ -40,7 +49,7 @@ def _outside(idx: TracedTensor, n: int) -> TracedTensor:
 
 def _gather_check(node: torch.fx.Node) -> str | None:
     x, index = val(node.args[0]), val(node.args[2])
-    if x.dtype not in FLOAT_DTYPES:
+    if x.dtype not in (*FLOAT_DTYPES, torch.int64, torch.int32):
         return f"{x.dtype} input"
     if index.dtype not in (torch.int64, torch.int32):
         return f"{index.dtype} indices"
@@ -51,10 +60,31 @@ def _gather_check(node: torch.fx.Node) -> str | None:
     return None
 
 
+INT_GATHER_EXACT = 2**53
+"""int64 values a gather carries exactly (through float64)."""
+
+
 @rule(aten.gather.default, check=_gather_check)
 def _gather(node: torch.fx.Node, x: Any, dim: int, index: Any, **kw: Any) -> TracedTensor:
-    """``torch.gather``: ``tgraph.take_along_axis`` (NaN for an index outside the dim)."""
-    return ops.take_along_axis(x, index, int(dim))
+    """``torch.gather``: ``tgraph.take_along_axis`` (NaN for an index outside the dim).
+
+    An integer input (BERT's token type ids, gathered at its position ids) is gathered
+    as float64, exact for int32 and for int64 values of magnitude at most 2^53. An
+    integer result has no NaN to mark an index outside the dim, so there each call
+    checks its indices (and an int64 input its magnitudes) and raises a ``TesseraError``
+    where torch raises (see ``aten_ops.fail_at_run_time_if``)."""
+    dt = torch_dtype(x)
+    if dt in FLOAT_DTYPES:
+        return ops.take_along_axis(x, index, int(dim))
+    d = int(dim) % x.ndim
+    idx = to(index, torch.int64)
+    fail_at_run_time_if(_outside(idx, x.shape[d]), f"an index outside [0, {x.shape[d]})")
+    if dt == torch.int64:
+        big = to(INT_GATHER_EXACT, torch.int64)
+        fail_at_run_time_if(ops.where(ops.gt(x, big), True, ops.lt(x, ops.neg(big))),
+                            "an int64 value beyond 2^53 (gathered through float64)")
+    ok = ops.where(_outside(idx, x.shape[d]), to(0, torch.int64), idx)
+    return to(ops.take_along_axis(to(x, torch.float64), ok, d), dt)
 
 
 def _scatter_check(node: torch.fx.Node) -> str | None:

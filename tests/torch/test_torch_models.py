@@ -29,13 +29,12 @@ def _need(module: str) -> None:
 
 
 # ops each model leaves to torch, and why: Tessera has no sort, top-k or histogram and no
-# rounding division; it gathers float tensors only (BERT gathers its int64 token type
-# ids), index_put only accumulating (the MoE's routing writes) and scatters one index per
+# rounding division; it writes index_put only accumulating (the MoE's routing writes) and scatters one index per
 # position only (the MoE's top-2 routing scatters two)
 EXPECTED_FALLBACKS: dict[str, set[str]] = {
     "gpt2": set(),
     "llama": set(),
-    "bert": {"aten.gather.default"},
+    "bert": set(),
     "mixtral": {"aten.scatter.src", "aten.index_put.default", "aten.topk.default",
                 "aten.sort.default", "aten.index.Tensor", "aten.histc.default",
                 "aten.cumsum.default", "aten.empty_permuted.default", "aten.div.Tensor_mode"},

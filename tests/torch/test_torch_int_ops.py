@@ -1,0 +1,84 @@
+"""Integer ops through ``torch.compile(backend="tessera")`` on the CPU reference: ``gather``
+of integer tensors (BERT's token type ids at its position ids), whose errors surface as
+run-time checks, and integer arithmetic wrapping around as torch's does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tessera.torch as tt
+from tessera.errors import TesseraError
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _gather(x, i):
+    return torch.gather(x, 1, i) + 1
+
+
+@pytest.mark.parametrize("dtype,bound", [(torch.int64, 2**53), (torch.int32, 2**31 - 1)])
+def test_integer_gather_is_exact(dtype, bound):
+    torch.manual_seed(0)
+    x = torch.randint(-bound, bound, (3, 7), dtype=dtype)
+    i = torch.randint(-0, 7, (2, 4))  # smaller than x off the gathered dim: its first rows
+    out = tt.compile(_gather)(x, i)
+    assert out.dtype == dtype and torch.equal(out, _gather(x, i))
+    rep = tt.last_report()
+    assert not rep.fallback_ops and rep.graphs[0].partitions == 1, str(rep)
+
+
+def test_integer_gather_index_outside_raises_where_torch_raises():
+    x = torch.arange(12).reshape(3, 4)
+    f = tt.compile(_gather)
+    assert torch.equal(f(x, torch.tensor([[3, 0], [1, 2]])), _gather(x, torch.tensor([[3, 0], [1, 2]])))
+    for bad in (4, -1):
+        i = torch.tensor([[0, bad], [1, 2]])
+        with pytest.raises(RuntimeError):
+            _gather(x, i)
+        with pytest.raises(TesseraError, match=r"gather.*index outside \[0, 4\)"):
+            f(x, i)
+
+
+def test_int64_gather_beyond_float64_precision_raises():
+    x = torch.tensor([[2**53 + 1, 5], [7, -(2**60)]])
+    i = torch.tensor([[1], [0]])
+    f = tt.compile(_gather)
+    with pytest.raises(TesseraError, match="beyond 2\\^53"):
+        f(x, i)
+
+
+def test_bert_token_type_ids_gather_feeds_an_embedding():
+    """BERT's embedding: the int64 token type buffer gathered at the position ids."""
+    emb = torch.nn.Embedding(2, 5)
+    types = torch.zeros(1, 16, dtype=torch.long)
+    types[0, 3:9] = 1
+    pos = torch.arange(16).unsqueeze(0)
+
+    def f(n):
+        t = torch.gather(types.expand(1, -1), 1, pos[:, :n])
+        return emb(t.expand(2, n))
+
+    out = tt.compile(f)(11)
+    torch.testing.assert_close(out, f(11), rtol=0, atol=0)
+    assert not tt.last_report().fallback_ops, str(tt.last_report())
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_integer_arithmetic_wraps_around(dtype):
+    info = torch.iinfo(dtype)
+    torch.manual_seed(1)
+    x = torch.randint(info.min // 2, info.max // 2, (64,), dtype=dtype)
+    y = torch.randint(info.min // 2, info.max // 2, (64,), dtype=dtype)
+
+    def f(a, b):
+        return a * b, a + b + b, a - b - b
+
+    for got, want in zip(tt.compile(f)(x, y), f(x, y)):
+        assert torch.equal(got, want)
+    assert not tt.last_report().fallback_ops

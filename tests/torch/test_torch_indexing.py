@@ -115,6 +115,49 @@ def test_index_put_accumulate_with_negative_and_outside_indices():
     assert torch.isnan(bad).all()
 
 
+def test_index_put_accumulate_with_several_index_tensors():
+    """``x[:, i, j] += v``: index tensors at consecutive dims, broadcast together, with
+    repeated pairs (they add up), negative ones; one outside its own dim (though the pair
+    read as one flat index would land inside) makes the result NaN."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 5, 4, 3, dtype=torch.float64)
+    v = torch.randn(2, 3, 6, 3, dtype=torch.float64)
+
+    def f(x, i, j, v):
+        return torch.ops.aten.index_put(x, [None, i, j], v, True) * 2.0
+
+    i = torch.tensor([[1], [-1], [1]])  # [3, 1]
+    j = torch.tensor([0, 3, 3, -4, 2, 0])  # [6]: (1, 0) and (1, 3) repeat
+    torch.testing.assert_close(tt.compile(f)(x, i, j, v), f(x, i, j, v), rtol=1e-12, atol=1e-12)
+    assert not tt.last_report().fallback_ops
+    torch._dynamo.reset()
+    bad = tt.compile(f)(x, i, torch.tensor([0, 4, 3, 1, 2, 0]), v)  # 4 is outside dim 2
+    assert torch.isnan(bad).all()
+
+
+def test_bilinear_interpolate_gradient_and_pair_indexing_backward():
+    """The backwards of a bilinear upsampling (SegFormer's head) and of picking one row
+    per batch element (CLIP's pooled token): ``index_put`` with two index tensors."""
+    torch.manual_seed(4)
+    x = torch.randn(2, 3, 5, 7, dtype=torch.float64, requires_grad=True)
+    h = torch.randn(2, 6, 4, dtype=torch.float64, requires_grad=True)
+    pick = torch.tensor([5, 2])
+
+    def f(x, h):
+        up = torch.nn.functional.interpolate(x, size=(9, 12), mode="bilinear",
+                                             align_corners=False)
+        return up.pow(2).sum() + h[torch.arange(2), pick].pow(3).sum()
+
+    out = tt.compile(f)(x, h)
+    out.backward()
+    got = (x.grad.clone(), h.grad.clone())
+    x.grad = h.grad = None
+    f(x, h).backward()
+    torch.testing.assert_close(got, (x.grad, h.grad), rtol=1e-12, atol=1e-12)
+    rep = tt.last_report()
+    assert not any("index_put" in k for k in rep.fallback_ops), str(rep)
+
+
 def test_index_put_without_accumulate_stays_in_torch():
     def f(x, idx, v):
         return torch.index_put(x, (idx,), v) + 1.0

@@ -15,6 +15,7 @@ import torch.fx
 
 from tessera.frontend import ops
 from tessera.torch.aten_ops import (
+    FLOAT_DTYPES,
     TracedTensor,
     float_only,
     norm_dims,
@@ -52,9 +53,15 @@ def _clamp_tensor(node: torch.fx.Node, a: Any, lo: Any = None, hi: Any = None) -
     return clamp_between(to(a, dt), lo, hi, dt)
 
 
-@rule(aten.sign.default, check=float_only)
+def _float_or_int(node: torch.fx.Node) -> str | None:
+    dt = out_dtype(node)
+    return None if dt in (*FLOAT_DTYPES, torch.int64, torch.int32) else f"{dt} result"
+
+
+@rule(aten.sign.default, check=_float_or_int)
 def _sign(node: torch.fx.Node, a: Any) -> TracedTensor:
-    """1, -1 or 0 by the sign of ``x`` (0 for ±0 and for NaN, as torch's CPU kernel)."""
+    """1, -1 or 0 by the sign of ``x`` (0 for ±0 and for NaN, as torch's CPU kernel), of
+    floats and integers (DeBERTa's relative positions)."""
     dt = out_dtype(node)
     x = to(a, dt)
     one, zero = to(1.0, dt), to(0.0, dt)

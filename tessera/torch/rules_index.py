@@ -250,3 +250,55 @@ def _index_select(node: torch.fx.Node, x: Any, dim: int, idx: Any) -> TracedTens
     decomposes to the accumulating ``index_put``)."""
     d = int(dim) % max(x.ndim, 1)
     return _index(node, x, [None] * d + [ops.reshape(idx, [math.prod(idx.shape)])])
+
+
+def _arg_check(node: torch.fx.Node) -> str | None:
+    x = val(node.args[0])
+    if x.dtype not in (*FLOAT_DTYPES, *_INDEX_DTYPES):
+        return f"{x.dtype} input"
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    n = x.numel() if dim is None else (x.shape[int(dim) % x.dim()] if x.dim() else 1)
+    if not isinstance(n, int):
+        return "a symbolic size"
+    return "an empty reduction (torch raises)" if n == 0 else None
+
+
+def _arg_extreme(x: TracedTensor, dim: Any, keepdim: bool, largest: bool) -> TracedTensor:
+    """The position of the first largest (smallest) element along ``dim`` (None: of the
+    flattened tensor), int64: ``argmax`` / ``argmin``. A NaN counts as the extreme, so
+    the first NaN's position is the result, as torch's."""
+    rank = x.ndim
+    if dim is None:
+        x = ops.reshape(x, [max(1, math.prod(x.shape))])
+        d = 0
+    elif rank == 0:
+        x, d = ops.reshape(x, [1]), 0
+    else:
+        d = int(dim) % rank
+    n = x.shape[d]
+    m = ops.max(x, axis=d, keepdims=True) if largest else ops.min(x, axis=d, keepdims=True)
+    hit = ops.eq(x, m)
+    if torch_dtype(x) in FLOAT_DTYPES:
+        nan = ops.ne(x, x)
+        any_nan = ops.gt(ops.sum(to(nan, torch.int64), axis=d, keepdims=True), to(0, torch.int64))
+        hit = ops.where(any_nan, nan, hit)
+    shape = [1] * x.ndim
+    shape[d] = n
+    pos = ops.constant(np.arange(n, dtype=np.int64).reshape(shape), ts_dtype(torch.int64))
+    first = ops.min(ops.where(hit, pos, to(n, torch.int64)), axis=d, keepdims=True)
+    if dim is None or rank == 0:
+        return ops.reshape(first, [1] * rank if keepdim else [])
+    return first if keepdim else ops.reshape(first, [k for i, k in enumerate(first.shape) if i != d])
+
+
+@rule(aten.argmax.default, check=_arg_check)
+def _argmax(node: torch.fx.Node, x: Any, dim: Any = None, keepdim: bool = False) -> TracedTensor:
+    """``torch.argmax`` (CLIP's and the sequence-classification heads' pooled token): see
+    :func:`_arg_extreme`."""
+    return _arg_extreme(x, dim, bool(keepdim), largest=True)
+
+
+@rule(aten.argmin.default, check=_arg_check)
+def _argmin(node: torch.fx.Node, x: Any, dim: Any = None, keepdim: bool = False) -> TracedTensor:
+    """``torch.argmin``: see :func:`_arg_extreme`."""
+    return _arg_extreme(x, dim, bool(keepdim), largest=False)

@@ -333,3 +333,23 @@ def test_cumsum_backward_flips_and_index_select():
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(g, w.grad, rtol=1e-5, atol=1e-5)
     _no_fallbacks()
+
+
+@pytest.mark.parametrize("fn", [torch.argmax, torch.argmin])
+@pytest.mark.parametrize("dim,keepdim", [(None, False), (None, True), (0, False), (1, True),
+                                         (-1, False)])
+def test_argmax_argmin_first_extreme_and_nan(fn, dim, keepdim):
+    """Ties give the first position, a NaN counts as the extreme (its first position),
+    float and integer inputs (CLIP pools the token at ``(ids == eos).int().argmax(-1)``)."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randint(0, 3, (4, 7, 5), generator=gen).double()
+    x[1, 3, 2] = x[2, 5, 0] = x[2, 1, 0] = float("nan")
+
+    def f(t):
+        return fn(t, dim=dim, keepdim=keepdim) + 1
+
+    for t in (x, x.float(), x.nan_to_num().int()):
+        torch._dynamo.reset()
+        got, want = tt.compile(f)(t), f(t)
+        assert got.shape == want.shape and torch.equal(got, want), (t.dtype, got, want)
+        assert not tt.last_report().fallback_ops

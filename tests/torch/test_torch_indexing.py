@@ -353,3 +353,36 @@ def test_argmax_argmin_first_extreme_and_nan(fn, dim, keepdim):
         got, want = tt.compile(f)(t), f(t)
         assert got.shape == want.shape and torch.equal(got, want), (t.dtype, got, want)
         assert not tt.last_report().fallback_ops
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_add_with_short_indices_and_gather_backward(dim):
+    """``scatter_add`` with indices shorter than the input and the source off the dim
+    (repeated indices add up), an index outside the dim giving NaN, and ``gather``'s
+    backward (DeBERTa's relative attention) being one."""
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(4, 5, 6, dtype=torch.float64, generator=gen)
+    src = torch.randn(4, 5, 6, dtype=torch.float64, generator=gen)
+    d = dim % 3
+    idx = torch.randint(0, x.shape[d], (3, 4, 5), generator=gen)
+
+    def f(x, i, s):
+        return torch.scatter_add(x, dim, i, s) * 2
+
+    torch.testing.assert_close(tt.compile(f)(x, idx, src), f(x, idx, src), rtol=1e-12,
+                               atol=1e-12)
+    assert not tt.last_report().fallback_ops
+    bad = idx.clone()
+    bad[0, 0, 0] = x.shape[d]
+    assert torch.isnan(tt.compile(f)(x, bad, src)).all()
+    torch._dynamo.reset()
+    w = x.clone().requires_grad_()
+
+    def g(w, i):
+        return torch.gather(w, dim, i).pow(2).sum()
+
+    tt.compile(g)(w, idx).backward()
+    got, w.grad = w.grad, None
+    g(w, idx).backward()
+    torch.testing.assert_close(got, w.grad, rtol=1e-12, atol=1e-12)
+    assert not tt.last_report().fallback_ops, str(tt.last_report())

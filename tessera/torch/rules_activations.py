@@ -23,6 +23,7 @@ from tessera.torch.aten_ops import (
     out_dtype,
     rule,
     to,
+    torch_dtype,
 )
 from tessera.torch.rules_elementwise import clamp_between
 
@@ -102,3 +103,35 @@ def _vector_norm(
 
 
 __all__: list[str] = []
+
+
+def _integral(x: TracedTensor, mode: str) -> TracedTensor:
+    """``floor``, ``ceil`` or ``trunc`` of a float tensor: the value truncated through
+    int64 (exact below 2^52 in magnitude; beyond, every float is already an integer, and
+    NaN and infinities stay), moved down (floor) or up (ceil) by one where truncation
+    went the other way; a zero result keeps the input's sign, as torch's (``ceil(-0.5)``
+    is ``-0.0``)."""
+    dt = torch_dtype(x)
+    w = opmath_dtype(dt)
+    xw = to(x, w)
+    t = to(to(xw, torch.int64), w)
+    if mode == "floor":
+        t = ops.where(ops.gt(t, xw), ops.sub(t, to(1.0, w)), t)
+    elif mode == "ceil":
+        t = ops.where(ops.lt(t, xw), ops.add(t, to(1.0, w)), t)
+    t = ops.where(ops.eq(t, to(0.0, w)), ops.mul(xw, to(0.0, w)), t)
+    small = ops.lt(ops.abs(xw), to(2.0**52, w))
+    return to(ops.where(small, t, xw), dt)
+
+
+def _rounding(mode: str) -> Any:
+    def emit(node: torch.fx.Node, a: Any) -> TracedTensor:
+        return a if torch_dtype(a) not in FLOAT_DTYPES else _integral(a, mode)
+
+    emit.__doc__ = f"``torch.{mode}`` (integers unchanged): see :func:`_integral`."
+    return emit
+
+
+rule(aten.floor.default, check=_float_or_int)(_rounding("floor"))
+rule(aten.ceil.default, check=_float_or_int)(_rounding("ceil"))
+rule(aten.trunc.default, check=_float_or_int)(_rounding("trunc"))

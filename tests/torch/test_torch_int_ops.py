@@ -1,6 +1,7 @@
-"""Integer ops through ``torch.compile(backend="tessera")`` on the CPU reference: ``gather``
-of integer tensors (BERT's token type ids at its position ids), whose errors surface as
-run-time checks, and integer arithmetic wrapping around as torch's does."""
+"""Integer and rounding ops through ``torch.compile(backend="tessera")`` on the CPU
+reference: ``gather`` of integer tensors (BERT's token type ids at its position ids),
+whose errors surface as run-time checks, integer arithmetic wrapping around as torch's
+does, and ``floor``/``ceil``/``trunc``."""
 
 from __future__ import annotations
 
@@ -82,3 +83,28 @@ def test_integer_arithmetic_wraps_around(dtype):
     for got, want in zip(tt.compile(f)(x, y), f(x, y)):
         assert torch.equal(got, want)
     assert not tt.last_report().fallback_ops
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("fn", [torch.floor, torch.ceil, torch.trunc])
+def test_floor_ceil_trunc_match_torch_bit_for_bit(fn, dtype):
+    """Halves, signed zeros (``ceil(-0.5)`` is ``-0.0``), values past 2^52 and 2^53,
+    infinities and NaN (DeBERTa's log buckets take a ``ceil``); integers unchanged."""
+    special = [-2.5, -2.0, -1.7, -0.5, -0.0, 0.0, 0.3, 0.5, 2.7, 1e15 + 0.5, -1e15 - 0.5,
+               2.0**52 + 1, -(2.0**53), 4503599627370495.5, 1e300, float("inf"),
+               float("-inf"), float("nan")]
+    gen = torch.Generator().manual_seed(2)
+    x = torch.cat([torch.tensor(special, dtype=torch.float64),
+                   torch.randn(500, dtype=torch.float64, generator=gen) * 1000]).to(dtype)
+
+    def f(t):
+        return fn(t) * 1
+
+    got, want = tt.compile(f)(x), f(x)
+    assert torch.equal(got.isnan(), want.isnan())
+    ok = ~want.isnan()
+    assert torch.equal(got[ok], want[ok]) and torch.equal(got[ok].signbit(), want[ok].signbit())
+    assert not tt.last_report().fallback_ops
+    torch._dynamo.reset()
+    i = torch.randint(-50, 50, (9,))
+    assert torch.equal(tt.compile(f)(i), f(i))

@@ -3,7 +3,7 @@
 GPT-2, LLaMA, BERT and a Mixtral-style MoE from ``transformers``, ResNet-50 and
 ViT-B/16 from ``timm``, and a dozen more ``transformers`` architectures
 (``MORE_MODELS``: Phi, GPT-NeoX, Gemma2, Falcon, GPT-J, OPT, BLOOM, T5, BART,
-DistilBERT), at tiny configurations with random weights (no download). Each test runs one training step and compares the forward output
+DeBERTa-v2, Whisper, DistilBERT), at tiny configurations with random weights (no download). Each test runs one training step and compares the forward output
 and every parameter's gradient with eager torch, then checks which ops fell
 back to torch. Needs the ``models`` extra (``pip install -e .[models]``);
 skipped without it.

@@ -230,6 +230,24 @@ def _tiny(model_cls: str, config_cls: str, **cfg: Any) -> Callable[..., tuple[An
 
 _NO_DROPOUT = dict(attention_dropout=0.0, hidden_dropout=0.0)
 
+
+def _whisper(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    """Whisper: 1-D convolutions over mel features, an encoder-decoder (one layer each)."""
+    import transformers as T
+
+    if size != "tiny":
+        raise ValueError("whisper: only the tiny configuration is built here")
+    cfg = T.WhisperConfig(vocab_size=64, num_mel_bins=8, encoder_layers=1, decoder_layers=1,
+                          encoder_attention_heads=4, decoder_attention_heads=4,
+                          encoder_ffn_dim=64, decoder_ffn_dim=64, d_model=32,
+                          max_source_positions=8, max_target_positions=16, dropout=0.0,
+                          attention_dropout=0.0, activation_dropout=0.0, pad_token_id=0,
+                          bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+                          suppress_tokens=None, begin_suppress_tokens=None)
+    feats = torch.randn(2, 8, 16, device=device)
+    labels = torch.randint(3, 64, (2, 8), device=device)
+    return T.WhisperForConditionalGeneration(cfg), {"input_features": feats, "labels": labels}
+
 MORE_MODELS: dict[str, Callable[..., tuple[Any, dict[str, Any]]]] = {
     "phi": _tiny("PhiForCausalLM", "PhiConfig", **_SMALL, partial_rotary_factor=0.5,
                     resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0),
@@ -256,14 +274,20 @@ MORE_MODELS: dict[str, Callable[..., tuple[Any, dict[str, Any]]]] = {
                      encoder_attention_heads=4, decoder_attention_heads=4, vocab_size=64,
                      max_position_embeddings=32, dropout=0.0, attention_dropout=0.0,
                      activation_dropout=0.0),
+    "deberta_v2": _tiny("DebertaV2ForMaskedLM", "DebertaV2Config", **_SMALL, pad_token_id=0,
+                        relative_attention=True, position_buckets=4, max_relative_positions=16,
+                        pos_att_type=["p2c", "c2p"], hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0),
+    "whisper": _whisper,
     "distilbert": _tiny("DistilBertForMaskedLM", "DistilBertConfig", n_layers=2, dim=32,
                            hidden_dim=64, n_heads=4, vocab_size=64, max_position_embeddings=32,
                            dropout=0.0, attention_dropout=0.0),
 }
 """More ``transformers`` architectures, tiny configurations only (the CPU tests): rotary
 variants (partial, interleaved), learned and ALiBi positions, multi-query attention,
-soft-capping with sliding windows, encoder-decoders (one layer each side) and an
-encoder. (Mistral and Qwen2 are LLaMA's graph with other options: the sweep in
+soft-capping with sliding windows, encoder-decoders (one layer each side, Whisper's over
+1-D convolutions of audio features), an encoder, and DeBERTa-v2's relative attention
+(log buckets: ``sign``, ``ceil``; ``gather`` and its ``scatter_add`` backward). (Mistral and Qwen2 are LLaMA's graph with other options: the sweep in
 docs/TORCH.md covers them.)"""
 
 MODELS: dict[str, Callable[..., tuple[Any, dict[str, Any]]]] = {

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import tessera.torch as tt
-from tests.torch.torch_models import MODELS, MORE_MODELS, compare_training_step
+from tests.torch.torch_models import MODELS, MORE_MODELS, compare_training_step, params
 from tests.torch.torchvision_shim import import_timm
 
 
@@ -56,7 +56,12 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("name", list(BUILDERS))
+SLOW = {"whisper"}
+"""Run only with ``TESSERA_SLOW_MODEL_TESTS=1`` (its 1-D convolutions are covered by
+tests/torch/test_conv_backward.py, its encoder-decoder by T5's and BART's)."""
+
+
+@pytest.mark.parametrize("name", params(list(BUILDERS), SLOW))
 def test_training_step_matches_eager(name):
     _need(PACKAGE[name])
     torch.manual_seed(0)

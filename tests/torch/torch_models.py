@@ -15,6 +15,21 @@ import torch
 
 from tests.torch.torchvision_shim import import_timm
 
+SLOW_ENV = "TESSERA_SLOW_MODEL_TESTS"
+"""Set to 1 to run the model tests marked slow (the CPU suite's time is bounded: CI runs
+the others)."""
+
+
+def params(names: list[str], slow: set[str]) -> list[Any]:
+    """``names`` as pytest parameters, those in ``slow`` skipped unless ``$SLOW_ENV=1``."""
+    import os
+
+    import pytest
+
+    skip = pytest.mark.skipif(os.environ.get(SLOW_ENV) != "1",
+                              reason=f"slow on the CPU reference; set {SLOW_ENV}=1 to run it")
+    return [pytest.param(n, marks=skip) if n in slow else n for n in names]
+
 
 def gpt2(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
     import transformers as T

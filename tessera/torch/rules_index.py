@@ -302,3 +302,38 @@ def _argmax(node: torch.fx.Node, x: Any, dim: Any = None, keepdim: bool = False)
 def _argmin(node: torch.fx.Node, x: Any, dim: Any = None, keepdim: bool = False) -> TracedTensor:
     """``torch.argmin``: see :func:`_arg_extreme`."""
     return _arg_extreme(x, dim, bool(keepdim), largest=False)
+
+
+def _max_dim_check(node: torch.fx.Node) -> str | None:
+    x = val(node.args[0])
+    if x.dim() == 0:
+        return "a 0-d input"
+    return _arg_check(node)
+
+
+def _extreme_along(node: torch.fx.Node, x: Any, dim: int, keepdim: bool,
+                   largest: bool) -> tuple[TracedTensor, TracedTensor]:
+    """``(values, indices)`` of ``torch.max(x, dim)`` / ``torch.min``: the first extreme's
+    position (:func:`_arg_extreme`, a NaN counting as the extreme) and the value there."""
+    idx = _arg_extreme(x, dim, True, largest)
+    d = int(dim) % x.ndim
+    if torch_dtype(x) in FLOAT_DTYPES:
+        vals = ops.take_along_axis(x, idx, d)
+    else:
+        vals = ops.max(x, axis=d, keepdims=True) if largest else ops.min(x, axis=d, keepdims=True)
+    if not keepdim:
+        shape = [k for i, k in enumerate(idx.shape) if i != d]
+        idx, vals = ops.reshape(idx, shape), ops.reshape(vals, shape)
+    return vals, idx
+
+
+@rule(aten.max.dim, check=_max_dim_check)
+def _max_dim(node: torch.fx.Node, x: Any, dim: int, keepdim: bool = False) -> Any:
+    """``torch.max(x, dim)``: see :func:`_extreme_along` (Switch Transformers' router)."""
+    return _extreme_along(node, x, dim, bool(keepdim), largest=True)
+
+
+@rule(aten.min.dim, check=_max_dim_check)
+def _min_dim(node: torch.fx.Node, x: Any, dim: int, keepdim: bool = False) -> Any:
+    """``torch.min(x, dim)``: see :func:`_extreme_along`."""
+    return _extreme_along(node, x, dim, bool(keepdim), largest=False)

@@ -386,3 +386,36 @@ def test_scatter_add_with_short_indices_and_gather_backward(dim):
     g(w, idx).backward()
     torch.testing.assert_close(got, w.grad, rtol=1e-12, atol=1e-12)
     assert not tt.last_report().fallback_ops, str(tt.last_report())
+
+
+@pytest.mark.parametrize("fn,dim,keepdim", [(torch.max, 0, False), (torch.max, 1, True),
+                                            (torch.min, -1, False)])
+def test_max_min_along_a_dim_values_indices_and_gradient(fn, dim, keepdim):
+    """``torch.max(x, dim)``: the first extreme's index and its value (NaN first), float
+    and integer inputs, and the gradient to the picked element (Switch Transformers'
+    router takes the max probability and its expert)."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randint(0, 3, (4, 7, 5), generator=gen).double()
+    x[1, 3, 2] = x[2, 5, 0] = x[2, 1, 0] = float("nan")
+
+    def f(t):
+        v, i = fn(t, dim=dim, keepdim=keepdim)
+        return v * 2, i + 1
+
+    for t in (x, x.nan_to_num().long()):
+        torch._dynamo.reset()
+        (gv, gi), (wv, wi) = tt.compile(f)(t), f(t)
+        assert torch.equal(gi, wi) and gv.shape == wv.shape
+        assert torch.equal(gv.nan_to_num(7.0), wv.nan_to_num(7.0))
+        assert not tt.last_report().fallback_ops
+    torch._dynamo.reset()
+    w = torch.randn(4, 7, 5, dtype=torch.float64, generator=gen, requires_grad=True)
+
+    def g(w):
+        return fn(w, dim=dim, keepdim=keepdim).values.pow(2).sum()
+
+    tt.compile(g)(w).backward()
+    got, w.grad = w.grad, None
+    g(w).backward()
+    torch.testing.assert_close(got, w.grad, rtol=0, atol=0)
+    assert not tt.last_report().fallback_ops

@@ -335,9 +335,9 @@ def test_cumsum_backward_flips_and_index_select():
     _no_fallbacks()
 
 
-@pytest.mark.parametrize("fn", [torch.argmax, torch.argmin])
-@pytest.mark.parametrize("dim,keepdim", [(None, False), (None, True), (0, False), (1, True),
-                                         (-1, False)])
+@pytest.mark.parametrize("fn,dim,keepdim", [(torch.argmax, None, False),
+                                            (torch.argmin, None, True), (torch.argmax, 1, True),
+                                            (torch.argmin, -1, False)])
 def test_argmax_argmin_first_extreme_and_nan(fn, dim, keepdim):
     """Ties give the first position, a NaN counts as the extreme (its first position),
     float and integer inputs (CLIP pools the token at ``(ids == eos).int().argmax(-1)``)."""

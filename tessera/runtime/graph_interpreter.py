@@ -278,6 +278,10 @@ def _binary(op: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
         r = fn(x, y)
     if isinstance(op, g.CompareOp):
         return (np.asarray(r, dtype=np.bool_),)
+    if compute_dtype(t).kind == "i" and np_dtype_of(op.result.type).kind == "i":
+        # integer arithmetic wraps around in two's complement, as the GPU's add.s32 and
+        # mul.lo.s32 and torch do (a saturating store would clamp an int32 overflow)
+        return (np.asarray(r).astype(np_dtype_of(op.result.type)),)
     return (store(r, op.result.type),)
 
 

@@ -231,6 +231,29 @@ def has_rule(target: Any) -> bool:
     return target in RULES
 
 
+_RUN_CHECKS: list[tuple[TracedTensor, str]] | None = None
+"""The run-time checks of the partition being traced (see :func:`fail_at_run_time_if`)."""
+
+
+def fail_at_run_time_if(bad: TracedTensor, message: str) -> None:
+    """Make each run of the partition being traced raise a ``TesseraError`` with
+    ``message`` when the bool tensor ``bad`` has a true element: for an error torch raises
+    on values (an index outside its dim) where the result has no NaN to carry it (an
+    integer result). The partition returns the count of true elements as one more result and checks it
+    after the call (a read of one flag, on the GPU a synchronization). Outside a
+    partition's trace the node cannot be translated: :class:`Unsupported`."""
+    if _RUN_CHECKS is None:
+        raise Unsupported(f"a run-time check ({message}) outside a partition")
+    count = to(bad, torch.int64)
+    _RUN_CHECKS.append((ops.sum(count) if bad.ndim else count, message))
+
+
+def collect_run_checks(checks: list[tuple[TracedTensor, str]] | None) -> None:
+    """Start (a list) or stop (None) collecting the run-time checks of a partition's trace."""
+    global _RUN_CHECKS
+    _RUN_CHECKS = checks
+
+
 # the rule modules register their rules in RULES on import
 from tessera.torch import (  # noqa: E402, F401, I001
     rules_activations, rules_elementwise, rules_index, rules_loss, rules_nn, rules_pool,
@@ -241,5 +264,5 @@ __all__ = [
     "RULES", "Rule", "Unsupported", "SUPPORTED_DTYPES", "FLOAT_DTYPES", "has_rule", "rule", "val",
     "out_dtype", "ts_dtype", "torch_dtype", "to", "promote", "norm_dims", "int_list",
     "float_only", "float_only_index", "only_outputs", "slice_bounds", "zeros_of", "take", "dilate",
-    "opmath_dtype",
+    "opmath_dtype", "fail_at_run_time_if", "collect_run_checks",
 ]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch._decomp import core_aten_decompositions
+from torch._decomp import core_aten_decompositions, decomposition_table
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import default_partition
@@ -38,13 +38,34 @@ def _decompositions() -> dict[Any, Callable[..., Any]]:
     # Kept whole: two slices and a concat per rolled dim (decomposed, it is an fmod of
     # an arange and an index_select, which stay in torch)
     del table[aten.roll.default]
+    # Batch norm with no running statistics (instance norm, NFNet's weight
+    # standardization): torch's decomposition, a var_mean and elementwise ops
+    table[aten._native_batch_norm_legit.no_stats] = decomposition_table[
+        aten._native_batch_norm_legit.no_stats]
+    table[aten._weight_norm_interface_backward.default] = _weight_norm_backward
     table.update(ATTENTION_BACKWARDS)
     return table
 
 
+def _weight_norm_backward(grad_w: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                          norms: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of ``w = g * v / ||v||`` (norms over every dim but ``dim``, kept as
+    size-1 dims; wav2vec2's positional convolution), torch's formula
+    (``_weight_norm_interface_backward``): ``grad_g = sum(grad_w * v) / norms`` over those
+    dims, ``grad_v = g / norms * (grad_w - v * grad_g / norms)``."""
+    d = dim % v.dim()
+    dims = [k for k in range(v.dim()) if k != d]
+    shape = [v.shape[k] if k == d else 1 for k in range(v.dim())]
+    n = norms.reshape(shape)
+    grad_g = (grad_w * v).sum(dims, keepdim=True) / n
+    grad_v = g.reshape(shape) / n * (grad_w - v * (grad_g / n))
+    return grad_v, grad_g.reshape(g.shape)
+
+
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = _decompositions()
-"""The core ATen decompositions, with CPU flash attention and ``roll`` kept whole and the
-fused attention backwards replaced (:data:`tessera.torch.attention.ATTENTION_BACKWARDS`)."""
+"""The core ATen decompositions, with CPU flash attention and ``roll`` kept whole, batch
+norm without statistics and the weight-norm backward decomposed, and the fused attention
+backwards replaced (:data:`tessera.torch.attention.ATTENTION_BACKWARDS`)."""
 
 _GRAPH_IDS = itertools.count()
 

@@ -244,27 +244,40 @@ class TesseraPartition(torch.nn.Module):
         # results that a storage op in torch reads: given the fake tensor's strides
         self._restride = [i for i, n in enumerate(self._out_nodes) if n.name in restride]
         self._out_specs: list[tuple[Any, torch.Size, torch.device] | None] | None = None
+        self._check_messages: list[str] = []
+        """What each run-time check of the traced body reports (its count of bad
+        elements follows the results; see ``aten_ops.fail_at_run_time_if``)."""
 
     def _body(self, *args: Any) -> tuple[TracedTensor, ...]:
-        """The partition's sub-graph on traced values (run by the tracer)."""
+        """The partition's sub-graph on traced values (run by the tracer): its results,
+        then the count of each run-time check."""
         env: dict[torch.fx.Node, Any] = {}
         it = iter(args)
-        for node in self.gm.graph.nodes:
-            if node.op == "placeholder":
-                env[node] = next(it)
-            elif node.op == "call_function":
-                a = torch.fx.node.map_arg(node.args, lambda n: env[n])
-                kw = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
-                env[node] = aten_ops.RULES[node.target].emit(node, *a, **kw)
-            elif node.op == "output":
-                break
-            else:
-                raise aten_ops.Unsupported(f"{node.op} node {node.name}")
+        checks: list[tuple[TracedTensor, str]] = []
+        aten_ops.collect_run_checks(checks)
+        try:
+            for node in self.gm.graph.nodes:
+                if node.op == "placeholder":
+                    env[node] = next(it)
+                elif node.op == "call_function":
+                    a = torch.fx.node.map_arg(node.args, lambda n: env[n])
+                    kw = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+                    n_checks = len(checks)
+                    env[node] = aten_ops.RULES[node.target].emit(node, *a, **kw)
+                    for k in range(n_checks, len(checks)):
+                        checks[k] = (checks[k][0], f"{node.name} ({node.target}): {checks[k][1]}")
+                elif node.op == "output":
+                    break
+                else:
+                    raise aten_ops.Unsupported(f"{node.op} node {node.name}")
+        finally:
+            aten_ops.collect_run_checks(None)
         outs = tuple(env[n] for n in self._out_nodes)
         for n, o in zip(self._out_nodes, outs):
             if not isinstance(o, TracedTensor):
                 raise aten_ops.Unsupported(f"result {n.name} is not a tensor")
-        return outs
+        self._check_messages = [m for _, m in checks]
+        return outs + tuple(c for c, _ in checks)
 
     def forward(self, *args: Any) -> Any:
         if self.eager_reason is not None:
@@ -283,6 +296,11 @@ class TesseraPartition(torch.nn.Module):
             self.report.runtime_fallbacks[self.name] = self.eager_reason
             LOG.warning("tessera.torch: %s runs in torch (%s)", self.name, self.eager_reason)
             return self.gm(*args)
+        if self._check_messages:
+            results, counts = results[: len(self._out_nodes)], results[len(self._out_nodes):]
+            for count, message in zip(counts, self._check_messages):
+                if int(count) > 0:
+                    raise TesseraError(f"tessera.torch: partition {self.name}: {message}")
         specs = self._out_specs
         if specs is None:
             specs = self._out_specs = [_out_spec(n) for n in self._out_nodes]

@@ -15,6 +15,7 @@ import torch.fx
 
 from tessera.frontend import ops
 from tessera.torch.aten_ops import (
+    FLOAT_DTYPES,
     TracedTensor,
     float_only,
     norm_dims,
@@ -22,6 +23,7 @@ from tessera.torch.aten_ops import (
     out_dtype,
     rule,
     to,
+    torch_dtype,
 )
 from tessera.torch.rules_elementwise import clamp_between
 
@@ -52,9 +54,15 @@ def _clamp_tensor(node: torch.fx.Node, a: Any, lo: Any = None, hi: Any = None) -
     return clamp_between(to(a, dt), lo, hi, dt)
 
 
-@rule(aten.sign.default, check=float_only)
+def _float_or_int(node: torch.fx.Node) -> str | None:
+    dt = out_dtype(node)
+    return None if dt in (*FLOAT_DTYPES, torch.int64, torch.int32) else f"{dt} result"
+
+
+@rule(aten.sign.default, check=_float_or_int)
 def _sign(node: torch.fx.Node, a: Any) -> TracedTensor:
-    """1, -1 or 0 by the sign of ``x`` (0 for ±0 and for NaN, as torch's CPU kernel)."""
+    """1, -1 or 0 by the sign of ``x`` (0 for ±0 and for NaN, as torch's CPU kernel), of
+    floats and integers (DeBERTa's relative positions)."""
     dt = out_dtype(node)
     x = to(a, dt)
     one, zero = to(1.0, dt), to(0.0, dt)
@@ -95,3 +103,78 @@ def _vector_norm(
 
 
 __all__: list[str] = []
+
+
+def _integral(x: TracedTensor, mode: str) -> TracedTensor:
+    """``floor``, ``ceil`` or ``trunc`` of a float tensor: the value truncated through
+    int64 (exact below 2^52 in magnitude; beyond, every float is already an integer, and
+    NaN and infinities stay), moved down (floor) or up (ceil) by one where truncation
+    went the other way; a zero result keeps the input's sign, as torch's (``ceil(-0.5)``
+    is ``-0.0``)."""
+    dt = torch_dtype(x)
+    w = opmath_dtype(dt)
+    xw = to(x, w)
+    t = to(to(xw, torch.int64), w)
+    if mode == "floor":
+        t = ops.where(ops.gt(t, xw), ops.sub(t, to(1.0, w)), t)
+    elif mode == "ceil":
+        t = ops.where(ops.lt(t, xw), ops.add(t, to(1.0, w)), t)
+    t = ops.where(ops.eq(t, to(0.0, w)), ops.mul(xw, to(0.0, w)), t)
+    small = ops.lt(ops.abs(xw), to(2.0**52, w))
+    return to(ops.where(small, t, xw), dt)
+
+
+def _rounding(mode: str) -> Any:
+    def emit(node: torch.fx.Node, a: Any) -> TracedTensor:
+        return a if torch_dtype(a) not in FLOAT_DTYPES else _integral(a, mode)
+
+    emit.__doc__ = f"``torch.{mode}`` (integers unchanged): see :func:`_integral`."
+    return emit
+
+
+rule(aten.floor.default, check=_float_or_int)(_rounding("floor"))
+rule(aten.ceil.default, check=_float_or_int)(_rounding("ceil"))
+rule(aten.trunc.default, check=_float_or_int)(_rounding("trunc"))
+
+
+def _below_f64(node: torch.fx.Node) -> str | None:
+    dt = out_dtype(node)
+    if dt == torch.float64:
+        return "float64 (the GPU lowers exp and log in float32 only)"
+    return None if dt in FLOAT_DTYPES else f"{dt} result"
+
+
+@rule(aten.log1p.default, check=_below_f64)
+def _log1p(node: torch.fx.Node, a: Any) -> TracedTensor:
+    """``log(1 + x)`` without losing a small ``x`` (softplus: Mamba, RecurrentGemma), in
+    float32 (16-bit inputs too) by Goldberg's formula: with ``u = 1 + x`` rounded,
+    ``log(u) * (x / (u - 1))`` (``x`` where ``u`` is 1): the rounding of ``u`` cancels in
+    the ratio, so the error is a few ulps of ``log``'s own (Goldberg, *What every
+    computer scientist should know about floating-point arithmetic*, theorem 4);
+    ``+inf`` stays. Float64 inputs stay in torch."""
+    dt = out_dtype(node)
+    w = opmath_dtype(dt)
+    x = to(a, w)
+    one = to(1.0, w)
+    u = ops.add(one, x)
+    r = ops.mul(ops.log(u), ops.div(x, ops.sub(u, one)))  # the ratio near 1: no overflow
+    r = ops.where(ops.eq(u, one), x, r)
+    return to(ops.where(ops.eq(x, to(float("inf"), w)), x, r), dt)
+
+
+@rule(aten.expm1.default, check=_below_f64)
+def _expm1(node: torch.fx.Node, a: Any) -> TracedTensor:
+    """``exp(x) - 1`` without losing a small result (xIELU's activation), in float32
+    (16-bit inputs too) by Kahan's formula: with ``u = exp(x)`` rounded, ``(u - 1) * (x /
+    log(u))`` (``x`` where ``u`` is 1, -1 where ``u - 1`` is, ``u`` where it overflowed).
+    Float64 inputs stay in torch."""
+    dt = out_dtype(node)
+    w = opmath_dtype(dt)
+    x = to(a, w)
+    one = to(1.0, w)
+    u = ops.exp(x)
+    um1 = ops.sub(u, one)
+    r = ops.mul(um1, ops.div(x, ops.log(u)))  # the ratio near 1: no overflow
+    r = ops.where(ops.eq(um1, to(-1.0, w)), um1, r)
+    r = ops.where(ops.eq(u, one), x, r)
+    return to(ops.where(ops.eq(u, to(float("inf"), w)), u, r), dt)

@@ -80,21 +80,25 @@ def _index_put_check(node: torch.fx.Node) -> str | None:
     if x.dtype not in FLOAT_DTYPES or x.dim() == 0:
         return f"{x.dtype}{list(x.shape)} input"
     given = [k for k, i in enumerate(indices) if i is not None]
-    if len(given) != 1:
-        return f"{len(given)} index tensors (one is translated)"
-    d = given[0]
-    idx = val(indices[d])
-    if idx.dtype not in _INDEX_DTYPES:
-        return f"{idx.dtype} indices"
-    want = [*x.shape[:d], *idx.shape, *x.shape[d + 1 :]]
+    if not given or given != list(range(given[0], given[-1] + 1)):
+        return "index tensors at dims apart (consecutive ones are translated)"
+    for k in given:
+        if val(indices[k]).dtype not in _INDEX_DTYPES:
+            return f"{val(indices[k]).dtype} indices"
+    try:
+        shape = list(torch.broadcast_shapes(*(val(indices[k]).shape for k in given)))
+    except RuntimeError:
+        return "index tensors that do not broadcast"
+    d, e = given[0], given[-1] + 1
+    want = [*x.shape[:d], *shape, *x.shape[e:]]
     if values.dtype != x.dtype or list(values.shape) != want:
         return f"values {values.dtype}{list(values.shape)}, expected {x.dtype}{want}"
     try:
-        onehot = int(x.shape[d]) * int(math.prod(idx.shape))
+        onehot = int(math.prod(x.shape[d:e])) * int(math.prod(shape))
     except TypeError:  # a symbolic size: the product's cost is not known
         return "symbolic index or table size"
     if onehot > ONEHOT_LIMIT:
-        return (f"a {int(x.shape[d])} x {int(math.prod(idx.shape))} one-hot product "
+        return (f"a {int(math.prod(x.shape[d:e]))} x {int(math.prod(shape))} one-hot product "
                 f"(over {ONEHOT_LIMIT} elements: torch's scatter-add is cheaper)")
     return None
 
@@ -103,34 +107,58 @@ def _index_put_check(node: torch.fx.Node) -> str | None:
 def _index_put(
     node: torch.fx.Node, x: Any, indices: Any, values: Any, accumulate: bool = False
 ) -> TracedTensor:
-    """``x.index_put([None, .., idx], values, accumulate=True)``: ``x[.., idx[k], ..] +=
-    values[.., k, ..]`` for each position ``k`` of the indices (of any shape) at dim
-    ``d``, as ``x + onehot(idx)^T @ values`` with dim ``d`` of ``x`` moved first (see
-    the module docstring)."""
+    """``x.index_put([None, .., i_d, i_d+1, ..], values, accumulate=True)``: ``x[.., i_d[k],
+    i_d+1[k], .., ..] += values[.., k, ..]`` for each position ``k`` of the index tensors
+    (broadcast together) at the consecutive dims ``d, d+1, ..`` (the backward of
+    ``index`` and of a bilinear ``interpolate``), as ``x + onehot(i)^T @ values`` with
+    those dims of ``x`` read as one, ``i = i_d s_d+1 + i_d+1 ...``, and moved first (see
+    the module docstring). An index outside its own dim makes the result NaN."""
     dt = out_dtype(node)
     wide = opmath_dtype(dt)
-    d = next(k for k, i in enumerate(indices) if i is not None)
-    idx = indices[d]
-    v, pre, post = x.shape[d], list(x.shape[:d]), list(x.shape[d + 1 :])
-    n, p, q = math.prod(idx.shape), math.prod(pre), math.prod(post)
-    i = ops.reshape(to(idx, torch.int64), [n])
-    i = ops.where(ops.lt(i, to(0, torch.int64)), ops.add(i, to(v, torch.int64)), i)
+    given = [k for k, i in enumerate(indices) if i is not None]
+    d, e = given[0], given[-1] + 1
+    shape = list(torch.broadcast_shapes(*(torch.Size(indices[k].shape) for k in given)))
+    v, pre, post = math.prod(x.shape[d:e]), list(x.shape[:d]), list(x.shape[e:])
+    n, p, q = math.prod(shape), math.prod(pre), math.prod(post)
+    i, bad = _flat_index(x, indices, given, shape)
     pos = ops.constant(np.arange(v, dtype=np.int64).reshape(v, 1), ts_dtype(torch.int64))
     onehot = to(ops.eq(pos, ops.reshape(i, [1, n])), wide)  # [V, N]
     vals = ops.reshape(to(values, wide), [p, n, q])
     if p > 1:
         vals = ops.transpose(vals, [1, 0, 2])
     upd = ops.matmul(onehot, ops.reshape(vals, [n, p * q]))  # [V, P Q]
-    perm = [d, *range(d), *range(d + 1, x.ndim)]
-    xt = ops.transpose(x, perm) if d else x
+    xf = ops.reshape(x, [*pre, v, *post])
+    perm = [d, *range(d), *range(d + 1, d + 1 + len(post))]
+    xt = ops.transpose(xf, perm) if d else xf
     out = ops.add(to(ops.reshape(xt, [v, p * q]), wide), upd)
-    bad = ops.sum(to(ops.where(ops.lt(i, to(0, torch.int64)), True,
-                               ops.ge(i, to(v, torch.int64))), torch.int64))
-    out = ops.where(ops.gt(bad, to(0, torch.int64)), to(float("nan"), wide), out)
+    nbad = ops.sum(to(bad, torch.int64))
+    out = ops.where(ops.gt(nbad, to(0, torch.int64)), to(float("nan"), wide), out)
     out = ops.reshape(out, [v, *pre, *post])
     if d:
-        out = ops.transpose(out, [perm.index(k) for k in range(x.ndim)])
-    return to(out, dt)
+        out = ops.transpose(out, [perm.index(k) for k in range(len(perm))])
+    return to(ops.reshape(out, list(x.shape)), dt)
+
+
+def _flat_index(x: TracedTensor, indices: Any, given: list[int],
+                shape: list[int]) -> tuple[TracedTensor, TracedTensor]:
+    """The integer index tensors at the consecutive dims ``given`` of ``x``, broadcast to
+    ``shape``, as one flat ``[N]`` int64 index into those dims read as one (``i_d s_d+1 +
+    i_d+1 ...``, negative indices counted from the end), and where any is outside its dim
+    (``[N]`` bool)."""
+    n = math.prod(shape)
+    flat, bad = None, None
+    for k in given:
+        size = x.shape[k]
+        i = to(indices[k], torch.int64)
+        if list(indices[k].shape) != shape:
+            i = ops.broadcast_to(i, shape)
+        i = ops.reshape(i, [n])
+        i = ops.where(ops.lt(i, to(0, torch.int64)), ops.add(i, to(size, torch.int64)), i)
+        out = ops.where(ops.lt(i, to(0, torch.int64)), True, ops.ge(i, to(size, torch.int64)))
+        bad = out if bad is None else ops.where(bad, True, out)
+        flat = i if flat is None else ops.add(ops.mul(flat, to(size, torch.int64)), i)
+    assert flat is not None and bad is not None
+    return flat, bad
 
 
 def _index_check(node: torch.fx.Node) -> str | None:
@@ -170,16 +198,7 @@ def _index(node: torch.fx.Node, x: Any, indices: Any) -> TracedTensor:
                 raise Unsupported("a bool tensor indexed by indices not known in range")
     shape = list(torch.broadcast_shapes(*(torch.Size(indices[k].shape) for k in given)))
     n = math.prod(shape)
-    flat, bad = None, None
-    for k in given:
-        size = x.shape[k]
-        i = ops.broadcast_to(to(indices[k], torch.int64), shape) if list(indices[k].shape) != shape \
-            else to(indices[k], torch.int64)
-        i = ops.reshape(i, [n])
-        i = ops.where(ops.lt(i, to(0, torch.int64)), ops.add(i, to(size, torch.int64)), i)
-        out = ops.where(ops.lt(i, to(0, torch.int64)), True, ops.ge(i, to(size, torch.int64)))
-        bad = out if bad is None else ops.where(bad, True, out)
-        flat = i if flat is None else ops.add(ops.mul(flat, to(size, torch.int64)), i)
+    flat, bad = _flat_index(x, indices, given, shape)
     span = math.prod(x.shape[d:e])
     flat = ops.where(bad, to(span, torch.int64), flat)  # outside: NaN from the gather
     dt = torch_dtype(x)
@@ -231,3 +250,90 @@ def _index_select(node: torch.fx.Node, x: Any, dim: int, idx: Any) -> TracedTens
     decomposes to the accumulating ``index_put``)."""
     d = int(dim) % max(x.ndim, 1)
     return _index(node, x, [None] * d + [ops.reshape(idx, [math.prod(idx.shape)])])
+
+
+def _arg_check(node: torch.fx.Node) -> str | None:
+    x = val(node.args[0])
+    if x.dtype not in (*FLOAT_DTYPES, *_INDEX_DTYPES):
+        return f"{x.dtype} input"
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    n = x.numel() if dim is None else (x.shape[int(dim) % x.dim()] if x.dim() else 1)
+    if not isinstance(n, int):
+        return "a symbolic size"
+    return "an empty reduction (torch raises)" if n == 0 else None
+
+
+def _arg_extreme(x: TracedTensor, dim: Any, keepdim: bool, largest: bool) -> TracedTensor:
+    """The position of the first largest (smallest) element along ``dim`` (None: of the
+    flattened tensor), int64: ``argmax`` / ``argmin``. A NaN counts as the extreme, so
+    the first NaN's position is the result, as torch's."""
+    rank = x.ndim
+    if dim is None:
+        x = ops.reshape(x, [max(1, math.prod(x.shape))])
+        d = 0
+    elif rank == 0:
+        x, d = ops.reshape(x, [1]), 0
+    else:
+        d = int(dim) % rank
+    n = x.shape[d]
+    m = ops.max(x, axis=d, keepdims=True) if largest else ops.min(x, axis=d, keepdims=True)
+    hit = ops.eq(x, m)
+    if torch_dtype(x) in FLOAT_DTYPES:
+        nan = ops.ne(x, x)
+        any_nan = ops.gt(ops.sum(to(nan, torch.int64), axis=d, keepdims=True), to(0, torch.int64))
+        hit = ops.where(any_nan, nan, hit)
+    shape = [1] * x.ndim
+    shape[d] = n
+    pos = ops.constant(np.arange(n, dtype=np.int64).reshape(shape), ts_dtype(torch.int64))
+    first = ops.min(ops.where(hit, pos, to(n, torch.int64)), axis=d, keepdims=True)
+    if dim is None or rank == 0:
+        return ops.reshape(first, [1] * rank if keepdim else [])
+    return first if keepdim else ops.reshape(first, [k for i, k in enumerate(first.shape) if i != d])
+
+
+@rule(aten.argmax.default, check=_arg_check)
+def _argmax(node: torch.fx.Node, x: Any, dim: Any = None, keepdim: bool = False) -> TracedTensor:
+    """``torch.argmax`` (CLIP's and the sequence-classification heads' pooled token): see
+    :func:`_arg_extreme`."""
+    return _arg_extreme(x, dim, bool(keepdim), largest=True)
+
+
+@rule(aten.argmin.default, check=_arg_check)
+def _argmin(node: torch.fx.Node, x: Any, dim: Any = None, keepdim: bool = False) -> TracedTensor:
+    """``torch.argmin``: see :func:`_arg_extreme`."""
+    return _arg_extreme(x, dim, bool(keepdim), largest=False)
+
+
+def _max_dim_check(node: torch.fx.Node) -> str | None:
+    x = val(node.args[0])
+    if x.dim() == 0:
+        return "a 0-d input"
+    return _arg_check(node)
+
+
+def _extreme_along(node: torch.fx.Node, x: Any, dim: int, keepdim: bool,
+                   largest: bool) -> tuple[TracedTensor, TracedTensor]:
+    """``(values, indices)`` of ``torch.max(x, dim)`` / ``torch.min``: the first extreme's
+    position (:func:`_arg_extreme`, a NaN counting as the extreme) and the value there."""
+    idx = _arg_extreme(x, dim, True, largest)
+    d = int(dim) % x.ndim
+    if torch_dtype(x) in FLOAT_DTYPES:
+        vals = ops.take_along_axis(x, idx, d)
+    else:
+        vals = ops.max(x, axis=d, keepdims=True) if largest else ops.min(x, axis=d, keepdims=True)
+    if not keepdim:
+        shape = [k for i, k in enumerate(idx.shape) if i != d]
+        idx, vals = ops.reshape(idx, shape), ops.reshape(vals, shape)
+    return vals, idx
+
+
+@rule(aten.max.dim, check=_max_dim_check)
+def _max_dim(node: torch.fx.Node, x: Any, dim: int, keepdim: bool = False) -> Any:
+    """``torch.max(x, dim)``: see :func:`_extreme_along` (Switch Transformers' router)."""
+    return _extreme_along(node, x, dim, bool(keepdim), largest=True)
+
+
+@rule(aten.min.dim, check=_max_dim_check)
+def _min_dim(node: torch.fx.Node, x: Any, dim: int, keepdim: bool = False) -> Any:
+    """``torch.min(x, dim)``: see :func:`_extreme_along`."""
+    return _extreme_along(node, x, dim, bool(keepdim), largest=False)

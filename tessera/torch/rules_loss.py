@@ -21,7 +21,17 @@ import torch.fx
 
 from tessera.frontend import ops
 from tessera.torch import cross_entropy as _cross_entropy  # noqa: F401  (defines tessera::cross_entropy_rows)
-from tessera.torch.aten_ops import FLOAT_DTYPES, TracedTensor, rule, to, torch_dtype, ts_dtype, val
+from tessera.torch.aten_ops import (
+    FLOAT_DTYPES,
+    TracedTensor,
+    fail_at_run_time_if,
+    opmath_dtype,
+    rule,
+    to,
+    torch_dtype,
+    ts_dtype,
+    val,
+)
 
 aten = torch.ops.aten
 
@@ -40,7 +50,7 @@ def _outside(idx: TracedTensor, n: int) -> TracedTensor:
 
 def _gather_check(node: torch.fx.Node) -> str | None:
     x, index = val(node.args[0]), val(node.args[2])
-    if x.dtype not in FLOAT_DTYPES:
+    if x.dtype not in (*FLOAT_DTYPES, torch.int64, torch.int32):
         return f"{x.dtype} input"
     if index.dtype not in (torch.int64, torch.int32):
         return f"{index.dtype} indices"
@@ -51,10 +61,31 @@ def _gather_check(node: torch.fx.Node) -> str | None:
     return None
 
 
+INT_GATHER_EXACT = 2**53
+"""int64 values a gather carries exactly (through float64)."""
+
+
 @rule(aten.gather.default, check=_gather_check)
 def _gather(node: torch.fx.Node, x: Any, dim: int, index: Any, **kw: Any) -> TracedTensor:
-    """``torch.gather``: ``tgraph.take_along_axis`` (NaN for an index outside the dim)."""
-    return ops.take_along_axis(x, index, int(dim))
+    """``torch.gather``: ``tgraph.take_along_axis`` (NaN for an index outside the dim).
+
+    An integer input (BERT's token type ids, gathered at its position ids) is gathered
+    as float64, exact for int32 and for int64 values of magnitude at most 2^53. An
+    integer result has no NaN to mark an index outside the dim, so there each call
+    checks its indices (and an int64 input its magnitudes) and raises a ``TesseraError``
+    where torch raises (see ``aten_ops.fail_at_run_time_if``)."""
+    dt = torch_dtype(x)
+    if dt in FLOAT_DTYPES:
+        return ops.take_along_axis(x, index, int(dim))
+    d = int(dim) % x.ndim
+    idx = to(index, torch.int64)
+    fail_at_run_time_if(_outside(idx, x.shape[d]), f"an index outside [0, {x.shape[d]})")
+    if dt == torch.int64:
+        big = to(INT_GATHER_EXACT, torch.int64)
+        fail_at_run_time_if(ops.where(ops.gt(x, big), True, ops.lt(x, ops.neg(big))),
+                            "an int64 value beyond 2^53 (gathered through float64)")
+    ok = ops.where(_outside(idx, x.shape[d]), to(0, torch.int64), idx)
+    return to(ops.take_along_axis(to(x, torch.float64), ok, d), dt)
 
 
 def _scatter_check(node: torch.fx.Node) -> str | None:
@@ -87,6 +118,73 @@ def _scatter(node: torch.fx.Node, x: Any, dim: int, index: Any, value: Any) -> T
     hit = ops.eq(_positions(n, d, x.ndim), idx)
     r = ops.where(hit, to(value, dt), x)
     return ops.where(_outside(idx, n), to(float("nan"), dt), r)
+
+
+SCATTER_ADD_LIMIT = 1 << 24
+"""The largest one-hot tensor (index positions x the dim's size) ``scatter_add`` is
+translated with."""
+
+
+def _scatter_add_check(node: torch.fx.Node) -> str | None:
+    x, dim, index, src = val(node.args[0]), node.args[1], val(node.args[2]), val(node.args[3])
+    if x.dtype not in FLOAT_DTYPES or src.dtype != x.dtype:
+        return f"{x.dtype} input, {src.dtype} source"
+    if index.dtype not in (torch.int64, torch.int32):
+        return f"{index.dtype} indices"
+    if x.dim() == 0 or index.dim() != x.dim() or src.dim() != x.dim():
+        return "0-d input or operands of other ranks"
+    d = int(dim) % x.dim()
+    shapes = [list(t.shape) for t in (x, index, src)]
+    if not all(isinstance(k, int) for sh in shapes for k in sh):
+        return "symbolic sizes"
+    if any(index.shape[k] > src.shape[k] or (k != d and index.shape[k] > x.shape[k])
+           for k in range(x.dim())):
+        return f"indices {list(index.shape)} larger than the source or the input"
+    if index.numel() * x.shape[d] > SCATTER_ADD_LIMIT:
+        return f"a one-hot tensor over {SCATTER_ADD_LIMIT} elements"
+    return None
+
+
+@rule(aten.scatter_add.default, check=_scatter_add_check)
+def _scatter_add(node: torch.fx.Node, x: Any, dim: int, index: Any, src: Any) -> TracedTensor:
+    """``x`` plus ``src[p]`` added at ``p`` with its ``dim`` coordinate replaced by
+    ``index[p]``, for each position ``p`` of ``index`` (``src`` read at the indices'
+    positions only): the backward of ``gather`` (DeBERTa's relative attention). With
+    ``dim`` moved last, ``sum over k of src[.., k] * (index[.., k] == j)`` for each
+    ``j`` of the dim: a one-hot tensor of the indices' positions times the dim's size,
+    summed in a fixed order (no atomics). The other dims of the indices may be shorter
+    than ``x``'s: the rest gets nothing. An index outside the dim makes the result NaN
+    (torch raises)."""
+    dt = torch_dtype(x)
+    wide = opmath_dtype(dt)
+    r = x.ndim
+    d = int(dim) % r
+    n = x.shape[d]
+    ishape = list(index.shape)
+    if list(src.shape) != ishape:
+        src = ops.slice(src, [0] * r, ishape)
+    perm = [*[k for k in range(r) if k != d], d]
+    back = [perm.index(k) for k in range(r)]
+    idx = to(index, torch.int64)
+    if d != r - 1:
+        idx, src = ops.transpose(idx, perm), ops.transpose(src, perm)
+    lead = list(idx.shape[:-1])
+    k = idx.shape[-1]
+    pos = ops.constant(np.arange(n, dtype=np.int64).reshape([1] * r + [n]), ts_dtype(torch.int64))
+    hit = ops.eq(ops.reshape(idx, [*lead, k, 1]), pos)  # [.., K, N]
+    vals = ops.reshape(to(src, wide), [*lead, k, 1])
+    upd = ops.sum(ops.where(hit, vals, to(0.0, wide)), axis=r - 1)  # [.., N]
+    for a, (have, want) in enumerate(zip(lead, [x.shape[q] for q in perm[:-1]])):
+        if have < want:  # positions the indices do not reach get nothing
+            zs = list(upd.shape)
+            zs[a] = want - have
+            upd = ops.concat([upd, ops.broadcast_to(to(0.0, wide), zs)], axis=a)
+    if d != r - 1:
+        upd = ops.transpose(upd, back)
+    out = ops.add(to(x, wide), upd)
+    nbad = ops.sum(to(_outside(idx, n), torch.int64))
+    out = ops.where(ops.gt(nbad, to(0, torch.int64)), to(float("nan"), wide), out)
+    return to(out, dt)
 
 
 # --------------------------------------------------------------------------- cross-entropy

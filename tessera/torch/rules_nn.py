@@ -250,11 +250,22 @@ def _addmm(
 
 def _conv_check(node: torch.fx.Node) -> str | None:
     x, w, _b, stride, padding, dilation, transposed, out_pad, groups = node.args[:9]
-    if len(val(x).shape) != 4:
-        return "not a 2-D convolution"
+    if len(val(x).shape) not in (3, 4):
+        return "not a 1-D or 2-D convolution"
     if transposed:
         return "transposed convolution"
     return float_only(node)
+
+
+def _as_2d(x: TracedTensor) -> TracedTensor:
+    """A 1-D convolution's ``[N, C, L]`` operand (or ``[O, C/G, K]`` kernel) as a 2-D
+    one's ``[N, C, 1, L]``: the 1-D convolution is the 2-D one over a single row."""
+    return ops.reshape(x, [x.shape[0], x.shape[1], 1, x.shape[2]])
+
+
+def _row(v: Any, fill: int) -> list[int]:
+    """A 1-D convolution's stride, padding or dilation for its 2-D row form."""
+    return [fill, *int_list(v)]
 
 
 @rule(aten.convolution.default, check=_conv_check)
@@ -262,7 +273,12 @@ def _convolution(
     node: torch.fx.Node, x: Any, w: Any, b: Any, stride: Any, padding: Any, dilation: Any,
     transposed: bool, output_padding: Any, groups: int,
 ) -> TracedTensor:
+    """``conv2d``; a 1-D convolution (Whisper's, wav2vec2's) as a 2-D one over one row."""
     dt = out_dtype(node)
+    if x.ndim == 3:
+        y = _convolution(node, _as_2d(x), _as_2d(w), b, _row(stride, 1), _row(padding, 0),
+                         _row(dilation, 1), transposed, output_padding, groups)
+        return ops.reshape(y, [y.shape[0], y.shape[1], y.shape[3]])
     return ops.conv2d(
         to(x, dt), to(w, dt), to(b, dt) if b is not None else None,
         stride=int_list(stride), padding=int_list(padding), dilation=int_list(dilation),
@@ -272,8 +288,8 @@ def _convolution(
 
 def _conv_backward_check(node: torch.fx.Node) -> str | None:
     grad, x, w, _bias_sizes, stride, padding, dilation, transposed, out_pad, groups = node.args[:10]
-    if len(val(x).shape) != 4:
-        return "not a 2-D convolution"
+    if len(val(x).shape) not in (3, 4):
+        return "not a 1-D or 2-D convolution"
     if transposed:
         return "transposed convolution"
     return None if val(x).dtype in FLOAT_DTYPES else f"{val(x).dtype} input"
@@ -418,7 +434,15 @@ def _convolution_backward(
     correlated with the gradient as kernel, its taps spaced by the stride and its outputs
     by the dilation (no dilated copy of the gradient); or, when the windows do not
     overlap (stride >= kernel, no dilation), one GEMM over the input's patches
-    (:func:`_patch_weight_grad`); with ``groups``, :func:`_grouped_weight_grad`."""
+    (:func:`_patch_weight_grad`); with ``groups``, :func:`_grouped_weight_grad`. A 1-D
+    convolution's are its 2-D row form's."""
+    if x.ndim == 3:
+        gx, gw, gb = _convolution_backward(
+            node, _as_2d(grad), _as_2d(x), _as_2d(w), bias_sizes, _row(stride, 1),
+            _row(padding, 0), _row(dilation, 1), transposed, output_padding, groups,
+            output_mask)
+        return (None if gx is None else ops.reshape(gx, list(x.shape)),
+                None if gw is None else ops.reshape(gw, list(w.shape)), gb)
     dt = torch_dtype(x)
     g = to(grad, dt)
     st, pd, dl = int_list(stride), int_list(padding), int_list(dilation)

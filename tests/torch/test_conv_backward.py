@@ -92,3 +92,32 @@ def test_backward_has_no_dilated_gradient(tmp_path, monkeypatch, kernel, stride,
     want = _grads(f, x, w)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("stride,padding,dilation,groups,bias", [
+    (1, 1, 1, 1, True),   # Whisper's first convolution: kernel 3, padding 1
+    (2, 1, 1, 1, False),  # Whisper's second: stride 2
+    (5, 0, 1, 1, False),  # wav2vec2's feature encoder: kernel 10 / stride 5 style
+    (1, 4, 2, 4, True),   # wav2vec2's grouped positional convolution, with dilation
+])
+def test_conv1d_forward_and_gradients_match_eager_float64(stride, padding, dilation, groups,
+                                                            bias):
+    """``F.conv1d`` and its backward as the 2-D convolution over one row: the output and
+    the input, weight and bias gradients, no graph break."""
+    gen = torch.Generator().manual_seed(stride * 7 + groups)
+    x = torch.randn(2, 8, 23, dtype=torch.float64, generator=gen, requires_grad=True)
+    w = torch.randn(12, 8 // groups, 5, dtype=torch.float64, generator=gen, requires_grad=True)
+    b = torch.randn(12, dtype=torch.float64, generator=gen, requires_grad=True)
+
+    def f(x, w, *b):
+        return F.conv1d(x, w, *b, stride=stride, padding=padding, dilation=dilation,
+                        groups=groups)
+
+    args = (x, w, b) if bias else (x, w)
+    torch.testing.assert_close(tt.compile(f)(*args), f(*args), rtol=1e-12, atol=1e-12)
+    torch._dynamo.reset()
+    got = _grads(tt.compile(f), *args)
+    assert tt.last_report().graph_breaks == 0, str(tt.last_report())
+    want = _grads(f, *args)
+    for a, c in zip(got, want):
+        torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-12)

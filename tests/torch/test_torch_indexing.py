@@ -115,6 +115,49 @@ def test_index_put_accumulate_with_negative_and_outside_indices():
     assert torch.isnan(bad).all()
 
 
+def test_index_put_accumulate_with_several_index_tensors():
+    """``x[:, i, j] += v``: index tensors at consecutive dims, broadcast together, with
+    repeated pairs (they add up), negative ones; one outside its own dim (though the pair
+    read as one flat index would land inside) makes the result NaN."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 5, 4, 3, dtype=torch.float64)
+    v = torch.randn(2, 3, 6, 3, dtype=torch.float64)
+
+    def f(x, i, j, v):
+        return torch.ops.aten.index_put(x, [None, i, j], v, True) * 2.0
+
+    i = torch.tensor([[1], [-1], [1]])  # [3, 1]
+    j = torch.tensor([0, 3, 3, -4, 2, 0])  # [6]: (1, 0) and (1, 3) repeat
+    torch.testing.assert_close(tt.compile(f)(x, i, j, v), f(x, i, j, v), rtol=1e-12, atol=1e-12)
+    assert not tt.last_report().fallback_ops
+    torch._dynamo.reset()
+    bad = tt.compile(f)(x, i, torch.tensor([0, 4, 3, 1, 2, 0]), v)  # 4 is outside dim 2
+    assert torch.isnan(bad).all()
+
+
+def test_bilinear_interpolate_gradient_and_pair_indexing_backward():
+    """The backwards of a bilinear upsampling (SegFormer's head) and of picking one row
+    per batch element (CLIP's pooled token): ``index_put`` with two index tensors."""
+    torch.manual_seed(4)
+    x = torch.randn(2, 3, 5, 7, dtype=torch.float64, requires_grad=True)
+    h = torch.randn(2, 6, 4, dtype=torch.float64, requires_grad=True)
+    pick = torch.tensor([5, 2])
+
+    def f(x, h):
+        up = torch.nn.functional.interpolate(x, size=(9, 12), mode="bilinear",
+                                             align_corners=False)
+        return up.pow(2).sum() + h[torch.arange(2), pick].pow(3).sum()
+
+    out = tt.compile(f)(x, h)
+    out.backward()
+    got = (x.grad.clone(), h.grad.clone())
+    x.grad = h.grad = None
+    f(x, h).backward()
+    torch.testing.assert_close(got, (x.grad, h.grad), rtol=1e-12, atol=1e-12)
+    rep = tt.last_report()
+    assert not any("index_put" in k for k in rep.fallback_ops), str(rep)
+
+
 def test_index_put_without_accumulate_stays_in_torch():
     def f(x, idx, v):
         return torch.index_put(x, (idx,), v) + 1.0
@@ -290,3 +333,89 @@ def test_cumsum_backward_flips_and_index_select():
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(g, w.grad, rtol=1e-5, atol=1e-5)
     _no_fallbacks()
+
+
+@pytest.mark.parametrize("fn,dim,keepdim", [(torch.argmax, None, False),
+                                            (torch.argmin, None, True), (torch.argmax, 1, True),
+                                            (torch.argmin, -1, False)])
+def test_argmax_argmin_first_extreme_and_nan(fn, dim, keepdim):
+    """Ties give the first position, a NaN counts as the extreme (its first position),
+    float and integer inputs (CLIP pools the token at ``(ids == eos).int().argmax(-1)``)."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randint(0, 3, (4, 7, 5), generator=gen).double()
+    x[1, 3, 2] = x[2, 5, 0] = x[2, 1, 0] = float("nan")
+
+    def f(t):
+        return fn(t, dim=dim, keepdim=keepdim) + 1
+
+    for t in (x, x.float(), x.nan_to_num().int()):
+        torch._dynamo.reset()
+        got, want = tt.compile(f)(t), f(t)
+        assert got.shape == want.shape and torch.equal(got, want), (t.dtype, got, want)
+        assert not tt.last_report().fallback_ops
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_add_with_short_indices_and_gather_backward(dim):
+    """``scatter_add`` with indices shorter than the input and the source off the dim
+    (repeated indices add up), an index outside the dim giving NaN, and ``gather``'s
+    backward (DeBERTa's relative attention) being one."""
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(4, 5, 6, dtype=torch.float64, generator=gen)
+    src = torch.randn(4, 5, 6, dtype=torch.float64, generator=gen)
+    d = dim % 3
+    idx = torch.randint(0, x.shape[d], (3, 4, 5), generator=gen)
+
+    def f(x, i, s):
+        return torch.scatter_add(x, dim, i, s) * 2
+
+    torch.testing.assert_close(tt.compile(f)(x, idx, src), f(x, idx, src), rtol=1e-12,
+                               atol=1e-12)
+    assert not tt.last_report().fallback_ops
+    bad = idx.clone()
+    bad[0, 0, 0] = x.shape[d]
+    assert torch.isnan(tt.compile(f)(x, bad, src)).all()
+    torch._dynamo.reset()
+    w = x.clone().requires_grad_()
+
+    def g(w, i):
+        return torch.gather(w, dim, i).pow(2).sum()
+
+    tt.compile(g)(w, idx).backward()
+    got, w.grad = w.grad, None
+    g(w, idx).backward()
+    torch.testing.assert_close(got, w.grad, rtol=1e-12, atol=1e-12)
+    assert not tt.last_report().fallback_ops, str(tt.last_report())
+
+
+@pytest.mark.parametrize("fn,dim,keepdim", [(torch.max, 0, False), (torch.max, 1, True),
+                                            (torch.min, -1, False)])
+def test_max_min_along_a_dim_values_indices_and_gradient(fn, dim, keepdim):
+    """``torch.max(x, dim)``: the first extreme's index and its value (NaN first), float
+    and integer inputs, and the gradient to the picked element (Switch Transformers'
+    router takes the max probability and its expert)."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randint(0, 3, (4, 7, 5), generator=gen).double()
+    x[1, 3, 2] = x[2, 5, 0] = x[2, 1, 0] = float("nan")
+
+    def f(t):
+        v, i = fn(t, dim=dim, keepdim=keepdim)
+        return v * 2, i + 1
+
+    for t in (x, x.nan_to_num().long()):
+        torch._dynamo.reset()
+        (gv, gi), (wv, wi) = tt.compile(f)(t), f(t)
+        assert torch.equal(gi, wi) and gv.shape == wv.shape
+        assert torch.equal(gv.nan_to_num(7.0), wv.nan_to_num(7.0))
+        assert not tt.last_report().fallback_ops
+    torch._dynamo.reset()
+    w = torch.randn(4, 7, 5, dtype=torch.float64, generator=gen, requires_grad=True)
+
+    def g(w):
+        return fn(w, dim=dim, keepdim=keepdim).values.pow(2).sum()
+
+    tt.compile(g)(w).backward()
+    got, w.grad = w.grad, None
+    g(w).backward()
+    torch.testing.assert_close(got, w.grad, rtol=0, atol=0)
+    assert not tt.last_report().fallback_ops

@@ -13,6 +13,23 @@ from typing import Any
 
 import torch
 
+from tests.torch.torchvision_shim import import_timm
+
+SLOW_ENV = "TESSERA_SLOW_MODEL_TESTS"
+"""Set to 1 to run the model tests marked slow (the CPU suite's time is bounded: CI runs
+the others)."""
+
+
+def params(names: list[str], slow: set[str]) -> list[Any]:
+    """``names`` as pytest parameters, those in ``slow`` skipped unless ``$SLOW_ENV=1``."""
+    import os
+
+    import pytest
+
+    skip = pytest.mark.skipif(os.environ.get(SLOW_ENV) != "1",
+                              reason=f"slow on the CPU reference; set {SLOW_ENV}=1 to run it")
+    return [pytest.param(n, marks=skip) if n in slow else n for n in names]
+
 
 def gpt2(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
     import transformers as T
@@ -83,7 +100,7 @@ def mixtral(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
 
 
 def resnet50(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
-    import timm
+    timm = import_timm()
 
     model = timm.create_model("resnet50", pretrained=False, num_classes=10 if size == "tiny" else 1000)
     batch, hw = (2, 32) if size == "tiny" else (8, 224)
@@ -91,7 +108,7 @@ def resnet50(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
 
 
 def vit_b16(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
-    import timm
+    timm = import_timm()
 
     if size == "tiny":
         model = timm.create_model(
@@ -111,7 +128,7 @@ def _timm(name: str, size: str, device: str, tiny: dict[str, Any], hw: int = 32,
     batch of 2 images of ``hw`` x ``hw``; at ``"full"`` its published configuration and
     8 images of 224 x 224. Dropout and drop-path are off (``common``), so a training
     step is deterministic and comparable with eager torch."""
-    import timm
+    timm = import_timm()
 
     kw = {**common, **(tiny if size == "tiny" else {})}
     model = timm.create_model(name, pretrained=False, num_classes=10 if size == "tiny" else 1000,
@@ -228,6 +245,24 @@ def _tiny(model_cls: str, config_cls: str, **cfg: Any) -> Callable[..., tuple[An
 
 _NO_DROPOUT = dict(attention_dropout=0.0, hidden_dropout=0.0)
 
+
+def _whisper(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    """Whisper: 1-D convolutions over mel features, an encoder-decoder (one layer each)."""
+    import transformers as T
+
+    if size != "tiny":
+        raise ValueError("whisper: only the tiny configuration is built here")
+    cfg = T.WhisperConfig(vocab_size=64, num_mel_bins=8, encoder_layers=1, decoder_layers=1,
+                          encoder_attention_heads=4, decoder_attention_heads=4,
+                          encoder_ffn_dim=64, decoder_ffn_dim=64, d_model=32,
+                          max_source_positions=8, max_target_positions=16, dropout=0.0,
+                          attention_dropout=0.0, activation_dropout=0.0, pad_token_id=0,
+                          bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
+                          suppress_tokens=None, begin_suppress_tokens=None)
+    feats = torch.randn(2, 8, 16, device=device)
+    labels = torch.randint(3, 64, (2, 8), device=device)
+    return T.WhisperForConditionalGeneration(cfg), {"input_features": feats, "labels": labels}
+
 MORE_MODELS: dict[str, Callable[..., tuple[Any, dict[str, Any]]]] = {
     "phi": _tiny("PhiForCausalLM", "PhiConfig", **_SMALL, partial_rotary_factor=0.5,
                     resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0),
@@ -254,14 +289,20 @@ MORE_MODELS: dict[str, Callable[..., tuple[Any, dict[str, Any]]]] = {
                      encoder_attention_heads=4, decoder_attention_heads=4, vocab_size=64,
                      max_position_embeddings=32, dropout=0.0, attention_dropout=0.0,
                      activation_dropout=0.0),
+    "deberta_v2": _tiny("DebertaV2ForMaskedLM", "DebertaV2Config", **_SMALL, pad_token_id=0,
+                        relative_attention=True, position_buckets=4, max_relative_positions=16,
+                        pos_att_type=["p2c", "c2p"], hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0),
+    "whisper": _whisper,
     "distilbert": _tiny("DistilBertForMaskedLM", "DistilBertConfig", n_layers=2, dim=32,
                            hidden_dim=64, n_heads=4, vocab_size=64, max_position_embeddings=32,
                            dropout=0.0, attention_dropout=0.0),
 }
 """More ``transformers`` architectures, tiny configurations only (the CPU tests): rotary
 variants (partial, interleaved), learned and ALiBi positions, multi-query attention,
-soft-capping with sliding windows, encoder-decoders (one layer each side) and an
-encoder. (Mistral and Qwen2 are LLaMA's graph with other options: the sweep in
+soft-capping with sliding windows, encoder-decoders (one layer each side, Whisper's over
+1-D convolutions of audio features), an encoder, and DeBERTa-v2's relative attention
+(log buckets: ``sign``, ``ceil``; ``gather`` and its ``scatter_add`` backward). (Mistral and Qwen2 are LLaMA's graph with other options: the sweep in
 docs/TORCH.md covers them.)"""
 
 MODELS: dict[str, Callable[..., tuple[Any, dict[str, Any]]]] = {

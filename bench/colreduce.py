@@ -8,8 +8,9 @@ run, so wall-clock timings would measure the host), with the bytes read per ms.
 
 Rows: the plain sums of bf16 activations that a ViT-B/16 (128 x 197 tokens) and GPT-2
 (8 x 1024 tokens) training step takes for its bias gradients (tile_colreduce's vector
-kernel), and a layer norm weight gradient (a fused product summed over rows: the scalar
-column kernel).
+kernel; ``scalar ms``: the same function compiled without it, the scalar column kernel),
+and a layer norm weight gradient (a fused product summed over rows: the scalar column
+kernel either way). Run with ``TESSERA_NO_DISK_CACHE=1`` so that both compile.
 """
 
 from __future__ import annotations
@@ -63,22 +64,35 @@ def main() -> int:
                   ts.jit(lambda x, y: ts.sum(ts.cast(x, ts.f32) * ts.cast(y, ts.f32), (0, 1))),
                   (x3, y), lambda: (x3.float() * y.float()).sum((0, 1)),
                   (x3.double() * y.double()).sum((0, 1)), x3.numel() * 4))
+    from tessera.passes import tile_colreduce
+
+    vector = tile_colreduce.lower_vector_columns
     for name, fn, args, peer, ref, nbytes in cases:
+        # the same function compiled without the vector kernel (the scalar column kernel)
+        tile_colreduce.lower_vector_columns = lambda *a: False
+        try:
+            scalar = ts.jit(fn.fn)
+            s_out = scalar(*args)
+        finally:
+            tile_colreduce.lower_vector_columns = vector
         out = fn(*args)
         torch.cuda.synchronize()
         err = float((out.double() - ref).abs().max() / ref.abs().max())
-        ok = err < 1e-2
+        s_err = float((s_out.double() - ref).abs().max() / ref.abs().max())
+        ok = err < 1e-2 and s_err < 1e-2
         ms = _kernel_ms(lambda fn=fn, args=args: fn(*args)) if ok else float("nan")
+        s_ms = _kernel_ms(lambda f=scalar, args=args: f(*args)) if ok else float("nan")
         t_ms = _kernel_ms(peer)
-        rows.append((name, ms, t_ms, nbytes / ms / 1e6 if ok else 0.0, err, ok))
+        rows.append((name, ms, s_ms, t_ms, nbytes / ms / 1e6 if ok else 0.0, err, ok))
         print(rows[-1], flush=True)
     clone = torch.empty_like(xf)
     c_ms = _kernel_ms(lambda: clone.copy_(xf))
     print(f"\n{torch.cuda.get_device_name()}; copy {xf.numel() * 8 / c_ms / 1e6:.0f} GB/s "
           "(read + write); ratio = torch time / Tessera time")
-    print(f"{'case':46} {'tessera ms':>10} {'torch ms':>9} {'ratio':>6} {'GB/s':>6}  check")
-    for name, ms, t, gbs, err, ok in rows:
-        print(f"{name:46} {ms:10.4f} {t:9.4f} {t / ms:6.2f} {gbs:6.0f}  "
+    print(f"{'case':46} {'tessera ms':>10} {'scalar ms':>9} {'torch ms':>9} {'ratio':>6} "
+          f"{'GB/s':>6}  check")
+    for name, ms, s_ms, t, gbs, err, ok in rows:
+        print(f"{name:46} {ms:10.4f} {s_ms:9.4f} {t:9.4f} {t / ms:6.2f} {gbs:6.0f}  "
               f"{'ok' if ok else 'WRONG'} {err:.1e}")
     return 0 if all(r[-1] for r in rows) else 1
 

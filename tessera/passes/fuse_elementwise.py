@@ -366,7 +366,7 @@ class MergeDuplicateReshapes(RewritePattern):
                   and other.result.type == op.result.type):
                 later.append(other)
         for other in later:
-            rewriter.replace_op(other, [], [op.result])
+            rewriter.replace(other, [], [op.result])
 
 
 class FuseSplatConstants(RewritePattern):

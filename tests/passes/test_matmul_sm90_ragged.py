@@ -16,7 +16,7 @@ from tessera.ir import tile as tl
 from tessera.passes import matmul_config as mc
 from tessera.passes.emit_ptx import emit_ptx
 from tessera.passes.sm90 import lower_matmul_sm90 as lm
-from tessera.passes.sm90.pad_rows import padded
+from tessera.passes.sm90.pad_rows import copy_cols, padded
 from tessera.runtime import ptxas
 from tessera.runtime.tile_interpreter import run_kernel
 
@@ -54,10 +54,10 @@ def test_every_layout_takes_the_sm90_kernel_through_padded_copies(expr: str) -> 
     assert lm.staging(op) == ["pad A", "pad B", "st.global C"]
     copies, (gemm,) = _launches(spec.ir("tile"))
     assert [c.callee.string_value() for c in copies] == ["lambda_pad_a_0", "lambda_pad_b_0"]
-    # the kernel reads the copies (rows padded to 16 bytes) and stores C by pointer
+    # the kernel reads the copies (rows padded to 128 bytes) and stores C by pointer
     shapes = [list(o.type.get_shape()) for o in gemm.args]
     assert shapes[0] == [257, 1001]
-    assert [s[-1] for s in shapes[1:]] == [padded(s[-1], 2) for s in (ash, bsh)]
+    assert [s[-1] for s in shapes[1:]] == [copy_cols(s[-1], 2) for s in (ash, bsh)]
     assert list(gemm.boxes.get_values())[:2] == [0, 0]
     ptx = spec.ir("ptx")
     assert "wgmma.mma_async" in ptx and "st.global.b16" in ptx
@@ -74,7 +74,7 @@ def test_pad_kernels_on_the_interpreter(expr: str) -> None:
     module = _spec(expr, a, b).ir("tile")
     copies, _ = _launches(module)
     for launch, src in zip(copies, (a, b)):
-        cp = padded(src.shape[-1], 2)
+        cp = copy_cols(src.shape[-1], 2)
         dst = np.full((src.shape[0], cp), np.nan, bf)
         grid = [int(v) for v in launch.grid.get_values()]
         run_kernel(module, launch.callee.string_value(), [dst, src], grid)
@@ -173,7 +173,9 @@ def test_fp8_k_not_a_multiple_of_16(expr: str) -> None:
     assert names == (["lambda_pad_a_0", "lambda_pad_b_0"] if "transpose_b" in expr
                      else ["lambda_pad_a_0", "lambda_transpose_0"])
     for launch, src in zip(copies, (a, b if "transpose_b" in expr else b.T)):
-        dst = np.full((src.shape[0], 80), np.nan, e4)
+        # pad_rows' copies are 128-byte rows; the K-major transpose's 16-byte ones
+        width = copy_cols(77, 1) if "pad" in launch.callee.string_value() else padded(77, 1)
+        dst = np.full((src.shape[0], width), np.nan, e4)
         grid = [int(v) for v in launch.grid.get_values()]
         arg = src if "transpose_b" in expr or src is a else b
         run_kernel(module, launch.callee.string_value(), [dst, arg], grid)

@@ -4,7 +4,7 @@ A TMA tensor map's row stride is a multiple of 16 bytes, so the sm90 GEMM reads 
 operand stored ``[.., rows, cols]`` with ``cols * elem_bytes % 16 != 0`` (a vocabulary
 of 50257 entries, an odd hidden size) from a staging copy instead: :func:`pad_rows`
 writes it into a new ``[.., rows, cols_p]`` buffer (``cols_p``: ``cols`` rounded up to
-16 bytes) with zeros in the extra columns, in the operand's own layout (K-major stays
+128 bytes, :data:`PAD_BYTES`) with zeros in the extra columns, in the operand's own layout (K-major stays
 K-major, MN-major stays MN-major). The kernel then reads the copy as it reads an aligned
 operand: the zero columns are either K (adding nothing to the product) or rows of M or N
 past the problem (clipped from the result).
@@ -32,12 +32,25 @@ if TYPE_CHECKING:
 
 GROUP = 256
 ROW_BYTES = 16
-"""The TMA row-stride unit."""
+"""The TMA row-stride unit, and the bytes one lane of the copy writes."""
+PAD_BYTES = 128
+"""Padded rows are a multiple of this: each row then starts a 128-byte line, as the TMA
+boxes' rows do. With rows padded to 16 bytes only, the GPT-2 LM head's product
+``[8192, 50257] @ [50257, 768]`` (K padded to 50264) took 1.59 ms on an H100 against
+0.87 ms at K = 50176 (docs/perf/2026-11-25-h100-lmhead.txt)."""
 
 
 def padded(cols: int, elem_bytes: int) -> int:
-    """``cols`` rounded up to a whole 16-byte row of ``elem_bytes`` elements."""
+    """``cols`` rounded up to a whole 16-byte row of ``elem_bytes`` elements (what a TMA
+    row stride needs)."""
     unit = ROW_BYTES // elem_bytes
+    return cdiv(cols, unit) * unit
+
+
+def copy_cols(cols: int, elem_bytes: int) -> int:
+    """The row length of :func:`pad_rows`'s copy: ``cols`` rounded up to a whole number of
+    :data:`PAD_BYTES` of ``elem_bytes`` elements."""
+    unit = PAD_BYTES // elem_bytes
     return cdiv(cols, unit) * unit
 
 
@@ -46,11 +59,11 @@ def pad_rows(
     elem_bytes: int, name: str = "pad_rows",
 ) -> SSAValue:
     """A new ``[.., rows, cols_p]`` buffer holding ``src`` (``shape = [.., rows, cols]``)
-    with its rows zero-padded to a 16-byte multiple."""
+    with its rows zero-padded to a :data:`PAD_BYTES` multiple."""
     *lead, cols = shape
-    cp = padded(cols, elem_bytes)
-    if cp == cols:
+    if padded(cols, elem_bytes) == cols:
         raise ValueError(f"pad_rows: rows of {cols} elements need no padding")
+    cp = copy_cols(cols, elem_bytes)
     dst = lw.alloc(TensorType(et, [*lead, cp]))
     total = math.prod(lead) * cp
     outer = [*lead]

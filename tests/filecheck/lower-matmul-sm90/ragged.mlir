@@ -8,8 +8,8 @@
 // st.shared.b32) and stored row by row with st.global.b16 (N odd: rows are only 2-byte
 // aligned), bounds-checked; sm90_store=registers stores it from the accumulators instead,
 // element by element. @odd (257 x 1001 x 77, A stored
-// K x M): both operands are first copied into buffers with rows padded to 16 bytes
-// (264 and 1008 elements, zeros past the end), which the kernel reads by TMA.
+// K x M): both operands are first copied into buffers with rows padded to 128 bytes
+// (320 and 1024 elements, zeros past the end), which the kernel reads by TMA.
 
 func.func @lm_head(%x: tensor<512x768xbf16>, %w: tensor<50257x768xbf16>) -> tensor<512x50257xbf16> {
   %c = tgraph.matmul %x, %w transpose_rhs : (tensor<512x768xbf16>, tensor<50257x768xbf16>) -> tensor<512x50257xbf16>
@@ -32,8 +32,8 @@ func.func @odd(%a: tensor<77x257xbf16>, %b: tensor<77x1001xbf16>) -> tensor<257x
   func.return %c : tensor<257x1001xbf16>
 }
 
-// CHECK:       ttile.kernel @odd_pad_a_0(%{{.*}}: memref<77x264xbf16>, %{{.*}}: memref<77x257xbf16>)
-// CHECK:       ttile.kernel @odd_pad_b_0(%{{.*}}: memref<77x1008xbf16>, %{{.*}}: memref<77x1001xbf16>)
+// CHECK:       ttile.kernel @odd_pad_a_0(%{{.*}}: memref<77x320xbf16>, %{{.*}}: memref<77x257xbf16>)
+// CHECK:       ttile.kernel @odd_pad_b_0(%{{.*}}: memref<77x1024xbf16>, %{{.*}}: memref<77x1001xbf16>)
 // CHECK:       ttarget.func @odd_matmul_0(%{{.*}}: !ttarget.param<u64>, %{{.*}}: !ttarget.param<tmap>, %{{.*}}: !ttarget.param<tmap>)
 // CHECK:         ttarget.wgmma
 // CHECK-SAME:      trans_a = 1 trans_b = 1

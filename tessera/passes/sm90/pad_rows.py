@@ -35,9 +35,10 @@ ROW_BYTES = 16
 """The TMA row-stride unit, and the bytes one lane of the copy writes."""
 PAD_BYTES = 128
 """Padded rows are a multiple of this: each row then starts a 128-byte line, as the TMA
-boxes' rows do. With rows padded to 16 bytes only, the GPT-2 LM head's product
-``[8192, 50257] @ [50257, 768]`` (K padded to 50264) took 1.59 ms on an H100 against
-0.87 ms at K = 50176 (docs/perf/2026-11-25-h100-lmhead.txt)."""
+boxes' rows do. On an H100 the GPT-2 LM head's product ``[8192, 50257] @ [50257, 768]``
+with its copy took 2.29 ms with rows padded to 16 bytes (K = 50264) and 1.64 ms with
+128-byte rows (K = 50304); at K = 50176, no copy, 0.84 ms
+(docs/perf/2026-11-25-h100-lmhead.txt)."""
 
 
 def padded(cols: int, elem_bytes: int) -> int:

@@ -776,61 +776,60 @@ class HostPlan:
             if current_device() != device:
                 return None
             stream = current_stream(device)
+            if graphs is not None and graphs.enabled:
+                return run_graph(env, stream)
             # the intermediates' one allocation, held until every launch is queued (then
             # back to torch's cache, reused after these kernels on this stream)
-            if graphs is not None and graphs.enabled:
-                # the plan keeps one arena per stream (calls on a stream are ordered), so
-                # that its address, part of the key, repeats
-                block = graphs.arenas.get(stream)
-                if block is None and arena_total:
-                    block = graphs.arenas[stream] = empty((arena_total,), dtype=uint8, device=dev)
-                at = block.data_ptr() if block is not None else 0
-                # every buffer first, then the launches: recorded, replayed or one by one
-                for _, _, allocs, placed, _ in launches_ex:
-                    for s, spec in placed:
-                        env[s] = spec.at(at)
-                    for s, shape, dtype, src in allocs:
-                        if src == -1:
-                            env[s] = empty(shape, dtype=dtype, device=dev)
-                        elif src >= 0:
-                            env[s] = env[src].view(shape)
-                        else:
-                            env[s] = env[-2 - src]
-                for s, shape, dtype, src in tail:
-                    env[s] = (empty(shape, dtype=dtype, device=dev) if src < 0
-                              else env[src].view(shape))
-                try:
-                    key = (at, *[env[s].data_ptr() for s in key_inputs],
-                           *[env[s].data_ptr() for s in key_outputs],
-                           *[env[s] for s in key_values])
-                    hash(key)
-                except TypeError:  # an argument value that is not hashable: no graph
-                    key = None
-                exe = graphs.get(key) if key is not None else None
-                if exe is None and key is not None and graphs.should_capture(key):
-                    exe = graphs.capture(key, lambda s: launch_all(env, s))
-                if exe is not None:
-                    graphs.launch(exe, stream)
-                else:
-                    launch_all(env, stream)
-                return [env[s] for s in results]
             block = empty((arena_total,), dtype=uint8, device=dev) if arena_total else None
             at = block.data_ptr() if block is not None else 0
             for launch, arg_slots, allocs, placed, frees in launches_ex:
-                for s, spec in placed:
-                    env[s] = spec.at(at)
-                for s, shape, dtype, src in allocs:
-                    if src == -1:
-                        env[s] = empty(shape, dtype=dtype, device=dev)
-                    elif src >= 0:
-                        env[s] = env[src].view(shape)
-                    else:  # the source itself (same address): see ``shaped``
-                        env[s] = env[-2 - src]
+                place(env, at, placed, allocs)
                 launch([env[s] for s in arg_slots], stream)
                 for s in frees:
                     env[s] = None
-            for s, shape, dtype, src in tail:
-                env[s] = empty(shape, dtype=dtype, device=dev) if src < 0 else env[src].view(shape)
+            place(env, at, (), tail)
+            return [env[s] for s in results]
+
+        def place(env: list[Any], at: int, placed: Sequence[tuple[int, Any]],
+                  allocs: Sequence[tuple[int, Any, Any, int]]) -> None:
+            """Buffers of the arena at ``at`` and allocated or viewed ones into ``env``."""
+            for s, spec in placed:
+                env[s] = spec.at(at)
+            for s, shape, dtype, src in allocs:
+                if src == -1:
+                    env[s] = empty(shape, dtype=dtype, device=dev)
+                elif src >= 0:
+                    env[s] = env[src].view(shape)
+                else:  # the source itself (same address): see ``shaped``
+                    env[s] = env[-2 - src]
+
+        def run_graph(env: list[Any], stream: int) -> list[Any]:
+            """The call with every buffer placed first, then its launches recorded,
+            replayed or issued one by one (:mod:`tessera.runtime.cuda_graphs`). The plan
+            keeps one arena per stream (calls on a stream are ordered), so that its
+            address, part of the key, repeats."""
+            assert graphs is not None
+            block = graphs.arenas.get(stream)
+            if block is None and arena_total:
+                block = graphs.arenas[stream] = empty((arena_total,), dtype=uint8, device=dev)
+            at = block.data_ptr() if block is not None else 0
+            for _, _, allocs, placed, _ in launches_ex:
+                place(env, at, placed, allocs)
+            place(env, at, (), tail)
+            try:
+                key = (at, *[env[s].data_ptr() for s in key_inputs],
+                       *[env[s].data_ptr() for s in key_outputs],
+                       *[env[s] for s in key_values])
+                hash(key)
+            except TypeError:  # an argument value that is not hashable: no graph
+                key = None
+            exe = graphs.get(key) if key is not None else None
+            if exe is None and key is not None and graphs.should_capture(key):
+                exe = graphs.capture(key, lambda s: launch_all(env, s))
+            if exe is not None:
+                graphs.launch(exe, stream)
+            else:
+                launch_all(env, stream)
             return [env[s] for s in results]
 
         self._runner = run

@@ -110,7 +110,7 @@ def lower_column_reduction(
     """Emit ``op`` (whose element at input index ``idx`` is ``value(e, refs, idx, ok)``
     in ``acc_t``) as column kernels; False (nothing emitted) when its axes are not
     ``[A, R, C]`` over ``R``."""
-    from tessera.passes.lower_graph_to_tile import _combine, _reduce_init
+    from tessera.passes.lower_graph_to_tile import _reduce_init
 
     shape = g.shape_of(op.input)
     axes = op.axis_list()
@@ -159,47 +159,19 @@ def lower_column_reduction(
 
     def build_partial(e: KernelEmitter, args: list[SSAValue], dst: str) -> None:
         o_ref, ins = args[0], args[1:]
-        lane = e.lane_id()
-        warp = e.warp_id()
-        c = e.add(e.mul(e.tile_id("x"), COLUMNS), lane)
-        s = e.tile_id("y")
-        a = e.tile_id("z")
-        c_ok = e.lt(c, c_n)
-        r0 = e.mul(s, seg)
-        init = e.const(_reduce_init(kind, acc_t), acc_t)
 
-        def step(ie: KernelEmitter, k: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
-            # UNROLL rows loaded before they are folded (independent loads in flight),
-            # folded in row order
-            vs = []
-            for u in range(unroll):
-                local = ie.add(ie.mul(ie.add(ie.mul(k, unroll), u), WARPS), warp)
-                r = ie.add(r0, local)
-                ok = ie.and_(c_ok, ie.and_(ie.lt(r, r_n), ie.lt(local, seg)))
-                assert ok is not None
-                v = value(ie, ins, in_index(ie, a, r, c), ok)
-                vs.append(ie.vselect(ok, v, ie.const(_reduce_init(kind, acc_t), acc_t)))
-            acc = carried[0]
-            for v in vs:
-                acc = _combine(ie, kind, acc, v)
-            return [acc]
+        def load(ie: KernelEmitter, a: Idx, r: Idx, c: SSAValue, ok: SSAValue) -> list:
+            v = value(ie, ins, in_index(ie, a, r, c), ok)
+            return [ie.vselect(ok, v, ie.const(_reduce_init(kind, acc_t), acc_t))]
 
-        (acc,) = e.for_(0, -(-seg // (WARPS * unroll)), 1, [init], step)
-        smem = e.op(tt.AllocSharedOp([WARPS, COLUMNS], acc_t, alignment=16))
-        e.store(acc, smem, [warp, lane])
-        e.barrier()
-
-        def combine(ie: KernelEmitter) -> list[SSAValue]:
-            total = ie.load(smem, [0, lane])
-            for w in range(1, WARPS):
-                total = _combine(ie, kind, total, ie.load(smem, [w, lane]))
+        def store(ie: KernelEmitter, a: Idx, s: Idx, c: SSAValue, total: SSAValue,
+                  ok: SSAValue) -> None:
             if dst == "out":
-                ie.store(finish(ie, total), o_ref, out_index(ie, a, c), mask=c_ok)
+                ie.store(finish(ie, total), o_ref, out_index(ie, a, c), mask=ok)
             else:
-                ie.store(total, o_ref, [a, s, c], mask=c_ok)
-            return []
+                ie.store(total, o_ref, [a, s, c], mask=ok)
 
-        e.if_(e.eq(warp, 0), combine)
+        _column_tile(e, 1, unroll, seg, r_n, c_n, kind, acc_t, load, store)
 
     if r_n <= THIN_ROWS:
         _thin(lw, tag, out, inputs, value, kind, acc_t, (a_n, r_n, c_n), in_index, out_index,
@@ -219,6 +191,63 @@ def lower_column_reduction(
               lambda e, args: _final(e, args, a_n, s_n, c_n, kind, acc_t,
                                      lambda ie, a, c: out_index(ie, a, c), finish))
     return True
+
+
+def _column_tile(
+    e: KernelEmitter, width: int, unroll: int, seg: int, r_n: int, c_n: int, kind: str,
+    acc_t: Attribute,
+    load: Callable[[KernelEmitter, Idx, Idx, SSAValue, SSAValue], list[SSAValue]],
+    store: Callable[[KernelEmitter, Idx, Idx, SSAValue, SSAValue, SSAValue], None],
+) -> None:
+    """The first kernel's tile (grid ``[column blocks, splits, A]``): lane ``l`` of a warp
+    takes columns ``width * l ..`` of its block, warp ``y`` folds rows ``y, y + WARPS, ..``
+    of the split's ``seg`` rows in order, ``unroll`` rows loaded (``load(e, a, r, c, ok)``:
+    the ``width`` accumulator-typed elements from column ``c``, identities where ``ok`` is
+    false) before they are folded; the warps' partials are combined through shared memory
+    in warp order and each column's total goes to ``store(e, a, split, c, total, ok)``."""
+    from tessera.passes.lower_graph_to_tile import _combine, _reduce_init
+
+    lane, warp = e.lane_id(), e.warp_id()
+    c0 = e.add(e.mul(e.tile_id("x"), COLUMNS), lane)
+    if width > 1:
+        c0 = e.mul(c0, width)
+    s, a = e.tile_id("y"), e.tile_id("z")
+    c_ok = e.lt(c0, c_n)
+    r0 = e.mul(s, seg)
+
+    def step(ie: KernelEmitter, k: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+        loaded = []  # independent loads in flight, then folded in row order
+        for u in range(unroll):
+            local = ie.add(ie.mul(ie.add(ie.mul(k, unroll), u), WARPS), warp)
+            r = ie.add(r0, local)
+            ok = ie.and_(c_ok, ie.and_(ie.lt(r, r_n), ie.lt(local, seg)))
+            assert ok is not None
+            loaded.append(load(ie, a, r, c0, ok))
+        accs = list(carried)
+        for vals in loaded:
+            accs = [_combine(ie, kind, acc, v) for acc, v in zip(accs, vals)]
+        return accs
+
+    init = e.const(_reduce_init(kind, acc_t), acc_t)
+    accs = e.for_(0, -(-seg // (WARPS * unroll)), 1, [init] * width, step)
+    smem = e.op(tt.AllocSharedOp([WARPS, COLUMNS * width], acc_t, alignment=16))
+
+    def col(ie: KernelEmitter, j: int) -> Idx:
+        return lane if width == 1 else ie.add(ie.mul(lane, width), j)
+
+    for j, acc in enumerate(accs):
+        e.store(acc, smem, [warp, col(e, j)])
+    e.barrier()
+
+    def combine(ie: KernelEmitter) -> list[SSAValue]:
+        for j in range(width):
+            total = ie.load(smem, [0, col(ie, j)])
+            for w in range(1, WARPS):
+                total = _combine(ie, kind, total, ie.load(smem, [w, col(ie, j)]))
+            store(ie, a, s, c0 if j == 0 else ie.add(c0, j), total, c_ok)
+        return []
+
+    e.if_(e.eq(warp, 0), combine)
 
 
 def _final(
@@ -311,7 +340,7 @@ def lower_vector_columns(lw: _FunctionLowering, op: g.ReductionOp) -> bool:
     a second kernel in split order, accumulated in f32). False (nothing emitted) when it
     does not apply; the input is read through an ``[A, R, C]`` view, so no index is
     unravelled per element."""
-    from tessera.passes.lower_graph_to_tile import _combine, _reduce_init
+    from tessera.passes.lower_graph_to_tile import _reduce_init
     from tessera.passes.tile_datamove import reshape_view
 
     kinds = {g.SumOp: "sum", g.MeanOp: "sum", g.MaxOp: "max", g.MinOp: "min"}
@@ -349,54 +378,23 @@ def lower_vector_columns(lw: _FunctionLowering, op: g.ReductionOp) -> bool:
 
     def build(e: KernelEmitter, args: list[SSAValue], to_out: bool) -> None:
         o_ref, xr = args
-        lane, warp = e.lane_id(), e.warp_id()
-        c0 = e.mul(e.add(e.mul(e.tile_id("x"), COLUMNS), lane), width)
-        s, a = e.tile_id("y"), e.tile_id("z")
-        c_ok = e.lt(c0, c_n)
-        r0 = e.mul(s, seg)
         init = _reduce_init(kind, acc_t)
 
-        def step(ie: KernelEmitter, k: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
-            loaded = []
-            for u in range(VECTOR_UNROLL):
-                local = ie.add(ie.mul(ie.add(ie.mul(k, VECTOR_UNROLL), u), WARPS), warp)
-                r = ie.add(r0, local)
-                ok = ie.and_(c_ok, ie.and_(ie.lt(r, r_n), ie.lt(local, seg)))
-                assert ok is not None
-                v = ie.op(tt.LoadVectorOp(xr, [ie.index(a), ie.index(r), ie.index(c0)],
-                                          width, ok))
-                loaded.append((ok, v))
-            accs = list(carried)
-            for ok, v in loaded:  # folded in row order
-                for j in range(width):
-                    xj = ie.convert(ie.extract(v, j), acc_t)
-                    if kind != "sum":  # a masked load reads zeros
-                        xj = ie.vselect(ok, xj, ie.const(init, acc_t))
-                    accs[j] = _combine(ie, kind, accs[j], xj)
-            return accs
+        def load(ie: KernelEmitter, a: Idx, r: Idx, c: SSAValue, ok: SSAValue) -> list:
+            v = ie.op(tt.LoadVectorOp(xr, [ie.index(a), ie.index(r), ie.index(c)], width, ok))
+            vals = [ie.convert(ie.extract(v, j), acc_t) for j in range(width)]
+            if kind != "sum":  # a masked load reads zeros
+                vals = [ie.vselect(ok, x, ie.const(init, acc_t)) for x in vals]
+            return vals
 
-        accs = e.for_(0, -(-seg // (WARPS * VECTOR_UNROLL)), 1,
-                      [e.const(init, acc_t)] * width, step)
-        smem = e.op(tt.AllocSharedOp([WARPS, cols], acc_t, alignment=16))
-        base = e.mul(lane, width)
-        for j, acc in enumerate(accs):
-            e.store(acc, smem, [warp, e.add(base, j)])
-        e.barrier()
+        def store(ie: KernelEmitter, a: Idx, s: Idx, c: SSAValue, total: SSAValue,
+                  ok: SSAValue) -> None:
+            if to_out:
+                ie.store(finish(ie, total), o_ref, [a, c], mask=ok)
+            else:
+                ie.store(total, o_ref, [a, s, c], mask=ok)
 
-        def combine(ie: KernelEmitter) -> list[SSAValue]:
-            for j in range(width):
-                col = ie.add(base, j)
-                total = ie.load(smem, [0, col])
-                for w in range(1, WARPS):
-                    total = _combine(ie, kind, total, ie.load(smem, [w, col]))
-                cj = ie.add(c0, j)
-                if to_out:
-                    ie.store(finish(ie, total), o_ref, [a, cj], mask=c_ok)
-                else:
-                    ie.store(total, o_ref, [a, s, cj], mask=c_ok)
-            return []
-
-        e.if_(e.eq(warp, 0), combine)
+        _column_tile(e, width, VECTOR_UNROLL, seg, r_n, c_n, kind, acc_t, load, store)
 
     tag = op.name.split(".")[1]
     grid = [-(-c_n // cols), s_n, a_n]

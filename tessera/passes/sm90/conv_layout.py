@@ -171,7 +171,6 @@ def weight_kernel(
     e = TargetAsm(func)
     kwp = max(kwp, kw)
     k = kh * kwp * cp
-    bits = "b16" if eb == 2 else "b32"
     lin = e.mad32(e.sreg("ctaid.x"), THREADS, e.sreg("tid.x"))
     ok = e.setp("lt", lin, o * k)
     oi, col = e.bin(tt.DivOp, "u32", lin, k), e.bin(tt.RemOp, "u32", lin, k)
@@ -186,6 +185,19 @@ def weight_kernel(
         tap = e.bin(tt.SubOp, "u32", kh * kw - 1, tap)
     row = e.mad32(ci, o, oi) if swapped else e.mad32(oi, c, ci)
     src_i = e.mad32(row, kh * kw, tap)  # w[o, c, i, j], i*kw + j = tap
+    copy_element(e, w_param, src_i, inside, out_param, lin, ok, eb, parts, o * k)
+    e.add(tt.RetOp())
+    return func
+
+
+def copy_element(
+    e: TargetAsm, w_param: SSAValue, src_i: SSAValue, inside: SSAValue, out_param: SSAValue,
+    lin: SSAValue, ok: SSAValue, eb: int, parts: int, part_elems: int,
+) -> None:
+    """Weight element ``src_i`` (zero where ``inside`` is false) to element ``lin`` of the
+    relaid-out weight (where ``ok``): as it is for 16-bit elements, else its ``parts``
+    TF32 parts (:func:`tf32_parts`), ``part_elems`` elements apart."""
+    bits = "b16" if eb == 2 else "b32"
     src = e.reg("b64")
     e.add(tt.MulOp("wide.u32", src, src_i, e.imm(eb)))
     e.add(tt.AddOp("u64", src, src, builders.global_pointer(e, w_param)))
@@ -197,9 +209,7 @@ def weight_kernel(
     e.add(tt.AddOp("u64", dst, dst, builders.global_pointer(e, out_param)))
     vals = [v] if eb == 2 else tf32_parts(e, v, parts)
     for part, pv in enumerate(vals):
-        e.add(tt.StOp(f"global.{bits}", dst, [pv], part * o * k * eb, ok))
-    e.add(tt.RetOp())
-    return func
+        e.add(tt.StOp(f"global.{bits}", dst, [pv], part * part_elems * eb, ok))
 
 
 def launch(lw: _FunctionLowering, name: str, args: list[SSAValue], grid: int, smem: int) -> None:

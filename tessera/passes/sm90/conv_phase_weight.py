@@ -26,7 +26,7 @@ from xdsl.ir import Operation, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import target as tt
-from tessera.passes.sm90 import builders, conv_layout
+from tessera.passes.sm90 import conv_layout
 from tessera.passes.sm90.asm import TargetAsm
 
 if TYPE_CHECKING:
@@ -236,7 +236,6 @@ def weight_kernel(name: str, pwt: PhaseWeight, cp: int, eb: int = 2, parts: int 
     kwp = max(kwp, pwt.tw)
     oc = pwt.ph * pwt.pw * pwt.c
     k = pwt.th * kwp * cp
-    bits = "b16" if eb == 2 else "b32"
     lin = e.mad32(e.sreg("ctaid.x"), conv_layout.THREADS, e.sreg("tid.x"))
     ok = e.setp("lt", lin, oc * k)
     oi, col = e.bin(tt.DivOp, "u32", lin, k), e.bin(tt.RemOp, "u32", lin, k)
@@ -269,18 +268,7 @@ def weight_kernel(name: str, pwt: PhaseWeight, cp: int, eb: int = 2, parts: int 
     i = lookup(pwt.rows, a, u)
     j = lookup(pwt.cols, b, v)
     src_i = e.mad32(e.mad32(e.mad32(o, pwt.c, c), pwt.kh, i), pwt.kw, j)  # w[o, c, i, j]
-    src = e.reg("b64")
-    e.add(tt.MulOp("wide.u32", src, src_i, e.imm(eb)))
-    e.add(tt.AddOp("u64", src, src, builders.global_pointer(e, w_param)))
-    val = e.reg(bits)
-    e.mov(bits, val, 0)
-    e.add(tt.LdOp(f"global.{bits}", [val], src, 0, inside))
-    dst = e.reg("b64")
-    e.add(tt.MulOp("wide.u32", dst, lin, e.imm(eb)))
-    e.add(tt.AddOp("u64", dst, dst, builders.global_pointer(e, out_param)))
-    vals = [val] if eb == 2 else conv_layout.tf32_parts(e, val, parts)
-    for part, pv in enumerate(vals):
-        e.add(tt.StOp(f"global.{bits}", dst, [pv], part * oc * k * eb, ok))
+    conv_layout.copy_element(e, w_param, src_i, inside, out_param, lin, ok, eb, parts, oc * k)
     e.add(tt.RetOp())
     return func
 

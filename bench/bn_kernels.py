@@ -45,26 +45,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-class Bottleneck(nn.Module):
-    """torchvision's ResNet-50 bottleneck (stride on the 3x3 convolution)."""
-
-    def __init__(self, c: int, width: int, stride: int):
-        super().__init__()
-        o = width * 4
-        self.conv1, self.bn1 = nn.Conv2d(c, width, 1, bias=False), nn.BatchNorm2d(width)
-        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(width)
-        self.conv3, self.bn3 = nn.Conv2d(width, o, 1, bias=False), nn.BatchNorm2d(o)
-        self.down = None
-        if stride != 1 or c != o:
-            self.down = nn.Sequential(nn.Conv2d(c, o, 1, stride, bias=False), nn.BatchNorm2d(o))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.bn1(self.conv1(x)))
-        h = torch.relu(self.bn2(self.conv2(h)))
-        h = self.bn3(self.conv3(h))
-        return torch.relu(h + (x if self.down is None else self.down(x)))
-
+from bench.resnet_backward_ops import Bottleneck  # noqa: E402  torchvision's bottleneck
 
 CASES = {
     "identity block (layer1: 256ch, width 64, 56x56)": (256, 64, 1, 56),

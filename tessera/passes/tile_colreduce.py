@@ -91,11 +91,14 @@ def column_groups(shape: Sequence[int], axes: Sequence[int]) -> tuple[int, int, 
     return a, r, c
 
 
-def splits(a: int, r: int, c: int) -> int:
-    """How many splits the rows of a column reduction are cut into."""
-    tiles = -(-c // COLUMNS) * a
-    most = max(1, r // (WARPS * MIN_ROWS_PER_WARP))
-    return max(1, min(most, -(-TARGET_TILES // tiles)))
+def splits(a: int, r: int, c: int, width: int = 1) -> int:
+    """How many splits the rows of a column reduction are cut into (``width`` columns per
+    lane: the vector kernel, with its own tile target and rows per warp)."""
+    target, min_rows = ((TARGET_TILES, MIN_ROWS_PER_WARP) if width == 1
+                        else (VECTOR_TARGET_TILES, VECTOR_MIN_ROWS_PER_WARP))
+    tiles = -(-c // (COLUMNS * width)) * a
+    most = max(1, r // (WARPS * min_rows))
+    return max(1, min(most, -(-target // tiles)))
 
 
 def lower_column_reduction(
@@ -324,13 +327,6 @@ VECTOR_MIN_ROWS_PER_WARP = 16
 """A split of the vector kernel gives each warp at least this many rows."""
 
 
-def vector_splits(a: int, r: int, c: int, width: int) -> int:
-    """How many splits the rows of a vector column reduction are cut into."""
-    tiles = -(-c // (COLUMNS * width)) * a
-    most = max(1, r // (WARPS * VECTOR_MIN_ROWS_PER_WARP))
-    return max(1, min(most, -(-VECTOR_TARGET_TILES // tiles)))
-
-
 def lower_vector_columns(lw: _FunctionLowering, op: g.ReductionOp) -> bool:
     """A plain ``sum`` / ``mean`` / ``max`` / ``min`` of a bf16, f16 or f32 tensor over
     consecutive axes followed by kept ones (``[A, R, C]`` over ``R``), with ``C`` a multiple
@@ -362,7 +358,7 @@ def lower_vector_columns(lw: _FunctionLowering, op: g.ReductionOp) -> bool:
     acc_t = f32
     rt = g.elem_of(op.result)
     mean = isinstance(op, g.MeanOp)
-    s_n = vector_splits(a_n, r_n, c_n, width)
+    s_n = splits(a_n, r_n, c_n, width)
     seg = -(-r_n // s_n)
     s_n = -(-r_n // seg)
     cols = COLUMNS * width

@@ -74,7 +74,7 @@ def test_splits_and_ptx():
     """Many rows: split over tiles, the splits' partials folded by a second kernel (its
     loads unrolled); both kernels assemble with ptxas."""
     a, r, c = 1, 70000, 16
-    s = tile_colreduce.vector_splits(a, r, c, 8)
+    s = tile_colreduce.splits(a, r, c, 8)
     assert s > 1
     m, _ = _lower("sum", (r, c), [0], False, "bf16")
     names = [op.sym_name.data for op in m.walk() if isinstance(op, tt.KernelOp)]

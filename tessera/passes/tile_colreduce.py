@@ -163,9 +163,9 @@ def lower_column_reduction(
     def build_partial(e: KernelEmitter, args: list[SSAValue], dst: str) -> None:
         o_ref, ins = args[0], args[1:]
 
-        def load(ie: KernelEmitter, a: Idx, r: Idx, c: SSAValue, ok: SSAValue) -> list:
+        def load(ie: KernelEmitter, a: Idx, r: Idx, c: SSAValue, ok: SSAValue) -> SSAValue:
             v = value(ie, ins, in_index(ie, a, r, c), ok)
-            return [ie.vselect(ok, v, ie.const(_reduce_init(kind, acc_t), acc_t))]
+            return ie.vselect(ok, v, ie.const(_reduce_init(kind, acc_t), acc_t))
 
         def store(ie: KernelEmitter, a: Idx, s: Idx, c: SSAValue, total: SSAValue,
                   ok: SSAValue) -> None:
@@ -199,14 +199,16 @@ def lower_column_reduction(
 def _column_tile(
     e: KernelEmitter, width: int, unroll: int, seg: int, r_n: int, c_n: int, kind: str,
     acc_t: Attribute,
-    load: Callable[[KernelEmitter, Idx, Idx, SSAValue, SSAValue], list[SSAValue]],
+    load: Callable[[KernelEmitter, Idx, Idx, SSAValue, SSAValue], SSAValue],
     store: Callable[[KernelEmitter, Idx, Idx, SSAValue, SSAValue, SSAValue], None],
+    expand: Callable[[KernelEmitter, SSAValue, SSAValue], list[SSAValue]] | None = None,
 ) -> None:
     """The first kernel's tile (grid ``[column blocks, splits, A]``): lane ``l`` of a warp
     takes columns ``width * l ..`` of its block, warp ``y`` folds rows ``y, y + WARPS, ..``
-    of the split's ``seg`` rows in order, ``unroll`` rows loaded (``load(e, a, r, c, ok)``:
-    the ``width`` accumulator-typed elements from column ``c``, identities where ``ok`` is
-    false) before they are folded; the warps' partials are combined through shared memory
+    of the split's ``seg`` rows in order, ``unroll`` rows loaded (``load(e, a, r, c, ok)``,
+    all before any is used) and then folded (``expand(e, loaded, ok)``: the ``width``
+    accumulator-typed elements from column ``c``, identities where ``ok`` is false; without
+    it ``load`` gives the one element itself); the warps' partials are combined through shared memory
     in warp order and each column's total goes to ``store(e, a, split, c, total, ok)``."""
     from tessera.passes.lower_graph_to_tile import _combine, _reduce_init
 
@@ -225,9 +227,10 @@ def _column_tile(
             r = ie.add(r0, local)
             ok = ie.and_(c_ok, ie.and_(ie.lt(r, r_n), ie.lt(local, seg)))
             assert ok is not None
-            loaded.append(load(ie, a, r, c0, ok))
+            loaded.append((load(ie, a, r, c0, ok), ok))
         accs = list(carried)
-        for vals in loaded:
+        for raw, ok in loaded:
+            vals = expand(ie, raw, ok) if expand is not None else [raw]
             accs = [_combine(ie, kind, acc, v) for acc, v in zip(accs, vals)]
         return accs
 
@@ -235,8 +238,10 @@ def _column_tile(
     accs = e.for_(0, -(-seg // (WARPS * unroll)), 1, [init] * width, step)
     smem = e.op(tt.AllocSharedOp([WARPS, COLUMNS * width], acc_t, alignment=16))
 
+    base = lane if width == 1 else e.mul(lane, width)
+
     def col(ie: KernelEmitter, j: int) -> Idx:
-        return lane if width == 1 else ie.add(ie.mul(lane, width), j)
+        return base if j == 0 else ie.add(base, j)
 
     for j, acc in enumerate(accs):
         e.store(acc, smem, [warp, col(e, j)])
@@ -244,9 +249,10 @@ def _column_tile(
 
     def combine(ie: KernelEmitter) -> list[SSAValue]:
         for j in range(width):
-            total = ie.load(smem, [0, col(ie, j)])
+            cj = col(ie, j)
+            total = ie.load(smem, [0, cj])
             for w in range(1, WARPS):
-                total = _combine(ie, kind, total, ie.load(smem, [w, col(ie, j)]))
+                total = _combine(ie, kind, total, ie.load(smem, [w, cj]))
             store(ie, a, s, c0 if j == 0 else ie.add(c0, j), total, c_ok)
         return []
 
@@ -376,8 +382,10 @@ def lower_vector_columns(lw: _FunctionLowering, op: g.ReductionOp) -> bool:
         o_ref, xr = args
         init = _reduce_init(kind, acc_t)
 
-        def load(ie: KernelEmitter, a: Idx, r: Idx, c: SSAValue, ok: SSAValue) -> list:
-            v = ie.op(tt.LoadVectorOp(xr, [ie.index(a), ie.index(r), ie.index(c)], width, ok))
+        def load(ie: KernelEmitter, a: Idx, r: Idx, c: SSAValue, ok: SSAValue) -> SSAValue:
+            return ie.op(tt.LoadVectorOp(xr, [ie.index(a), ie.index(r), ie.index(c)], width, ok))
+
+        def expand(ie: KernelEmitter, v: SSAValue, ok: SSAValue) -> list[SSAValue]:
             vals = [ie.convert(ie.extract(v, j), acc_t) for j in range(width)]
             if kind != "sum":  # a masked load reads zeros
                 vals = [ie.vselect(ok, x, ie.const(init, acc_t)) for x in vals]
@@ -390,7 +398,7 @@ def lower_vector_columns(lw: _FunctionLowering, op: g.ReductionOp) -> bool:
             else:
                 ie.store(total, o_ref, [a, s, c], mask=ok)
 
-        _column_tile(e, width, VECTOR_UNROLL, seg, r_n, c_n, kind, acc_t, load, store)
+        _column_tile(e, width, VECTOR_UNROLL, seg, r_n, c_n, kind, acc_t, load, store, expand)
 
     tag = op.name.split(".")[1]
     grid = [-(-c_n // cols), s_n, a_n]

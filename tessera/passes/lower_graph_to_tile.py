@@ -732,7 +732,9 @@ class _FunctionLowering:
         self.kernel("softmax", [out, self.mem(op.input)], group, [prod(row.kept), 1, 1], build)
         self.env[op.result] = out
 
-    def lower_norm(self, op: g.RMSNormOp | g.LayerNormOp) -> None:
+    def lower_norm(self, op: g.RMSNormOp | g.LayerNormOp | g.LayerNormFwdOp) -> None:
+        """The strided norm kernel: one tile per row, two passes for the statistics and
+        one for the result (``layernorm_fwd`` also stores the mean and ``rstd``)."""
         t = g.elem_of(op.input)
         acc_t = _accum_type(t, op)
         shape = g.shape_of(op.input)
@@ -740,20 +742,27 @@ class _FunctionLowering:
         d = shape[-1]
         group, _ = row.group()
         eps = op.eps.value.data
-        is_ln = isinstance(op, g.LayerNormOp)
+        is_ln = isinstance(op, g.LayerNormOp | g.LayerNormFwdOp)
+        stats = isinstance(op, g.LayerNormFwdOp)
         w = op.weight
-        b = op.bias if isinstance(op, g.LayerNormOp) else None
+        b = op.bias if is_ln else None
         out = self.alloc(op.result.type)
         host_args = [out, self.mem(op.input)]
         if w is not None:
             host_args.append(self.mem(w))
         if b is not None:
             host_args.append(self.mem(b))
+        if stats:
+            assert isinstance(op, g.LayerNormFwdOp)
+            mean_out, rstd_out = self.alloc(op.mean.type), self.alloc(op.rstd.type)
+            host_args += [mean_out, rstd_out]
+        n_params = len(host_args) - (4 if stats else 2)
 
         def build(e: KernelEmitter, args: list[SSAValue]) -> None:
             o_ref, x = args[0], args[1]
-            w_ref = args[2] if w is not None else None
-            b_ref = args[-1] if b is not None else None
+            params = args[2:2 + n_params]
+            w_ref = params[0] if w is not None else None
+            b_ref = params[-1] if b is not None else None
             o = e.tile_id("x")
             lane = e.local_id()
 
@@ -779,6 +788,11 @@ class _FunctionLowering:
                 ms = e.fdiv(self.row_reduce(e, row, o, lane, "sum", acc_t, square), n)
                 inv = e.rsqrt(e.fadd(ms, e.const(eps, acc_t)))
                 mean = None
+            if stats:
+                assert mean is not None
+                sidx = [*e.unravel(o, row.kept), 0]
+                for ref, v in ((args[-2], mean), (args[-1], inv)):
+                    e.store(v, ref, sidx, mask=e.eq(lane, 0))
 
             def write(ie: KernelEmitter, r: Idx, ok: SSAValue, c: list[SSAValue]) -> list:
                 idx = row.index(ie, o, r)
@@ -799,6 +813,9 @@ class _FunctionLowering:
             op.name.split(".")[1], host_args, group, [prod(row.kept), 1, 1], build
         )
         self.env[op.result] = out
+        if stats:
+            self.env[op.mean] = mean_out
+            self.env[op.rstd] = rstd_out
 
     def lower_mse(self, op: g.MSEOp) -> None:
         t = g.elem_of(op.pred)
@@ -1335,7 +1352,7 @@ TILE_LOWERINGS.register(g.FusedOp)(_FunctionLowering.lower_fused)
 TILE_LOWERINGS.register(g.SumOp, g.MaxOp, g.MinOp, g.MeanOp)(_FunctionLowering.lower_reduction)
 TILE_LOWERINGS.register(g.LogSumExpOp)(tile_rowwise.lower_logsumexp)
 TILE_LOWERINGS.register(g.SoftmaxOp)(tile_rowwise.lower_softmax)
-TILE_LOWERINGS.register(g.RMSNormOp, g.LayerNormOp)(tile_rowwise.lower_norm)
+TILE_LOWERINGS.register(g.RMSNormOp, g.LayerNormOp, g.LayerNormFwdOp)(tile_rowwise.lower_norm)
 TILE_LOWERINGS.register(g.MSEOp)(_FunctionLowering.lower_mse)
 # data movement
 TILE_LOWERINGS.register(g.ConstantOp)(_FunctionLowering.lower_constant)

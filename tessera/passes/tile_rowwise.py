@@ -256,38 +256,49 @@ def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> None:
     lw.env[op.result] = out
 
 
-def lower_norm(lw: _FunctionLowering, op: g.RMSNormOp | g.LayerNormOp) -> None:
-    """``tgraph.rmsnorm`` / ``tgraph.layernorm``: the register kernel on rows
-    :func:`plan_row` accepts, the streaming kernels on longer rows, else the strided
-    kernel."""
+def lower_norm(
+    lw: _FunctionLowering, op: g.RMSNormOp | g.LayerNormOp | g.LayerNormFwdOp
+) -> None:
+    """``tgraph.rmsnorm`` / ``tgraph.layernorm`` / ``tgraph.layernorm_fwd``: the register
+    kernel on rows :func:`plan_row` accepts, the streaming kernels on longer rows (not
+    for ``layernorm_fwd``), else the strided kernel. ``layernorm_fwd``'s kernel also
+    stores each row's mean and ``rstd`` (the first lane of the row)."""
     shape = g.shape_of(op.input)
     et = g.elem_of(op.input)
     w = op.weight
-    b = op.bias if isinstance(op, g.LayerNormOp) else None
+    is_ln = isinstance(op, g.LayerNormOp | g.LayerNormFwdOp)
+    stats = isinstance(op, g.LayerNormFwdOp)
+    b = op.bias if is_ln else None
     ok = bool(shape) and rows_of(shape) > 0 and norm_params_ok(op)
     plan = plan_row(shape[-1], et) if ok else None
     if plan is None:
-        if not (ok and tile_rowstream.lower_norm(lw, op)):
+        if stats or not (ok and tile_rowstream.lower_norm(lw, op)):
             lw.lower_norm(op)
         return
     rows = rows_of(shape)
     n = shape[-1]
     eps = op.eps.value.data
-    is_ln = isinstance(op, g.LayerNormOp)
     out = lw.alloc(op.result.type)
     host_args = [out, lw.mem(op.input)]
     if w is not None:
         host_args.append(lw.mem(w))
     if b is not None:
         host_args.append(lw.mem(b))
+    if stats:
+        assert isinstance(op, g.LayerNormFwdOp)
+        mean_out, rstd_out = lw.alloc(op.mean.type), lw.alloc(op.rstd.type)
+        host_args += [mean_out, rstd_out]
+    n_params = len(host_args) - (4 if stats else 2)
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         o_ref, x = args[0], args[1]
-        w_ref = args[2] if w is not None else None
-        b_ref = args[-1] if b is not None else None
+        params = args[2:2 + n_params]
+        w_ref = params[0] if w is not None else None
+        b_ref = params[-1] if b is not None else None
         k = RowKernel(e, plan, rows, shape[:-1])
         r = k.load(x)
         inv_n = e.const(1.0 / n, f32)
+        mean = None
         if is_ln:
             mean = e.fmul(k.reduce(r, "sum", lambda v: v), inv_n)
             xs = [p.like([e.fsub(v, mean) for v in p.values]) for p in r]
@@ -304,11 +315,19 @@ def lower_norm(lw: _FunctionLowering, op: g.RMSNormOp | g.LayerNormOp) -> None:
                 y = [e.fadd(v, q) for v, q in zip(y, load_param(e, b_ref, p, plan.ragged))]
             ys.append(y)
         k.store(o_ref, r, ys, et)
+        if stats:
+            assert mean is not None
+            first = e.and_(k.row_ok, e.eq(k.lane, 0))
+            for ref, v in ((args[-2], mean), (args[-1], inv)):
+                e.store(v, ref, [*k.lead, 0], mask=first)
 
     lw.kernel(
         op.name.split(".")[1], host_args, plan.group_size, _grid(plan, rows), build
     )
     lw.env[op.result] = out
+    if stats:
+        lw.env[op.mean] = mean_out
+        lw.env[op.rstd] = rstd_out
 
 
 def _grid(plan: RowPlan, rows: int) -> list[int]:

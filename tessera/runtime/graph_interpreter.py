@@ -520,6 +520,22 @@ def run_layernorm(interp: Interpreter, op: g.LayerNormOp, args: tuple[Any, ...])
     return (store(y, op.result.type),)
 
 
+@SEMANTICS.register(g.LayerNormFwdOp)
+def run_layernorm_fwd(interp: Interpreter, op: g.LayerNormFwdOp, args: tuple[Any, ...]):
+    t = op.input.type
+    vals = _by_operand(op, args)
+    x = load(vals[op.input], t)
+    mu = np.mean(x, axis=-1, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
+    rstd = 1 / np.sqrt(var + np.asarray(op.eps.value.data, x.dtype))
+    y = (x - mu) * rstd
+    if op.weight is not None:
+        y = y * load(vals[op.weight], t)
+    if op.bias is not None:
+        y = y + load(vals[op.bias], t)
+    return (store(y, op.result.type), store(mu, op.mean.type), store(rstd, op.rstd.type))
+
+
 @SEMANTICS.register(g.RMSNormOp)
 def run_rmsnorm(interp: Interpreter, op: g.RMSNormOp, args: tuple[Any, ...]):
     t = op.input.type

@@ -17,7 +17,7 @@ import torch.fx
 
 from tessera.autodiff.conv_grad import input_grad
 from tessera.frontend import ops
-from tessera.frontend.ops.nn import flash_attention_bwd, flash_attention_fwd
+from tessera.frontend.ops.nn import flash_attention_bwd, flash_attention_fwd, layernorm_fwd
 from tessera.torch import attention as _attention  # noqa: F401  (defines tessera::sdpa_backward)
 from tessera.torch.aten_ops import (
     FLOAT_DTYPES,
@@ -99,6 +99,9 @@ def _native_layer_norm(
     if k == 1 and not used - {0}:
         out = ops.layernorm(x, w, b, eps=float(eps))
         return out, out, out
+    if k == 1:  # a training forward: the statistics come from the same row kernel
+        y, mean, rstd = layernorm_fwd(x, w, b, eps=float(eps))
+        return y, to(mean, out_dtype(node, 1)), to(rstd, out_dtype(node, 2))
     xw = to(x, wide)
     mean = ops.mean(xw, axis=axes, keepdims=True)
     d = ops.sub(xw, mean)

@@ -179,6 +179,29 @@ def layernorm(
     )
 
 
+def layernorm_fwd(
+    x: Any, weight: Any = None, bias: Any = None, *, eps: float = 1e-5
+) -> tuple[TracedTensor, TracedTensor, TracedTensor]:
+    """``layernorm`` that also returns each row's mean and ``1 / sqrt(var + eps)``
+    (``[..., 1]``, f32; f64 for f64 ``x``): a training forward's statistics, computed
+    with the normalization in one pass over the rows."""
+    x = _tensor_arg(x, "layernorm_fwd")
+    w = _as_tensor(weight, "layernorm_fwd", x) if weight is not None else None
+    b = _as_tensor(bias, "layernorm_fwd", x) if bias is not None else None
+    stats = tensor_type((*x.shape[:-1], 1), fp64 if x.dtype == fp64 else fp32)
+    op = x.trace.add(g.LayerNormFwdOp.build(
+        operands=_named_operands(
+            g.LayerNormFwdOp,
+            input=x.value,
+            weight=w.value if w is not None else None,
+            bias=b.value if b is not None else None,
+        ),
+        result_types=[x.type, stats, stats],
+        properties={"eps": FloatAttr(_float(eps, "layernorm_fwd eps"), f64)},
+    ))
+    return tuple(TracedTensor(r, x.trace) for r in op.results)  # type: ignore[return-value]
+
+
 def rmsnorm(x: Any, weight: Any = None, *, eps: float = 1e-6) -> TracedTensor:
     """RMS normalization over the last dim, optional ``weight`` of size [D]."""
     x = _tensor_arg(x, "rmsnorm")

@@ -99,6 +99,7 @@ from tessera.ir.graph.nn import (
     FlashAttentionBwdOp,
     FlashAttentionFwdOp,
     FlashAttentionOp,
+    LayerNormFwdOp,
     LayerNormOp,
     LogSumExpOp,
     MatmulOp,
@@ -144,7 +145,7 @@ from tessera.ir.graph.shape import (
 )
 
 DERIVATIVE_SUPPORT_OPS: list[type[IRDLOperation]] = [
-    FlashAttentionFwdOp, FlashAttentionBwdOp, RealOp, ImagOp, ComplexOp, TriangularSolveOp, SpMMTransposeOp, SDDMMOp,
+    FlashAttentionFwdOp, FlashAttentionBwdOp, LayerNormFwdOp, RealOp, ImagOp, ComplexOp, TriangularSolveOp, SpMMTransposeOp, SDDMMOp,
 ]
 
 
@@ -213,6 +214,7 @@ __all__ = [
     "GtOp",
     "IRDLOperation",
     "ImagOp",
+    "LayerNormFwdOp",
     "LayerNormOp",
     "LogSumExpOp",
     "LeOp",

@@ -219,6 +219,45 @@ class LayerNormOp(_NormOp):
 
 
 @irdl_op_definition
+class LayerNormFwdOp(_NormOp):
+    """``tgraph.layernorm`` that also returns each row's statistics, for a training
+    forward whose backward reads them (``torch.native_layer_norm``'s three results).
+
+    input [..., D] (weight, bias optional, [D]) -> (result [..., D], mean [..., 1],
+    rstd [..., 1]) with ``mean`` the row's mean and ``rstd = 1 / sqrt(var + eps)`` (the
+    biased variance), both f32 (f64 for an f64 input): the values the normalization
+    used, computed once with it.
+    """
+
+    name = "tgraph.layernorm_fwd"
+    input = operand_def(TensorT)
+    weight = opt_operand_def(TensorT)
+    bias = opt_operand_def(TensorT)
+    result = result_def(TensorT)  # restated so that the results are (result, mean, rstd)
+    mean = result_def(TensorT)
+    rstd = result_def(TensorT)
+    assembly_format = (
+        "$input (`weight` $weight^ `:` type($weight))? (`bias` $bias^ `:` type($bias))? "
+        "`eps` `=` $eps attr-dict `:` type($input) `->` `(` type($result) `,` type($mean) "
+        "`,` type($rstd) `)`"
+    )
+
+    def verify_(self) -> None:
+        super().verify_()
+        s = shape_of(self.input)
+        want = Float64Type() if isinstance(elem_of(self.input), Float64Type) else Float32Type()
+        for name, v in (("mean", self.mean), ("rstd", self.rstd)):
+            if elem_of(v) != want:
+                raise VerifyException(
+                    f"{self.name}: {name} must be {want} for a {elem_of(self.input)} input, "
+                    f"got {elem_of(v)}"
+                )
+            _check_shape(self, name, shape_of(v), (*s[:-1], 1))
+        if not _is_float(elem_of(self.input)):
+            raise VerifyException(f"{self.name}: needs a floating-point operand")
+
+
+@irdl_op_definition
 class RMSNormOp(_NormOp):
     """RMS normalization over the last dimension: ``x / sqrt(mean(x^2) + eps) * weight``."""
 

@@ -1,0 +1,94 @@
+"""Attention forward and backward at the shapes of the benchmark models, against SDPA,
+by kernel time.
+
+    python bench/attention_shapes.py
+
+For each shape (ViT-B/16 at batch 128: 197 tokens, no mask; GPT-2 at 8 x 1024 and
+LLaMA-style 1B at 4 x 2048, causal, the latter with 8 key/value heads for 32 query
+heads): the forward alone (``ts.jit`` of ``ts.flash_attention`` against
+``F.scaled_dot_product_attention``) and the forward plus backward (``ts.grad`` against
+``torch.autograd.grad`` of SDPA), each first checked against float64 on the CPU at the
+first batch entry, then timed by the sum of its kernels' durations per call
+(torch.profiler), so host time is not counted on either side. Prints one table.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.colreduce import _kernel_ms  # noqa: E402
+
+SHAPES = [  # (name, batch, heads, kv heads, tokens, head size, causal)
+    ("ViT-B/16", 128, 12, 12, 197, 64, False),
+    ("GPT-2", 8, 12, 12, 1024, 64, True),
+    ("LLaMA-1B", 4, 32, 8, 2048, 64, True),
+]
+
+
+def _sdpa(q, k, v, causal):
+    import torch.nn.functional as F
+
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                          enable_gqa=k.shape[1] != q.shape[1])
+
+
+def _err(got, want) -> float:
+    return float((got.double() - want).abs().max() / want.abs().max())
+
+
+def main() -> int:
+    import torch
+
+    import tessera as ts
+
+    torch.manual_seed(0)
+    rows = []
+    for name, b, h, hkv, s, d, causal in SHAPES:
+        q = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        do = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+        fwd = ts.jit(lambda q, k, v, c=causal: ts.flash_attention(q, k, v, causal=c))
+        grad = ts.grad(lambda q, k, v, do, c=causal: ts.sum(
+            ts.flash_attention(q, k, v, causal=c) * do), argnums=(0, 1, 2))
+        # float64 reference on the first batch entry
+        qd, kd, vd, dod = (t[:1].double().cpu().requires_grad_() for t in (q, k, v, do))
+        ref = _sdpa(qd, kd, vd, causal)
+        ref_grads = torch.autograd.grad(ref, (qd, kd, vd), dod)
+        got = fwd(q, k, v)
+        got_grads = grad(q, k, v, do)
+        errs = [_err(got[:1].cpu(), ref.detach())] + [
+            _err(g_[:1].cpu(), r) for g_, r in zip(got_grads, ref_grads)]
+
+        def sdpa_step(q=q, k=k, v=v, do=do, causal=causal):
+            qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+            return torch.autograd.grad(_sdpa(qq, kk, vv, causal), (qq, kk, vv), do)
+
+        args = (q, k, v)
+        t = {
+            "sdpa fwd": _kernel_ms(lambda a=args, c=causal: _sdpa(*a, c)),
+            "tessera fwd": _kernel_ms(lambda a=args, f=fwd: f(*a)),
+            "sdpa fwd+bwd": _kernel_ms(sdpa_step),
+            "tessera fwd+bwd": _kernel_ms(lambda a=(*args, do), g=grad: g(*a)),
+        }
+        rows.append((name, b, h, hkv, s, d, causal, max(errs), t))
+        print(name, errs, t, flush=True)
+    dev = torch.cuda.get_device_name()
+    print(f"\n{dev}: kernel ms per call (torch.profiler), ratio = SDPA / Tessera")
+    print(f"{'shape':28s} {'sdpa fwd':>9s} {'tes fwd':>8s} {'ratio':>6s} "
+          f"{'sdpa f+b':>9s} {'tes f+b':>8s} {'ratio':>6s} {'err':>8s}")
+    for name, b, h, hkv, s, d, causal, err, t in rows:
+        shape = f"{name} {b}x{h}/{hkv}x{s}x{d}{' c' if causal else ''}"
+        print(f"{shape:28s} {t['sdpa fwd']:9.3f} {t['tessera fwd']:8.3f} "
+              f"{t['sdpa fwd'] / t['tessera fwd']:6.2f} {t['sdpa fwd+bwd']:9.3f} "
+              f"{t['tessera fwd+bwd']:8.3f} {t['sdpa fwd+bwd'] / t['tessera fwd+bwd']:6.2f} "
+              f"{err:8.2e}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

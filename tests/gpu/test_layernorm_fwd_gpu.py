@@ -1,0 +1,71 @@
+"""``tgraph.layernorm_fwd`` on the GPU (the normalized rows and each row's mean and
+rstd from one kernel) against torch in float64, directly and as a training forward's
+``native_layer_norm`` through ``torch.compile``. Skipped without a CUDA device."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+import tessera as ts  # noqa: E402
+import tessera.torch as tt  # noqa: E402
+from tessera.frontend.ops.nn import layernorm_fwd  # noqa: E402
+
+TYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+TOL = {"bf16": 1e-2, "f16": 2e-3, "f32": 1e-5}
+
+
+@pytest.mark.parametrize(
+    ("shape", "elem"),
+    [((25216, 768), "bf16"), ((5, 1001), "bf16"), ((3, 7, 4099), "f16"), ((9, 768), "f32"),
+     ((3, 40000), "f32")],
+)
+def test_layernorm_fwd(shape: tuple[int, ...], elem: str) -> None:
+    f = ts.jit(lambda x, w, b: layernorm_fwd(x, w, b, eps=1e-5))
+    dt = TYPES[elem]
+    n = shape[-1]
+    x = (torch.randn(*shape, device="cuda") * 2 + 3).to(dt)
+    w, b = (torch.randn(n, device="cuda").to(dt) for _ in range(2))
+    y, mean, rstd = f(x, w, b)
+    X = x.double()
+    mu = X.mean(-1, keepdim=True)
+    rs = 1 / ((X - mu) ** 2).mean(-1, keepdim=True).add(1e-5).sqrt()
+    want = (X - mu) * rs * w.double() + b.double()
+    assert y.dtype == dt and mean.dtype == rstd.dtype == torch.float32
+    assert mean.shape == rstd.shape == (*shape[:-1], 1)
+    assert float((y.double() - want).abs().max() / want.abs().max()) <= TOL[elem]
+    assert float(((mean.double() - mu) / mu).abs().max()) <= 1e-5
+    assert float(((rstd.double() - rs) / rs).abs().max()) <= 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_layer_norm_training_step(dtype: torch.dtype) -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 768), torch.nn.LayerNorm(768), torch.nn.GELU(),
+        torch.nn.Linear(768, 64),
+    ).to("cuda", dtype)
+    x = torch.randn(8, 197, 64, device="cuda", dtype=dtype, requires_grad=True)
+    out = tt.compile(model)(x)
+    out.float().pow(2).sum().backward()
+    got = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    # float64 reference
+    ref_model = {n: p.detach().double() for n, p in model.named_parameters()}
+    xd = x.detach().double().requires_grad_()
+    params = [ref_model[n].requires_grad_() for n, _ in model.named_parameters()]
+    ref = torch.func.functional_call(model.double(), dict(zip(ref_model, params)), (xd,))
+    ref.pow(2).sum().backward()
+    want = [p.grad for p in params] + [xd.grad]
+    tol = 3e-2 if dtype == torch.bfloat16 else 1e-4
+    assert float((out.double() - ref).abs().max() / ref.abs().max()) <= tol
+    for a, b in zip(got, want):
+        assert float((a.double() - b).abs().max() / b.abs().max()) <= tol
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
+    torch._dynamo.reset()

@@ -1,7 +1,7 @@
 """Attention forward and backward at the shapes of the benchmark models, against SDPA,
 by kernel time.
 
-    python bench/attention_shapes.py
+    python bench/attention_shapes.py [--variants]
 
 For each shape (ViT-B/16 at batch 128: 197 tokens, no mask; GPT-2 at 8 x 1024 and
 LLaMA-style 1B at 4 x 2048, causal, the latter with 8 key/value heads for 32 query
@@ -10,6 +10,11 @@ heads): the forward alone (``ts.jit`` of ``ts.flash_attention`` against
 ``torch.autograd.grad`` of SDPA), each first checked against float64 on the CPU at the
 first batch entry, then timed by the sum of its kernels' durations per call
 (torch.profiler), so host time is not counted on either side. Prints one table.
+
+``--variants`` also times kernel variants (each checked against float64 first): the
+forward's TMA stages (``Sm90Attention.stages``) and the backward's ``VARIANTS`` of
+``bench/attention_bwd_sm90.py``. Run it with ``TESSERA_NO_DISK_CACHE=1`` (the program
+cache does not see those settings).
 """
 
 from __future__ import annotations
@@ -41,7 +46,45 @@ def _err(got, want) -> float:
     return float((got.double() - want).abs().max() / want.abs().max())
 
 
+_REFS: dict[str, tuple] = {}
+
+FWD_STAGES = (3, 4)
+"""Forward TMA stages tried by ``--variants`` (the default is the spec's)."""
+
+
 def main() -> int:
+    import argparse
+    import dataclasses
+
+    from bench.attention_bwd_sm90 import VARIANTS
+    from tessera.passes.sm90 import attention_bwd_sm90 as bwd
+    from tessera.passes.sm90 import lower_attention_sm90 as fwd_mod
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--variants", action="store_true")
+    a = ap.parse_args()
+    defaults = (bwd.STAGES, bwd.OVERLAP, bwd.KEEP_P, bwd.DQ_BLOCK_S)
+    spec_for = fwd_mod.spec_for
+    runs: list[tuple[str, int, tuple]] = [("default", 0, defaults)]
+    if a.variants:
+        runs += [(f"fwd {n} stages", n, defaults) for n in FWD_STAGES]
+        runs += [(f"bwd {name}", 0, v) for name, v in VARIANTS]
+    rows = []
+    for label, stages, variant in runs:
+        (bwd.STAGES, bwd.OVERLAP, bwd.KEEP_P, bwd.DQ_BLOCK_S) = variant
+        fwd_mod.spec_for = (
+            (lambda op, n=stages: dataclasses.replace(spec_for(op), stages=n))
+            if stages else spec_for)
+        try:
+            rows += [(f"{label}: {r[0]}", *r[1:]) for r in _measure()]
+        finally:
+            (bwd.STAGES, bwd.OVERLAP, bwd.KEEP_P, bwd.DQ_BLOCK_S) = defaults
+            fwd_mod.spec_for = spec_for
+    _table(rows)
+    return 0
+
+
+def _measure() -> list[tuple]:
     import torch
 
     import tessera as ts
@@ -56,12 +99,14 @@ def main() -> int:
         grad = ts.grad(lambda q, k, v, do, c=causal: ts.sum(
             ts.flash_attention(q, k, v, causal=c) * do), argnums=(0, 1, 2))
         # float64 reference on the first batch entry
-        qd, kd, vd, dod = (t[:1].double().cpu().requires_grad_() for t in (q, k, v, do))
-        ref = _sdpa(qd, kd, vd, causal)
-        ref_grads = torch.autograd.grad(ref, (qd, kd, vd), dod)
+        if name not in _REFS:  # the same inputs in every run (seeded): computed once
+            qd, kd, vd, dod = (t[:1].double().cpu().requires_grad_() for t in (q, k, v, do))
+            out = _sdpa(qd, kd, vd, causal)
+            _REFS[name] = (out.detach(), torch.autograd.grad(out, (qd, kd, vd), dod))
+        ref, ref_grads = _REFS[name]
         got = fwd(q, k, v)
         got_grads = grad(q, k, v, do)
-        errs = [_err(got[:1].cpu(), ref.detach())] + [
+        errs = [_err(got[:1].cpu(), ref)] + [
             _err(g_[:1].cpu(), r) for g_, r in zip(got_grads, ref_grads)]
 
         def sdpa_step(q=q, k=k, v=v, do=do, causal=causal):
@@ -77,17 +122,22 @@ def main() -> int:
         }
         rows.append((name, b, h, hkv, s, d, causal, max(errs), t))
         print(name, errs, t, flush=True)
+    return rows
+
+
+def _table(rows: list[tuple]) -> None:
+    import torch
+
     dev = torch.cuda.get_device_name()
     print(f"\n{dev}: kernel ms per call (torch.profiler), ratio = SDPA / Tessera")
-    print(f"{'shape':28s} {'sdpa fwd':>9s} {'tes fwd':>8s} {'ratio':>6s} "
+    print(f"{'shape':44s} {'sdpa fwd':>9s} {'tes fwd':>8s} {'ratio':>6s} "
           f"{'sdpa f+b':>9s} {'tes f+b':>8s} {'ratio':>6s} {'err':>8s}")
     for name, b, h, hkv, s, d, causal, err, t in rows:
         shape = f"{name} {b}x{h}/{hkv}x{s}x{d}{' c' if causal else ''}"
-        print(f"{shape:28s} {t['sdpa fwd']:9.3f} {t['tessera fwd']:8.3f} "
+        print(f"{shape:44s} {t['sdpa fwd']:9.3f} {t['tessera fwd']:8.3f} "
               f"{t['sdpa fwd'] / t['tessera fwd']:6.2f} {t['sdpa fwd+bwd']:9.3f} "
               f"{t['tessera fwd+bwd']:8.3f} {t['sdpa fwd+bwd'] / t['tessera fwd+bwd']:6.2f} "
               f"{err:8.2e}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -277,6 +277,21 @@ def _kernel_profile(step: Callable[[], Any], top: int) -> list[str]:
     launches = sum(t[1] for t in totals.values())
     lines = [f"all kernels: {all_us / 1e3:.3f} ms, {launches} launches; host issues a step "
              f"in {issue_ms:.1f} ms"]
+    # the host's waits on the device within a step: synchronizations and copies to it
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    waits: dict[str, list[float]] = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CPU and any(
+            w in ev.name for w in ("Synchronize", "Memcpy", "_local_scalar_dense", "nonzero")
+        ):
+            t = waits.setdefault(ev.name, [0.0, 0])
+            t[0] += ev.cpu_time_total
+            t[1] += 1
+    lines.append("host waits: " + (", ".join(
+        f"{name} {us / 1e3:.2f} ms/{n}" for name, (us, n) in
+        sorted(waits.items(), key=lambda kv: -kv[1][0])[:8]) or "none"))
     # by kind: a Tessera kernel's name ends in its kind and a number (graph0_forward_p0_conv_3)
     kinds: dict[str, list[float]] = {}
     for name, (us, n) in totals.items():

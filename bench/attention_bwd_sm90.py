@@ -86,11 +86,13 @@ def main() -> None:
         junk = torch.full((nbytes // 2,), float("nan"), device="cuda", dtype=torch.float16)
         del junk
 
-    default = (sm90_bwd.STAGES, sm90_bwd.OVERLAP, sm90_bwd.KEEP_P, sm90_bwd.DQ_BLOCK_S)
+    default = (sm90_bwd.STAGES, sm90_bwd.STAGES_D64, sm90_bwd.OVERLAP, sm90_bwd.KEEP_P,
+               sm90_bwd.DQ_BLOCK_S)
 
     def set_variant(v) -> None:
-        (sm90_bwd.STAGES, sm90_bwd.OVERLAP, sm90_bwd.KEEP_P,
-         sm90_bwd.DQ_BLOCK_S) = default if v is None else v
+        """A variant's stages at every head size, or the defaults (None)."""
+        (sm90_bwd.STAGES, sm90_bwd.STAGES_D64, sm90_bwd.OVERLAP, sm90_bwd.KEEP_P,
+         sm90_bwd.DQ_BLOCK_S) = default if v is None else (v[0], *v)
 
     lines: list[str] = []
     ok_all = True

@@ -63,22 +63,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variants", action="store_true")
     a = ap.parse_args()
-    defaults = (bwd.STAGES, bwd.OVERLAP, bwd.KEEP_P, bwd.DQ_BLOCK_S)
+    defaults = (bwd.STAGES, bwd.STAGES_D64, bwd.OVERLAP, bwd.KEEP_P, bwd.DQ_BLOCK_S)
     spec_for = fwd_mod.spec_for
     runs: list[tuple[str, int, tuple]] = [("default", 0, defaults)]
     if a.variants:
         runs += [(f"fwd {n} stages", n, defaults) for n in FWD_STAGES]
-        runs += [(f"bwd {name}", 0, v) for name, v in VARIANTS]
+        runs += [(f"bwd {name}", 0, (v[0], *v)) for name, v in VARIANTS]
     rows = []
     for label, stages, variant in runs:
-        (bwd.STAGES, bwd.OVERLAP, bwd.KEEP_P, bwd.DQ_BLOCK_S) = variant
+        (bwd.STAGES, bwd.STAGES_D64, bwd.OVERLAP, bwd.KEEP_P, bwd.DQ_BLOCK_S) = variant
         fwd_mod.spec_for = (
             (lambda op, n=stages: dataclasses.replace(spec_for(op), stages=n))
             if stages else spec_for)
         try:
             rows += [(f"{label}: {r[0]}", *r[1:]) for r in _measure()]
         finally:
-            (bwd.STAGES, bwd.OVERLAP, bwd.KEEP_P, bwd.DQ_BLOCK_S) = defaults
+            (bwd.STAGES, bwd.STAGES_D64, bwd.OVERLAP, bwd.KEEP_P, bwd.DQ_BLOCK_S) = defaults
             fwd_mod.spec_for = spec_for
     _table(rows)
     return 0

@@ -79,6 +79,10 @@ CONSUMERS = 2
 STAGES = 2
 """Slots of the streamed ring; with :data:`OVERLAP` and :data:`KEEP_P` the variants
 bench/attention_bwd_sm90.py times (:class:`Sm90AttentionBwd`)."""
+STAGES_D64 = 3
+"""Ring slots at head size 64: its smaller blocks leave room for a third, which took the
+models' shapes 3-4 % faster (``bench/attention_shapes.py --variants``; at head size 128
+the third slot was no faster)."""
 OVERLAP = True
 KEEP_P = True
 DQ_BLOCK_S = BLOCK_S
@@ -581,7 +585,8 @@ def specs_for(op: g.FlashAttentionBwdOp) -> tuple[Sm90AttentionBwd, Sm90Attentio
     et = _TYPE_NAMES[type(g.elem_of(op.q))]
     return tuple(  # type: ignore[return-value]
         Sm90AttentionBwd(kind, heads, qs[-2], ks[-2], d, et, scale, op.causal is not None,
-                         STAGES, OVERLAP, BLOCK_S if kind == "dkdv" else DQ_BLOCK_S, KEEP_P)
+                         STAGES_D64 if d == 64 else STAGES, OVERLAP,
+                         BLOCK_S if kind == "dkdv" else DQ_BLOCK_S, KEEP_P)
         for kind in ("dkdv", "dq")
     )
 

@@ -335,6 +335,9 @@ def operand_slots(op: Operation) -> dict[str, int]:
 
 @VJP_RULES.register(g.LayerNormOp, g.RMSNormOp)
 def _norm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    """The row statistics again (mean and rstd, f32; f64 for f64 inputs), then the input
+    gradient as one ``layernorm_bwd`` / ``rmsnorm_bwd`` row kernel and the weight and
+    bias gradients as column sums of ``dy xhat`` and ``dy``."""
     assert isinstance(op, g.LayerNormOp | g.RMSNormOp)
     ct = cts[0]
     assert ct is not None
@@ -343,22 +346,26 @@ def _norm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bo
     s = shape_of(x)
     last = len(s) - 1
     lead = list(range(last))
-    if isinstance(op, g.LayerNormOp):
-        xc = e.sub(x, e.mean(x, [last], keepdims=True))
-    else:
-        xc = x
+    wide = Float64Type() if isinstance(elem_of(x), Float64Type) else f32
+    xw = e.cast(x, wide)
+    mean = e.mean(xw, [last], keepdims=True) if isinstance(op, g.LayerNormOp) else None
+    xc = e.sub(xw, mean) if mean is not None else xw
     r = e.rsqrt(e.add(e.mean(e.mul(xc, xc), [last], keepdims=True), eps))
-    xhat = e.mul(xc, r)
     slots = operand_slots(op)
     out: list[Cot] = [None] * len(op.operands)
     if needs[slots["input"]]:
-        gy = e.mul(ct, op.weight) if op.weight is not None else ct
-        inner = e.sub(gy, e.mul(xhat, e.mean(e.mul(gy, xhat), [last], keepdims=True)))
-        if isinstance(op, g.LayerNormOp):
-            inner = e.sub(inner, e.mean(gy, [last], keepdims=True))
-        out[slots["input"]] = e.mul(r, inner)
-    if "weight" in slots and needs[slots["weight"]]:
-        d = e.mul(ct, xhat)
+        w = op.weight
+        if mean is not None:
+            bwd = g.LayerNormBwdOp.build(
+                operands=[ct, x, mean, r, [w] if w is not None else []],
+                result_types=[x.type])
+        else:
+            bwd = g.RMSNormBwdOp.build(
+                operands=[ct, x, r, [w] if w is not None else []], result_types=[x.type])
+        out[slots["input"]] = e.insert(bwd)
+    wants_w = "weight" in slots and needs[slots["weight"]]
+    if wants_w:
+        d = e.mul(ct, e.cast(e.mul(xc, r), elem_of(x)))
         out[slots["weight"]] = e.sum(d, lead) if lead else d
     if "bias" in slots and needs[slots["bias"]]:
         out[slots["bias"]] = e.sum(ct, lead) if lead else ct
@@ -542,6 +549,28 @@ def _attention_bwd(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Se
     """Through the Graph IR expansion (second derivatives, forward mode)."""
     assert isinstance(op, g.FlashAttentionBwdOp)
     return vjp_by_expansion(e, op, cts, needs, lambda ee: expand_attention_bwd(ee, op))
+
+
+def expand_norm_bwd(e: GraphEmitter, op: g.LayerNormBwdOp | g.RMSNormBwdOp) -> list[SSAValue]:
+    """``layernorm_bwd`` / ``rmsnorm_bwd`` as Graph IR elementwise ops and row means (in
+    the statistics' type, the result rounded to the input's)."""
+    last = len(shape_of(op.input)) - 1
+    wide = elem_of(op.rstd)
+    x, dy = e.cast(op.input, wide), e.cast(op.dy, wide)
+    xc = e.sub(x, op.mean) if isinstance(op, g.LayerNormBwdOp) else x
+    xhat = e.mul(xc, op.rstd)
+    gy = e.mul(dy, e.cast(op.weight, wide)) if op.weight is not None else dy
+    inner = e.sub(gy, e.mul(xhat, e.mean(e.mul(gy, xhat), [last], keepdims=True)))
+    if isinstance(op, g.LayerNormBwdOp):
+        inner = e.sub(inner, e.mean(gy, [last], keepdims=True))
+    return [e.cast(e.mul(op.rstd, inner), elem_of(op.input))]
+
+
+@VJP_RULES.register(g.LayerNormBwdOp, g.RMSNormBwdOp)
+def _norm_bwd(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bool]):
+    """Through the Graph IR expansion (second derivatives, forward mode)."""
+    assert isinstance(op, g.LayerNormBwdOp | g.RMSNormBwdOp)
+    return vjp_by_expansion(e, op, cts, needs, lambda ee: expand_norm_bwd(ee, op))
 
 
 @VJP_RULES.register(g.MSEOp)

@@ -817,6 +817,62 @@ class _FunctionLowering:
             self.env[op.mean] = mean_out
             self.env[op.rstd] = rstd_out
 
+    def lower_norm_bwd(self, op: g.LayerNormBwdOp | g.RMSNormBwdOp) -> None:
+        """The strided norm-gradient kernel: one tile per row, a pass for the row's sums
+        and one for ``dx`` (see ``tgraph.layernorm_bwd``)."""
+        t = g.elem_of(op.input)
+        acc_t = _accum_type(t, op)
+        shape = g.shape_of(op.input)
+        row = _Row(shape, [len(shape) - 1])
+        d = shape[-1]
+        group, _ = row.group()
+        is_ln = isinstance(op, g.LayerNormBwdOp)
+        stats = [op.mean, op.rstd] if isinstance(op, g.LayerNormBwdOp) else [op.rstd]
+        w = op.weight
+        out = self.alloc(op.result.type)
+        host_args = [out, self.mem(op.dy), self.mem(op.input), *(self.mem(v) for v in stats)]
+        if w is not None:
+            host_args.append(self.mem(w))
+
+        def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+            o_ref, dy_ref, x_ref = args[:3]
+            st = args[3:3 + len(stats)]
+            w_ref = args[3 + len(stats)] if w is not None else None
+            o = e.tile_id("x")
+            lane = e.local_id()
+            sidx = [*e.unravel(o, row.kept), 0]
+            rstd = e.convert(e.load(st[-1], sidx), acc_t)
+            mean = e.convert(e.load(st[0], sidx), acc_t) if is_ln else None
+
+            def xhat(ie: KernelEmitter, idx: list[Idx], ok: SSAValue) -> SSAValue:
+                x = ie.convert(ie.load(x_ref, idx, mask=ok), acc_t)
+                return ie.fmul(ie.fsub(x, mean) if mean is not None else x, rstd)
+
+            def gy(ie: KernelEmitter, idx: list[Idx], ok: SSAValue) -> SSAValue:
+                v = ie.convert(ie.load(dy_ref, idx, mask=ok), acc_t)
+                if w_ref is not None:
+                    v = ie.fmul(v, ie.convert(ie.load(w_ref, [idx[-1]], mask=ok), acc_t))
+                return v
+
+            n = e.const(float(d), acc_t)
+            m2 = e.fdiv(self.row_reduce(
+                e, row, o, lane, "sum", acc_t,
+                lambda ie, idx, ok: ie.fmul(gy(ie, idx, ok), xhat(ie, idx, ok))), n)
+            m1 = e.fdiv(self.row_reduce(e, row, o, lane, "sum", acc_t, gy), n) if is_ln else None
+
+            def write(ie: KernelEmitter, r: Idx, ok: SSAValue, c: list[SSAValue]) -> list:
+                idx = row.index(ie, o, r)
+                y = ie.fsub(gy(ie, idx, ok), ie.fmul(xhat(ie, idx, ok), m2))
+                if m1 is not None:
+                    y = ie.fsub(y, m1)
+                ie.store(ie.convert(ie.fmul(y, rstd), t), o_ref, idx, mask=ok)
+                return []
+
+            self.row_loop(e, d, group, lane, [], write)
+
+        self.kernel(op.name.split(".")[1], host_args, group, [prod(row.kept), 1, 1], build)
+        self.env[op.result] = out
+
     def lower_mse(self, op: g.MSEOp) -> None:
         t = g.elem_of(op.pred)
         acc_t = _accum_type(t, op)
@@ -1353,6 +1409,7 @@ TILE_LOWERINGS.register(g.SumOp, g.MaxOp, g.MinOp, g.MeanOp)(_FunctionLowering.l
 TILE_LOWERINGS.register(g.LogSumExpOp)(tile_rowwise.lower_logsumexp)
 TILE_LOWERINGS.register(g.SoftmaxOp)(tile_rowwise.lower_softmax)
 TILE_LOWERINGS.register(g.RMSNormOp, g.LayerNormOp, g.LayerNormFwdOp)(tile_rowwise.lower_norm)
+TILE_LOWERINGS.register(g.LayerNormBwdOp, g.RMSNormBwdOp)(tile_rowwise.lower_norm_bwd)
 TILE_LOWERINGS.register(g.MSEOp)(_FunctionLowering.lower_mse)
 # data movement
 TILE_LOWERINGS.register(g.ConstantOp)(_FunctionLowering.lower_constant)

@@ -381,7 +381,9 @@ SHARDING_RULES.register(g.SliceOp)(_slice)
 SHARDING_RULES.register(g.ConcatOp)(_concat)
 SHARDING_RULES.register(g.SoftmaxOp)(_softmax)
 SHARDING_RULES.register(g.LogSumExpOp)(_logsumexp)
-SHARDING_RULES.register(g.LayerNormOp, g.RMSNormOp)(_last_dim)
+SHARDING_RULES.register(
+    g.LayerNormOp, g.RMSNormOp, g.LayerNormFwdOp, g.LayerNormBwdOp, g.RMSNormBwdOp
+)(_last_dim)
 SHARDING_RULES.register(g.FlashAttentionOp)(_last_two_dims)
 SHARDING_RULES.register(g.MSEOp)(_mse)
 SHARDING_RULES.register(g.Conv2dOp)(_conv2d)
@@ -460,12 +462,18 @@ def _uneven_softmax(op: g.SoftmaxOp, ins: list[int], outs: list[int]):
     return [set(range(ins[0])) - {ax}], [set(range(outs[0])) - {ax}]
 
 
-@UNEVEN_DIMS.register(g.LayerNormOp, g.RMSNormOp)
+@UNEVEN_DIMS.register(
+    g.LayerNormOp, g.RMSNormOp, g.LayerNormFwdOp, g.LayerNormBwdOp, g.RMSNormBwdOp
+)
 def _uneven_norm(op: Operation, ins: list[int], outs: list[int]):
-    last = {ins[0] - 1}
-    return [set(range(ins[0])) - last, *[set() for _ in ins[1:]]], [
-        set(range(outs[0])) - last, *[set() for _ in outs[1:]]
-    ]
+    """Rows (every dim but the last) of the operands and results of the input's rank
+    (the input, its gradient, the row statistics); none of the weights'."""
+    rank = ins[0]
+
+    def rows(r: int) -> set[int]:
+        return set(range(r - 1)) if r == rank else set()
+
+    return [rows(r) for r in ins], [rows(r) for r in outs]
 
 
 def uneven_dims(op: Operation) -> tuple[list[set[int]], list[set[int]]]:

@@ -188,7 +188,9 @@ def rows_of(shape: Sequence[int]) -> int:
     return n
 
 
-def norm_params_ok(op: g.RMSNormOp | g.LayerNormOp | g.LayerNormFwdOp) -> bool:
+def norm_params_ok(
+    op: g.RMSNormOp | g.LayerNormOp | g.LayerNormFwdOp | g.LayerNormBwdOp | g.RMSNormBwdOp,
+) -> bool:
     """The weight and bias (when present) have an element type the row kernels read."""
     b = op.bias if isinstance(op, g.LayerNormOp | g.LayerNormFwdOp) else None
     return all(p is None or elem_bytes(g.elem_of(p)) is not None for p in (op.weight, b))

@@ -330,5 +330,57 @@ def lower_norm(
         lw.env[op.rstd] = rstd_out
 
 
+def lower_norm_bwd(lw: _FunctionLowering, op: g.LayerNormBwdOp | g.RMSNormBwdOp) -> None:
+    """``tgraph.layernorm_bwd`` / ``tgraph.rmsnorm_bwd``: the register kernel on rows
+    :func:`plan_row` accepts (``dy`` and ``x`` read once each, the row's two sums on
+    registers, ``dx`` written once), else the strided kernel."""
+    shape = g.shape_of(op.input)
+    et = g.elem_of(op.input)
+    w = op.weight
+    is_ln = isinstance(op, g.LayerNormBwdOp)
+    ok = bool(shape) and rows_of(shape) > 0 and norm_params_ok(op)
+    plan = plan_row(shape[-1], et) if ok else None
+    if plan is None:
+        lw.lower_norm_bwd(op)
+        return
+    rows = rows_of(shape)
+    n = shape[-1]
+    stats = [op.mean, op.rstd] if isinstance(op, g.LayerNormBwdOp) else [op.rstd]
+    out = lw.alloc(op.result.type)
+    host_args = [out, lw.mem(op.dy), lw.mem(op.input), *(lw.mem(v) for v in stats)]
+    if w is not None:
+        host_args.append(lw.mem(w))
+
+    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+        o_ref, dy_ref, x_ref = args[:3]
+        st = args[3:3 + len(stats)]
+        w_ref = args[3 + len(stats)] if w is not None else None
+        k = RowKernel(e, plan, rows, shape[:-1])
+        xs, dys = k.load(x_ref), k.load(dy_ref)
+        sidx = [e.index(i) for i in (*k.lead, 0)]
+        rstd = e.op(tt.LoadOp(st[-1], sidx, k.row_ok))
+        mean = e.op(tt.LoadOp(st[0], sidx, k.row_ok)) if is_ln else None
+        xhat = [p.like([e.fmul(e.fsub(v, mean) if mean is not None else v, rstd)
+                        for v in p.values]) for p in xs]
+        gs = [p if w_ref is None else p.like(
+            [e.fmul(v, q) for v, q in zip(p.values, load_param(e, w_ref, p, plan.ragged))])
+            for p in dys]
+        inv_n = e.const(1.0 / n, f32)
+        prods = [pg.like([e.fmul(a, b) for a, b in zip(pg.values, px.values)])
+                 for pg, px in zip(gs, xhat)]
+        m2 = e.fmul(k.reduce(prods, "sum", lambda v: v), inv_n)
+        m1 = e.fmul(k.reduce(gs, "sum", lambda v: v), inv_n) if is_ln else None
+        ys = []
+        for pg, px in zip(gs, xhat):
+            y = [e.fsub(a, e.fmul(b, m2)) for a, b in zip(pg.values, px.values)]
+            if m1 is not None:
+                y = [e.fsub(v, m1) for v in y]
+            ys.append([e.fmul(v, rstd) for v in y])
+        k.store(o_ref, xs, ys, et)
+
+    lw.kernel(op.name.split(".")[1], host_args, plan.group_size, _grid(plan, rows), build)
+    lw.env[op.result] = out
+
+
 def _grid(plan: RowPlan, rows: int) -> list[int]:
     return [cdiv(rows, plan.rows_per_tile), 1, 1]

@@ -536,6 +536,24 @@ def run_layernorm_fwd(interp: Interpreter, op: g.LayerNormFwdOp, args: tuple[Any
     return (store(y, op.result.type), store(mu, op.mean.type), store(rstd, op.rstd.type))
 
 
+@SEMANTICS.register(g.LayerNormBwdOp, g.RMSNormBwdOp)
+def run_norm_bwd(
+    interp: Interpreter, op: g.LayerNormBwdOp | g.RMSNormBwdOp, args: tuple[Any, ...]
+):
+    t = op.input.type
+    vals = _by_operand(op, args)
+    x, dy = load(vals[op.input], t), load(vals[op.dy], t)
+    rstd = load(vals[op.rstd], op.rstd.type, x.dtype)
+    centered = x - load(vals[op.mean], op.mean.type, x.dtype) if isinstance(
+        op, g.LayerNormBwdOp) else x
+    xhat = centered * rstd
+    gy = dy * load(vals[op.weight], t) if op.weight is not None else dy
+    inner = gy - xhat * np.mean(gy * xhat, axis=-1, keepdims=True)
+    if isinstance(op, g.LayerNormBwdOp):
+        inner = inner - np.mean(gy, axis=-1, keepdims=True)
+    return (store(rstd * inner, op.result.type),)
+
+
 @SEMANTICS.register(g.RMSNormOp)
 def run_rmsnorm(interp: Interpreter, op: g.RMSNormOp, args: tuple[Any, ...]):
     t = op.input.type

@@ -38,6 +38,8 @@ def _decompositions() -> dict[Any, Callable[..., Any]]:
     # Kept whole: two slices and a concat per rolled dim (decomposed, it is an fmod of
     # an arange and an index_select, which stay in torch)
     del table[aten.roll.default]
+    # Kept whole: its input gradient is one layernorm_bwd row kernel
+    del table[aten.native_layer_norm_backward.default]
     # Batch norm with no running statistics (instance norm, NFNet's weight
     # standardization): torch's decomposition, a var_mean and elementwise ops
     table[aten._native_batch_norm_legit.no_stats] = decomposition_table[
@@ -63,9 +65,9 @@ def _weight_norm_backward(grad_w: torch.Tensor, v: torch.Tensor, g: torch.Tensor
 
 
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = _decompositions()
-"""The core ATen decompositions, with CPU flash attention and ``roll`` kept whole, batch
-norm without statistics and the weight-norm backward decomposed, and the fused attention
-backwards replaced (:data:`tessera.torch.attention.ATTENTION_BACKWARDS`)."""
+"""The core ATen decompositions, with CPU flash attention, ``roll`` and the layer norm
+backward kept whole, batch norm without statistics and the weight-norm backward
+decomposed, and the fused attention backwards replaced (:data:`tessera.torch.attention.ATTENTION_BACKWARDS`)."""
 
 _GRAPH_IDS = itertools.count()
 

@@ -17,7 +17,12 @@ import torch.fx
 
 from tessera.autodiff.conv_grad import input_grad
 from tessera.frontend import ops
-from tessera.frontend.ops.nn import flash_attention_bwd, flash_attention_fwd, layernorm_fwd
+from tessera.frontend.ops.nn import (
+    flash_attention_bwd,
+    flash_attention_fwd,
+    layernorm_bwd,
+    layernorm_fwd,
+)
 from tessera.torch import attention as _attention  # noqa: F401  (defines tessera::sdpa_backward)
 from tessera.torch.aten_ops import (
     FLOAT_DTYPES,
@@ -117,6 +122,53 @@ def _native_layer_norm(
     return to(y, dt), to(mean, out_dtype(node, 1)), to(rstd, out_dtype(node, 2))
 
 
+
+
+def _layer_norm_backward_check(node: torch.fx.Node) -> str | None:
+    x = val(node.args[1])
+    if x is None or x.dtype not in FLOAT_DTYPES:
+        return f"{None if x is None else x.dtype} input"
+    if not all(isinstance(d, int) for d in x.shape):
+        return "symbolic input shape"
+    return None
+
+
+@rule(aten.native_layer_norm_backward.default, check=_layer_norm_backward_check)
+def _native_layer_norm_backward(
+    node: torch.fx.Node, grad: Any, x: Any, shape: Sequence[int], mean: Any, rstd: Any,
+    w: Any, b: Any, output_mask: Sequence[bool],
+) -> tuple[Any, Any, Any]:
+    """The gradients of ``native_layer_norm``: the input's is one ``layernorm_bwd`` row
+    kernel over rows of the normalized dims (read once from the forward's saved mean and
+    rstd); the weight's and bias's are column sums of ``dy xhat`` and ``dy`` over the
+    other dims, in f32 for 16-bit inputs (torch's opmath), rounded once."""
+    dt = torch_dtype(x)
+    wide = opmath_dtype(dt)
+    k = len(shape)
+    lead = list(x.shape[: x.ndim - k])
+    n = math.prod(int(d) for d in shape)
+    rows = [*lead, n]
+    x2 = ops.reshape(x, rows) if k != 1 else x
+    g2 = ops.reshape(to(grad, dt), rows) if k != 1 else to(grad, dt)
+    m2, r2 = (ops.reshape(to(v, wide), [*lead, 1]) for v in (mean, rstd))
+    gx = gw = gb = None
+    if output_mask[0]:
+        w2 = None if w is None else ops.reshape(w, [n])
+        gx = layernorm_bwd(g2, x2, m2, r2, w2)
+        if k != 1:
+            gx = ops.reshape(gx, list(x.shape))
+    outer = tuple(range(len(lead)))
+
+    def column_sum(v: TracedTensor, like: Any) -> TracedTensor:
+        s_ = ops.sum(v, axis=outer) if outer else v
+        return ops.reshape(to(s_, torch_dtype(like)), [int(d) for d in shape])
+
+    if output_mask[1] and w is not None:
+        xhat = ops.mul(ops.sub(to(x2, wide), m2), r2)
+        gw = column_sum(ops.mul(to(g2, wide), xhat), w)
+    if output_mask[2] and b is not None:
+        gb = column_sum(to(g2, wide), b)
+    return gx, gw, gb
 
 
 def _group_norm_check(node: torch.fx.Node) -> str | None:

@@ -202,6 +202,40 @@ def layernorm_fwd(
     return tuple(TracedTensor(r, x.trace) for r in op.results)  # type: ignore[return-value]
 
 
+def layernorm_bwd(dy: Any, x: Any, mean: Any, rstd: Any, weight: Any = None) -> TracedTensor:
+    """The input gradient of ``layernorm(x, weight, ...)`` for the cotangent ``dy``, from
+    the forward's row statistics (:func:`layernorm_fwd`): one pass over the rows."""
+    x = _tensor_arg(x, "layernorm_bwd")
+    dy, mean, rstd = (_as_tensor(v, "layernorm_bwd", x) for v in (dy, mean, rstd))
+    w = _as_tensor(weight, "layernorm_bwd", x) if weight is not None else None
+    return _emit(
+        g.LayerNormBwdOp,
+        x.trace,
+        operands=_named_operands(
+            g.LayerNormBwdOp, dy=dy.value, input=x.value, mean=mean.value, rstd=rstd.value,
+            weight=w.value if w is not None else None,
+        ),
+        result_types=[x.type],
+    )
+
+
+def rmsnorm_bwd(dy: Any, x: Any, rstd: Any, weight: Any = None) -> TracedTensor:
+    """The input gradient of ``rmsnorm(x, weight)`` for the cotangent ``dy``, from the row
+    ``rstd = 1 / sqrt(mean(x^2) + eps)`` (``[..., 1]``): one pass over the rows."""
+    x = _tensor_arg(x, "rmsnorm_bwd")
+    dy, rstd = (_as_tensor(v, "rmsnorm_bwd", x) for v in (dy, rstd))
+    w = _as_tensor(weight, "rmsnorm_bwd", x) if weight is not None else None
+    return _emit(
+        g.RMSNormBwdOp,
+        x.trace,
+        operands=_named_operands(
+            g.RMSNormBwdOp, dy=dy.value, input=x.value, rstd=rstd.value,
+            weight=w.value if w is not None else None,
+        ),
+        result_types=[x.type],
+    )
+
+
 def rmsnorm(x: Any, weight: Any = None, *, eps: float = 1e-6) -> TracedTensor:
     """RMS normalization over the last dim, optional ``weight`` of size [D]."""
     x = _tensor_arg(x, "rmsnorm")

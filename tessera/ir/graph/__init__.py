@@ -99,6 +99,7 @@ from tessera.ir.graph.nn import (
     FlashAttentionBwdOp,
     FlashAttentionFwdOp,
     FlashAttentionOp,
+    LayerNormBwdOp,
     LayerNormFwdOp,
     LayerNormOp,
     LogSumExpOp,
@@ -108,6 +109,7 @@ from tessera.ir.graph.nn import (
     MinOp,
     MSEOp,
     ReductionOp,
+    RMSNormBwdOp,
     RMSNormOp,
     SoftmaxOp,
     SumOp,
@@ -145,7 +147,8 @@ from tessera.ir.graph.shape import (
 )
 
 DERIVATIVE_SUPPORT_OPS: list[type[IRDLOperation]] = [
-    FlashAttentionFwdOp, FlashAttentionBwdOp, LayerNormFwdOp, RealOp, ImagOp, ComplexOp, TriangularSolveOp, SpMMTransposeOp, SDDMMOp,
+    FlashAttentionFwdOp, FlashAttentionBwdOp, LayerNormFwdOp, LayerNormBwdOp,
+    RMSNormBwdOp, RealOp, ImagOp, ComplexOp, TriangularSolveOp, SpMMTransposeOp, SDDMMOp,
 ]
 
 
@@ -214,6 +217,7 @@ __all__ = [
     "GtOp",
     "IRDLOperation",
     "ImagOp",
+    "LayerNormBwdOp",
     "LayerNormFwdOp",
     "LayerNormOp",
     "LogSumExpOp",
@@ -235,6 +239,7 @@ __all__ = [
     "NegOp",
     "PoissonOp",
     "PowOp",
+    "RMSNormBwdOp",
     "RMSNormOp",
     "RandnOp",
     "RealOp",

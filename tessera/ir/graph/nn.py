@@ -257,6 +257,79 @@ class LayerNormFwdOp(_NormOp):
             raise VerifyException(f"{self.name}: needs a floating-point operand")
 
 
+class _NormBwdOp(IRDLOperation, ABC):
+    """The input gradient of a normalization over the last dim, from the forward's
+    saved row statistics (``[..., 1]``, f32; f64 for f64 operands)."""
+
+    dy = operand_def(TensorT)
+    input = operand_def(TensorT)
+    rstd = operand_def(TensorT)
+    weight = opt_operand_def(TensorT)
+    result = result_def(TensorT)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    traits = traits_def(Pure())
+
+    def _check(self, stats: Sequence[tuple[str, SSAValue]]) -> None:
+        _check_same_elem(self, self.dy, self.input, self.result)
+        s = shape_of(self.input)
+        if not s:
+            raise VerifyException(f"{self.name}: needs an operand of rank >= 1")
+        if not _is_float(elem_of(self.input)):
+            raise VerifyException(f"{self.name}: needs a floating-point operand")
+        _check_shape(self, "dy", shape_of(self.dy), s)
+        _check_shape(self, "result", shape_of(self.result), s)
+        if self.weight is not None:
+            _check_shape(self, "weight", shape_of(self.weight), (s[-1],))
+        want = Float64Type() if isinstance(elem_of(self.input), Float64Type) else Float32Type()
+        for name, v in stats:
+            if elem_of(v) != want:
+                raise VerifyException(
+                    f"{self.name}: {name} must be {want} for a {elem_of(self.input)} input, "
+                    f"got {elem_of(v)}"
+                )
+            _check_shape(self, name, shape_of(v), (*s[:-1], 1))
+
+
+@irdl_op_definition
+class LayerNormBwdOp(_NormBwdOp):
+    """The input gradient of ``y = layernorm(x, weight, bias)`` for the cotangent ``dy``,
+    from the forward's row ``mean`` and ``rstd`` (``tgraph.layernorm_fwd``): with
+    ``xhat = (x - mean) rstd`` and ``g = dy weight``,
+    ``dx = rstd (g - mean(g) - xhat mean(g xhat))`` (row means over the last dim).
+    The weight and bias gradients are column sums, not part of this op."""
+
+    name = "tgraph.layernorm_bwd"
+    dy = operand_def(TensorT)
+    input = operand_def(TensorT)
+    mean = operand_def(TensorT)
+    rstd = operand_def(TensorT)
+    weight = opt_operand_def(TensorT)
+    assembly_format = (
+        "$dy `,` $input `,` $mean `,` $rstd (`weight` $weight^ `:` type($weight))? "
+        "attr-dict `:` `(` type($dy) `,` type($input) `,` type($mean) `,` type($rstd) `)` "
+        "`->` type($result)"
+    )
+
+    def verify_(self) -> None:
+        self._check([("mean", self.mean), ("rstd", self.rstd)])
+
+
+@irdl_op_definition
+class RMSNormBwdOp(_NormBwdOp):
+    """The input gradient of ``y = rmsnorm(x, weight)`` for the cotangent ``dy``, from
+    the row ``rstd = 1 / sqrt(mean(x^2) + eps)``: with ``xhat = x rstd`` and
+    ``g = dy weight``, ``dx = rstd (g - xhat mean(g xhat))``."""
+
+    name = "tgraph.rmsnorm_bwd"
+    assembly_format = (
+        "$dy `,` $input `,` $rstd (`weight` $weight^ `:` type($weight))? "
+        "attr-dict `:` `(` type($dy) `,` type($input) `,` type($rstd) `)` `->` type($result)"
+    )
+
+    def verify_(self) -> None:
+        self._check([("rstd", self.rstd)])
+
+
 @irdl_op_definition
 class RMSNormOp(_NormOp):
     """RMS normalization over the last dimension: ``x / sqrt(mean(x^2) + eps) * weight``."""

@@ -1,6 +1,8 @@
-"""``tgraph.layernorm_fwd`` on the GPU (the normalized rows and each row's mean and
-rstd from one kernel) against torch in float64, directly and as a training forward's
-``native_layer_norm`` through ``torch.compile``. Skipped without a CUDA device."""
+"""The norms' training row kernels on the GPU against torch in float64:
+``tgraph.layernorm_fwd`` (the normalized rows and each row's mean and rstd from one
+kernel), ``tgraph.layernorm_bwd`` / ``tgraph.rmsnorm_bwd`` (the input gradient in one
+pass), ``ts.grad`` of the norms, and a training step through ``torch.compile`` (the
+forward's ``native_layer_norm`` and its backward). Skipped without a CUDA device."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ pytestmark = [
 
 import tessera as ts  # noqa: E402
 import tessera.torch as tt  # noqa: E402
-from tessera.frontend.ops.nn import layernorm_fwd  # noqa: E402
+from tessera.frontend.ops.nn import layernorm_bwd, layernorm_fwd, rmsnorm_bwd  # noqa: E402
 
 TYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 TOL = {"bf16": 1e-2, "f16": 2e-3, "f32": 1e-5}
@@ -41,6 +43,53 @@ def test_layernorm_fwd(shape: tuple[int, ...], elem: str) -> None:
     assert float((y.double() - want).abs().max() / want.abs().max()) <= TOL[elem]
     assert float(((mean.double() - mu) / mu).abs().max()) <= 1e-5
     assert float(((rstd.double() - rs) / rs).abs().max()) <= 1e-5
+
+
+@pytest.mark.parametrize(
+    ("shape", "elem"),
+    [((25216, 768), "bf16"), ((5, 1001), "bf16"), ((3, 7, 4099), "f16"), ((9, 768), "f32"),
+     ((3, 40000), "f32")],
+)
+@pytest.mark.parametrize("kind", ["ln", "rms"])
+def test_norm_bwd(shape: tuple[int, ...], elem: str, kind: str) -> None:
+    dt = TYPES[elem]
+    n = shape[-1]
+    x = (torch.randn(*shape, device="cuda") * 2 + 1).to(dt)
+    dy = torch.randn(*shape, device="cuda").to(dt)
+    w = (torch.randn(n, device="cuda") * 0.5 + 1).to(dt)
+    X, DY, W = x.double(), dy.double(), w.double()
+    mu = X.mean(-1, keepdim=True) if kind == "ln" else torch.zeros_like(X[..., :1])
+    rstd = 1 / ((X - mu) ** 2).mean(-1, keepdim=True).add(1e-5).sqrt()
+    xhat, gy = (X - mu) * rstd, DY * W
+    inner = gy - xhat * (gy * xhat).mean(-1, keepdim=True)
+    if kind == "ln":
+        inner = inner - gy.mean(-1, keepdim=True)
+    want = rstd * inner
+    if kind == "ln":
+        f = ts.jit(lambda dy, x, m, r, w: layernorm_bwd(dy, x, m, r, w))
+        got = f(dy, x, mu.float(), rstd.float(), w)
+    else:
+        f = ts.jit(lambda dy, x, r, w: rmsnorm_bwd(dy, x, r, w))
+        got = f(dy, x, rstd.float(), w)
+    assert got.dtype == dt and got.shape == x.shape
+    assert float((got.double() - want).abs().max() / want.abs().max()) <= TOL[elem]
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_grad_of_norms(norm: str) -> None:
+    op = getattr(ts, norm)
+    grad = ts.grad(lambda x, w: ts.sum(op(x, w) * x), argnums=(0, 1))
+    x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(1024, device="cuda") * 0.3 + 1).to(torch.bfloat16)
+    gx, gw = grad(x, w)
+    tx, tw = (t.double().requires_grad_() for t in (x, w))
+    if norm == "layernorm":
+        y = torch.nn.functional.layer_norm(tx, (1024,), tw, eps=1e-5)
+    else:
+        y = tx / torch.sqrt((tx * tx).mean(-1, keepdim=True) + 1e-6) * tw
+    (y * tx).sum().backward()
+    for got, want in ((gx, tx.grad), (gw, tw.grad)):
+        assert float((got.double() - want).abs().max() / want.abs().max()) <= 2e-2
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

@@ -1,0 +1,286 @@
+"""The training row kernels of the norms: ``tgraph.layernorm_fwd`` (a layer norm that
+also returns each row's mean and rstd) and ``tgraph.layernorm_bwd`` /
+``tgraph.rmsnorm_bwd`` (the input gradient from those statistics): their kernels on the
+Tile IR interpreter, the Graph IR interpreter, ``ts.grad`` and the torch rules for
+``native_layer_norm`` and its backward in a training step, each against float64."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.parser import Parser
+
+import tessera as ts
+import tessera.torch as tt
+from tessera.frontend.ops.nn import layernorm_bwd, layernorm_fwd, rmsnorm_bwd
+from tessera.ir import tile as tile_ir
+from tessera.passes.lower_graph_to_tile import LowerGraphToTile
+from tessera.passes.pipelines import default_context
+from tessera.runtime.tile_interpreter import run_host
+
+NP = {"f32": np.float32, "bf16": np.dtype(ml_dtypes.bfloat16), "f16": np.float16,
+      "f64": np.float64}
+TOL = {"f32": 1e-5, "f16": 2e-3, "bf16": 1e-2, "f64": 1e-12}
+RNG = np.random.default_rng(11)
+
+
+def ty(shape, elem) -> str:
+    return f"tensor<{'x'.join(map(str, shape))}x{elem}>"
+
+
+def reference(x, w, b, eps):
+    """y, mean, rstd in float64."""
+    X = np.asarray(x).astype(np.float64)
+    mu = X.mean(-1, keepdims=True)
+    rstd = 1 / np.sqrt(((X - mu) ** 2).mean(-1, keepdims=True) + eps)
+    y = (X - mu) * rstd
+    if w is not None:
+        y = y * np.asarray(w).astype(np.float64)
+    if b is not None:
+        y = y + np.asarray(b).astype(np.float64)
+    return y, mu, rstd
+
+
+def lowered(shape, elem, affine: bool) -> ModuleOp:
+    t, tw = ty(shape, elem), ty((shape[-1],), elem)
+    ts_ = ty((*shape[:-1], 1), "f64" if elem == "f64" else "f32")
+    params = f", %w: {tw}, %b: {tw}" if affine else ""
+    wb = f" weight %w : {tw} bias %b : {tw}" if affine else ""
+    ctx = default_context()
+    m = Parser(ctx, f"""func.func @f(%x: {t}{params}) -> ({t}, {ts_}, {ts_}) {{
+      %y, %m, %r = tgraph.layernorm_fwd %x{wb} eps = 1.000000e-05 : {t} -> ({t}, {ts_}, {ts_})
+      func.return %y, %m, %r : {t}, {ts_}, {ts_} }}""").parse_module()
+    LowerGraphToTile().apply(ctx, m)
+    m.verify()
+    return m
+
+
+@pytest.mark.parametrize(
+    "shape,elem,vector",
+    [
+        ((5, 768), "bf16", True),  # a warp per row, a partial last tile of rows
+        ((3, 1001), "bf16", True),  # ragged rows: 16-byte chunks and scalar edges
+        ((2, 3, 4099), "f16", True),  # one tile per row
+        ((3, 40000), "f32", False),  # past the registers: the strided kernel
+        ((4, 6), "f64", False),  # f64: the strided kernel, f64 statistics
+    ],
+)
+@pytest.mark.parametrize("affine", [True, False])
+def test_kernels_match_float64(shape, elem, vector, affine):
+    n = shape[-1]
+    x = (RNG.normal(0.5, 2.0, size=shape) + 3.0).astype(NP[elem])
+    w, b = ((RNG.normal(1.0, 0.5, size=(n,)).astype(NP[elem]) for _ in range(2))
+            if affine else (None, None))
+    m = lowered(shape, elem, affine)
+    (k,) = [o for o in m.body.block.ops if isinstance(o, tile_ir.KernelOp)]
+    assert any(isinstance(o, tile_ir.LoadVectorOp) for o in k.walk()) == vector
+    y, mean, rstd = run_host(m, "f", [x, *((w, b) if affine else ())])
+    want_y, want_mean, want_rstd = reference(x, w, b, 1e-5)
+    stats_t = np.float64 if elem == "f64" else np.float32
+    assert mean.dtype == stats_t and rstd.dtype == stats_t
+    assert mean.shape == rstd.shape == (*shape[:-1], 1)
+    tol = TOL[elem]
+    assert np.max(np.abs(y.astype(np.float64) - want_y)) <= tol * np.max(np.abs(want_y))
+    stat_tol = 1e-12 if elem == "f64" else 1e-5
+    assert np.max(np.abs(mean - want_mean) / np.abs(want_mean)) <= stat_tol
+    assert np.max(np.abs(rstd - want_rstd) / want_rstd) <= stat_tol
+
+
+def test_graph_interpreter_matches_float64():
+    @ts.jit
+    def f(x, w, b):
+        return layernorm_fwd(x, w, b, eps=1e-3)
+
+    x = RNG.normal(size=(3, 4, 10)).astype(np.float32)
+    w, b = RNG.normal(size=(10,)).astype(np.float32), RNG.normal(size=(10,)).astype(np.float32)
+    y, mean, rstd = (np.asarray(r) for r in f(x, w, b))
+    want = reference(x, w, b, 1e-3)
+    assert mean.shape == rstd.shape == (3, 4, 1) and mean.dtype == np.float32
+    for got, ref in zip((y, mean, rstd), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_layernorm_fwd_names_a_bad_weight():
+    @ts.jit
+    def f(x, w):
+        return layernorm_fwd(x, w)
+
+    with pytest.raises(Exception, match="layernorm_fwd"):
+        f(np.ones((2, 8), np.float32), np.ones((4,), np.float32))
+
+
+@pytest.fixture
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_native_layer_norm_in_a_training_step(_fresh_dynamo, monkeypatch, dtype):
+    """A training forward's ``native_layer_norm`` (its mean and rstd saved for the
+    backward) becomes one ``layernorm_fwd``; the step matches eager."""
+    from tessera.torch import rules_nn
+
+    calls = []
+    real = rules_nn.layernorm_fwd
+
+    def spy(*a, **kw):
+        calls.append(kw)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rules_nn, "layernorm_fwd", spy)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 12), nn.LayerNorm(12), nn.Tanh(), nn.Linear(12, 3))
+    model = model.to(dtype)
+    x = torch.randn(4, 5, 6, dtype=dtype, requires_grad=True)
+    out = tt.compile(model)(x)
+    out.pow(2).sum().backward()
+    got = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    for p in model.parameters():
+        p.grad = None
+    x.grad = None
+    ref = model(x)
+    ref.pow(2).sum().backward()
+    want = [p.grad for p in model.parameters()] + [x.grad]
+    tol = 1e-11 if dtype == torch.float64 else 2e-5
+    torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    assert len(calls) == 1 and calls[0]["eps"] == 1e-5
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
+
+
+def reference_bwd(dy, x, w, kind, eps):
+    """dx of layernorm / rmsnorm in float64, and the statistics it reads."""
+    X, DY = (np.asarray(a).astype(np.float64) for a in (x, dy))
+    mu = X.mean(-1, keepdims=True) if kind == "ln" else np.zeros_like(X[..., :1])
+    rstd = 1 / np.sqrt(((X - mu) ** 2).mean(-1, keepdims=True) + eps)
+    xhat = (X - mu) * rstd
+    gy = DY * np.asarray(w).astype(np.float64) if w is not None else DY
+    inner = gy - xhat * (gy * xhat).mean(-1, keepdims=True)
+    if kind == "ln":
+        inner = inner - gy.mean(-1, keepdims=True)
+    return rstd * inner, mu, rstd
+
+
+@pytest.mark.parametrize(
+    "shape,elem,vector",
+    [((5, 768), "bf16", True), ((3, 1001), "bf16", True), ((2, 3, 4099), "f16", True),
+     ((3, 40000), "f32", False), ((4, 6), "f64", False)],
+)
+@pytest.mark.parametrize("kind", ["ln", "rms"])
+@pytest.mark.parametrize("affine", [True, False])
+def test_bwd_kernels_match_float64(shape, elem, vector, kind, affine):
+    """One kernel reads dy and x once each (16-byte vectors on register rows) and writes
+    dx; rows past the registers take the strided kernel."""
+    n = shape[-1]
+    t, tw = ty(shape, elem), ty((n,), elem)
+    st = ty((*shape[:-1], 1), "f64" if elem == "f64" else "f32")
+    w_arg, w_use = (f", %w: {tw}", f" weight %w : {tw}") if affine else ("", "")
+    if kind == "ln":
+        body = f"tgraph.layernorm_bwd %dy, %x, %m, %r{w_use} : ({t}, {t}, {st}, {st}) -> {t}"
+    else:
+        body = f"tgraph.rmsnorm_bwd %dy, %x, %r{w_use} : ({t}, {t}, {st}) -> {t}"
+    ctx = default_context()
+    m = Parser(ctx, f"""func.func @f(%dy: {t}, %x: {t}, %m: {st}, %r: {st}{w_arg}) -> {t} {{
+      %0 = {body}
+      func.return %0 : {t} }}""").parse_module()
+    LowerGraphToTile().apply(ctx, m)
+    m.verify()
+    (k,) = [o for o in m.body.block.ops if isinstance(o, tile_ir.KernelOp)]
+    assert any(isinstance(o, tile_ir.LoadVectorOp) for o in k.walk()) == vector
+    x = (RNG.normal(0.5, 2.0, size=shape) + 1.0).astype(NP[elem])
+    dy = RNG.normal(size=shape).astype(NP[elem])
+    w = RNG.normal(1.0, 0.5, size=(n,)).astype(NP[elem]) if affine else None
+    eps = 1e-5
+    want, mu, rstd = reference_bwd(dy, x, w, kind, eps)
+    stats_t = np.float64 if elem == "f64" else np.float32
+    (got,) = run_host(m, "f", [dy, x, mu.astype(stats_t), rstd.astype(stats_t),
+                               *((w,) if affine else ())])
+    assert got.dtype == NP[elem]
+    err = np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want))
+    assert err <= TOL[elem], err
+
+
+def test_bwd_graph_interpreter_matches_float64():
+    @ts.jit
+    def f(dy, x, w):
+        _, mean, rstd = layernorm_fwd(x, w, eps=1e-5)
+        rms = 1 / ts.sqrt(ts.mean(x * x, -1, keepdims=True) + 1e-5)
+        return layernorm_bwd(dy, x, mean, rstd, w), rmsnorm_bwd(dy, x, rms, w)
+
+    x = RNG.normal(size=(3, 4, 10)).astype(np.float32)
+    dy = RNG.normal(size=(3, 4, 10)).astype(np.float32)
+    w = RNG.normal(size=(10,)).astype(np.float32)
+    ln, rms = (np.asarray(r) for r in f(dy, x, w))
+    np.testing.assert_allclose(ln, reference_bwd(dy, x, w, "ln", 1e-5)[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(rms, reference_bwd(dy, x, w, "rms", 1e-5)[0], rtol=1e-4,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_grad_of_a_norm_is_one_row_kernel_for_the_input(norm):
+    """``ts.grad``: the input gradient of a layer/RMS norm is one ``*_bwd`` kernel, and
+    every gradient matches float64 (second derivatives go through its expansion: the
+    autodiff tests' JVP cases)."""
+    op = getattr(ts, norm)
+    g_ = ts.grad(lambda x, w: ts.sum(op(x, w) * ts.sin(x)), argnums=(0, 1))
+    x = RNG.normal(size=(6, 33)).astype(np.float32)
+    w = RNG.normal(1.0, 0.3, size=(33,)).astype(np.float32)
+    gx, gw = (np.asarray(r) for r in g_(x, w))
+    X, W = x.astype(np.float64), w.astype(np.float64)
+    tx, tw = (torch.tensor(a, requires_grad=True) for a in (X, W))
+    if norm == "layernorm":
+        y = torch.nn.functional.layer_norm(tx, (33,), tw, eps=1e-5)
+    else:
+        y = tx / torch.sqrt((tx * tx).mean(-1, keepdim=True) + 1e-6) * tw
+    (y * torch.sin(tx)).sum().backward()
+    np.testing.assert_allclose(gx, tx.grad.numpy(), rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(gw, tw.grad.numpy(), rtol=2e-4, atol=2e-5)
+    assert str(g_.inspect_ir("graph")).count(f"tgraph.{norm}_bwd") == 1
+
+
+@pytest.mark.parametrize("shape,normalized,affine", [
+    ((4, 5, 12), (12,), True), ((3, 4, 6), (4, 6), True), ((5, 9), (9,), False)])
+def test_native_layer_norm_backward(_fresh_dynamo, monkeypatch, shape, normalized, affine):
+    """``native_layer_norm_backward`` (kept whole): the input gradient is one
+    ``layernorm_bwd`` (rows of the normalized dims), the weight and bias gradients are
+    column sums; every gradient matches eager in float64."""
+    from tessera.torch import rules_nn
+
+    calls = []
+    real = rules_nn.layernorm_bwd
+
+    def spy(*a, **kw):
+        calls.append(a[1].shape)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rules_nn, "layernorm_bwd", spy)
+    torch.manual_seed(1)
+    model = nn.LayerNorm(normalized, elementwise_affine=affine).double()
+    if affine:
+        with torch.no_grad():
+            model.weight.normal_(1.0, 0.5)
+            model.bias.normal_()
+    x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    out = tt.compile(model)(x)
+    (out * torch.cos(out)).sum().backward()
+    got = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    for p in model.parameters():
+        p.grad = None
+    x.grad = None
+    ref = model(x)
+    (ref * torch.cos(ref)).sum().backward()
+    want = [p.grad for p in model.parameters()] + [x.grad]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    n = int(np.prod(normalized))
+    assert calls == [(*shape[: len(shape) - len(normalized)], n)]
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)

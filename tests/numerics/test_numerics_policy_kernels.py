@@ -291,7 +291,7 @@ def test_packed_gemm_sm90_unpacks_then_wgmma() -> None:
     text = str(m)
     assert text.count("ttile.kernel @mm_cast_") == 2 and "ttarget.launch_ex @mm_matmul_0" in text
     if ptxas.find_ptxas() is not None:
-        ptxas.check(emit_ptx(lower_to_target(m)), arch="sm_90a")
+        ptxas.check(emit_ptx(lower_to_target(m), verify=False), arch="sm_90a")
 
 
 # --------------------------------------------------------------------------- precision policy
@@ -360,7 +360,7 @@ def test_policy_kernels_pass_ptxas() -> None:
                      for i, t in enumerate(outs))
     casts = (f"func.func @c(%x: {x}) -> ({', '.join(outs)}) {{\n{body}\n  func.return "
              f"{', '.join(f'%y{i}' for i in range(len(outs)))} : {', '.join(outs)}\n}}")
-    ptx = [emit_ptx(lower_to_target(lower(t)))
+    ptx = [emit_ptx(lower_to_target(lower(t)), verify=False)
            for t in (casts, packed_gemm_text(37, 70, 29, ts.fp6_e3m2, ts.fp6_e3m2))]
     assert "mul.lo.s64" in ptx[0] or "mul.lo.u64" in ptx[0]  # Philox's products
     assert ptx[0].count(".entry") == len(pols)

@@ -182,7 +182,7 @@ def test_ptxas_bench_shape():
         pytest.skip("ptxas not found")
     qs = (1, 2, 256, 128)
     m = lower(grad_text(qs, qs, "bf16", True))
-    ptx = to_ptx(lower_to_target(m))
+    ptx = to_ptx(lower_to_target(m), verify=False)
     r = subprocess.run([tool, "-arch=sm_90a", "-v", "-o", "/dev/null", "-"], input=ptx,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -206,7 +206,7 @@ def test_sm90_forward_stores_the_lse():
       %o, %lse = tgraph.flash_attention_fwd %q, %q, %q causal : ({t}, {t}, {t}) -> ({t}, {tl})
       func.return %o, %lse : {t}, {tl} }}""")
     LowerGraphToTile(sm90=True).apply(default_context(), m)
-    ptx = to_ptx(lower_to_target(m))
+    ptx = to_ptx(lower_to_target(m), verify=False)
     entry = ptx[ptx.index(".entry f_attention_0"):]
     entry = entry[:entry.index(")")]
     assert entry.count(".param .u64") == 2

@@ -50,5 +50,5 @@ def test_new_rules_lower_to_ptx_that_ptxas_accepts(tmp_path, monkeypatch):
     assert len(graphs) >= 2  # the forward's and the backward's partitions
     for g in graphs:
         module = Parser(default_context(), g.read_text()).parse_module()
-        ptxas.check(to_ptx(lower_to_target(lower_to_tile(module))))
+        ptxas.check(to_ptx(lower_to_target(lower_to_tile(module)), verify=False))
     torch._dynamo.reset()

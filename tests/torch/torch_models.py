@@ -100,9 +100,15 @@ def mixtral(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
 
 
 def resnet50(size: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    """ResNet-50; at ``"tiny"`` its bottleneck stages at depths (2, 1, 1, 1) instead of
+    (3, 4, 6, 3): each stage's first block (strided, projection shortcut) and one identity
+    block, the kinds of block the full net repeats."""
     timm = import_timm()
 
-    model = timm.create_model("resnet50", pretrained=False, num_classes=10 if size == "tiny" else 1000)
+    if size == "tiny":
+        model = timm.create_model("resnet50", pretrained=False, num_classes=10, layers=(2, 1, 1, 1))
+    else:
+        model = timm.create_model("resnet50", pretrained=False)
     batch, hw = (2, 32) if size == "tiny" else (8, 224)
     return model, {"x": torch.randn(batch, 3, hw, hw, device=device)}
 

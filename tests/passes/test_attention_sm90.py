@@ -73,7 +73,9 @@ def test_jit_attention_uses_wgmma_when_selected(monkeypatch: pytest.MonkeyPatch)
 
 def test_jit_attention_generic_when_not_selected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TESSERA_SM90_MATMUL", "0")
-    spec = _attention(False).specialize(*_qkv(100, 100, 128))
+    # head size 64 is eligible for the sm90 kernel as 128 is; its generic kernel compiles
+    # faster (test_attention_bwd.py's bench shape assembles the generic one at 128)
+    spec = _attention(False).specialize(*_qkv(100, 100, 64))
     assert not any(isinstance(op, tt.LaunchExOp) for op in spec.ir("target").walk())
     assert "mma.sync" in spec.ir("ptx") and "wgmma" not in spec.ir("ptx")
 

@@ -943,7 +943,8 @@ class _FunctionLowering:
                 leaves = [e.load(r, f(e, idx, 0), mask=ok) for r, f in zip(ins, index)]
                 return e.convert(evaluate(e, leaves), acc_t)
 
-            self.reduce_kernel(red, "fused", refs, value)
+            if not tile_colreduce.lower_vector_fused(self, red, values, refs, evaluate, acc_t):
+                self.reduce_kernel(red, "fused", refs, value)
             self.env[op.result] = self.env[red.result]
             return
 

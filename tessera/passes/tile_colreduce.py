@@ -342,36 +342,68 @@ def lower_vector_columns(lw: _FunctionLowering, op: g.ReductionOp) -> bool:
     a second kernel in split order, accumulated in f32). False (nothing emitted) when it
     does not apply; the input is read through an ``[A, R, C]`` view, so no index is
     unravelled per element."""
+    from xdsl.dialects.builtin import f32
+
+    return _vector_columns(lw, op, op.name.split(".")[1], [op.input], [lw.mem(op.input)],
+                           lambda e, leaves: leaves[0], f32)
+
+
+def lower_vector_fused(
+    lw: _FunctionLowering, op: g.ReductionOp, values: Sequence[SSAValue],
+    refs: Sequence[SSAValue], evaluate: Callable[[KernelEmitter, list[SSAValue]], SSAValue],
+    acc_t: Attribute,
+) -> bool:
+    """The reduction ``op`` closing a ``tgraph.fused`` body (its element is
+    ``evaluate(e, leaves)`` of the body's leaf values ``values``, buffers ``refs``) as the
+    vector column kernel of :func:`lower_vector_columns`: each leaf of the input's shape is
+    read as 16-byte vectors, a leaf that is one value per row (a norm's mean and rstd)
+    once per row, one that is one value per column (a weight) as vectors of the column
+    block; False (nothing emitted) for other leaves or shapes."""
+    return _vector_columns(lw, op, "fused", values, refs, evaluate, acc_t)
+
+
+def _vector_columns(
+    lw: _FunctionLowering, op: g.ReductionOp, tag: str, values: Sequence[SSAValue],
+    refs: Sequence[SSAValue], evaluate: Callable[[KernelEmitter, list[SSAValue]], SSAValue],
+    acc_t: Attribute,
+) -> bool:
+    from xdsl.dialects.builtin import Float32Type
+
     from tessera.passes.lower_graph_to_tile import _reduce_init
     from tessera.passes.tile_datamove import reshape_view
 
     kinds = {g.SumOp: "sum", g.MeanOp: "sum", g.MaxOp: "max", g.MinOp: "min"}
     kind = kinds.get(type(op))
-    et = g.elem_of(op.input)
-    bits = getattr(et, "bitwidth", 0)
-    if kind is None or not tile_float(et) or bits not in (16, 32):
-        return False
     shape, axes = g.shape_of(op.input), op.axis_list()
     groups = column_groups(shape, axes)
-    width = 128 // bits
-    if groups is None:
+    if kind is None or groups is None or not isinstance(acc_t, Float32Type):
         return False
     a_n, r_n, c_n = groups
-    if a_n > MAX_GRID_Y or r_n <= THIN_ROWS or c_n % width:
+    if a_n > MAX_GRID_Y or r_n <= THIN_ROWS:
         return False
-    from xdsl.dialects.builtin import f32
-
-    acc_t = f32
+    modes = [_leaf_mode(g.shape_of(v), shape, axes) for v in values]
+    wide = [v for v, m in zip(values, modes) if m in ("full", "col")]
+    if None in modes or not wide or not all(tile_float(g.elem_of(v)) for v in values):
+        return False
+    bits = {getattr(g.elem_of(v), "bitwidth", 0) for v in wide}
+    if len(bits) != 1 or bits.pop() not in (16, 32):
+        return False
+    width = 128 // getattr(g.elem_of(wide[0]), "bitwidth", 32)
+    if c_n % width:
+        return False
     rt = g.elem_of(op.result)
     mean = isinstance(op, g.MeanOp)
     s_n = splits(a_n, r_n, c_n, width)
     seg = -(-r_n // s_n)
     s_n = -(-r_n // seg)
     cols = COLUMNS * width
-    x = reshape_view(lw, lw.mem(op.input), MemRefType(et, [a_n, r_n, c_n]))
+    view_shape = {"full": [a_n, r_n, c_n], "row": [a_n, r_n], "col": [c_n], "scalar": [1]}
+    views = [reshape_view(lw, r, MemRefType(g.elem_of(v), view_shape[m]))
+             for v, r, m in zip(values, refs, modes)]
     out = lw.alloc(op.result.type)
     lw.env[op.result] = out
     out2 = reshape_view(lw, out, MemRefType(rt, [a_n, c_n]))
+    init = _reduce_init(kind, acc_t)
 
     def finish(e: KernelEmitter, total: SSAValue) -> SSAValue:
         if mean:
@@ -379,15 +411,29 @@ def lower_vector_columns(lw: _FunctionLowering, op: g.ReductionOp) -> bool:
         return e.convert(total, rt)
 
     def build(e: KernelEmitter, args: list[SSAValue], to_out: bool) -> None:
-        o_ref, xr = args
-        init = _reduce_init(kind, acc_t)
+        o_ref, ins = args[0], args[1:]
 
-        def load(ie: KernelEmitter, a: Idx, r: Idx, c: SSAValue, ok: SSAValue) -> SSAValue:
-            return ie.op(tt.LoadVectorOp(xr, [ie.index(a), ie.index(r), ie.index(c)], width, ok))
+        def load(ie: KernelEmitter, a: Idx, r: Idx, c: SSAValue, ok: SSAValue) -> list:
+            got = []
+            for ref, m in zip(ins, modes):
+                if m == "full":
+                    idx = [ie.index(a), ie.index(r), ie.index(c)]
+                    got.append(ie.op(tt.LoadVectorOp(ref, idx, width, ok)))
+                elif m == "col":
+                    got.append(ie.op(tt.LoadVectorOp(ref, [ie.index(c)], width, ok)))
+                elif m == "row":
+                    got.append(ie.load(ref, [a, r], mask=ok))
+                else:
+                    got.append(ie.load(ref, [0], mask=ok))
+            return got
 
-        def expand(ie: KernelEmitter, v: SSAValue, ok: SSAValue) -> list[SSAValue]:
-            vals = [ie.convert(ie.extract(v, j), acc_t) for j in range(width)]
-            if kind != "sum":  # a masked load reads zeros
+        def expand(ie: KernelEmitter, got: list, ok: SSAValue) -> list[SSAValue]:
+            vals = []
+            for j in range(width):
+                leaves = [ie.extract(v, j) if m in ("full", "col") else v
+                          for v, m in zip(got, modes)]
+                vals.append(ie.convert(evaluate(ie, leaves), acc_t))
+            if len(values) > 1 or kind != "sum":  # a masked load reads zeros
                 vals = [ie.vselect(ok, x, ie.const(init, acc_t)) for x in vals]
             return vals
 
@@ -400,17 +446,42 @@ def lower_vector_columns(lw: _FunctionLowering, op: g.ReductionOp) -> bool:
 
         _column_tile(e, width, VECTOR_UNROLL, seg, r_n, c_n, kind, acc_t, load, store, expand)
 
-    tag = op.name.split(".")[1]
     grid = [-(-c_n // cols), s_n, a_n]
     if s_n == 1:
-        lw.kernel(tag, [out2, x], WARPS * 32, grid, lambda e, args: build(e, args, True))
+        lw.kernel(tag, [out2, *views], WARPS * 32, grid, lambda e, args: build(e, args, True))
         return True
     part = lw.alloc(MemRefType(acc_t, [a_n, s_n, c_n]))
-    lw.kernel(f"{tag}_part", [part, x], WARPS * 32, grid, lambda e, args: build(e, args, False))
+    lw.kernel(f"{tag}_part", [part, *views], WARPS * 32, grid,
+              lambda e, args: build(e, args, False))
     lw.kernel(tag, [out2, part], 256, [-(-(a_n * c_n) // 256), 1, 1],
               lambda e, args: _final(e, args, a_n, s_n, c_n, kind, acc_t,
                                      lambda ie, a, c: [a, c], finish))
     return True
+
+
+def _leaf_mode(leaf: Sequence[int], shape: Sequence[int], axes: Sequence[int]) -> str | None:
+    """How the vector column kernel reads a leaf of ``leaf``'s shape broadcast to the
+    reduction's input ``shape`` (reduced ``axes``): ``full`` (the input's shape),
+    ``row`` (the input's reduced and leading kept dims, size 1 on the trailing kept ones),
+    ``col`` (size 1 but on the trailing kept dims), ``scalar``; None otherwise."""
+    lead = [1] * (len(shape) - len(leaf)) + list(leaf)
+    if len(lead) != len(shape):
+        return None
+    if list(lead) == list(shape):
+        return "full"
+    red = [k for k in axes if shape[k] != 1]
+    if not red:
+        return None
+    trailing = [k for k in range(len(shape)) if k > max(red) and k not in axes]
+    if all(d == 1 for d in lead):
+        return "scalar"
+    if all(lead[k] == shape[k] for k in range(len(shape)) if k not in trailing) and all(
+            lead[k] == 1 for k in trailing):
+        return "row"
+    if all(lead[k] == 1 for k in range(len(shape)) if k not in trailing) and all(
+            lead[k] == shape[k] for k in trailing):
+        return "col"
+    return None
 
 
 def tile_float(t: Attribute) -> bool:

@@ -357,11 +357,12 @@ def _norm(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Sequence[bo
         w = op.weight
         if mean is not None:
             bwd = g.LayerNormBwdOp.build(
-                operands=[ct, x, mean, r, [w] if w is not None else []],
+                operands=[ct, x, mean, r, [w] if w is not None else [], []],
                 result_types=[x.type])
         else:
             bwd = g.RMSNormBwdOp.build(
-                operands=[ct, x, r, [w] if w is not None else []], result_types=[x.type])
+                operands=[ct, x, r, [w] if w is not None else [], []],
+                result_types=[x.type])
         out[slots["input"]] = e.insert(bwd)
     wants_w = "weight" in slots and needs[slots["weight"]]
     if wants_w:
@@ -553,7 +554,7 @@ def _attention_bwd(e: GraphEmitter, op: Operation, cts: Sequence[Cot], needs: Se
 
 def expand_norm_bwd(e: GraphEmitter, op: g.LayerNormBwdOp | g.RMSNormBwdOp) -> list[SSAValue]:
     """``layernorm_bwd`` / ``rmsnorm_bwd`` as Graph IR elementwise ops and row means (in
-    the statistics' type, the result rounded to the input's)."""
+    the statistics' type, the result rounded to the input's, then the residual added)."""
     last = len(shape_of(op.input)) - 1
     wide = elem_of(op.rstd)
     x, dy = e.cast(op.input, wide), e.cast(op.dy, wide)
@@ -563,7 +564,8 @@ def expand_norm_bwd(e: GraphEmitter, op: g.LayerNormBwdOp | g.RMSNormBwdOp) -> l
     inner = e.sub(gy, e.mul(xhat, e.mean(e.mul(gy, xhat), [last], keepdims=True)))
     if isinstance(op, g.LayerNormBwdOp):
         inner = e.sub(inner, e.mean(gy, [last], keepdims=True))
-    return [e.cast(e.mul(op.rstd, inner), elem_of(op.input))]
+    dx = e.cast(e.mul(op.rstd, inner), elem_of(op.input))
+    return [e.add(dx, op.residual) if op.residual is not None else dx]
 
 
 @VJP_RULES.register(g.LayerNormBwdOp, g.RMSNormBwdOp)

@@ -39,6 +39,11 @@ or be a scalar; the op computes the same elements.
 
 The body of a ``tgraph.fused`` op is made of the very ops that were fused, so
 running it computes exactly what the unfused chain computed.
+
+An ``add`` of a norm's input gradient (``tgraph.layernorm_bwd`` / ``rmsnorm_bwd``, no
+other user) and a tensor of its type becomes that op's ``residual`` (``fold-norm-add``):
+a residual stream's gradient, added by the norm's kernel as it writes ``dx`` (rounded
+first, so the sum is the add's).
 """
 
 from __future__ import annotations
@@ -369,6 +374,36 @@ class MergeDuplicateReshapes(RewritePattern):
             rewriter.replace(other, [], [op.result])
 
 
+class FoldAddIntoNormBwd(RewritePattern):
+    """``add(layernorm_bwd(...), r)`` (or ``rmsnorm_bwd``), where the gradient has no
+    other user and ``r`` has its type: the gradient op's ``residual`` (``fold-norm-add``).
+    A residual stream's gradient is the sum of the norm's input gradient and the stream's
+    own; the norm's kernel adds it as it writes, with ``dx`` rounded first, so the result
+    is the add's exactly and one tensor is neither written nor read again."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.AddOp, rewriter: PatternRewriter) -> None:
+        for mine, other in ((op.lhs, op.rhs), (op.rhs, op.lhs)):
+            bwd = mine.owner
+            if (
+                isinstance(bwd, g.LayerNormBwdOp | g.RMSNormBwdOp)
+                and bwd.residual is None
+                and len(list(mine.uses)) == 1
+                and other.type == mine.type == op.result.type
+                and not _rounds(op) and not _rounds(bwd)
+            ):
+                slots = [name for name, _ in type(bwd).get_irdl_definition().operands]
+                values = {name: getattr(bwd, name) for name in slots}
+                values["residual"] = other
+                new = type(bwd).build(
+                    operands=[[] if values[n] is None else [values[n]] for n in slots],
+                    result_types=[op.result.type],
+                )
+                rewriter.replace(op, new)
+                rewriter.erase(bwd)
+                return
+
+
 class FuseSplatConstants(RewritePattern):
     """Splat-constant operands of a ``tgraph.fused`` op are recreated inside its body and
     dropped from its operands."""
@@ -406,9 +441,12 @@ class FuseElementwisePass(ModulePass):
     fuse_constants: bool = True
     merge_reductions: bool = True
     hoist_reshapes: bool = True
+    fold_norm_add: bool = True
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
         first: list[RewritePattern] = []
+        if self.fold_norm_add:
+            first.append(FoldAddIntoNormBwd())
         if self.merge_reductions:
             first.append(MergeReductionChain())
         if self.hoist_reshapes:

@@ -833,11 +833,14 @@ class _FunctionLowering:
         host_args = [out, self.mem(op.dy), self.mem(op.input), *(self.mem(v) for v in stats)]
         if w is not None:
             host_args.append(self.mem(w))
+        if op.residual is not None:
+            host_args.append(self.mem(op.residual))
 
         def build(e: KernelEmitter, args: list[SSAValue]) -> None:
             o_ref, dy_ref, x_ref = args[:3]
             st = args[3:3 + len(stats)]
             w_ref = args[3 + len(stats)] if w is not None else None
+            res_ref = args[-1] if op.residual is not None else None
             o = e.tile_id("x")
             lane = e.local_id()
             sidx = [*e.unravel(o, row.kept), 0]
@@ -865,7 +868,11 @@ class _FunctionLowering:
                 y = ie.fsub(gy(ie, idx, ok), ie.fmul(xhat(ie, idx, ok), m2))
                 if m1 is not None:
                     y = ie.fsub(y, m1)
-                ie.store(ie.convert(ie.fmul(y, rstd), t), o_ref, idx, mask=ok)
+                y = ie.convert(ie.fmul(y, rstd), t)
+                if res_ref is not None:  # dx rounded first, as a separate add
+                    y = ie.convert(ie.fadd(ie.convert(y, acc_t), ie.convert(
+                        ie.load(res_ref, idx, mask=ok), acc_t)), t)
+                ie.store(y, o_ref, idx, mask=ok)
                 return []
 
             self.row_loop(e, d, group, lane, [], write)

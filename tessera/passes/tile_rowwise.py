@@ -333,7 +333,8 @@ def lower_norm(
 def lower_norm_bwd(lw: _FunctionLowering, op: g.LayerNormBwdOp | g.RMSNormBwdOp) -> None:
     """``tgraph.layernorm_bwd`` / ``tgraph.rmsnorm_bwd``: the register kernel on rows
     :func:`plan_row` accepts (``dy`` and ``x`` read once each, the row's two sums on
-    registers, ``dx`` written once), else the strided kernel."""
+    registers, ``dx`` written once, the residual added when there is one), else the
+    strided kernel."""
     shape = g.shape_of(op.input)
     et = g.elem_of(op.input)
     w = op.weight
@@ -350,11 +351,14 @@ def lower_norm_bwd(lw: _FunctionLowering, op: g.LayerNormBwdOp | g.RMSNormBwdOp)
     host_args = [out, lw.mem(op.dy), lw.mem(op.input), *(lw.mem(v) for v in stats)]
     if w is not None:
         host_args.append(lw.mem(w))
+    if op.residual is not None:
+        host_args.append(lw.mem(op.residual))
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         o_ref, dy_ref, x_ref = args[:3]
         st = args[3:3 + len(stats)]
         w_ref = args[3 + len(stats)] if w is not None else None
+        res_ref = args[-1] if op.residual is not None else None
         k = RowKernel(e, plan, rows, shape[:-1])
         xs, dys = k.load(x_ref), k.load(dy_ref)
         sidx = [e.index(i) for i in (*k.lead, 0)]
@@ -376,6 +380,9 @@ def lower_norm_bwd(lw: _FunctionLowering, op: g.LayerNormBwdOp | g.RMSNormBwdOp)
             if m1 is not None:
                 y = [e.fsub(v, m1) for v in y]
             ys.append([e.fmul(v, rstd) for v in y])
+        if res_ref is not None:  # dx rounded to its type first, as a separate add
+            ys = [[e.fadd(e.convert(e.convert(v, et), f32), q) for v, q in zip(y, p.values)]
+                  for y, p in zip(ys, k.load(res_ref))]
         k.store(o_ref, xs, ys, et)
 
     lw.kernel(op.name.split(".")[1], host_args, plan.group_size, _grid(plan, rows), build)

@@ -551,7 +551,10 @@ def run_norm_bwd(
     inner = gy - xhat * np.mean(gy * xhat, axis=-1, keepdims=True)
     if isinstance(op, g.LayerNormBwdOp):
         inner = inner - np.mean(gy, axis=-1, keepdims=True)
-    return (store(rstd * inner, op.result.type),)
+    dx = store(rstd * inner, op.result.type)
+    if op.residual is not None:  # dx rounded first, as a separate add
+        dx = store(load(dx, t) + load(vals[op.residual], t), op.result.type)
+    return (dx,)
 
 
 @SEMANTICS.register(g.RMSNormOp)

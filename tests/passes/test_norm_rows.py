@@ -284,3 +284,87 @@ def test_native_layer_norm_backward(_fresh_dynamo, monkeypatch, shape, normalize
     assert calls == [(*shape[: len(shape) - len(normalized)], n)]
     rep = tt.last_report()
     assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
+
+
+@pytest.mark.parametrize("shape,elem", [((5, 768), "bf16"), ((3, 40000), "f32"),
+                                        ((4, 1001), "f16")])
+@pytest.mark.parametrize("kind", ["ln", "rms"])
+def test_residual_fold_is_bitwise_the_add(shape, elem, kind):
+    """``fuse-elementwise`` folds ``add(*norm_bwd, r)`` into the gradient's kernel; the
+    result is bitwise the one of the separate add (the gradient rounded first)."""
+    from tessera.passes.fuse_elementwise import FuseElementwisePass
+
+    n = shape[-1]
+    t, tw = ty(shape, elem), ty((n,), elem)
+    st = ty((*shape[:-1], 1), "f32")
+    if kind == "ln":
+        bwd = f"tgraph.layernorm_bwd %dy, %x, %m, %r weight %w : {tw} : ({t}, {t}, {st}, {st}) -> {t}"
+    else:
+        bwd = f"tgraph.rmsnorm_bwd %dy, %x, %r weight %w : {tw} : ({t}, {t}, {st}) -> {t}"
+    text = f"""func.func @f(%dy: {t}, %x: {t}, %m: {st}, %r: {st}, %w: {tw}, %res: {t}) -> {t} {{
+      %0 = {bwd}
+      %1 = tgraph.add %0, %res : ({t}, {t}) -> {t}
+      func.return %1 : {t} }}"""
+    outs = []
+    for fold in (True, False):
+        ctx = default_context()
+        m = Parser(ctx, text).parse_module()
+        FuseElementwisePass(fold_norm_add=fold).apply(ctx, m)
+        assert ("residual" in str(m)) == fold
+        LowerGraphToTile().apply(ctx, m)
+        m.verify()
+        rng = np.random.default_rng(5)
+        x = (rng.normal(0.5, 2.0, size=shape)).astype(NP[elem])
+        dy, res = (rng.normal(size=shape).astype(NP[elem]) for _ in range(2))
+        w = rng.normal(1.0, 0.5, size=(n,)).astype(NP[elem])
+        _, mu, rstd = reference_bwd(dy, x, w, kind, 1e-5)
+        (got,) = run_host(m, "f", [dy, x, mu.astype(np.float32), rstd.astype(np.float32),
+                                   w, res])
+        outs.append(got)
+    assert np.array_equal(outs[0].view(np.uint8), outs[1].view(np.uint8))
+
+
+class _PreNormBlock(nn.Module):
+    """``x + mlp(ln(x))`` twice: each norm's input gradient joins a residual stream."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.f1, self.f2 = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        x = x + self.f1(self.ln1(x))
+        return x + self.f2(torch.tanh(self.ln2(x)))
+
+
+def test_residual_stream_training_step(_fresh_dynamo, monkeypatch):
+    """A pre-norm residual block through ``torch.compile``: the norms' input gradients are
+    added to the stream's by their own kernels (``fold-norm-add``); every gradient matches
+    eager in float64."""
+    from tessera.passes import fuse_elementwise as fe
+
+    folded = []
+    real = fe.FoldAddIntoNormBwd.match_and_rewrite
+
+    def spy(self, op, rewriter):
+        real(self, op, rewriter)
+        if op.parent is None:  # replaced by the gradient op with a residual
+            folded.append(op)
+
+    monkeypatch.setattr(fe.FoldAddIntoNormBwd, "match_and_rewrite", spy)
+    torch.manual_seed(2)
+    model = _PreNormBlock(16).double()
+    x = torch.randn(3, 7, 16, dtype=torch.float64, requires_grad=True)
+    out = tt.compile(model)(x)
+    out.pow(2).sum().backward()
+    got = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    for p in model.parameters():
+        p.grad = None
+    x.grad = None
+    model(x).pow(2).sum().backward()
+    want = [p.grad for p in model.parameters()] + [x.grad]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    assert len(folded) == 2
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)

@@ -213,7 +213,7 @@ def layernorm_bwd(dy: Any, x: Any, mean: Any, rstd: Any, weight: Any = None) -> 
         x.trace,
         operands=_named_operands(
             g.LayerNormBwdOp, dy=dy.value, input=x.value, mean=mean.value, rstd=rstd.value,
-            weight=w.value if w is not None else None,
+            weight=w.value if w is not None else None, residual=None,
         ),
         result_types=[x.type],
     )
@@ -230,7 +230,7 @@ def rmsnorm_bwd(dy: Any, x: Any, rstd: Any, weight: Any = None) -> TracedTensor:
         x.trace,
         operands=_named_operands(
             g.RMSNormBwdOp, dy=dy.value, input=x.value, rstd=rstd.value,
-            weight=w.value if w is not None else None,
+            weight=w.value if w is not None else None, residual=None,
         ),
         result_types=[x.type],
     )

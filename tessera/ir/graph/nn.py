@@ -259,12 +259,16 @@ class LayerNormFwdOp(_NormOp):
 
 class _NormBwdOp(IRDLOperation, ABC):
     """The input gradient of a normalization over the last dim, from the forward's
-    saved row statistics (``[..., 1]``, f32; f64 for f64 operands)."""
+    saved row statistics (``[..., 1]``, f32; f64 for f64 operands). With ``residual``
+    (the input's shape and type) the result is ``dx + residual``, ``dx`` rounded to the
+    input's type first: the sum of a residual stream's gradients, exactly what a
+    separate ``tgraph.add`` computes (``fuse-elementwise`` folds that add in)."""
 
     dy = operand_def(TensorT)
     input = operand_def(TensorT)
     rstd = operand_def(TensorT)
     weight = opt_operand_def(TensorT)
+    residual = opt_operand_def(TensorT)
     result = result_def(TensorT)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
     traits = traits_def(Pure())
@@ -280,6 +284,9 @@ class _NormBwdOp(IRDLOperation, ABC):
         _check_shape(self, "result", shape_of(self.result), s)
         if self.weight is not None:
             _check_shape(self, "weight", shape_of(self.weight), (s[-1],))
+        if self.residual is not None:
+            _check_same_elem(self, self.input, self.residual)
+            _check_shape(self, "residual", shape_of(self.residual), s)
         want = Float64Type() if isinstance(elem_of(self.input), Float64Type) else Float32Type()
         for name, v in stats:
             if elem_of(v) != want:
@@ -304,8 +311,10 @@ class LayerNormBwdOp(_NormBwdOp):
     mean = operand_def(TensorT)
     rstd = operand_def(TensorT)
     weight = opt_operand_def(TensorT)
+    residual = opt_operand_def(TensorT)
     assembly_format = (
         "$dy `,` $input `,` $mean `,` $rstd (`weight` $weight^ `:` type($weight))? "
+        "(`residual` $residual^ `:` type($residual))? "
         "attr-dict `:` `(` type($dy) `,` type($input) `,` type($mean) `,` type($rstd) `)` "
         "`->` type($result)"
     )
@@ -323,6 +332,7 @@ class RMSNormBwdOp(_NormBwdOp):
     name = "tgraph.rmsnorm_bwd"
     assembly_format = (
         "$dy `,` $input `,` $rstd (`weight` $weight^ `:` type($weight))? "
+        "(`residual` $residual^ `:` type($residual))? "
         "attr-dict `:` `(` type($dy) `,` type($input) `,` type($rstd) `)` `->` type($result)"
     )
 

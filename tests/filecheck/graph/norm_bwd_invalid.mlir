@@ -39,3 +39,11 @@ func.func @weight_shape(%x: tensor<2x8xbf16>, %r: tensor<2x1xf32>, %w: tensor<4x
   %0 = tgraph.layernorm_bwd %x, %x, %r, %r weight %w : tensor<4xbf16> : (tensor<2x8xbf16>, tensor<2x8xbf16>, tensor<2x1xf32>, tensor<2x1xf32>) -> tensor<2x8xbf16>
   func.return
 }
+
+// -----
+
+func.func @residual_shape(%x: tensor<2x8xbf16>, %r: tensor<2x1xf32>, %res: tensor<8xbf16>) {
+  // expected-error @+1 {{tgraph.rmsnorm_bwd: residual has shape [8], expected [2, 8]}}
+  %0 = tgraph.rmsnorm_bwd %x, %x, %r residual %res : tensor<8xbf16> : (tensor<2x8xbf16>, tensor<2x8xbf16>, tensor<2x1xf32>) -> tensor<2x8xbf16>
+  func.return
+}

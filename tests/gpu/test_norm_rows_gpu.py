@@ -118,3 +118,56 @@ def test_layer_norm_training_step(dtype: torch.dtype) -> None:
     rep = tt.last_report()
     assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
     torch._dynamo.reset()
+
+
+class _PreNormBlock(torch.nn.Module):
+    """``x + mlp(ln(x))`` twice: each norm's input gradient joins a residual stream
+    (folded into the norm's gradient kernel)."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.f1, self.f2 = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        x = x + self.f1(self.ln1(x))
+        return x + self.f2(torch.nn.functional.gelu(self.ln2(x)))
+
+
+def test_residual_stream_training_step() -> None:
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    model = _PreNormBlock(768).to("cuda", torch.bfloat16)
+    x = torch.randn(16, 197, 768, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    out = tt.compile(model)(x)
+    out.float().pow(2).sum().backward()
+    got = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    params = {n: p.detach().double().requires_grad_() for n, p in model.named_parameters()}
+    xd = x.detach().double().requires_grad_()
+    ref = torch.func.functional_call(model.double(), params, (xd,))
+    ref.pow(2).sum().backward()
+    want = [p.grad for p in params.values()] + [xd.grad]
+    for a, b in zip(got, want):
+        assert float((a.double() - b).abs().max() / b.abs().max()) <= 3e-2
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize(("rows", "c", "elem"), [((128, 197), 768, "bf16"), ((8, 1024), 768, "bf16"),
+                                                 ((3, 70), 64, "f32")])
+def test_fused_column_sums(rows: tuple[int, int], c: int, elem: str) -> None:
+    """A norm's weight and bias gradients: fused column reductions (the vector kernel)."""
+    dt = TYPES[elem]
+    f = ts.jit(lambda dy, x, m, r: (
+        ts.sum(ts.cast(dy, ts.f32) * ((ts.cast(x, ts.f32) - m) * r), axis=(0, 1)),
+        ts.sum(ts.cast(dy, ts.f32) * 2.0, axis=(0, 1))))
+    dy = torch.randn(*rows, c, device="cuda").to(dt)
+    x = torch.randn(*rows, c, device="cuda").to(dt)
+    m = torch.randn(*rows, 1, device="cuda")
+    r = torch.rand(*rows, 1, device="cuda") + 0.5
+    gw, gb = f(dy, x, m, r)
+    terms = dy.double() * (x.double() - m.double()) * r.double()
+    for got, want, scale in ((gw, terms.sum((0, 1)), terms.abs().sum((0, 1))),
+                             (gb, 2 * dy.double().sum((0, 1)), 2 * dy.double().abs().sum((0, 1)))):
+        assert bool(((got.double() - want).abs() <= 1e-5 * scale + 1e-6).all())

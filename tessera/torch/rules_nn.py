@@ -128,8 +128,6 @@ def _layer_norm_backward_check(node: torch.fx.Node) -> str | None:
     x = val(node.args[1])
     if x is None or x.dtype not in FLOAT_DTYPES:
         return f"{None if x is None else x.dtype} input"
-    if not all(isinstance(d, int) for d in x.shape):
-        return "symbolic input shape"
     return None
 
 

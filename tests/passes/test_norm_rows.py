@@ -67,6 +67,8 @@ def lowered(shape, elem, affine: bool) -> ModuleOp:
         ((2, 3, 4099), "f16", True),  # one tile per row
         ((3, 40000), "f32", False),  # past the registers: the strided kernel
         ((4, 6), "f64", False),  # f64: the strided kernel, f64 statistics
+        ((7,), "bf16", True),  # one row, narrower than a vector: 1-element "vectors"
+        ((2, 3), "f32", True),
     ],
 )
 @pytest.mark.parametrize("affine", [True, False])
@@ -172,7 +174,8 @@ def reference_bwd(dy, x, w, kind, eps):
 @pytest.mark.parametrize(
     "shape,elem,vector",
     [((5, 768), "bf16", True), ((3, 1001), "bf16", True), ((2, 3, 4099), "f16", True),
-     ((3, 40000), "f32", False), ((4, 6), "f64", False)],
+     ((3, 40000), "f32", False), ((4, 6), "f64", False), ((7,), "bf16", True),
+     ((2, 3), "f32", True), ((1, 5), "f16", True)],
 )
 @pytest.mark.parametrize("kind", ["ln", "rms"])
 @pytest.mark.parametrize("affine", [True, False])
@@ -368,3 +371,27 @@ def test_residual_stream_training_step(_fresh_dynamo, monkeypatch):
     assert len(folded) == 2
     rep = tt.last_report()
     assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
+
+
+def test_dynamic_lengths_training_step(_fresh_dynamo):
+    """Symbolic sequence lengths: the norms' forward and backward rules take the traced
+    shapes (one graph for every length), every gradient matches eager."""
+    torch.manual_seed(4)
+    model = _PreNormBlock(8).double()
+    compiled = tt.compile(model, dynamic=True)
+    for s in (5, 9, 12):
+        x = torch.randn(2, s, 8, dtype=torch.float64, requires_grad=True)
+        compiled(x).pow(2).sum().backward()
+        got = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+        for p in model.parameters():
+            p.grad = None
+        x.grad = None
+        model(x).pow(2).sum().backward()
+        want = [p.grad for p in model.parameters()] + [x.grad]
+        for p in model.parameters():
+            p.grad = None
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
+    assert len([g_ for g_ in rep.graphs if g_.kind == "forward"]) == 1, str(rep)

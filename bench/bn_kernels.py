@@ -93,8 +93,10 @@ def graph_modules(model: nn.Module, x: torch.Tensor, passes: tuple[str, ...] | N
         )(gm, example_inputs)
 
     torch._dynamo.reset()
-    x = x.detach().requires_grad_(True)
-    torch.compile(model, backend=backend)(x).float().sum().backward()
+    x = x.detach().requires_grad_(True) if x.is_floating_point() else x  # token ids: no grad
+    out = torch.compile(model, backend=backend)(x)
+    out = out.logits if hasattr(out, "logits") else out  # a transformers model's output
+    out.float().sum().backward()
     return graphs
 
 

@@ -116,6 +116,8 @@ def build_meta(name: str, batch: int | None, seq: int | None) -> tuple[Any, torc
     with torch.device("meta"):
         model, inputs = build(name, batch, seq)
     model = model.to(dtype=torch.bfloat16).train()
+    if hasattr(model, "config"):  # transformers: no key/value cache in a training step
+        model.config.use_cache = False
     (x,) = [v for k, v in inputs.items() if k != "labels"]
     x = x.to("meta") if x.is_floating_point() else torch.empty(x.shape, dtype=x.dtype,
                                                                device="meta")

@@ -40,6 +40,10 @@ or be a scalar; the op computes the same elements.
 The body of a ``tgraph.fused`` op is made of the very ops that were fused, so
 running it computes exactly what the unfused chain computed.
 
+A ``tgraph.broadcast`` is a producer too, copied into each consumer that reads it (the
+copy reads the broadcast's smaller input with the consumer's indices), also when another
+user (a matmul) keeps it: it is never written out for elementwise consumers.
+
 An ``add`` of a norm's input gradient (``tgraph.layernorm_bwd`` / ``rmsnorm_bwd``, no
 other user) and a tensor of its type becomes that op's ``residual`` (``fold-norm-add``):
 a residual stream's gradient, added by the norm's kernel as it writes ``dx`` (rounded
@@ -81,7 +85,8 @@ def is_producer(op: Operation) -> bool:
         return False
     if isinstance(op, g.FusedOp):
         return op.reduction() is None
-    return isinstance(op, g.FUSIBLE_ELEMENTWISE_OPS)
+    # a broadcast inside a body reads its (smaller) input with the consumer's indices
+    return isinstance(op, (*g.FUSIBLE_ELEMENTWISE_OPS, g.BroadcastOp))
 
 
 def is_consumer(op: Operation) -> bool:
@@ -121,8 +126,10 @@ def duplicable(op: Operation, users: Sequence[Operation]) -> bool:
     if not is_producer(op) or len(op.results) != 1:
         return False
     big = _big_inputs(op)
-    if not big:
+    if big is None:
         return False
+    if not big:  # only smaller inputs (a broadcast): a copy reads nothing more
+        return True
     out = _elem_bits(op.results[0])
     stored = sum(_elem_bits(v) for v in big) + out * (1 + len(users))
     copied = 0
@@ -191,7 +198,9 @@ class FuseProducerIntoConsumer(RewritePattern):
             ):
                 continue
             users = {id(u.operation): u.operation for u in v.uses}
-            if len(users) > 1 and not (
+            # a broadcast is copied into every consumer even when another user keeps it:
+            # the copy reads its smaller input instead of the broadcast tensor
+            if len(users) > 1 and not isinstance(p, g.BroadcastOp) and not (
                 all(self._absorbs(u, p) for u in users.values())
                 and duplicable(p, list(users.values()))
             ):

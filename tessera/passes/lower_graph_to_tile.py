@@ -1089,6 +1089,8 @@ def elementwise_scalar(e: KernelEmitter, op: Operation, xs: Sequence[SSAValue]) 
     """
     if isinstance(op, g.SelectOp):
         return e.vselect(*xs)
+    if isinstance(op, g.BroadcastOp):  # in a fused body: its input read at broadcast indices
+        return xs[0]
     if isinstance(op, g.CastOp):
         return e.convert(xs[0], _cast_target(op))
     if isinstance(op, g.ElementwiseBinaryOp):

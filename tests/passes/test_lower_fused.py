@@ -203,6 +203,23 @@ CASES: list[Case] = [
         "  %r = tgraph.maximum %1, %a0 : ({t0}, {t0}) -> {t0}",
         lambda x, y: np.maximum(-(x * y), x), vector=True,
     ),
+    Case(  # a broadcast of per-row statistics read by two ops: copied into the body
+        "broadcast_rows_twice",
+        [((9, 64), "f32"), ((9, 1), "f32")], ((9, 64), "f32"),
+        "  %b = tgraph.broadcast %a1 : ({t1}) -> {t0}\n"
+        "  %0 = tgraph.mul %a0, %b : ({t0}, {t0}) -> {t0}\n"
+        "  %r = tgraph.add %0, %b : ({t0}, {t0}) -> {t0}",
+        lambda x, s: x * s + s, vector=True,
+    ),
+    Case(  # a rank-raising broadcast of a column vector closed by a row reduction
+        "broadcast_into_sum",
+        [((4, 6, 40), "bf16"), ((40,), "bf16")], ((4, 6), "f32"),
+        "  %b = tgraph.broadcast %a1 : ({t1}) -> {t0}\n"
+        "  %0 = tgraph.mul %a0, %b : ({t0}, {t0}) -> {t0}\n"
+        "  %1 = tgraph.cast %0 : ({t0}) -> tensor<4x6x40xf32>\n"
+        "  %r = tgraph.sum %1 axes = [2] : (tensor<4x6x40xf32>) -> {res}",
+        lambda x, w: (x * w).sum(2),
+    ),
     _reduce("sum_last_bf16", (13, 20), "bf16", "sum", "[1]", (13,), lambda v: v.sum(1)),
     _reduce("sum_last_long", (6, 77), "f32", "sum", "[1]", (6,), lambda v: v.sum(1)),
     _reduce("mean_last", (9, 45), "f32", "mean", "[-1]", (9,), lambda v: v.mean(-1)),

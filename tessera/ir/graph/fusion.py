@@ -78,6 +78,7 @@ from tessera.ir.graph.nn import (
     SumOp,
 )
 from tessera.ir.graph.shape import (
+    BroadcastOp,
     ConstantOp,
 )
 
@@ -118,7 +119,8 @@ class FusedOp(IRDLOperation):
 
     The single-block body takes one block argument per operand (same types) and
     is a chain of ``tgraph`` elementwise ops (and splat/small ``tgraph.constant``
-    ops) on whole tensors, optionally ended by one reduction
+    ops, and ``tgraph.broadcast``: its input read at the broadcast indices) on whole
+    tensors, optionally ended by one reduction
     (``tgraph.sum/max/min/mean``) whose result is yielded. The op's result is the
     value yielded by ``tgraph.yield``. Its meaning is exactly that of running
     the body on the operands::
@@ -184,7 +186,7 @@ class FusedOp(IRDLOperation):
                         f"{self.name}: a reduction ({op.name}) may only end the body, "
                         "with its result yielded"
                     )
-            elif not isinstance(op, (*FUSIBLE_ELEMENTWISE_OPS, ConstantOp)):
+            elif not isinstance(op, (*FUSIBLE_ELEMENTWISE_OPS, ConstantOp, BroadcastOp)):
                 raise VerifyException(
                     f"{self.name}: {op.name} cannot be fused; the body may hold elementwise "
                     "ops, constants and one trailing reduction"

@@ -395,3 +395,25 @@ def test_dynamic_lengths_training_step(_fresh_dynamo):
     rep = tt.last_report()
     assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
     assert len([g_ for g_ in rep.graphs if g_.kind == "forward"]) == 1, str(rep)
+
+
+@pytest.mark.parametrize("case", ["no_input_grad", "no_bias"])
+def test_native_layer_norm_backward_output_masks(_fresh_dynamo, case):
+    """The backward's output mask: a norm of data that needs no gradient (no input
+    gradient), a norm without a bias (no bias gradient)."""
+    torch.manual_seed(5)
+    if case == "no_input_grad":
+        model = nn.Sequential(nn.LayerNorm(12), nn.Linear(12, 4)).double()
+        x = torch.randn(3, 5, 12, dtype=torch.float64)
+    else:
+        model = nn.Sequential(nn.Linear(6, 12), nn.LayerNorm(12, bias=False), nn.Tanh()).double()
+        x = torch.randn(3, 5, 6, dtype=torch.float64, requires_grad=True)
+    tt.compile(model)(x).pow(2).sum().backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = None
+    model(x).pow(2).sum().backward()
+    for a, p in zip(got, model.parameters()):
+        torch.testing.assert_close(a, p.grad, rtol=1e-10, atol=1e-10)
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)

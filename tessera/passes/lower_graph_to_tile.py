@@ -826,26 +826,18 @@ class _FunctionLowering:
         row = _Row(shape, [len(shape) - 1])
         d = shape[-1]
         group, _ = row.group()
-        is_ln = isinstance(op, g.LayerNormBwdOp)
-        stats = [op.mean, op.rstd] if isinstance(op, g.LayerNormBwdOp) else [op.rstd]
-        w = op.weight
-        out = self.alloc(op.result.type)
-        host_args = [out, self.mem(op.dy), self.mem(op.input), *(self.mem(v) for v in stats)]
-        if w is not None:
-            host_args.append(self.mem(w))
-        if op.residual is not None:
-            host_args.append(self.mem(op.residual))
+        from tessera.passes.tile_rowlayout import norm_bwd_args
+
+        out, host_args, named = norm_bwd_args(self, op)
 
         def build(e: KernelEmitter, args: list[SSAValue]) -> None:
-            o_ref, dy_ref, x_ref = args[:3]
-            st = args[3:3 + len(stats)]
-            w_ref = args[3 + len(stats)] if w is not None else None
-            res_ref = args[-1] if op.residual is not None else None
+            a = named(args)
+            o_ref, dy_ref, x_ref, w_ref, res_ref = a.out, a.dy, a.x, a.weight, a.residual
             o = e.tile_id("x")
             lane = e.local_id()
             sidx = [*e.unravel(o, row.kept), 0]
-            rstd = e.convert(e.load(st[-1], sidx), acc_t)
-            mean = e.convert(e.load(st[0], sidx), acc_t) if is_ln else None
+            rstd = e.convert(e.load(a.rstd, sidx), acc_t)
+            mean = e.convert(e.load(a.mean, sidx), acc_t) if a.mean is not None else None
 
             def xhat(ie: KernelEmitter, idx: list[Idx], ok: SSAValue) -> SSAValue:
                 x = ie.convert(ie.load(x_ref, idx, mask=ok), acc_t)
@@ -861,7 +853,7 @@ class _FunctionLowering:
             m2 = e.fdiv(self.row_reduce(
                 e, row, o, lane, "sum", acc_t,
                 lambda ie, idx, ok: ie.fmul(gy(ie, idx, ok), xhat(ie, idx, ok))), n)
-            m1 = e.fdiv(self.row_reduce(e, row, o, lane, "sum", acc_t, gy), n) if is_ln else None
+            m1 = e.fdiv(self.row_reduce(e, row, o, lane, "sum", acc_t, gy), n) if mean is not None else None
 
             def write(ie: KernelEmitter, r: Idx, ok: SSAValue, c: list[SSAValue]) -> list:
                 idx = row.index(ie, o, r)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math as pymath
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type, VectorType, f32
@@ -23,6 +24,9 @@ from xdsl.ir import Attribute, SSAValue
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.passes.tile_builder import Idx, KernelEmitter
+
+if TYPE_CHECKING:
+    from tessera.passes.lower_graph_to_tile import _FunctionLowering
 
 RAGGED_MIN_CHUNKS = 4
 """A ragged row (``n`` not a multiple of the 16-byte width) of at least this many
@@ -194,3 +198,38 @@ def norm_params_ok(
     """The weight and bias (when present) have an element type the row kernels read."""
     b = op.bias if isinstance(op, g.LayerNormOp | g.LayerNormFwdOp) else None
     return all(p is None or elem_bytes(g.elem_of(p)) is not None for p in (op.weight, b))
+
+
+@dataclass(frozen=True)
+class NormBwdRefs:
+    """The kernel arguments of a norm gradient (``tgraph.layernorm_bwd`` /
+    ``rmsnorm_bwd``), by role: ``dx, dy, x, [mean], rstd, [weight], [residual]``."""
+
+    out: SSAValue
+    dy: SSAValue
+    x: SSAValue
+    mean: SSAValue | None
+    rstd: SSAValue
+    weight: SSAValue | None
+    residual: SSAValue | None
+
+
+def norm_bwd_args(
+    lw: _FunctionLowering, op: g.LayerNormBwdOp | g.RMSNormBwdOp
+) -> tuple[SSAValue, list[SSAValue], Callable[[Sequence[SSAValue]], NormBwdRefs]]:
+    """The result buffer of a norm gradient op, its kernel's host arguments, and the
+    function naming the kernel's arguments by role."""
+    ln = isinstance(op, g.LayerNormBwdOp)
+    out = lw.alloc(op.result.type)
+    opt = [v for v in (op.weight, op.residual) if v is not None]
+    stats = [op.mean, op.rstd] if isinstance(op, g.LayerNormBwdOp) else [op.rstd]
+    host = [out, lw.mem(op.dy), lw.mem(op.input), *(lw.mem(v) for v in [*stats, *opt])]
+
+    def refs(args: Sequence[SSAValue]) -> NormBwdRefs:
+        rest = iter(args[3 + len(stats):])
+        return NormBwdRefs(
+            args[0], args[1], args[2], args[3] if ln else None, args[2 + len(stats)],
+            next(rest) if op.weight is not None else None,
+            next(rest) if op.residual is not None else None)
+
+    return out, host, refs

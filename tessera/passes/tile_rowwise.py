@@ -53,6 +53,7 @@ from tessera.passes.tile_rowlayout import (
     fold,
     load_param,
     load_piece,
+    norm_bwd_args,
     norm_params_ok,
     row_width,
     rows_of,
@@ -337,8 +338,6 @@ def lower_norm_bwd(lw: _FunctionLowering, op: g.LayerNormBwdOp | g.RMSNormBwdOp)
     strided kernel."""
     shape = g.shape_of(op.input)
     et = g.elem_of(op.input)
-    w = op.weight
-    is_ln = isinstance(op, g.LayerNormBwdOp)
     ok = bool(shape) and rows_of(shape) > 0 and norm_params_ok(op)
     plan = plan_row(shape[-1], et) if ok else None
     if plan is None:
@@ -346,24 +345,16 @@ def lower_norm_bwd(lw: _FunctionLowering, op: g.LayerNormBwdOp | g.RMSNormBwdOp)
         return
     rows = rows_of(shape)
     n = shape[-1]
-    stats = [op.mean, op.rstd] if isinstance(op, g.LayerNormBwdOp) else [op.rstd]
-    out = lw.alloc(op.result.type)
-    host_args = [out, lw.mem(op.dy), lw.mem(op.input), *(lw.mem(v) for v in stats)]
-    if w is not None:
-        host_args.append(lw.mem(w))
-    if op.residual is not None:
-        host_args.append(lw.mem(op.residual))
+    out, host_args, named = norm_bwd_args(lw, op)
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
-        o_ref, dy_ref, x_ref = args[:3]
-        st = args[3:3 + len(stats)]
-        w_ref = args[3 + len(stats)] if w is not None else None
-        res_ref = args[-1] if op.residual is not None else None
+        a = named(args)
+        o_ref, w_ref, res_ref = a.out, a.weight, a.residual
         k = RowKernel(e, plan, rows, shape[:-1])
-        xs, dys = k.load(x_ref), k.load(dy_ref)
+        xs, dys = k.load(a.x), k.load(a.dy)
         sidx = [e.index(i) for i in (*k.lead, 0)]
-        rstd = e.op(tt.LoadOp(st[-1], sidx, k.row_ok))
-        mean = e.op(tt.LoadOp(st[0], sidx, k.row_ok)) if is_ln else None
+        rstd = e.op(tt.LoadOp(a.rstd, sidx, k.row_ok))
+        mean = e.op(tt.LoadOp(a.mean, sidx, k.row_ok)) if a.mean is not None else None
         xhat = [p.like([e.fmul(e.fsub(v, mean) if mean is not None else v, rstd)
                         for v in p.values]) for p in xs]
         gs = [p if w_ref is None else p.like(
@@ -373,7 +364,7 @@ def lower_norm_bwd(lw: _FunctionLowering, op: g.LayerNormBwdOp | g.RMSNormBwdOp)
         prods = [pg.like([e.fmul(a, b) for a, b in zip(pg.values, px.values)])
                  for pg, px in zip(gs, xhat)]
         m2 = e.fmul(k.reduce(prods, "sum", lambda v: v), inv_n)
-        m1 = e.fmul(k.reduce(gs, "sum", lambda v: v), inv_n) if is_ln else None
+        m1 = e.fmul(k.reduce(gs, "sum", lambda v: v), inv_n) if mean is not None else None
         ys = []
         for pg, px in zip(gs, xhat):
             y = [e.fsub(a, e.fmul(b, m2)) for a, b in zip(pg.values, px.values)]

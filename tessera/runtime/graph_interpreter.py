@@ -505,35 +505,25 @@ def run_softmax(interp: Interpreter, op: g.SoftmaxOp, args: tuple[Any, ...]):
     return (store(r, op.result.type),)
 
 
-@SEMANTICS.register(g.LayerNormOp)
-def run_layernorm(interp: Interpreter, op: g.LayerNormOp, args: tuple[Any, ...]):
+@SEMANTICS.register(g.LayerNormOp, g.LayerNormFwdOp)
+def run_layernorm(
+    interp: Interpreter, op: g.LayerNormOp | g.LayerNormFwdOp, args: tuple[Any, ...]
+):
+    """``layernorm``; ``layernorm_fwd`` also returns the row mean and ``1 / std``."""
     t = op.input.type
     vals = _by_operand(op, args)
     x = load(vals[op.input], t)
     mu = np.mean(x, axis=-1, keepdims=True)
     var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
-    y = (x - mu) / np.sqrt(var + np.asarray(op.eps.value.data, x.dtype))
+    std = np.sqrt(var + np.asarray(op.eps.value.data, x.dtype))
+    y = (x - mu) / std
     if op.weight is not None:
         y = y * load(vals[op.weight], t)
     if op.bias is not None:
         y = y + load(vals[op.bias], t)
+    if isinstance(op, g.LayerNormFwdOp):
+        return (store(y, op.result.type), store(mu, op.mean.type), store(1 / std, op.rstd.type))
     return (store(y, op.result.type),)
-
-
-@SEMANTICS.register(g.LayerNormFwdOp)
-def run_layernorm_fwd(interp: Interpreter, op: g.LayerNormFwdOp, args: tuple[Any, ...]):
-    t = op.input.type
-    vals = _by_operand(op, args)
-    x = load(vals[op.input], t)
-    mu = np.mean(x, axis=-1, keepdims=True)
-    var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
-    rstd = 1 / np.sqrt(var + np.asarray(op.eps.value.data, x.dtype))
-    y = (x - mu) * rstd
-    if op.weight is not None:
-        y = y * load(vals[op.weight], t)
-    if op.bias is not None:
-        y = y + load(vals[op.bias], t)
-    return (store(y, op.result.type), store(mu, op.mean.type), store(rstd, op.rstd.type))
 
 
 @SEMANTICS.register(g.LayerNormBwdOp, g.RMSNormBwdOp)

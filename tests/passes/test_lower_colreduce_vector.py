@@ -118,6 +118,11 @@ def _fused_module(rows_shape, c, elem, body_mean: bool):
   }}
   func.return %0 : {out}
 }}"""
+    return _lowered(text)
+
+
+def _lowered(text: str):
+    """The Tile IR of the Graph IR ``text``."""
     ctx = context()
     m = Parser(ctx, text).parse_module()
     LowerGraphToTile().apply(ctx, m)
@@ -167,10 +172,7 @@ def test_fused_column_reduction_not_taken():
   }}
   func.return %0 : {out}
 }}"""
-    ctx = context()
-    m = Parser(ctx, text).parse_module()
-    LowerGraphToTile().apply(ctx, m)
-    m.verify()
+    m = _lowered(text)
     assert not any(isinstance(op, tt.LoadVectorOp) for op in m.walk())
     rng = np.random.default_rng(3)
     x, b = rand(rng, (4, 50, 64), "bf16"), rand(rng, (4, 1, 1), "bf16")

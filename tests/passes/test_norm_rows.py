@@ -122,6 +122,31 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
+
+def _matches_eager(model, x, tol, loss=lambda o: o.pow(2).sum(), compiled=None):
+    """One step through ``tessera.torch`` against eager: the output and the gradients
+    of ``loss`` (the parameters', then ``x``'s when it needs one) within ``tol``, with
+    no op or partition left to torch."""
+    out = (compiled if compiled is not None else tt.compile(model))(x)
+    loss(out).backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    got += [x.grad.clone()] if x.requires_grad else []
+    for p in model.parameters():
+        p.grad = None
+    x.grad = None
+    ref = model(x)
+    loss(ref).backward()
+    want = [p.grad for p in model.parameters()] + ([x.grad] if x.requires_grad else [])
+    for p in model.parameters():
+        p.grad = None
+    x.grad = None
+    torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_native_layer_norm_in_a_training_step(_fresh_dynamo, monkeypatch, dtype):
     """A training forward's ``native_layer_norm`` (its mean and rstd saved for the
@@ -140,22 +165,8 @@ def test_native_layer_norm_in_a_training_step(_fresh_dynamo, monkeypatch, dtype)
     model = nn.Sequential(nn.Linear(6, 12), nn.LayerNorm(12), nn.Tanh(), nn.Linear(12, 3))
     model = model.to(dtype)
     x = torch.randn(4, 5, 6, dtype=dtype, requires_grad=True)
-    out = tt.compile(model)(x)
-    out.pow(2).sum().backward()
-    got = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
-    for p in model.parameters():
-        p.grad = None
-    x.grad = None
-    ref = model(x)
-    ref.pow(2).sum().backward()
-    want = [p.grad for p in model.parameters()] + [x.grad]
-    tol = 1e-11 if dtype == torch.float64 else 2e-5
-    torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    _matches_eager(model, x, 1e-11 if dtype == torch.float64 else 2e-5)
     assert len(calls) == 1 and calls[0]["eps"] == 1e-5
-    rep = tt.last_report()
-    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
 
 
 def reference_bwd(dy, x, w, kind, eps):
@@ -272,21 +283,9 @@ def test_native_layer_norm_backward(_fresh_dynamo, monkeypatch, shape, normalize
             model.weight.normal_(1.0, 0.5)
             model.bias.normal_()
     x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
-    out = tt.compile(model)(x)
-    (out * torch.cos(out)).sum().backward()
-    got = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
-    for p in model.parameters():
-        p.grad = None
-    x.grad = None
-    ref = model(x)
-    (ref * torch.cos(ref)).sum().backward()
-    want = [p.grad for p in model.parameters()] + [x.grad]
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    _matches_eager(model, x, 1e-10, loss=lambda o: (o * torch.cos(o)).sum())
     n = int(np.prod(normalized))
     assert calls == [(*shape[: len(shape) - len(normalized)], n)]
-    rep = tt.last_report()
-    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
 
 
 @pytest.mark.parametrize("shape,elem", [((5, 768), "bf16"), ((3, 40000), "f32"),
@@ -358,19 +357,8 @@ def test_residual_stream_training_step(_fresh_dynamo, monkeypatch):
     torch.manual_seed(2)
     model = _PreNormBlock(16).double()
     x = torch.randn(3, 7, 16, dtype=torch.float64, requires_grad=True)
-    out = tt.compile(model)(x)
-    out.pow(2).sum().backward()
-    got = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
-    for p in model.parameters():
-        p.grad = None
-    x.grad = None
-    model(x).pow(2).sum().backward()
-    want = [p.grad for p in model.parameters()] + [x.grad]
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    _matches_eager(model, x, 1e-10)
     assert len(folded) == 2
-    rep = tt.last_report()
-    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
 
 
 def test_dynamic_lengths_training_step(_fresh_dynamo):
@@ -381,19 +369,8 @@ def test_dynamic_lengths_training_step(_fresh_dynamo):
     compiled = tt.compile(model, dynamic=True)
     for s in (5, 9, 12):
         x = torch.randn(2, s, 8, dtype=torch.float64, requires_grad=True)
-        compiled(x).pow(2).sum().backward()
-        got = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
-        for p in model.parameters():
-            p.grad = None
-        x.grad = None
-        model(x).pow(2).sum().backward()
-        want = [p.grad for p in model.parameters()] + [x.grad]
-        for p in model.parameters():
-            p.grad = None
-        for a, b in zip(got, want):
-            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+        _matches_eager(model, x, 1e-10, compiled=compiled)
     rep = tt.last_report()
-    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
     assert len([g_ for g_ in rep.graphs if g_.kind == "forward"]) == 1, str(rep)
 
 
@@ -408,12 +385,4 @@ def test_native_layer_norm_backward_output_masks(_fresh_dynamo, case):
     else:
         model = nn.Sequential(nn.Linear(6, 12), nn.LayerNorm(12, bias=False), nn.Tanh()).double()
         x = torch.randn(3, 5, 6, dtype=torch.float64, requires_grad=True)
-    tt.compile(model)(x).pow(2).sum().backward()
-    got = [p.grad.clone() for p in model.parameters()]
-    for p in model.parameters():
-        p.grad = None
-    model(x).pow(2).sum().backward()
-    for a, p in zip(got, model.parameters()):
-        torch.testing.assert_close(a, p.grad, rtol=1e-10, atol=1e-10)
-    rep = tt.last_report()
-    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
+    _matches_eager(model, x, 1e-10)

@@ -20,7 +20,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
-from torch._functorch.partitioners import default_partition
+from torch._functorch.partitioners import _has_tag_is_forward, _is_primal, default_partition
 
 from tessera.torch import report as _report
 from tessera.torch.attention import ATTENTION_BACKWARDS, static_masks
@@ -80,11 +80,68 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, kind: str, n
     return make_boxed_func(fused.forward)
 
 
+VIEW_OPS = frozenset({
+    aten.t.default, aten.permute.default, aten.transpose.int, aten.view.default,
+    aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
+    aten.expand.default,
+})
+"""Ops that only view their first operand (static other arguments): what
+:func:`views_of_inputs_in_backward` replays."""
+
+
+def _view_chain(node: torch.fx.Node) -> tuple[torch.fx.Node, list[torch.fx.Node]] | None:
+    """``(primal, views)`` when ``node`` is a chain of :data:`VIEW_OPS` with static
+    arguments applied to a forward input (a primal), first view first; else None."""
+    chain = []
+    n = node
+    while n.op == "call_function" and n.target in VIEW_OPS:
+        if any(isinstance(a, torch.fx.Node) for a in (*n.args[1:], *n.kwargs.values())):
+            return None  # a symbolic size: not replayable from the input alone
+        chain.append(n)
+        n = n.args[0]
+    return (n, chain[::-1]) if chain and _is_primal(n) else None
+
+
+def views_of_inputs_in_backward(joint: torch.fx.GraphModule) -> int:
+    """Give the backward its own copy of each view of a forward input that it reads (a
+    linear layer's ``t(weight)``), made from the input: the forward then saves the input
+    (alive anyway) instead of the view, which a Tessera partition would return as a
+    copy (a transposed weight written out every step). Returns the views replaced."""
+    nodes = list(joint.graph.nodes)
+    last = max((i for i, n in enumerate(nodes) if _has_tag_is_forward(n) or _is_primal(n)),
+               default=-1)
+    forward = set(nodes[: last + 1])
+    order = {n: i for i, n in enumerate(nodes)}
+    replaced = 0
+    for v in nodes[: last + 1]:
+        found = _view_chain(v) if v.op == "call_function" else None
+        later = [u for u in v.users if u not in forward]
+        if found is None or not later:
+            continue
+        base, chain = found
+        with joint.graph.inserting_before(min(later, key=order.__getitem__)):
+            cur = base
+            for c in chain:
+                new = joint.graph.call_function(c.target, (cur, *c.args[1:]), dict(c.kwargs))
+                new.meta = {k: m for k, m in c.meta.items() if k != "partitioner_tag"}
+                cur = new
+        for u in later:
+            u.replace_input_with(v, cur)
+        replaced += 1
+    if replaced:
+        joint.graph.lint()
+        joint.recompile()
+    return replaced
+
+
 def partition_joint(joint: torch.fx.GraphModule, joint_inputs: Any, **kw: Any) -> Any:
     """AOTAutograd's default forward/backward split, after masked attention backwards
     whose mask is a constant that is no mask or the causal one became unmasked
-    (:func:`tessera.torch.attention.static_masks`): the backward then needs no mask."""
+    (:func:`tessera.torch.attention.static_masks`): the backward then needs no mask; and
+    with the backward's views of forward inputs made in the backward
+    (:func:`views_of_inputs_in_backward`)."""
     static_masks(joint)
+    views_of_inputs_in_backward(joint)
     return default_partition(joint, joint_inputs, **kw)
 
 

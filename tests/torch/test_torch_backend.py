@@ -562,3 +562,40 @@ def test_reductions_over_axes_apart_match_float64(kind, dims, keep, dtype):
     assert got.dtype == dtype and got.shape == ref.shape
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     torch.testing.assert_close(got.double(), ref, rtol=tol, atol=tol)
+
+
+def test_views_of_weights_are_made_in_the_backward(monkeypatch):
+    """A linear layer's ``t(weight)``, read by the backward, is not saved by the forward
+    (a Tessera partition would return it as a copy): the backward makes it from the
+    weight, which the forward saves instead; the gradients match eager."""
+    import importlib
+
+    backend = importlib.import_module("tessera.torch.backend")  # the module, not the function
+
+    forwards = []
+    real = backend.default_partition
+
+    def spy(joint, inputs, **kw):
+        fw, bw = real(joint, inputs, **kw)
+        forwards.append(fw)
+        return fw, bw
+
+    monkeypatch.setattr(backend, "default_partition", spy)
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 8)).double()
+    x = torch.randn(4, 16, dtype=torch.float64, requires_grad=True)
+    tt.compile(m)(x).pow(2).sum().backward()
+    got = [p.grad.clone() for p in m.parameters()] + [x.grad.clone()]
+    for p in m.parameters():
+        p.grad = None
+    x.grad = None
+    m(x).pow(2).sum().backward()
+    for a, b in zip(got, [p.grad for p in m.parameters()] + [x.grad]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    (fw,) = forwards
+    out = next(n for n in fw.graph.nodes if n.op == "output")
+    saved = [a for a in out.args[0] if isinstance(a, torch.fx.Node)]
+    assert not [a for a in saved if a.op == "call_function" and a.target in backend.VIEW_OPS]
+    weights = [n for n in fw.graph.nodes if n.op == "placeholder"
+               and tuple(n.meta["val"].shape) in ((32, 16), (8, 32))]
+    assert len(weights) == 2 and all(w in saved for w in weights)

@@ -218,7 +218,8 @@ CASES: list[Case] = [
         "  %0 = tgraph.mul %a0, %b : ({t0}, {t0}) -> {t0}\n"
         "  %1 = tgraph.cast %0 : ({t0}) -> tensor<4x6x40xf32>\n"
         "  %r = tgraph.sum %1 axes = [2] : (tensor<4x6x40xf32>) -> {res}",
-        lambda x, w: (x * w).sum(2),
+        # the body multiplies in bf16: each product rounded before the f32 sum
+        lambda x, w: (x * w).astype(BF16).astype(np.float64).sum(2),
     ),
     _reduce("sum_last_bf16", (13, 20), "bf16", "sum", "[1]", (13,), lambda v: v.sum(1)),
     _reduce("sum_last_long", (6, 77), "f32", "sum", "[1]", (6,), lambda v: v.sum(1)),

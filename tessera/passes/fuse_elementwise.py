@@ -40,9 +40,11 @@ or be a scalar; the op computes the same elements.
 The body of a ``tgraph.fused`` op is made of the very ops that were fused, so
 running it computes exactly what the unfused chain computed.
 
-A ``tgraph.broadcast`` is a producer too, copied into each consumer that reads it (the
-copy reads the broadcast's smaller input with the consumer's indices), also when another
-user (a matmul) keeps it: it is never written out for elementwise consumers.
+A ``tgraph.broadcast`` is a producer too. A producer that reads only tensors smaller
+than its result (a broadcast, or an op of broadcast operands) is copied into each
+consumer that reads it, also when another user (a matmul) keeps it: the copy reads the
+small inputs with the consumer's indices, so the result is never written out for
+elementwise consumers.
 
 An ``add`` of a norm's input gradient (``tgraph.layernorm_bwd`` / ``rmsnorm_bwd``, no
 other user) and a tensor of its type becomes that op's ``residual`` (``fold-norm-add``):
@@ -198,9 +200,10 @@ class FuseProducerIntoConsumer(RewritePattern):
             ):
                 continue
             users = {id(u.operation): u.operation for u in v.uses}
-            # a broadcast is copied into every consumer even when another user keeps it:
-            # the copy reads its smaller input instead of the broadcast tensor
-            if len(users) > 1 and not isinstance(p, g.BroadcastOp) and not (
+            # a producer reading only tensors smaller than its result (a broadcast) is
+            # copied into every consumer even when another user keeps it: the copy reads
+            # those small inputs instead of the result
+            if len(users) > 1 and _big_inputs(p) != [] and not (
                 all(self._absorbs(u, p) for u in users.values())
                 and duplicable(p, list(users.values()))
             ):

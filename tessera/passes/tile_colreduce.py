@@ -101,6 +101,19 @@ def splits(a: int, r: int, c: int, width: int = 1) -> int:
     return max(1, min(most, -(-target // tiles)))
 
 
+def _finisher(mean: bool, r_n: int, acc_t: Attribute, out_t: Attribute
+              ) -> Callable[[KernelEmitter, SSAValue], SSAValue]:
+    """A column's total as stored: divided by the ``r_n`` rows for a mean, converted to
+    the result type."""
+
+    def finish(e: KernelEmitter, total: SSAValue) -> SSAValue:
+        if mean:
+            total = e.fdiv(total, e.const(float(r_n), acc_t))
+        return e.convert(total, out_t)
+
+    return finish
+
+
 def lower_column_reduction(
     lw: _FunctionLowering,
     op: g.ReductionOp,
@@ -155,10 +168,7 @@ def lower_column_reduction(
             return idx
         return [v for k, v in enumerate(idx) if k not in axes]
 
-    def finish(e: KernelEmitter, total: SSAValue) -> SSAValue:
-        if mean:
-            total = e.fdiv(total, e.const(float(r_n), acc_t))
-        return e.convert(total, out_t)
+    finish = _finisher(mean, r_n, acc_t, out_t)
 
     def build_partial(e: KernelEmitter, args: list[SSAValue], dst: str) -> None:
         o_ref, ins = args[0], args[1:]
@@ -405,10 +415,7 @@ def _vector_columns(
     out2 = reshape_view(lw, out, MemRefType(rt, [a_n, c_n]))
     init = _reduce_init(kind, acc_t)
 
-    def finish(e: KernelEmitter, total: SSAValue) -> SSAValue:
-        if mean:
-            total = e.fdiv(total, e.const(float(r_n), acc_t))
-        return e.convert(total, rt)
+    finish = _finisher(mean, r_n, acc_t, rt)
 
     def build(e: KernelEmitter, args: list[SSAValue], to_out: bool) -> None:
         o_ref, ins = args[0], args[1:]

@@ -111,7 +111,9 @@ def test_layernorm_fwd_names_a_bad_weight():
     def f(x, w):
         return layernorm_fwd(x, w)
 
-    with pytest.raises(Exception, match="layernorm_fwd"):
+    from tessera.errors import ShapeError
+
+    with pytest.raises(ShapeError, match=r"layernorm_fwd weight has shape \[4\], expected \[8\]"):
         f(np.ones((2, 8), np.float32), np.ones((4,), np.float32))
 
 

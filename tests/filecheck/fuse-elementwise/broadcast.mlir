@@ -20,3 +20,18 @@ func.func @f(%x: tensor<8x64xf32>, %s: tensor<8x1xf32>, %w: tensor<64x16xf32>) -
 // CHECK:        tgraph.broadcast
 // CHECK:        tgraph.sub
 // CHECK:      tgraph.matmul %[[B]], %w
+
+// The rule is the cost, not the op: an add of a column and a row (both smaller than its
+// result) is copied into its elementwise consumer too, while the matmul keeps it.
+func.func @outer(%c: tensor<8x1xf32>, %r: tensor<1x64xf32>, %w: tensor<64x16xf32>) -> (tensor<8x64xf32>, tensor<8x16xf32>) {
+  %0 = tgraph.add %c, %r : (tensor<8x1xf32>, tensor<1x64xf32>) -> tensor<8x64xf32>
+  %1 = tgraph.exp %0 : (tensor<8x64xf32>) -> tensor<8x64xf32>
+  %2 = tgraph.matmul %0, %w : (tensor<8x64xf32>, tensor<64x16xf32>) -> tensor<8x16xf32>
+  func.return %1, %2 : tensor<8x64xf32>, tensor<8x16xf32>
+}
+// CHECK-LABEL: func.func @outer
+// CHECK:      %[[SUM:.*]] = tgraph.add %c, %r
+// CHECK:      tgraph.fused %c, %r
+// CHECK:        tgraph.add
+// CHECK:        tgraph.exp
+// CHECK:      tgraph.matmul %[[SUM]], %w

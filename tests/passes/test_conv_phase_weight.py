@@ -121,6 +121,19 @@ def test_relayout_reads_the_forward_weight(xs, ws, stride, padding, dilation, kw
     assert (out[oc * k:] == POISON).all()
 
 
+def _input_grad_launches(monkeypatch, padding, xs, ws, dys, dtype):
+    """The specialization of ts.grad's input gradient of a stride-2 convolution on the
+    Hopper kernels, and the kinds of its launches in order."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
+    fn = ts.grad(lambda x, w, dy: ts.sum(ts.conv2d(x, w, stride=2, padding=padding) * dy),
+                 argnums=0)
+    spec = fn.specialize(np.zeros(xs, dtype), np.zeros(ws, dtype), np.zeros(dys, dtype))
+    kinds = [re.sub(r"^.*?_grad_|_\d+$", "", o.callee.string_value())
+             for o in spec.ir("target").walk() if isinstance(o, tt.LaunchOp | tt.LaunchExOp)]
+    return spec, kinds
+
+
 @pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 @pytest.mark.parametrize("dtype", [bf, np.float32])
 def test_strided_input_gradient_is_three_kernels(monkeypatch, dtype):
@@ -128,14 +141,8 @@ def test_strided_input_gradient_is_three_kernels(monkeypatch, dtype):
     copy of the gradient, the relayout of the forward weight into the phase kernel, and
     the convolution storing dx: no pad, reverse, transpose or slice kernels. PTX through
     ptxas."""
-    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
-    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
-    fn = ts.grad(lambda x, w, dy: ts.sum(ts.conv2d(x, w, stride=2, padding=1) * dy),
-                 argnums=0)
-    spec = fn.specialize(np.zeros((2, 24, 15, 13), dtype), np.zeros((40, 24, 3, 3), dtype),
-                         np.zeros((2, 40, 8, 7), dtype))
-    kinds = [re.sub(r"^.*?_grad_|_\d+$", "", o.callee.string_value())
-             for o in spec.ir("target").walk() if isinstance(o, tt.LaunchOp | tt.LaunchExOp)]
+    spec, kinds = _input_grad_launches(monkeypatch, 1, (2, 24, 15, 13), (40, 24, 3, 3),
+                                       (2, 40, 8, 7), dtype)
     assert kinds == ["conv_nhwc", "conv_weight", "conv"], kinds
     ptxas.check(spec.ir("ptx"))
 
@@ -143,14 +150,8 @@ def test_strided_input_gradient_is_three_kernels(monkeypatch, dtype):
 def test_wide_phase_kernels_are_made(monkeypatch):
     """A phase kernel of 64 taps or more (a 15x15/2 kernel: 8 x 8 window taps) is relaid
     out by the NHWC copy from the made kernel: not claimed, its ops lowered."""
-    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
-    monkeypatch.setenv("TESSERA_IMPLICIT_CONV", "1")
-    fn = ts.grad(lambda x, w, dy: ts.sum(ts.conv2d(x, w, stride=2, padding=7) * dy),
-                 argnums=0)
-    spec = fn.specialize(np.zeros((1, 8, 16, 16), bf), np.zeros((8, 8, 15, 15), bf),
-                         np.zeros((1, 8, 8, 8), bf))
-    kinds = [re.sub(r"^.*?_grad_|_\d+$", "", o.callee.string_value())
-             for o in spec.ir("target").walk() if isinstance(o, tt.LaunchOp | tt.LaunchExOp)]
+    _, kinds = _input_grad_launches(monkeypatch, 7, (1, 8, 16, 16), (8, 8, 15, 15),
+                                    (1, 8, 8, 8), bf)
     assert "reverse" in kinds and "conv" in kinds, kinds
 
 

@@ -40,6 +40,22 @@ or be a scalar; the op computes the same elements.
 The body of a ``tgraph.fused`` op is made of the very ops that were fused, so
 running it computes exactly what the unfused chain computed.
 
+Transposes that keep the last dim, slices, concats and reshapes of size-1 dims are
+index maps (:func:`tessera.ir.graph.is_index_map`): producers and consumers both, so a
+chain of them and the elementwise ops around it is one kernel that reads each input at
+the index the maps give (``tessera.passes.tile_fused_maps``). A rotary embedding's
+``x * cos + cat(-x[..., h:], x[..., :h]) * sin`` of a transposed projection, or the
+gradients of an attention's q, k and v concatenated and transposed back into the
+projection's layout, are one kernel each instead of one per slice, negation, concat and
+transpose. A transpose that moves the last dim keeps its own kernel (the tiled transpose
+through shared memory). The crops, reshapes and mask select after a strided
+convolution's phase convolution are left alone: the implicit GEMM stores its input
+gradient through them itself (:func:`stored_by_convolution`).
+
+A fusion that would read the inputs at more than :data:`MAX_LEAF_READS` places per
+element is not made (a prefix sum written as slices and concats would otherwise double
+its reads at every step).
+
 A ``tgraph.broadcast`` is a producer too. A producer that reads only tensors smaller
 than its result (a broadcast, or an op of broadcast operands) is copied into each
 consumer that reads it, also when another user (a matmul) keeps it: the copy reads the
@@ -81,19 +97,38 @@ def _rounds(op: Operation) -> bool:
     return any(rounds_specially(r.type) for r in op.results)
 
 
+def _index_map(op: Operation) -> bool:
+    """``op`` is an index map (:func:`tessera.ir.graph.is_index_map`) of real tensors, not
+    a reshape (a view, fused only where it joins two fusible ops: :func:`is_producer`)."""
+    return (
+        g.is_index_map(op)
+        and not isinstance(op, g.ReshapeOp)
+        and not any(isinstance(g.elem_of(v), builtin.ComplexType)
+                    for v in (*op.operands, *op.results))
+    )
+
+
 def is_producer(op: Operation) -> bool:
     """``op`` may be absorbed into a consumer."""
     if _rounds(op):
         return False
     if isinstance(op, g.FusedOp):
         return op.reduction() is None
-    # a broadcast inside a body reads its (smaller) input with the consumer's indices
-    return isinstance(op, (*g.FUSIBLE_ELEMENTWISE_OPS, g.BroadcastOp))
+    # a broadcast inside a body reads its (smaller) input with the consumer's indices,
+    # a transpose, slice or concat its input(s) at the indices its map gives
+    if g.unit_reshape(op):  # a view: worth fusing only as a link between fused ops
+        src = op.operands[0].owner
+        return isinstance(src, Operation) and src.parent is op.parent and is_producer(src)
+    return isinstance(op, (*g.FUSIBLE_ELEMENTWISE_OPS, g.BroadcastOp)) or _index_map(op)
 
 
 def is_consumer(op: Operation) -> bool:
     """``op`` may absorb its producers."""
-    return not _rounds(op) and isinstance(op, (g.FusedOp, *g.FUSIBLE_ELEMENTWISE_OPS, *g.FUSIBLE_REDUCTION_OPS))
+    if _rounds(op):
+        return False
+    return isinstance(
+        op, (g.FusedOp, *g.FUSIBLE_ELEMENTWISE_OPS, *g.FUSIBLE_REDUCTION_OPS)
+    ) or _index_map(op)
 
 
 def _inputs(op: Operation) -> list[SSAValue]:
@@ -141,6 +176,29 @@ def duplicable(op: Operation, users: Sequence[Operation]) -> bool:
     return copied <= stored
 
 
+MAX_LEAF_READS = 16
+"""Most reads per element of a fused kernel's inputs (:func:`leaf_reads`). A body without
+index maps reads each input once; index maps can read one at several places (a rotary
+embedding reads its input at 3), and a chain of slices and concats that each read their
+input twice (a prefix sum in ``log n`` steps) doubles them at every step: past this bound
+the chain is cut into several kernels."""
+
+
+def leaf_reads(op: g.FusedOp) -> int:
+    """Reads per element of ``op``'s result of its inputs: one per input, and for a body
+    with index maps one per distinct place an input is read at
+    (``tessera.passes.tile_fused_maps``)."""
+    from tessera.passes.tile_fused_maps import has_index_maps, mapped_value
+
+    red = op.reduction()
+    result = red.input if red is not None else op.yield_op.values[0]  # type: ignore[attr-defined]
+    body = [o for o in op.block.ops if not isinstance(o, g.YieldOp) and o is not red]
+    if not has_index_maps(body):
+        return len(op.inputs)
+    demands = mapped_value(list(op.block.args), body, result).demands
+    return sum(len(demands.get(a, [])) for a in op.block.args)
+
+
 def _clone_into(
     op: Operation, block: Block, mapping: dict[SSAValue, SSAValue]
 ) -> SSAValue:
@@ -178,8 +236,10 @@ class FuseProducerIntoConsumer(RewritePattern):
     consumer is the producer's only user. With ``fuse_reductions=False`` reductions
     are not absorbed into fused ops."""
 
-    def __init__(self, fuse_reductions: bool = True):
+    def __init__(self, fuse_reductions: bool = True, keep: frozenset[int] = frozenset()):
         self.fuse_reductions = fuse_reductions
+        self.keep = keep
+        """``id`` of ops left unfused (:func:`stored_by_convolution`)."""
 
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if (
@@ -190,10 +250,13 @@ class FuseProducerIntoConsumer(RewritePattern):
             return
         if not self.fuse_reductions and isinstance(op, g.FUSIBLE_REDUCTION_OPS):
             return
+        if id(op) in self.keep:
+            return
         for v in _inputs(op):
             p = v.owner
             if (
                 not isinstance(p, Operation)
+                or id(p) in self.keep
                 or p.parent is not op.parent
                 or len(p.results) != 1
                 or not is_producer(p)
@@ -208,7 +271,11 @@ class FuseProducerIntoConsumer(RewritePattern):
                 and duplicable(p, list(users.values()))
             ):
                 continue
-            rewriter.replace(op, merge(p, op, v))
+            merged = merge(p, op, v)
+            if leaf_reads(merged) > MAX_LEAF_READS:
+                merged.erase()  # never inserted: drop its uses of the operands
+                continue
+            rewriter.replace(op, merged)
             if not v.uses:
                 rewriter.erase(p)
             return
@@ -443,6 +510,26 @@ class FuseSplatConstants(RewritePattern):
         rewriter.replace(op, g.FusedOp(inputs, op.result.type, Region(block)))
 
 
+def stored_by_convolution(module: builtin.ModuleOp) -> frozenset[int]:
+    """``id`` of the data movement around a strided convolution's phase convolution that
+    its implicit GEMM does itself: the crops, reshapes and mask select storing its input
+    gradient (``tessera.passes.sm90.conv_interleave.match``) and the pads, reverse and
+    transpose building its kernel from the forward weight
+    (``tessera.passes.sm90.conv_phase_weight.match``). They stay as they are, for the
+    lowering to recognize."""
+    from tessera.passes.sm90 import conv_interleave, conv_phase_weight
+
+    keep: set[int] = set()
+    for conv in module.walk():
+        if not isinstance(conv, g.Conv2dOp):
+            continue
+        if (m := conv_interleave.match(conv)) is not None:
+            keep.update(id(o) for o in m[1])
+        if (w := conv_phase_weight.match(conv)) is not None:
+            keep.update(id(o) for o in w[1])
+    return frozenset(keep)
+
+
 @dataclass(frozen=True)
 class FuseElementwisePass(ModulePass):
     """Fuse elementwise chains (and a trailing reduction) into ``tgraph.fused`` ops."""
@@ -465,7 +552,9 @@ class FuseElementwisePass(ModulePass):
             first += [MergeDuplicateReshapes(), HoistReshape()]
         if first:  # before fusion, so that whole elementwise chains move and merge
             PatternRewriteWalker(GreedyRewritePatternApplier(first)).rewrite_module(op)
-        patterns: list[RewritePattern] = [FuseProducerIntoConsumer(self.fuse_reductions)]
+        patterns: list[RewritePattern] = [
+            FuseProducerIntoConsumer(self.fuse_reductions, stored_by_convolution(op))
+        ]
         if self.fuse_constants:
             patterns.append(FuseSplatConstants())
         PatternRewriteWalker(GreedyRewritePatternApplier(patterns)).rewrite_module(op)

@@ -57,6 +57,7 @@ from tessera.passes import (
     tile_conv,
     tile_datamove,
     tile_fft,
+    tile_fused_maps,
     tile_gather,
     tile_linalg,
     tile_optim,
@@ -922,6 +923,9 @@ class _FunctionLowering:
                 values.append(c.result)
                 refs.append(self.env[c.result])
         domain = g.shape_of(result)
+        if tile_fused_maps.has_index_maps(body):
+            self._lower_mapped_fused(op, red, result, body, values, refs)
+            return
 
         def evaluate(e: KernelEmitter, leaves: list[SSAValue]) -> SSAValue:
             env: dict[SSAValue, SSAValue] = dict(zip(values, leaves))
@@ -950,6 +954,28 @@ class _FunctionLowering:
         out = self.alloc(op.result.type)
         self.vector_map("fused", domain, out, op.result, refs, values, evaluate)
         self.env[op.result] = out
+
+    def _lower_mapped_fused(
+        self, op: g.FusedOp, red: Operation | None, result: SSAValue,
+        body: list[Operation], values: list[SSAValue], refs: list[SSAValue],
+    ) -> None:
+        """A fused body holding transposes, slices, concats or unit reshapes
+        (:mod:`tile_fused_maps`): one kernel over the result, or the reduction's kernels
+        with the body as each reduced element's value."""
+        if red is None:
+            out = self.alloc(op.result.type)
+            tile_fused_maps.lower_mapped_fused(self, out, result, values, refs, body)
+            self.env[op.result] = out
+            return
+        assert isinstance(red, g.ReductionOp)
+        acc_t = _accum_type(g.elem_of(red.input), red)
+        ev = tile_fused_maps.mapped_value(values, body, result)
+
+        def value(e: KernelEmitter, ins: list[SSAValue], idx: list[Idx], ok: SSAValue) -> SSAValue:
+            return e.convert(ev.evaluate(e, ins, idx, ok)[0], acc_t)
+
+        self.reduce_kernel(red, "fused", refs, value)
+        self.env[op.result] = self.env[red.result]
 
     def vector_map(
         self, tag: str, domain: Sequence[int], out: SSAValue, result: SSAValue,

@@ -79,7 +79,11 @@ from tessera.ir.graph.nn import (
 )
 from tessera.ir.graph.shape import (
     BroadcastOp,
+    ConcatOp,
     ConstantOp,
+    ReshapeOp,
+    SliceOp,
+    TransposeOp,
 )
 
 # --------------------------------------------------------------------------- fusion
@@ -98,6 +102,25 @@ FUSIBLE_ELEMENTWISE_OPS: tuple[type[IRDLOperation], ...] = (
 """Ops that may appear in a ``tgraph.fused`` body before its (optional) reduction."""
 FUSIBLE_REDUCTION_OPS: tuple[type[IRDLOperation], ...] = (SumOp, MaxOp, MinOp, MeanOp)
 """Reductions that may end a ``tgraph.fused`` body."""
+
+
+def unit_reshape(op: IRDLOperation) -> bool:
+    """``op`` is a ``tgraph.reshape`` that only adds or drops size-1 dims."""
+    if not isinstance(op, ReshapeOp):
+        return False
+    return [d for d in shape_of(op.input) if d != 1] == [d for d in shape_of(op.result) if d != 1]
+
+
+def is_index_map(op: IRDLOperation) -> bool:
+    """``op`` may sit in a ``tgraph.fused`` body as an index map: it moves no data of its
+    own, each element of its result is an element of an operand at an index that is an
+    affine function of the result's index per dim. These are ``tgraph.transpose`` keeping
+    the last dim, ``tgraph.slice``, ``tgraph.concat`` and reshapes adding or dropping
+    size-1 dims (``tgraph.broadcast`` is one too, and may always be fused)."""
+    if isinstance(op, TransposeOp):
+        perm = [int(p) for p in op.permutation.get_values()]
+        return not perm or perm[-1] == len(perm) - 1
+    return isinstance(op, SliceOp | ConcatOp) or unit_reshape(op)
 
 
 @irdl_op_definition
@@ -119,8 +142,9 @@ class FusedOp(IRDLOperation):
 
     The single-block body takes one block argument per operand (same types) and
     is a chain of ``tgraph`` elementwise ops (and splat/small ``tgraph.constant``
-    ops, and ``tgraph.broadcast``: its input read at the broadcast indices) on whole
-    tensors, optionally ended by one reduction
+    ops, ``tgraph.broadcast``: its input read at the broadcast indices, and the index
+    maps of :func:`is_index_map`: transposes keeping the last dim, slices, concats,
+    reshapes of size-1 dims) on whole tensors, optionally ended by one reduction
     (``tgraph.sum/max/min/mean``) whose result is yielded. The op's result is the
     value yielded by ``tgraph.yield``. Its meaning is exactly that of running
     the body on the operands::
@@ -186,10 +210,12 @@ class FusedOp(IRDLOperation):
                         f"{self.name}: a reduction ({op.name}) may only end the body, "
                         "with its result yielded"
                     )
-            elif not isinstance(op, (*FUSIBLE_ELEMENTWISE_OPS, ConstantOp, BroadcastOp)):
+            elif not (isinstance(op, (*FUSIBLE_ELEMENTWISE_OPS, ConstantOp, BroadcastOp))
+                      or is_index_map(op)):
                 raise VerifyException(
                     f"{self.name}: {op.name} cannot be fused; the body may hold elementwise "
-                    "ops, constants and one trailing reduction"
+                    "ops, constants, broadcasts, transposes keeping the last dim, slices, "
+                    "concats, reshapes of size-1 dims and one trailing reduction"
                 )
 
 

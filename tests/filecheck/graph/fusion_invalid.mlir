@@ -37,7 +37,7 @@ func.func @yield_type(%x: tensor<4x2xf32>) {
 // -----
 
 func.func @not_fusible(%x: tensor<4x4xf32>) {
-  // expected-error @+1 {{tgraph.fused: tgraph.matmul cannot be fused; the body may hold elementwise ops, constants and one trailing reduction}}
+  // expected-error @+1 {{tgraph.fused: tgraph.matmul cannot be fused; the body may hold elementwise ops, constants, broadcasts, transposes keeping the last dim, slices, concats, reshapes of size-1 dims and one trailing reduction}}
   %r = tgraph.fused %x : (tensor<4x4xf32>) -> tensor<4x4xf32> {
   ^bb0(%0: tensor<4x4xf32>):
     %1 = tgraph.matmul %0, %0 : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>

@@ -427,6 +427,150 @@ class HoistReshape(RewritePattern):
         rewriter.erase(e)
 
 
+class StackConcat(RewritePattern):
+    """``reshape(concat(x_1..x_k, axis a))`` splitting dim ``a`` into ``[k, n]`` (each
+    ``x_i`` of size ``n`` along ``a``: a ``torch.stack`` written as a concat and a view)
+    -> ``concat(reshape(x_1)..reshape(x_k), axis a)`` of the inputs viewed with a size-1
+    dim ``a``: the concat then joins the index maps after it (an attention's dq, dk, dv
+    stacked and transposed back into the projection's layout) in one kernel. Part of
+    ``hoist-reshapes``."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.ReshapeOp, rewriter: PatternRewriter) -> None:
+        cat = op.input.owner
+        if (
+            isinstance(op.parent_op(), g.FusedOp)
+            or not isinstance(cat, g.ConcatOp)
+            or cat.parent is not op.parent
+            or len(list(cat.result.uses)) != 1
+            or _rounds(cat) or _rounds(op)
+        ):
+            return
+        shape = list(g.shape_of(cat.result))
+        a = cat.axis.value.data % len(shape)
+        sizes = {g.shape_of(v)[a] for v in cat.inputs}
+        k = len(cat.inputs)
+        if len(sizes) != 1 or k < 2:
+            return
+        (n,) = sizes
+        if list(g.shape_of(op.result)) != [*shape[:a], k, n, *shape[a + 1:]]:
+            return
+        one = builtin.TensorType(g.elem_of(cat.result), [*shape[:a], 1, n, *shape[a + 1:]])
+        views = [g.ReshapeOp.create(operands=[v], result_types=[one]) for v in cat.inputs]
+        new = g.ConcatOp.create(
+            operands=[v.results[0] for v in views], result_types=[op.result.type],
+            properties={"axis": builtin.IntegerAttr(a, 64)},
+        )
+        rewriter.replace(op, [*views, new], [new.results[0]])
+        rewriter.erase(cat)
+
+
+def _split_axis(short: Sequence[int], long: Sequence[int]) -> tuple[int, list[int]] | None:
+    """``(a, f)`` when ``long`` is ``short`` with its dim ``a`` split into the dims ``f``
+    (at least two, ``prod(f) == short[a]``), else None."""
+    r = len(short)
+    if len(long) <= r:
+        return None
+    p = 0
+    while p < r and short[p] == long[p]:
+        p += 1
+    q = 0
+    while q < r - p and short[r - 1 - q] == long[len(long) - 1 - q]:
+        q += 1
+    if p + q != r - 1:
+        return None
+    f = list(long[p:len(long) - q])
+    return (p, f) if len(f) >= 2 and math.prod(f) == short[p] else None
+
+
+class SliceBeforeSplit(RewritePattern):
+    """``reshape(slice(x))`` splitting the sliced dim ``a`` into ``[m, *inner]``, where the
+    slice's start and ``x``'s dim are multiples of ``prod(inner)`` and its step 1 (a fused
+    q/k/v projection cut into heads: ``x[..., 768:1536].view(.., 12, 64)``) ->
+    ``slice(reshape(x))`` with ``x``'s dim split alike and the slice on the outer part:
+    the reshape is a view of ``x`` and the slice joins the transpose after it in one
+    kernel. Part of ``hoist-reshapes``."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.ReshapeOp, rewriter: PatternRewriter) -> None:
+        sl = op.input.owner
+        if (
+            isinstance(op.parent_op(), g.FusedOp)
+            or not isinstance(sl, g.SliceOp)
+            or sl.parent is not op.parent
+            or _rounds(sl) or _rounds(op)
+        ):
+            return
+        found = _split_axis(g.shape_of(sl.result), g.shape_of(op.result))
+        if found is None:
+            return
+        a, f = found
+        inner = math.prod(f[1:])
+        xs = list(g.shape_of(sl.input))
+        start = [int(v) for v in sl.start.get_values()]
+        limit = [int(v) for v in sl.limit.get_values()]
+        stride = [int(v) for v in sl.stride.get_values()]
+        if stride[a] != 1 or start[a] % inner or xs[a] % inner:
+            return
+        view_t = builtin.TensorType(g.elem_of(sl.input), [*xs[:a], xs[a] // inner, *f[1:], *xs[a + 1:]])
+        view = g.ReshapeOp.create(operands=[sl.input], result_types=[view_t])
+        tail = [0] * (len(f) - 1)
+        new = g.SliceOp.create(
+            operands=[view.results[0]], result_types=[op.result.type],
+            properties={
+                "start": builtin.DenseArrayBase.from_list(
+                    builtin.i64, [*start[:a], start[a] // inner, *tail, *start[a + 1:]]),
+                "limit": builtin.DenseArrayBase.from_list(
+                    builtin.i64, [*limit[:a], start[a] // inner + f[0], *f[1:], *limit[a + 1:]]),
+                "stride": builtin.DenseArrayBase.from_list(
+                    builtin.i64, [*stride[:a], 1, *[1] * len(tail), *stride[a + 1:]]),
+            },
+        )
+        rewriter.replace(op, [view, new], [new.results[0]])
+        if not sl.result.uses:
+            rewriter.erase(sl)
+
+
+class ConcatBeforeMerge(RewritePattern):
+    """``concat(reshape(y_1)..reshape(y_k), axis a)`` where each reshape merges dims of
+    ``y_i`` into dim ``a`` with the same inner dims (heads merged back into a
+    projection's width, ``[.., 12, 64] -> [.., 768]``, then concatenated) ->
+    ``reshape(concat(y_1..y_k))`` concatenated along the outer merged dim: the concat
+    joins the ops making the ``y_i`` (their transposes) in one kernel, and the reshape
+    is a view. Part of ``hoist-reshapes``."""
+
+    @op_type_rewrite_pattern
+    def match_and_rewrite(self, op: g.ConcatOp, rewriter: PatternRewriter) -> None:
+        if isinstance(op.parent_op(), g.FusedOp) or _rounds(op) or len(op.inputs) < 2:
+            return
+        a = op.axis.value.data % len(g.shape_of(op.result))
+        ys: list[SSAValue] = []
+        tails: set[tuple[int, ...]] = set()
+        for v in op.inputs:
+            r = v.owner
+            if not isinstance(r, g.ReshapeOp) or r.parent is not op.parent:
+                return
+            found = _split_axis(g.shape_of(v), g.shape_of(r.input))
+            if found is None or found[0] != a:
+                return
+            tails.add(tuple(found[1][1:]))
+            ys.append(r.input)
+        if len(tails) != 1:
+            return
+        shape = list(g.shape_of(ys[0]))
+        shape[a] = sum(g.shape_of(y)[a] for y in ys)
+        cat = g.ConcatOp.create(
+            operands=ys, result_types=[builtin.TensorType(g.elem_of(op.result), shape)],
+            properties={"axis": builtin.IntegerAttr(a, 64)},
+        )
+        view = g.ReshapeOp.create(operands=[cat.results[0]], result_types=[op.result.type])
+        olds = [v.owner for v in op.inputs]
+        rewriter.replace(op, [cat, view], [view.results[0]])
+        for r in olds:
+            if isinstance(r, Operation) and r.parent is not None and not r.results[0].uses:
+                rewriter.erase(r)
+
+
 class MergeDuplicateReshapes(RewritePattern):
     """Reshapes of one value to one type, in one block, are one: the later ones are replaced
     by the first (a reshape hoisted above an elementwise op reshapes each operand, so a
@@ -549,7 +693,8 @@ class FuseElementwisePass(ModulePass):
         if self.merge_reductions:
             first.append(MergeReductionChain())
         if self.hoist_reshapes:
-            first += [MergeDuplicateReshapes(), HoistReshape()]
+            first += [MergeDuplicateReshapes(), HoistReshape(), StackConcat(),
+                      SliceBeforeSplit(), ConcatBeforeMerge()]
         if first:  # before fusion, so that whole elementwise chains move and merge
             PatternRewriteWalker(GreedyRewritePatternApplier(first)).rewrite_module(op)
         patterns: list[RewritePattern] = [

@@ -125,13 +125,51 @@ def _qkv_split(name: str, b: int, s: int, h: int, d: int, elem: str) -> Case:
                 lambda xx: xx.transpose(2, 0, 3, 1, 4)[1] * 0.5, vector=True)
 
 
+def _stacked_by_concat(name: str, b: int, h: int, s: int, d: int, elem: str) -> Case:
+    """The same stack as torch's backward of ``unbind`` writes it: a concat along dim 0
+    and a reshape splitting it (``StackConcat`` turns it into the form above)."""
+    one = ty((b, h, s, d), elem)
+    cat = ty((3 * b, h, s, d), elem)
+    st = ty((3, b, h, s, d), elem)
+    out = ty((b, s, 3, h, d), elem)
+    body = (
+        f"  %0 = tgraph.concat %a0, %a1, %a2 axis = 0 : ({one}, {one}, {one}) -> {cat}\n"
+        f"  %1 = tgraph.reshape %0 : ({cat}) -> {st}\n"
+        f"  %r = tgraph.transpose %1 permutation = [1, 3, 0, 2, 4] : ({st}) -> {out}"
+    )
+    return Case(name, [((b, h, s, d), elem)] * 3, ((b, s, 3, h, d), elem), body,
+                lambda q, k, v: np.stack([q, k, v]).transpose(1, 3, 0, 2, 4), vector=True)
+
+
 CASES: list[Case] = [
     _rope("rope_bf16", 2, 6, 3, 16, "bf16"),
     _rope("rope_f32", 1, 5, 2, 8, "f32"),
     _rope("rope_odd_half", 2, 3, 2, 6, "f32"),  # halves of 3: conditions per element
     _rope_grad("rope_grad_bf16", 2, 3, 6, 16, "bf16"),
     _qkv_grads("qkv_grads_bf16", 2, 3, 5, 8, "bf16"),
+    _stacked_by_concat("stacked_by_concat_f32", 2, 3, 5, 4, "f32"),
     _qkv_split("qkv_split_f16", 2, 5, 3, 8, "f16"),
+    Case(  # a fused projection cut into heads (SliceBeforeSplit), then transposed
+        "heads_of_projection",
+        [((2, 5, 48), "bf16")], ((2, 2, 5, 8), "bf16"),
+        "  %0 = tgraph.slice %a0 start = [0, 0, 16] limit = [2, 5, 32] stride = [1, 1, 1] : "
+        "({t0}) -> tensor<2x5x16xbf16>\n"
+        "  %1 = tgraph.reshape %0 : (tensor<2x5x16xbf16>) -> tensor<2x5x2x8xbf16>\n"
+        "  %r = tgraph.transpose %1 permutation = [0, 2, 1, 3] : (tensor<2x5x2x8xbf16>) -> {res}",
+        lambda x: x[:, :, 16:32].reshape(2, 5, 2, 8).transpose(0, 2, 1, 3), vector=True,
+    ),
+    Case(  # heads merged back and concatenated (ConcatBeforeMerge)
+        "merged_heads_concat",
+        [((2, 2, 5, 8), "f32"), ((2, 2, 5, 8), "f32")], ((2, 5, 32), "f32"),
+        "  %0 = tgraph.transpose %a0 permutation = [0, 2, 1, 3] : ({t0}) -> tensor<2x5x2x8xf32>\n"
+        "  %1 = tgraph.reshape %0 : (tensor<2x5x2x8xf32>) -> tensor<2x5x16xf32>\n"
+        "  %2 = tgraph.transpose %a1 permutation = [0, 2, 1, 3] : ({t1}) -> tensor<2x5x2x8xf32>\n"
+        "  %3 = tgraph.reshape %2 : (tensor<2x5x2x8xf32>) -> tensor<2x5x16xf32>\n"
+        "  %r = tgraph.concat %1, %3 axis = 2 : (tensor<2x5x16xf32>, tensor<2x5x16xf32>) -> {res}",
+        lambda q, k: np.concatenate([q.transpose(0, 2, 1, 3).reshape(2, 5, 16),
+                                     k.transpose(0, 2, 1, 3).reshape(2, 5, 16)], 2),
+        vector=True,
+    ),
     Case(  # a strided slice on the last dim: read an element at a time, stored as vectors
         "strided_slice_add",
         [((4, 12), "f32"), ((4, 6), "f32")], ((4, 6), "f32"),

@@ -75,3 +75,57 @@ func.func @kept(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> (tensor<8x4xf32>, t
 // CHECK-NEXT:    %[[U:.*]] = tgraph.transpose %w
 // CHECK-NEXT:    tgraph.matmul %[[U]], %w
 // CHECK-NEXT:    tgraph.neg %[[U]]
+
+// A stack written as a concat along dim 0 and a reshape splitting it: the concat takes
+// size-1 views of its inputs, and joins the transpose after it in one fused op.
+func.func @stack_split(%q: tensor<2x3x5x8xbf16>, %k: tensor<2x3x5x8xbf16>) -> tensor<2x5x2x3x8xbf16> {
+  %0 = tgraph.concat %q, %k axis = 0 : (tensor<2x3x5x8xbf16>, tensor<2x3x5x8xbf16>) -> tensor<4x3x5x8xbf16>
+  %1 = tgraph.reshape %0 : (tensor<4x3x5x8xbf16>) -> tensor<2x2x3x5x8xbf16>
+  %r = tgraph.transpose %1 permutation = [1, 3, 0, 2, 4] : (tensor<2x2x3x5x8xbf16>) -> tensor<2x5x2x3x8xbf16>
+  func.return %r : tensor<2x5x2x3x8xbf16>
+}
+// CHECK-LABEL: func.func @stack_split
+// CHECK-DAG:     %[[Q:.*]] = tgraph.reshape %q : (tensor<2x3x5x8xbf16>) -> tensor<1x2x3x5x8xbf16>
+// CHECK-DAG:     %[[K:.*]] = tgraph.reshape %k : (tensor<2x3x5x8xbf16>) -> tensor<1x2x3x5x8xbf16>
+// CHECK:         %[[F:.*]] = tgraph.fused %[[Q]], %[[K]]
+// CHECK-NEXT:    ^bb0
+// CHECK-NEXT:      tgraph.concat
+// CHECK-NEXT:      tgraph.transpose
+// CHECK-NEXT:      tgraph.yield
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %[[F]]
+
+// A fused projection cut into heads: the slice moves after the reshape (now a view of
+// the projection) and joins the transpose in one fused op.
+func.func @heads(%x: tensor<2x5x48xbf16>) -> tensor<2x2x5x8xbf16> {
+  %0 = tgraph.slice %x start = [0, 0, 16] limit = [2, 5, 32] stride = [1, 1, 1] : (tensor<2x5x48xbf16>) -> tensor<2x5x16xbf16>
+  %1 = tgraph.reshape %0 : (tensor<2x5x16xbf16>) -> tensor<2x5x2x8xbf16>
+  %r = tgraph.transpose %1 permutation = [0, 2, 1, 3] : (tensor<2x5x2x8xbf16>) -> tensor<2x2x5x8xbf16>
+  func.return %r : tensor<2x2x5x8xbf16>
+}
+// CHECK-LABEL: func.func @heads
+// CHECK-NEXT:    %[[V:.*]] = tgraph.reshape %x : (tensor<2x5x48xbf16>) -> tensor<2x5x6x8xbf16>
+// CHECK-NEXT:    %[[F:.*]] = tgraph.fused %[[V]]
+// CHECK-NEXT:    ^bb0
+// CHECK-NEXT:      tgraph.slice %{{.*}} start = [0, 0, 2, 0] limit = [2, 5, 4, 8] stride = [1, 1, 1, 1]
+// CHECK-NEXT:      tgraph.transpose
+// CHECK-NEXT:      tgraph.yield
+// CHECK:         func.return %[[F]]
+
+// Heads merged back into a projection's width and concatenated: the concat moves before
+// the merge, along the heads, and joins the transposes in one fused op.
+func.func @merge(%q: tensor<2x2x5x8xbf16>, %k: tensor<2x2x5x8xbf16>) -> tensor<2x5x32xbf16> {
+  %0 = tgraph.transpose %q permutation = [0, 2, 1, 3] : (tensor<2x2x5x8xbf16>) -> tensor<2x5x2x8xbf16>
+  %1 = tgraph.reshape %0 : (tensor<2x5x2x8xbf16>) -> tensor<2x5x16xbf16>
+  %2 = tgraph.transpose %k permutation = [0, 2, 1, 3] : (tensor<2x2x5x8xbf16>) -> tensor<2x5x2x8xbf16>
+  %3 = tgraph.reshape %2 : (tensor<2x5x2x8xbf16>) -> tensor<2x5x16xbf16>
+  %r = tgraph.concat %1, %3 axis = 2 : (tensor<2x5x16xbf16>, tensor<2x5x16xbf16>) -> tensor<2x5x32xbf16>
+  func.return %r : tensor<2x5x32xbf16>
+}
+// CHECK-LABEL: func.func @merge
+// CHECK-NEXT:    %[[F:.*]] = tgraph.fused
+// CHECK:           tgraph.concat %{{.*}}, %{{.*}} axis = 2 : (tensor<2x5x2x8xbf16>, tensor<2x5x2x8xbf16>) -> tensor<2x5x4x8xbf16>
+// CHECK-NEXT:      tgraph.yield
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %[[R:.*]] = tgraph.reshape %[[F]] : (tensor<2x5x4x8xbf16>) -> tensor<2x5x32xbf16>
+// CHECK-NEXT:    func.return %[[R]]

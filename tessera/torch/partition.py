@@ -150,12 +150,15 @@ def storage_constraints(gm: torch.fx.GraphModule) -> tuple[dict[str, str], set[s
 
 
 class _Support(OperatorSupportBase):
-    def __init__(self, reasons: dict[str, str], keep: dict[str, str] | None = None):
+    def __init__(self, reasons: dict[str, str], keep: dict[str, str] | None = None,
+                 free: set[str] | None = None):
         self.reasons = reasons
         self.keep = keep or {}
+        self.free = free or set()
+        """Views left to torch without being fallbacks (:func:`views_of_results_in_torch`)."""
 
     def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
-        if node.op != "call_function":
+        if node.op != "call_function" or node.name in self.free:
             return False
         reason = self.keep.get(node.name) or unsupported_reason(node)
         if reason is not None:
@@ -176,11 +179,70 @@ def _is_eager_op(node: torch.fx.Node) -> bool:
     )
 
 
+ALIAS_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+                         aten.alias.default, aten.unsqueeze.default, aten.squeeze.dim,
+                         aten.squeeze.dims, aten.squeeze.default})
+"""Views that keep a contiguous tensor contiguous."""
+
+
+def views_of_results_in_torch(gm: torch.fx.GraphModule) -> set[str]:
+    """Graph results that are contiguous views (:data:`ALIAS_VIEWS` chains) of one base,
+    another result or an input (a forward saving ``x.view(a, b)`` and ``x.view(-1, d)``
+    for its backward), are made by torch as reshapes of one of them: a partition returns
+    no result sharing memory with another or with an argument, so it would copy them. Of
+    results viewing an input, all are made so; of a group viewing an intermediate, all
+    but one (the base itself when it is a result). Returns the new nodes' names, to
+    leave to torch; the originals keep their other users, inside a partition."""
+    out = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    if out is None:
+        return set()
+    results: list[torch.fx.Node] = []
+    torch.fx.node.map_arg(out.args, lambda n: results.append(n) or n)
+    groups: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for n in dict.fromkeys(results):
+        base = n
+        while base.op == "call_function" and base.target in ALIAS_VIEWS:
+            base = base.args[0]
+        groups.setdefault(base, []).append(n)
+    kept: set[str] = set()
+    swap: dict[torch.fx.Node, torch.fx.Node] = {}
+    for base, members in groups.items():
+        views = [m for m in members if m is not base]
+        if base.op == "placeholder":
+            rep = base
+        elif base in members:
+            rep = base
+        elif len(views) >= 2:
+            rep = views.pop(0)
+        else:
+            continue
+        for m in views:
+            val = m.meta.get("val")
+            if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
+                continue  # a symbolic size: left as it is
+            with gm.graph.inserting_before(out):
+                new = gm.graph.call_function(aten.reshape.default, (rep, list(val.shape)))
+            new.meta = dict(m.meta)
+            kept.add(new.name)
+            swap[m] = new
+    if swap:
+        out.args = torch.fx.node.map_arg(out.args, lambda n: swap.get(n, n))
+        for n in swap:
+            v = n
+            while v.op == "call_function" and v.target in ALIAS_VIEWS and not v.users:
+                nxt = v.args[0]
+                gm.graph.erase_node(v)
+                v = nxt
+        gm.recompile()
+    return kept
+
+
 def partition(gm: torch.fx.GraphModule, name: str, report: GraphReport) -> torch.fx.GraphModule:
     """Replace the translatable parts of ``gm`` by :class:`TesseraPartition` modules."""
     reasons: dict[str, str] = {}  # node name -> why a node with a rule was not translated
+    free = views_of_results_in_torch(gm)
     keep, restride = storage_constraints(gm)
-    support = _Support(reasons, keep)
+    support = _Support(reasons, keep, free)
     report.aten_ops = sum(1 for n in gm.graph.nodes if _is_eager_op(n))
     partitioner = CapabilityBasedPartitioner(
         gm, support, allows_single_node_partition=True

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import tessera.torch as tt
 from tessera.torch import aten_ops
@@ -595,7 +596,35 @@ def test_views_of_weights_are_made_in_the_backward(monkeypatch):
     (fw,) = forwards
     out = next(n for n in fw.graph.nodes if n.op == "output")
     saved = [a for a in out.args[0] if isinstance(a, torch.fx.Node)]
-    assert not [a for a in saved if a.op == "call_function" and a.target in backend.VIEW_OPS]
+    # no saved view but reshapes of the saved tensors made by torch (no copies)
+    assert not [a for a in saved if a.op == "call_function" and a.target in backend.VIEW_OPS
+                and a.target is not torch.ops.aten.reshape.default]
     weights = [n for n in fw.graph.nodes if n.op == "placeholder"
                and tuple(n.meta["val"].shape) in ((32, 16), (8, 32))]
     assert len(weights) == 2 and all(w in saved for w in weights)
+
+
+def test_views_of_one_result_are_made_by_torch():
+    """Results that view one intermediate (or an input) are reshapes made by torch, not
+    copies returned by the partition: the partition's results share no memory, and the
+    values are the eager ones."""
+    from tessera.torch import report
+    from tessera.torch.partition import TesseraPartition, partition, views_of_results_in_torch
+
+    def f(x, w):
+        h = torch.relu(x @ w)
+        return h.view(4, 2, 8), h.view(-1), x.view(-1)
+
+    x, w = torch.randn(8, 16, dtype=torch.float64), torch.randn(16, 8, dtype=torch.float64)
+    gm = make_fx(f)(x, w)
+    probe = make_fx(f)(x, w)
+    assert len(views_of_results_in_torch(probe)) == 2  # h.view(-1) of the first, x.view(-1)
+    fused = partition(gm, "views", report.GraphReport(name="views", kind="inference"))
+    parts = [m for m in fused.modules() if isinstance(m, TesseraPartition)]
+    assert len(parts) == 1
+    got = fused(x, w)
+    want = f(x, w)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert got[1].data_ptr() == got[0].data_ptr()  # a view of the partition's result
+    assert got[2].data_ptr() == x.data_ptr()  # a view of the input

@@ -37,7 +37,6 @@ from xdsl.dialects.builtin import (
     StringAttr,
     TensorType,
     UnitAttr,
-    VectorType,
     f32,
     i1,
 )
@@ -1032,11 +1031,7 @@ class _FunctionLowering:
                     columns.append([e.load(r, f(e, ix, 0), mask=ok) for ix in idxs])
             ys = [evaluate(e, [col[k] for col in columns]) for k in range(w)]
             if acc.modes[-1] == "vector":
-                rt = g.elem_of(result)
-                vec = e.const(0.0 if is_float(rt) else 0, VectorType(rt, [w]))
-                for k, y in enumerate(ys):
-                    vec = e.insert(y, vec, k)
-                e.emit(tt.StoreVectorOp(vec, o_ref, [e.index(i) for i in idx0], ok))
+                e.store_lanes(ys, o_ref, idx0, ok)
             else:
                 for y, ix in zip(ys, idxs):
                     e.store(y, o_ref, ix, mask=ok)

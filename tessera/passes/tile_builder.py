@@ -335,6 +335,17 @@ class KernelEmitter:
     def insert(self, s: SSAValue, v: SSAValue, i: int) -> SSAValue:
         return self.op(vector.InsertOp(s, v, [i]))
 
+    def store_lanes(
+        self, values: Sequence[SSAValue], ref: SSAValue, idx: Sequence[Idx],
+        mask: SSAValue | None,
+    ) -> None:
+        """Store ``values`` (scalars of one type) as one vector at ``idx`` of ``ref``."""
+        t = values[0].type
+        vec = self.const(0.0 if is_float(t) else 0, VectorType(t, [len(values)]))
+        for k, y in enumerate(values):
+            vec = self.insert(y, vec, k)
+        self.emit(tt.StoreVectorOp(vec, ref, [self.index(i) for i in idx], mask))
+
     # ------------------------------------------------------------------ control flow
     def for_(
         self,

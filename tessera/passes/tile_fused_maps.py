@@ -40,12 +40,11 @@ from dataclasses import dataclass, replace
 from math import prod
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import VectorType
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
-from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, is_float
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -350,11 +349,7 @@ def lower_mapped_fused(
         base = e.unravel(lin, domain) if domain else []
         ys = ev.evaluate(e, ins, base, ok)
         if w > 1:
-            rt = g.elem_of(result)
-            vec = e.const(0.0 if is_float(rt) else 0, VectorType(rt, [w]))
-            for k, y in enumerate(ys):
-                vec = e.insert(y, vec, k)
-            e.emit(tt.StoreVectorOp(vec, o_ref, [e.index(i) for i in base], ok))
+            e.store_lanes(ys, o_ref, base, ok)
         else:
             e.store(ys[0], o_ref, base, mask=ok)
 

@@ -15,14 +15,9 @@ from xdsl.dialects.builtin import ModuleOp
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
-from tessera.passes.emit_ptx import emit_ptx, kernels
 from tessera.passes.lower_graph_to_tile import LowerGraphToTile
-from tessera.passes.lower_tile_to_target import LowerTileToTargetPass
-from tessera.passes.pipelines import default_context
-from tessera.runtime import ptxas
-from tessera.runtime.tile_interpreter import run_host
-from tests.passes.test_lower_fused import Case, _parse, _tolerance, ty
-from tests.passes.test_lower_graph_to_tile import BF16, NP, context, f64
+from tests.passes.test_lower_fused import Case, _parse, assembled_ptx, check_numerics, ty
+from tests.passes.test_lower_graph_to_tile import context
 
 
 def _rope(name: str, b: int, s: int, h: int, d: int, elem: str) -> Case:
@@ -232,19 +227,7 @@ def lowered() -> dict[str, ModuleOp]:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_numerics(case: Case, lowered: dict[str, ModuleOp]) -> None:
-    rng = np.random.default_rng(abs(hash(case.name)) % 2**32)
-    xs = case.inputs(rng)
-    (got,) = run_host(lowered[case.name], case.name, xs)
-    ref = np.asarray(case.ref(*(f64(x) for x in xs)))
-    assert got.shape == case.result[0]
-    assert got.dtype == np.dtype({**NP, "bf16": BF16, "f16": np.float16}[case.result[1]])
-    if case.result[1] == "i32":
-        np.testing.assert_array_equal(got, ref)
-        return
-    tol = _tolerance(case)
-    err = np.abs(f64(got) - ref)
-    assert np.isfinite(f64(got)).all()
-    assert (err <= tol * np.maximum(1.0, np.abs(ref))).all(), float(err.max())
+    check_numerics(case, lowered[case.name])
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -286,15 +269,6 @@ def test_transpose_of_last_dim_is_not_fused() -> None:
 
 
 def test_all_kernels_pass_ptxas(lowered: dict[str, ModuleOp]) -> None:
-    if ptxas.find_ptxas() is None:
-        pytest.skip("ptxas not found (set TESSERA_PTXAS or install nvidia-cuda-nvcc)")
-    combined = ModuleOp([])
-    for m in lowered.values():
-        t = m.clone()
-        LowerTileToTargetPass().apply(default_context(), t)
-        for k in kernels(t):
-            combined.body.block.add_op(k.clone())
-    text = emit_ptx(combined)
+    text = assembled_ptx(list(lowered.values()))
     assert text.count(".visible .entry") == len(CASES)
     assert "ld.global.v4.b32" in text or "ld.global.v4.f32" in text
-    ptxas.check(text)

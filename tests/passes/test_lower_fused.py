@@ -288,11 +288,12 @@ def lowered() -> dict[str, ModuleOp]:
     return {c.name: lower(c) for c in CASES}
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_numerics(case: Case, lowered: dict[str, ModuleOp]) -> None:
+def check_numerics(case: Case, module: ModuleOp) -> None:
+    """``case``'s lowered ``module`` on the Tile IR interpreter against its float64
+    reference, on random inputs."""
     rng = np.random.default_rng(abs(hash(case.name)) % 2**32)
     xs = case.inputs(rng)
-    (got,) = run_host(lowered[case.name], case.name, xs)
+    (got,) = run_host(module, case.name, xs)
     ref = np.asarray(case.ref(*(f64(x) if x.dtype != np.bool_ else x for x in xs)))
     assert got.shape == case.result[0]
     assert got.dtype == np.dtype({**NP, "bf16": BF16, "f16": np.float16}[case.result[1]])
@@ -303,6 +304,11 @@ def test_numerics(case: Case, lowered: dict[str, ModuleOp]) -> None:
     err = np.abs(f64(got) - ref)
     assert np.isfinite(f64(got)).all()
     assert (err <= tol * np.maximum(1.0, np.abs(ref))).all(), float(err.max())
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_numerics(case: Case, lowered: dict[str, ModuleOp]) -> None:
+    check_numerics(case, lowered[case.name])
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -338,16 +344,23 @@ def test_vector_widths(lowered: dict[str, ModuleOp]) -> None:
     assert widths("broadcast_mixed") == {"vector<4xbf16>"}
 
 
-def test_all_kernels_pass_ptxas(lowered: dict[str, ModuleOp]) -> None:
+def assembled_ptx(modules: list[ModuleOp]) -> str:
+    """The PTX of every kernel of the Tile-level ``modules`` as one module, checked by
+    ptxas (skips the test without ptxas)."""
     if ptxas.find_ptxas() is None:
         pytest.skip("ptxas not found (set TESSERA_PTXAS or install nvidia-cuda-nvcc)")
     combined = ModuleOp([])
-    for m in lowered.values():
+    for m in modules:
         t = m.clone()
         LowerTileToTargetPass().apply(default_context(), t)
         for k in kernels(t):
             combined.body.block.add_op(k.clone())
     text = emit_ptx(combined)
+    ptxas.check(text)
+    return text
+
+
+def test_all_kernels_pass_ptxas(lowered: dict[str, ModuleOp]) -> None:
+    text = assembled_ptx(list(lowered.values()))
     assert text.count(".visible .entry") == sum(c.kernels for c in CASES)
     assert "ld.global.v4.f32" in text and "st.global.v4.f32" in text
-    ptxas.check(text)

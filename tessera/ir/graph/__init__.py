@@ -88,11 +88,11 @@ from tessera.ir.graph.fusion import (
     FUSIBLE_ELEMENTWISE_OPS,
     FUSIBLE_REDUCTION_OPS,
     FUSIBLE_UNARY_OPS,
-    is_index_map,
-    unit_reshape,
     FusedOp,
     MatmulEpilogueOp,
     YieldOp,
+    is_index_map,
+    unit_reshape,
 )
 from tessera.ir.graph.indexing import TakeAlongAxisOp
 from tessera.ir.graph.nn import (

@@ -97,6 +97,20 @@ def _rounds(op: Operation) -> bool:
     return any(rounds_specially(r.type) for r in op.results)
 
 
+def _producer_of(op: Operation, v: SSAValue, kind: type | tuple[type, ...]) -> Operation | None:
+    """The op of type ``kind`` defining ``v`` in ``op``'s block, when ``op`` is outside any
+    fused body and neither op rounds by a policy: what a rewrite of the pair may move."""
+    p = v.owner
+    if (
+        isinstance(op.parent_op(), g.FusedOp)
+        or not isinstance(p, kind)
+        or p.parent is not op.parent
+        or _rounds(p) or _rounds(op)
+    ):
+        return None
+    return p
+
+
 def _index_map(op: Operation) -> bool:
     """``op`` is an index map (:func:`tessera.ir.graph.is_index_map`) of real tensors, not
     a reshape (a view, fused only where it joins two fusible ops: :func:`is_producer`)."""
@@ -384,15 +398,11 @@ class HoistReshape(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.ReshapeOp, rewriter: PatternRewriter) -> None:
-        e = op.input.owner
+        e = _producer_of(op, op.input, g.FUSIBLE_ELEMENTWISE_OPS)
         if (
-            isinstance(op.parent_op(), g.FusedOp)
-            or not isinstance(e, g.FUSIBLE_ELEMENTWISE_OPS)
-            or e.parent is not op.parent
+            e is None
             or len(e.results) != 1
             or len(list(e.results[0].uses)) != 1
-            or _rounds(e)
-            or _rounds(op)
             # the op moves into the kernels that read the reshape: only worth it when all
             # of them can take it (a matmul cannot; moved there, the op would be a kernel
             # of its own, cut off by the reshape from the producer it fused with)
@@ -437,14 +447,8 @@ class StackConcat(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.ReshapeOp, rewriter: PatternRewriter) -> None:
-        cat = op.input.owner
-        if (
-            isinstance(op.parent_op(), g.FusedOp)
-            or not isinstance(cat, g.ConcatOp)
-            or cat.parent is not op.parent
-            or len(list(cat.result.uses)) != 1
-            or _rounds(cat) or _rounds(op)
-        ):
+        cat = _producer_of(op, op.input, g.ConcatOp)
+        if not isinstance(cat, g.ConcatOp) or len(list(cat.result.uses)) != 1:
             return
         shape = list(g.shape_of(cat.result))
         a = cat.axis.value.data % len(shape)
@@ -493,13 +497,8 @@ class SliceBeforeSplit(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.ReshapeOp, rewriter: PatternRewriter) -> None:
-        sl = op.input.owner
-        if (
-            isinstance(op.parent_op(), g.FusedOp)
-            or not isinstance(sl, g.SliceOp)
-            or sl.parent is not op.parent
-            or _rounds(sl) or _rounds(op)
-        ):
+        sl = _producer_of(op, op.input, g.SliceOp)
+        if not isinstance(sl, g.SliceOp):
             return
         found = _split_axis(g.shape_of(sl.result), g.shape_of(op.result))
         if found is None:
@@ -547,8 +546,8 @@ class ConcatBeforeMerge(RewritePattern):
         ys: list[SSAValue] = []
         tails: set[tuple[int, ...]] = set()
         for v in op.inputs:
-            r = v.owner
-            if not isinstance(r, g.ReshapeOp) or r.parent is not op.parent:
+            r = _producer_of(op, v, g.ReshapeOp)
+            if not isinstance(r, g.ReshapeOp):
                 return
             found = _split_axis(g.shape_of(v), g.shape_of(r.input))
             if found is None or found[0] != a:

@@ -45,11 +45,10 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
+from tessera.passes.tile_datamove import VECTOR_BYTES, elem_bytes
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
-
-VECTOR_BYTES = 16
 
 
 def has_index_maps(body: Sequence[Operation]) -> bool:
@@ -153,12 +152,6 @@ def operand_accesses(
             for i, v in enumerate(op.operands)]
 
 
-def _elem_bytes(t: Attribute) -> int:
-    from tessera.passes.lower_graph_to_tile import _elem_bytes as eb
-
-    return eb(t)
-
-
 class MapEvaluator:
     """Computes a fused body's result at domain indices (see the module docstring).
 
@@ -222,7 +215,7 @@ class MapEvaluator:
             and acc.axes[-1].scale == 1
             and acc.axes[-1].off % w == 0
             and shape[-1] % w == 0
-            and _elem_bytes(g.elem_of(v)) in (2, 4, 8)
+            and elem_bytes(g.elem_of(v)) in (2, 4, 8)
         ):
             return "vector"
         return "scalar"
@@ -318,9 +311,9 @@ def _width(domain: Sequence[int], elems: Sequence[Attribute]) -> int:
     """Elements per lane: 16 bytes of the widest element among ``elems`` (the result's and
     the leaves'), halved until it divides the domain's last dim; 1 for a result with no
     vector access."""
-    if not domain or _elem_bytes(elems[0]) not in (2, 4, 8):
+    if not domain or elem_bytes(elems[0]) not in (2, 4, 8):
         return 1
-    caps = [VECTOR_BYTES // _elem_bytes(t) for t in elems if _elem_bytes(t) in (2, 4, 8)]
+    caps = [VECTOR_BYTES // elem_bytes(t) for t in elems if elem_bytes(t) in (2, 4, 8)]
     w = min(caps)
     while w > 1 and domain[-1] % w:
         w //= 2

@@ -1,18 +1,18 @@
 """Attention forward and backward at the shapes of the benchmark models, against SDPA,
 by kernel time.
 
-    python bench/attention_shapes.py [--variants]
+    python bench/attention_shapes.py [--variants [all|fwd|bwd]]
 
 For each shape (ViT-B/16 at batch 128: 197 tokens, no mask; GPT-2 at 8 x 1024 and
 LLaMA-style 1B at 4 x 2048, causal, the latter with 8 key/value heads for 32 query
-heads): the forward alone (``ts.jit`` of ``ts.flash_attention`` against
+heads; and the head size 128 case B4 H16 S4096 causal): the forward alone (``ts.jit`` of ``ts.flash_attention`` against
 ``F.scaled_dot_product_attention``) and the forward plus backward (``ts.grad`` against
 ``torch.autograd.grad`` of SDPA), each first checked against float64 on the CPU at the
 first batch entry, then timed by the sum of its kernels' durations per call
 (torch.profiler), so host time is not counted on either side. Prints one table.
 
 ``--variants`` also times kernel variants (each checked against float64 first): the
-forward's TMA stages (``Sm90Attention.stages``) and the backward's ``VARIANTS`` of
+forward's TMA stages and turns (``Sm90Attention`` fields) and the backward's ``VARIANTS`` of
 ``bench/attention_bwd_sm90.py``. Run it with ``TESSERA_NO_DISK_CACHE=1`` (the program
 cache does not see those settings).
 """
@@ -32,6 +32,7 @@ SHAPES = [  # (name, batch, heads, kv heads, tokens, head size, causal)
     ("ViT-B/16", 128, 12, 12, 197, 64, False),
     ("GPT-2", 8, 12, 12, 1024, 64, True),
     ("LLaMA-1B", 4, 32, 8, 2048, 64, True),
+    ("B4 H16 S4096 D128", 4, 16, 16, 4096, 128, True),
 ]
 
 
@@ -48,33 +49,40 @@ def _err(got, want) -> float:
 
 _REFS: dict[str, tuple] = {}
 
-FWD_STAGES = (3, 4)
-"""Forward TMA stages tried by ``--variants`` (the default is the spec's)."""
+FWD_VARIANTS = (
+    ("fwd 3 stages", {"stages": 3}),
+    ("fwd 4 stages", {"stages": 4}),
+    ("fwd with turns", {"pingpong": True}),
+    ("fwd one CTA per tile", {"sms": 1 << 30}),
+)
+"""Forward kernel settings tried by ``--variants`` (``Sm90Attention`` fields; the
+default is the spec's)."""
 
 
 def main() -> int:
     import argparse
-    import dataclasses
 
     from bench.attention_bwd_sm90 import VARIANTS
     from tessera.passes.sm90 import attention_bwd_sm90 as bwd
     from tessera.passes.sm90 import lower_attention_sm90 as fwd_mod
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variants", action="store_true")
+    ap.add_argument("--variants", nargs="?", const="all", choices=("all", "fwd", "bwd"),
+                    help="also time the forward's, the backward's or all kernel variants")
     a = ap.parse_args()
     defaults = (bwd.STAGES, bwd.STAGES_D64, bwd.OVERLAP, bwd.KEEP_P, bwd.DQ_BLOCK_S)
     spec_for = fwd_mod.spec_for
-    runs: list[tuple[str, int, tuple]] = [("default", 0, defaults)]
+    runs: list[tuple[str, dict, tuple]] = [("default", {}, defaults)]
     if a.variants:
-        runs += [(f"fwd {n} stages", n, defaults) for n in FWD_STAGES]
-        runs += [(f"bwd {name}", 0, (v[0], *v)) for name, v in VARIANTS]
+        if a.variants in ("all", "fwd"):
+            runs += [(label, fields, defaults) for label, fields in FWD_VARIANTS]
+        if a.variants in ("all", "bwd"):
+            runs += [(f"bwd {name}", {}, (v[0], *v)) for name, v in VARIANTS]
     rows = []
-    for label, stages, variant in runs:
+    for label, fields, variant in runs:
         (bwd.STAGES, bwd.STAGES_D64, bwd.OVERLAP, bwd.KEEP_P, bwd.DQ_BLOCK_S) = variant
         fwd_mod.spec_for = (
-            (lambda op, n=stages: dataclasses.replace(spec_for(op), stages=n))
-            if stages else spec_for)
+            (lambda op, f=fields: _variant(spec_for(op), f)) if fields else spec_for)
         try:
             rows += [(f"{label}: {r[0]}", *r[1:]) for r in _measure()]
         finally:
@@ -82,6 +90,18 @@ def main() -> int:
             fwd_mod.spec_for = spec_for
     _table(rows)
     return 0
+
+
+SMEM_LIMIT = 227 * 1024
+
+
+def _variant(spec, fields: dict):
+    """``spec`` with ``fields`` replaced, or ``spec`` itself where that would not fit in
+    shared memory (4 stages at head size 128)."""
+    import dataclasses
+
+    got = dataclasses.replace(spec, **fields)
+    return got if got.smem_bytes <= SMEM_LIMIT else spec
 
 
 def _measure() -> list[tuple]:

@@ -68,6 +68,8 @@ def _run(b: int, h: int, sq: int, sk: int, d: int, elem: str, causal: bool) -> t
         (1, 2, 1100, 1037, 128, "bf16"),
         (2, 2, 777, 1500, 64, "bf16"),
         (4, 16, 2048, 2048, 128, "bf16"),
+        (8, 12, 197, 197, 64, "bf16"),
+        (3, 40, 300, 300, 64, "f16"),
     ],
 )
 @pytest.mark.parametrize("causal", [False, True])
@@ -75,6 +77,21 @@ def test_attention_sm90(b: int, h: int, sq: int, sk: int, d: int, elem: str, cau
     ptx, err = _run(b, h, sq, sk, d, elem, causal)
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
     assert err < TOL[elem], err
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sms", [1, 7])
+def test_attention_sm90_few_ctas(monkeypatch: pytest.MonkeyPatch, sms: int, causal: bool) -> None:
+    """A persistent grid smaller than the SM count: every CTA takes many tiles, of
+    different heads and (causal) different numbers of key blocks, in pairs (3 query
+    tiles per head: a pair and the middle one alone)."""
+    from tessera.passes.sm90 import lower_matmul_sm90
+
+    monkeypatch.setenv("TESSERA_NO_DISK_CACHE", "1")
+    monkeypatch.setattr(lower_matmul_sm90, "device_sms", lambda: sms)
+    ptx, err = _run(2, 5, 333 + sms, 290, 64, "bf16", causal)
+    assert "wgmma.mma_async" in ptx
+    assert err < TOL["bf16"], err
 
 
 def test_attention_mma_sync_when_sm90_is_off(monkeypatch: pytest.MonkeyPatch) -> None:

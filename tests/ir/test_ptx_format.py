@@ -78,6 +78,7 @@ def test_optional_operands_and_unit_properties() -> None:
     )
     assert tt.BarSyncOp(1, 128).ptx(r.names) == "bar.sync 1, 128;"
     assert tt.BarSyncOp().ptx(r.names) == "bar.sync 0;"
+    assert tt.BarArriveOp(2, 256).ptx(r.names) == "bar.arrive 2, 256;"
     assert tt.BulkWaitOp(0, read=True).ptx(r.names) == "cp.async.bulk.wait_group.read 0;"
     assert tt.BulkWaitOp(2).ptx(r.names) == "cp.async.bulk.wait_group 2;"
 

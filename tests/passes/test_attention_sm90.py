@@ -27,6 +27,27 @@ def test_shared_memory_fits(d: int) -> None:
     assert spec.bars_offset % 8 == 0 and spec.k_offset(1) % 1024 == 0
 
 
+def test_grid_is_persistent() -> None:
+    # ViT-B/16 at batch 8: 96 heads of 2 query tiles over 132 SMs
+    spec = Sm90Attention(96, 197, 197, 64, "bf16", 0.125, False, sms=132)
+    assert spec.tiles == spec.units == 192 and spec.grid() == (132, 1, 1)
+    assert Sm90Attention(3, 100, 100, 64, "bf16", 0.125, True, sms=132).grid() == (3, 1, 1)
+    # causal: pairs of a heavy and a light query tile (5 tiles: 3 units per head)
+    causal = Sm90Attention(40, 600, 600, 64, "bf16", 0.1, True, sms=132)
+    assert causal.pairs == 3 and causal.units == 120 and causal.grid() == (120, 1, 1)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("pingpong", [False, True])
+def test_turns_are_named_barriers(pingpong: bool) -> None:
+    spec = Sm90Attention(6, 300, 300, 64, "bf16", 0.125, True, pingpong=pingpong)
+    ptx = emit_ptx(ModuleOp([build_kernel("attn", spec)]))
+    # consumer 1 lets consumer 0 in first; each takes and passes turns at 1 and 2
+    assert ("bar.arrive 1, 256;" in ptx) == pingpong
+    assert ("bar.sync 2, 256;" in ptx) == pingpong
+    ptxas.check(ptx)
+
+
 @needs_ptxas
 @pytest.mark.parametrize(
     ("sq", "sk", "d", "et", "causal"),
@@ -65,7 +86,8 @@ def test_jit_attention_uses_wgmma_when_selected(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
     spec = _attention(True).specialize(*_qkv(300, 257, 128))
     launches = [op for op in spec.ir("target").walk() if isinstance(op, tt.LaunchExOp)]
-    assert len(launches) == 1 and launches[0].grid_value() == (3 * 2, 1, 1)
+    # causal: 3 query tiles per head make 2 work units (a pair and the middle one)
+    assert len(launches) == 1 and launches[0].grid_value() == (2 * 2, 1, 1)
     ptx = spec.ir("ptx")
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
     ptxas.check(ptx)

@@ -93,6 +93,7 @@ from tessera.ir.target.collectives import (
     SendOp,
 )
 from tessera.ir.target.control import (
+    BarArriveOp,
     BarSyncOp,
     BraOp,
     LabelOp,
@@ -190,6 +191,7 @@ __all__ = [
     "AndOp",
     "ArithOp",
     "BIT_TYPES",
+    "BarArriveOp",
     "BarSyncOp",
     "BinaryArithOp",
     "BraOp",

@@ -108,6 +108,36 @@ class BarSyncOp(PtxOp):
 
 
 @irdl_op_definition
+class BarArriveOp(PtxOp):
+    """``ttarget.bar_arrive 2 threads = 256`` → ``bar.arrive 2, 256;``: the executing
+    warps arrive at named barrier 2 without waiting for it. The barrier completes when
+    ``threads`` threads in all have arrived or synced (``ttarget.bar_sync`` with the same
+    count), so one warpgroup can release another that waits there (a producer/consumer
+    hand-off between warpgroups)."""
+
+    name = "ttarget.bar_arrive"
+    PTX_OPCODE: ClassVar[str] = "bar.arrive"
+    PTX_ARGS: ClassVar[tuple[str, ...]] = ("$barrier", "$threads")
+
+    barrier = prop_def(IntegerAttr[I64])
+    threads = prop_def(IntegerAttr[I64])
+    assembly_format = "$barrier `threads` `=` $threads attr-dict"
+
+    def __init__(self, barrier: int, threads: int):
+        super().__init__(properties={"barrier": i64_attr(barrier), "threads": i64_attr(threads)})
+
+    def verify_(self) -> None:
+        if not 1 <= self.barrier.value.data <= 15:
+            self._fail(
+                f"barrier id must be in [1, 15] (0 is the CTA barrier), got "
+                f"{self.barrier.value.data}"
+            )
+        t = self.threads.value.data
+        if not 32 <= t <= 1024 or t % 32:
+            self._fail(f"thread count must be a multiple of 32 in [32, 1024], got {t}")
+
+
+@irdl_op_definition
 class ShflOp(PtxOp):
     """``ttarget.shfl "bfly.b32" %d, %a, %lane, %clamp, %mask``
     → ``shfl.sync.bfly.b32 %d, %a, lane, clamp, membermask;``."""

@@ -38,7 +38,7 @@ from tessera.ir.target.arith import (
 )
 from tessera.ir.target.base import ImmOp, PtxOp, RegOp
 from tessera.ir.target.collectives import HOST_COLLECTIVE_OPS
-from tessera.ir.target.control import BarSyncOp, BraOp, LabelOp, RetOp, ShflOp
+from tessera.ir.target.control import BarArriveOp, BarSyncOp, BraOp, LabelOp, RetOp, ShflOp
 from tessera.ir.target.host import LaunchExOp, LaunchOp
 from tessera.ir.target.kernel import FuncOp
 from tessera.ir.target.memory import (
@@ -84,6 +84,7 @@ SM90_OPS: tuple[type[IRDLOperation], ...] = (
 KERNEL_OPS: tuple[type[IRDLOperation], ...] = (
     FuncOp, RegOp, ImmOp, SharedOp, SregOp, MovOp, PackOp, UnpackOp, SharedAddrOp, LdParamOp,
     CvtaOp, LdOp, StOp, CpAsyncOp, CpAsyncCommitOp, CpAsyncMbarrierArriveOp, CpAsyncWaitOp,
+    BarArriveOp,
     BarSyncOp,
     AddOp, SubOp, MulOp, DivOp, RemOp, MinOp, MaxOp, AndOp, OrOp, XorOp, CopysignOp,
     ShlOp, ShrOp, NegOp, AbsOp, NotOp, RcpOp, SqrtOp, RsqrtOp, Ex2Op, Lg2Op, SinOp, CosOp,

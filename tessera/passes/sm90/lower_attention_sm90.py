@@ -9,15 +9,20 @@ and a host ``ttarget.launch_ex``, instead of the ``mma.sync`` Tile IR kernel of
 The kernel computes ``O = softmax(scale Q Kᵀ [+ causal mask]) V`` for q [..., Sq, D],
 k [..., Sk, D], v [..., Sk, D] (D = 64 or 128); every batch/head is a contiguous
 ``S x D`` slab of the tensors seen as 2-D ``[rows, D]``, which is how the TMA tensor
-maps address them. One CTA per ``BQ = 128`` query rows of one batch/head:
+maps address them. A tile is ``BQ = 128`` query rows of one batch/head. The grid is
+persistent (one CTA per SM); each CTA loops over work units (:meth:`_Builder.tiles`:
+tiles, or for causal attention pairs of a heavy and a light tile of one head), so
+that one tile's prologue and store overlap the previous or next one's work:
 
 * 384 threads: warpgroup 0 is the producer, warpgroups 1 and 2 are consumers, each
   owning 64 query rows. ``setmaxnreg`` gives the producer 24 registers and the
   consumers 240.
-* The producer's thread 0 loads the CTA's Q tile once (TMA, ``D / 64`` boxes of
-  ``128 x 64``), then the K and V blocks of ``BKV = 128`` keys into ``stages``
-  shared-memory slots each, K and V with their own ``full`` / ``empty`` mbarriers,
-  all with the 128-byte swizzle. Out-of-bounds rows are zero-filled; rows past a
+* The producer's thread 0 loads a tile's Q once (TMA, ``D / 64`` boxes of
+  ``128 x 64``) when the consumers have released the previous one (``q_empty``: after
+  their last ``S`` product of that tile), then the K and V blocks of ``BKV = 128``
+  keys into ``stages`` shared-memory slots each, K and V with their own ``full`` /
+  ``empty`` mbarriers, all with the 128-byte swizzle; the slot ring runs on across
+  tiles. Out-of-bounds rows are zero-filled; rows past a
   head's end belong to the next head and are masked (keys) or not stored (queries).
 * A consumer computes ``S = Q Kᵀ`` with ``D / 16`` ``wgmma m64n128k16`` (A = Q and
   B = K both K-major in shared memory), then an online softmax on the wgmma D
@@ -32,10 +37,12 @@ maps address them. One CTA per ``BQ = 128`` query rows of one batch/head:
   block ``j + 1`` and the ``P V`` wgmmas of block ``j`` are both in flight; the
   softmax of block ``j + 1`` runs while ``P_j V_j`` is still on the tensor cores
   (``wgmma.wait_group 1``), then ``O`` is rescaled and ``P_{j+1}`` packed.
+* Turns (``pingpong``, off by default: measured no faster): the consumers alternate
+  issuing their wgmmas (two named barriers), so that one's softmax runs while the
+  other's products are on the tensor cores.
 * Causal (key ``<=`` query, top-left aligned) visits only the key blocks up to the
   tile's last query; masks (and the ragged end of the keys) are applied only in the
-  blocks that need them, a second copy of the loop. CTAs take heavy (late) query
-  tiles of a head first.
+  blocks that need them, a second copy of the loop.
 * ``O / l`` is converted and stored as 4-byte pairs with ``st.global``, rows past
   ``Sq`` skipped.
 """
@@ -52,6 +59,7 @@ from xdsl.ir import Operation, SSAValue
 from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.lower_graph_to_tile import LowerGraphToTile, Override, _FunctionLowering
+from tessera.passes.matmul_config import NUM_SMS
 from tessera.passes.sm90 import builders
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.constants import (
@@ -73,6 +81,8 @@ BLOCK_Q = 128
 BLOCK_KV = 128
 CONSUMERS = 2
 HEAD_SIZES = (64, 128)
+TURN_THREADS = CONSUMERS * WARPGROUP_THREADS
+"""Threads at a turn barrier: the waiting consumer and the arriving one."""
 
 
 def eligible(op: g.FlashAttentionOp) -> str | None:
@@ -106,6 +116,12 @@ class Sm90Attention:
     stages: int = 2
     lse: bool = False
     """Also store each query row's log-sum-exp (f32; ``tgraph.flash_attention_fwd``)."""
+    pingpong: bool = False
+    """Consumers take turns issuing their wgmmas (named barriers ``1 + consumer``), so
+    one's softmax runs under the other's products. Measured on an H100 it did not help
+    at head size 64 or 128 and cost 7 % at ViT's 197 tokens, so it is off."""
+    sms: int = NUM_SMS
+    """CTAs of the persistent grid: the device's SM count (any value is correct)."""
 
     @property
     def nbox(self) -> int:
@@ -132,8 +148,8 @@ class Sm90Attention:
 
     @property
     def smem_bytes(self) -> int:
-        """Q, the K and V slots, ``1 + 4 stages`` mbarriers and 1 KiB for alignment."""
-        return self.bars_offset + MBARRIER_BYTES * (1 + 4 * self.stages) + 1024
+        """Q, the K and V slots, ``2 + 4 stages`` mbarriers and 1 KiB for alignment."""
+        return self.bars_offset + MBARRIER_BYTES * (2 + 4 * self.stages) + 1024
 
     @property
     def threads(self) -> int:
@@ -143,8 +159,25 @@ class Sm90Attention:
     def q_tiles(self) -> int:
         return cdiv(self.sq, BLOCK_Q)
 
+    @property
+    def tiles(self) -> int:
+        """Work units: one per ``BQ`` query rows of one batch/head."""
+        return self.q_tiles * self.heads
+
+    @property
+    def pairs(self) -> int:
+        """Causal work units per head: pairs of query tiles (the middle one alone)."""
+        return cdiv(self.q_tiles, 2)
+
+    @property
+    def units(self) -> int:
+        """Work units of the persistent grid (:meth:`_Builder.tiles`): tiles, or for
+        causal attention pairs of tiles."""
+        return self.heads * (self.pairs if self.causal else self.q_tiles)
+
     def grid(self) -> tuple[int, int, int]:
-        return (self.q_tiles * self.heads, 1, 1)
+        """Persistent: at most one CTA per SM (and per work unit)."""
+        return (max(1, min(self.units, self.sms)), 1, 1)
 
     def boxes(self) -> list[int]:
         """``ttarget.launch_ex`` boxes for (O, Q, K, V[, lse]): O and lse by pointer, the
@@ -167,28 +200,77 @@ class _Builder:
         s, e = self.spec, self.e
         o_param, q_param, k_param, v_param = self.func.block.args[:4]
         self.lse_param = self.func.block.args[4] if s.lse else None
-        self.tid, bid, self.sbase = builders.shared_base(e)
+        self.tid, self.bid, self.sbase = builders.shared_base(e)
         bars = e.add32(self.sbase, s.bars_offset)
         self.q_full = bars
-        self.k_full = e.add32(bars, MBARRIER_BYTES)
-        self.k_empty = e.add32(bars, MBARRIER_BYTES * (1 + s.stages))
-        self.v_full = e.add32(bars, MBARRIER_BYTES * (1 + 2 * s.stages))
-        self.v_empty = e.add32(bars, MBARRIER_BYTES * (1 + 3 * s.stages))
+        self.q_empty = e.add32(bars, MBARRIER_BYTES)
+        self.k_full = e.add32(bars, MBARRIER_BYTES * 2)
+        self.k_empty = e.add32(bars, MBARRIER_BYTES * (2 + s.stages))
+        self.v_full = e.add32(bars, MBARRIER_BYTES * (2 + 2 * s.stages))
+        self.v_empty = e.add32(bars, MBARRIER_BYTES * (2 + 3 * s.stages))
 
         def barriers():
             yield self.q_full, 1
+            yield self.q_empty, CONSUMERS
             for st in range(s.stages):
                 for base, count in ((self.k_full, 1), (self.v_full, 1),
                                     (self.k_empty, CONSUMERS), (self.v_empty, CONSUMERS)):
                     yield e.add32(base, MBARRIER_BYTES * st), count
 
         builders.init_barriers(e, self.tid, barriers())
+        self.end = "DONE"
+        wg, consumer = builders.split_warpgroups(e, self.tid)
+        self.producer(q_param, k_param, v_param)
+        e.add(tt.LabelOp(consumer))
+        self.consumer(o_param, e.bin(tt.SubOp, "u32", wg, 1))
+        e.add(tt.LabelOp(self.end))
+        e.add(tt.RetOp())
+        return self.func
 
-        # this CTA's (head, query tile); causal CTAs take late (heavier) tiles first
-        self.bh = e.bin(tt.DivOp, "u32", bid, s.q_tiles)
-        qt = e.bin(tt.RemOp, "u32", bid, s.q_tiles)
-        if s.causal:
-            qt = e.bin(tt.SubOp, "u32", s.q_tiles - 1, qt)
+    def tiles(self, body: Callable[[SSAValue], None]) -> None:
+        """Emit ``body(first)`` once per tile of this CTA, after setting ``bh``, ``q0``,
+        ``n_blocks`` and ``n_plain`` for it; ``first`` is true in the CTA's first tile.
+
+        The CTA takes work units ``ctaid``, ``+ grid``, ... in order. Not causal, a unit
+        is one tile, head by head. Causal, a unit is a pair of query tiles of one head,
+        the ``j``-th from the end (the heavier, taken first) and the ``j``-th from the
+        start, so that all units cost about the same and every CTA gets a like share;
+        units go head by head (the heads running at once keep their keys and values in
+        L2)."""
+        s, e = self.spec, self.e
+        u = e.reg("b32")
+        e.mov("u32", u, self.bid)
+        first = e.reg("pred")
+        e.add(tt.SetpOp("eq.u32", first, u, u))
+        top, done = e.label("TILE"), e.label("TILE_END")
+        e.add(tt.LabelOp(top))
+        e.add(tt.BraOp(done, e.setp("ge", u, s.units)))
+        if not s.causal:
+            self.coords(e.bin(tt.DivOp, "u32", u, s.q_tiles), e.bin(tt.RemOp, "u32", u, s.q_tiles))
+            body(first)
+        else:
+            pairs = s.pairs
+            head = e.bin(tt.DivOp, "u32", u, pairs)
+            j = e.bin(tt.RemOp, "u32", u, pairs)
+            heavy = e.bin(tt.SubOp, "u32", s.q_tiles - 1, j)
+            self.coords(head, heavy)
+            body(first)
+            e.add(tt.SetpOp("ne.u32", first, u, u))
+            single = e.label("PAIR_END")
+            e.add(tt.BraOp(single, e.setp("eq", heavy, j)))  # the middle tile of an odd count
+            self.coords(head, j)
+            body(first)
+            e.add(tt.LabelOp(single))
+        e.add(tt.SetpOp("ne.u32", first, u, u))
+        e.add(tt.AddOp("u32", u, u, e.imm(s.grid()[0])))
+        e.add(tt.BraOp(top))
+        e.add(tt.LabelOp(done))
+
+    def coords(self, bh: SSAValue, qt: SSAValue) -> None:
+        """Set tile (``bh``, ``qt``)'s batch/head, first query ``q0`` and key blocks: all
+        of them (``n_blocks``) and those without masks (``n_plain``)."""
+        s, e = self.spec, self.e
+        self.bh = bh
         self.q0 = e.mul32(qt, BLOCK_Q)
         nkv = cdiv(s.sk, BLOCK_KV)
         if s.causal:
@@ -202,50 +284,49 @@ class _Builder:
             self.n_plain = e.reg("b32")
             e.mov("u32", self.n_plain, s.sk // BLOCK_KV)
 
-        self.end = "DONE"
-        wg, consumer = builders.split_warpgroups(e, self.tid)
-        self.producer(q_param, k_param, v_param)
-        e.add(tt.LabelOp(consumer))
-        self.consumer(o_param, e.bin(tt.SubOp, "u32", wg, 1))
-        e.add(tt.LabelOp(self.end))
-        e.add(tt.RetOp())
-        return self.func
-
     # ------------------------------------------------------------------ producer
 
     def producer(self, q_param: SSAValue, k_param: SSAValue, v_param: SSAValue) -> None:
+        """Per tile: Q once the consumers released the previous tile's (``q_empty``),
+        then its K and V blocks through the ring, which runs on across tiles."""
         s, e = self.spec, self.e
         builders.enter_producer(e, self.tid, self.end, ATTENTION_REGISTERS)
         tmap_q, tmap_k, tmap_v = (builders.tensor_map(e, p) for p in (q_param, k_param, v_param))
-
-        e.add(tt.MbarrierArriveOp(self.q_full, e.imm(s.q_bytes)))
-        q_row = e.mad32(self.bh, s.sq, self.q0)
-        for b in range(s.nbox):
-            dst = e.add32(self.sbase, b * BLOCK_Q * SWIZZLE_BYTES)
-            e.add(tt.CpAsyncBulkTensorOp(dst, tmap_q, e.imm(b * BOX), q_row, self.q_full))
-
-        kb, stage, phase = e.reg("b32"), e.reg("b32"), e.reg("b32")
-        for v in (kb, stage, phase):
+        kb, kg, stage, phase, qphase = (e.reg("b32") for _ in range(5))
+        for v in (kg, stage, phase, qphase):
             e.mov("u32", v, 0)
-        head_row = e.mul32(self.bh, s.sk)
-        loop = e.label("PRODUCE")
-        e.add(tt.LabelOp(loop))
-        row = e.mad32(kb, BLOCK_KV, head_row)
-        first = e.setp("lt", kb, s.stages)
-        for full0, empty0, tmap, offset in (
-            (self.k_full, self.k_empty, tmap_k, s.k_offset(0)),
-            (self.v_full, self.v_empty, tmap_v, s.v_offset(0)),
-        ):
-            builders.wait_slot_free(e, stage, phase, empty0, first)
-            full = builders.slot_barrier(e, stage, full0)
-            e.add(tt.MbarrierArriveOp(full, e.imm(s.kv_bytes)))
-            base = e.mad32(stage, s.kv_bytes, e.add32(self.sbase, offset))
+
+        def tile(first: SSAValue) -> None:
+            builders.wait_slot_free(e, e.imm(0), qphase, self.q_empty, first)
+            e.add(tt.MbarrierArriveOp(self.q_full, e.imm(s.q_bytes)))
+            q_row = e.mad32(self.bh, s.sq, self.q0)
             for b in range(s.nbox):
-                dst = e.add32(base, b * BLOCK_KV * SWIZZLE_BYTES) if b else base
-                e.add(tt.CpAsyncBulkTensorOp(dst, tmap, e.imm(b * BOX), row, full))
-        e.add(tt.AddOp("u32", kb, kb, e.imm(1)))
-        e.advance(stage, phase, s.stages)
-        e.add(tt.BraOp(loop, e.setp("lt", kb, self.n_blocks)))
+                dst = e.add32(self.sbase, b * BLOCK_Q * SWIZZLE_BYTES)
+                e.add(tt.CpAsyncBulkTensorOp(dst, tmap_q, e.imm(b * BOX), q_row, self.q_full))
+            e.add(tt.XorOp("b32", qphase, qphase, e.imm(1)))
+            e.mov("u32", kb, 0)
+            head_row = e.mul32(self.bh, s.sk)
+            loop = e.label("PRODUCE")
+            e.add(tt.LabelOp(loop))
+            row = e.mad32(kb, BLOCK_KV, head_row)
+            fresh = e.setp("lt", kg, s.stages)
+            for full0, empty0, tmap, offset in (
+                (self.k_full, self.k_empty, tmap_k, s.k_offset(0)),
+                (self.v_full, self.v_empty, tmap_v, s.v_offset(0)),
+            ):
+                builders.wait_slot_free(e, stage, phase, empty0, fresh)
+                full = builders.slot_barrier(e, stage, full0)
+                e.add(tt.MbarrierArriveOp(full, e.imm(s.kv_bytes)))
+                base = e.mad32(stage, s.kv_bytes, e.add32(self.sbase, offset))
+                for b in range(s.nbox):
+                    dst = e.add32(base, b * BLOCK_KV * SWIZZLE_BYTES) if b else base
+                    e.add(tt.CpAsyncBulkTensorOp(dst, tmap, e.imm(b * BOX), row, full))
+            e.add(tt.AddOp("u32", kb, kb, e.imm(1)))
+            e.add(tt.AddOp("u32", kg, kg, e.imm(1)))
+            e.advance(stage, phase, s.stages)
+            e.add(tt.BraOp(loop, e.setp("lt", kb, self.n_blocks)))
+
+        self.tiles(tile)
         e.add(tt.BraOp(self.end))
 
     # ------------------------------------------------------------------ consumers
@@ -256,8 +337,7 @@ class _Builder:
         t, warp, lane = builders.fragment_lanes(e, self.tid)
         self.leader = e.setp("eq", t, 0)
         self.always = e.setp("eq", t, t)
-        # rows of this thread (the two halves of the D fragment) and its first column
-        self.row0 = builders.fragment_row(e, self.q0, cw, warp, lane)
+        self.cw, self.warp, self.lane = cw, warp, lane
         self.col0 = builders.fragment_col(e, lane)
 
         # shared-memory descriptors: the first k-step of each operand
@@ -275,24 +355,43 @@ class _Builder:
         self.p = [e.reg("b32") for _ in range(BLOCK_KV // 4)]
         self.m = [e.reg("f32") for _ in range(2)]
         self.l = [e.reg("f32") for _ in range(2)]
+        self.c = s.scale * LOG2E
+        # the K/V ring's current and next slot, running on across tiles
+        self.st_c, self.ph_c, self.st_n, self.ph_n, self.qphase = (e.reg("b32") for _ in range(5))
+        for v in (self.st_n, self.ph_n, self.qphase):
+            e.mov("u32", v, 0)
+        self.first_turn(cw)
+        self.tiles(lambda first: self.consumer_tile(o_param))
+        self.last_turn(cw)
+
+    def consumer_tile(self, o_param: SSAValue) -> None:
+        """One tile: the online softmax over its key blocks, then ``O / l`` stored. Q is
+        released (``q_empty``) once its last product is done, so the producer loads the
+        next tile's Q under this tile's last ``P V`` and store."""
+        s, e = self.spec, self.e
+        cw, st_c, ph_c, st_n, ph_n = self.cw, self.st_c, self.ph_c, self.st_n, self.ph_n
+        # rows of this thread (the two halves of the D fragment)
+        self.row0 = builders.fragment_row(e, self.q0, cw, self.warp, self.lane)
         for r in self.oacc + self.l:
             e.mov("f32", r, e.fimm(0.0))
         for r in self.m:
             e.mov("f32", r, e.fimm(float("-inf")))
-        self.c = s.scale * LOG2E
+        e.mov("u32", st_c, st_n)
+        e.mov("u32", ph_c, ph_n)
 
-        e.wait(self.q_full, e.imm(0))
+        e.wait(self.q_full, self.qphase)
+        e.add(tt.XorOp("b32", self.qphase, self.qphase, e.imm(1)))
         # prologue: S of block 0, its softmax and P
-        st_c, ph_c, st_n, ph_n = (e.reg("b32") for _ in range(4))
         kb = e.reg("b32")
-        for v in (st_c, ph_c, kb):
-            e.mov("u32", v, 0)
-        e.wait(self.k_full, ph_c)
+        e.mov("u32", kb, 0)
+        e.wait(builders.slot_barrier(e, st_c, self.k_full), ph_c)
+        self.take_turn(cw)
         e.add(tt.FenceOp("wgmma"))
         self.qk(st_c)
         e.add(tt.FenceOp("wgmma_commit"))
+        self.pass_turn(cw)
         e.add(tt.WgmmaWaitOp(0))
-        e.add(tt.MbarrierArriveOp(self.k_empty, guard=self.leader))  # stage 0
+        e.add(tt.MbarrierArriveOp(builders.slot_barrier(e, st_c, self.k_empty), guard=self.leader))
         self.softmax(kb, masked=True, first=True)
         self.pack_p()
         e.mov("u32", st_n, st_c)
@@ -306,13 +405,15 @@ class _Builder:
             e.add(tt.LabelOp(top))
             e.add(tt.BraOp(done, e.setp("ge", kb, bound)))
             e.wait(builders.slot_barrier(e, st_n, self.k_full), ph_n)
+            e.wait(builders.slot_barrier(e, st_c, self.v_full), ph_c)
+            self.take_turn(cw)
             e.add(tt.FenceOp("wgmma"))
             self.qk(st_n)
             e.add(tt.FenceOp("wgmma_commit"))
-            e.wait(builders.slot_barrier(e, st_c, self.v_full), ph_c)
             e.add(tt.FenceOp("wgmma"))
             self.pv(st_c)
             e.add(tt.FenceOp("wgmma_commit"))
+            self.pass_turn(cw)
             e.add(tt.WgmmaWaitOp(1))
             release = builders.slot_barrier(e, st_n, self.k_empty)
             e.add(tt.MbarrierArriveOp(release, guard=self.leader))
@@ -330,13 +431,58 @@ class _Builder:
             e.add(tt.BraOp(top))
             e.add(tt.LabelOp(done))
 
+        # every product with Q is done: the producer may load the next tile's
+        e.add(tt.MbarrierArriveOp(self.q_empty, guard=self.leader))
         # the last block's P V
         e.wait(builders.slot_barrier(e, st_c, self.v_full), ph_c)
+        self.take_turn(cw)
         e.add(tt.FenceOp("wgmma"))
         self.pv(st_c)
         e.add(tt.FenceOp("wgmma_commit"))
+        self.pass_turn(cw)
         e.add(tt.WgmmaWaitOp(0))
+        e.add(tt.MbarrierArriveOp(builders.slot_barrier(e, st_c, self.v_empty),
+                                  guard=self.leader))
         self.store(o_param)
+
+    # Turns (``pingpong``): consumer ``c`` waits at named barrier ``1 + c`` before issuing
+    # its wgmmas and then arrives at the other's, so the two alternate on the tensor
+    # cores. Both consumers visit the same tiles and key blocks, so they take equally
+    # many turns; consumer 0 is let in first by consumer 1's arrival.
+
+    def first_turn(self, cw: SSAValue) -> None:
+        """Consumer 1 lets consumer 0 take the first turn."""
+        if self.spec.pingpong:
+            self._turn(cw, (None, tt.BarArriveOp(1, TURN_THREADS)))
+
+    def take_turn(self, cw: SSAValue) -> None:
+        """Wait for this consumer's turn at the tensor cores."""
+        if self.spec.pingpong:
+            self._turn(cw, (tt.BarSyncOp(1, TURN_THREADS), tt.BarSyncOp(2, TURN_THREADS)))
+
+    def pass_turn(self, cw: SSAValue) -> None:
+        """Let the other consumer issue."""
+        if self.spec.pingpong:
+            self._turn(cw, (tt.BarArriveOp(2, TURN_THREADS), tt.BarArriveOp(1, TURN_THREADS)))
+
+    def last_turn(self, cw: SSAValue) -> None:
+        """Consumer 0 takes the turn consumer 1 passed it last, so that every arrival at a
+        turn barrier is matched by a wait."""
+        if self.spec.pingpong:
+            self._turn(cw, (tt.BarSyncOp(1, TURN_THREADS), None))
+
+    def _turn(self, cw: SSAValue, ops: tuple[Operation | None, Operation | None]) -> None:
+        """``ops[c]`` in consumer ``c`` (a branch on the warpgroup: uniform per warp)."""
+        e = self.e
+        second, done = e.label("TURN_1"), e.label("TURN_END")
+        e.add(tt.BraOp(second, e.setp("ne", cw, 0)))
+        if ops[0] is not None:
+            e.add(ops[0])
+        e.add(tt.BraOp(done))
+        e.add(tt.LabelOp(second))
+        if ops[1] is not None:
+            e.add(ops[1])
+        e.add(tt.LabelOp(done))
 
     def qk(self, stage: SSAValue) -> None:
         """Issue ``S = Q K_stageᵀ`` (``D / 16`` wgmmas, S overwritten by the first)."""
@@ -486,9 +632,11 @@ def spec_for(op: g.FlashAttentionOp | g.FlashAttentionFwdOp) -> Sm90Attention:
         heads *= x
     d = qs[-1]
     scale = op.scale.value.data if op.scale is not None else 1.0 / pymath.sqrt(d)
+    from tessera.passes.sm90.lower_matmul_sm90 import device_sms
+
     return Sm90Attention(
         heads, qs[-2], ks[-2], d, _TYPE_NAMES[type(g.elem_of(op.q))], scale,
-        op.causal is not None, lse=isinstance(op, g.FlashAttentionFwdOp),
+        op.causal is not None, lse=isinstance(op, g.FlashAttentionFwdOp), sms=device_sms(),
     )
 
 

@@ -2,7 +2,9 @@
 // RUN: tessera-opt %s -p lower-attention-sm90,lower-tile-to-target -t ptx | filecheck %s --check-prefix=PTX
 
 // Eligible bf16 attention (head size 128, ragged sequence lengths, causal) becomes a
-// TMA + wgmma kernel and a launch_ex; the f32 one keeps the Tile IR lowering.
+// TMA + wgmma kernel and a launch_ex; the f32 one keeps the Tile IR lowering. The grid is
+// persistent with a CTA per work unit here: causal, the 2 query tiles of each of the 6
+// heads are one unit (a heavy and a light tile).
 
 func.func @attn(%q: tensor<2x3x200x128xbf16>, %k: tensor<2x3x130x128xbf16>, %v: tensor<2x3x130x128xbf16>, %x: tensor<1x8x16xf32>) -> (tensor<2x3x200x128xbf16>, tensor<1x8x16xf32>) {
   %o = tgraph.flash_attention %q, %k, %v causal : (tensor<2x3x200x128xbf16>, tensor<2x3x130x128xbf16>, tensor<2x3x130x128xbf16>) -> tensor<2x3x200x128xbf16>
@@ -25,7 +27,7 @@ func.func @attn(%q: tensor<2x3x200x128xbf16>, %k: tensor<2x3x130x128xbf16>, %v: 
 // CHECK:        ttarget.st "global.b32"
 // CHECK:      ttile.kernel @attn_flash_attention_
 // CHECK:      func.func @attn
-// CHECK:        ttarget.launch_ex @attn_attention_0(%{{.*}}, %q, %k, %v) grid = [12, 1, 1] smem = {{[0-9]+}} boxes = [0, 0, 64, 128, 64, 128, 64, 128]
+// CHECK:        ttarget.launch_ex @attn_attention_0(%{{.*}}, %q, %k, %v) grid = [6, 1, 1] smem = {{[0-9]+}} boxes = [0, 0, 64, 128, 64, 128, 64, 128]
 // CHECK:        ttile.launch @attn_flash_attention_
 
 // PTX:        .maxntid 384, 1, 1

@@ -37,6 +37,7 @@ ttarget.func @all(%x: !ttarget.param<u64>, %n: !ttarget.param<u32>, %s: !ttarget
   ttarget.cp_async_mbarrier_arrive [%r]
   ttarget.cp_async_wait 0
   ttarget.bar_sync 0
+  ttarget.bar_arrive 2 threads = 256
   ttarget.add "rn.f32" %f, %f, %one
   ttarget.sub "s32" %r, %r, %c4
   ttarget.mul "wide.s32" %rd, %r, %c4
@@ -94,6 +95,7 @@ ttarget.func @all(%x: !ttarget.param<u64>, %n: !ttarget.param<u32>, %s: !ttarget
 // CHECK-NEXT: ttarget.cp_async_mbarrier_arrive [%r]
 // CHECK-NEXT: ttarget.cp_async_wait 0
 // CHECK-NEXT: ttarget.bar_sync 0
+// CHECK-NEXT: ttarget.bar_arrive 2 threads = 256
 // CHECK-NEXT: ttarget.add "rn.f32" %f, %f, %one
 // CHECK: ttarget.mul "wide.s32" %rd, %r, %c4
 // CHECK: ttarget.fma "rn.f32" %f, %f, %g, %one

@@ -119,6 +119,22 @@ ttarget.func @k() maxntid = 128 {
 
 // -----
 
+ttarget.func @k() maxntid = 256 {
+  // expected-error@+1 {{ttarget.bar_arrive: barrier id must be in [1, 15] (0 is the CTA barrier), got 0}}
+  ttarget.bar_arrive 0 threads = 256
+  ttarget.ret
+}
+
+// -----
+
+ttarget.func @k() maxntid = 256 {
+  // expected-error@+1 {{ttarget.bar_arrive: thread count must be a multiple of 32 in [32, 1024], got 200}}
+  ttarget.bar_arrive 1 threads = 200
+  ttarget.ret
+}
+
+// -----
+
 ttarget.func @k() maxntid = 128 {
   %r = ttarget.reg "b32"
   // expected-error@+1 {{ttarget.cp_async_bulk_tensor_store: tensor map address must be a b64 register}}

@@ -34,7 +34,7 @@ def test_grid_is_persistent() -> None:
     assert Sm90Attention(3, 100, 100, 64, "bf16", 0.125, True, sms=132).grid() == (3, 1, 1)
     # causal: pairs of a heavy and a light query tile (5 tiles: 3 units per head)
     causal = Sm90Attention(40, 600, 600, 64, "bf16", 0.1, True, sms=132)
-    assert causal.pairs == 3 and causal.units == 120 and causal.grid() == (120, 1, 1)
+    assert causal.units == 120 and causal.grid() == (120, 1, 1)
 
 
 @needs_ptxas

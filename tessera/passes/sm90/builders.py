@@ -5,6 +5,7 @@ Prologue: :func:`shared_base` (the 1024-byte-aligned dynamic shared memory),
 :func:`init_barriers` (thread 0 initializes the mbarriers, then the CTA or cluster
 synchronizes) and :func:`split_warpgroups` (warpgroup 0 produces, the others consume).
 Producer: :func:`enter_producer`, :func:`tensor_map`, :func:`wait_slot_free`.
+Persistent grids: :func:`work_units` / :func:`for_work_units`.
 Consumer: :func:`enter_consumer`, :func:`fragment_lanes` / :func:`fragment_row` /
 :func:`fragment_col` (where a thread's wgmma D fragment lies) and
 :func:`stage_descriptor`. Epilogue: :func:`global_pointer`, :func:`advance_pointer`,
@@ -13,7 +14,7 @@ Consumer: :func:`enter_consumer`, :func:`fragment_lanes` / :func:`fragment_row` 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from xdsl.ir import SSAValue
 
@@ -83,6 +84,55 @@ def split_warpgroups(e: TargetAsm, tid: SSAValue) -> tuple[SSAValue, str]:
 def slot_barrier(e: TargetAsm, stage: SSAValue, first: SSAValue) -> SSAValue:
     """The address of stage ``stage``'s mbarrier in an array starting at ``first``."""
     return e.mad32(stage, MBARRIER_BYTES, first)
+
+
+# --------------------------------------------------------------------------- persistent grids
+
+
+def work_units(heads: int, tiles: int, paired: bool) -> int:
+    """Work units of a persistent grid over ``tiles`` tiles of each of ``heads`` heads:
+    one per tile, or with ``paired`` one per pair of tiles (:func:`for_work_units`)."""
+    return heads * ((tiles + 1) // 2 if paired else tiles)
+
+
+def for_work_units(
+    e: TargetAsm, bid: SSAValue, grid: int, heads: int, tiles: int, paired: bool,
+    body: Callable[[SSAValue, SSAValue, SSAValue], None],
+) -> None:
+    """Emit ``body(head, tile, first)`` once per tile of CTA ``bid`` of a persistent grid
+    of ``grid`` CTAs; ``first`` is true in the CTA's first tile.
+
+    The CTA takes work units ``bid``, ``bid + grid``, ... in order, head by head. A unit
+    is one tile, or with ``paired`` (causal attention, whose tiles cost more the later
+    or earlier they lie in a head) the pair of the ``j``-th tile from the end and the
+    ``j``-th from the start (the middle tile of an odd count alone), so that every unit
+    costs about the same and a static round-robin over units stays balanced; the heads
+    running at once keep their data in L2."""
+    units = work_units(heads, tiles, paired)
+    u = e.reg("b32")
+    e.mov("u32", u, bid)
+    first = e.reg("pred")
+    e.add(tt.SetpOp("eq.u32", first, u, u))
+    top, done = e.label("UNIT"), e.label("UNIT_END")
+    e.add(tt.LabelOp(top))
+    e.add(tt.BraOp(done, e.setp("ge", u, units)))
+    if not paired:
+        body(e.bin(tt.DivOp, "u32", u, tiles), e.bin(tt.RemOp, "u32", u, tiles), first)
+    else:
+        pairs = (tiles + 1) // 2
+        head = e.bin(tt.DivOp, "u32", u, pairs)
+        j = e.bin(tt.RemOp, "u32", u, pairs)
+        back = e.bin(tt.SubOp, "u32", tiles - 1, j)
+        body(head, back, first)
+        e.add(tt.SetpOp("ne.u32", first, u, u))
+        single = e.label("PAIR_END")
+        e.add(tt.BraOp(single, e.setp("eq", back, j)))
+        body(head, j, first)
+        e.add(tt.LabelOp(single))
+    e.add(tt.SetpOp("ne.u32", first, u, u))
+    e.add(tt.AddOp("u32", u, u, e.imm(grid)))
+    e.add(tt.BraOp(top))
+    e.add(tt.LabelOp(done))
 
 
 # --------------------------------------------------------------------------- producer

@@ -165,15 +165,10 @@ class Sm90Attention:
         return self.q_tiles * self.heads
 
     @property
-    def pairs(self) -> int:
-        """Causal work units per head: pairs of query tiles (the middle one alone)."""
-        return cdiv(self.q_tiles, 2)
-
-    @property
     def units(self) -> int:
-        """Work units of the persistent grid (:meth:`_Builder.tiles`): tiles, or for
-        causal attention pairs of tiles."""
-        return self.heads * (self.pairs if self.causal else self.q_tiles)
+        """Work units of the persistent grid (:func:`builders.work_units`): tiles, or
+        for causal attention pairs of tiles."""
+        return builders.work_units(self.heads, self.q_tiles, self.causal)
 
     def grid(self) -> tuple[int, int, int]:
         """Persistent: at most one CTA per SM (and per work unit)."""
@@ -228,43 +223,18 @@ class _Builder:
         return self.func
 
     def tiles(self, body: Callable[[SSAValue], None]) -> None:
-        """Emit ``body(first)`` once per tile of this CTA, after setting ``bh``, ``q0``,
-        ``n_blocks`` and ``n_plain`` for it; ``first`` is true in the CTA's first tile.
+        """Emit ``body(first)`` once per tile of this CTA (:func:`builders.for_work_units`:
+        tiles head by head, or for causal attention pairs of the heavy ``j``-th tile from
+        the end and the light ``j``-th from the start), after setting ``bh``, ``q0``,
+        ``n_blocks`` and ``n_plain`` for it; ``first`` is true in the CTA's first tile."""
+        s = self.spec
 
-        The CTA takes work units ``ctaid``, ``+ grid``, ... in order. Not causal, a unit
-        is one tile, head by head. Causal, a unit is a pair of query tiles of one head,
-        the ``j``-th from the end (the heavier, taken first) and the ``j``-th from the
-        start, so that all units cost about the same and every CTA gets a like share;
-        units go head by head (the heads running at once keep their keys and values in
-        L2)."""
-        s, e = self.spec, self.e
-        u = e.reg("b32")
-        e.mov("u32", u, self.bid)
-        first = e.reg("pred")
-        e.add(tt.SetpOp("eq.u32", first, u, u))
-        top, done = e.label("TILE"), e.label("TILE_END")
-        e.add(tt.LabelOp(top))
-        e.add(tt.BraOp(done, e.setp("ge", u, s.units)))
-        if not s.causal:
-            self.coords(e.bin(tt.DivOp, "u32", u, s.q_tiles), e.bin(tt.RemOp, "u32", u, s.q_tiles))
+        def tile(head: SSAValue, qt: SSAValue, first: SSAValue) -> None:
+            self.coords(head, qt)
             body(first)
-        else:
-            pairs = s.pairs
-            head = e.bin(tt.DivOp, "u32", u, pairs)
-            j = e.bin(tt.RemOp, "u32", u, pairs)
-            heavy = e.bin(tt.SubOp, "u32", s.q_tiles - 1, j)
-            self.coords(head, heavy)
-            body(first)
-            e.add(tt.SetpOp("ne.u32", first, u, u))
-            single = e.label("PAIR_END")
-            e.add(tt.BraOp(single, e.setp("eq", heavy, j)))  # the middle tile of an odd count
-            self.coords(head, j)
-            body(first)
-            e.add(tt.LabelOp(single))
-        e.add(tt.SetpOp("ne.u32", first, u, u))
-        e.add(tt.AddOp("u32", u, u, e.imm(s.grid()[0])))
-        e.add(tt.BraOp(top))
-        e.add(tt.LabelOp(done))
+
+        builders.for_work_units(self.e, self.bid, s.grid()[0], s.heads, s.q_tiles, s.causal,
+                                tile)
 
     def coords(self, bh: SSAValue, qt: SSAValue) -> None:
         """Set tile (``bh``, ``qt``)'s batch/head, first query ``q0`` and key blocks: all

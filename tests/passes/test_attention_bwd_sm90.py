@@ -101,6 +101,14 @@ def _lowered(sm90: bool, attention_bwd: bool, elem: str = "bf16") -> ModuleOp:
     return m
 
 
+def test_grid_is_persistent() -> None:
+    """At most one CTA per SM; causal work units pair the resident tiles of a head."""
+    spec = Sm90AttentionBwd("dkdv", 96, 197, 197, 64, "bf16", 0.125, False, sms=132)
+    assert spec.units == 192 and spec.grid() == (132, 1, 1)
+    causal = Sm90AttentionBwd("dq", 40, 600, 600, 64, "bf16", 0.125, True, sms=132)
+    assert causal.res_tiles == 5 and causal.units == 120 and causal.grid() == (120, 1, 1)
+
+
 def test_lowering_choice() -> None:
     """sm90: the dot prologue (Tile IR) and the two wgmma kernels, launched in that order;
     ``sm90_attention_bwd=False`` or no sm90: the three mma.sync Tile IR kernels."""
@@ -111,7 +119,8 @@ def test_lowering_choice() -> None:
         "f_attention_bwd_dot_0", "f_attention_bwd_dkdv_sm90_0", "f_attention_bwd_dq_sm90_0"]
     dkdv = next(op for op in launches if "dkdv_sm90" in op.callee.root_reference.data)
     assert isinstance(dkdv, tt.LaunchExOp)
-    assert dkdv.grid_value() == (2 * 2, 1, 1)  # ceil(130 / 128) key tiles x 2 heads
+    # persistent: causal, the ceil(130 / 128) = 2 key tiles of a head are one work unit
+    assert dkdv.grid_value() == (2, 1, 1)
     assert list(dkdv.boxes.get_values()) == [0, 0, 0, 0, 64, 128, 64, 128, 64, 64, 64, 64,
                                              0, 0, 0, 0]
     for sm90, bwd in ((True, False), (False, True)):

@@ -34,14 +34,21 @@ choose among variants measured on an H100
 Masks: causal is key ``<=`` query (top-left aligned, as the forward). Streamed rows past
 the end of the sequence (the next head's rows, or TMA's zero fill) are masked to
 ``P = 0`` in the blocks that need it (a uniform branch around the mask code); resident
-rows past the end only produce rows that are not stored. Causal ``dkdv`` CTAs start at
-the first query block reaching their keys, ``dq`` CTAs stop after the last key block
-their queries see; within a head, the tiles with the most blocks start first.
+rows past the end only produce rows that are not stored. Causal ``dkdv`` tiles start at
+the first query block reaching their keys, ``dq`` tiles stop after the last key block
+their queries see.
+
+Persistent grid (as the forward's): one CTA per SM, each looping over work units
+(:func:`builders.for_work_units`: resident tiles head by head, or when causal pairs of
+a heavy and a light tile of one head, so that units cost about the same). The consumers
+release R (``r_empty``) once a tile's last product is done, so the producer loads the
+next tile's R under this tile's store; the streamed ring runs on across tiles.
 """
 
 from __future__ import annotations
 
 import math as pymath
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,6 +58,7 @@ from xdsl.ir import SSAValue
 from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes import tile_attention_bwd
+from tessera.passes.matmul_config import NUM_SMS
 from tessera.passes.sm90 import builders
 from tessera.passes.sm90.asm import TargetAsm
 from tessera.passes.sm90.constants import (
@@ -135,6 +143,8 @@ class Sm90AttentionBwd:
     keep_p: bool = True
     """``dkdv``: keep P in f32 registers for dS (else it is unpacked from the 16-bit A
     operand of ``dV += P dO``: fewer live registers)."""
+    sms: int = NUM_SMS
+    """CTAs of the persistent grid: the device's SM count (any value is correct)."""
 
     @property
     def dkdv(self) -> bool:
@@ -181,8 +191,8 @@ class Sm90AttentionBwd:
 
     @property
     def smem_bytes(self) -> int:
-        """Operands, ``1 + 4 stages`` mbarriers and 1 KiB for alignment."""
-        return self.bars_offset + MBARRIER_BYTES * (1 + 4 * self.stages) + 1024
+        """Operands, ``2 + 4 stages`` mbarriers and 1 KiB for alignment."""
+        return self.bars_offset + MBARRIER_BYTES * (2 + 4 * self.stages) + 1024
 
     @property
     def threads(self) -> int:
@@ -192,8 +202,15 @@ class Sm90AttentionBwd:
     def res_tiles(self) -> int:
         return cdiv(self.n_res, BLOCK_R)
 
+    @property
+    def units(self) -> int:
+        """Work units of the persistent grid (:func:`builders.work_units`): resident
+        tiles, or when causal pairs of them."""
+        return builders.work_units(self.heads, self.res_tiles, self.causal)
+
     def grid(self) -> tuple[int, int, int]:
-        return (self.res_tiles * self.heads, 1, 1)
+        """Persistent: at most one CTA per SM (and per work unit)."""
+        return (max(1, min(self.units, self.sms)), 1, 1)
 
     @property
     def outputs(self) -> int:
@@ -227,29 +244,22 @@ class _Builder:
         s, e = self.spec, self.e
         args = list(self.func.block.args)
         outs, tmaps, (lse_param, di_param) = args[: s.outputs], args[s.outputs:-2], args[-2:]
-        self.tid, bid, self.sbase = builders.shared_base(e)
+        self.tid, self.bid, self.sbase = builders.shared_base(e)
         bars = e.add32(self.sbase, s.bars_offset)
         self.r_full = bars
-        self.full = [e.add32(bars, MBARRIER_BYTES * (1 + i * s.stages)) for i in (0, 1)]
-        self.empty = [e.add32(bars, MBARRIER_BYTES * (1 + (2 + i) * s.stages)) for i in (0, 1)]
+        self.r_empty = e.add32(bars, MBARRIER_BYTES)
+        self.full = [e.add32(bars, MBARRIER_BYTES * (2 + i * s.stages)) for i in (0, 1)]
+        self.empty = [e.add32(bars, MBARRIER_BYTES * (2 + (2 + i) * s.stages)) for i in (0, 1)]
 
         def barriers():
             yield self.r_full, 1
+            yield self.r_empty, CONSUMERS
             for st in range(s.stages):
                 for i in (0, 1):
                     yield e.add32(self.full[i], MBARRIER_BYTES * st), 1
                     yield e.add32(self.empty[i], MBARRIER_BYTES * st), CONSUMERS
 
         builders.init_barriers(e, self.tid, barriers())
-
-        # this CTA's (head, resident tile); the heaviest tiles first when causal
-        self.bh = e.bin(tt.DivOp, "u32", bid, s.res_tiles)
-        rt = e.bin(tt.RemOp, "u32", bid, s.res_tiles)
-        if s.causal and not s.dkdv:
-            rt = e.bin(tt.SubOp, "u32", s.res_tiles - 1, rt)
-        self.r0 = e.mul32(rt, BLOCK_R)
-        self.block_range()
-
         self.end = "DONE"
         wg, consumer = builders.split_warpgroups(e, self.tid)
         self.producer(tmaps)
@@ -258,6 +268,21 @@ class _Builder:
         e.add(tt.LabelOp(self.end))
         e.add(tt.RetOp())
         return self.func
+
+    def tiles(self, body: Callable[[SSAValue], None]) -> None:
+        """Emit ``body(first)`` once per resident tile of this CTA
+        (:func:`builders.for_work_units`), after setting ``bh``, ``r0`` and the block
+        range for it; ``first`` is true in the CTA's first tile."""
+        s = self.spec
+
+        def tile(head: SSAValue, rt: SSAValue, first: SSAValue) -> None:
+            self.bh = head
+            self.r0 = self.e.mul32(rt, BLOCK_R)
+            self.block_range()
+            body(first)
+
+        builders.for_work_units(self.e, self.bid, s.grid()[0], s.heads, s.res_tiles, s.causal,
+                                tile)
 
     def block_range(self) -> None:
         """The streamed blocks ``[first, stop)`` this CTA visits and those whose mask it
@@ -290,39 +315,48 @@ class _Builder:
     # ------------------------------------------------------------------ producer
 
     def producer(self, tmaps: list[SSAValue]) -> None:
+        """Per tile: R once the consumers released the previous tile's (``r_empty``),
+        then its streamed blocks through the ring, which runs on across tiles."""
         s, e = self.spec, self.e
         builders.enter_producer(e, self.tid, self.end, ATTENTION_REGISTERS)
         maps = [builders.tensor_map(e, p) for p in tmaps]
-
-        e.add(tt.MbarrierArriveOp(self.r_full, e.imm(2 * s.res_bytes)))
-        r_row = e.mad32(self.bh, s.n_res, self.r0)
-        for i in (0, 1):
-            for b in range(s.nbox):
-                dst = e.add32(self.sbase, s.res_offset(i) + b * BLOCK_R * SWIZZLE_BYTES)
-                e.add(tt.CpAsyncBulkTensorOp(dst, maps[i], e.imm(b * BOX), r_row, self.r_full))
-
-        jb, n, stage, phase = (e.reg("b32") for _ in range(4))
-        e.mov("u32", jb, self.first)
-        for v in (n, stage, phase):
+        jb, n, stage, phase, rphase = (e.reg("b32") for _ in range(5))
+        for v in (n, stage, phase, rphase):
             e.mov("u32", v, 0)
-        head_row = e.mul32(self.bh, s.n_str)
-        loop = e.label("PRODUCE")
-        e.add(tt.LabelOp(loop))
-        e.add(tt.BraOp(self.end, e.setp("ge", jb, self.stop)))
-        row = e.mad32(jb, s.block_s, head_row)
-        fresh = e.setp("lt", n, s.stages)
-        for i in (0, 1):
-            builders.wait_slot_free(e, stage, phase, self.empty[i], fresh)
-            full = builders.slot_barrier(e, stage, self.full[i])
-            e.add(tt.MbarrierArriveOp(full, e.imm(s.str_bytes)))
-            base = e.mad32(stage, s.str_bytes, e.add32(self.sbase, s.str_offset(i)))
-            for b in range(s.nbox):
-                dst = e.add32(base, b * s.block_s * SWIZZLE_BYTES) if b else base
-                e.add(tt.CpAsyncBulkTensorOp(dst, maps[2 + i], e.imm(b * BOX), row, full))
-        for v in (jb, n):
-            e.add(tt.AddOp("u32", v, v, e.imm(1)))
-        e.advance(stage, phase, s.stages)
-        e.add(tt.BraOp(loop))
+
+        def tile(first: SSAValue) -> None:
+            builders.wait_slot_free(e, e.imm(0), rphase, self.r_empty, first)
+            e.add(tt.MbarrierArriveOp(self.r_full, e.imm(2 * s.res_bytes)))
+            r_row = e.mad32(self.bh, s.n_res, self.r0)
+            for i in (0, 1):
+                for b in range(s.nbox):
+                    dst = e.add32(self.sbase, s.res_offset(i) + b * BLOCK_R * SWIZZLE_BYTES)
+                    e.add(tt.CpAsyncBulkTensorOp(dst, maps[i], e.imm(b * BOX), r_row,
+                                                 self.r_full))
+            e.add(tt.XorOp("b32", rphase, rphase, e.imm(1)))
+            e.mov("u32", jb, self.first)
+            head_row = e.mul32(self.bh, s.n_str)
+            loop, done = e.label("PRODUCE"), e.label("PRODUCE_END")
+            e.add(tt.LabelOp(loop))
+            e.add(tt.BraOp(done, e.setp("ge", jb, self.stop)))
+            row = e.mad32(jb, s.block_s, head_row)
+            fresh = e.setp("lt", n, s.stages)
+            for i in (0, 1):
+                builders.wait_slot_free(e, stage, phase, self.empty[i], fresh)
+                full = builders.slot_barrier(e, stage, self.full[i])
+                e.add(tt.MbarrierArriveOp(full, e.imm(s.str_bytes)))
+                base = e.mad32(stage, s.str_bytes, e.add32(self.sbase, s.str_offset(i)))
+                for b in range(s.nbox):
+                    dst = e.add32(base, b * s.block_s * SWIZZLE_BYTES) if b else base
+                    e.add(tt.CpAsyncBulkTensorOp(dst, maps[2 + i], e.imm(b * BOX), row, full))
+            for v in (jb, n):
+                e.add(tt.AddOp("u32", v, v, e.imm(1)))
+            e.advance(stage, phase, s.stages)
+            e.add(tt.BraOp(loop))
+            e.add(tt.LabelOp(done))
+
+        self.tiles(tile)
+        e.add(tt.BraOp(self.end))
 
     # ------------------------------------------------------------------ consumers
 
@@ -335,7 +369,7 @@ class _Builder:
         self.leader = e.setp("eq", t, 0)
         self.always = e.setp("eq", t, t)
         self.never = e.setp("ne", t, t)
-        self.row0 = builders.fragment_row(e, self.r0, cw, warp, lane)
+        self.cw, self.warp, self.lane = cw, warp, lane
         self.col0 = builders.fragment_col(e, lane)
         self.c = s.scale * LOG2E
 
@@ -356,11 +390,27 @@ class _Builder:
         self.acc_a = [e.reg("f32") for _ in range(s.d // 2)] if s.dkdv else []
         self.p = [e.reg("b32") for _ in range(s.block_s // 4)]
         self.ds = [e.reg("b32") for _ in range(s.block_s // 4)]
+        self.lse0, self.di0 = (builders.global_pointer(e, p) for p in (lse_param, di_param))
+        # the streamed ring's slot, running on across tiles
+        self.stage, self.phase, self.rphase, self.prev = (e.reg("b32") for _ in range(4))
+        for v in (self.stage, self.phase, self.rphase, self.prev):
+            e.mov("u32", v, 0)
+        self.tiles(lambda first: self.consumer_tile(outs))
+
+    def consumer_tile(self, outs: list[SSAValue]) -> None:
+        """One resident tile: its streamed blocks, then the accumulators stored. R is
+        released (``r_empty``) once the last product reading it is done, so the producer
+        loads the next tile's under this tile's store."""
+        s, e = self.spec, self.e
+        stage, phase = self.stage, self.phase
+        self.row0 = builders.fragment_row(e, self.r0, self.cw, self.warp, self.lane)
         for r in self.acc_a + self.acc_b:
             e.mov("f32", r, e.fimm(0.0))
 
         # -lse log2e and Di: per row (dq, loaded once) or per column (dkdv, per block)
-        lse_ptr, di_ptr = (builders.global_pointer(e, p) for p in (lse_param, di_param))
+        lse_ptr, di_ptr = e.reg("b64"), e.reg("b64")
+        e.mov("b64", lse_ptr, self.lse0)
+        e.mov("b64", di_ptr, self.di0)
         if s.dkdv:
             base = e.mad32(self.bh, s.pad, self.col0)
             for ptr in (lse_ptr, di_ptr):
@@ -372,11 +422,10 @@ class _Builder:
             self.row_di = [self.load_f32(di_ptr, 8 * h * 4) for h in (0, 1)]
         self.lse_ptr, self.di_ptr = lse_ptr, di_ptr
 
-        e.wait(self.r_full, e.imm(0))
-        jb, stage, phase, self.prev = (e.reg("b32") for _ in range(4))
+        e.wait(self.r_full, self.rphase)
+        e.add(tt.XorOp("b32", self.rphase, self.rphase, e.imm(1)))
+        jb = e.reg("b32")
         e.mov("u32", jb, self.first)
-        for v in (stage, phase, self.prev):
-            e.mov("u32", v, 0)
         top, done = e.label("BWD_LOOP"), e.label("BWD_LOOP_END")
         e.add(tt.LabelOp(top))
         e.add(tt.BraOp(done, e.setp("ge", jb, self.stop)))
@@ -388,6 +437,13 @@ class _Builder:
         e.add(tt.BraOp(top))
         e.add(tt.LabelOp(done))
         e.add(tt.WgmmaWaitOp(0))
+        # R and (with overlap) the last block's slot are read no more
+        e.add(tt.MbarrierArriveOp(self.r_empty, guard=self.leader))
+        if s.overlap:
+            none = e.label("NO_BLOCKS")
+            e.add(tt.BraOp(none, e.setp("eq", jb, self.first)))
+            self.release(self.prev)
+            e.add(tt.LabelOp(none))
         self.store(outs)
 
     def release(self, stage: SSAValue) -> None:
@@ -583,10 +639,13 @@ def specs_for(op: g.FlashAttentionBwdOp) -> tuple[Sm90AttentionBwd, Sm90Attentio
     d = qs[-1]
     scale = op.scale.value.data if op.scale is not None else 1.0 / pymath.sqrt(d)
     et = _TYPE_NAMES[type(g.elem_of(op.q))]
+    from tessera.passes.sm90.lower_matmul_sm90 import device_sms
+
+    sms = device_sms()
     return tuple(  # type: ignore[return-value]
         Sm90AttentionBwd(kind, heads, qs[-2], ks[-2], d, et, scale, op.causal is not None,
                          STAGES_D64 if d == 64 else STAGES, OVERLAP,
-                         BLOCK_S if kind == "dkdv" else DQ_BLOCK_S, KEEP_P)
+                         BLOCK_S if kind == "dkdv" else DQ_BLOCK_S, KEEP_P, sms)
         for kind in ("dkdv", "dq")
     )
 

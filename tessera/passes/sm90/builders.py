@@ -109,8 +109,9 @@ def for_work_units(
     costs about the same and a static round-robin over units stays balanced; the heads
     running at once keep their data in L2."""
     units = work_units(heads, tiles, paired)
-    u = e.reg("b32")
+    u, second = e.reg("b32"), e.reg("b32")  # the unit; 1 for a pair's second tile
     e.mov("u32", u, bid)
+    e.mov("u32", second, 0)
     first = e.reg("pred")
     e.add(tt.SetpOp("eq.u32", first, u, u))
     top, done = e.label("UNIT"), e.label("UNIT_END")
@@ -118,18 +119,25 @@ def for_work_units(
     e.add(tt.BraOp(done, e.setp("ge", u, units)))
     if not paired:
         body(e.bin(tt.DivOp, "u32", u, tiles), e.bin(tt.RemOp, "u32", u, tiles), first)
+        e.add(tt.SetpOp("ne.u32", first, u, u))
     else:
         pairs = (tiles + 1) // 2
         head = e.bin(tt.DivOp, "u32", u, pairs)
         j = e.bin(tt.RemOp, "u32", u, pairs)
         back = e.bin(tt.SubOp, "u32", tiles - 1, j)
-        body(head, back, first)
+        is_second = e.setp("ne", second, 0)
+        tile = e.reg("b32")
+        e.add(tt.SelpOp("b32", tile, j, back, is_second))
+        body(head, tile, first)
         e.add(tt.SetpOp("ne.u32", first, u, u))
-        single = e.label("PAIR_END")
-        e.add(tt.BraOp(single, e.setp("eq", back, j)))
-        body(head, j, first)
-        e.add(tt.LabelOp(single))
-    e.add(tt.SetpOp("ne.u32", first, u, u))
+        # the pair's second tile next, unless this was it or the unit is the middle tile
+        next_unit = e.label("NEXT_UNIT")
+        e.add(tt.BraOp(next_unit, is_second))
+        e.add(tt.BraOp(next_unit, e.setp("eq", back, j)))
+        e.mov("u32", second, 1)
+        e.add(tt.BraOp(top))
+        e.add(tt.LabelOp(next_unit))
+        e.mov("u32", second, 0)
     e.add(tt.AddOp("u32", u, u, e.imm(grid)))
     e.add(tt.BraOp(top))
     e.add(tt.LabelOp(done))

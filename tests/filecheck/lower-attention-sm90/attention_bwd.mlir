@@ -5,7 +5,8 @@
 // The attention backward (bf16, D 64, ragged, causal) on sm90: the Tile IR prologue
 // (Di and -lse log2e in [heads, 256] buffers), then the dK/dV and dQ wgmma kernels, with
 // K, V (resident, 128-row boxes) and Q, dO (streamed, 64-row boxes) as TMA tensor maps.
-// Switched off, the three mma.sync Tile IR kernels.
+// Both grids are persistent, a CTA per work unit here (causal: the 2 resident tiles of a
+// head are one unit). Switched off, the three mma.sync Tile IR kernels.
 
 func.func @g(%q: tensor<2x3x200x64xbf16>, %k: tensor<2x3x130x64xbf16>, %v: tensor<2x3x130x64xbf16>, %do: tensor<2x3x200x64xbf16>) -> (tensor<2x3x200x64xbf16>, tensor<2x3x130x64xbf16>, tensor<2x3x130x64xbf16>) {
   %o, %lse = tgraph.flash_attention_fwd %q, %k, %v causal : (tensor<2x3x200x64xbf16>, tensor<2x3x130x64xbf16>, tensor<2x3x130x64xbf16>) -> (tensor<2x3x200x64xbf16>, tensor<2x3x200xf32>)
@@ -37,8 +38,8 @@ func.func @g(%q: tensor<2x3x200x64xbf16>, %k: tensor<2x3x130x64xbf16>, %v: tenso
 // CHECK-NEXT:   memref.alloc() : memref<6x256xf32>
 // CHECK-NEXT:   memref.alloc() : memref<6x256xf32>
 // CHECK-NEXT:   ttile.launch @g_attention_bwd_dot_0(%[[DI:.*]], %[[LSE:.*]], %{{.*}}, %do, %{{.*}}) grid = [96, 1, 1]
-// CHECK-NEXT:   ttarget.launch_ex @g_attention_bwd_dkdv_sm90_0(%{{.*}}, %{{.*}}, %k, %v, %q, %do, %[[LSE]], %[[DI]]) grid = [12, 1, 1] smem = {{[0-9]+}} boxes = [0, 0, 0, 0, 64, 128, 64, 128, 64, 64, 64, 64, 0, 0, 0, 0]
-// CHECK-NEXT:   ttarget.launch_ex @g_attention_bwd_dq_sm90_0(%{{.*}}, %q, %do, %k, %v, %[[LSE]], %[[DI]]) grid = [12, 1, 1] smem = {{[0-9]+}} boxes = [0, 0, 64, 128, 64, 128, 64, 64, 64, 64, 0, 0, 0, 0]
+// CHECK-NEXT:   ttarget.launch_ex @g_attention_bwd_dkdv_sm90_0(%{{.*}}, %{{.*}}, %k, %v, %q, %do, %[[LSE]], %[[DI]]) grid = [6, 1, 1] smem = {{[0-9]+}} boxes = [0, 0, 0, 0, 64, 128, 64, 128, 64, 64, 64, 64, 0, 0, 0, 0]
+// CHECK-NEXT:   ttarget.launch_ex @g_attention_bwd_dq_sm90_0(%{{.*}}, %q, %do, %k, %v, %[[LSE]], %[[DI]]) grid = [6, 1, 1] smem = {{[0-9]+}} boxes = [0, 0, 64, 128, 64, 128, 64, 64, 64, 64, 0, 0, 0, 0]
 
 // OFF-NOT:    attention_bwd_dkdv_sm90
 // OFF:        ttile.launch @g_attention_bwd_dot_0

@@ -77,6 +77,20 @@ class RetOp(PtxOp):
         pass
 
 
+def _verify_barrier(
+    op: PtxOp, barrier: IntegerAttr, threads: IntegerAttr | None, first_id: int
+) -> None:
+    """A barrier id in ``[first_id, 15]`` (id 0 is the CTA barrier ``bar.sync 0`` uses)
+    and, when given, a thread count that is a multiple of 32 in ``[32, 1024]``."""
+    if not first_id <= barrier.value.data <= 15:
+        cta = " (0 is the CTA barrier)" if first_id else ""
+        op._fail(f"barrier id must be in [{first_id}, 15]{cta}, got {barrier.value.data}")
+    if threads is not None:
+        t = threads.value.data
+        if not 32 <= t <= 1024 or t % 32:
+            op._fail(f"thread count must be a multiple of 32 in [32, 1024], got {t}")
+
+
 @irdl_op_definition
 class BarSyncOp(PtxOp):
     """``ttarget.bar_sync 0`` → ``bar.sync 0;`` (all threads of the CTA);
@@ -99,12 +113,7 @@ class BarSyncOp(PtxOp):
         )
 
     def verify_(self) -> None:
-        if not 0 <= self.barrier.value.data <= 15:
-            self._fail(f"barrier id must be in [0, 15], got {self.barrier.value.data}")
-        if self.threads is not None:
-            t = self.threads.value.data
-            if not 32 <= t <= 1024 or t % 32:
-                self._fail(f"thread count must be a multiple of 32 in [32, 1024], got {t}")
+        _verify_barrier(self, self.barrier, self.threads, first_id=0)
 
 
 @irdl_op_definition
@@ -127,14 +136,7 @@ class BarArriveOp(PtxOp):
         super().__init__(properties={"barrier": i64_attr(barrier), "threads": i64_attr(threads)})
 
     def verify_(self) -> None:
-        if not 1 <= self.barrier.value.data <= 15:
-            self._fail(
-                f"barrier id must be in [1, 15] (0 is the CTA barrier), got "
-                f"{self.barrier.value.data}"
-            )
-        t = self.threads.value.data
-        if not 32 <= t <= 1024 or t % 32:
-            self._fail(f"thread count must be a multiple of 32 in [32, 1024], got {t}")
+        _verify_barrier(self, self.barrier, self.threads, first_id=1)
 
 
 @irdl_op_definition

@@ -34,6 +34,7 @@ The functions are a package split by op family, as the Graph IR dialect is: :mod
 # ruff: noqa: F401  (the names are re-exported through __all__, built from OP_FUNCTIONS)
 from __future__ import annotations
 
+from tessera.frontend.eager import eager as _eager
 from tessera.frontend.ops.base import (
     constant,
     e,
@@ -156,6 +157,10 @@ OP_FUNCTIONS: tuple[str, ...] = (
     "adamw_update", "sgd_update",
 )
 """The operator functions exported as ``ts.<name>`` and ``op.<name>``."""
+
+for _name in OP_FUNCTIONS:  # outside traced functions, on arrays, they run at once
+    globals()[_name] = _eager(globals()[_name], _name)
+del _name
 
 
 __all__ = [*OP_FUNCTIONS, "pi", "e", "inf", "matmul_result_policy", "getitem", "array_ufunc",

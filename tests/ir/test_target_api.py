@@ -114,3 +114,25 @@ def test_kernel_parameters_are_packed_by_value() -> None:
     assert ctypes.c_float.from_address(slots[1]).value == 2.5
     assert ctypes.c_int32.from_address(slots[2]).value == -3
     assert len(keep) == 4
+
+
+def test_branch_targets_follow_label_edits() -> None:
+    """A branch's label check (labels remembered per kernel body) sees labels removed,
+    renamed or added after an earlier verification."""
+    from xdsl.utils.exceptions import VerifyException
+
+    f = tt.FuncOp("branchy", [], 32)
+    label = tt.LabelOp("L1")
+    f.block.add_op(label)
+    f.block.add_op(tt.BraOp("L1"))
+    f.block.add_op(tt.RetOp())
+    f.verify()
+    label.detach()
+    with pytest.raises(VerifyException, match='no ttarget.label "L1"'):
+        f.verify()
+    renamed = tt.LabelOp("L2")
+    f.block.insert_op_before(renamed, f.block.first_op)
+    with pytest.raises(VerifyException, match='no ttarget.label "L1"'):
+        f.verify()
+    f.block.insert_op_before(tt.LabelOp("L1"), f.block.first_op)
+    f.verify()

@@ -3,10 +3,11 @@ barriers and warp shuffles."""
 
 from __future__ import annotations
 
+import weakref
 from typing import ClassVar
 
 from xdsl.dialects.builtin import I64, IntegerAttr, StringAttr, UnitAttr
-from xdsl.ir import SSAValue
+from xdsl.ir import Block, SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, opt_prop_def, prop_def
 
 from tessera.ir.target.base import GUARD_FORMAT, PtxOp, i64_attr, kernel_block
@@ -58,10 +59,25 @@ class BraOp(PtxOp):
         if self.negate is not None and self.guard is None:
             self._fail("'negated' needs a guard")
         block = kernel_block(self)
-        if block is not None and self.label.data not in {
-            op.label.data for op in block.ops if isinstance(op, LabelOp)
-        }:
+        if block is not None and not _has_label(block, self.label.data):
             self._fail(f"no ttarget.label \"{self.label.data}\" in this function")
+
+
+_LABELS: weakref.WeakKeyDictionary[Block, dict[str, LabelOp]] = weakref.WeakKeyDictionary()
+"""The labels of each kernel body, as last collected (a verified kernel has one branch per
+few ops: collecting them per branch made verification quadratic)."""
+
+
+def _has_label(block: Block, name: str) -> bool:
+    """Whether ``block`` holds ``ttarget.label name``. A remembered label counts only while
+    it is still in the block under that name; otherwise the labels are collected again."""
+    known = _LABELS.get(block)
+    found = known.get(name) if known is not None else None
+    if found is not None and found.parent is block and found.label.data == name:
+        return True
+    labels = {op.label.data: op for op in block.ops if isinstance(op, LabelOp)}
+    _LABELS[block] = labels
+    return name in labels
 
 
 @irdl_op_definition

@@ -19,6 +19,7 @@ op by op the same way.
 from __future__ import annotations
 
 import functools
+import numbers
 import sys
 from collections import OrderedDict
 from collections.abc import Callable
@@ -84,6 +85,16 @@ def _join(value: Any, arrays: tuple[Any, ...]) -> Any:
     return value
 
 
+def _typed(value: Any) -> Any:
+    """A cache key for a non-array argument that tells apart what ``==`` does not: ``1``,
+    ``1.0`` and ``True`` (they promote differently) and ``0.0`` and ``-0.0``."""
+    if isinstance(value, list | tuple):
+        return (type(value), tuple(_typed(v) for v in value))
+    if isinstance(value, numbers.Number | np.generic):
+        return (type(value), repr(value))
+    return (type(value), value)
+
+
 def _compiled(fn: Callable[..., Any], opname: str, args: tuple[Any, ...],
               kwargs: dict[str, Any]) -> Any:
     from tessera.frontend.jit import CompiledFunction
@@ -104,7 +115,9 @@ def call(fn: Callable[..., Any], opname: str, args: tuple[Any, ...],
     static_kwargs = {k: _split(v, arrays) for k, v in kwargs.items()}
     if not arrays:
         return False, None
-    key: tuple[Any, ...] | None = (fn, static_args, tuple(sorted(static_kwargs.items())))
+    key: tuple[Any, ...] | None = (
+        fn, _typed(static_args), tuple(sorted((k, _typed(v)) for k, v in static_kwargs.items()))
+    )
     try:
         hash(key)
     except TypeError:  # an unhashable argument: compiled for this call only

@@ -76,3 +76,17 @@ def test_inside_a_traced_function_nothing_changes() -> None:
     np.testing.assert_allclose(f(x, w), np.maximum(x.astype(np.float64) @ w, 0), rtol=1e-5,
                                atol=1e-6)
     assert "tgraph.matmul" in f.inspect_ir("graph")
+
+
+def test_static_arguments_that_compare_equal_are_told_apart() -> None:
+    """``1``, ``1.0`` and ``True`` promote differently, ``0.0`` and ``-0.0`` add
+    differently: each gets its own compiled function, never another's result."""
+    ints = np.arange(4, dtype=np.int32)
+    assert ts.add(ints, 1).dtype == np.int32
+    got = ts.add(ints, 1.5)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, ints + np.float32(1.5))
+    assert ts.add(ints, 1.0).dtype == np.float32
+    zeros = np.array([-0.0, 0.0], np.float32)
+    assert np.signbit(ts.add(zeros, -0.0)).tolist() == [True, False]
+    assert np.signbit(ts.add(zeros, 0.0)).tolist() == [False, False]

@@ -58,6 +58,17 @@ def _is_static(v: Any) -> bool:
     return isinstance(v, _STATIC_TYPES)
 
 
+def static_identity(v: Any) -> Any:
+    """A static value as a key: equal for values that compile alike. Unlike ``==`` it tells
+    apart ``0.0`` and ``-0.0`` (they add differently) and ``1`` and ``1.0`` (they promote
+    differently), and a NaN equals itself (so its specialization is found again)."""
+    if isinstance(v, tuple):
+        return (tuple, tuple(static_identity(x) for x in v))
+    if isinstance(v, float | np.floating):
+        return (type(v), float(v).hex())
+    return (type(v), v)
+
+
 @dataclass
 class Specialization:
     """One compiled signature: its IR at each level and how to call it."""
@@ -103,7 +114,7 @@ def _fast_key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         if hasattr(a, "data_ptr") and hasattr(a, "device"):
             key.append((tuple(a.shape), a.dtype, a.device))
         elif isinstance(a, int | float | bool | str | type(None)):
-            key.append((type(a), a))
+            key.append(static_identity(a))
         else:
             return None
     return tuple(key)
@@ -122,14 +133,15 @@ def _hot_call(
     n = len(args)
     if positions == tuple(range(n)):
         return run  # all tensors: run checks the count and each tensor
-    statics = tuple((i, type(a), a) for i, a in enumerate(args) if i not in positions)
+    statics = tuple((i, type(a), static_identity(a)) for i, a in enumerate(args)
+                    if i not in positions)
 
     def call(call_args: tuple[Any, ...]) -> Any:
         if len(call_args) != n:
             return None
         for i, t, v in statics:
             a = call_args[i]
-            if type(a) is not t or a != v:
+            if type(a) is not t or static_identity(a) != v:
                 return None
         return run([call_args[i] for i in positions])
 
@@ -575,7 +587,7 @@ def _unflatten(
 
 
 def _static_key(v: Any) -> Any:
-    return (type(v).__name__, v) if v is not None else None
+    return static_identity(v) if v is not None else None
 
 
 def _arrays_of(

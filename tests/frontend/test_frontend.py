@@ -130,6 +130,28 @@ def test_compiled_once_per_signature():
     np.testing.assert_allclose(f(np.ones((2, 2), np.float32), scale=3.0), np.full((2, 2), 3.0))
 
 
+def test_static_arguments_that_compare_equal_get_their_own_signature():
+    """``==`` is no signature test: ``0.0`` and ``-0.0`` add differently (a cached
+    specialization of one returned the other's signs of zero), ``1`` and ``1.0``
+    promote differently; a NaN argument finds its specialization again."""
+    calls = []
+
+    @ts.jit
+    def f(x, c):
+        calls.append(1)
+        return x + c
+
+    zeros = np.array([-0.0, 0.0], np.float32)
+    assert np.signbit(f(zeros, -0.0)).tolist() == [True, False]
+    assert np.signbit(f(zeros, 0.0)).tolist() == [False, False]
+    assert np.signbit(f(zeros, (-0.0))).tolist() == [True, False] and len(calls) == 2
+    ints = np.arange(3, dtype=np.int32)
+    assert f(ints, 1).dtype == np.int32 and f(ints, 1.0).dtype == np.float32
+    f(zeros, float("nan"))
+    f(zeros, float("nan"))
+    assert len(calls) == 5
+
+
 def test_annotations_give_types_and_check_symbolic_dims():
     @ts.jit
     def mm(a: F32_MK, b: F32_KN):

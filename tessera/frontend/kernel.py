@@ -47,6 +47,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from tessera.frontend.annotations import TensorAnnotation, bind_shape
 from tessera.frontend.errors import ShapeError, TesseraTypeError, located
+from tessera.frontend.jit import static_identity
 from tessera.frontend.kernel_ast import ArgLayout, KernelCodegen
 from tessera.frontend.kernel_signature import (
     KernelParam,
@@ -94,10 +95,14 @@ def _grid3(grid: Any) -> tuple[int, int, int]:
 
 
 def _freeze(v: Any) -> Any:
-    if isinstance(v, list):
-        return tuple(_freeze(x) for x in v)
+    """A cache key of constants: lists and dicts as tuples, numbers by identity
+    (``static_identity``: ``2`` and ``2.0``, ``0.0`` and ``-0.0`` are different constants)."""
+    if isinstance(v, list | tuple):
+        return (type(v), tuple(_freeze(x) for x in v))
     if isinstance(v, dict):
         return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
+    if isinstance(v, int | float | complex | np.generic):
+        return static_identity(v)
     return v
 
 

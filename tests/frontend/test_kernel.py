@@ -291,3 +291,15 @@ def tuned(x: f32[n], y: mut f32[n]):
     np.testing.assert_allclose(y, 2 * x, rtol=1e-6)
     assert capsys.readouterr().err == "" and k2.last_trials == []
     assert os.path.exists(tmp_path / "autotune.json")
+
+
+def test_constants_that_compare_equal_are_different_specializations():
+    """Kernel constants key the specialization cache by identity, not ``==``: ``2`` and
+    ``2.0`` type differently, ``0.0`` and ``-0.0`` compute differently."""
+    from tessera.frontend.kernel import _freeze
+
+    assert _freeze({"c": 2}) != _freeze({"c": 2.0})
+    assert _freeze({"c": 0.0}) != _freeze({"c": -0.0})
+    assert _freeze({"c": [1, 2]}) != _freeze({"c": [1.0, 2]})
+    assert _freeze({"c": float("nan")}) == _freeze({"c": float("nan")})
+    assert _freeze({"c": 3, "d": (1, "x")}) == _freeze({"d": (1, "x"), "c": 3})

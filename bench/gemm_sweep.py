@@ -31,10 +31,7 @@ import argparse
 import json
 import math
 import os
-import re
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -115,35 +112,14 @@ def gemm(size: int | Size, cfg: mc.Sm90Config) -> Sm90Gemm:
 
 # --------------------------------------------------------------------------- dry run
 
-_REGS = re.compile(r"Used (\d+) registers")
-_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
-_STACK = re.compile(r"(\d+) bytes stack frame")
-
-
 def ptxas_report(ptx: str, arch: str = "sm_90a") -> dict[str, Any]:
-    """Registers, spills, stack frame and warnings from ``ptxas -v`` (raises on rejection)."""
+    """Registers, spills, stack frame and performance-loss notes of the one kernel in
+    ``ptx`` (``tessera.runtime.ptxas.resources``; raises on rejection)."""
     from tessera.runtime import ptxas
 
-    exe = ptxas.find_ptxas()
-    if exe is None:
-        raise ptxas.PtxasNotFound("ptxas not found (set TESSERA_PTXAS or put ptxas on PATH)")
-    with tempfile.TemporaryDirectory(prefix="tessera-sweep-") as d:
-        src = Path(d) / "k.ptx"
-        src.write_text(ptx)
-        res = subprocess.run(
-            [exe, "-v", f"-arch={arch}", str(src), "-o", str(Path(d) / "k.cubin")],
-            capture_output=True, text=True, timeout=300,
-        )
-    text = res.stdout + res.stderr
-    if res.returncode != 0:
-        raise ptxas.PtxasError(text.strip().replace(str(src), "k.ptx"))
-    regs, spill, stack = _REGS.search(text), _SPILL.search(text), _STACK.search(text)
-    return {
-        "regs": int(regs.group(1)) if regs else None,
-        "spill_bytes": int(spill.group(1)) + int(spill.group(2)) if spill else 0,
-        "stack": int(stack.group(1)) if stack else 0,
-        "warnings": [ln.strip() for ln in text.splitlines() if "warning" in ln.lower()],
-    }
+    (rep,) = ptxas.resources(ptx, arch).values()
+    return {"regs": rep.registers, "spill_bytes": rep.spill_bytes, "stack": rep.stack_bytes,
+            "warnings": rep.losses}
 
 
 def dry_run(sizes: list[Size], max_configs: int | None) -> list[Row]:

@@ -69,6 +69,8 @@ def emit_function(func: FuncOp) -> list[str]:
     lines += [")", f".maxntid {func.maxntid.data}, 1, 1"]
     if func.cluster is not None:
         lines.append(f".reqnctapercluster {func.cluster.data}, 1, 1")
+    if func.minnctapersm is not None:
+        lines.append(f".minnctapersm {func.minnctapersm.data}")
     lines.append("{")
     for cls in REG_CLASSES:
         if names.counts[cls]:

@@ -195,7 +195,11 @@ def launch_module_text(target: Any) -> str:
     for op in target.body.block.ops:  # kernel bodies are not copied: they can be large
         if isinstance(op, tt.FuncOp):
             params = [p.type.ty.data for p in op.block.args]
-            stub = tt.FuncOp(op.sym_name.data, params, op.maxntid.data, op.target.data)
+            stub = tt.FuncOp(
+                op.sym_name.data, params, op.maxntid.data, op.target.data,
+                cluster=op.cluster.data if op.cluster is not None else None,
+                minnctapersm=op.minnctapersm.data if op.minnctapersm is not None else None,
+            )
             stub.block.add_op(tt.RetOp())
             ops.append(stub)
         else:

@@ -4,6 +4,8 @@
 with ptxas's own message when it is rejected. The assembler runs in a child
 process, so a crash there cannot take the caller down. ``assemble(ptx)`` returns
 the cubin bytes (used by the disk cache when the driver's JIT is not wanted).
+``resources(ptx)`` reads ``ptxas -v``: each kernel's registers, spills, stack frame and
+the "Potential Performance Loss" notes (``setmaxnreg`` ignored, ``wgmma`` serialized).
 
 ptxas is looked up as ``$TESSERA_PTXAS``, then on ``PATH``, then in the
 ``nvidia-cuda-nvcc`` wheel.
@@ -13,9 +15,11 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tessera.errors import TesseraError
@@ -95,3 +99,49 @@ def assemble(ptx: str, arch: str = "sm_90a", timeout: float = 120.0) -> bytes:
         out = Path(d) / "kernel.cubin"
         _run(ptx, arch, out, timeout)
         return out.read_bytes()
+
+
+@dataclass
+class KernelResources:
+    """What ``ptxas -v`` says of one kernel."""
+
+    registers: int = 0
+    spill_bytes: int = 0
+    """Spill stores plus spill loads."""
+    stack_bytes: int = 0
+    losses: list[str] = field(default_factory=list)
+    """The "Potential Performance Loss" notes, e.g. ``C7508: 'setmaxnreg' ignored ...``."""
+
+
+_ENTRY = re.compile(r"Compiling entry function '(\w+)'")
+_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGS = re.compile(r"Used (\d+) registers")
+_LOSS = re.compile(r"\((C\d+)\) Potential Performance Loss: (.*?)(?: for the function '(\w+)')?\.?$")
+
+
+def resources(ptx: str, arch: str = "sm_90a", timeout: float = 300.0) -> dict[str, KernelResources]:
+    """Each kernel's :class:`KernelResources` from ``ptxas -v`` (raises
+    :class:`PtxasError` when the PTX is rejected). A loss note that names no function is
+    given to the kernel being compiled when ptxas printed it."""
+    exe = find_ptxas()
+    if exe is None:
+        raise PtxasNotFound("ptxas not found (set TESSERA_PTXAS or put ptxas on PATH)")
+    res = subprocess.run([exe, f"-arch={arch}", "-v", "-o", os.devnull, "-"], input=ptx,
+                         capture_output=True, text=True, timeout=timeout)
+    if res.returncode != 0:
+        raise PtxasError(f"ptxas -arch={arch} rejected the PTX:\n{(res.stderr or res.stdout).strip()}")
+    out: dict[str, KernelResources] = {}
+    current: KernelResources | None = None
+    for line in (res.stdout + res.stderr).splitlines():
+        if m := _ENTRY.search(line):
+            current = out.setdefault(m.group(1), KernelResources())
+        elif m := _LOSS.search(line.strip()):
+            target = out.setdefault(m.group(3), KernelResources()) if m.group(3) else current
+            if target is not None:
+                target.losses.append(f"{m.group(1)}: {m.group(2)}")
+        elif current is not None and (m := _SPILL.search(line)):
+            current.stack_bytes = int(m.group(1))
+            current.spill_bytes = int(m.group(2)) + int(m.group(3))
+        elif current is not None and (m := _REGS.search(line)):
+            current.registers = int(m.group(1))
+    return out

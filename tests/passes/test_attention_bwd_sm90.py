@@ -6,7 +6,6 @@ without spills, and its selection by ``lower-graph-to-tile`` and the compile opt
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
 from xdsl.dialects.builtin import ModuleOp
@@ -86,11 +85,9 @@ def test_kernel_assembles_without_spills(kind, sq, sk, d, et, causal, variant) -
     rs = re.findall(rf"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{et}.{et} {{[^}}]*}}, {{", ptx)
     assert len(rs) == (2 if kind == "dkdv" else 1) * n // 16  # dV and dK, or dQ
     assert "atom." not in ptx and "red." not in ptx  # deterministic: no atomics
-    tool = ptxas.find_ptxas()
-    r = subprocess.run([tool, "-arch=sm_90a", "-v", "-o", "/dev/null", "-"], input=ptx,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert "0 bytes spill stores" in r.stderr, r.stderr
+    (rep,) = ptxas.resources(ptx).values()
+    assert rep.spill_bytes == 0 and rep.stack_bytes == 0, rep
+    assert not any(loss.startswith("C7508") for loss in rep.losses), rep  # setmaxnreg kept
 
 
 def _lowered(sm90: bool, attention_bwd: bool, elem: str = "bf16") -> ModuleOp:

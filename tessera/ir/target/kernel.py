@@ -23,6 +23,7 @@ from tessera.ir.target.base import ImmOp, PtxOp, RegOp
 from tessera.ir.target.control import BraOp, LabelOp, RetOp
 from tessera.ir.target.facts import MAX_PTX_VERSION, TARGETS
 from tessera.ir.target.memory import SharedOp
+from tessera.ir.target.tensor_core import SetmaxnregOp
 from tessera.ir.target.types import ParamType
 
 
@@ -38,6 +39,11 @@ class FuncOp(IRDLOperation):
     An optional ``cluster = N`` (sm_90 and later) makes every launch group the CTAs
     into thread-block clusters of ``N x 1 x 1`` (``.reqnctapercluster N, 1, 1``); the
     grid's x size must then be a multiple of N.
+    An optional ``minnctapersm = N`` (``.minnctapersm N``) asks for room for ``N`` CTAs
+    per SM. A kernel that moves registers between warpgroups (``ttarget.setmaxnreg``)
+    must give it: only with it can ptxas fix the register count at entry, and without
+    that it ignores every ``setmaxnreg`` (C7508) and the kernel runs, and may spill,
+    within ``65536 / maxntid`` registers per thread.
     The PTX version printed is the lowest that the target and every instruction
     in the body need (:meth:`required_ptx`), never above 9.0.
     """
@@ -48,12 +54,13 @@ class FuncOp(IRDLOperation):
     maxntid = prop_def(IntAttr)
     target = prop_def(StringAttr, default_value=StringAttr("sm_90a"))
     cluster = opt_prop_def(IntAttr)
+    minnctapersm = opt_prop_def(IntAttr)
     body = region_def("single_block")
     traits = traits_def(IsolatedFromAbove(), SymbolOpInterface(), NoTerminator())
 
     def __init__(
         self, name: str, params: Sequence[str], maxntid: int, target: str = "sm_90a",
-        cluster: int | None = None,
+        cluster: int | None = None, minnctapersm: int | None = None,
     ):
         block = Block(arg_types=[ParamType(p) for p in params])
         super().__init__(
@@ -61,6 +68,7 @@ class FuncOp(IRDLOperation):
                 "sym_name": StringAttr(name), "maxntid": IntAttr(maxntid),
                 "target": StringAttr(target),
                 "cluster": IntAttr(cluster) if cluster is not None else None,
+                "minnctapersm": IntAttr(minnctapersm) if minnctapersm is not None else None,
             },
             regions=[Region(block)],
         )
@@ -107,6 +115,10 @@ class FuncOp(IRDLOperation):
                 raise VerifyException(
                     f"{where}: clusters need sm_90 or later, target is {self.target.data}"
                 )
+        if self.minnctapersm is not None and not 1 <= self.minnctapersm.data <= 32:
+            raise VerifyException(
+                f"{where}: minnctapersm must be in [1, 32], got {self.minnctapersm.data}"
+            )
         for a in self.block.args:
             if not isinstance(a.type, ParamType):
                 raise VerifyException(f"{where}: parameters must be !ttarget.param, got {a.type}")
@@ -127,6 +139,11 @@ class FuncOp(IRDLOperation):
             if isinstance(op, PtxOp) and op.required_sm() > sm:
                 raise VerifyException(
                     f"{where}: {op.name} needs sm_{op.required_sm()}, target is {self.target.data}"
+                )
+            if isinstance(op, SetmaxnregOp) and self.minnctapersm is None:
+                raise VerifyException(
+                    f"{where}: ttarget.setmaxnreg needs minnctapersm on the kernel (without "
+                    "it ptxas cannot fix the register count at entry and ignores setmaxnreg)"
                 )
         last = self.block.last_op
         if not (isinstance(last, RetOp) or (isinstance(last, BraOp) and last.guard is None)):
@@ -152,6 +169,10 @@ class FuncOp(IRDLOperation):
         if parser.parse_optional_keyword("cluster") is not None:
             parser.parse_punctuation("=")
             cluster = IntAttr(parser.parse_integer())
+        min_ctas: IntAttr | None = None
+        if parser.parse_optional_keyword("minnctapersm") is not None:
+            parser.parse_punctuation("=")
+            min_ctas = IntAttr(parser.parse_integer())
         attrs = parser.parse_optional_attr_dict_with_keyword()
         region = parser.parse_region(args)
         op = cls.__new__(cls)
@@ -159,7 +180,7 @@ class FuncOp(IRDLOperation):
             op,
             properties={
                 "sym_name": StringAttr(name), "maxntid": IntAttr(maxntid),
-                "target": StringAttr(target), "cluster": cluster,
+                "target": StringAttr(target), "cluster": cluster, "minnctapersm": min_ctas,
             },
             attributes=attrs.data if attrs else {},
             regions=[region],
@@ -177,6 +198,8 @@ class FuncOp(IRDLOperation):
             printer.print_string(f' target = "{self.target.data}"')
         if self.cluster is not None:
             printer.print_string(f" cluster = {self.cluster.data}")
+        if self.minnctapersm is not None:
+            printer.print_string(f" minnctapersm = {self.minnctapersm.data}")
         if self.attributes:
             printer.print_op_attributes(self.attributes, print_keyword=True)
         printer.print_string(" ")

@@ -235,7 +235,7 @@ class _Builder:
     def __init__(self, name: str, spec: Sm90AttentionBwd):
         self.spec = spec
         params = ["u64"] * spec.outputs + ["tmap"] * 4 + ["u64", "u64"]
-        self.func = tt.FuncOp(name, params, spec.threads)
+        self.func = tt.FuncOp(name, params, spec.threads, minnctapersm=1)
         self.e = TargetAsm(self.func)
 
     # ------------------------------------------------------------------ setup

@@ -186,7 +186,7 @@ class _Builder:
     def __init__(self, name: str, spec: Sm90Attention):
         self.spec = spec
         params = ["u64", "tmap", "tmap", "tmap", *(["u64"] if spec.lse else [])]
-        self.func = tt.FuncOp(name, params, spec.threads)
+        self.func = tt.FuncOp(name, params, spec.threads, minnctapersm=1)
         self.e = TargetAsm(self.func)
 
     # ------------------------------------------------------------------ setup

@@ -536,7 +536,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     func = tt.FuncOp(
         name, ["tmap" if gemm.tma_store else "u64", "u64" if gather else "tmap", "tmap"]
         + (["u64"] * gemm.has_bias),
-        gemm.threads, cluster=cl if cl > 1 else None,
+        gemm.threads, cluster=cl if cl > 1 else None, minnctapersm=1,
     )
     c_param, a_param, b_param, *bias_param = func.block.args
     e = TargetAsm(func)

@@ -33,9 +33,24 @@ ttarget.func @k() maxntid = 128 {
 
 // -----
 
-ttarget.func @k() maxntid = 128 {
+ttarget.func @k() maxntid = 128 minnctapersm = 1 {
   // expected-error@+1 {{ttarget.setmaxnreg: register count must be a multiple of 8 in [24, 256], got 20}}
   ttarget.setmaxnreg "dec" 20
+  ttarget.ret
+}
+
+// -----
+
+// expected-error@+1 {{ttarget.func @k: ttarget.setmaxnreg needs minnctapersm on the kernel (without it ptxas cannot fix the register count at entry and ignores setmaxnreg)}}
+ttarget.func @k() maxntid = 384 {
+  ttarget.setmaxnreg "dec" 24
+  ttarget.ret
+}
+
+// -----
+
+// expected-error@+1 {{ttarget.func @k: minnctapersm must be in [1, 32], got 0}}
+ttarget.func @k() maxntid = 384 minnctapersm = 0 {
   ttarget.ret
 }
 

@@ -2,9 +2,10 @@
 // RUN: tessera-opt %s --print-op-generic | tessera-opt | filecheck %s
 // RUN: tessera-opt %s -t ptx | filecheck %s --check-prefix=PTX
 
-// The Hopper ops (TMA, mbarrier, wgmma, setmaxnreg) round-trip and print as PTX.
+// The Hopper ops (TMA, mbarrier, wgmma, setmaxnreg) round-trip and print as PTX; a kernel
+// with setmaxnreg declares minnctapersm (.minnctapersm), without which ptxas ignores it.
 
-ttarget.func @hopper(%c: !ttarget.param<u64>, %t: !ttarget.param<tmap>) maxntid = 256 {
+ttarget.func @hopper(%c: !ttarget.param<u64>, %t: !ttarget.param<tmap>) maxntid = 256 minnctapersm = 1 {
   ttarget.extern_shared "smem" align = 1024
   %s = ttarget.reg "b32"
   %bar = ttarget.reg "b32"
@@ -41,7 +42,7 @@ ttarget.func @hopper(%c: !ttarget.param<u64>, %t: !ttarget.param<tmap>) maxntid 
   ttarget.ret
 }
 
-// CHECK:      ttarget.func @hopper(%c: !ttarget.param<u64>, %t: !ttarget.param<tmap>) maxntid = 256 {
+// CHECK:      ttarget.func @hopper(%c: !ttarget.param<u64>, %t: !ttarget.param<tmap>) maxntid = 256 minnctapersm = 1 {
 // CHECK-NEXT:   ttarget.extern_shared "smem" align = 1024
 // CHECK:        ttarget.extern_shared_addr %s, "smem"
 // CHECK-NEXT:   ttarget.param_addr %map, %t : !ttarget.param<tmap>
@@ -67,6 +68,9 @@ ttarget.func @hopper(%c: !ttarget.param<u64>, %t: !ttarget.param<tmap>) maxntid 
 // PTX:      .extern .shared .align 1024 .b8 smem[];
 // PTX:      .param .u64 hopper_param_0,
 // PTX-NEXT: .param .align 64 .b8 hopper_param_1[128]
+// PTX-NEXT: )
+// PTX-NEXT: .maxntid 256, 1, 1
+// PTX-NEXT: .minnctapersm 1
 // PTX:      mov.u32 %r0, smem;
 // PTX-NEXT: mov.u64 %rd0, hopper_param_1;
 // PTX-NEXT: cvta.param.u64 %rd0, %rd0;

@@ -343,7 +343,8 @@ BAD_ARGUMENTS = {
 
 @pytest.mark.parametrize("fn", BAD_ARGUMENTS.values(), ids=BAD_ARGUMENTS.keys())
 def test_bad_arguments_are_located_errors(fn):
-    _raises(TesseraError, "", jit(fn), np.ones((3, 4), np.float32))
+    # any message: what is checked is the class and that it names the line, on one line
+    _raises(TesseraError, None, jit(fn), np.ones((3, 4), np.float32))
 
 
 def test_numpy_functions_on_traced_tensors():

@@ -124,3 +124,18 @@ def test_run_launch_ex_caches_the_plan_per_op(driver: FakeDriver) -> None:
     plan = tma.plan_for(op, kernel, fn)
     assert tma.plan_for(op, kernel, fn) is plan
     assert plan.kinds[1][1] == (64, 128) and plan.kinds[2][1] == (64, 64)
+
+
+def test_a_training_steps_maps_stay_cached(driver: FakeDriver) -> None:
+    """A step looks up its maps in the same order every time; a cache smaller than that
+    working set (a LLaMA-style 1B step has about 2,100) would miss on every lookup."""
+    plan, _ = _plan(128, 128, 64)
+    b = torch.zeros(64, 128, dtype=torch.bfloat16)
+    c = torch.zeros(128, 128, dtype=torch.bfloat16)
+    inputs = [torch.zeros(128, 64, dtype=torch.bfloat16) for _ in range(3000)]
+    for a in inputs:  # the first step encodes every map once
+        plan.launch([c, a, b], stream=0)
+    assert driver.calls.count("encode") == 3002
+    for a in inputs:  # the next step finds them all
+        plan.launch([c, a, b], stream=0)
+    assert driver.calls.count("encode") == 3002

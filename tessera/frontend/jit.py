@@ -66,6 +66,8 @@ def static_identity(v: Any) -> Any:
         return (tuple, tuple(static_identity(x) for x in v))
     if isinstance(v, float | np.floating):
         return (type(v), float(v).hex())
+    if isinstance(v, complex | np.complexfloating):
+        return (type(v), complex(v).real.hex(), complex(v).imag.hex())
     return (type(v), v)
 
 

@@ -8,21 +8,24 @@ op by op the same way.
 
 * The compiled function is kept per (operator, non-array arguments), so a repeated call
   reuses it, and ``ts.jit``'s own cache keeps one specialization per shapes and dtypes.
-* Arrays may sit in lists or tuples (``ts.concat([a, b])``); every other argument is a
-  constant of the compiled function (a shape, an axis, ``tile_shape=``).
-* A call with no array argument (``ts.constant(1.0)``), and any collective
-  (``all_reduce`` ...), still raises the located error of a call outside a traced
-  function: a collective needs the ranks of a mesh, which only a compiled function over
-  one has.
+* An array is an input of the compiled function where the operator takes tensors: a
+  parameter annotated ``Any`` or ``Sequence[Any]`` (``ts.concat([a, b])`` takes a list of
+  them). Every other argument is a constant of the compiled function, as inside a
+  traced function, arrays included (``ts.reshape(x, np.array([2, 3]))``).
+* A call with no array input, ``ts.constant`` (it makes a value inside a traced
+  function) and any collective (``all_reduce`` ...: it needs the ranks of a mesh, which
+  only a compiled function over one has) still raise the located error of a call
+  outside a traced function.
 """
 
 from __future__ import annotations
 
 import functools
-import numbers
+import inspect
 import sys
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,9 +33,13 @@ import numpy as np
 from tessera.frontend.tracing import active_trace
 
 NOT_EAGER = frozenset({
+    "constant",
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_slice", "send", "recv",
 })
-"""Operators that never run eagerly (collectives: they need a mesh's ranks)."""
+"""Operators that never run eagerly: ``constant`` and the collectives."""
+
+TENSOR_ANNOTATIONS = frozenset({"Any", "Sequence[Any]"})
+"""How the operator functions annotate the parameters that take tensors."""
 
 CACHE_SIZE = 256
 """Compiled one-operator functions kept (least recently used dropped first)."""
@@ -40,22 +47,11 @@ CACHE_SIZE = 256
 _CACHE: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 
 
+@dataclass(frozen=True)
 class _Slot:
-    """Where the ``index``-th array argument goes in the rebuilt call."""
+    """Where the ``index``-th array input goes in the rebuilt call."""
 
-    __slots__ = ("index",)
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Slot) and other.index == self.index
-
-    def __hash__(self) -> int:
-        return hash(("slot", self.index))
-
-    def __repr__(self) -> str:
-        return f"<array {self.index}>"
+    index: int
 
 
 def _is_array(x: Any) -> bool:
@@ -85,46 +81,43 @@ def _join(value: Any, arrays: tuple[Any, ...]) -> Any:
     return value
 
 
-def _typed(value: Any) -> Any:
-    """A cache key for a non-array argument that tells apart what ``==`` does not: ``1``,
-    ``1.0`` and ``True`` (they promote differently) and ``0.0`` and ``-0.0``."""
-    if isinstance(value, list | tuple):
-        return (type(value), tuple(_typed(v) for v in value))
-    if isinstance(value, numbers.Number | np.generic):
-        return (type(value), repr(value))
-    return (type(value), value)
-
-
-def _compiled(fn: Callable[..., Any], opname: str, args: tuple[Any, ...],
-              kwargs: dict[str, Any]) -> Any:
+def _compiled(fn: Callable[..., Any], opname: str, sig: inspect.Signature,
+              statics: dict[str, Any]) -> Any:
     from tessera.frontend.jit import CompiledFunction
 
     def one_op(*arrays: Any) -> Any:
-        return fn(*_join(args, arrays), **_join(kwargs, arrays))
+        bound = inspect.BoundArguments(sig, {k: _join(v, arrays) for k, v in statics.items()})
+        return fn(*bound.args, **bound.kwargs)
 
     one_op.__name__ = one_op.__qualname__ = opname
     return CompiledFunction(one_op)
 
 
-def call(fn: Callable[..., Any], opname: str, args: tuple[Any, ...],
-         kwargs: dict[str, Any]) -> tuple[bool, Any]:
+def call(fn: Callable[..., Any], opname: str, sig: inspect.Signature, tensor_params: frozenset[str],
+         args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
     """``(True, result)`` of running ``fn(*args, **kwargs)`` eagerly, or ``(False, None)``
-    when the call has no array argument."""
+    when the call binds no array to a tensor parameter (or does not bind at all: the
+    operator itself then says why)."""
+    from tessera.frontend.jit import static_identity
+
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError:
+        return False, None
     arrays: list[Any] = []
-    static_args = _split(args, arrays)
-    static_kwargs = {k: _split(v, arrays) for k, v in kwargs.items()}
+    statics = {name: _split(v, arrays) if name in tensor_params else v
+               for name, v in bound.arguments.items()}
     if not arrays:
         return False, None
     key: tuple[Any, ...] | None = (
-        fn, _typed(static_args), tuple(sorted((k, _typed(v)) for k, v in static_kwargs.items()))
-    )
+        fn, tuple((name, static_identity(v)) for name, v in statics.items()))
     try:
         hash(key)
     except TypeError:  # an unhashable argument: compiled for this call only
         key = None
     compiled = _CACHE.get(key) if key is not None else None
     if compiled is None:
-        compiled = _compiled(fn, opname, static_args, static_kwargs)
+        compiled = _compiled(fn, opname, sig, statics)
         if key is not None:
             _CACHE[key] = compiled
             while len(_CACHE) > CACHE_SIZE:
@@ -139,11 +132,14 @@ def eager(fn: Callable[..., Any], opname: str) -> Callable[..., Any]:
     (see the module docstring); inside a trace it is ``fn`` itself."""
     if opname in NOT_EAGER:
         return fn
+    sig = inspect.signature(fn)
+    tensor_params = frozenset(
+        name for name, p in sig.parameters.items() if p.annotation in TENSOR_ANNOTATIONS)
 
     @functools.wraps(fn)
     def operator(*args: Any, **kwargs: Any) -> Any:
         if active_trace() is None:
-            ran, out = call(fn, opname, args, kwargs)
+            ran, out = call(fn, opname, sig, tensor_params, args, kwargs)
             if ran:
                 return out
         return fn(*args, **kwargs)

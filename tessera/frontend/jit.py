@@ -62,8 +62,8 @@ def static_identity(v: Any) -> Any:
     """A static value as a key: equal for values that compile alike. Unlike ``==`` it tells
     apart ``0.0`` and ``-0.0`` (they add differently) and ``1`` and ``1.0`` (they promote
     differently), and a NaN equals itself (so its specialization is found again)."""
-    if isinstance(v, tuple):
-        return (tuple, tuple(static_identity(x) for x in v))
+    if isinstance(v, list | tuple):
+        return (type(v), tuple(static_identity(x) for x in v))
     if isinstance(v, float | np.floating):
         return (type(v), float(v).hex())
     if isinstance(v, complex | np.complexfloating):

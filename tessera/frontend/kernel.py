@@ -95,15 +95,11 @@ def _grid3(grid: Any) -> tuple[int, int, int]:
 
 
 def _freeze(v: Any) -> Any:
-    """A cache key of constants: lists and dicts as tuples, numbers by identity
+    """A cache key of constants: a dict by its sorted items, the values by identity
     (``static_identity``: ``2`` and ``2.0``, ``0.0`` and ``-0.0`` are different constants)."""
-    if isinstance(v, list | tuple):
-        return (type(v), tuple(_freeze(x) for x in v))
     if isinstance(v, dict):
         return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
-    if isinstance(v, int | float | complex | np.generic):
-        return static_identity(v)
-    return v
+    return static_identity(v)
 
 
 class Kernel:

@@ -50,6 +50,15 @@ def test_compiled_once_per_operator_and_static_arguments() -> None:
     assert len(eager._CACHE) == 3
 
 
+def test_arrays_where_the_operator_takes_values_are_constants() -> None:
+    """A shape given as an array is a constant of the compiled function, as in a traced
+    one; ``ts.constant`` makes a value inside traced functions only."""
+    a = rnd(2, 6)
+    np.testing.assert_array_equal(ts.reshape(a, np.array([3, 4])), a.reshape(3, 4))
+    with pytest.raises(ts.TraceError, match=r"constant: called outside a traced function"):
+        ts.constant(np.ones(3, np.float32))
+
+
 def test_unhashable_argument_still_runs() -> None:
     a = rnd(2, 6)
     got = ts.reshape(a, [3, 4])  # a list shape: compiled for this call only

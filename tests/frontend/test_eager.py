@@ -99,3 +99,20 @@ def test_static_arguments_that_compare_equal_are_told_apart() -> None:
     zeros = np.array([-0.0, 0.0], np.float32)
     assert np.signbit(ts.add(zeros, -0.0)).tolist() == [True, False]
     assert np.signbit(ts.add(zeros, 0.0)).tolist() == [False, False]
+
+
+def test_every_operator_declares_its_tensor_parameters() -> None:
+    """Eager calls find an operator's tensor inputs by its annotations (``Any``); an
+    operator whose tensors were annotated otherwise would never run eagerly."""
+    import inspect
+
+    from tessera.frontend.ops import OP_FUNCTIONS
+
+    without = set()
+    for name in OP_FUNCTIONS:
+        if name in eager.NOT_EAGER:
+            continue
+        sig = inspect.signature(getattr(ts, name))
+        if not any(p.annotation in eager.TENSOR_ANNOTATIONS for p in sig.parameters.values()):
+            without.add(name)
+    assert without == set()

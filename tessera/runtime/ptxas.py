@@ -106,11 +106,16 @@ class KernelResources:
     """What ``ptxas -v`` says of one kernel."""
 
     registers: int = 0
-    spill_bytes: int = 0
-    """Spill stores plus spill loads."""
+    spill_stores: int = 0
+    spill_loads: int = 0
     stack_bytes: int = 0
     losses: list[str] = field(default_factory=list)
     """The "Potential Performance Loss" notes, e.g. ``C7508: 'setmaxnreg' ignored ...``."""
+
+    @property
+    def spill_bytes(self) -> int:
+        """Spill stores plus spill loads, in bytes per thread."""
+        return self.spill_stores + self.spill_loads
 
 
 _ENTRY = re.compile(r"Compiling entry function '(\w+)'")
@@ -141,7 +146,7 @@ def resources(ptx: str, arch: str = "sm_90a", timeout: float = 300.0) -> dict[st
                 target.losses.append(f"{m.group(1)}: {m.group(2)}")
         elif current is not None and (m := _SPILL.search(line)):
             current.stack_bytes = int(m.group(1))
-            current.spill_bytes = int(m.group(2)) + int(m.group(3))
+            current.spill_stores, current.spill_loads = int(m.group(2)), int(m.group(3))
         elif current is not None and (m := _REGS.search(line)):
             current.registers = int(m.group(1))
     return out

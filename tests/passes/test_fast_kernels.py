@@ -7,8 +7,6 @@ the sequence length or the number of rows)."""
 from __future__ import annotations
 
 import math
-import re
-import subprocess
 
 import ml_dtypes
 import numpy as np
@@ -272,27 +270,10 @@ def test_attention_scale_and_fallback():
 
 def _ptxas_v(text: str) -> dict[str, tuple[int, int]]:
     """ptxas -v on the lowered module: kernel -> (registers, spill bytes)."""
-    tool = ptxas.find_ptxas()
-    if tool is None:
+    if ptxas.find_ptxas() is None:
         pytest.skip("ptxas not found")
-    m = lower(text)
-    ptx = to_ptx(lower_to_target(m), verify=False)
-    r = subprocess.run(
-        [tool, "-arch=sm_90a", "-v", "-o", "/dev/null", "-"], input=ptx, capture_output=True,
-        text=True, timeout=300,
-    )
-    assert r.returncode == 0, r.stderr
-    out: dict[str, tuple[int, int]] = {}
-    name = None
-    spill = 0
-    for line in r.stderr.splitlines():
-        if (mt := re.search(r"Compiling entry function '(\w+)'", line)):
-            name = mt.group(1)
-        elif (mt := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)):
-            spill = int(mt.group(1)) + int(mt.group(2))
-        elif (mt := re.search(r"Used (\d+) registers", line)) and name:
-            out[name] = (int(mt.group(1)), spill)
-    return out
+    ptx = to_ptx(lower_to_target(lower(text)), verify=False)
+    return {k: (r.registers, r.spill_bytes) for k, r in ptxas.resources(ptx).items()}
 
 
 def test_ptxas_rows_bench_shape():

@@ -92,7 +92,6 @@ def main() -> int:
     return 0
 
 
-SMEM_LIMIT = 227 * 1024
 
 
 def _variant(spec, fields: dict):
@@ -100,8 +99,10 @@ def _variant(spec, fields: dict):
     shared memory (4 stages at head size 128)."""
     import dataclasses
 
+    from tessera.ir.target.facts import MAX_SHARED_BYTES
+
     got = dataclasses.replace(spec, **fields)
-    return got if got.smem_bytes <= SMEM_LIMIT else spec
+    return got if got.smem_bytes <= MAX_SHARED_BYTES else spec
 
 
 def _measure() -> list[tuple]:

@@ -13,6 +13,7 @@ from xdsl.dialects.builtin import ModuleOp
 from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.ir import tile as tl
+from tessera.ir.target.facts import MAX_SHARED_BYTES
 from tessera.options import CompileOptions
 from tessera.passes.emit_ptx import emit_ptx
 from tessera.passes.lower_graph_to_tile import LowerGraphToTile
@@ -28,7 +29,7 @@ from tessera.runtime import ptxas
 from tests.passes.test_attention_bwd import grad_text, parse
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
-SMEM_LIMIT = 227 * 1024
+SMEM_LIMIT = MAX_SHARED_BYTES
 
 
 def _bwd_op(m: ModuleOp) -> g.FlashAttentionBwdOp:

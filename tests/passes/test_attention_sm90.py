@@ -10,14 +10,14 @@ from xdsl.dialects.builtin import ModuleOp
 
 import tessera as ts
 from tessera.ir import target as tt
+from tessera.ir.target.facts import MAX_SHARED_BYTES
 from tessera.passes.emit_ptx import emit_ptx
 from tessera.passes.sm90.lower_attention_sm90 import Sm90Attention, build_kernel
 from tessera.runtime import ptxas
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 
-SMEM_LIMIT = 227 * 1024
-"""Dynamic shared memory a Hopper CTA may use."""
+SMEM_LIMIT = MAX_SHARED_BYTES
 
 
 @pytest.mark.parametrize("d", [64, 128])

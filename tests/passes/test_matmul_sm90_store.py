@@ -15,6 +15,7 @@ import pytest
 import tessera as ts
 from tessera.ir import graph as g
 from tessera.ir import target as tt
+from tessera.ir.target.facts import MAX_SHARED_BYTES
 from tessera.options import CompileOptions
 from tessera.passes import matmul_config as mc
 from tessera.passes.emit_ptx import emit_ptx
@@ -25,7 +26,7 @@ from tessera.runtime import ptxas
 
 needs_ptxas = pytest.mark.skipif(ptxas.find_ptxas() is None, reason="ptxas not found")
 bf = ml_dtypes.bfloat16
-HW_SMEM = 227 * 1024
+HW_SMEM = MAX_SHARED_BYTES
 """Dynamic shared memory a block may use on sm_90."""
 
 

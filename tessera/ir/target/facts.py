@@ -65,6 +65,9 @@ TARGETS: dict[str, tuple[int, tuple[int, int]]] = {
 """Supported ``.target`` names: (SM number, lowest PTX ISA that knows the target)."""
 
 MAX_PTX_VERSION = (9, 0)
+
+MAX_SHARED_BYTES = 227 * 1024
+"""Shared memory one CTA may use on sm_90 (static plus dynamic)."""
 """The newest PTX ISA the deployed driver (CUDA 13.0) loads."""
 
 

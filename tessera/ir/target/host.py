@@ -23,7 +23,7 @@ from xdsl.traits import SymbolTable
 from xdsl.utils.exceptions import VerifyException
 
 from tessera.ir.target.base import i64_attr
-from tessera.ir.target.facts import TYPE_BITS
+from tessera.ir.target.facts import MAX_SHARED_BYTES, TYPE_BITS
 from tessera.ir.target.kernel import FuncOp
 from tessera.ir.target.types import ParamType
 
@@ -162,7 +162,7 @@ class LaunchExOp(IRDLOperation):
         g = tuple(self.grid.get_values())
         if not 1 <= len(g) <= 3 or any(x < 1 for x in g):
             raise VerifyException(f"{where}: grid must be 1 to 3 positive sizes, got {list(g)}")
-        if not 0 <= self.smem.value.data <= 227 * 1024:
+        if not 0 <= self.smem.value.data <= MAX_SHARED_BYTES:
             raise VerifyException(f"{where}: smem must be in [0, 227 KiB], got {self.smem.value.data}")
         if len(self.boxes.get_values()) != 2 * len(self.args):
             raise VerifyException(f"{where}: boxes needs two sizes per argument")

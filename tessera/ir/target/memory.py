@@ -24,6 +24,7 @@ from tessera.ir.target.facts import (
     BIT_TYPES,
     CLUSTER_REGISTERS,
     CLUSTER_SREG,
+    MAX_SHARED_BYTES,
     MEM_SPACES,
     SPECIAL_REGISTERS,
     TYPE_BITS,
@@ -59,7 +60,7 @@ class SharedOp(PtxOp):
             self._fail(f"'{self.sym.data}' is not a valid PTX identifier")
         if self.size.value.data <= 0:
             self._fail(f"size must be positive, got {self.size.value.data}")
-        if self.size.value.data > 227 * 1024:
+        if self.size.value.data > MAX_SHARED_BYTES:
             self._fail(f"size {self.size.value.data} exceeds 227 KiB of shared memory")
         a = self.align.value.data
         if a <= 0 or a & (a - 1) or a > 128:

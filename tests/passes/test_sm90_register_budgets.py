@@ -46,32 +46,39 @@ def _check(ptx: str, known: str | None = None) -> None:
 
 
 @needs_ptxas
+@pytest.mark.parametrize("et", ["bf16", "f16"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
-def test_attention_kernels(d: int, causal: bool) -> None:
+def test_attention_kernels(d: int, causal: bool, et: str) -> None:
     _check(emit_ptx(ModuleOp([build_fwd("fwd", Sm90Attention(
-        96, 1000, 1000, d, "bf16", 0.125, causal, lse=causal))])))
+        96, 1000, 1000, d, et, 0.125, causal, lse=causal))])))
     for kind in ("dkdv", "dq"):
-        spec = Sm90AttentionBwd(kind, 96, 1000, 1000, d, "bf16", 0.125, causal,
+        spec = Sm90AttentionBwd(kind, 96, 1000, 1000, d, et, 0.125, causal,
                                 STAGES_D64 if d == 64 else STAGES)
         _check(emit_ptx(ModuleOp([build_bwd(kind, spec)])), KNOWN_LOSSES.get((kind, d)))
 
 
 @needs_ptxas
 @pytest.mark.parametrize(
-    ("name", "fn", "shapes"),
+    ("name", "fn", "shapes", "dtype"),
     [
-        ("bf16 NN", lambda a, b: a @ b, ((4096, 4096), (4096, 4096))),
-        ("bf16 NT", lambda a, b: a @ ts.transpose(b, (1, 0)), ((2048, 4096), (3072, 4096))),
-        ("decode", lambda a, b: a @ b, ((16, 8192), (8192, 8192))),
-        ("batched", lambda a, b: a @ b, ((8, 512, 1024), (8, 1024, 768))),
-        ("conv 3x3", lambda x, w: ts.conv2d(x, w, padding=1), ((32, 64, 56, 56), (64, 64, 3, 3))),
+        ("bf16 NN", lambda a, b: a @ b, ((4096, 4096), (4096, 4096)), BF16),
+        ("bf16 NT", lambda a, b: a @ ts.transpose(b, (1, 0)), ((2048, 4096), (3072, 4096)), BF16),
+        ("decode", lambda a, b: a @ b, ((16, 8192), (8192, 8192)), BF16),
+        ("batched", lambda a, b: a @ b, ((8, 512, 1024), (8, 1024, 768)), BF16),
+        ("conv 3x3", lambda x, w: ts.conv2d(x, w, padding=1), ((32, 64, 56, 56), (64, 64, 3, 3)),
+         BF16),
+        ("f32 (3xTF32)", lambda a, b: a @ b, ((2048, 2048), (2048, 2048)), np.float32),
+        ("fp8 e4m3", lambda a, b: ts.matmul(a, b, out_dtype="bf16"),
+         ((4096, 4096), (4096, 4096)), ml_dtypes.float8_e4m3fn),
+        ("f16 ragged", lambda a, b: a @ b, ((3000, 2000), (2000, 5000)), np.float16),
     ],
 )
-def test_gemm_and_convolution_kernels(monkeypatch: pytest.MonkeyPatch, name, fn, shapes) -> None:
+def test_gemm_and_convolution_kernels(monkeypatch: pytest.MonkeyPatch, name, fn, shapes,
+                                      dtype) -> None:
     monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
     monkeypatch.setenv("TESSERA_NO_DISK_CACHE", "1")
-    spec = ts.jit(fn).specialize(*(np.zeros(s, BF16) for s in shapes))
+    spec = ts.jit(fn).specialize(*(np.zeros(s, dtype) for s in shapes))
     assert "setmaxnreg" in spec.ir("ptx") and ".minnctapersm 1" in spec.ir("ptx")
     _check(spec.ir("ptx"))
 

@@ -39,10 +39,11 @@ TENSOR_MAP_BYTES = 128
 SMEM_DEFAULT_LIMIT = 48 * 1024
 """Dynamic shared memory a kernel may use without ``cuFuncSetAttribute``."""
 MAP_CACHE_SIZE = 16384
-"""Encoded tensor maps kept (least recently used dropped first). A training step cycles
-through all of its maps in the same order, so a cache smaller than that working set
-misses on every lookup: a LLaMA-style 1B step looks up about 2,100 maps (130 per layer),
-which 512 entries re-encoded on every launch. An entry is a 128-byte map and its key."""
+"""Encoded tensor maps kept (least recently used dropped first). A training step looks
+up its maps in the same order every step, so when it uses more distinct maps than the
+cache holds, every lookup misses. A LLaMA-style 1B step makes about 2,100 lookups (130
+per layer, counted in its launch modules; how many are distinct depends on the
+addresses torch hands out). An entry is a 128-byte map and its key."""
 
 _MAPS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _MAPS_LOCK = threading.Lock()

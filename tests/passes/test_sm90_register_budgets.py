@@ -14,7 +14,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import IntAttr, ModuleOp
 from xdsl.utils.exceptions import VerifyException
 
 import tessera as ts
@@ -89,6 +89,6 @@ def test_setmaxnreg_needs_minnctapersm() -> None:
     func.block.add_op(tt.RetOp())
     with pytest.raises(VerifyException, match="setmaxnreg needs minnctapersm"):
         func.verify()
-    func.minnctapersm = tt.FuncOp("k", [], 384, minnctapersm=1).minnctapersm
+    func.minnctapersm = IntAttr(1)
     func.verify()
     assert ".minnctapersm 1" in emit_ptx(ModuleOp([func]))

@@ -12,10 +12,10 @@ op by op the same way.
   parameter annotated ``Any`` or ``Sequence[Any]`` (``ts.concat([a, b])`` takes a list of
   them). Every other argument is a constant of the compiled function, as inside a
   traced function, arrays included (``ts.reshape(x, np.array([2, 3]))``).
-* A call with no array input, ``ts.constant`` (it makes a value inside a traced
-  function) and any collective (``all_reduce`` ...: it needs the ranks of a mesh, which
-  only a compiled function over one has) still raise the located error of a call
-  outside a traced function.
+* A call with no array input (``ts.constant``, whose ``value: ArrayLike`` is a value,
+  not a tensor, has none) and any collective (``all_reduce`` ...: it needs the ranks of a
+  mesh, which only a compiled function over one has) still raise the located error of a
+  call outside a traced function.
 """
 
 from __future__ import annotations
@@ -33,10 +33,9 @@ import numpy as np
 from tessera.frontend.tracing import active_trace
 
 NOT_EAGER = frozenset({
-    "constant",
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_slice", "send", "recv",
 })
-"""Operators that never run eagerly: ``constant`` and the collectives."""
+"""Operators that never run eagerly: the collectives."""
 
 TENSOR_ANNOTATIONS = frozenset({"Any", "Sequence[Any]"})
 """How the operator functions annotate the parameters that take tensors."""

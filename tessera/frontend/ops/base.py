@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 from xdsl.dialects.builtin import (
     ComplexType,
     DenseArrayBase,
@@ -109,7 +110,7 @@ def _is_array(x: Any) -> bool:
     return mod.startswith("torch") and hasattr(x, "detach")
 
 
-def constant(value: Any, dtype: Any = None, *, like: TracedTensor | None = None) -> TracedTensor:
+def constant(value: ArrayLike, dtype: Any = None, *, like: TracedTensor | None = None) -> TracedTensor:
     """A ``tgraph.constant`` from a Python scalar or a numpy array / CPU torch tensor.
 
     ``dtype`` (a dtype or policy) gives the result type; by default a scalar takes

@@ -13,9 +13,9 @@ promoted dtype of the operands for comparisons) before emitting the op.
 The rules themselves live in :mod:`rules_elementwise`, :mod:`rules_nn` and
 :mod:`rules_shapes`, which this module imports at its end.
 
-Ops without a rule (gather/index/scatter, sort/topk, cumulative sums,
-random ops, sin/cos...) are not translated: the partitioner leaves them to
-eager torch and counts them. A rule that discovers at trace time that it cannot
+Ops without a rule (sort/topk, random draws...) are not translated: the
+partitioner leaves them to eager torch and counts them. Dropout reaches the
+partitioner as a draw and elementwise ops (:mod:`tessera.torch.dropout`). A rule that discovers at trace time that it cannot
 translate its node raises :class:`Unsupported`, and its partition runs in torch.
 """
 

@@ -25,6 +25,7 @@ from torch._functorch.partitioners import _has_tag_is_forward, _is_primal, defau
 from tessera.torch import report as _report
 from tessera.torch.attention import ATTENTION_BACKWARDS, static_masks
 from tessera.torch.cross_entropy import fuse_cross_entropy
+from tessera.torch.dropout import DROPOUT_DECOMPOSITIONS
 from tessera.torch.partition import partition
 
 aten = torch.ops.aten
@@ -46,6 +47,9 @@ def _decompositions() -> dict[Any, Callable[..., Any]]:
         aten._native_batch_norm_legit.no_stats]
     table[aten._weight_norm_interface_backward.default] = _weight_norm_backward
     table.update(ATTENTION_BACKWARDS)
+    # Dropout and Bernoulli masks: a uniform draw reading only sizes, and translated
+    # elementwise ops (the draw depends on no partition, so it splits none)
+    table.update(DROPOUT_DECOMPOSITIONS)
     return table
 
 
@@ -67,7 +71,9 @@ def _weight_norm_backward(grad_w: torch.Tensor, v: torch.Tensor, g: torch.Tensor
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = _decompositions()
 """The core ATen decompositions, with CPU flash attention, ``roll`` and the layer norm
 backward kept whole, batch norm without statistics and the weight-norm backward
-decomposed, and the fused attention backwards replaced (:data:`tessera.torch.attention.ATTENTION_BACKWARDS`)."""
+decomposed, the fused attention backwards replaced (:data:`tessera.torch.attention.ATTENTION_BACKWARDS`),
+and dropout and Bernoulli masks as a draw and elementwise ops
+(:data:`tessera.torch.dropout.DROPOUT_DECOMPOSITIONS`)."""
 
 _GRAPH_IDS = itertools.count()
 

@@ -31,6 +31,7 @@ from tessera.frontend.jit import CompiledFunction
 from tessera.frontend.tracing import TracedTensor
 from tessera.runtime import convert
 from tessera.torch import aten_ops
+from tessera.torch.dropout import RANDOM_DRAWS
 from tessera.torch.report import LOG, GraphReport
 
 aten = torch.ops.aten
@@ -63,6 +64,8 @@ def _tensor_vals(v: Any) -> list[Any]:
 def unsupported_reason(node: torch.fx.Node) -> str | None:
     """None when ``node`` can be translated, else why not (for the report)."""
     target = node.target
+    if target in RANDOM_DRAWS:
+        return "a random draw (torch's generator)"
     r = aten_ops.RULES.get(target)
     if r is None:
         return "no Tessera rule"

@@ -220,3 +220,52 @@ def test_vision_op_rules_on_the_gpu(name):
     rep = tt.last_report()
     assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
     assert all(g.tessera_calls >= 1 for g in rep.graphs), str(rep)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_training_step_on_the_gpu(dtype):
+    """Dropout's draw stays in torch (on the GPU), its mask and scale run in the one
+    Tessera partition: the output and every gradient equal eager torch's with the mask
+    read back from the output (the inputs to the dropout have no zeros)."""
+    torch.manual_seed(0)
+    p = 0.25
+    fc1, fc2 = (torch.nn.Linear(256, 256).cuda().to(dtype) for _ in range(2))
+    with torch.no_grad():
+        fc1.bias.fill_(10.0)  # gelu(x W + 10) is never zero
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2, self.drop = fc1, fc2, torch.nn.Dropout(p)
+
+        def forward(self, x):
+            d = self.drop(torch.nn.functional.gelu(self.fc1(x)))
+            return d, self.fc2(d)
+
+    m = Block().train()
+    x = torch.randn(512, 256, device="cuda", dtype=dtype, requires_grad=True)
+    d, y = tt.compile(m)(x)
+    y.float().pow(2).sum().backward()
+    rep = tt.last_report()
+    assert all(g.partitions == 1 for g in rep.graphs), str(rep)
+    assert d.is_cuda and y.is_cuda
+    mask = d != 0
+    dropped = 1.0 - mask.float().mean().item()
+    assert abs(dropped - p) < 0.01, dropped
+    got = [x.grad.clone()] + [q.grad.clone() for q in m.parameters()]
+    x.grad = None
+    m.zero_grad()
+    h = torch.nn.functional.gelu(fc1(x))
+    kept = (h.float() * mask * (1.0 / (1.0 - p))).to(dtype)
+    ref = fc2(kept)
+    ref.float().pow(2).sum().backward()
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+
+    def rel(a, b):
+        return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+
+    assert rel(d, kept) < tol and rel(y, ref) < tol
+    for a, b in zip(got, [x.grad] + [q.grad for q in m.parameters()]):
+        assert rel(a, b) < tol
+    d2, _ = tt.compile(m)(x)
+    assert not torch.equal(d2 != 0, mask)  # a fresh draw each call

@@ -8,15 +8,22 @@ product to a larger shape), then ``relu`` / ``gelu`` / ``silu``, then a
 have exactly one user, so nothing is computed twice. The fused op computes the
 same steps on the same types (``compute_type`` keeps the product's type when a
 cast follows), so the rewrite keeps the program's meaning exactly.
+
+A 2-D product may reach its add through one ``tgraph.reshape`` that only splits its
+rows (``[M, N] -> [..., N]``: a linear layer on ``[B, S, D]`` activations, then the
+residual add). The chain is then matched on the reshaped values: the addend is
+reshaped to ``[M, N]`` (the same row-major elements, no copy), the epilogue computes
+on ``[M, N]``, and its result is reshaped back.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import builtin
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
@@ -24,9 +31,11 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
     op_type_rewrite_pattern,
 )
+from xdsl.rewriter import InsertPoint
 
 from tessera.ir import graph as g
 from tessera.ir.attrs import rounds_specially
+from tessera.ir.graph.base import shape_of
 from tessera.passes.algebra_utils import single_user
 
 ACTIVATION_OPS: dict[type[Operation], str] = {
@@ -55,6 +64,9 @@ class FuseMatmulEpilogue(RewritePattern):
         if rounds_specially(cur.type):
             return  # a rounding policy on the product: its own store kernel applies it
         user = single_user(cur)
+        split = _row_split(op, user)
+        if split is not None:
+            cur, user = split.result, single_user(split.result)
         if self.bias and isinstance(user, g.AddOp) and user.result.type == cur.type:
             other = user.rhs if user.lhs is cur else user.lhs
             if other is not cur and (user.lhs is cur or user.rhs is cur):
@@ -82,10 +94,24 @@ class FuseMatmulEpilogue(RewritePattern):
             chain.append(user)
         if not chain:
             return
+        if split is not None:
+            if bias is not None:
+                bsh, n = shape_of(bias), shape_of(op.result)[1]
+                if bsh == shape_of(split.result):
+                    to: tuple[int, ...] = shape_of(op.result)
+                elif math.prod(bsh) == n and bsh[-1:] == (n,):
+                    to = (n,)
+                else:
+                    return  # another broadcast: not one of the epilogue's bias kinds
+                rewriter.insert_op(bias_2d := g.ReshapeOp.build(
+                    operands=[bias], result_types=[_with_shape(bias.type, to)]),
+                    InsertPoint.before(chain[0]))
+                bias = bias_2d.result
+            out_2d = _with_shape(cur.type, shape_of(op.result))
         new = g.MatmulEpilogueOp(
             op.lhs,
             op.rhs,
-            cur.type,
+            cur.type if split is None else out_2d,
             bias=bias,
             transpose_lhs=op.transpose_lhs is not None,
             transpose_rhs=op.transpose_rhs is not None,
@@ -93,9 +119,36 @@ class FuseMatmulEpilogue(RewritePattern):
             compute_type=op.result.type if out_type is not None else None,
             tile_shape=op.tile_shape.get_values() if op.tile_shape is not None else None,
         )
-        rewriter.replace(chain[-1], new)
-        for dead in reversed([op, *chain[:-1]]):
-            rewriter.erase(dead)
+        if split is None:
+            rewriter.replace(chain[-1], new)
+            dead = [op, *chain[:-1]]
+        else:
+            rewriter.insert_op(new, InsertPoint.before(chain[-1]))
+            rewriter.replace(chain[-1], g.ReshapeOp.build(
+                operands=[new.result], result_types=[cur.type]))
+            dead = [op, split, *chain[:-1]]
+        for d in reversed(dead):
+            rewriter.erase(d)
+
+
+def _row_split(op: g.MatmulOp, user: Operation | None) -> g.ReshapeOp | None:
+    """``user`` when it is a ``tgraph.reshape`` of ``op``'s 2-D product ``[M, N]`` to
+    ``[..., N]`` (rows split, the last dim kept) whose one user is a same-shape add."""
+    if not isinstance(user, g.ReshapeOp):
+        return None
+    src, dst = shape_of(op.result), shape_of(user.result)
+    if len(src) != 2 or len(dst) < 2 or dst[-1] != src[1]:
+        return None
+    add = single_user(user.result)
+    if not isinstance(add, g.AddOp) or add.result.type != user.result.type:
+        return None
+    return user
+
+
+def _with_shape(ty: Attribute, shape: tuple[int, ...]) -> builtin.TensorType:
+    """The tensor type ``ty`` (element type and encoding) at ``shape``."""
+    assert isinstance(ty, builtin.TensorType)
+    return builtin.TensorType(ty.element_type, shape, ty.encoding)
 
 
 @dataclass(frozen=True)

@@ -1164,9 +1164,10 @@ def matmul_epilogue(op: g.MatmulEpilogueOp) -> Callable[..., SSAValue]:
     (``tessera.passes.tile_gemm.Epilogue``).
 
     Each step rounds to the type its unfused op would produce: the accumulator is
-    converted to the product type, the bias added and the activation applied in
-    ``compute_type`` of it (f32 for 16-bit floats) and rounded back, then the cast.
-    The bias (the kernel's first extra argument) is read at the broadcast index.
+    converted to the product type, the bias added, the activation applied and the
+    residual added in ``compute_type`` of it (f32 for 16-bit floats) and rounded back,
+    then the cast. The bias and the residual are the kernel's extra arguments
+    (``op.epilogue_operands``, in that order), the bias read at the broadcast index.
     """
     pt = g.elem_of(op.product_type)
     rt = g.elem_of(op.result)
@@ -1178,6 +1179,11 @@ def matmul_epilogue(op: g.MatmulEpilogueOp) -> Callable[..., SSAValue]:
     bias_index = _bcast_index(g.shape_of(bias), g.shape_of(op.result)) if bias else None
     if bias is not None and pt == i1:
         raise not_lowered(op, "boolean bias")
+    res_at = 1 if bias is not None else 0
+    res_index = (_bcast_index(g.shape_of(op.residual), g.shape_of(op.result))
+                 if op.residual is not None else None)
+    if res_index is not None and pt == i1:
+        raise not_lowered(op, "boolean residual")
 
     def apply(
         e: KernelEmitter, extra: list[SSAValue], acc: SSAValue, pre: list[Idx], row: Idx,
@@ -1190,6 +1196,10 @@ def matmul_epilogue(op: g.MatmulEpilogueOp) -> Callable[..., SSAValue]:
             v = e.convert(s, pt)
         if act is not None:
             v = e.convert(_unary_scalar(e, op, e.convert(v, ct), act), pt)
+        if res_index is not None:
+            r = e.load(extra[res_at], res_index(e, [*pre, row, col], 0), mask=ok)
+            s = _binary_scalar(e, op, g.AddOp, e.convert(v, ct), e.convert(r, ct))
+            v = e.convert(s, pt)
         return e.convert(v, rt)
 
     return apply

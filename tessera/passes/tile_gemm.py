@@ -250,8 +250,7 @@ def lower_matmul(lw: _FunctionLowering, op: g.MatmulOp | g.MatmulEpilogueOp) -> 
         from tessera.passes.lower_graph_to_tile import matmul_epilogue
 
         epilogue = matmul_epilogue(op)
-        if op.bias is not None:
-            extra.append(lw.mem(op.bias))
+        extra += [lw.mem(v) for v in op.epilogue_operands]
     packed: tuple[Packed | None, Packed | None] = (None, None)
     if packed_format(et) is not None:  # fp6/fp4: unpacked to bf16 in shared memory
         packed = (_packed(op.lhs), _packed(op.rhs))

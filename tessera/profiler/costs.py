@@ -220,6 +220,7 @@ def _matmul_epilogue(op: g.MatmulEpilogueOp) -> int:
         _matmul_flops(op)
         + (n if op.bias is not None else 0)
         + (n if op.activation is not None else 0)
+        + (n if op.residual is not None else 0)
     )
 
 

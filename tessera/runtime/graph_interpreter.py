@@ -577,6 +577,8 @@ def run_matmul_epilogue(
         r = store(load(r, pt) + load(vals[op.bias], pt), pt)
     if op.activation is not None:
         r = store(_ACTIVATIONS[op.activation.data](load(r, pt)), pt)
+    if op.residual is not None:
+        r = store(load(r, pt) + load(vals[op.residual], pt), pt)
     if op.compute_type is not None:
         r = store(r, op.result.type, with_scale=True)
     return (r,)

@@ -103,3 +103,20 @@ def test_matmul_epilogue(act: str, dtype: torch.dtype) -> None:
     args = [_rand(200, 136, dtype=dtype), _rand(136, 72, dtype=dtype, seed=1),
             _rand(72, dtype=dtype, seed=2)]
     _check(f, args, lambda x, w, b: torch_act(x @ w + b), "tgraph.matmul_epilogue", 3e-2)
+
+
+@pytest.mark.parametrize(("dtype", "n", "tol"), [
+    (torch.bfloat16, 768, 3e-2), (torch.bfloat16, 71, 3e-2), (torch.float32, 200, 1e-4),
+])
+def test_matmul_bias_residual_epilogue(dtype: torch.dtype, n: int, tol: float) -> None:
+    """A linear layer on ``[B, S, D]`` activations and its skip connection: the bias and
+    the residual both in the GEMM's epilogue (one kernel), ragged and odd widths too."""
+    @ts.jit
+    def f(x, w, b, r):
+        return r + ts.reshape(ts.matmul(x, w, transpose_b=True) + b, (4, 75, n))
+
+    args = [_rand(300, 256, dtype=dtype), _rand(n, 256, dtype=dtype, seed=1),
+            _rand(n, dtype=dtype, seed=2), _rand(4, 75, n, dtype=dtype, seed=3)]
+    _check(f, args, lambda x, w, b, r: r + (x @ w.T + b).reshape(4, 75, n), "residual", tol)
+    target = f.inspect_ir("target")
+    assert target.count("ttarget.launch_ex") == 1 and "matmul_epilogue" not in target

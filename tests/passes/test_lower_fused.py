@@ -125,8 +125,8 @@ def _reduce(name: str, shape, elem: str, red: str, axes: str, out, np_red, keep=
 
 
 def _epilogue(name: str, a, b, bias, product: str, act: str | None, cast: str | None,
-              elem: str = "bf16", transpose_rhs: bool = False) -> Case:
-    """matmul -> + bias -> act -> cast, fused into tgraph.matmul_epilogue."""
+              elem: str = "bf16", transpose_rhs: bool = False, residual: bool = False) -> Case:
+    """matmul -> + bias -> act -> + residual -> cast, fused into tgraph.matmul_epilogue."""
     m, k = a
     n = b[0] if transpose_rhs else b[1]
     pt = ty((m, n), product)
@@ -136,19 +136,24 @@ def _epilogue(name: str, a, b, bias, product: str, act: str | None, cast: str | 
         steps.append(f"tgraph.add %v{len(steps) - 1}, %a2 : ({pt}, {{t2}}) -> {pt}")
     if act is not None:
         steps.append(f"tgraph.{act} %v{len(steps) - 1} : ({pt}) -> {pt}")
+    if residual:
+        at = 3 if bias is not None else 2
+        steps.append(f"tgraph.add %a{at}, %v{len(steps) - 1} : ({pt}, {pt}) -> {pt}")
     res = cast or product
     if cast is not None:
         steps.append(f"tgraph.cast %v{len(steps) - 1} : ({pt}) -> {ty((m, n), res)}")
     names = [f"%v{i}" for i in range(len(steps) - 1)] + ["%r"]
     lines = [f"  {v} = {s}" for v, s in zip(names, steps)]
     args = [(a, elem), (b, elem)] + ([(bias, product)] if bias is not None else [])
+    args += [((m, n), product)] if residual else []
     fn = {"relu": relu, "gelu": gelu, "silu": silu, None: lambda x: x}[act]
 
-    def ref(x, w, *bb):
+    def ref(x, w, *more):
         y = x @ (w.T if transpose_rhs else w)
-        if bb:
-            y = y + bb[0]
-        return fn(y)
+        if bias is not None:
+            y = y + more[0]
+        y = fn(y)
+        return y + more[-1] if residual else y
 
     return Case(name, args, ((m, n), res), "\n".join(lines), ref, fused=g.MatmulEpilogueOp)
 
@@ -248,6 +253,12 @@ CASES: list[Case] = [
               transpose_rhs=True),
     _epilogue("epi_f32_fma", (30, 17), (17, 29), (29,), "f32", "gelu", "bf16", elem="f32"),
     _epilogue("epi_f32_relu", (30, 17), (17, 29), (30, 1), "f32", "relu", None, elem="f32"),
+    _epilogue("epi_bias_residual_bf16", (37, 24), (19, 24), (19,), "bf16", None, None,
+              transpose_rhs=True, residual=True),
+    _epilogue("epi_gelu_residual_cast", (30, 40), (40, 27), None, "f32", "gelu", "bf16",
+              residual=True),
+    _epilogue("epi_f32_bias_relu_residual", (30, 17), (17, 29), (29,), "f32", "relu", None,
+              elem="f32", residual=True),
 ]
 
 

@@ -261,6 +261,46 @@ def test_epilogue_matmul_takes_the_sm90_kernel(
 
 
 @needs_ptxas
+@pytest.mark.parametrize(("bias", "act", "n", "dtype"), [
+    (True, None, 72, "bf16"), (False, "gelu", 72, "bf16"), (True, "relu", 71, "bf16"),
+    (True, None, 72, "f32"),
+])
+def test_residual_epilogue_takes_the_sm90_kernel(
+    monkeypatch: pytest.MonkeyPatch, bias: bool, act, n: int, dtype: str
+) -> None:
+    """``r + act(x @ w.T + b)`` on ``[B, S, D]`` activations (a linear layer, then the
+    skip connection): the bias, activation and residual run in the wgmma kernel's
+    epilogue, which takes the residual as a fifth parameter."""
+    monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
+    et = ml_dtypes.bfloat16 if dtype == "bf16" else np.float32
+
+    def linear(x, w, b, r):
+        y = ts.matmul(x, w, transpose_b=True)
+        y = y + b if bias else y
+        y = getattr(ts, act)(y) if act else y
+        return r + ts.reshape(y, (2, 48, n))
+
+    fn = ts.jit(linear)
+    spec = fn.specialize(np.zeros((96, 40), et), np.zeros((n, 40), et), np.zeros((n,), et),
+                         np.zeros((2, 48, n), et))
+    from tessera.ir import graph as g
+
+    (epi,) = [o for o in spec.ir("graph").walk() if isinstance(o, g.MatmulEpilogueOp)]
+    assert epi.residual is not None and (epi.bias is not None) == bias
+    target = spec.ir("target")
+    assert len([o for o in target.walk() if isinstance(o, tt.LaunchExOp)]) == 1
+    assert "matmul_epilogue" not in str(target)  # no split epilogue kernel
+    if dtype == "bf16":  # (f32 runs copy kernels for its TF32 operand splits)
+        assert not [o for o in target.walk() if isinstance(o, tt.LaunchOp)]
+    ptx = spec.ir("ptx")
+    start = ptx.index(".entry linear_matmul")
+    entry = ptx[start:ptx.index(")", start)]
+    assert entry.count(".param") == 4 + bias  # C, A, B, then the bias and residual pointers
+    assert entry.rstrip().endswith("_param_" + str(3 + bias)) and ".param .u64" in entry
+    ptxas.check(ptx)
+
+
+@needs_ptxas
 @pytest.mark.parametrize(("a_t", "b_t", "a_b", "b_b"), [
     (False, False, True, True), (True, True, True, True), (False, True, False, True),
     (True, False, True, False),

@@ -14,6 +14,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.irdl import (
+    AttrSizedOperandSegments,
     IRDLOperation,
     irdl_op_definition,
     lazy_traits_def,
@@ -25,6 +26,8 @@ from xdsl.irdl import (
     traits_def,
     var_operand_def,
 )
+from xdsl.parser import Parser
+from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
@@ -224,20 +227,24 @@ ACTIVATIONS = ("relu", "gelu", "silu")
 
 @irdl_op_definition
 class MatmulEpilogueOp(IRDLOperation):
-    """A matmul with its epilogue fused: ``cast(act(matmul(lhs, rhs) + bias))``.
+    """A matmul with its epilogue fused:
+    ``cast(act(matmul(lhs, rhs) + bias) + residual)``.
 
     The product (with ``transpose_lhs`` / ``transpose_rhs`` as in ``tgraph.matmul``)
     is computed in ``compute_type`` (the result type when absent). Then, in
     order and each optional: ``bias`` is added (it broadcasts to the product's
     shape), ``activation`` (``"relu"``, ``"gelu"`` or ``"silu"``, as the
-    ``tgraph`` ops of those names) is applied, and when ``compute_type`` is
-    given the value is cast to the result type as ``tgraph.cast`` does.
+    ``tgraph`` ops of those names) is applied, ``residual`` (of the product's
+    shape) is added, and when ``compute_type`` is given the value is cast to the
+    result type as ``tgraph.cast`` does. Each step rounds to ``compute_type`` as
+    its ``tgraph`` op would.
     """
 
     name = "tgraph.matmul_epilogue"
     lhs = operand_def(TensorT)
     rhs = operand_def(TensorT)
     bias = opt_operand_def(TensorT)
+    residual = opt_operand_def(TensorT)
     transpose_lhs = opt_prop_def(UnitAttr)
     transpose_rhs = opt_prop_def(UnitAttr)
     activation = opt_prop_def(StringAttr)
@@ -245,12 +252,86 @@ class MatmulEpilogueOp(IRDLOperation):
     tile_shape = opt_prop_def(DenseArrayBase[I64])
     result = result_def(TensorT)
     traits = traits_def(Pure())
-    assembly_format = (
-        "$lhs `,` $rhs (`bias` $bias^)? (`transpose_lhs` $transpose_lhs^)? "
-        "(`transpose_rhs` $transpose_rhs^)? (`activation` `=` $activation^)? "
-        "(`compute_type` `=` $compute_type^)? (`tile_shape` `=` $tile_shape^)? "
-        "attr-dict `:` functional-type(operands, results)"
-    )
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
+    # Custom syntax (two optional operands make the declarative format's
+    # ``functional-type(operands, results)`` ambiguous):
+    #   %lhs, %rhs (bias %b)? (residual %r)? (transpose_lhs)? (transpose_rhs)?
+    #   (activation = "gelu")? (compute_type = T)? (tile_shape = [BM, BN, BK])?
+    #   attr-dict : (operand types) -> result type
+
+    @classmethod
+    def parse(cls, parser: Parser) -> MatmulEpilogueOp:
+        lhs = parser.parse_unresolved_operand()
+        parser.parse_punctuation(",")
+        rhs = parser.parse_unresolved_operand()
+        bias = parser.parse_unresolved_operand() if parser.parse_optional_keyword("bias") else None
+        residual = (
+            parser.parse_unresolved_operand() if parser.parse_optional_keyword("residual")
+            else None
+        )
+        tl = parser.parse_optional_keyword("transpose_lhs") is not None
+        tr = parser.parse_optional_keyword("transpose_rhs") is not None
+        act = comp = tile = None
+        if parser.parse_optional_keyword("activation"):
+            parser.parse_punctuation("=")
+            act = parser.parse_str_literal()
+        if parser.parse_optional_keyword("compute_type"):
+            parser.parse_punctuation("=")
+            comp = parser.parse_type()
+        if parser.parse_optional_keyword("tile_shape"):
+            parser.parse_punctuation("=")
+            tile = parser.parse_comma_separated_list(
+                parser.Delimiter.SQUARE, parser.parse_integer
+            )
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        at = parser.pos
+        ft = parser.parse_function_type()
+        names = [lhs, rhs, *(v for v in (bias, residual) if v is not None)]
+        if len(ft.inputs.data) != len(names) or len(ft.outputs.data) != 1:
+            parser.raise_error(
+                f"{cls.name}: {len(names)} operands and one result, but the type is {ft}",
+                at, parser.pos,
+            )
+        vals = [parser.resolve_operand(n, t) for n, t in zip(names, ft.inputs.data)]
+        it = iter(vals[2:])
+        op = cls(
+            vals[0], vals[1], ft.outputs.data[0],
+            bias=next(it) if bias is not None else None,
+            residual=next(it) if residual is not None else None,
+            transpose_lhs=tl, transpose_rhs=tr, activation=act, compute_type=comp,
+            tile_shape=tile,
+        )
+        op.attributes.update(attrs)
+        return op
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.lhs)
+        printer.print_string(", ")
+        printer.print_operand(self.rhs)
+        for kw, v in (("bias", self.bias), ("residual", self.residual)):
+            if v is not None:
+                printer.print_string(f" {kw} ")
+                printer.print_operand(v)
+        for kw, flag in (("transpose_lhs", self.transpose_lhs),
+                         ("transpose_rhs", self.transpose_rhs)):
+            if flag is not None:
+                printer.print_string(f" {kw}")
+        if self.activation is not None:
+            printer.print_string(" activation = ")
+            printer.print_string_literal(self.activation.data)
+        if self.compute_type is not None:
+            printer.print_string(" compute_type = ")
+            printer.print_attribute(self.compute_type)
+        if self.tile_shape is not None:
+            printer.print_string(
+                " tile_shape = [" + ", ".join(str(x) for x in self.tile_shape.get_values())
+                + "]"
+            )
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_function_type([v.type for v in self.operands], [self.result.type])
 
     def __init__(
         self,
@@ -259,6 +340,7 @@ class MatmulEpilogueOp(IRDLOperation):
         result_type: Attribute,
         *,
         bias: SSAValue | None = None,
+        residual: SSAValue | None = None,
         transpose_lhs: bool = False,
         transpose_rhs: bool = False,
         activation: str | None = None,
@@ -277,14 +359,21 @@ class MatmulEpilogueOp(IRDLOperation):
         if tile_shape is not None:
             props["tile_shape"] = DenseArrayBase.from_list(i64, list(tile_shape))
         super().__init__(
-            operands=[lhs, rhs, [bias] if bias is not None else []],
+            operands=[lhs, rhs, [bias] if bias is not None else [],
+                      [residual] if residual is not None else []],
             result_types=[result_type],
             properties=props,
         )
 
     @property
+    def epilogue_operands(self) -> list[SSAValue]:
+        """The bias and the residual, those present, in that order (the epilogue kernels'
+        extra arguments)."""
+        return [v for v in (self.bias, self.residual) if v is not None]
+
+    @property
     def product_type(self) -> TensorType:
-        """The type the product, bias add and activation are computed in."""
+        """The type the product, bias add, activation and residual add are computed in."""
         t = self.compute_type if self.compute_type is not None else self.result.type
         assert isinstance(t, TensorType)
         return t
@@ -310,6 +399,9 @@ class MatmulEpilogueOp(IRDLOperation):
                     f"{self.name}: bias of shape {fmt_shape(b)} does not broadcast to the "
                     f"product's shape {fmt_shape(r)}"
                 )
+        if self.residual is not None:
+            _check_same_elem(self, self.residual, pt)
+            _check_shape(self, "residual", shape_of(self.residual), r)
         if self.activation is not None:
             if self.activation.data not in ACTIVATIONS:
                 raise VerifyException(

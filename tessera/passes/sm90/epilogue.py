@@ -13,6 +13,8 @@ store, for each pair of accumulators ``(row, col)``, ``(row, col + 1)`` a thread
 * ``v = round(act(v))`` for ``relu`` (``x < 0 ? 0 : x``), ``silu`` and ``gelu``
   (tanh form), with the same instruction sequences as ``lower-tile-to-target``'s
   lowering of those ops in f32;
+* ``v = round(v + residual[row, col])`` with a full ``[M, N]`` residual (the skip
+  connection added after a linear layer that has a bias of its own);
 * the store converts ``v`` to the result type.
 
 Other bias broadcasts (a column ``[M, 1]``, partial batch broadcasts) are not taken:
@@ -30,6 +32,7 @@ from xdsl.ir import SSAValue
 from tessera.ir import graph as g
 from tessera.ir import target as tt
 from tessera.passes.sm90.asm import TargetAsm
+from tessera.passes.sm90.builders import global_pointer
 
 LOG2E = 1.4426950408889634
 ACTIVATIONS = ("relu", "gelu", "silu")
@@ -47,6 +50,8 @@ class Sm90Epilogue:
     """``"row"`` (``[N]`` broadcast over the rows), ``"full"`` (``[M, N]``) or None."""
     act: str | None = None
     """``"relu"``, ``"gelu"``, ``"silu"`` or None."""
+    residual: bool = False
+    """Whether a full ``[M, N]`` residual is added after the activation."""
 
     def __post_init__(self) -> None:
         if self.prod_type not in _ELEM_BYTES:
@@ -55,6 +60,11 @@ class Sm90Epilogue:
             raise ValueError(f"sm90 epilogue: bias kind {self.bias!r}")
         if self.act is not None and self.act not in ACTIVATIONS:
             raise ValueError(f"sm90 epilogue: activation {self.act!r}")
+
+    @property
+    def pointers(self) -> int:
+        """Global pointers the kernel takes for this epilogue (bias, then residual)."""
+        return int(self.bias is not None) + int(self.residual)
 
     @property
     def bias_bytes(self) -> int:
@@ -75,7 +85,7 @@ class Sm90Epilogue:
             else:
                 return f"bias of shape {list(bsh)} is neither [N] nor the result's shape"
         act = op.activation.data if op.activation is not None else None
-        return Sm90Epilogue(prod_type, bias, act)
+        return Sm90Epilogue(prod_type, bias, act, op.residual is not None)
 
 
 class EpilogueEmitter:
@@ -87,44 +97,54 @@ class EpilogueEmitter:
     """
 
     def __init__(
-        self, e: TargetAsm, ep: Sm90Epilogue, m: int, n: int, bias_param: SSAValue | None,
+        self, e: TargetAsm, ep: Sm90Epilogue, m: int, n: int, params: list[SSAValue],
         ragged_m: bool, ragged_n: bool,
     ) -> None:
+        """``params``: the kernel's epilogue pointer parameters (``ep.pointers`` of them:
+        the bias, then the residual)."""
         self.e, self.ep, self.m, self.n = e, ep, m, n
         self.ragged_m, self.ragged_n = ragged_m, ragged_n
-        self.base: SSAValue | None = None
-        if ep.bias is not None:
-            assert bias_param is not None
-            self.base = e.reg("b64")
-            e.add(tt.LdParamOp("u64", self.base, bias_param))
-            e.add(tt.CvtaOp("to.global.u64", self.base, self.base))
+        assert len(params) == ep.pointers, (len(params), ep.pointers)
+        it = iter(params)
+        self.base = global_pointer(e, next(it)) if ep.bias is not None else None
+        self.res_base = global_pointer(e, next(it)) if ep.residual else None
         self._row_bias: dict[int, tuple[SSAValue, SSAValue]] = {}
 
     def tile(self, row0: SSAValue, col0: SSAValue) -> None:
-        """Per-tile setup: the thread's bias pointer and edge predicates."""
+        """Per-tile setup: the thread's bias and residual pointers."""
         e, ep = self.e, self.ep
         self._row_bias = {}
         self.row0, self.col0 = row0, col0
-        if self.base is None:
-            return
-        self.ptr = e.reg("b64")
-        off = e.reg("b64")
-        if ep.bias == "row":
-            e.add(tt.MulOp("wide.u32", off, col0, e.imm(ep.bias_bytes)))
-        else:
+        full = None
+        if ep.bias == "full" or ep.residual:
             lin = e.reg("b64")
             e.add(tt.MulOp("wide.u32", lin, row0, e.imm(self.n)))
             c64 = e.reg("b64")
             e.add(tt.CvtOp("u64.u32", c64, [col0]))
             e.add(tt.AddOp("u64", lin, lin, c64))
-            e.add(tt.MulOp("lo.u64", off, lin, e.imm(ep.bias_bytes)))
-        e.add(tt.AddOp("u64", self.ptr, self.base, off))
+            full = e.reg("b64")
+            e.add(tt.MulOp("lo.u64", full, lin, e.imm(ep.bias_bytes)))
+        if self.base is not None:
+            off = full
+            if ep.bias == "row":
+                off = e.reg("b64")
+                e.add(tt.MulOp("wide.u32", off, col0, e.imm(ep.bias_bytes)))
+            self.ptr = e.reg("b64")
+            e.add(tt.AddOp("u64", self.ptr, self.base, off))
+        if self.res_base is not None:
+            self.res_ptr = e.reg("b64")
+            e.add(tt.AddOp("u64", self.res_ptr, self.res_base, full))
 
-    def _guard(self, j: int, h: int, second: bool = False) -> SSAValue | None:
-        """Whether the bias element at ``(row0 + 8h, col0 + 8j (+ 1 if second))`` exists."""
+    def _guard(
+        self, j: int, h: int, second: bool = False, full: bool | None = None,
+    ) -> SSAValue | None:
+        """Whether the bias (``full``: an ``[M, N]`` addend's) element at
+        ``(row0 + 8h, col0 + 8j (+ 1 if second))`` exists."""
         e = self.e
+        if full is None:
+            full = self.ep.bias == "full"
         row = e.setp("lt", e.add32(self.row0, 8 * h), self.m) if (
-            self.ragged_m and self.ep.bias == "full") else None
+            self.ragged_m and full) else None
         col = e.setp("lt", e.add32(self.col0, 8 * j + int(second)), self.n) if (
             self.ragged_n) else None
         if row is None or col is None:
@@ -135,29 +155,32 @@ class EpilogueEmitter:
 
     def _load_pair(
         self, offset: int, guard: SSAValue | None, guard_hi: SSAValue | None = None,
+        ptr: SSAValue | None = None,
     ) -> tuple[SSAValue, SSAValue]:
-        """Two consecutive bias elements at byte ``offset`` from the thread's pointer, as f32
-        (with N odd, two element loads: ``hi`` under ``guard_hi``, 0 where masked)."""
+        """Two consecutive elements at byte ``offset`` from the thread's bias pointer (or
+        ``ptr``), as f32 (with N odd, two element loads: ``hi`` under ``guard_hi``, 0 where
+        masked)."""
         e, ty = self.e, self.ep.prod_type
+        ptr = self.ptr if ptr is None else ptr
         lo, hi = e.reg("f32"), e.reg("f32")
         if self.n % 2:  # rows of odd length: a pair is only element-aligned
             for i, (v, gd) in enumerate(((lo, guard), (hi, guard_hi))):
                 e.add(tt.MovOp("f32", v, e.fimm(0.0)))
                 off = offset + i * self.ep.bias_bytes
                 if ty == "f32":
-                    e.add(tt.LdOp("global.f32", [v], self.ptr, off, gd))
+                    e.add(tt.LdOp("global.f32", [v], ptr, off, gd))
                     continue
                 h = e.reg("b16")
                 e.mov("b16", h, 0)
-                e.add(tt.LdOp("global.b16", [h], self.ptr, off, gd))
+                e.add(tt.LdOp("global.b16", [h], ptr, off, gd))
                 e.add(tt.CvtOp(f"f32.{ty}", v, [h]))
             return lo, hi
         if ty == "f32":
-            e.add(tt.LdOp("global.v2.f32", [lo, hi], self.ptr, offset, guard))
+            e.add(tt.LdOp("global.v2.f32", [lo, hi], ptr, offset, guard))
             return lo, hi
         packed, h0, h1 = e.reg("b32"), e.reg("b16"), e.reg("b16")
         e.mov("b32", packed, 0)  # defined on masked lanes too
-        e.add(tt.LdOp("global.b32", [packed], self.ptr, offset, guard))
+        e.add(tt.LdOp("global.b32", [packed], ptr, offset, guard))
         e.add(tt.UnpackOp("b32", [h0, h1], packed))
         e.add(tt.CvtOp(f"f32.{ty}", lo, [h0]))
         e.add(tt.CvtOp(f"f32.{ty}", hi, [h1]))
@@ -191,6 +214,12 @@ class EpilogueEmitter:
             vals = [self._round(e.fbin(tt.AddOp, v, bv, "rn.f32")) for v, bv in zip(vals, b)]
         if ep.act is not None:
             vals = [self._round(activation(e, ep.act, v)) for v in vals]
+        if ep.residual:
+            r = self._load_pair((8 * h * self.n + 8 * j) * ep.bias_bytes,
+                                self._guard(j, h, full=True),
+                                self._guard(j, h, True, True) if self.n % 2 else None,
+                                self.res_ptr)
+            vals = [self._round(e.fbin(tt.AddOp, v, rv, "rn.f32")) for v, rv in zip(vals, r)]
         return vals[0], vals[1]
 
 

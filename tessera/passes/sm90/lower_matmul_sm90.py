@@ -517,14 +517,15 @@ class Sm90Gemm:
         if self.gather is not None:  # A by pointer
             a = [0, 0]
         b = [self.box_k, BOX_MN] if self.b_t else [BOX_MN, BOX_K]
-        bias = [0, 0] if self.has_bias else []
-        return [*c, *a, *b, *bias]
+        return [*c, *a, *b, *[0, 0] * self.pointers]
 
     @property
-    def has_bias(self) -> bool:
+    def pointers(self) -> int:
+        """Pointer parameters after C, A and B: the convolution's bias, or the fused
+        epilogue's bias and residual."""
         if self.gather is not None:
-            return self.gather.bias
-        return self.epilogue is not None and self.epilogue.bias is not None
+            return int(self.gather.bias)
+        return self.epilogue.pointers if self.epilogue is not None else 0
 
 
 def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
@@ -535,10 +536,11 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     gather = gemm.gather
     func = tt.FuncOp(
         name, ["tmap" if gemm.tma_store else "u64", "u64" if gather else "tmap", "tmap"]
-        + (["u64"] * gemm.has_bias),
+        + (["u64"] * gemm.pointers),
         gemm.threads, cluster=cl if cl > 1 else None, minnctapersm=1,
     )
-    c_param, a_param, b_param, *bias_param = func.block.args
+    c_param, a_param, b_param, *ptr_params = func.block.args
+    bias_param = ptr_params[:1] if gemm.gather is not None else []
     e = TargetAsm(func)
     end = "DONE"
 
@@ -642,8 +644,7 @@ def build_kernel(name: str, gemm: Sm90Gemm) -> tt.FuncOp:
     fused = None
     if gemm.epilogue is not None:
         fused = EpilogueEmitter(
-            e, gemm.epilogue, gemm.m, gemm.n, bias_param[0] if bias_param else None,
-            gemm.m % bm != 0, gemm.n % bn != 0,
+            e, gemm.epilogue, gemm.m, gemm.n, ptr_params, gemm.m % bm != 0, gemm.n % bn != 0,
         )
     store = TmaStore(e, gemm, c_param, sbase, tid, cw, leader, fused) if gemm.tma_store else None
     staged = staged_store_of(e, gemm, c_param, sbase, tid, cw) if gemm.c_store == "staged" else None
@@ -1036,8 +1037,7 @@ def lower_matmul_sm90(
                 cfg = tf32_config(replace(cfg, stages=2), gemm.copies == 2,
                                   _staging(cfg, out, gemm.n, gemm.store))
             gemm = replace(gemm, out_type=out, epilogue=ep, cfg=cfg)
-            if op.bias is not None:
-                args.append(lw.mem(op.bias))
+            args += [lw.mem(v) for v in op.epilogue_operands]
         else:
             split = True
     product = lw.alloc(_product_type(op) if split else op.result.type)
@@ -1051,7 +1051,7 @@ def lower_matmul_sm90(
     assert isinstance(op, g.MatmulEpilogueOp)
     out = lw.alloc(op.result.type)
     lw.env[op.result] = out
-    extra = [lw.mem(op.bias)] if op.bias is not None else []
+    extra = [lw.mem(v) for v in op.epilogue_operands]
     apply = matmul_epilogue(op)
     shape = g.shape_of(op.result)
     total = math.prod(shape)
@@ -1090,7 +1090,7 @@ def _lower_split_k(
     apply, extra = None, []
     if isinstance(op, g.MatmulEpilogueOp):
         apply = matmul_epilogue(op)
-        extra = [lw.mem(op.bias)] if op.bias is not None else []
+        extra = [lw.mem(v) for v in op.epilogue_operands]
     reduce_splits(lw, workspace, out, result, splits, apply, extra)
     lw.env[op.result] = out
     return True

@@ -104,6 +104,30 @@ func.func @epi_bias_type(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %c: tensor<1
 
 // -----
 
+func.func @epi_residual_shape(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %r: tensor<16xf32>) {
+  // expected-error @+1 {{tgraph.matmul_epilogue: residual has shape [16], expected [4, 16]}}
+  %y = tgraph.matmul_epilogue %a, %b residual %r : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  func.return
+}
+
+// -----
+
+func.func @epi_residual_type(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %r: tensor<4x16xbf16>) {
+  // expected-error @+1 {{tgraph.matmul_epilogue: element types differ: bf16, f32}}
+  %y = tgraph.matmul_epilogue %a, %b residual %r : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<4x16xbf16>) -> tensor<4x16xf32>
+  func.return
+}
+
+// -----
+
+func.func @epi_operand_count(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %r: tensor<4x16xf32>) {
+  // expected-error @+1 {{tgraph.matmul_epilogue: 3 operands and one result, but the type is}}
+  %y = tgraph.matmul_epilogue %a, %b residual %r : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+  func.return
+}
+
+// -----
+
 func.func @epi_act(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>) {
   // expected-error @+1 {{tgraph.matmul_epilogue: unknown activation 'tanh'; valid: relu, gelu, silu}}
   %r = tgraph.matmul_epilogue %a, %b activation = "tanh" : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>

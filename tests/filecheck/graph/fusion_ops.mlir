@@ -32,15 +32,20 @@ func.func @fused(%x: tensor<4x8xf32>, %b: tensor<8xf32>) -> tensor<4xf32> {
 // GENERIC:           "tgraph.yield"(%5) : (tensor<4xf32>) -> ()
 // GENERIC-NEXT:    }) : (tensor<4x8xf32>, tensor<8xf32>) -> tensor<4xf32>
 
-func.func @epilogue(%a: tensor<2x4x8xbf16>, %w: tensor<16x8xbf16>, %v: tensor<8x4xbf16>, %b: tensor<16xf32>) {
+func.func @epilogue(%a: tensor<2x4x8xbf16>, %w: tensor<16x8xbf16>, %v: tensor<8x4xbf16>, %b: tensor<16xf32>, %bb: tensor<16xbf16>) {
   %0 = tgraph.matmul_epilogue %a, %v : (tensor<2x4x8xbf16>, tensor<8x4xbf16>) -> tensor<2x4x4xbf16>
   %1 = tgraph.matmul_epilogue %a, %w bias %b transpose_rhs activation = "gelu" compute_type = tensor<2x4x16xf32> tile_shape = [64, 64, 32] : (tensor<2x4x8xbf16>, tensor<16x8xbf16>, tensor<16xf32>) -> tensor<2x4x16xbf16>
   %2 = tgraph.matmul_epilogue %v, %w transpose_lhs transpose_rhs activation = "silu" : (tensor<8x4xbf16>, tensor<16x8xbf16>) -> tensor<4x16xbf16>
+  %3 = tgraph.matmul_epilogue %a, %w bias %bb residual %1 transpose_rhs activation = "relu" : (tensor<2x4x8xbf16>, tensor<16x8xbf16>, tensor<16xbf16>, tensor<2x4x16xbf16>) -> tensor<2x4x16xbf16>
+  %4 = tgraph.matmul_epilogue %v, %w residual %2 transpose_lhs transpose_rhs : (tensor<8x4xbf16>, tensor<16x8xbf16>, tensor<4x16xbf16>) -> tensor<4x16xbf16>
   func.return
 }
 // CHECK-LABEL: func.func @epilogue
 // CHECK-NEXT: %0 = tgraph.matmul_epilogue %a, %v : (tensor<2x4x8xbf16>, tensor<8x4xbf16>) -> tensor<2x4x4xbf16>
 // CHECK-NEXT: %1 = tgraph.matmul_epilogue %a, %w bias %b transpose_rhs activation = "gelu" compute_type = tensor<2x4x16xf32> tile_shape = [64, 64, 32] : (tensor<2x4x8xbf16>, tensor<16x8xbf16>, tensor<16xf32>) -> tensor<2x4x16xbf16>
 // CHECK-NEXT: %2 = tgraph.matmul_epilogue %v, %w transpose_lhs transpose_rhs activation = "silu" : (tensor<8x4xbf16>, tensor<16x8xbf16>) -> tensor<4x16xbf16>
+// CHECK-NEXT: %3 = tgraph.matmul_epilogue %a, %w bias %bb residual %1 transpose_rhs activation = "relu" : (tensor<2x4x8xbf16>, tensor<16x8xbf16>, tensor<16xbf16>, tensor<2x4x16xbf16>) -> tensor<2x4x16xbf16>
+// CHECK-NEXT: %4 = tgraph.matmul_epilogue %v, %w residual %2 transpose_lhs transpose_rhs : (tensor<8x4xbf16>, tensor<16x8xbf16>, tensor<4x16xbf16>) -> tensor<4x16xbf16>
 // GENERIC-LABEL: "func.func"() <{sym_name = "epilogue"
-// GENERIC: "tgraph.matmul_epilogue"(%a, %w, %b) <{transpose_rhs, activation = "gelu", compute_type = tensor<2x4x16xf32>, tile_shape = array<i64: 64, 64, 32>}>
+// GENERIC: "tgraph.matmul_epilogue"(%a, %w, %b) <{transpose_rhs, activation = "gelu", compute_type = tensor<2x4x16xf32>, tile_shape = array<i64: 64, 64, 32>, operandSegmentSizes = array<i32: 1, 1, 1, 0>}>
+// GENERIC: "tgraph.matmul_epilogue"(%v, %w, %2) <{transpose_lhs, transpose_rhs, operandSegmentSizes = array<i32: 1, 1, 0, 1>}>

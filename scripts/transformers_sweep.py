@@ -13,6 +13,11 @@ Each line has the relative error (``err``), the ops left to torch (``fallbacks``
 ``reasons``), partitions that fell back at run time (``runtime``) or the exception
 (``crash``). Models are built from their configuration classes with random weights:
 nothing is downloaded. Needs ``transformers`` (``pip install -e .[models]``).
+
+With ``--device cuda`` TF32 is turned off (``torch.backends.cuda.matmul.allow_tf32`` and
+``torch.backends.cudnn.allow_tf32``), so the float32 eager reference is full float32
+(cuDNN convolutions default to TF32; the likely cause of SegFormer's and ConvNeXt's
+5e-4 training errors in an H100 sweep with it on).
 """
 
 from __future__ import annotations
@@ -187,8 +192,8 @@ def _clip(device: str) -> tuple[Any, dict]:
     cfg = T.CLIPConfig(text_config=text, vision_config=vision, projection_dim=32)
     ids = torch.randint(3, VOCAB, (BATCH, SEQ), device=device)
     ids[:, -1] = 2  # the pooled token: the end of text
-    return T.CLIPModel(cfg), {"input_ids": ids, "pixel_values": torch.randn(BATCH, 3, 32, 32),
-                              "return_loss": True}
+    pixels = torch.randn(BATCH, 3, 32, 32, device=device)
+    return T.CLIPModel(cfg), {"input_ids": ids, "pixel_values": pixels, "return_loss": True}
 
 
 def _wav2vec2(device: str) -> tuple[Any, dict]:
@@ -595,6 +600,9 @@ def main() -> None:
     ap.add_argument("names", nargs="*", help=f"models (default all): {', '.join(MODELS)}")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
+    if args.device.startswith("cuda"):  # a full float32 reference (no TF32 in eager)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     for name in args.names or list(MODELS):
         for mode in args.modes.split(","):
             print(json.dumps(run(name, mode, args.device)), flush=True)

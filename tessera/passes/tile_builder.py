@@ -279,7 +279,9 @@ class KernelEmitter:
                 return self.op(arith.UIToFPOp(v, to))
             return self.op(arith.SIToFPOp(v, to))
         if is_float(fr) and isinstance(to, IntegerType):
-            if to == i1:
+            if to == i1:  # x != 0, compared in f32 for 16-bit floats (widening is exact)
+                if _float_bits(fr) < 32:
+                    v, fr = self.op(arith.ExtFOp(v, f32)), f32
                 z = self.const(0.0, fr)
                 return self.op(arith.CmpfOp(v, z, "une"))
             return self.op(arith.FPToSIOp(v, to))

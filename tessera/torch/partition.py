@@ -106,6 +106,35 @@ STORAGE_OPS = frozenset({aten.as_strided.default, aten.as_strided_copy.default,
 """Ops whose meaning depends on their operand's storage (strides, offset), not only its
 values."""
 
+STRIDED_OPS = frozenset({
+    aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_efficient_attention_backward.default,
+    aten._scaled_dot_product_flash_attention.default,
+    aten._scaled_dot_product_flash_attention_backward.default,
+    aten._scaled_dot_product_cudnn_attention.default,
+    aten._scaled_dot_product_cudnn_attention_backward.default,
+    aten._efficient_attention_forward.default, aten._efficient_attention_backward.default,
+    aten._flash_attention_forward.default, aten._flash_attention_backward.default,
+    aten._cudnn_attention_forward.default,
+})
+"""Ops whose kernels require their operands' strides, not only their values: the CUDA
+attention kernels check the bias's alignment (torch's SDPA pads the bias's last dim to a
+multiple of 8 or 16 and hands over a slice, ``attn_bias.stride(1) = 17 * 24``). Ops
+tagged ``needs_exact_strides`` or ``needs_fixed_stride_order`` count too
+(:func:`needs_strides`)."""
+
+
+def needs_strides(target: Any) -> str | None:
+    """Whether an op left to torch must get its tensor operands with the fake tensors'
+    strides: ``"exact"`` (tagged ``needs_exact_strides`` or ``needs_fixed_stride_order``:
+    any non-contiguous layout), ``"aligned"`` (:data:`STRIDED_OPS`: padded or broadcast
+    layouts; a dense one that passes the kernels' checks passes them contiguous too, and
+    copying q, k and v into it would cost three copies a layer), else None."""
+    tags = getattr(target, "tags", ())
+    if torch.Tag.needs_exact_strides in tags or torch.Tag.needs_fixed_stride_order in tags:
+        return "exact"
+    return "aligned" if target in STRIDED_OPS else None
+
 
 def _dense_own(t: Any) -> bool:
     """``t`` (a fake tensor) lays out its elements densely (any order of strides) in a
@@ -121,13 +150,62 @@ def _dense_own(t: Any) -> bool:
             and nbytes == t.numel() * t.element_size())
 
 
+def strided_layout(t: Any) -> tuple[tuple[int, ...], tuple[int, ...], int, int] | None:
+    """(shape, strides, storage offset, storage elements) of fake tensor ``t`` when all are
+    static and its elements, apart from broadcast (stride-0) dims, do not overlap: a
+    fresh storage of that size viewed so holds ``t``'s values in ``t``'s layout. None
+    otherwise (symbolic sizes, overlapping windows)."""
+    if not isinstance(t, torch.Tensor):
+        return None
+    try:
+        shape, stride = tuple(t.shape), tuple(t.stride())
+        offset = t.storage_offset()
+        if not all(type(d) is int for d in (*shape, *stride, offset)):
+            return None
+        extent = offset + 1 + sum((n - 1) * s for n, s in zip(shape, stride) if n > 0)
+        try:
+            size = t.untyped_storage().nbytes() // t.element_size()
+        except (RuntimeError, NotImplementedError, AttributeError, TypeError):
+            size = extent
+        if type(size) is not int:
+            size = extent
+    except (RuntimeError, TypeError):
+        return None
+    dims = sorted((s, n) for n, s in zip(shape, stride) if n > 1 and s != 0)
+    reach = 0  # the elements the dims with smaller strides span
+    for s, n in dims:
+        if s < 0 or s <= reach:
+            return None
+        reach += s * (n - 1)
+    return shape, stride, offset, max(size, extent)
+
+
+def with_layout(value: torch.Tensor,
+                layout: tuple[tuple[int, ...], tuple[int, ...], int, int]) -> torch.Tensor:
+    """``value`` (contiguous) copied into a fresh tensor of ``layout``
+    (:func:`strided_layout`); a broadcast dim is written once."""
+    shape, stride, offset, size = layout
+    out = torch.empty(size, dtype=value.dtype, device=value.device).as_strided(
+        shape, stride, offset)
+    if any(s == 0 and n > 1 for n, s in zip(shape, stride)):
+        first = tuple(slice(0, 1) if s == 0 and n > 1 else slice(None)
+                      for n, s in zip(shape, stride))
+        out[first].copy_(value[first])
+    else:
+        out.copy_(value)
+    return out
+
+
 def storage_constraints(gm: torch.fx.GraphModule) -> tuple[dict[str, str], set[str]]:
-    """What the torch-side storage ops of ``gm`` need from Tessera: a Tessera result is a
-    fresh contiguous tensor, so an operand of an untranslated :data:`STORAGE_OPS` node
-    (or of a view leading to it) that torch has as a strided view or in another layout
-    would be read wrongly. Returns the nodes that must stay in torch (a view of another
-    tensor's storage), with why, and the names of the nodes whose Tessera result must be
-    given the fake tensor's strides (a dense layout such as channels-last)."""
+    """What torch-side ops of ``gm`` need from Tessera, whose result is a fresh contiguous
+    tensor. An operand of an untranslated :data:`STORAGE_OPS` node (or of a view leading
+    to it) that torch has as a strided view or in another layout would be read wrongly;
+    an operand of an untranslated node that :func:`needs_strides` (or a view of it) would
+    reach the kernel with other strides. Returns the nodes that must stay in torch (a
+    view of another tensor's storage read by a storage op), with why, and the names of
+    the nodes whose Tessera result must be given the fake tensor's layout (a dense one
+    such as channels-last; for a :func:`needs_strides` operand also a padded or
+    broadcast one, :func:`strided_layout`)."""
     keep: dict[str, str] = {}
     restride: set[str] = set()
     todo = [n for n in gm.graph.nodes
@@ -149,6 +227,27 @@ def storage_constraints(gm: torch.fx.GraphModule) -> tuple[dict[str, str], set[s
             else:  # a view of a larger storage: computed in torch, from its own operands
                 keep[a.name] = f"a strided view read by {op_name(node.target)} in torch"
                 todo.append(a)
+    strided = [(n, kind) for n in gm.graph.nodes if n.op == "call_function"
+               and (kind := needs_strides(n.target)) and unsupported_reason(n)]
+    for n, kind in strided:
+        todo = [n]
+        seen = set()
+        while todo:
+            node = todo.pop()
+            for a in node.all_input_nodes:
+                if a in seen or a.op != "call_function" or a.name in keep:
+                    continue
+                seen.add(a)
+                fake = a.meta.get("val")
+                if not isinstance(fake, torch.Tensor) or fake.is_contiguous() or (
+                    kind == "aligned"
+                    and torch._prims_common.is_non_overlapping_and_dense_or_false(fake)
+                ):
+                    continue
+                if strided_layout(fake) is not None:
+                    restride.add(a.name)
+                if getattr(a.target, "is_view", False):
+                    todo.append(a)  # a view left to torch keeps its operand's strides
     return keep, restride
 
 
@@ -306,8 +405,12 @@ class TesseraPartition(torch.nn.Module):
         out = next(n for n in gm.graph.nodes if n.op == "output")
         self._single = isinstance(out.args[0], torch.fx.Node)
         self._out_nodes = [out.args[0]] if self._single else list(out.args[0])
-        # results that a storage op in torch reads: given the fake tensor's strides
-        self._restride = [i for i, n in enumerate(self._out_nodes) if n.name in restride]
+        # results that a storage op or a strided kernel in torch reads: given the fake
+        # tensor's layout
+        self._restride = [
+            (i, layout) for i, n in enumerate(self._out_nodes)
+            if n.name in restride and (layout := strided_layout(n.meta.get("val"))) is not None
+        ]
         self._out_specs: list[tuple[Any, torch.Size, torch.device] | None] | None = None
         self._check_messages: list[str] = []
         """What each run-time check of the traced body reports (its count of bad
@@ -375,11 +478,8 @@ class TesseraPartition(torch.nn.Module):
             and r.shape == spec[1] and r.device == spec[2] else self._check(n, r)
             for n, r, spec in zip(self._out_nodes, results, specs)
         ]
-        for i in self._restride:
-            fake = self._out_nodes[i].meta["val"]
-            outs[i] = torch.empty_strided(
-                tuple(fake.shape), fake.stride(), dtype=outs[i].dtype, device=outs[i].device
-            ).copy_(outs[i])
+        for i, layout in self._restride:
+            outs[i] = with_layout(outs[i], layout)
         self.report.tessera_calls += 1
         return outs[0] if self._single else tuple(outs)
 
@@ -433,4 +533,4 @@ def _static(a: Any) -> Any:
 
 
 __all__ = ["partition", "TesseraPartition", "unsupported_reason", "op_name", "storage_constraints",
-           "STORAGE_OPS"]
+           "STORAGE_OPS", "STRIDED_OPS", "needs_strides", "strided_layout", "with_layout"]

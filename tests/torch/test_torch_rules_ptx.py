@@ -52,3 +52,51 @@ def test_new_rules_lower_to_ptx_that_ptxas_accepts(tmp_path, monkeypatch):
         module = Parser(default_context(), g.read_text()).parse_module()
         ptxas.check(to_ptx(lower_to_target(lower_to_tile(module)), verify=False))
     torch._dynamo.reset()
+
+
+def _masks(x, y, n):
+    """16-bit floats cast to bool (Longformer's ``mask.bool()`` of a bf16 model: ``x != 0``)
+    in a fused kernel and alone, to an integer, and an integer to the 16-bit type."""
+    keep = x.bool()
+    filled = torch.where(keep, y, torch.full_like(y, float("-inf"))) * 2
+    return filled, y.bool(), (y * 4).to(torch.int32), n.to(x.dtype) + x
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_casts_to_bool_lower_to_ptx_and_match_float64(tmp_path, monkeypatch, dtype):
+    """A 16-bit float cast to bool is ``x != 0`` compared in f32 (exact: widening a 16-bit
+    float is); the GPU lowering had emitted a 16-bit comparison, which the target lowering
+    refuses ("arithmetic on bf16 is not lowered"). Results on the CPU reference against
+    float64, then the partitions through the GPU pipeline (sm90 kernels) to PTX that
+    ptxas accepts."""
+    from tessera.options import CompileOptions
+
+    monkeypatch.setenv("TESSERA_DUMP_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 8, generator=gen).to(dtype)
+    x[0, :4] = torch.tensor([0.0, -0.0, float("nan"), 1e-7]).to(dtype)  # -0 is False, NaN True
+    y = torch.randn(4, 8, generator=gen).to(dtype)
+    y[1, :2] = 0.0
+    n = torch.randint(-300, 300, (4, 8), generator=gen, dtype=torch.int32)
+    got = tt.compile(_masks)(x, y, n)
+    xd, yd = x.double(), y.double()
+    keep = xd != 0
+    want = (torch.where(keep, yd, torch.full_like(yd, float("-inf"))) * 2, yd != 0,
+            (y * 4).to(torch.int32), (n.to(dtype).double() + xd).to(dtype))
+    torch.testing.assert_close(got[0], want[0].to(dtype), rtol=0, atol=0)
+    assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2])
+    torch.testing.assert_close(got[3], want[3], rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(got[1], y.bool()) and torch.equal(x.bool(), keep)
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
+    if ptxas.find_ptxas() is None:
+        pytest.skip("ptxas not found (set TESSERA_PTXAS or install nvidia-cuda-nvcc)")
+    graphs = sorted(tmp_path.glob("*/09-graph.mlir"))
+    assert graphs
+    options = CompileOptions(sm90_kernels=True)
+    for g in graphs:
+        module = Parser(default_context(), g.read_text()).parse_module()
+        ptx = to_ptx(lower_to_target(lower_to_tile(module, options), options), verify=False)
+        ptxas.check(ptx)
+    torch._dynamo.reset()

@@ -505,13 +505,14 @@ class TesseraPartition(torch.nn.Module):
 
 def _on(a: torch.Tensor, device: torch.device | None) -> torch.Tensor:
     """A partition argument as the compiled call takes it: contiguous on the CUDA device
-    of the call (``device``; None: a CPU call), where a 0-dim CPU tensor (a Python scalar
-    torch made a tensor, e.g. Gemma's ``torch.tensor(hidden_size ** 0.5)``) is moved, as
-    torch's CUDA kernels accept it in place; any other CPU tensor stays and is refused
-    by the launch with its name."""
+    of the call (``device``; None: a CPU call). A CPU tensor is moved there: Dynamo's
+    fake tensors have checked the graph's devices, so a CPU operand of a CUDA graph is
+    one torch's CUDA kernels take in place (a 0-dim tensor torch made of a Python
+    scalar, e.g. Gemma's ``torch.tensor(hidden_size ** 0.5)``; an index tensor built on
+    the CPU in ``forward``, e.g. BEiT's relative position index into a CUDA table)."""
     if device is None:
         return a
-    if not a.is_cuda and a.dim() == 0:
+    if not a.is_cuda:
         return a.to(device)
     return a.contiguous()
 

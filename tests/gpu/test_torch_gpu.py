@@ -269,3 +269,28 @@ def test_dropout_training_step_on_the_gpu(dtype):
         assert rel(a, b) < tol
     d2, _ = tt.compile(m)(x)
     assert not torch.equal(d2 != 0, mask)  # a fresh draw each call
+
+
+def test_cpu_index_into_a_cuda_table_on_the_gpu():
+    """An index tensor built on the CPU inside ``forward`` (BEiT's relative position
+    index) reads a CUDA parameter, as torch allows: the partition moves it to the GPU."""
+    torch.manual_seed(0)
+
+    class Table(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.randn(10, 4))
+
+        def forward(self, x):
+            idx = torch.arange(5).repeat(2) * 2 % 9  # on the CPU
+            return (x * self.table[idx].sum(0)).relu()
+
+    m = Table().cuda()
+    ref = copy.deepcopy(m)
+    x = torch.randn(3, 4, device="cuda")
+    out = tt.compile(m)(x)
+    out.sum().backward()
+    want = ref(x)
+    want.sum().backward()
+    torch.testing.assert_close(out, want)
+    torch.testing.assert_close(m.table.grad, ref.table.grad)

@@ -137,21 +137,19 @@ rule(aten.ceil.default, check=_float_or_int)(_rounding("ceil"))
 rule(aten.trunc.default, check=_float_or_int)(_rounding("trunc"))
 
 
-def _below_f64(node: torch.fx.Node) -> str | None:
+def _float_result(node: torch.fx.Node) -> str | None:
     dt = out_dtype(node)
-    if dt == torch.float64:
-        return "float64 (the GPU lowers exp and log in float32 only)"
     return None if dt in FLOAT_DTYPES else f"{dt} result"
 
 
-@rule(aten.log1p.default, check=_below_f64)
+@rule(aten.log1p.default, check=_float_result)
 def _log1p(node: torch.fx.Node, a: Any) -> TracedTensor:
     """``log(1 + x)`` without losing a small ``x`` (softplus: Mamba, RecurrentGemma), in
     float32 (16-bit inputs too) by Goldberg's formula: with ``u = 1 + x`` rounded,
     ``log(u) * (x / (u - 1))`` (``x`` where ``u`` is 1): the rounding of ``u`` cancels in
     the ratio, so the error is a few ulps of ``log``'s own (Goldberg, *What every
     computer scientist should know about floating-point arithmetic*, theorem 4);
-    ``+inf`` stays. Float64 inputs stay in torch."""
+    ``+inf`` stays. Float64 in float64 (its ``log`` within an ulp on the GPU too)."""
     dt = out_dtype(node)
     w = opmath_dtype(dt)
     x = to(a, w)
@@ -162,12 +160,12 @@ def _log1p(node: torch.fx.Node, a: Any) -> TracedTensor:
     return to(ops.where(ops.eq(x, to(float("inf"), w)), x, r), dt)
 
 
-@rule(aten.expm1.default, check=_below_f64)
+@rule(aten.expm1.default, check=_float_result)
 def _expm1(node: torch.fx.Node, a: Any) -> TracedTensor:
     """``exp(x) - 1`` without losing a small result (xIELU's activation), in float32
     (16-bit inputs too) by Kahan's formula: with ``u = exp(x)`` rounded, ``(u - 1) * (x /
     log(u))`` (``x`` where ``u`` is 1, -1 where ``u - 1`` is, ``u`` where it overflowed).
-    Float64 inputs stay in torch."""
+    Float64 in float64."""
     dt = out_dtype(node)
     w = opmath_dtype(dt)
     x = to(a, w)

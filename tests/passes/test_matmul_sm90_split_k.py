@@ -80,6 +80,36 @@ def test_split_gemm_checks() -> None:
     assert Sm90Gemm(512, 512, 8192, "bf16", "f32", cfg, splits=8).grid() == (128, 1, 1)
 
 
+@pytest.mark.parametrize("n", [64, 65])
+def test_reduction_kernel_applies_the_residual(n: int) -> None:
+    """With a residual after the bias and relu (``r + relu(a @ b + c)``) the reduction
+    kernel adds it last, each step rounded to bf16, bit for bit as the unfused ops."""
+    from tessera.runtime.tile_interpreter import run_kernel
+
+    m, k, s = 40, 512, 4
+    opts = CompileOptions(sm90_kernels=True, split_k=str(s))
+    bf = ml_dtypes.bfloat16
+    shapes = ((m, k), (k, n), (n,), (m, n))
+    module = ts.jit(lambda a, b, c, r: r + ts.relu(a @ b + c), options=opts).specialize(
+        *[np.zeros(sh, bf) for sh in shapes]).ir("tile")
+    launches = [op for op in module.walk() if isinstance(op, tl.LaunchOp)]
+    (reduce,) = [op for op in launches if "split_k_reduce" in op.callee.string_value()]
+    rng = np.random.default_rng(n)
+    parts = rng.standard_normal((s, m, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(bf)
+    res = rng.standard_normal((m, n)).astype(bf)
+    out = np.full((m, n), np.nan, bf)
+    grid = [int(v) for v in reduce.grid.get_values()]
+    run_kernel(module, reduce.callee.string_value(), [out, parts, bias, res], grid)
+    acc = parts[0]
+    for p in parts[1:]:
+        acc = (acc + p).astype(np.float32)
+    v = acc.astype(bf).astype(np.float32) + bias.astype(np.float32)
+    v = np.maximum(v.astype(bf).astype(np.float32), 0).astype(bf).astype(np.float32)
+    ref = (v + res.astype(np.float32)).astype(bf)
+    np.testing.assert_array_equal(out.astype(np.float32), ref.astype(np.float32))
+
+
 @needs_ptxas
 @pytest.mark.parametrize(
     ("in_t", "a_t", "b_t", "cfg"),

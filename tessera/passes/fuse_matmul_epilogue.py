@@ -73,7 +73,9 @@ class FuseMatmulEpilogue(RewritePattern):
         ):
             m.act = ACTIVATION_OPS[type(m.user)]
             m.step(m.user)
-        if self.residual and (add := m.add()) is not None and m.is_full(add):
+        if self.residual and (add := m.add()) is not None and (
+            shape_of(add.addend) == shape_of(add.op.result)
+        ):
             m.residual = m.take(add)
         if (
             self.cast
@@ -83,19 +85,30 @@ class FuseMatmulEpilogue(RewritePattern):
         ):
             m.out_type = m.user.result.type
             m.step(m.user)
-        if m.chain:
+        if m.ops:
             m.rewrite(rewriter)
+
+
+@dataclass(frozen=True)
+class _Add:
+    """An add that can join the chain: ``op``, the row-splitting reshape before it (or
+    None) and its other operand."""
+
+    op: g.AddOp
+    split: g.ReshapeOp | None
+    addend: SSAValue
 
 
 class _Chain:
     """The ops after a matmul that one ``tgraph.matmul_epilogue`` can compute, matched in
-    order: ``cur`` is the chain's value so far, ``user`` its one user (or None)."""
+    order: ``cur`` is the chain's value so far, ``user`` its one user (or None), ``ops``
+    the matched ops in program order (a row-splitting reshape among them)."""
 
     def __init__(self, op: g.MatmulOp):
         self.op = op
         self.cur: SSAValue = op.result
         self.user = single_user(self.cur)
-        self.chain: list[Operation] = []
+        self.ops: list[Operation] = []
         self.split: g.ReshapeOp | None = None
         self.bias: SSAValue | None = None
         self.residual: SSAValue | None = None
@@ -105,87 +118,70 @@ class _Chain:
         self.out_type: Attribute | None = None
 
     def step(self, user: Operation) -> None:
-        self.chain.append(user)
+        self.ops.append(user)
         self.cur = user.results[0]
         self.user = single_user(self.cur)
 
-    def add(self) -> g.AddOp | None:
+    def add(self) -> _Add | None:
         """The add using ``cur`` next (through a row-splitting reshape if none was taken
-        yet), of ``cur``'s type, or None."""
-        user = self.user
-        if self.split is None and isinstance(user, g.ReshapeOp):
-            src, dst = shape_of(self.op.result), shape_of(user.result)
-            after = single_user(user.result)
-            if (len(src) == 2 and shape_of(self.cur) == src and len(dst) >= 2
-                    and dst[-1] == src[1] and isinstance(after, g.AddOp)
-                    and after.result.type == user.result.type
-                    and self._other(after, user.result) is not None):
-                return after
+        yet) that keeps its type, or None."""
+        split, v, add = None, self.cur, self.user
+        if self.split is None and isinstance(add, g.ReshapeOp):
+            src, dst = shape_of(self.op.result), shape_of(add.result)
+            if len(src) != 2 or shape_of(v) != src or len(dst) < 2 or dst[-1] != src[1]:
+                return None
+            split, v, add = add, add.result, single_user(add.result)
+        if not isinstance(add, g.AddOp) or add.result.type != v.type:
             return None
-        if isinstance(user, g.AddOp) and user.result.type == self.cur.type and (
-            self._other(user, self.cur) is not None
-        ):
-            return user
-        return None
-
-    def is_full(self, add: g.AddOp) -> bool:
-        """Whether ``add`` (from :meth:`add`) adds a value of its result's shape."""
-        other = self._other(add, self.user.results[0]) if self.user is not add else (
-            self._other(add, self.cur))
-        return other is not None and shape_of(other) == shape_of(add.result)
-
-    @staticmethod
-    def _other(add: g.AddOp, v: SSAValue) -> SSAValue | None:
         if add.lhs is v and add.rhs is not v:
-            return add.rhs
+            return _Add(add, split, add.rhs)
         if add.rhs is v and add.lhs is not v:
-            return add.lhs
+            return _Add(add, split, add.lhs)
         return None
 
-    def take(self, add: g.AddOp) -> SSAValue:
-        """Takes ``add`` (and the reshape before it) into the chain: its other operand."""
-        if self.user is not add:  # the row-splitting reshape first
-            assert isinstance(self.user, g.ReshapeOp)
-            self.split = self.user
-            self.cur = self.user.result
-        other = self._other(add, self.cur)
-        assert other is not None
+    def take(self, add: _Add) -> SSAValue:
+        """Takes ``add`` (and its reshape) into the chain: its addend."""
+        if add.split is not None:
+            self.split = add.split
+            self.step(add.split)
         if self.split is not None:
-            self.reshaped.add(other)
-        self.step(add)
-        return other
+            self.reshaped.add(add.addend)
+        self.step(add.op)
+        return add.addend
+
+    def _flat_shape(self, v: SSAValue, full: bool) -> tuple[int, ...] | None:
+        """The shape ``v`` is added at on the ``[M, N]`` product: ``[M, N]`` for an addend
+        of the reshaped shape, ``[N]`` for a row of it; None for another broadcast (not
+        one of the epilogue's bias kinds)."""
+        prod, vs = shape_of(self.op.result), shape_of(v)
+        if full or vs == shape_of(self.cur):
+            return prod
+        if math.prod(vs) == prod[1] and vs[-1:] == (prod[1],):
+            return (prod[1],)
+        return None
 
     def rewrite(self, rewriter: PatternRewriter) -> None:
-        op, last = self.op, self.chain[-1]
-        prod = shape_of(op.result)
+        op, last = self.op, self.ops[-1]
         at = InsertPoint.before(last)
+        shapes = {v: self._flat_shape(v, v is self.residual)
+                  for v in (self.bias, self.residual) if v is not None and v in self.reshaped}
+        if None in shapes.values():
+            return
 
-        def flat(v: SSAValue | None, full: bool) -> SSAValue | None:
+        def flat(v: SSAValue | None) -> SSAValue | None:
             """``v`` as an addend of the ``[M, N]`` product."""
-            if v is None or v not in self.reshaped:
+            if v is None or v not in shapes:
                 return v
-            vs, n = shape_of(v), prod[1]
-            if full or vs == shape_of(self.cur):
-                to: tuple[int, ...] = prod
-            elif math.prod(vs) == n and vs[-1:] == (n,):
-                to = (n,)
-            else:
-                return None  # another broadcast: not one of the epilogue's bias kinds
-            r = g.ReshapeOp.build(operands=[v], result_types=[_with_shape(v.type, to)])
+            r = g.ReshapeOp.build(operands=[v], result_types=[_with_shape(v.type, shapes[v])])
             rewriter.insert(r, at)
             return r.result
 
-        if self.bias is not None and self.bias in self.reshaped:
-            vs, n = shape_of(self.bias), prod[1]
-            if vs != shape_of(self.cur) and not (math.prod(vs) == n and vs[-1:] == (n,)):
-                return  # decided before anything is inserted
-        bias, residual = flat(self.bias, False), flat(self.residual, True)
         new = g.MatmulEpilogueOp(
             op.lhs,
             op.rhs,
-            self.cur.type if self.split is None else _with_shape(self.cur.type, prod),
-            bias=bias,
-            residual=residual,
+            _with_shape(self.cur.type, shape_of(op.result)),
+            bias=flat(self.bias),
+            residual=flat(self.residual),
             transpose_lhs=op.transpose_lhs is not None,
             transpose_rhs=op.transpose_rhs is not None,
             activation=self.act,
@@ -194,16 +190,11 @@ class _Chain:
         )
         if self.split is None:
             rewriter.replace(last, new)
-            dead = [op, *self.chain[:-1]]
         else:
             rewriter.insert(new, at)
             rewriter.replace(last, g.ReshapeOp.build(
                 operands=[new.result], result_types=[self.cur.type]))
-            dead = [op, self.split, *self.chain[:-1]]
-        block = op.parent_block()
-        assert block is not None
-        order = {o: i for i, o in enumerate(block.ops)}
-        for d in sorted(dead, key=order.__getitem__, reverse=True):  # users first
+        for d in reversed([op, *self.ops[:-1]]):  # users first
             rewriter.erase(d)
 
 

@@ -21,7 +21,9 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 
-def _f32_only(lw: KernelLowering, op: Operation) -> None:
+def _f32_path(lw: KernelLowering, op: Operation) -> None:
+    """Refuse ``op`` before its f32 instruction sequence when its type is not f32 (the f64
+    ones branch off before this)."""
     if not isinstance(op.results[0].type, Float32Type):
         raise lw.fail(op, f"only f32 and f64 are lowered, got {op.results[0].type}")
 
@@ -263,7 +265,7 @@ def _transcendental(lw: KernelLowering, op: Operation) -> None:
         else:
             _log2_f64(lw, x, d)
         return
-    _f32_only(lw, op)
+    _f32_path(lw, op)
     d = lw.define(op.results[0])
     if isinstance(op, mathd.ExpOp) and FastMathFlag.APPROX_FUNC in op.fastmath.data:
         lw.emit(tt.MovOp("f32", d, _exp_f32(lw, x)))
@@ -410,7 +412,7 @@ def _tanh(lw: KernelLowering, op: Operation) -> None:
     if isinstance(op.results[0].type, Float64Type):
         _tanh_f64(lw, x, lw.define(op.results[0]))
         return
-    _f32_only(lw, op)
+    _f32_path(lw, op)
     d = lw.define(op.results[0])
     ax = lw.reg("f32")
     lw.emit(tt.AbsOp("f32", ax, x))
@@ -480,7 +482,7 @@ def _erf(lw: KernelLowering, op: Operation) -> None:
     if isinstance(op.results[0].type, Float64Type):
         _erf_f64(lw, x, lw.define(op.results[0]))
         return
-    _f32_only(lw, op)
+    _f32_path(lw, op)
     d = lw.define(op.results[0])
     ax = lw.reg("f32")
     lw.emit(tt.AbsOp("f32", ax, x))
@@ -539,7 +541,7 @@ def _powf(lw: KernelLowering, op: Operation) -> None:
     in double-double, about 1 ulp)."""
     ty = float_type(op.results[0].type)
     if ty != "f64":
-        _f32_only(lw, op)
+        _f32_path(lw, op)
     fty = f32 if ty == "f32" else f64
     a, b = (lw.one(v) for v in op.operands)
     d = lw.define(op.results[0])

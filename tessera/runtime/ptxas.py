@@ -66,7 +66,9 @@ def version() -> str:
     return lines[-1] if lines else "unknown"
 
 
-def _run(ptx: str, arch: str, output: Path, timeout: float) -> None:
+def _run(ptx: str, arch: str, output: Path, timeout: float, flags: tuple[str, ...] = ()) -> str:
+    """Assemble ``ptx`` into ``output`` with ptxas's ``flags``; its messages (stdout, then
+    stderr), or :class:`PtxasError` with them when it rejects the PTX or times out."""
     exe = find_ptxas()
     if exe is None:
         raise PtxasNotFound("ptxas not found (set TESSERA_PTXAS or put ptxas on PATH)")
@@ -75,7 +77,7 @@ def _run(ptx: str, arch: str, output: Path, timeout: float) -> None:
         src.write_text(ptx)
         try:
             res = subprocess.run(
-                [exe, f"-arch={arch}", str(src), "-o", str(output)],
+                [exe, f"-arch={arch}", *flags, str(src), "-o", str(output)],
                 capture_output=True, text=True, timeout=timeout,
             )
         except subprocess.TimeoutExpired:
@@ -85,6 +87,7 @@ def _run(ptx: str, arch: str, output: Path, timeout: float) -> None:
         if res.returncode < 0:
             msg = f"ptxas was killed by signal {-res.returncode}. {msg}"
         raise PtxasError(f"ptxas -arch={arch} rejected the PTX:\n{msg}")
+    return res.stdout + res.stderr
 
 
 def check(ptx: str, arch: str = "sm_90a", timeout: float = 120.0) -> None:
@@ -128,16 +131,11 @@ def resources(ptx: str, arch: str = "sm_90a", timeout: float = 300.0) -> dict[st
     """Each kernel's :class:`KernelResources` from ``ptxas -v`` (raises
     :class:`PtxasError` when the PTX is rejected). A loss note that names no function is
     given to the kernel being compiled when ptxas printed it."""
-    exe = find_ptxas()
-    if exe is None:
-        raise PtxasNotFound("ptxas not found (set TESSERA_PTXAS or put ptxas on PATH)")
-    res = subprocess.run([exe, f"-arch={arch}", "-v", "-o", os.devnull, "-"], input=ptx,
-                         capture_output=True, text=True, timeout=timeout)
-    if res.returncode != 0:
-        raise PtxasError(f"ptxas -arch={arch} rejected the PTX:\n{(res.stderr or res.stdout).strip()}")
+    with tempfile.TemporaryDirectory(prefix="tessera-ptxas-") as d:
+        messages = _run(ptx, arch, Path(d) / "kernel.cubin", timeout, ("-v",))
     out: dict[str, KernelResources] = {}
     current: KernelResources | None = None
-    for line in (res.stdout + res.stderr).splitlines():
+    for line in messages.splitlines():
         if m := _ENTRY.search(line):
             current = out.setdefault(m.group(1), KernelResources())
         elif m := _LOSS.search(line.strip()):

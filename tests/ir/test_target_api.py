@@ -84,6 +84,8 @@ def test_ptxas_error_carries_its_message() -> None:
     ptx = emit_ptx(ModuleOp([_scale_kernel()])).replace("mul.rn.f32", "mul.rq.f32")
     with pytest.raises(ptxas.PtxasError, match=r"kernel\.ptx, line \d+; error"):
         ptxas.check(ptx)
+    with pytest.raises(ptxas.PtxasError, match=r"kernel\.ptx, line \d+; error"):
+        ptxas.resources(ptx)  # the same assembler call, with -v
 
 
 def test_cubin_cache_round_trip(tmp_path, monkeypatch) -> None:

@@ -15,13 +15,6 @@ import tessera.torch as tt
 from tests.autodiff.test_conv_grad import random_config
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _grads(f, *ts):
     out = f(*ts)
     out.pow(2).sum().backward()

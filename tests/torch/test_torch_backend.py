@@ -40,13 +40,6 @@ def _assert_close(out, ref, grads, ref_grads, rtol=1e-5, atol=1e-6):
         torch.testing.assert_close(grads[n], g, rtol=rtol, atol=atol * max(scale, 1.0), msg=n)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 class _MLP(nn.Module):
     def __init__(self):
         super().__init__()

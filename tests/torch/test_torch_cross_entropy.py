@@ -20,13 +20,6 @@ from tessera.torch.cross_entropy import cross_entropy
 backend_module = importlib.import_module("tessera.torch.backend")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _hf_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     """Hugging Face's ForCausalLMLoss without the shift: f32 upcast, flatten, loss."""
     logits = logits.float()

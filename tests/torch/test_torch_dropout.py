@@ -22,13 +22,6 @@ import tessera.torch as tt
 DRAW = "aten.rand.default"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 class _Block(nn.Module):
     """Linear, GELU, dropout, linear; returns the dropout's output too."""
 

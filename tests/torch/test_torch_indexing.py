@@ -14,13 +14,6 @@ from torch import nn
 import tessera.torch as tt
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _train_step(model: nn.Module, *inputs: torch.Tensor):
     ref_model = copy.deepcopy(model)
     out = tt.compile(model)(*inputs)

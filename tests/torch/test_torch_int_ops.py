@@ -13,13 +13,6 @@ import tessera.torch as tt
 from tessera.errors import TesseraError
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _gather(x, i):
     return torch.gather(x, 1, i) + 1
 

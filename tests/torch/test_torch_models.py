@@ -49,13 +49,6 @@ PACKAGE = {"gpt2": "transformers", "llama": "transformers", "bert": "transformer
 BUILDERS = {**MODELS, **MORE_MODELS}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 SLOW = {"whisper"}
 """Run only with ``TESSERA_SLOW_MODEL_TESTS=1`` (its 1-D convolutions are covered by
 tests/torch/test_conv_backward.py, its encoder-decoder by T5's and BART's)."""

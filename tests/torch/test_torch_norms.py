@@ -12,13 +12,6 @@ from torch import nn
 import tessera.torch as tt
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _step_matches_eager(model: nn.Module, x: torch.Tensor) -> None:
     x = x.detach().requires_grad_()
     out = tt.compile(model)(x)

@@ -24,13 +24,6 @@ from tessera.torch import partition
 aten = torch.ops.aten
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 class _EfficientAttentionOnCpu:
     """CPU kernels for ``_scaled_dot_product_efficient_attention`` and its backward (math
     attention) that raise, as CUDA's do, for a bias whose strides are not multiples of

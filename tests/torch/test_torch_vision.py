@@ -35,13 +35,6 @@ def _need_timm() -> None:
         pytest.skip(f"timm is not importable here ({e}); install tessera[models]")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 # (dtype, tolerance) per model
 SETTINGS = {
     "convnext": (torch.float32, 1e-5),

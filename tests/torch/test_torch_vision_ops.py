@@ -21,13 +21,6 @@ import tessera.torch as tt
 from tessera.torch.rules_pool import out_size
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _fallbacks() -> Counter[str]:
     rep = tt.last_report()
     return sum((g.fallback_ops for g in rep.graphs), Counter())

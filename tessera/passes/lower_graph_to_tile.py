@@ -732,9 +732,10 @@ class _FunctionLowering:
         self.kernel("softmax", [out, self.mem(op.input)], group, [prod(row.kept), 1, 1], build)
         self.env[op.result] = out
 
-    def lower_norm(self, op: g.RMSNormOp | g.LayerNormOp | g.LayerNormFwdOp) -> None:
+    def lower_norm(self, op: g.NormOp) -> None:
         """The strided norm kernel: one tile per row, two passes for the statistics and
-        one for the result (``layernorm_fwd`` also stores the mean and ``rstd``)."""
+        one for the result (a training form also stores its statistics: ``rstd``, and
+        ``layernorm_fwd``'s mean)."""
         t = g.elem_of(op.input)
         acc_t = _accum_type(t, op)
         shape = g.shape_of(op.input)
@@ -743,7 +744,7 @@ class _FunctionLowering:
         group, _ = row.group()
         eps = op.eps.value.data
         is_ln = isinstance(op, g.LayerNormOp | g.LayerNormFwdOp)
-        stats = isinstance(op, g.LayerNormFwdOp)
+        stats = op.ROW_STATS
         w = op.weight
         b = op.bias if is_ln else None
         out = self.alloc(op.result.type)
@@ -752,11 +753,9 @@ class _FunctionLowering:
             host_args.append(self.mem(w))
         if b is not None:
             host_args.append(self.mem(b))
-        if stats:
-            assert isinstance(op, g.LayerNormFwdOp)
-            mean_out, rstd_out = self.alloc(op.mean.type), self.alloc(op.rstd.type)
-            host_args += [mean_out, rstd_out]
-        n_params = len(host_args) - (4 if stats else 2)
+        stat_bufs = [self.alloc(getattr(op, name).type) for name in stats]
+        n_params = len(host_args) - 2
+        host_args += stat_bufs
 
         def build(e: KernelEmitter, args: list[SSAValue]) -> None:
             o_ref, x = args[0], args[1]
@@ -789,10 +788,10 @@ class _FunctionLowering:
                 inv = e.rsqrt(e.fadd(ms, e.const(eps, acc_t)))
                 mean = None
             if stats:
-                assert mean is not None
                 sidx = [*e.unravel(o, row.kept), 0]
-                for ref, v in ((args[-2], mean), (args[-1], inv)):
-                    e.store(v, ref, sidx, mask=e.eq(lane, 0))
+                values = {"mean": mean, "rstd": inv}
+                for ref, name in zip(args[2 + n_params:], stats):
+                    e.store(values[name], ref, sidx, mask=e.eq(lane, 0))
 
             def write(ie: KernelEmitter, r: Idx, ok: SSAValue, c: list[SSAValue]) -> list:
                 idx = row.index(ie, o, r)
@@ -813,9 +812,8 @@ class _FunctionLowering:
             op.name.split(".")[1], host_args, group, [prod(row.kept), 1, 1], build
         )
         self.env[op.result] = out
-        if stats:
-            self.env[op.mean] = mean_out
-            self.env[op.rstd] = rstd_out
+        for name, buf in zip(stats, stat_bufs):
+            self.env[getattr(op, name)] = buf
 
     def lower_norm_bwd(self, op: g.LayerNormBwdOp | g.RMSNormBwdOp) -> None:
         """The strided norm-gradient kernel: one tile per row, a pass for the row's sums
@@ -1441,7 +1439,9 @@ TILE_LOWERINGS.register(g.FusedOp)(_FunctionLowering.lower_fused)
 TILE_LOWERINGS.register(g.SumOp, g.MaxOp, g.MinOp, g.MeanOp)(_FunctionLowering.lower_reduction)
 TILE_LOWERINGS.register(g.LogSumExpOp)(tile_rowwise.lower_logsumexp)
 TILE_LOWERINGS.register(g.SoftmaxOp)(tile_rowwise.lower_softmax)
-TILE_LOWERINGS.register(g.RMSNormOp, g.LayerNormOp, g.LayerNormFwdOp)(tile_rowwise.lower_norm)
+TILE_LOWERINGS.register(
+    g.RMSNormOp, g.RMSNormFwdOp, g.LayerNormOp, g.LayerNormFwdOp
+)(tile_rowwise.lower_norm)
 TILE_LOWERINGS.register(g.LayerNormBwdOp, g.RMSNormBwdOp)(tile_rowwise.lower_norm_bwd)
 TILE_LOWERINGS.register(g.MSEOp)(_FunctionLowering.lower_mse)
 # data movement

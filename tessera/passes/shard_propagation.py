@@ -382,7 +382,8 @@ SHARDING_RULES.register(g.ConcatOp)(_concat)
 SHARDING_RULES.register(g.SoftmaxOp)(_softmax)
 SHARDING_RULES.register(g.LogSumExpOp)(_logsumexp)
 SHARDING_RULES.register(
-    g.LayerNormOp, g.RMSNormOp, g.LayerNormFwdOp, g.LayerNormBwdOp, g.RMSNormBwdOp
+    g.LayerNormOp, g.RMSNormOp, g.LayerNormFwdOp, g.RMSNormFwdOp, g.LayerNormBwdOp,
+    g.RMSNormBwdOp,
 )(_last_dim)
 SHARDING_RULES.register(g.FlashAttentionOp)(_last_two_dims)
 SHARDING_RULES.register(g.MSEOp)(_mse)
@@ -463,7 +464,8 @@ def _uneven_softmax(op: g.SoftmaxOp, ins: list[int], outs: list[int]):
 
 
 @UNEVEN_DIMS.register(
-    g.LayerNormOp, g.RMSNormOp, g.LayerNormFwdOp, g.LayerNormBwdOp, g.RMSNormBwdOp
+    g.LayerNormOp, g.RMSNormOp, g.LayerNormFwdOp, g.RMSNormFwdOp, g.LayerNormBwdOp,
+    g.RMSNormBwdOp,
 )
 def _uneven_norm(op: Operation, ins: list[int], outs: list[int]):
     """Rows (every dim but the last) of the operands and results of the input's rank

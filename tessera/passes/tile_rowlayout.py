@@ -193,7 +193,7 @@ def rows_of(shape: Sequence[int]) -> int:
 
 
 def norm_params_ok(
-    op: g.RMSNormOp | g.LayerNormOp | g.LayerNormFwdOp | g.LayerNormBwdOp | g.RMSNormBwdOp,
+    op: g.NormOp | g.LayerNormBwdOp | g.RMSNormBwdOp,
 ) -> bool:
     """The weight and bias (when present) have an element type the row kernels read."""
     b = op.bias if isinstance(op, g.LayerNormOp | g.LayerNormFwdOp) else None

@@ -257,18 +257,17 @@ def lower_softmax(lw: _FunctionLowering, op: g.SoftmaxOp) -> None:
     lw.env[op.result] = out
 
 
-def lower_norm(
-    lw: _FunctionLowering, op: g.RMSNormOp | g.LayerNormOp | g.LayerNormFwdOp
-) -> None:
-    """``tgraph.rmsnorm`` / ``tgraph.layernorm`` / ``tgraph.layernorm_fwd``: the register
-    kernel on rows :func:`plan_row` accepts, the streaming kernels on longer rows (not
-    for ``layernorm_fwd``), else the strided kernel. ``layernorm_fwd``'s kernel also
-    stores each row's mean and ``rstd`` (the first lane of the row)."""
+def lower_norm(lw: _FunctionLowering, op: g.NormOp) -> None:
+    """``tgraph.rmsnorm`` / ``tgraph.layernorm`` and their training forms
+    ``rmsnorm_fwd`` / ``layernorm_fwd``: the register kernel on rows :func:`plan_row`
+    accepts, the streaming kernels on longer rows (not for the training forms), else the
+    strided kernel. A training form's kernel also stores each row's statistics (the
+    first lane of the row): ``rstd``, and ``layernorm_fwd``'s mean."""
     shape = g.shape_of(op.input)
     et = g.elem_of(op.input)
     w = op.weight
     is_ln = isinstance(op, g.LayerNormOp | g.LayerNormFwdOp)
-    stats = isinstance(op, g.LayerNormFwdOp)
+    stats = op.ROW_STATS
     b = op.bias if is_ln else None
     ok = bool(shape) and rows_of(shape) > 0 and norm_params_ok(op)
     plan = plan_row(shape[-1], et) if ok else None
@@ -285,11 +284,9 @@ def lower_norm(
         host_args.append(lw.mem(w))
     if b is not None:
         host_args.append(lw.mem(b))
-    if stats:
-        assert isinstance(op, g.LayerNormFwdOp)
-        mean_out, rstd_out = lw.alloc(op.mean.type), lw.alloc(op.rstd.type)
-        host_args += [mean_out, rstd_out]
-    n_params = len(host_args) - (4 if stats else 2)
+    stat_bufs = [lw.alloc(getattr(op, name).type) for name in stats]
+    n_params = len(host_args) - 2
+    host_args += stat_bufs
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         o_ref, x = args[0], args[1]
@@ -317,18 +314,17 @@ def lower_norm(
             ys.append(y)
         k.store(o_ref, r, ys, et)
         if stats:
-            assert mean is not None
             first = e.and_(k.row_ok, e.eq(k.lane, 0))
-            for ref, v in ((args[-2], mean), (args[-1], inv)):
-                e.store(v, ref, [*k.lead, 0], mask=first)
+            values = {"mean": mean, "rstd": inv}
+            for ref, name in zip(args[2 + n_params:], stats):
+                e.store(values[name], ref, [*k.lead, 0], mask=first)
 
     lw.kernel(
         op.name.split(".")[1], host_args, plan.group_size, _grid(plan, rows), build
     )
     lw.env[op.result] = out
-    if stats:
-        lw.env[op.mean] = mean_out
-        lw.env[op.rstd] = rstd_out
+    for name, buf in zip(stats, stat_bufs):
+        lw.env[getattr(op, name)] = buf
 
 
 def lower_norm_bwd(lw: _FunctionLowering, op: g.LayerNormBwdOp | g.RMSNormBwdOp) -> None:

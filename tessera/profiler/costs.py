@@ -140,11 +140,11 @@ def _attention_bwd_flops(op: g.FlashAttentionBwdOp) -> int:
     return batch * (6 * pairs * d + 4 * pairs * dv + 6 * pairs + 2 * sq * dv)
 
 
-def _norm_flops(op: g.RMSNormOp | g.LayerNormOp | g.LayerNormFwdOp) -> int:
+def _norm_flops(op: g.NormOp) -> int:
     shape = _shape(op.input)
     n = math.prod(shape)
     rows = n // shape[-1] if shape and shape[-1] else 0
-    per = 3 if isinstance(op, g.RMSNormOp) else 5
+    per = 3 if isinstance(op, g.RMSNormOp | g.RMSNormFwdOp) else 5
     extra = n if op.weight is not None else 0
     if isinstance(op, g.LayerNormOp | g.LayerNormFwdOp) and op.bias is not None:
         extra += n
@@ -207,7 +207,7 @@ def _softmax(op: g.SoftmaxOp) -> int:
     return 5 * numel(op.input)
 
 
-COSTS.register(g.RMSNormOp, g.LayerNormOp, g.LayerNormFwdOp)(_norm_flops)
+COSTS.register(g.RMSNormOp, g.RMSNormFwdOp, g.LayerNormOp, g.LayerNormFwdOp)(_norm_flops)
 COSTS.register(g.MatmulOp)(_matmul_flops)
 COSTS.register(g.FlashAttentionOp, g.FlashAttentionFwdOp)(_attention_flops)
 COSTS.register(g.FlashAttentionBwdOp)(_attention_bwd_flops)

@@ -547,15 +547,19 @@ def run_norm_bwd(
     return (dx,)
 
 
-@SEMANTICS.register(g.RMSNormOp)
-def run_rmsnorm(interp: Interpreter, op: g.RMSNormOp, args: tuple[Any, ...]):
+@SEMANTICS.register(g.RMSNormOp, g.RMSNormFwdOp)
+def run_rmsnorm(interp: Interpreter, op: g.RMSNormOp | g.RMSNormFwdOp, args: tuple[Any, ...]):
+    """``rmsnorm``; ``rmsnorm_fwd`` also returns the row's ``1 / rms``."""
     t = op.input.type
     vals = _by_operand(op, args)
     x = load(vals[op.input], t)
     ms = np.mean(x * x, axis=-1, keepdims=True)
-    y = x / np.sqrt(ms + np.asarray(op.eps.value.data, x.dtype))
+    rms = np.sqrt(ms + np.asarray(op.eps.value.data, x.dtype))
+    y = x / rms
     if op.weight is not None:
         y = y * load(vals[op.weight], t)
+    if isinstance(op, g.RMSNormFwdOp):
+        return (store(y, op.result.type), store(1 / rms, op.rstd.type))
     return (store(y, op.result.type),)
 
 

@@ -1,5 +1,5 @@
-"""The training row kernels of the norms: ``tgraph.layernorm_fwd`` (a layer norm that
-also returns each row's mean and rstd) and ``tgraph.layernorm_bwd`` /
+"""The training row kernels of the norms: ``tgraph.layernorm_fwd`` / ``rmsnorm_fwd`` (a
+norm that also returns each row's statistics: mean and rstd, or rstd) and ``tgraph.layernorm_bwd`` /
 ``tgraph.rmsnorm_bwd`` (the input gradient from those statistics): their kernels on the
 Tile IR interpreter, the Graph IR interpreter, ``ts.grad`` and the torch rules for
 ``native_layer_norm`` and its backward in a training step, each against float64."""
@@ -16,7 +16,7 @@ from xdsl.parser import Parser
 
 import tessera as ts
 import tessera.torch as tt
-from tessera.frontend.ops.nn import layernorm_bwd, layernorm_fwd, rmsnorm_bwd
+from tessera.frontend.ops.nn import layernorm_bwd, layernorm_fwd, rmsnorm_bwd, rmsnorm_fwd
 from tessera.ir import tile as tile_ir
 from tessera.passes.lower_graph_to_tile import LowerGraphToTile
 from tessera.passes.pipelines import default_context
@@ -32,12 +32,13 @@ def ty(shape, elem) -> str:
     return f"tensor<{'x'.join(map(str, shape))}x{elem}>"
 
 
-def reference(x, w, b, eps):
-    """y, mean, rstd in float64."""
+def reference(x, w, b, eps, kind: str = "layer"):
+    """y, mean, rstd in float64 (mean None for an RMS norm)."""
     X = np.asarray(x).astype(np.float64)
-    mu = X.mean(-1, keepdims=True)
-    rstd = 1 / np.sqrt(((X - mu) ** 2).mean(-1, keepdims=True) + eps)
-    y = (X - mu) * rstd
+    mu = X.mean(-1, keepdims=True) if kind == "layer" else None
+    c = X - mu if mu is not None else X
+    rstd = 1 / np.sqrt((c**2).mean(-1, keepdims=True) + eps)
+    y = c * rstd
     if w is not None:
         y = y * np.asarray(w).astype(np.float64)
     if b is not None:
@@ -45,15 +46,24 @@ def reference(x, w, b, eps):
     return y, mu, rstd
 
 
-def lowered(shape, elem, affine: bool) -> ModuleOp:
+def lowered(shape, elem, affine: bool, kind: str = "layer") -> ModuleOp:
     t, tw = ty(shape, elem), ty((shape[-1],), elem)
     ts_ = ty((*shape[:-1], 1), "f64" if elem == "f64" else "f32")
-    params = f", %w: {tw}, %b: {tw}" if affine else ""
-    wb = f" weight %w : {tw} bias %b : {tw}" if affine else ""
     ctx = default_context()
-    m = Parser(ctx, f"""func.func @f(%x: {t}{params}) -> ({t}, {ts_}, {ts_}) {{
-      %y, %m, %r = tgraph.layernorm_fwd %x{wb} eps = 1.000000e-05 : {t} -> ({t}, {ts_}, {ts_})
-      func.return %y, %m, %r : {t}, {ts_}, {ts_} }}""").parse_module()
+    if kind == "layer":
+        params = f", %w: {tw}, %b: {tw}" if affine else ""
+        wb = f" weight %w : {tw} bias %b : {tw}" if affine else ""
+        body = f"""%y, %m, %r = tgraph.layernorm_fwd %x{wb} eps = 1.000000e-05 : {t} -> ({t}, {ts_}, {ts_})
+      func.return %y, %m, %r : {t}, {ts_}, {ts_}"""
+        results = f"{t}, {ts_}, {ts_}"
+    else:
+        params = f", %w: {tw}" if affine else ""
+        wb = f" weight %w : {tw}" if affine else ""
+        body = f"""%y, %r = tgraph.rmsnorm_fwd %x{wb} eps = 1.000000e-05 : {t} -> ({t}, {ts_})
+      func.return %y, %r : {t}, {ts_}"""
+        results = f"{t}, {ts_}"
+    m = Parser(ctx, f"""func.func @f(%x: {t}{params}) -> ({results}) {{
+      {body} }}""").parse_module()
     LowerGraphToTile().apply(ctx, m)
     m.verify()
     return m
@@ -72,38 +82,53 @@ def lowered(shape, elem, affine: bool) -> ModuleOp:
     ],
 )
 @pytest.mark.parametrize("affine", [True, False])
-def test_kernels_match_float64(shape, elem, vector, affine):
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_kernels_match_float64(shape, elem, vector, affine, kind):
+    """``layernorm_fwd`` / ``rmsnorm_fwd``: the normalized rows and the statistics."""
     n = shape[-1]
     x = (RNG.normal(0.5, 2.0, size=shape) + 3.0).astype(NP[elem])
     w, b = ((RNG.normal(1.0, 0.5, size=(n,)).astype(NP[elem]) for _ in range(2))
             if affine else (None, None))
-    m = lowered(shape, elem, affine)
+    if kind == "rms":
+        b = None
+    m = lowered(shape, elem, affine, kind)
     (k,) = [o for o in m.body.block.ops if isinstance(o, tile_ir.KernelOp)]
     assert any(isinstance(o, tile_ir.LoadVectorOp) for o in k.walk()) == vector
-    y, mean, rstd = run_host(m, "f", [x, *((w, b) if affine else ())])
-    want_y, want_mean, want_rstd = reference(x, w, b, 1e-5)
+    params = [p for p in (w, b) if p is not None]
+    got = run_host(m, "f", [x, *params])
+    y, rstd = got[0], got[-1]
+    want_y, want_mean, want_rstd = reference(x, w, b, 1e-5, kind)
     stats_t = np.float64 if elem == "f64" else np.float32
-    assert mean.dtype == stats_t and rstd.dtype == stats_t
-    assert mean.shape == rstd.shape == (*shape[:-1], 1)
+    assert rstd.dtype == stats_t and rstd.shape == (*shape[:-1], 1)
     tol = TOL[elem]
     assert np.max(np.abs(y.astype(np.float64) - want_y)) <= tol * np.max(np.abs(want_y))
     stat_tol = 1e-12 if elem == "f64" else 1e-5
-    assert np.max(np.abs(mean - want_mean) / np.abs(want_mean)) <= stat_tol
     assert np.max(np.abs(rstd - want_rstd) / want_rstd) <= stat_tol
+    if kind == "layer":
+        mean = got[1]
+        assert mean.dtype == stats_t and mean.shape == rstd.shape
+        assert np.max(np.abs(mean - want_mean) / np.abs(want_mean)) <= stat_tol
+    else:
+        assert len(got) == 2
 
 
-def test_graph_interpreter_matches_float64():
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_graph_interpreter_matches_float64(kind):
     @ts.jit
     def f(x, w, b):
+        if kind == "rms":
+            return rmsnorm_fwd(x, w, eps=1e-3)
         return layernorm_fwd(x, w, b, eps=1e-3)
 
     x = RNG.normal(size=(3, 4, 10)).astype(np.float32)
     w, b = RNG.normal(size=(10,)).astype(np.float32), RNG.normal(size=(10,)).astype(np.float32)
-    y, mean, rstd = (np.asarray(r) for r in f(x, w, b))
-    want = reference(x, w, b, 1e-3)
-    assert mean.shape == rstd.shape == (3, 4, 1) and mean.dtype == np.float32
-    for got, ref in zip((y, mean, rstd), want):
-        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    got = [np.asarray(r) for r in f(x, w, b)]
+    want = reference(x, w, b if kind == "layer" else None, 1e-3, kind)
+    want = [v for v in want if v is not None]
+    assert len(got) == len(want)
+    assert got[-1].shape == (3, 4, 1) and got[-1].dtype == np.float32
+    for g_, ref in zip(got, want):
+        np.testing.assert_allclose(g_, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_layernorm_fwd_names_a_bad_weight():

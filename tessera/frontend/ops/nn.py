@@ -251,6 +251,25 @@ def rmsnorm(x: Any, weight: Any = None, *, eps: float = 1e-6) -> TracedTensor:
     )
 
 
+def rmsnorm_fwd(
+    x: Any, weight: Any = None, *, eps: float = 1e-6
+) -> tuple[TracedTensor, TracedTensor]:
+    """``rmsnorm`` that also returns each row's ``1 / sqrt(mean(x^2) + eps)``
+    (``[..., 1]``, f32; f64 for f64 ``x``): a training forward's statistic, computed with
+    the normalization in one pass over the rows."""
+    x = _tensor_arg(x, "rmsnorm_fwd")
+    w = _as_tensor(weight, "rmsnorm_fwd", x) if weight is not None else None
+    stats = tensor_type((*x.shape[:-1], 1), fp64 if x.dtype == fp64 else fp32)
+    op = x.trace.add(g.RMSNormFwdOp.build(
+        operands=_named_operands(
+            g.RMSNormFwdOp, input=x.value, weight=w.value if w is not None else None
+        ),
+        result_types=[x.type, stats],
+        properties={"eps": FloatAttr(_float(eps, "rmsnorm_fwd eps"), f64)},
+    ))
+    return tuple(TracedTensor(r, x.trace) for r in op.results)  # type: ignore[return-value]
+
+
 layernorm_safe = layernorm
 rmsnorm_safe = rmsnorm
 

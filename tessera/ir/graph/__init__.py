@@ -110,8 +110,10 @@ from tessera.ir.graph.nn import (
     MeanOp,
     MinOp,
     MSEOp,
+    NormOp,
     ReductionOp,
     RMSNormBwdOp,
+    RMSNormFwdOp,
     RMSNormOp,
     SoftmaxOp,
     SumOp,
@@ -150,7 +152,8 @@ from tessera.ir.graph.shape import (
 
 DERIVATIVE_SUPPORT_OPS: list[type[IRDLOperation]] = [
     FlashAttentionFwdOp, FlashAttentionBwdOp, LayerNormFwdOp, LayerNormBwdOp,
-    RMSNormBwdOp, RealOp, ImagOp, ComplexOp, TriangularSolveOp, SpMMTransposeOp, SDDMMOp,
+    RMSNormFwdOp, RMSNormBwdOp, RealOp, ImagOp, ComplexOp, TriangularSolveOp,
+    SpMMTransposeOp, SDDMMOp,
 ]
 
 
@@ -244,6 +247,8 @@ __all__ = [
     "PoissonOp",
     "PowOp",
     "RMSNormBwdOp",
+    "RMSNormFwdOp",
+    "NormOp",
     "RMSNormOp",
     "RandnOp",
     "RealOp",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from abc import ABC
 from collections.abc import Sequence
+from typing import ClassVar
 
 from xdsl.dialects.builtin import (
     I64,
@@ -185,6 +186,8 @@ class _NormOp(IRDLOperation, ABC):
     result = result_def(TensorT)
     irdl_options = (AttrSizedOperandSegments(as_property=True),)
     traits = traits_def(Pure())
+    ROW_STATS: ClassVar[tuple[str, ...]] = ()
+    """The names of the results that hold each row's statistics (a training forward's)."""
 
     def verify_(self) -> None:
         _check_same_elem(self, self.input, self.result)
@@ -200,6 +203,7 @@ class _NormOp(IRDLOperation, ABC):
         # Kernels add eps in f32: it must be a non-negative f32 value.
         if not 0.0 <= eps <= MAX_F32:
             raise VerifyException(f"{self.name}: eps must be in [0, {MAX_F32:.6e}], got {eps}")
+        _check_row_stats(self, self.ROW_STATS)
 
 
 @irdl_op_definition
@@ -236,25 +240,31 @@ class LayerNormFwdOp(_NormOp):
     result = result_def(TensorT)  # restated so that the results are (result, mean, rstd)
     mean = result_def(TensorT)
     rstd = result_def(TensorT)
+    ROW_STATS: ClassVar[tuple[str, ...]] = ("mean", "rstd")
     assembly_format = (
         "$input (`weight` $weight^ `:` type($weight))? (`bias` $bias^ `:` type($bias))? "
         "`eps` `=` $eps attr-dict `:` type($input) `->` `(` type($result) `,` type($mean) "
         "`,` type($rstd) `)`"
     )
 
-    def verify_(self) -> None:
-        super().verify_()
-        s = shape_of(self.input)
-        want = Float64Type() if isinstance(elem_of(self.input), Float64Type) else Float32Type()
-        for name, v in (("mean", self.mean), ("rstd", self.rstd)):
-            if elem_of(v) != want:
-                raise VerifyException(
-                    f"{self.name}: {name} must be {want} for a {elem_of(self.input)} input, "
-                    f"got {elem_of(v)}"
-                )
-            _check_shape(self, name, shape_of(v), (*s[:-1], 1))
-        if not _is_float(elem_of(self.input)):
-            raise VerifyException(f"{self.name}: needs a floating-point operand")
+
+def _check_row_stats(op: _NormOp, names: Sequence[str]) -> None:
+    """A training forward's row statistics (the results ``names``): ``[..., 1]`` of the
+    input's rows, f32 (f64 for an f64 input)."""
+    if not names:
+        return
+    s = shape_of(op.input)
+    if not _is_float(elem_of(op.input)):
+        raise VerifyException(f"{op.name}: needs a floating-point operand")
+    want = Float64Type() if isinstance(elem_of(op.input), Float64Type) else Float32Type()
+    for name in names:
+        v = getattr(op, name)
+        if elem_of(v) != want:
+            raise VerifyException(
+                f"{op.name}: {name} must be {want} for a {elem_of(op.input)} input, "
+                f"got {elem_of(v)}"
+            )
+        _check_shape(op, name, shape_of(v), (*s[:-1], 1))
 
 
 class _NormBwdOp(IRDLOperation, ABC):
@@ -349,6 +359,29 @@ class RMSNormOp(_NormOp):
         "$input (`weight` $weight^ `:` type($weight))? `eps` `=` $eps attr-dict "
         "`:` type($input) `->` type($result)"
     )
+
+
+@irdl_op_definition
+class RMSNormFwdOp(_NormOp):
+    """``tgraph.rmsnorm`` that also returns each row's ``rstd = 1 / sqrt(mean(x^2) + eps)``
+    (``[..., 1]``, f32; f64 for an f64 input), for a training forward whose backward
+    (``tgraph.rmsnorm_bwd``) reads it: the value the normalization used, computed once
+    with it."""
+
+    name = "tgraph.rmsnorm_fwd"
+    input = operand_def(TensorT)
+    weight = opt_operand_def(TensorT)
+    result = result_def(TensorT)  # restated so that the results are (result, rstd)
+    rstd = result_def(TensorT)
+    ROW_STATS: ClassVar[tuple[str, ...]] = ("rstd",)
+    assembly_format = (
+        "$input (`weight` $weight^ `:` type($weight))? `eps` `=` $eps attr-dict "
+        "`:` type($input) `->` `(` type($result) `,` type($rstd) `)`"
+    )
+
+
+NormOp = LayerNormOp | LayerNormFwdOp | RMSNormOp | RMSNormFwdOp
+"""A normalization over the last dim (plain, or a training forward with its statistics)."""
 
 
 @irdl_op_definition

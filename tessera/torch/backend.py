@@ -27,6 +27,7 @@ from tessera.torch.attention import ATTENTION_BACKWARDS, static_masks
 from tessera.torch.cross_entropy import fuse_cross_entropy
 from tessera.torch.dropout import DROPOUT_DECOMPOSITIONS
 from tessera.torch.partition import partition
+from tessera.torch.rms_norm import fuse_rms_norm
 
 aten = torch.ops.aten
 
@@ -153,9 +154,11 @@ def partition_joint(joint: torch.fx.GraphModule, joint_inputs: Any, **kw: Any) -
 
 def backend(gm: torch.fx.GraphModule, example_inputs: Any, **options: Any) -> Any:
     """``torch.compile`` backend ``"tessera"`` (options are not used yet). Cross-entropy
-    calls become :func:`tessera.torch.cross_entropy.cross_entropy` first."""
+    calls become :func:`tessera.torch.cross_entropy.cross_entropy` and RMS norms
+    :func:`tessera.torch.rms_norm.rms_norm` first."""
     name = f"graph{next(_GRAPH_IDS)}"
     fuse_cross_entropy(gm)
+    fuse_rms_norm(gm)
     aot = aot_autograd(
         fw_compiler=functools.partial(compile_graph, kind="forward", name=name),
         bw_compiler=functools.partial(compile_graph, kind="backward", name=name),

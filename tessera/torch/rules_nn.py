@@ -22,8 +22,11 @@ from tessera.frontend.ops.nn import (
     flash_attention_fwd,
     layernorm_bwd,
     layernorm_fwd,
+    rmsnorm_bwd,
+    rmsnorm_fwd,
 )
 from tessera.torch import attention as _attention  # noqa: F401  (defines tessera::sdpa_backward)
+from tessera.torch import rms_norm as _rms_norm_ops  # noqa: F401  (defines tessera::rms_norm)
 from tessera.torch.aten_ops import (
     FLOAT_DTYPES,
     Check,
@@ -167,6 +170,33 @@ def _native_layer_norm_backward(
     if output_mask[2] and b is not None:
         gb = column_sum(to(g2, wide), b)
     return gx, gw, gb
+
+
+def _rms_norm_check(node: torch.fx.Node, x_at: int, w_at: int) -> str | None:
+    x, w = val(node.args[x_at]), val(node.args[w_at])
+    if x is None or x.dtype not in FLOAT_DTYPES or x.dim() < 1:
+        return f"{None if x is None else x.dtype} input"
+    if w is not None and (w.dtype != x.dtype or tuple(w.shape) != (x.shape[-1],)):
+        return f"a {w.dtype} weight of shape {list(w.shape)} for a {x.dtype} input"
+    return None
+
+
+@rule(torch.ops.tessera.rms_norm.default, check=lambda n: _rms_norm_check(n, 0, 1))
+def _rms_norm(node: torch.fx.Node, x: Any, w: Any, eps: float) -> tuple[TracedTensor, ...]:
+    """``tessera::rms_norm``: ``tgraph.rmsnorm_fwd`` (one row kernel that also stores each
+    row's ``rstd``), or ``tgraph.rmsnorm`` when nothing reads ``rstd`` (inference)."""
+    used = {u.args[1] for u in node.users if u.target is operator.getitem}
+    if 1 not in used:
+        y = ops.rmsnorm(x, w, eps=float(eps))
+        return y, y
+    return rmsnorm_fwd(x, w, eps=float(eps))
+
+
+@rule(torch.ops.tessera.rms_norm_backward.default, check=lambda n: _rms_norm_check(n, 1, 3))
+def _rms_norm_backward(node: torch.fx.Node, dy: Any, x: Any, rstd: Any, w: Any) -> TracedTensor:
+    """``tessera::rms_norm_backward``: one ``tgraph.rmsnorm_bwd`` row kernel."""
+    wide = opmath_dtype(torch_dtype(x))
+    return rmsnorm_bwd(to(dy, torch_dtype(x)), x, to(rstd, wide), w)
 
 
 def _group_norm_check(node: torch.fx.Node) -> str | None:

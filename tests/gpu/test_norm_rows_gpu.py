@@ -1,8 +1,8 @@
 """The norms' training row kernels on the GPU against torch in float64:
-``tgraph.layernorm_fwd`` (the normalized rows and each row's mean and rstd from one
-kernel), ``tgraph.layernorm_bwd`` / ``tgraph.rmsnorm_bwd`` (the input gradient in one
-pass), ``ts.grad`` of the norms, and a training step through ``torch.compile`` (the
-forward's ``native_layer_norm`` and its backward). Skipped without a CUDA device."""
+``tgraph.layernorm_fwd`` / ``tgraph.rmsnorm_fwd`` (the normalized rows and each row's
+statistics from one kernel), ``tgraph.layernorm_bwd`` / ``tgraph.rmsnorm_bwd`` (the input gradient in one
+pass), ``ts.grad`` of the norms, and training steps through ``torch.compile`` (the
+forward's ``native_layer_norm`` and its backward; Hugging Face's written-out RMS norm). Skipped without a CUDA device."""
 
 from __future__ import annotations
 
@@ -16,7 +16,12 @@ pytestmark = [
 
 import tessera as ts  # noqa: E402
 import tessera.torch as tt  # noqa: E402
-from tessera.frontend.ops.nn import layernorm_bwd, layernorm_fwd, rmsnorm_bwd  # noqa: E402
+from tessera.frontend.ops.nn import (  # noqa: E402
+    layernorm_bwd,
+    layernorm_fwd,
+    rmsnorm_bwd,
+    rmsnorm_fwd,
+)
 
 TYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 TOL = {"bf16": 1e-2, "f16": 2e-3, "f32": 1e-5}
@@ -43,6 +48,78 @@ def test_layernorm_fwd(shape: tuple[int, ...], elem: str) -> None:
     assert float((y.double() - want).abs().max() / want.abs().max()) <= TOL[elem]
     assert float(((mean.double() - mu) / mu).abs().max()) <= 1e-5
     assert float(((rstd.double() - rs) / rs).abs().max()) <= 1e-5
+
+
+@pytest.mark.parametrize(
+    ("shape", "elem"),
+    [((8192, 2048), "bf16"), ((5, 1001), "bf16"), ((3, 7, 4099), "f16"), ((9, 768), "f32"),
+     ((3, 40000), "f32")],
+)
+def test_rmsnorm_fwd(shape: tuple[int, ...], elem: str) -> None:
+    f = ts.jit(lambda x, w: rmsnorm_fwd(x, w, eps=1e-6))
+    dt = TYPES[elem]
+    x = (torch.randn(*shape, device="cuda") * 2 + 1).to(dt)
+    w = torch.randn(shape[-1], device="cuda").to(dt)
+    y, rstd = f(x, w)
+    X = x.double()
+    rs = 1 / (X**2).mean(-1, keepdim=True).add(1e-6).sqrt()
+    want = X * rs * w.double()
+    assert y.dtype == dt and rstd.dtype == torch.float32 and rstd.shape == (*shape[:-1], 1)
+    assert float((y.double() - want).abs().max() / want.abs().max()) <= TOL[elem]
+    assert float(((rstd.double() - rs) / rs).abs().max()) <= 1e-5
+
+
+class _LlamaNorm(torch.nn.Module):
+    """Hugging Face's LlamaRMSNorm as written there."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d))
+
+    def forward(self, h):
+        dt = h.dtype
+        h = h.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.to(dt)
+
+
+class _RMSBlock(torch.nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.n1, self.n2 = _LlamaNorm(d), _LlamaNorm(d)
+        self.f1, self.f2 = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        x = x + self.f1(self.n1(x))
+        return x + self.f2(torch.nn.functional.silu(self.n2(x)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_rms_norm_training_step(dtype: torch.dtype) -> None:
+    """The written-out RMS norm becomes ``rmsnorm_fwd`` / ``rmsnorm_bwd``: every gradient
+    against float64."""
+    torch._dynamo.reset()
+    torch.manual_seed(4)
+    model = _RMSBlock(2048).to("cuda", dtype)
+    with torch.no_grad():
+        for m in (model.n1, model.n2):
+            m.weight.normal_(1.0, 0.2)
+    x = torch.randn(2, 512, 2048, device="cuda", dtype=dtype, requires_grad=True)
+    out = tt.compile(model)(x)
+    out.float().pow(2).sum().backward()
+    got = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    params = {n: p.detach().double().requires_grad_() for n, p in model.named_parameters()}
+    xd = x.detach().double().requires_grad_()
+    ref = torch.func.functional_call(model.double(), params, (xd,))
+    ref.pow(2).sum().backward()
+    want = [p.grad for p in params.values()] + [xd.grad]
+    tol = 3e-2 if dtype == torch.bfloat16 else 1e-4
+    assert float((out.double() - ref).abs().max() / ref.abs().max()) <= tol
+    for a, b in zip(got, want):
+        assert float((a.double() - b).abs().max() / b.abs().max()) <= tol
+    rep = tt.last_report()
+    assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
+    torch._dynamo.reset()
 
 
 @pytest.mark.parametrize(

@@ -78,6 +78,7 @@ from xdsl.context import Context
 from xdsl.dialects import builtin
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.transforms.common_subexpression_elimination import cse
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
     PatternRewriter,
@@ -242,6 +243,10 @@ def merge(producer: Operation, consumer: Operation, value: SSAValue) -> g.FusedO
     produced = _clone_into(producer, block, outer)
     result = _clone_into(consumer, block, {**outer, value: produced})
     block.add_op(g.YieldOp(result))
+    # A producer copied into several users that meet again in this body (a running
+    # maximum read by its comparison and its select) is computed once: without this the
+    # copies would double at every step of such a chain.
+    cse(block)
     return g.FusedOp(inputs, consumer.results[0].type, Region(block))
 
 

@@ -122,23 +122,6 @@ def _pool_windows(
     return wins, ho, wo
 
 
-def _first_max(
-    wins: list[tuple[int, int, TracedTensor]], out: TracedTensor
-) -> list[tuple[int, int, TracedTensor]]:
-    """Per window offset, where it holds the maximum first in scan order (torch's index)."""
-    taken: TracedTensor | None = None
-    hits = []
-    for i, j, win in wins:
-        hit = ops.eq(win, out)
-        if taken is not None:
-            hit = ops.where(taken, False, hit)
-            taken = ops.where(hit, True, taken)
-        else:
-            taken = hit
-        hits.append((i, j, hit))
-    return hits
-
-
 def _window_max(wins: list[tuple[int, int, TracedTensor]]) -> TracedTensor:
     out = wins[0][2]
     for _, _, win in wins[1:]:
@@ -146,22 +129,42 @@ def _window_max(wins: list[tuple[int, int, TracedTensor]]) -> TracedTensor:
     return out
 
 
+def _flat_cells(ho: int, wo: int, i: int, j: int, st: list[int], pd: list[int], w: int
+                ) -> np.ndarray:
+    """``[ho, wo]``: the flat input index ``row * w + col`` of window tap ``(i, j)`` of
+    each output cell (meaningless where the tap is in the padding)."""
+    rows = (np.arange(ho) * st[0] + i - pd[0])[:, None]
+    cols = (np.arange(wo) * st[1] + j - pd[1])[None, :]
+    return (rows * w + cols).astype(np.int64)
+
+
 @rule(aten.max_pool2d_with_indices.default, check=_max_pool_check)
 def _max_pool(
     node: torch.fx.Node, x: Any, kernel: Any, stride: Any = (), padding: Any = 0,
     dilation: Any = 1, ceil_mode: bool = False,
 ) -> tuple[TracedTensor, TracedTensor]:
+    """The window maximum and its index, as torch's kernels scan a window: the index
+    starts at the window's first cell inside the image and moves to each tap in scan
+    order whose value is above the best so far or is NaN (so the first maximum, or the
+    last NaN). The padding holds ``-inf``, which is never above the start, so no tap in
+    it is taken. The maximum itself is the NaN-propagating maximum of the taps."""
     k, st, pd = _pool_params(kernel, stride, padding)
     wins, ho, wo = _pool_windows(x, k, st, pd, bool(ceil_mode))
     out = _window_max(wins)
     w = x.shape[3]
-    idx = to(0, torch.int64)
-    for i, j, hit in reversed(_first_max(wins, out)):
-        rows = (np.arange(ho) * st[0] + i - pd[0])[:, None]
-        cols = (np.arange(wo) * st[1] + j - pd[1])[None, :]
-        flat = ops.constant((rows * w + cols).astype(np.int64), ts_dtype(torch.int64))
-        idx = ops.where(hit, flat, idx)
-    return out, idx
+    i64 = ts_dtype(torch.int64)
+    first = (np.maximum(np.arange(ho) * st[0] - pd[0], 0)[:, None] * w
+             + np.maximum(np.arange(wo) * st[1] - pd[1], 0)[None, :]).astype(np.int64)
+    base = _flat_cells(ho, wo, 0, 0, st, pd, w)
+    # the taken tap's offset from the window's first tap (a scalar per tap), its cell's
+    # flat index added once at the end
+    off = ops.constant(first - base, i64)
+    best = to(float("-inf"), torch_dtype(x))
+    for i, j, win in wins:
+        take_it = ops.where(ops.gt(win, best), True, ops.ne(win, win))
+        off = ops.where(take_it, to(i * w + j, torch.int64), off)
+        best = ops.where(take_it, win, best)
+    return out, ops.add(off, ops.constant(base, i64))
 
 
 @rule(aten.max_pool2d_with_indices_backward.default, check=_max_pool_check)
@@ -169,26 +172,36 @@ def _max_pool_backward(
     node: torch.fx.Node, grad: Any, x: Any, kernel: Any, stride: Any, padding: Any,
     dilation: Any, ceil_mode: bool, indices: Any,
 ) -> TracedTensor:
-    """The gradient goes to the first maximum of each window (recomputed from ``x``,
-    which is where ``indices`` points), summed where windows overlap."""
+    """Each output cell's gradient goes to the input cell its index names (``indices``
+    from the forward: a cell of the cell's own window), summed in f32 for 16-bit inputs
+    where windows overlap: per window tap, the gradient where the index is that tap's
+    cell, added onto the input's stride phases (:func:`_taps_to_input`)."""
     k, st, pd = _pool_params(kernel, stride, padding)
-    wins, ho, wo = _pool_windows(x, k, st, pd, bool(ceil_mode))
-    out = _window_max(wins)
-    dt = torch_dtype(x)
-    g = to(grad, dt)
-    taps = [(i, j, ops.where(hit, g, to(0.0, dt))) for i, j, hit in _first_max(wins, out)]
-    return _taps_to_input(taps, st, pd, x.shape)
+    dt = out_dtype(node)
+    wide = opmath_dtype(dt)
+    ho, wo = grad.shape[2], grad.shape[3]
+    w = x.shape[3]
+    g = to(grad, wide)
+    # each tap compares the index with its cell: idx - base is the cell's offset from
+    # the window's first tap, one constant for all taps
+    rel = ops.sub(to(indices, torch.int64),
+                  ops.constant(_flat_cells(ho, wo, 0, 0, st, pd, w), ts_dtype(torch.int64)))
+    zero = to(0.0, wide)
+    taps = [(i, j, ops.where(ops.eq(rel, to(i * w + j, torch.int64)), g, zero))
+            for i in range(k[0]) for j in range(k[1])]
+    return _taps_to_input(taps, st, pd, x.shape, dt)
 
 
 def _taps_to_input(
     taps: list[tuple[int, int, TracedTensor]], st: list[int], pd: list[int],
-    shape: Sequence[int],
+    shape: Sequence[int], out: torch.dtype | None = None,
 ) -> TracedTensor:
     """The input-sized sum of each window tap's output-sized part: tap ``(i, j)`` of output
     ``(oh, ow)`` is input cell ``(oh s + i - p, ow s + j - p)`` (cells in the padding are
     dropped). Input row ``r`` is row ``r // s`` of phase ``r % s``, so a tap adds its part
     to phase ``(i - p) % s`` shifted by ``(i - p) // s`` rows; the taps are summed on the
-    phases' output-sized grids, which are interleaved once at the end."""
+    phases' output-sized grids, which are interleaved once at the end (each phase cast to
+    ``out`` first, when given, so the sums' kernels store the result type)."""
     n, c, h, w = shape
     size = [-(-h // st[0]), -(-w // st[1])]  # rows of phase 0
     phases: dict[tuple[int, int], TracedTensor] = {}
@@ -198,6 +211,9 @@ def _taps_to_input(
             part = _shift(part, axis, off // st[axis - 2], size[axis - 2])
         key = ((i - pd[0]) % st[0], (j - pd[1]) % st[1])
         phases[key] = part if key not in phases else ops.add(phases[key], part)
+    if out is not None:
+        phases = {key: to(ph, out) for key, ph in phases.items()}
+        g = to(g, out)
     zero = None
     rows = []
     for a in range(st[0]):
@@ -300,7 +316,7 @@ def _avg_pool_backward(node: torch.fx.Node, grad: Any, x: Any, *args: Any) -> Tr
     div = _divisors(x.shape[2], x.shape[3], k, st, pd, ho, wo, include, override)
     g = ops.div(to(grad, wide), ops.constant(div.astype(ts_dtype(wide).np_dtype), ts_dtype(wide)))
     taps = [(i, j, g) for i in range(k[0]) for j in range(k[1])]
-    return to(_taps_to_input(taps, st, pd, x.shape), dt)
+    return _taps_to_input(taps, st, pd, x.shape, dt)
 
 
 # --------------------------------------------------------------------------- adaptive average pooling

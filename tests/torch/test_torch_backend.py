@@ -516,6 +516,57 @@ def test_max_pool_and_its_backward_pick_torchs_first_maximum(kernel, stride, pad
     torch.testing.assert_close(got, x.grad, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("kernel, stride, padding", [(3, 2, 1), (2, 2, 0), (3, 1, 1)])
+def test_max_pool_nan_and_minus_infinity_windows_follow_torch(kernel, stride, padding):
+    """A window with NaNs gives NaN and the index of its last NaN (torch's kernels take
+    every NaN they meet); a window of ``-inf`` gives ``-inf`` and the index of its first
+    cell inside the image, never one in the padding. The gradient follows the index."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1, 2, 8, 9, dtype=torch.float64, generator=g)
+    x[0, 0, 1, 1] = x[0, 0, 2, 3] = float("nan")
+    x[0, 1, :4, :4] = float("-inf")
+    x[0, 1, 6, 7] = float("nan")
+    x.requires_grad_()
+
+    def f(x):
+        return F.max_pool2d(x, kernel, stride, padding, return_indices=True)
+
+    out, idx = tt.compile(f)(x)
+    weights = torch.arange(out.numel(), dtype=out.dtype).reshape(out.shape)
+    (torch.nan_to_num(out, nan=0.0, neginf=0.0) * weights).sum().backward()
+    got = x.grad.clone()
+    x.grad = None
+    ref, ref_idx = f(x)
+    (torch.nan_to_num(ref, nan=0.0, neginf=0.0) * weights).sum().backward()
+    torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(idx, ref_idx, rtol=0, atol=0)
+    torch.testing.assert_close(got, x.grad, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_max_pool_backward_sums_overlaps_in_f32(dtype):
+    """Overlapping 3x3/2 windows send up to four gradients to one cell: they are summed
+    in f32 and rounded once, as torch's kernels accumulate."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 4, 12, 12, generator=g).round().to(dtype).requires_grad_()  # many ties
+    dy = torch.randn(2, 4, 6, 6, generator=g).to(dtype)
+
+    def f(x):
+        return F.max_pool2d(x, 3, 2, 1)
+
+    tt.compile(f)(x).backward(dy)
+    got = x.grad.clone()
+    x.grad = None
+    x64 = x.detach().double().requires_grad_()
+    out64, idx = F.max_pool2d(x64, 3, 2, 1, return_indices=True)
+    _, want_idx = F.max_pool2d(x.detach(), 3, 2, 1, return_indices=True)
+    assert torch.equal(idx, want_idx)
+    out64.backward(dy.double())
+    # bf16: four bf16 gradients add exactly in f32, so one rounding gives the exact sum's
+    tol = 0 if dtype == torch.bfloat16 else 3e-7
+    torch.testing.assert_close(got, x64.grad.to(dtype), rtol=tol, atol=tol)
+
+
 def test_a_partition_that_cannot_be_traced_runs_in_torch_and_is_reported(monkeypatch):
     """A rule that gives up at trace time sends its partition to torch, with the reason
     in the report: the result is still right."""

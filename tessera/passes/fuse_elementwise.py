@@ -78,7 +78,6 @@ from xdsl.context import Context
 from xdsl.dialects import builtin
 from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.transforms.common_subexpression_elimination import cse
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
     PatternRewriter,
@@ -86,6 +85,7 @@ from xdsl.pattern_rewriter import (
     RewritePattern,
     op_type_rewrite_pattern,
 )
+from xdsl.transforms.common_subexpression_elimination import cse
 
 from tessera.ir import graph as g
 from tessera.ir.attrs import rounds_specially

@@ -57,6 +57,7 @@ from tessera.passes import (
     tile_datamove,
     tile_fft,
     tile_fused_maps,
+    tile_fused_rows,
     tile_gather,
     tile_linalg,
     tile_optim,
@@ -943,7 +944,10 @@ class _FunctionLowering:
                 leaves = [e.load(r, f(e, idx, 0), mask=ok) for r, f in zip(ins, index)]
                 return e.convert(evaluate(e, leaves), acc_t)
 
-            if not tile_colreduce.lower_vector_fused(self, red, values, refs, evaluate, acc_t):
+            if not (
+                tile_fused_rows.lower(self, red, values, refs, evaluate, acc_t)
+                or tile_colreduce.lower_vector_fused(self, red, values, refs, evaluate, acc_t)
+            ):
                 self.reduce_kernel(red, "fused", refs, value)
             self.env[op.result] = self.env[red.result]
             return

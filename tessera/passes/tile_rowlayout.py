@@ -110,15 +110,18 @@ class Piece:
 
 def load_piece(
     e: KernelEmitter, ref: SSAValue, lead: Sequence[Idx], col: Idx, width: int,
-    mask: SSAValue | None, col_ok: SSAValue | None, vector: bool,
+    mask: SSAValue | None, col_ok: SSAValue | None, vector: bool, raw: bool = False,
 ) -> Piece:
-    """Read ``width`` elements (a vector) or one element of ``ref[*lead, col]`` as f32."""
+    """Read ``width`` elements (a vector) or one element of ``ref[*lead, col]`` as f32
+    (in ``ref``'s element type with ``raw``)."""
     idx = [e.index(i) for i in (*lead, col)]
     if vector:
         v = e.op(tt.LoadVectorOp(ref, idx, width, mask))
-        vals = [e.convert(e.extract(v, j), f32) for j in range(width)]
+        vals = [e.extract(v, j) for j in range(width)]
     else:
-        vals = [e.convert(e.op(tt.LoadOp(ref, idx, mask)), f32)]
+        vals = [e.op(tt.LoadOp(ref, idx, mask))]
+    if not raw:
+        vals = [e.convert(x, f32) for x in vals]
     return Piece(vals, mask, col, col_ok, vector)
 
 

@@ -149,7 +149,8 @@ class RowKernel:
         self.lead = e.unravel(self.row, lead) if lead else []
         self.edges = Edges(e, plan.n, plan.width, plan.ragged, self.row, self.lane)
 
-    def load(self, x: SSAValue) -> list[Piece]:
+    def load(self, x: SSAValue, raw: bool = False) -> list[Piece]:
+        """This lane's pieces of the row of ``x`` (as f32; in ``x``'s type with ``raw``)."""
         e, p, ed = self.e, self.plan, self.edges
         pieces = []
         # a ragged row may have one chunk fewer than p.chunks
@@ -159,10 +160,10 @@ class RowKernel:
             inside = None if (c + 1) * p.lanes <= sure else e.lt(chunk, ed.nb)
             ok = e.and_(self.row_ok, inside)
             col = ed.chunk_col(e, chunk)
-            pieces.append(load_piece(e, x, self.lead, col, p.width, ok, inside, True))
+            pieces.append(load_piece(e, x, self.lead, col, p.width, ok, inside, True, raw))
         if ed.col is not None:
             ok = e.and_(self.row_ok, ed.inside)
-            pieces.append(load_piece(e, x, self.lead, ed.col, 1, ok, ed.inside, False))
+            pieces.append(load_piece(e, x, self.lead, ed.col, 1, ok, ed.inside, False, raw))
         return pieces
 
     def reduce(self, pieces: Sequence[Piece], kind: str, term) -> SSAValue:

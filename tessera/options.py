@@ -88,11 +88,13 @@ DEFAULT_GRAPH_PASSES: tuple[str, ...] = (
     "fuse-attention",
     "fuse-matmul-epilogue",
     "fuse-elementwise",
+    "merge-sibling-reductions",
     "dce",
 )
 """The graph pipeline, in order (pass names of ``tessera-opt``): the one definition of
 it. Attention and epilogue fusion run before elementwise fusion so that the scale, mask,
-bias and activation ops they absorb are still standalone."""
+bias and activation ops they absorb are still standalone; sibling reductions merge once
+their bodies are fused."""
 
 TileConfig = tuple[int, int, int, int, int]
 """An sm90 matmul tile configuration as plain numbers: ``(bn, stages, consumers, group_m,

@@ -49,6 +49,12 @@ def _fuse_elementwise() -> type[ModulePass]:
     return FuseElementwisePass
 
 
+def _merge_sibling_reductions() -> type[ModulePass]:
+    from tessera.passes.merge_sibling_reductions import MergeSiblingReductionsPass
+
+    return MergeSiblingReductionsPass
+
+
 def _fuse_matmul_epilogue() -> type[ModulePass]:
     from tessera.passes.fuse_matmul_epilogue import FuseMatmulEpiloguePass
 
@@ -76,6 +82,7 @@ def _graph_optimize() -> type[ModulePass]:
 ALL_PASSES["algebraic-simplify"] = _algebraic_simplify
 ALL_PASSES["spectral-rewrite"] = _spectral_rewrite
 ALL_PASSES["fuse-elementwise"] = _fuse_elementwise
+ALL_PASSES["merge-sibling-reductions"] = _merge_sibling_reductions
 ALL_PASSES["fuse-matmul-epilogue"] = _fuse_matmul_epilogue
 ALL_PASSES["fuse-attention"] = _fuse_attention
 ALL_PASSES["graph-optimize"] = _graph_optimize

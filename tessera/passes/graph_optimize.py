@@ -2,7 +2,8 @@
 
 The steps are those of :data:`tessera.options.DEFAULT_GRAPH_PASSES` after
 ``canonicalize``, in the same order: ``algebraic-simplify``, ``spectral-rewrite``, ``cse``,
-``fuse-attention``, ``fuse-matmul-epilogue``, ``fuse-elementwise``, ``dce``.
+``fuse-attention``, ``fuse-matmul-epilogue``, ``fuse-elementwise``,
+``merge-sibling-reductions``, ``dce``.
 ``graph_optimize_passes()`` returns the steps that are switched on as separate
 passes.
 """
@@ -29,6 +30,7 @@ def graph_optimize_passes(
     fuse_attention: bool = True,
     fuse_matmul_epilogue: bool = True,
     fuse_elementwise: bool = True,
+    merge_sibling_reductions: bool = True,
     dce: bool = True,
 ) -> list[ModulePass]:
     """The Graph IR optimization steps that are switched on, in pipeline order."""
@@ -41,6 +43,7 @@ def graph_optimize_passes(
         "fuse-attention": fuse_attention,
         "fuse-matmul-epilogue": fuse_matmul_epilogue,
         "fuse-elementwise": fuse_elementwise,
+        "merge-sibling-reductions": merge_sibling_reductions,
         "dce": dce,
     }
     return [graph_pass(n) for n in STEPS if on[n]]
@@ -58,6 +61,7 @@ class GraphOptimizePass(ModulePass):
     fuse_attention: bool = True
     fuse_matmul_epilogue: bool = True
     fuse_elementwise: bool = True
+    merge_sibling_reductions: bool = True
     dce: bool = True
 
     def passes(self) -> list[ModulePass]:
@@ -68,6 +72,7 @@ class GraphOptimizePass(ModulePass):
             fuse_attention=self.fuse_attention,
             fuse_matmul_epilogue=self.fuse_matmul_epilogue,
             fuse_elementwise=self.fuse_elementwise,
+            merge_sibling_reductions=self.merge_sibling_reductions,
             dce=self.dce,
         )
 

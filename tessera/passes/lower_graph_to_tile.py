@@ -956,6 +956,43 @@ class _FunctionLowering:
         self.vector_map("fused", domain, out, op.result, refs, values, evaluate)
         self.env[op.result] = out
 
+    def lower_fused_reductions(self, op: g.FusedReductionsOp) -> None:
+        """A ``tgraph.fused_reductions`` op is one row kernel (:mod:`tile_fused_rows`): each
+        element of the body's operands is read once and every reduction folds its value."""
+        reds = op.reductions()
+        inputs = [r.operands[0] for r in reds]
+        live: set[Operation] = set()
+        for v in inputs:
+            live.update(_live_ops(op, v))
+        body = [o for o in op.block.ops if o in live]
+        values: list[SSAValue] = list(op.block.args)
+        refs = [self.mem(v) for v in op.inputs]
+        for c in body:
+            if isinstance(c, g.ConstantOp) and _splat(c) is None:
+                self.lower_constant(c)
+                values.append(c.result)
+                refs.append(self.env[c.result])
+
+        def evaluate(e: KernelEmitter, leaves: list[SSAValue]) -> list[SSAValue]:
+            env: dict[SSAValue, SSAValue] = dict(zip(values, leaves))
+            for o in body:
+                if isinstance(o, g.ConstantOp):
+                    if o.result not in env:
+                        env[o.result] = e.const(_splat(o), g.elem_of(o.result))  # type: ignore[arg-type]
+                    continue
+                env[o.results[0]] = elementwise_scalar(e, o, [env[x] for x in o.operands])
+            return [env[v] for v in inputs]
+
+        acc = [_accum_type(g.elem_of(v), r) for v, r in zip(inputs, reds)]
+        if not tile_fused_rows.lower_many(self, reds, values, refs, evaluate, acc):  # type: ignore[arg-type]
+            raise not_lowered(
+                op, "reductions other than f32-accumulated sum/max/min/mean over the trailing "
+                "dims of bf16/f16/f32 rows (operands of the reduced shape or constant along "
+                "the reduced dims)"
+            )
+        for r, red in zip(op.outputs, reds):
+            self.env[r] = self.env[red.results[0]]
+
     def _lower_mapped_fused(
         self, op: g.FusedOp, red: Operation | None, result: SSAValue,
         body: list[Operation], values: list[SSAValue], refs: list[SSAValue],
@@ -1213,7 +1250,7 @@ def _splat(op: g.ConstantOp) -> float | int | None:
     return vals[0] if len(vals) == 1 else None
 
 
-def _live_ops(op: g.FusedOp, result: SSAValue) -> list[Operation]:
+def _live_ops(op: g.FusedOp | g.FusedReductionsOp, result: SSAValue) -> list[Operation]:
     """The ops of ``op``'s body that ``result`` depends on, in order."""
     live: set[SSAValue] = {result}
     ops: list[Operation] = []
@@ -1439,6 +1476,7 @@ TILE_LOWERINGS.register(
 TILE_LOWERINGS.register(g.SelectOp)(_FunctionLowering.lower_select)
 TILE_LOWERINGS.register(g.CastOp)(_FunctionLowering.lower_cast)
 TILE_LOWERINGS.register(g.FusedOp)(_FunctionLowering.lower_fused)
+TILE_LOWERINGS.register(g.FusedReductionsOp)(_FunctionLowering.lower_fused_reductions)
 # reductions and row-wise ops
 TILE_LOWERINGS.register(g.SumOp, g.MaxOp, g.MinOp, g.MeanOp)(_FunctionLowering.lower_reduction)
 TILE_LOWERINGS.register(g.LogSumExpOp)(tile_rowwise.lower_logsumexp)
@@ -1446,6 +1484,7 @@ TILE_LOWERINGS.register(g.SoftmaxOp)(tile_rowwise.lower_softmax)
 TILE_LOWERINGS.register(
     g.RMSNormOp, g.RMSNormFwdOp, g.LayerNormOp, g.LayerNormFwdOp
 )(tile_rowwise.lower_norm)
+TILE_LOWERINGS.register(g.RowMomentsOp)(tile_rowwise.lower_row_moments)
 TILE_LOWERINGS.register(g.LayerNormBwdOp, g.RMSNormBwdOp)(tile_rowwise.lower_norm_bwd)
 TILE_LOWERINGS.register(g.MSEOp)(_FunctionLowering.lower_mse)
 # data movement

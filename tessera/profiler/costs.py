@@ -282,8 +282,14 @@ def _sddmm(op: g.SDDMMOp) -> int:
     return 2 * numel(op.indices) * _shape(op.lhs)[-1]
 
 
-@COSTS.register(g.FusedOp)
-def _fused(op: g.FusedOp) -> int | None:
+@COSTS.register(g.RowMomentsOp)
+def _row_moments(op: g.RowMomentsOp) -> int:
+    """A sum, then a subtraction, a product and a sum per element."""
+    return 4 * numel(op.input)
+
+
+@COSTS.register(g.FusedOp, g.FusedReductionsOp)
+def _fused(op: g.FusedOp | g.FusedReductionsOp) -> int | None:
     total = 0
     for inner in op.block.ops:
         if isinstance(inner, g.YieldOp):

@@ -563,6 +563,17 @@ def run_rmsnorm(interp: Interpreter, op: g.RMSNormOp | g.RMSNormFwdOp, args: tup
     return (store(y, op.result.type),)
 
 
+@SEMANTICS.register(g.RowMomentsOp)
+def run_row_moments(interp: Interpreter, op: g.RowMomentsOp, args: tuple[Any, ...]):
+    """Each row's mean and ``sum((x - mean)^2)``, in f32 (the row's own mean first)."""
+    x = load(args[0], op.input.type, np.dtype(np.float32))
+    s = x.shape
+    rows = x.reshape(*s[: len(s) - op.dims.value.data], -1)
+    mean = np.mean(rows, axis=-1, dtype=np.float32)
+    d = rows - mean[..., None]
+    return (store(mean, op.mean.type), store(np.sum(d * d, axis=-1, dtype=np.float32), op.m2.type))
+
+
 @SEMANTICS.register(g.MatmulOp)
 def run_matmul(interp: Interpreter, op: g.MatmulOp, args: tuple[Any, ...]):
     a, b = args
@@ -1007,6 +1018,11 @@ def run_recv(interp: Interpreter, op: g.RecvOp, args: tuple[Any, ...]):
 @SEMANTICS.register(g.FusedOp)
 def run_fused(interp: Interpreter, op: g.FusedOp, args: tuple[Any, ...]):
     return interp.run_ssacfg_region(op.body, args, "tgraph.fused")
+
+
+@SEMANTICS.register(g.FusedReductionsOp)
+def run_fused_reductions(interp: Interpreter, op: g.FusedReductionsOp, args: tuple[Any, ...]):
+    return interp.run_ssacfg_region(op.body, args, "tgraph.fused_reductions")
 
 
 def _bound(semantics: Semantics) -> Callable[..., tuple[Any, ...]]:

@@ -89,6 +89,7 @@ from tessera.ir.graph.fusion import (
     FUSIBLE_REDUCTION_OPS,
     FUSIBLE_UNARY_OPS,
     FusedOp,
+    FusedReductionsOp,
     MatmulEpilogueOp,
     YieldOp,
     is_index_map,
@@ -115,6 +116,7 @@ from tessera.ir.graph.nn import (
     RMSNormBwdOp,
     RMSNormFwdOp,
     RMSNormOp,
+    RowMomentsOp,
     SoftmaxOp,
     SumOp,
 )
@@ -152,7 +154,7 @@ from tessera.ir.graph.shape import (
 
 DERIVATIVE_SUPPORT_OPS: list[type[IRDLOperation]] = [
     FlashAttentionFwdOp, FlashAttentionBwdOp, LayerNormFwdOp, LayerNormBwdOp,
-    RMSNormFwdOp, RMSNormBwdOp, RealOp, ImagOp, ComplexOp, TriangularSolveOp,
+    RMSNormFwdOp, RMSNormBwdOp, RowMomentsOp, RealOp, ImagOp, ComplexOp, TriangularSolveOp,
     SpMMTransposeOp, SDDMMOp,
 ]
 
@@ -169,7 +171,7 @@ GRAPH_OPS: list[type[IRDLOperation]] = [
     FFTOp, FFT2dOp, CholeskyOp, SVDOp, SpMMOp,
     RandnOp, PoissonOp,
     AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, AllSliceOp, SendOp, RecvOp,
-    FusedOp, YieldOp, MatmulEpilogueOp,
+    FusedOp, FusedReductionsOp, YieldOp, MatmulEpilogueOp,
     AdamWUpdateOp, SGDUpdateOp,
 ]
 
@@ -217,6 +219,7 @@ __all__ = [
     "FlashAttentionFwdOp",
     "FlashAttentionOp",
     "FusedOp",
+    "FusedReductionsOp",
     "GRAPH_OPS",
     "GeOp",
     "GeluOp",
@@ -250,6 +253,7 @@ __all__ = [
     "RMSNormFwdOp",
     "NormOp",
     "RMSNormOp",
+    "RowMomentsOp",
     "RandnOp",
     "RealOp",
     "RecvOp",

@@ -1,4 +1,5 @@
-"""``tgraph.fused`` (a fused elementwise kernel), its ``tgraph.yield`` and ``tgraph.matmul_epilogue``."""
+"""``tgraph.fused`` (a fused elementwise kernel), ``tgraph.fused_reductions`` (several
+reductions of one fused body), their ``tgraph.yield`` and ``tgraph.matmul_epilogue``."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from xdsl.irdl import (
     result_def,
     traits_def,
     var_operand_def,
+    var_result_def,
 )
 from xdsl.parser import Parser
 from xdsl.printer import Printer
@@ -128,11 +130,14 @@ def is_index_map(op: IRDLOperation) -> bool:
 
 @irdl_op_definition
 class YieldOp(IRDLOperation):
-    """Terminator of a ``tgraph.fused`` body: the values it yields are the op's results."""
+    """Terminator of a ``tgraph.fused`` or ``tgraph.fused_reductions`` body: the values it
+    yields are the op's results."""
 
     name = "tgraph.yield"
     values = var_operand_def(TensorT)
-    traits = lazy_traits_def(lambda: (IsTerminator(), HasParent(FusedOp), Pure()))
+    traits = lazy_traits_def(
+        lambda: (IsTerminator(), HasParent(FusedOp, FusedReductionsOp), Pure())
+    )
     assembly_format = "attr-dict ($values^ `:` type($values))?"
 
     def __init__(self, *values: SSAValue):
@@ -188,16 +193,7 @@ class FusedOp(IRDLOperation):
         return prev if isinstance(prev, FUSIBLE_REDUCTION_OPS) else None
 
     def verify_(self) -> None:
-        args = self.block.args
-        if len(args) != len(self.inputs):
-            raise VerifyException(
-                f"{self.name}: body has {len(args)} arguments for {len(self.inputs)} operands"
-            )
-        for i, (a, v) in enumerate(zip(args, self.inputs)):
-            if a.type != v.type:
-                raise VerifyException(
-                    f"{self.name}: body argument {i} has type {a.type}, operand has {v.type}"
-                )
+        _verify_body_args(self, self.block, self.inputs)
         term = self.block.last_op
         if not isinstance(term, YieldOp):
             raise VerifyException(f"{self.name}: body must end with tgraph.yield")
@@ -219,6 +215,120 @@ class FusedOp(IRDLOperation):
                     f"{self.name}: {op.name} cannot be fused; the body may hold elementwise "
                     "ops, constants, broadcasts, transposes keeping the last dim, slices, "
                     "concats, reshapes of size-1 dims and one trailing reduction"
+                )
+
+
+def _verify_body_args(op: IRDLOperation, block: Block, inputs: Sequence[SSAValue]) -> None:
+    """The body of ``op`` takes one argument per operand, of the operand's type."""
+    if len(block.args) != len(inputs):
+        raise VerifyException(
+            f"{op.name}: body has {len(block.args)} arguments for {len(inputs)} operands"
+        )
+    for i, (a, v) in enumerate(zip(block.args, inputs)):
+        if a.type != v.type:
+            raise VerifyException(
+                f"{op.name}: body argument {i} has type {a.type}, operand has {v.type}"
+            )
+
+
+@irdl_op_definition
+class FusedReductionsOp(IRDLOperation):
+    """Several reductions of one fused elementwise body: one op that lowers to one kernel
+    reading its operands once.
+
+    The single-block body takes one block argument per operand (same types) and holds
+    ``tgraph`` elementwise ops and splat constants on whole tensors, and two or more
+    reductions (``tgraph.sum/max/min/mean``) over the same axes of values of the same
+    shape, with the same ``keepdims``. ``tgraph.yield`` yields the reductions' results, each
+    once, and nothing else uses them. Result ``i`` is the ``i``-th yielded value: the op
+    means exactly what running the body on the operands means. Batch norm's backward
+    reduces ``dy`` and ``dy * (x - mean)`` over the same dims this way::
+
+        %s, %t = tgraph.fused_reductions %dy, %x, %m
+            : (tensor<4x8x7x7xf32>, tensor<4x8x7x7xf32>, tensor<1x8x1x1xf32>)
+            -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+        ^bb0(%0: tensor<4x8x7x7xf32>, %1: tensor<4x8x7x7xf32>, %2: tensor<1x8x1x1xf32>):
+          %3 = tgraph.sum %0 axes = [2, 3] : (tensor<4x8x7x7xf32>) -> tensor<4x8xf32>
+          %4 = tgraph.sub %1, %2 : (tensor<4x8x7x7xf32>, tensor<1x8x1x1xf32>) -> tensor<4x8x7x7xf32>
+          %5 = tgraph.mul %0, %4 : (tensor<4x8x7x7xf32>, tensor<4x8x7x7xf32>) -> tensor<4x8x7x7xf32>
+          %6 = tgraph.sum %5 axes = [2, 3] : (tensor<4x8x7x7xf32>) -> tensor<4x8xf32>
+          tgraph.yield %3, %6 : tensor<4x8xf32>, tensor<4x8xf32>
+        }
+    """
+
+    name = "tgraph.fused_reductions"
+    inputs = var_operand_def(TensorT)
+    outputs = var_result_def(TensorT)
+    body = region_def("single_block")
+    traits = traits_def(Pure(), IsolatedFromAbove())
+    assembly_format = "$inputs attr-dict `:` functional-type($inputs, $outputs) $body"
+
+    def __init__(self, inputs: Sequence[SSAValue], result_types: Sequence[Attribute],
+                 body: Region):
+        super().__init__(operands=[list(inputs)], result_types=[list(result_types)],
+                         regions=[body])
+
+    @property
+    def block(self) -> Block:
+        return self.body.block
+
+    @property
+    def yield_op(self) -> YieldOp:
+        term = self.block.last_op
+        assert isinstance(term, YieldOp)
+        return term
+
+    def reductions(self) -> list[IRDLOperation]:
+        """The reductions whose results are yielded, in result order."""
+        return [v.owner for v in self.yield_op.values]  # type: ignore[misc]
+
+    def verify_(self) -> None:
+        _verify_body_args(self, self.block, self.inputs)
+        term = self.block.last_op
+        if not isinstance(term, YieldOp):
+            raise VerifyException(f"{self.name}: body must end with tgraph.yield")
+        if len(self.outputs) < 2:
+            raise VerifyException(
+                f"{self.name}: has {len(self.outputs)} result(s); one reduction is a "
+                "tgraph.fused op"
+            )
+        if [v.type for v in term.values] != [r.type for r in self.outputs]:
+            raise VerifyException(
+                f"{self.name}: body must yield one value per result, of the result types "
+                f"({', '.join(str(r.type) for r in self.outputs)})"
+            )
+        reds = []
+        for v in term.values:
+            owner = v.owner
+            if not isinstance(owner, FUSIBLE_REDUCTION_OPS) or owner.parent_block() is not self.block:
+                raise VerifyException(
+                    f"{self.name}: each yielded value must be the result of a reduction "
+                    "(tgraph.sum/max/min/mean) of the body"
+                )
+            if owner in reds:
+                raise VerifyException(f"{self.name}: a reduction's result is yielded twice")
+            reds.append(owner)
+        first = reds[0]
+        for r in reds[1:]:
+            if (shape_of(r.input) != shape_of(first.input)
+                    or r.axis_list() != first.axis_list()
+                    or (r.keepdims is None) != (first.keepdims is None)):
+                raise VerifyException(
+                    f"{self.name}: every reduction must reduce the same axes of a value of the "
+                    f"same shape with the same keepdims ({first.name} over "
+                    f"{first.axis_list()} of {fmt_shape(shape_of(first.input))}, {r.name} over "
+                    f"{r.axis_list()} of {fmt_shape(shape_of(r.input))})"
+                )
+        for op in list(self.block.ops)[:-1]:
+            if isinstance(op, FUSIBLE_REDUCTION_OPS):
+                if op not in reds or any(u.operation is not term for u in op.results[0].uses):
+                    raise VerifyException(
+                        f"{self.name}: a reduction's result may only be yielded"
+                    )
+            elif not isinstance(op, (*FUSIBLE_ELEMENTWISE_OPS, ConstantOp)):
+                raise VerifyException(
+                    f"{self.name}: {op.name} cannot be fused here; the body may hold "
+                    "elementwise ops, constants and the reductions"
                 )
 
 

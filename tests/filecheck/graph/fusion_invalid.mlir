@@ -74,7 +74,7 @@ func.func @not_isolated(%x: tensor<4xf32>, %y: tensor<4xf32>) {
 // -----
 
 func.func @yield_outside(%x: tensor<4xf32>) {
-  // expected-error @+1 {{'tgraph.yield' expects parent op 'tgraph.fused'}}
+  // expected-error @+1 {{'tgraph.yield' expects parent op to be one of 'tgraph.fused', 'tgraph.fused_reductions'}}
   tgraph.yield %x : tensor<4xf32>
 }
 

@@ -38,13 +38,13 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import f32
+from xdsl.dialects.builtin import MemRefType, f32
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.passes import tile_rowstream
-from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, not_lowered
 from tessera.passes.tile_rowlayout import (
     LOG2E,
     Edges,
@@ -375,6 +375,48 @@ def lower_norm_bwd(lw: _FunctionLowering, op: g.LayerNormBwdOp | g.RMSNormBwdOp)
 
     lw.kernel(op.name.split(".")[1], host_args, plan.group_size, _grid(plan, rows), build)
     lw.env[op.result] = out
+
+
+def row_moments_plan(op: g.RowMomentsOp) -> RowPlan | None:
+    """The row layout of ``tgraph.row_moments``' rows, or None when they have none (rows
+    too long for registers, or no rows)."""
+    shape = g.shape_of(op.input)
+    k = op.dims.value.data
+    if prod(shape[: len(shape) - k]) < 1:
+        return None
+    return plan_row(prod(shape[len(shape) - k:]), g.elem_of(op.input))
+
+
+def lower_row_moments(lw: _FunctionLowering, op: g.RowMomentsOp) -> None:
+    """``tgraph.row_moments``: the register kernel reads each row once, folds its sum to
+    the mean, then the squared deviations of the values it holds to ``m2``; the row's
+    first lane stores both. Rows too long for registers are a located error."""
+    from tessera.passes.tile_datamove import reshape_view
+
+    plan = row_moments_plan(op)
+    if plan is None:
+        raise not_lowered(op, "rows longer than the register kernel holds")
+    shape = g.shape_of(op.input)
+    kept = list(shape[: len(shape) - op.dims.value.data])
+    rows, n = prod(kept), plan.n
+    x = reshape_view(lw, lw.mem(op.input), MemRefType(g.elem_of(op.input), [rows, n]))
+    mean_buf, m2_buf = lw.alloc(op.mean.type), lw.alloc(op.m2.type)
+
+    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+        mean_ref, m2_ref, x_ref = args
+        k = RowKernel(e, plan, rows, [rows])
+        r = k.load(x_ref)
+        mean = e.fmul(k.reduce(r, "sum", lambda v: v), e.const(1.0 / n, f32))
+        ds = [p.like([e.fsub(v, mean) for v in p.values]) for p in r]
+        m2 = k.reduce(ds, "sum", lambda v: e.fmul(v, v))
+        first = e.and_(k.row_ok, e.eq(k.lane, 0))
+        idx = e.unravel(k.row, kept) if kept else []
+        e.store(mean, mean_ref, idx, mask=first)
+        e.store(m2, m2_ref, idx, mask=first)
+
+    lw.kernel("row_moments", [mean_buf, m2_buf, x], plan.group_size, _grid(plan, rows), build)
+    lw.env[op.mean] = mean_buf
+    lw.env[op.m2] = m2_buf
 
 
 def _grid(plan: RowPlan, rows: int) -> list[int]:

@@ -24,6 +24,7 @@ from tessera.frontend.ops.nn import (
     layernorm_fwd,
     rmsnorm_bwd,
     rmsnorm_fwd,
+    row_moments,
 )
 from tessera.torch import attention as _attention  # noqa: F401  (defines tessera::sdpa_backward)
 from tessera.torch import rms_norm as _rms_norm_ops  # noqa: F401  (defines tessera::rms_norm)
@@ -276,9 +277,12 @@ def _batch_norm_train(
     wide = opmath_dtype(dt)
     n = math.prod(x.shape[i] for i in range(x.ndim) if i != 1)
     xw = to(x, wide)
-    mean = _channel_mean(xw)
-    d = ops.sub(xw, ops.reshape(mean, _bn_shape(x)))
-    var = _channel_mean(ops.mul(d, d))
+    if _by_planes(x):
+        mean, var = _channel_moments(x)
+    else:
+        mean = _channel_mean(xw)
+        d = ops.sub(xw, ops.reshape(mean, _bn_shape(x)))
+        var = _channel_mean(ops.mul(d, d))
     rstd = ops.rsqrt(ops.add(var, to(float(eps), wide)))
     y = to(_bn_apply(xw, mean, rstd, w, b), dt)
     m = float(momentum)
@@ -289,6 +293,33 @@ def _batch_norm_train(
     # CUDA, the input's dtype on the CPU)
     return (y, to(mean, out_dtype(node, 1)), to(rstd, out_dtype(node, 2)),
             to(new_rm, out_dtype(node, 3)), to(new_rv, out_dtype(node, 4)))
+
+
+def _by_planes(x: TracedTensor) -> bool:
+    """Batch norm's statistics of ``x`` come from its (sample, channel) planes' moments:
+    ``[N, C, ...]`` with spatial dims, bf16/f16/f32, planes that the row kernel holds."""
+    from tessera.passes.tile_rowwise import plan_row
+
+    if x.ndim < 3 or torch_dtype(x) not in (torch.bfloat16, torch.float16, torch.float32):
+        return False
+    r = math.prod(x.shape[2:])
+    return r > 1 and plan_row(r, x.type.element_type) is not None
+
+
+def _channel_moments(x: TracedTensor) -> tuple[TracedTensor, TracedTensor]:
+    """The f32 mean and (biased) variance over every axis but 1 of ``[N, C, ...]`` in one
+    read of ``x``: each (sample, channel) plane's mean ``m_p`` and sum of squared
+    deviations ``M2_p`` from it (``tgraph.row_moments``, one row kernel), combined over
+    the ``N`` planes of a channel exactly (Chan et al.): ``mean = avg(m_p)``,
+    ``M2 = sum(M2_p) + r * sum((m_p - mean)^2)`` for planes of ``r`` elements."""
+    nb, c = x.shape[0], x.shape[1]
+    r = math.prod(x.shape[2:])
+    mean_p, m2_p = row_moments(x, x.ndim - 2)  # [N, C] each
+    mean = ops.div(ops.sum(mean_p, axis=0), to(float(nb), torch.float32))
+    dm = ops.sub(mean_p, ops.reshape(mean, [1, c]))
+    m2 = ops.add(ops.sum(m2_p, axis=0),
+                 ops.mul(ops.sum(ops.mul(dm, dm), axis=0), to(float(r), torch.float32)))
+    return mean, ops.div(m2, to(float(nb * r), torch.float32))
 
 
 def _channel_mean(x: TracedTensor) -> TracedTensor:

@@ -119,3 +119,144 @@ def test_not_taken_for_other_shapes():
         LowerGraphToTile().apply(ctx, m)
         names = [o.sym_name.data for o in m.body.block.ops if isinstance(o, tile_ir.KernelOp)]
         assert not any("fused_rows" in n for n in names), names
+
+
+def build_many(shape, elem, stat_shape, axes, kinds, keep):
+    """``tgraph.fused_reductions`` of ``x`` (``shape``/``elem``) and a per-row f32 ``m``:
+    reduction ``i`` of kind ``kinds[i]`` reduces ``(cast(x) - m) ** (i + 1)`` over the
+    trailing dims."""
+    t, tf, tm = ty(shape, elem), ty(shape, "f32"), ty(stat_shape, "f32")
+    out_shape = [1 if k in axes else d for k, d in enumerate(shape)] if keep else [
+        d for k, d in enumerate(shape) if k not in axes]
+    to = ty(out_shape, "f32")
+    kd = " keepdims" if keep else ""
+    lines = [f"%c = tgraph.cast %a0 : ({t}) -> {tf}" if elem != "f32"
+             else f"%c = tgraph.add %a0, %a0 : ({t}, {t}) -> {tf}",
+             f"%p1 = tgraph.sub %c, %a1 : ({tf}, {tm}) -> {tf}"]
+    for i in range(2, len(kinds) + 1):
+        lines.append(f"%p{i} = tgraph.mul %p{i - 1}, %p1 : ({tf}, {tf}) -> {tf}")
+    for i, kind in enumerate(kinds):
+        lines.append(f"%r{i} = tgraph.{kind} %p{i + 1} axes = {axes}{kd} : ({tf}) -> {to}")
+    rs = ", ".join(f"%r{i}" for i in range(len(kinds)))
+    tys = ", ".join([to] * len(kinds))
+    body = "\n    ".join(lines)
+    src = f"""func.func @f(%x: {t}, %m: {tm}) -> ({tys}) {{
+  {rs} = tgraph.fused_reductions %x, %m : ({t}, {tm}) -> ({tys}) {{
+  ^bb0(%a0: {t}, %a1: {tm}):
+    {body}
+    tgraph.yield {rs} : {tys}
+  }}
+  func.return {rs} : {tys}
+}}"""
+    return src, out_shape
+
+
+MANY = [
+    ((3, 5, 7, 7), "bf16", (1, 5, 1, 1), [2, 3], ["sum", "sum"]),
+    ((2, 3, 37, 37), "f16", (2, 3, 1, 1), [2, 3], ["sum", "max", "mean"]),
+    ((4, 1001), "f32", (4, 1), [1], ["min", "sum"]),
+    ((2, 6, 56, 56), "bf16", (1, 6, 1, 1), [2, 3], ["sum", "sum"]),
+    ((2, 3, 4, 5), "bf16", (), [1, 2, 3], ["max", "sum"]),
+]
+
+
+@pytest.mark.parametrize("shape, elem, stat, axes, kinds", MANY)
+@pytest.mark.parametrize("keep", [True, False])
+def test_fused_reductions_match_float64(shape, elem, stat, axes, kinds, keep):
+    """Several reductions of one body: one row kernel, each result against float64, and
+    the Graph IR interpreter agrees."""
+    from tessera.runtime.graph_interpreter import run_function
+
+    src, out_shape = build_many(shape, elem, stat, axes, kinds, keep)
+    ctx = default_context()
+    m = Parser(ctx, src).parse_module()
+    m.verify()
+    x = (RNG.normal(size=shape) * 2 + 0.5).astype(NP[elem])
+    mm = RNG.normal(size=stat).astype(np.float32)
+    c = x.astype(np.float64) * (1.0 if elem != "f32" else 2.0)
+    d = c - mm.astype(np.float64)
+    fns = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean}
+    want = [fns[k](d ** (i + 1), axis=tuple(axes), keepdims=keep) for i, k in enumerate(kinds)]
+    interp = run_function(m, "f", [x, mm])
+    LowerGraphToTile().apply(ctx, m)
+    m.verify()
+    names = [o.sym_name.data for o in m.body.block.ops if isinstance(o, tile_ir.KernelOp)]
+    assert names == ["f_fused_rows_0"], names
+    got = run_host(m, "f", [x, mm])
+    n = np.prod([shape[a] for a in axes])
+    for g_, i_, w in zip(got, interp, want):
+        assert g_.shape == tuple(out_shape) and g_.dtype == np.float32
+        scale = np.abs(w).max() + 1.0
+        assert np.abs(g_.astype(np.float64) - w).max() <= 2e-6 * scale * n ** 0.5
+        assert np.abs(np.asarray(i_, np.float64) - w).max() <= 2e-6 * scale * n ** 0.5
+
+
+def test_fused_reductions_outside_the_row_kernels_is_a_located_error():
+    """Reductions over a leading dim are not lowered as rows: the error names the op."""
+    src = """func.func @f(%x: tensor<4x6xf32>) -> (tensor<6xf32>, tensor<6xf32>) {
+  %s, %t = tgraph.fused_reductions %x : (tensor<4x6xf32>) -> (tensor<6xf32>, tensor<6xf32>) {
+  ^bb0(%a: tensor<4x6xf32>):
+    %1 = tgraph.sum %a axes = [0] : (tensor<4x6xf32>) -> tensor<6xf32>
+    %2 = tgraph.max %a axes = [0] : (tensor<4x6xf32>) -> tensor<6xf32>
+    tgraph.yield %1, %2 : tensor<6xf32>, tensor<6xf32>
+  }
+  func.return %s, %t : tensor<6xf32>, tensor<6xf32>
+}"""
+    ctx = default_context()
+    m = Parser(ctx, src).parse_module()
+    with pytest.raises(NotImplementedError, match="tgraph.fused_reductions has no Tile IR"):
+        LowerGraphToTile().apply(ctx, m)
+
+
+MOMENTS = [
+    ((3, 5, 7, 7), "bf16", 2),
+    ((2, 3, 37, 37), "f16", 2),
+    ((4, 1001), "f32", 1),
+    ((2, 2, 56, 56), "bf16", 2),
+    ((3, 4, 5), "f32", 3),
+    ((5, 2, 1, 9), "bf16", 2),
+]
+
+
+@pytest.mark.parametrize("shape, elem, dims", MOMENTS)
+@pytest.mark.parametrize("offset", [0.0, 1000.0])
+def test_row_moments_match_float64(shape, elem, dims, offset):
+    """``tgraph.row_moments`` as one row kernel and on the Graph IR interpreter: each row's
+    mean and sum of squared deviations against float64, also for data far from 0 (the
+    deviations are taken from the row's own mean)."""
+    from tessera.runtime.graph_interpreter import run_function
+
+    kept = shape[: len(shape) - dims]
+    to = ty(kept, "f32")
+    src = f"""func.func @f(%x: {ty(shape, elem)}) -> ({to}, {to}) {{
+  %m, %q = tgraph.row_moments %x dims = {dims} : {ty(shape, elem)} -> ({to}, {to})
+  func.return %m, %q : {to}, {to}
+}}"""
+    ctx = default_context()
+    m = Parser(ctx, src).parse_module()
+    m.verify()
+    x = (RNG.normal(size=shape) * 3 + offset).astype(NP[elem])
+    rows = x.astype(np.float64).reshape(*kept, -1)
+    mean = rows.mean(axis=-1)
+    m2 = ((rows - mean[..., None]) ** 2).sum(axis=-1)
+    interp = run_function(m, "f", [x])
+    LowerGraphToTile().apply(ctx, m)
+    m.verify()
+    got = run_host(m, "f", [x])
+    n = rows.shape[-1]
+    for res in (got, interp):
+        gm, gq = (np.asarray(r, np.float64) for r in res)
+        assert gm.shape == tuple(kept) and gq.shape == tuple(kept)
+        assert np.abs(gm - mean).max() <= 4e-7 * (abs(offset) + 10) * n ** 0.5
+        assert np.abs(gq - m2).max() <= 1e-5 * (m2.max() + 1)
+
+
+def test_row_moments_too_long_is_a_located_error():
+    src = """func.func @f(%x: tensor<2x4000000xf32>) -> (tensor<2xf32>, tensor<2xf32>) {
+  %m, %q = tgraph.row_moments %x dims = 1 : tensor<2x4000000xf32> -> (tensor<2xf32>, tensor<2xf32>)
+  func.return %m, %q : tensor<2xf32>, tensor<2xf32>
+}"""
+    ctx = default_context()
+    m = Parser(ctx, src).parse_module()
+    with pytest.raises(NotImplementedError, match="tgraph.row_moments has no Tile IR lowering"):
+        LowerGraphToTile().apply(ctx, m)

@@ -40,7 +40,7 @@ from tessera.frontend.ops.shape import broadcast_to, reshape
 from tessera.frontend.tracing import TracedTensor, current_trace, result_type
 from tessera.ir import graph as g
 from tessera.ir.attrs import tensor_type
-from tessera.ir.dtypes import fp32, fp64, int64
+from tessera.ir.dtypes import bf16, fp16, fp32, fp64, int64
 from tessera.ir.policy import NumericPolicy
 
 # --------------------------------------------------------------------------- reductions
@@ -267,6 +267,19 @@ def rmsnorm_fwd(
         result_types=[x.type, stats],
         properties={"eps": FloatAttr(_float(eps, "rmsnorm_fwd eps"), f64)},
     ))
+    return tuple(TracedTensor(r, x.trace) for r in op.results)  # type: ignore[return-value]
+
+
+def row_moments(x: Any, dims: int) -> tuple[TracedTensor, TracedTensor]:
+    """Each row's f32 mean and sum of squared deviations from it, the ``dims`` trailing
+    dims of ``x`` (bf16, f16 or f32) being a row (``tgraph.row_moments``)."""
+    x = _tensor_arg(x, "row_moments")
+    if not 1 <= dims <= x.ndim or x.dtype not in (bf16, fp16, fp32):
+        raise ShapeError(located(
+            f"row_moments: needs dims between 1 and {x.ndim} and a bf16, f16 or f32 input, "
+            f"got dims = {dims} and {x.dtype}"
+        ))
+    op = x.trace.add(g.RowMomentsOp(x.value, dims))
     return tuple(TracedTensor(r, x.trace) for r in op.results)  # type: ignore[return-value]
 
 

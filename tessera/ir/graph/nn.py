@@ -14,6 +14,7 @@ from xdsl.dialects.builtin import (
     Float64Type,
     FloatAttr,
     IntegerAttr,
+    TensorType,
     UnitAttr,
     bf16,
     f16,
@@ -148,6 +149,55 @@ class LogSumExpOp(AxesReductionOp):
                 "for a 16-bit input"
             )
         self.verify_shape()
+
+
+@irdl_op_definition
+class RowMomentsOp(IRDLOperation):
+    """Each row's mean and the sum of squared deviations from it: the ``dims`` trailing
+    dims of ``input`` are a row, and for each index of the leading dims ``mean`` is the
+    row's mean and ``m2`` is ``sum((x - mean)^2)`` over the row (the variance times the
+    row's length). Both are f32, computed in f32 from a bf16, f16 or f32 input: one read
+    of the input, and the deviations are taken from the row's own mean, so no precision
+    is lost to a large mean. Batch norm's statistics combine the rows' moments over the
+    batch exactly (Chan et al.)::
+
+        %mean, %m2 = tgraph.row_moments %x dims = 2 : tensor<128x64x56x56xbf16>
+            -> (tensor<128x64xf32>, tensor<128x64xf32>)
+    """
+
+    name = "tgraph.row_moments"
+    input = operand_def(TensorT)
+    dims = prop_def(IntegerAttr[I64])
+    mean = result_def(TensorT)
+    m2 = result_def(TensorT)
+    traits = traits_def(Pure())
+    assembly_format = (
+        "$input `dims` `=` $dims attr-dict `:` type($input) `->` `(` type($mean) `,` "
+        "type($m2) `)`"
+    )
+
+    def __init__(self, input: SSAValue, dims: int):
+        s = shape_of(input)
+        t = TensorType(f32, list(s[: len(s) - dims]))
+        super().__init__(operands=[input], result_types=[t, t],
+                         properties={"dims": IntegerAttr(dims, i64)})
+
+    def verify_(self) -> None:
+        s = shape_of(self.input)
+        k = self.dims.value.data
+        if not 1 <= k <= len(s):
+            raise VerifyException(
+                f"{self.name}: dims = {k} must be between 1 and the input's rank {len(s)}"
+            )
+        if elem_of(self.input) not in (bf16, f16, f32):
+            raise VerifyException(
+                f"{self.name}: needs a bf16, f16 or f32 input, got {elem_of(self.input)}"
+            )
+        for name in ("mean", "m2"):
+            r = getattr(self, name)
+            if elem_of(r) != f32:
+                raise VerifyException(f"{self.name}: {name} must be f32, got {elem_of(r)}")
+            _check_shape(self, name, shape_of(r), s[: len(s) - k])
 
 
 # --------------------------------------------------------------------------- nn ops

@@ -83,7 +83,8 @@ def test_every_graph_op_has_a_function():
     module = f.trace(rnd(4, 4), rnd(3, 3), rnd(5), np.array([0, 1, 3], np.int32),
                      np.array([0, 1, 2], np.int32))
     traced = {o.name for o in module.walk()}
-    fusion_only = {g.FusedOp.name, g.YieldOp.name, g.MatmulEpilogueOp.name}
+    fusion_only = {g.FusedOp.name, g.FusedReductionsOp.name, g.YieldOp.name,
+                   g.MatmulEpilogueOp.name}
     missing = {o.name for o in g.GRAPH_OPS} - traced - fusion_only
     assert not missing, missing
 

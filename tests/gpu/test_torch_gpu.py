@@ -27,7 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import tessera as ts  # noqa: E402
 import tessera.torch as tt  # noqa: E402
-from tests.torch.torch_models import MODELS, MORE_MODELS, compare_training_step  # noqa: E402
+from tests.torch.torch_models import (  # noqa: E402
+    MODELS,
+    MORE_MODELS,
+    compare_training_step,
+    errors_against_float64,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -88,9 +93,17 @@ def test_full_size_training_step_on_the_gpu(name):
     torch.manual_seed(0)
     model, inputs = MODELS[name]("full", device="cuda")
     model = model.cuda().train()
-    fwd, grad = compare_training_step(model, inputs, tt.compile)
-    assert fwd < 1e-2, f"{name} forward error {fwd:.3g}"
-    assert grad < 1e-2, f"{name} gradient error {grad:.3g}"
+    # against float64: eager float32 is no reference at this size (with TF32 off, cuDNN's
+    # weight gradient of ResNet-50's stem is 2e-3 off float64 on an H200, Tessera's 3e-6)
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        errors = errors_against_float64(model, inputs, tt.compile)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    (fwd, grad), (efwd, egrad) = errors["tessera"], errors["eager"]
+    assert fwd <= max(1e-4, 2 * efwd), f"{name} forward error {fwd:.3g} (eager {efwd:.3g})"
+    assert grad <= max(1e-4, 2 * egrad), f"{name} gradient error {grad:.3g} (eager {egrad:.3g})"
     rep = tt.last_report()
     print(f"\n{name}:\n{rep}")
     assert not rep.runtime_fallbacks, str(rep)

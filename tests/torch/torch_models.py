@@ -232,6 +232,40 @@ def training_step_errors(
     return fwd, worst, bufs
 
 
+def errors_against_float64(
+    model: torch.nn.Module,
+    inputs: dict[str, Any],
+    compile_fn: Callable[[torch.nn.Module], Any],
+) -> dict[str, tuple[float, float]]:
+    """One training step of ``compile_fn(model)`` and of eager ``model`` against a float64
+    copy of the model (floating inputs widened): ``{"tessera": (output error, gradient
+    error), "eager": (...)}``, each relative to the largest float64 value (of the output,
+    or of any parameter's gradient). The float64 step is the reference where eager's own
+    kernels differ from it (cuDNN's convolution algorithms, TF32)."""
+    ref_model = copy.deepcopy(model).double()
+    eager_model = copy.deepcopy(model)
+    wide = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
+            for k, v in inputs.items()}
+    ref = ref_model(**wide)
+    _loss(ref).double().backward()
+    ref_grads = {n: p.grad for n, p in ref_model.named_parameters() if p.grad is not None}
+    scale = max(g.abs().max().item() for g in ref_grads.values())
+    r = _output(ref)
+    errors = {}
+    for name, m, fn in (("tessera", model, compile_fn(model)), ("eager", eager_model, eager_model)):
+        out = fn(**inputs)
+        _loss(out).backward()
+        fwd = ((_output(out).double() - r).abs().max() / r.abs().max()).item()
+        params = dict(m.named_parameters())
+        worst = 0.0
+        for n, g in ref_grads.items():
+            got = params[n].grad
+            assert got is not None, f"{name}: no gradient for {n}"
+            worst = max(worst, (got.double() - g).abs().max().item() / scale)
+        errors[name] = (fwd, worst)
+    return errors
+
+
 _SMALL = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
               vocab_size=64, max_position_embeddings=32)
 """The shape of the tiny decoders below: 2 layers, hidden 32, 4 heads of 8, vocabulary 64."""

@@ -598,8 +598,11 @@ class AllocSharedOp(IRDLOperation):
                 raise VerifyException(
                     f"{self.name}: unknown swizzle '{self.swizzle.data}'; valid: xor"
                 )
-            row = shape[-1] * element_bytes(t.element_type) if shape else 0
-            if len(shape) < 2 or row % 16:
+            try:
+                row = shape[-1] * element_bytes(t.element_type) if shape else 0
+            except TypeError:  # a complex or other aggregate element: no row in bytes
+                row = -1
+            if len(shape) < 2 or row % 16 or row < 0:
                 raise VerifyException(
                     f"{self.name}: swizzle \"xor\" needs rank >= 2 and rows of a multiple of "
                     f"16 bytes, got shape {list(shape)} of {t.element_type}"

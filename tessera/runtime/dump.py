@@ -7,10 +7,13 @@ file per stage, numbered in the order they were produced::
     00-traced.mlir           the traced Graph IR
     01-canonicalize.mlir     the IR after each graph-pipeline pass
     ...
-    08-graph.mlir            the optimized Graph IR
-    09-tile.mlir             Tile IR, Target IR and PTX, when they are built
-    10-target.mlir           (a GPU call or inspect_ir("tile" | "target" | "ptx"))
-    11-ptx.ptx
+    09-dce.mlir              (the last pass of the default pipeline)
+    10-graph.mlir            the optimized Graph IR
+    11-tile.mlir             Tile IR, Target IR and PTX, when they are built
+    12-target.mlir           (a GPU call or inspect_ir("tile" | "target" | "ptx"))
+    13-ptx.ptx
+
+(the numbers follow the pipeline's passes: tools should match ``*-graph.mlir``).
 
 The signature hash covers the specialization key (argument shapes, dtypes,
 policies, static values) and the traced IR, so two signatures of one function,

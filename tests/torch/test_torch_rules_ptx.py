@@ -46,7 +46,7 @@ def test_new_rules_lower_to_ptx_that_ptxas_accepts(tmp_path, monkeypatch):
     assert torch.equal(ints, want_ints)
     rep = tt.last_report()
     assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
-    graphs = sorted(tmp_path.glob("*/09-graph.mlir"))
+    graphs = sorted(tmp_path.glob("*/*-graph.mlir"))
     assert len(graphs) >= 2  # the forward's and the backward's partitions
     for g in graphs:
         module = Parser(default_context(), g.read_text()).parse_module()
@@ -92,7 +92,7 @@ def test_16bit_casts_to_bool_lower_to_ptx_and_match_float64(tmp_path, monkeypatc
     assert not rep.fallback_ops and not rep.runtime_fallbacks, str(rep)
     if ptxas.find_ptxas() is None:
         pytest.skip("ptxas not found (set TESSERA_PTXAS or install nvidia-cuda-nvcc)")
-    graphs = sorted(tmp_path.glob("*/09-graph.mlir"))
+    graphs = sorted(tmp_path.glob("*/*-graph.mlir"))
     assert graphs
     options = CompileOptions(sm90_kernels=True)
     for g in graphs:

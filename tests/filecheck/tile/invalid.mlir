@@ -211,3 +211,11 @@ func.func @f(%x: memref<8xf32>) {
   ttile.launch @g(%x) grid = [1, 1, 1] : (memref<8xf32>)
   func.return
 }
+
+// -----
+
+ttile.kernel @k() group_size = 32 {
+  // expected-error @+1 {{ttile.alloc_shared: swizzle "xor" needs rank >= 2 and rows of a multiple of 16 bytes, got shape [8, 4] of complex<f32>}}
+  %s = ttile.alloc_shared swizzle = "xor" : memref<8x4xcomplex<f32>, #tessera.smem>
+  ttile.return
+}

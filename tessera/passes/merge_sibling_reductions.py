@@ -105,7 +105,13 @@ def merged(members: Sequence[Operation]) -> g.FusedReductionsOp:
     return g.FusedReductionsOp(inputs, [m.results[0].type for m in members], Region(block))
 
 
-def _lowers(op: g.FusedReductionsOp) -> bool:
+def _acceptable(op: g.FusedReductionsOp) -> bool:
+    """``op`` (a trial merge) is one row kernel, and its members computed different
+    values (members that compute the same reduction are left to ``cse``; their merged body
+    would yield one value twice)."""
+    values = list(op.yield_op.values)
+    if len({id(v) for v in values}) != len(values):
+        return False
     reds = op.reductions()
     acc = [_accum(g.elem_of(r.operands[0])) for r in reds]
     return tile_fused_rows.applies(reds, list(op.block.args), acc)  # type: ignore[arg-type]
@@ -136,7 +142,7 @@ def merge_block(block: Block) -> int:
             if not shared or not all(before(v, anchor) for v in _inputs(op)):
                 continue
             trial = merged([*group, op])
-            if _lowers(trial):
+            if _acceptable(trial):
                 group.append(op)
                 placed = True
                 trial.erase()

@@ -90,3 +90,24 @@ func.func @apart(%x: tensor<6x100xf32>, %y: tensor<6x100xf32>, %z: tensor<6x100x
   %i = tgraph.max %w axes = [1] : (tensor<1x1048576xf32>) -> tensor<1xf32>
   func.return %a, %b, %c, %d, %e, %f, %g, %h, %i : tensor<6xf32>, tensor<100xf32>, tensor<6xf32>, tensor<100xf32>, tensor<100xf32>, tensor<6xf64>, tensor<6xf64>, tensor<1xf32>, tensor<1xf32>
 }
+
+// Two fused ops computing the same sum (left to cse) are not merged: the merged body
+// would yield one value twice.
+// CHECK-LABEL: func.func @same
+// CHECK-NOT:   tgraph.fused_reductions
+// CHECK:       func.return
+func.func @same(%x: tensor<6x100xbf16>) -> (tensor<6xf32>, tensor<6xf32>) {
+  %a = tgraph.fused %x : (tensor<6x100xbf16>) -> tensor<6xf32> {
+  ^bb0(%p: tensor<6x100xbf16>):
+    %c = tgraph.cast %p : (tensor<6x100xbf16>) -> tensor<6x100xf32>
+    %r = tgraph.sum %c axes = [1] : (tensor<6x100xf32>) -> tensor<6xf32>
+    tgraph.yield %r : tensor<6xf32>
+  }
+  %b = tgraph.fused %x : (tensor<6x100xbf16>) -> tensor<6xf32> {
+  ^bb0(%q: tensor<6x100xbf16>):
+    %d = tgraph.cast %q : (tensor<6x100xbf16>) -> tensor<6x100xf32>
+    %s = tgraph.sum %d axes = [1] : (tensor<6x100xf32>) -> tensor<6xf32>
+    tgraph.yield %s : tensor<6xf32>
+  }
+  func.return %a, %b : tensor<6xf32>, tensor<6xf32>
+}

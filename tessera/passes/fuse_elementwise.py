@@ -146,7 +146,8 @@ def is_consumer(op: Operation) -> bool:
     ) or _index_map(op)
 
 
-def _inputs(op: Operation) -> list[SSAValue]:
+def fused_inputs(op: Operation) -> list[SSAValue]:
+    """The tensors ``op`` reads: a fused op's inputs, another op's operands."""
     return list(op.inputs) if isinstance(op, g.FusedOp) else list(op.operands)
 
 
@@ -162,7 +163,7 @@ def _big_inputs(op: Operation) -> list[SSAValue] | None:
         return None
     size = math.prod(g.shape_of(r))
     big: list[SSAValue] = []
-    for v in _inputs(op):
+    for v in fused_inputs(op):
         if not isinstance(v.type, builtin.TensorType):
             return None
         if math.prod(g.shape_of(v)) >= size and not any(v is w for w in big):
@@ -186,7 +187,7 @@ def duplicable(op: Operation, users: Sequence[Operation]) -> bool:
     stored = sum(_elem_bits(v) for v in big) + out * (1 + len(users))
     copied = 0
     for u in users:
-        reads = _inputs(u)
+        reads = fused_inputs(u)
         copied += sum(_elem_bits(v) for v in big if not any(v is w for w in reads))
     return copied <= stored
 
@@ -214,7 +215,7 @@ def leaf_reads(op: g.FusedOp) -> int:
     return sum(len(demands.get(a, [])) for a in op.block.args)
 
 
-def _clone_into(
+def clone_into(
     op: Operation, block: Block, mapping: dict[SSAValue, SSAValue]
 ) -> SSAValue:
     """Clone ``op`` (a fused op's body, or ``op`` itself) into ``block`` after mapping its
@@ -235,13 +236,13 @@ def merge(producer: Operation, consumer: Operation, value: SSAValue) -> g.FusedO
     """One fused op computing ``consumer`` with ``producer`` (whose result ``value`` is used
     only by ``consumer``) inlined into it."""
     inputs: list[SSAValue] = []
-    for v in _inputs(producer) + [v for v in _inputs(consumer) if v is not value]:
+    for v in fused_inputs(producer) + [v for v in fused_inputs(consumer) if v is not value]:
         if not any(v is w for w in inputs):
             inputs.append(v)
     block = Block(arg_types=[v.type for v in inputs])
     outer = dict(zip(inputs, block.args))
-    produced = _clone_into(producer, block, outer)
-    result = _clone_into(consumer, block, {**outer, value: produced})
+    produced = clone_into(producer, block, outer)
+    result = clone_into(consumer, block, {**outer, value: produced})
     block.add_op(g.YieldOp(result))
     # A producer copied into several users that meet again in this body (a running
     # maximum read by its comparison and its select) is computed once: without this the
@@ -271,7 +272,7 @@ class FuseProducerIntoConsumer(RewritePattern):
             return
         if id(op) in self.keep:
             return
-        for v in _inputs(op):
+        for v in fused_inputs(op):
             p = v.owner
             if (
                 not isinstance(p, Operation)

@@ -913,27 +913,15 @@ class _FunctionLowering:
         red = op.reduction()
         result = red.input if red is not None else op.yield_op.values[0]
         body = _live_ops(op, result)
-        values: list[SSAValue] = list(op.block.args)
-        refs = [self.mem(v) for v in op.inputs]
-        for c in body:
-            if isinstance(c, g.ConstantOp) and _splat(c) is None:
-                self.lower_constant(c)
-                values.append(c.result)
-                refs.append(self.env[c.result])
+        values, refs = self._fused_leaves(op, body)
         domain = g.shape_of(result)
         if tile_fused_maps.has_index_maps(body):
             self._lower_mapped_fused(op, red, result, body, values, refs)
             return
+        evaluate_all = _body_evaluator(values, body, [result])
 
         def evaluate(e: KernelEmitter, leaves: list[SSAValue]) -> SSAValue:
-            env: dict[SSAValue, SSAValue] = dict(zip(values, leaves))
-            for o in body:
-                if isinstance(o, g.ConstantOp):
-                    if o.result not in env:
-                        env[o.result] = e.const(_splat(o), g.elem_of(o.result))  # type: ignore[arg-type]
-                    continue
-                env[o.results[0]] = elementwise_scalar(e, o, [env[x] for x in o.operands])
-            return env[result]
+            return evaluate_all(e, leaves)[0]
 
         if red is not None:
             acc_t = _accum_type(g.elem_of(red.input), red)
@@ -961,28 +949,9 @@ class _FunctionLowering:
         element of the body's operands is read once and every reduction folds its value."""
         reds = op.reductions()
         inputs = [r.operands[0] for r in reds]
-        live: set[Operation] = set()
-        for v in inputs:
-            live.update(_live_ops(op, v))
-        body = [o for o in op.block.ops if o in live]
-        values: list[SSAValue] = list(op.block.args)
-        refs = [self.mem(v) for v in op.inputs]
-        for c in body:
-            if isinstance(c, g.ConstantOp) and _splat(c) is None:
-                self.lower_constant(c)
-                values.append(c.result)
-                refs.append(self.env[c.result])
-
-        def evaluate(e: KernelEmitter, leaves: list[SSAValue]) -> list[SSAValue]:
-            env: dict[SSAValue, SSAValue] = dict(zip(values, leaves))
-            for o in body:
-                if isinstance(o, g.ConstantOp):
-                    if o.result not in env:
-                        env[o.result] = e.const(_splat(o), g.elem_of(o.result))  # type: ignore[arg-type]
-                    continue
-                env[o.results[0]] = elementwise_scalar(e, o, [env[x] for x in o.operands])
-            return [env[v] for v in inputs]
-
+        body = _live_ops(op, *inputs)
+        values, refs = self._fused_leaves(op, body)
+        evaluate = _body_evaluator(values, body, inputs)
         acc = [_accum_type(g.elem_of(v), r) for v, r in zip(inputs, reds)]
         if not tile_fused_rows.lower_many(self, reds, values, refs, evaluate, acc):  # type: ignore[arg-type]
             raise not_lowered(
@@ -992,6 +961,20 @@ class _FunctionLowering:
             )
         for r, red in zip(op.outputs, reds):
             self.env[r] = self.env[red.results[0]]
+
+    def _fused_leaves(
+        self, op: g.FusedOp | g.FusedReductionsOp, body: Sequence[Operation]
+    ) -> tuple[list[SSAValue], list[SSAValue]]:
+        """The leaves of a fused body (its block arguments, then the constants of ``body``
+        that are not splats) and their buffers (the operands', the constants' globals)."""
+        values: list[SSAValue] = list(op.block.args)
+        refs = [self.mem(v) for v in op.inputs]
+        for c in body:
+            if isinstance(c, g.ConstantOp) and _splat(c) is None:
+                self.lower_constant(c)
+                values.append(c.result)
+                refs.append(self.env[c.result])
+        return values, refs
 
     def _lower_mapped_fused(
         self, op: g.FusedOp, red: Operation | None, result: SSAValue,
@@ -1250,9 +1233,28 @@ def _splat(op: g.ConstantOp) -> float | int | None:
     return vals[0] if len(vals) == 1 else None
 
 
-def _live_ops(op: g.FusedOp | g.FusedReductionsOp, result: SSAValue) -> list[Operation]:
-    """The ops of ``op``'s body that ``result`` depends on, in order."""
-    live: set[SSAValue] = {result}
+def _body_evaluator(
+    values: Sequence[SSAValue], body: Sequence[Operation], outs: Sequence[SSAValue]
+) -> Callable[[KernelEmitter, list[SSAValue]], list[SSAValue]]:
+    """``evaluate(e, leaves)``: the scalars of ``outs`` computed by the elementwise ops of
+    ``body`` from one scalar per leaf (``values``); splat constants become immediates."""
+
+    def evaluate(e: KernelEmitter, leaves: list[SSAValue]) -> list[SSAValue]:
+        env: dict[SSAValue, SSAValue] = dict(zip(values, leaves))
+        for o in body:
+            if isinstance(o, g.ConstantOp):
+                if o.result not in env:
+                    env[o.result] = e.const(_splat(o), g.elem_of(o.result))  # type: ignore[arg-type]
+                continue
+            env[o.results[0]] = elementwise_scalar(e, o, [env[x] for x in o.operands])
+        return [env[v] for v in outs]
+
+    return evaluate
+
+
+def _live_ops(op: g.FusedOp | g.FusedReductionsOp, *results: SSAValue) -> list[Operation]:
+    """The ops of ``op``'s body that ``results`` depend on, in order."""
+    live: set[SSAValue] = set(results)
     ops: list[Operation] = []
     for o in reversed(list(op.block.ops)):
         if any(r in live for r in o.results):

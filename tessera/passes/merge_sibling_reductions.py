@@ -43,6 +43,7 @@ from xdsl.transforms.common_subexpression_elimination import cse
 
 from tessera.ir import graph as g
 from tessera.passes import tile_fused_rows
+from tessera.passes.fuse_elementwise import clone_into, fused_inputs
 
 
 def _reduction(op: Operation) -> g.ReductionOp | None:
@@ -62,10 +63,6 @@ def _reduction(op: Operation) -> g.ReductionOp | None:
     return red  # type: ignore[return-value]
 
 
-def _inputs(op: Operation) -> list[SSAValue]:
-    return list(op.inputs) if isinstance(op, g.FusedOp) else [op.operands[0]]
-
-
 def _key(red: g.ReductionOp) -> tuple[object, ...]:
     return (tuple(g.shape_of(red.input)), tuple(red.axis_list()), red.keepdims is not None)
 
@@ -75,31 +72,16 @@ def _accum(t: Attribute) -> Attribute:
     return f32 if isinstance(t, Float32Type | Float16Type | BFloat16Type) else t
 
 
-def _clone(member: Operation, block: Block, outer: dict[SSAValue, SSAValue]) -> SSAValue:
-    """Clone ``member``'s body (or ``member``, a plain reduction) into ``block``; the value
-    standing for its reduction's result."""
-    if isinstance(member, g.FusedOp):
-        inner = {a: outer[v] for a, v in zip(member.block.args, member.inputs)}
-        for o in member.block.ops:
-            if isinstance(o, g.YieldOp):
-                return inner[o.values[0]]
-            block.add_op(o.clone(value_mapper=inner))
-        raise AssertionError("fused body without tgraph.yield")
-    new = member.clone(value_mapper=dict(outer))
-    block.add_op(new)
-    return new.results[0]
-
-
 def merged(members: Sequence[Operation]) -> g.FusedReductionsOp:
     """One ``tgraph.fused_reductions`` op computing ``members``' results, in order."""
     inputs: list[SSAValue] = []
     for m in members:
-        for v in _inputs(m):
+        for v in fused_inputs(m):
             if not any(v is w for w in inputs):
                 inputs.append(v)
     block = Block(arg_types=[v.type for v in inputs])
     outer = dict(zip(inputs, block.args))
-    results = [_clone(m, block, outer) for m in members]
+    results = [clone_into(m, block, outer) for m in members]
     block.add_op(g.YieldOp(*results))
     cse(block)  # what the members computed alike (the relu backward of both sums) once
     return g.FusedReductionsOp(inputs, [m.results[0].type for m in members], Region(block))
@@ -134,12 +116,12 @@ def merge_block(block: Block) -> int:
         if red is None:
             continue
         shape = list(g.shape_of(red.input))
-        full = {v for v in _inputs(op) if list(g.shape_of(v)) == shape}
+        full = {v for v in fused_inputs(op) if list(g.shape_of(v)) == shape}
         placed = False
         for group in groups.setdefault(_key(red), []):
             anchor = position[group[0]]
-            shared = any(any(v is w for v in full) for m in group for w in _inputs(m))
-            if not shared or not all(before(v, anchor) for v in _inputs(op)):
+            shared = any(any(v is w for v in full) for m in group for w in fused_inputs(m))
+            if not shared or not all(before(v, anchor) for v in fused_inputs(op)):
                 continue
             trial = merged([*group, op])
             if _acceptable(trial):

@@ -3,6 +3,7 @@ reductions of one fused body), their ``tgraph.yield`` and ``tgraph.matmul_epilog
 
 from __future__ import annotations
 
+from abc import ABC
 from collections.abc import Sequence
 
 from xdsl.dialects.builtin import (
@@ -144,8 +145,44 @@ class YieldOp(IRDLOperation):
         super().__init__(operands=[list(values)])
 
 
+class _FusedBodyOp(IRDLOperation, ABC):
+    """Base of the ops whose single-block body computes their results from their operands
+    (one block argument per operand, of its type), ended by ``tgraph.yield``."""
+
+    inputs = var_operand_def(TensorT)
+    body = region_def("single_block")
+    traits = traits_def(Pure(), IsolatedFromAbove())
+
+    @property
+    def block(self) -> Block:
+        return self.body.block
+
+    @property
+    def yield_op(self) -> YieldOp:
+        term = self.block.last_op
+        assert isinstance(term, YieldOp)
+        return term
+
+    def verify_body(self) -> YieldOp:
+        """Check the body's arguments against the operands and its terminator; return it."""
+        args = self.block.args
+        if len(args) != len(self.inputs):
+            raise VerifyException(
+                f"{self.name}: body has {len(args)} arguments for {len(self.inputs)} operands"
+            )
+        for i, (a, v) in enumerate(zip(args, self.inputs)):
+            if a.type != v.type:
+                raise VerifyException(
+                    f"{self.name}: body argument {i} has type {a.type}, operand has {v.type}"
+                )
+        term = self.block.last_op
+        if not isinstance(term, YieldOp):
+            raise VerifyException(f"{self.name}: body must end with tgraph.yield")
+        return term
+
+
 @irdl_op_definition
-class FusedOp(IRDLOperation):
+class FusedOp(_FusedBodyOp):
     """A fused elementwise kernel: one op that lowers to one kernel.
 
     The single-block body takes one block argument per operand (same types) and
@@ -167,24 +204,11 @@ class FusedOp(IRDLOperation):
     """
 
     name = "tgraph.fused"
-    inputs = var_operand_def(TensorT)
     result = result_def(TensorT)
-    body = region_def("single_block")
-    traits = traits_def(Pure(), IsolatedFromAbove())
     assembly_format = "$inputs attr-dict `:` functional-type($inputs, $result) $body"
 
     def __init__(self, inputs: Sequence[SSAValue], result_type: Attribute, body: Region):
         super().__init__(operands=[list(inputs)], result_types=[result_type], regions=[body])
-
-    @property
-    def block(self) -> Block:
-        return self.body.block
-
-    @property
-    def yield_op(self) -> YieldOp:
-        term = self.block.last_op
-        assert isinstance(term, YieldOp)
-        return term
 
     def reduction(self) -> IRDLOperation | None:
         """The trailing reduction of the body, if any."""
@@ -193,10 +217,7 @@ class FusedOp(IRDLOperation):
         return prev if isinstance(prev, FUSIBLE_REDUCTION_OPS) else None
 
     def verify_(self) -> None:
-        _verify_body_args(self, self.block, self.inputs)
-        term = self.block.last_op
-        if not isinstance(term, YieldOp):
-            raise VerifyException(f"{self.name}: body must end with tgraph.yield")
+        term = self.verify_body()
         if len(term.values) != 1 or term.values[0].type != self.result.type:
             raise VerifyException(
                 f"{self.name}: body must yield one value of the result type {self.result.type}"
@@ -218,21 +239,8 @@ class FusedOp(IRDLOperation):
                 )
 
 
-def _verify_body_args(op: IRDLOperation, block: Block, inputs: Sequence[SSAValue]) -> None:
-    """The body of ``op`` takes one argument per operand, of the operand's type."""
-    if len(block.args) != len(inputs):
-        raise VerifyException(
-            f"{op.name}: body has {len(block.args)} arguments for {len(inputs)} operands"
-        )
-    for i, (a, v) in enumerate(zip(block.args, inputs)):
-        if a.type != v.type:
-            raise VerifyException(
-                f"{op.name}: body argument {i} has type {a.type}, operand has {v.type}"
-            )
-
-
 @irdl_op_definition
-class FusedReductionsOp(IRDLOperation):
+class FusedReductionsOp(_FusedBodyOp):
     """Several reductions of one fused elementwise body: one op that lowers to one kernel
     reading its operands once.
 
@@ -257,10 +265,7 @@ class FusedReductionsOp(IRDLOperation):
     """
 
     name = "tgraph.fused_reductions"
-    inputs = var_operand_def(TensorT)
     outputs = var_result_def(TensorT)
-    body = region_def("single_block")
-    traits = traits_def(Pure(), IsolatedFromAbove())
     assembly_format = "$inputs attr-dict `:` functional-type($inputs, $outputs) $body"
 
     def __init__(self, inputs: Sequence[SSAValue], result_types: Sequence[Attribute],
@@ -268,25 +273,12 @@ class FusedReductionsOp(IRDLOperation):
         super().__init__(operands=[list(inputs)], result_types=[list(result_types)],
                          regions=[body])
 
-    @property
-    def block(self) -> Block:
-        return self.body.block
-
-    @property
-    def yield_op(self) -> YieldOp:
-        term = self.block.last_op
-        assert isinstance(term, YieldOp)
-        return term
-
     def reductions(self) -> list[IRDLOperation]:
         """The reductions whose results are yielded, in result order."""
         return [v.owner for v in self.yield_op.values]  # type: ignore[misc]
 
     def verify_(self) -> None:
-        _verify_body_args(self, self.block, self.inputs)
-        term = self.block.last_op
-        if not isinstance(term, YieldOp):
-            raise VerifyException(f"{self.name}: body must end with tgraph.yield")
+        term = self.verify_body()
         if len(self.outputs) < 2:
             raise VerifyException(
                 f"{self.name}: has {len(self.outputs)} result(s); one reduction is a "

@@ -44,7 +44,7 @@ from xdsl.ir import Attribute, SSAValue
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.passes import tile_rowstream
-from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, not_lowered
+from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 from tessera.passes.tile_rowlayout import (
     LOG2E,
     Edges,
@@ -377,28 +377,20 @@ def lower_norm_bwd(lw: _FunctionLowering, op: g.LayerNormBwdOp | g.RMSNormBwdOp)
     lw.env[op.result] = out
 
 
-def row_moments_plan(op: g.RowMomentsOp) -> RowPlan | None:
-    """The row layout of ``tgraph.row_moments``' rows, or None when they have none (rows
-    too long for registers, or no rows)."""
-    shape = g.shape_of(op.input)
-    k = op.dims.value.data
-    if prod(shape[: len(shape) - k]) < 1:
-        return None
-    return plan_row(prod(shape[len(shape) - k:]), g.elem_of(op.input))
-
-
 def lower_row_moments(lw: _FunctionLowering, op: g.RowMomentsOp) -> None:
     """``tgraph.row_moments``: the register kernel reads each row once, folds its sum to
     the mean, then the squared deviations of the values it holds to ``m2``; the row's
-    first lane stores both. Rows too long for registers are a located error."""
+    first lane stores both. Rows too long for the registers take the strided kernel
+    (:func:`_lower_row_moments_strided`: two passes over the row)."""
     from tessera.passes.tile_datamove import reshape_view
 
-    plan = row_moments_plan(op)
-    if plan is None:
-        raise not_lowered(op, "rows longer than the register kernel holds")
     shape = g.shape_of(op.input)
     kept = list(shape[: len(shape) - op.dims.value.data])
-    rows, n = prod(kept), plan.n
+    rows, n = prod(kept), prod(shape[len(kept):])
+    plan = plan_row(n, g.elem_of(op.input)) if rows > 0 else None
+    if plan is None:
+        _lower_row_moments_strided(lw, op)
+        return
     x = reshape_view(lw, lw.mem(op.input), MemRefType(g.elem_of(op.input), [rows, n]))
     mean_buf, m2_buf = lw.alloc(op.mean.type), lw.alloc(op.m2.type)
 
@@ -415,6 +407,44 @@ def lower_row_moments(lw: _FunctionLowering, op: g.RowMomentsOp) -> None:
         e.store(m2, m2_ref, idx, mask=first)
 
     lw.kernel("row_moments", [mean_buf, m2_buf, x], plan.group_size, _grid(plan, rows), build)
+    lw.env[op.mean] = mean_buf
+    lw.env[op.m2] = m2_buf
+
+
+def _lower_row_moments_strided(lw: _FunctionLowering, op: g.RowMomentsOp) -> None:
+    """``tgraph.row_moments`` on rows of any length: a tile per row, its lanes strided over
+    the row, the sum for the mean, then a second pass for the squared deviations."""
+    from tessera.passes.lower_graph_to_tile import _Row as _Slice
+
+    shape = list(g.shape_of(op.input))
+    k = len(shape) - op.dims.value.data
+    row = _Slice(shape, list(range(k, len(shape))))
+    n = prod(shape[k:])
+    mean_buf, m2_buf = lw.alloc(op.mean.type), lw.alloc(op.m2.type)
+    group, _ = row.group()
+
+    def build(e: KernelEmitter, args: list[SSAValue]) -> None:
+        mean_ref, m2_ref, x = args
+        o = e.tile_id("x")
+        lane = e.local_id()
+
+        def load(ie: KernelEmitter, idx: list[Idx], ok: SSAValue) -> SSAValue:
+            return ie.convert(ie.load(x, idx, mask=ok), f32)
+
+        mean = e.fmul(lw.row_reduce(e, row, o, lane, "sum", f32, load), e.const(1.0 / n, f32))
+
+        def square(ie: KernelEmitter, idx: list[Idx], ok: SSAValue) -> SSAValue:
+            d = ie.fsub(load(ie, idx, ok), mean)
+            return ie.fmul(d, d)
+
+        m2 = lw.row_reduce(e, row, o, lane, "sum", f32, square)
+        oidx = e.unravel(o, row.kept)
+        first = e.eq(lane, 0)
+        e.store(mean, mean_ref, oidx, mask=first)
+        e.store(m2, m2_ref, oidx, mask=first)
+
+    lw.kernel("row_moments", [mean_buf, m2_buf, lw.mem(op.input)], group,
+              [prod(row.kept), 1, 1], build)
     lw.env[op.mean] = mean_buf
     lw.env[op.m2] = m2_buf
 

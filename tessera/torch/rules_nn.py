@@ -297,13 +297,10 @@ def _batch_norm_train(
 
 def _by_planes(x: TracedTensor) -> bool:
     """Batch norm's statistics of ``x`` come from its (sample, channel) planes' moments:
-    ``[N, C, ...]`` with spatial dims, bf16/f16/f32, planes that the row kernel holds."""
-    from tessera.passes.tile_rowwise import plan_row
-
+    ``[N, C, ...]`` with spatial dims, bf16/f16/f32 (``tgraph.row_moments``' types)."""
     if x.ndim < 3 or torch_dtype(x) not in (torch.bfloat16, torch.float16, torch.float32):
         return False
-    r = math.prod(x.shape[2:])
-    return r > 1 and plan_row(r, x.type.element_type) is not None
+    return math.prod(x.shape[2:]) > 1
 
 
 def _channel_moments(x: TracedTensor) -> tuple[TracedTensor, TracedTensor]:

@@ -15,3 +15,17 @@ func.func @planes(%x: tensor<4x8x7x7xbf16>) -> (tensor<4x8xf32>, tensor<4x8xf32>
   %m, %q = tgraph.row_moments %x dims = 2 : tensor<4x8x7x7xbf16> -> (tensor<4x8xf32>, tensor<4x8xf32>)
   func.return %m, %q : tensor<4x8xf32>, tensor<4x8xf32>
 }
+
+// Rows past the registers (2^16 elements and up) take the strided kernel: a tile per row,
+// two passes over it (a group-wide sum for the mean, then for the squared deviations).
+// CHECK:       ttile.kernel @long_row_moments_0(%{{.*}}: memref<2xf32>, %{{.*}}: memref<2xf32>, %{{.*}}: memref<2x65537xbf16>) group_size = 128 {
+// CHECK:         scf.for
+// CHECK:         ttile.reduce %{{.*}} kind = sum scope = group : f32
+// CHECK:         scf.for
+// CHECK:         ttile.reduce %{{.*}} kind = sum scope = group : f32
+// CHECK:       func.func @long
+// CHECK:         ttile.launch @long_row_moments_0(%{{.*}}, %{{.*}}, %{{.*}}) grid = [2, 1, 1]
+func.func @long(%x: tensor<2x65537xbf16>) -> (tensor<2xf32>, tensor<2xf32>) {
+  %m, %q = tgraph.row_moments %x dims = 1 : tensor<2x65537xbf16> -> (tensor<2xf32>, tensor<2xf32>)
+  func.return %m, %q : tensor<2xf32>, tensor<2xf32>
+}

@@ -64,8 +64,11 @@ def native_dropout(x: torch.Tensor, p: float, train: bool | None) -> tuple[torch
 
 
 def native_dropout_backward(grad: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """``aten.native_dropout_backward``: ``grad * mask * scale``, 16-bit in f32."""
-    return (grad.to(_opmath(grad.dtype)) * mask * scale).to(grad.dtype)
+    """``aten.native_dropout_backward``: ``grad * mask * scale``, 16-bit in f32; in the
+    dtype torch promotes ``grad`` and the float ``scale`` to (integer and bool ``grad``
+    give the default float dtype)."""
+    out = torch.result_type(grad, scale)
+    return (grad.to(_opmath(out)) * mask * scale).to(out)
 
 
 def bernoulli_p(x: torch.Tensor, p: Any = 0.5, *, generator: Any = None) -> Any:

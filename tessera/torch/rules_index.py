@@ -241,6 +241,8 @@ def _index_select_check(node: torch.fx.Node) -> str | None:
     x, idx = val(node.args[0]), val(node.args[2])
     if idx.dtype not in _INDEX_DTYPES or idx.dim() > 1:
         return f"indices {idx.dtype}{list(idx.shape)}"
+    if x.dim() == 0 and idx.numel() != 1:
+        return f"{idx.numel()} indices into a 0-d tensor"
     return None if x.dtype in FLOAT_DTYPES else f"{x.dtype} input (float tensors are translated)"
 
 
@@ -248,8 +250,11 @@ def _index_select_check(node: torch.fx.Node) -> str | None:
 def _index_select(node: torch.fx.Node, x: Any, dim: int, idx: Any) -> TracedTensor:
     """``torch.index_select``: ``x[:, .., idx]`` along ``dim`` (its backward, ``index_add``,
     decomposes to the accumulating ``index_put``)."""
-    d = int(dim) % max(x.ndim, 1)
-    return _index(node, x, [None] * d + [ops.reshape(idx, [math.prod(idx.shape)])])
+    flat_idx = ops.reshape(idx, [math.prod(idx.shape)])
+    if x.ndim == 0:  # torch reads a 0-d tensor as one element; the result is 0-d again
+        return ops.reshape(_index(node, ops.reshape(x, [1]), [flat_idx]), [])
+    d = int(dim) % x.ndim
+    return _index(node, x, [None] * d + [flat_idx])
 
 
 def _arg_check(node: torch.fx.Node) -> str | None:

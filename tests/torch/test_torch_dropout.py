@@ -190,3 +190,19 @@ def test_gpt2_with_default_dropouts_is_one_forward_partition():
     assert model_fw.partitions == 1 and dict(model_fw.fallback_ops) == {DRAW: 7}, str(rep)
     assert not any(g.fallback_ops for g in rep.graphs if g.kind == "backward"), str(rep)
     assert rep.partitions == len(rep.graphs) and not rep.runtime_fallbacks, str(rep)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.bfloat16, torch.float64])
+def test_dropout_backward_takes_torchs_result_dtype(dtype):
+    """``native_dropout_backward`` of an integer or bool gradient is in the default float
+    dtype, as torch's (the translation kept the integer dtype: a wrong result type)."""
+    grad = (torch.arange(12) % 3).to(dtype)
+    mask = torch.arange(12) % 2 == 0
+
+    def f(g, m):
+        return torch.ops.aten.native_dropout_backward(g, m, 2.0)
+
+    out, ref = tt.compile(f)(grad, mask), f(grad, mask)
+    assert out.dtype == ref.dtype
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    assert tt.last_report().tessera_ops > 0

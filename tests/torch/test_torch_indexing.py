@@ -328,6 +328,20 @@ def test_cumsum_backward_flips_and_index_select():
     _no_fallbacks()
 
 
+@pytest.mark.parametrize("idx", [torch.tensor([0]), torch.tensor(0)])
+def test_index_select_of_a_0d_tensor_is_0d(idx):
+    """torch reads a 0-d tensor as one element: ``index_select(x, 0, [0])`` is ``x``, 0-d
+    (it crashed the translation)."""
+    x = torch.tensor(2.5)
+
+    def f(x, i):
+        return torch.index_select(x * 2, 0, i)
+
+    out = tt.compile(f)(x, idx)
+    assert out.shape == () and out.item() == 5.0
+    _no_fallbacks()
+
+
 @pytest.mark.parametrize("fn,dim,keepdim", [(torch.argmax, None, False),
                                             (torch.argmin, None, True), (torch.argmax, 1, True),
                                             (torch.argmin, -1, False)])

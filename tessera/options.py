@@ -54,6 +54,9 @@ Environment variables (read only here):
 ``TESSERA_CUDA_SYNC``          ``1``: synchronize after every kernel launch
 ``TESSERA_CUDA_GRAPHS``        ``1``: replay repeated calls as recorded CUDA graphs
                                (each plan then keeps its intermediates' memory)
+``TESSERA_CHECK_KERNELS``      ``1``: run every GPU kernel launch on the Tile IR
+                               interpreter too and raise where they differ
+                               (:mod:`tessera.runtime.kernel_check`)
 ``TESSERA_PROGRESS``           ``0``: no progress bars
 ``TESSERA_PROGRESS_MIN_STEPS`` fewest passes a compile stage needs to get a bar
 =============================  ====================================================
@@ -300,6 +303,9 @@ class RuntimeOptions:
     cuda_graphs: bool = False
     """Replay a host plan's repeated launches as one CUDA graph
     (:mod:`tessera.runtime.cuda_graphs`)."""
+    check_kernels: bool = False
+    """Check every kernel launch against the Tile IR interpreter
+    (:mod:`tessera.runtime.kernel_check`)."""
     progress: bool = True
     """Draw progress bars (on a terminal only)."""
     progress_min_steps: int | None = None
@@ -320,6 +326,7 @@ class RuntimeOptions:
             ptxas=e.get("TESSERA_PTXAS") or None,
             cuda_sync=bool(_flag(e, "TESSERA_CUDA_SYNC")),
             cuda_graphs=bool(_flag(e, "TESSERA_CUDA_GRAPHS")),
+            check_kernels=bool(_flag(e, "TESSERA_CHECK_KERNELS")),
             progress=e.get("TESSERA_PROGRESS", "") != "0",
             progress_min_steps=min_steps,
         )

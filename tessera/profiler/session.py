@@ -253,6 +253,13 @@ def _install() -> None:
     from tessera.frontend import jit
     from tessera.runtime import cuda, graph_interpreter
 
+    if cuda.LAUNCH_HOOK is not None:
+        from tessera.errors import TesseraError
+
+        raise TesseraError(
+            "ts.profiler: kernel checking (tessera.runtime.kernel_check) holds the runtime's "
+            "launch hook; a profiler session cannot time launches while they are checked"
+        )
     jit.COMPILE_OBSERVERS.append(_OBSERVER)  # type: ignore[arg-type]
     graph_interpreter.LISTENER_FACTORY = lambda module: _OpListener()
     cuda.LAUNCH_HOOK = _LAUNCH

@@ -74,7 +74,8 @@ from tessera.runtime import arena, cache
 LOG_SIZE = 1 << 16
 
 LAUNCH_HOOK: Any = None
-"""Set by ``ts.profiler`` while a session is active, else None. ``LAUNCH_HOOK.specialization(spec)``
+"""Set by ``ts.profiler`` while a session is active and by kernel checking
+(:mod:`tessera.runtime.kernel_check`), else None. ``LAUNCH_HOOK.specialization(spec)``
 is told which compiled specialization runs next; ``LAUNCH_HOOK.launch(host, kernel, grid, values,
 run)`` is called instead of each kernel launch and calls ``run()`` to launch it."""
 
@@ -1049,3 +1050,7 @@ def install() -> None:
 
     if dispatch.GPU_BACKEND is None:
         dispatch.GPU_BACKEND = run_specialization
+        if RuntimeOptions.from_env().check_kernels:
+            from tessera.runtime import kernel_check
+
+            kernel_check.check_process()

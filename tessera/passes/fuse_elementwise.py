@@ -400,7 +400,8 @@ class MergeReductionChain(RewritePattern):
 class HoistReshape(RewritePattern):
     """``reshape(e(x, y, s))`` -> ``e(reshape(x), reshape(y), s)`` for an elementwise ``e``
     whose result only the reshape uses, its operands of the result's shape or scalars
-    ``s`` (see the module docstring)."""
+    ``s`` (see the module docstring). Of a 0-d ``e`` every operand is reshaped: its 0-d
+    operands are its shape, not broadcasts."""
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.ReshapeOp, rewriter: PatternRewriter) -> None:
@@ -427,7 +428,7 @@ class HoistReshape(RewritePattern):
         reshapes: list[Operation] = []
         operands: list[SSAValue] = []
         for v in e.operands:
-            if g.shape_of(v) == ():
+            if g.shape_of(v) == () and shape != ():  # a scalar broadcast to the result
                 operands.append(v)
                 continue
             r = g.ReshapeOp.create(

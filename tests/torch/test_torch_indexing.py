@@ -328,6 +328,19 @@ def test_cumsum_backward_flips_and_index_select():
     _no_fallbacks()
 
 
+def test_argmax_of_a_masked_0d_tensor():
+    """``masked.argmax`` of a 0-d tensor: a 0-d select viewed as ``[1]`` (fuse-elementwise
+    moved the view above the select and typed it wrongly: a verifier error)."""
+
+    def f(x, m):
+        return torch.where(m, x, torch.tensor(float("-inf"))).reshape(1).exp().argmax()
+
+    for m in (torch.tensor(True), torch.tensor(False)):
+        x = torch.tensor(-8.5)
+        assert torch.equal(tt.compile(f)(x, m), f(x, m))
+    _no_fallbacks()
+
+
 @pytest.mark.parametrize("idx", [torch.tensor([0]), torch.tensor(0)])
 def test_index_select_of_a_0d_tensor_is_0d(idx):
     """torch reads a 0-d tensor as one element: ``index_select(x, 0, [0])`` is ``x``, 0-d

@@ -86,3 +86,19 @@ func.func @to_matmul(%x: tensor<4x6xf32>, %w: tensor<6x3xbf16>) -> tensor<2x2x3x
 // CHECK:           tgraph.exp
 // CHECK:           tgraph.cast
 // CHECK:         tgraph.reshape %[[F]] : (tensor<4x6xbf16>) -> tensor<2x2x6xbf16>
+
+// A 0-d op reshaped to [1]: its 0-d operands are its shape, not scalars broadcast to
+// it, so every one is reshaped (keeping them 0-d gave a select of 0-d operands typed
+// [1], which the verifier rejects).
+func.func @zero_d(%c: tensor<i1>, %a: tensor<f32>, %b: tensor<f32>) -> tensor<1xf32> {
+  %s = tgraph.select %c, %a, %b : (tensor<i1>, tensor<f32>, tensor<f32>) -> tensor<f32>
+  %r = tgraph.reshape %s : (tensor<f32>) -> tensor<1xf32>
+  %y = tgraph.exp %r : (tensor<1xf32>) -> tensor<1xf32>
+  func.return %y : tensor<1xf32>
+}
+// CHECK-LABEL: func.func @zero_d
+// CHECK-DAG:     %[[C:.*]] = tgraph.reshape %c : (tensor<i1>) -> tensor<1xi1>
+// CHECK-DAG:     %[[A:.*]] = tgraph.reshape %a : (tensor<f32>) -> tensor<1xf32>
+// CHECK-DAG:     %[[B:.*]] = tgraph.reshape %b : (tensor<f32>) -> tensor<1xf32>
+// CHECK:         tgraph.fused %[[C]], %[[A]], %[[B]] : (tensor<1xi1>, tensor<1xf32>, tensor<1xf32>) -> tensor<1xf32>
+// CHECK:           tgraph.select %{{.*}}, %{{.*}}, %{{.*}} : (tensor<1xi1>, tensor<1xf32>, tensor<1xf32>) -> tensor<1xf32>

@@ -104,7 +104,8 @@ def _backward(ctx: Any, dy: torch.Tensor, _drstd: Any) -> tuple[Any, Any, None]:
         dx = rms_norm_backward(dy, x, rstd, weight)
     if weight is not None and ctx.needs_input_grad[1]:
         xhat = (x.to(rstd.dtype) * rstd).to(x.dtype)
-        dw = (dy * xhat).sum(dim=tuple(range(x.dim() - 1))).to(weight.dtype)
+        rows = tuple(range(x.dim() - weight.dim()))  # () for one row: no sum (sum(()) is total)
+        dw = ((dy * xhat).sum(dim=rows) if rows else dy * xhat).to(weight.dtype)
     return dx, dw, None
 
 

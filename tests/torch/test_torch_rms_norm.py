@@ -268,3 +268,23 @@ def test_hugging_face_llama_step():
     torch.testing.assert_close(out.loss, want.loss, rtol=1e-5, atol=1e-5)
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("shape", [(1,), (6,)])
+def test_a_single_row_gets_a_weight_gradient_of_its_shape(shape):
+    """One row (a 1-D input): the weight's gradient is ``dy * xhat`` itself, not a sum over
+    no dims (``sum(dim=())`` sums everything: a 0-d gradient that autograd rejected)."""
+    torch.manual_seed(0)
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    dy = torch.randn(shape, dtype=torch.float64)
+
+    def f(x, w):
+        return torch.nn.functional.rms_norm(x, shape, w, 1e-6)
+
+    (tt.compile(f)(x, w) * dy).sum().backward()
+    got = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    (f(x, w) * dy).sum().backward()
+    torch.testing.assert_close(got[0], x.grad)
+    torch.testing.assert_close(got[1], w.grad)

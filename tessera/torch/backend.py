@@ -42,6 +42,10 @@ def _decompositions() -> dict[Any, Callable[..., Any]]:
     del table[aten.roll.default]
     # Kept whole: its input gradient is one layernorm_bwd row kernel
     del table[aten.native_layer_norm_backward.default]
+    # Kept whole: computed in f32 and rounded once, as torch's kernels (decomposed, a
+    # 16-bit result is rounded after each of three ops)
+    del table[aten.addcdiv.default]
+    del table[aten.addcmul.default]
     # Batch norm with no running statistics (instance norm, NFNet's weight
     # standardization): torch's decomposition, a var_mean and elementwise ops
     table[aten._native_batch_norm_legit.no_stats] = decomposition_table[

@@ -35,20 +35,40 @@ prims = torch.ops.prims
 # --------------------------------------------------------------------------- elementwise
 
 
-def _binary(fn: Callable[[Any, Any], TracedTensor]) -> Emit:
+def compute_dtype(dt: torch.dtype, *operands: Any) -> torch.dtype:
+    """The dtype ``mul`` or ``div`` of 16-bit result ``dt`` computes in. torch computes
+    one in f32 with a Python-number operand taken as f32, and rounds once; so does the
+    translation (rounding the number to ``dt`` first differs: ``3.7`` is ``3.703`` in
+    bfloat16). An operand that is a tensor of another dtype (a 0-d f32 tensor, which does
+    not promote) is read in f32 alike. Two tensors of ``dt`` compute in ``dt``: each op
+    rounds once either way. (torch's CPU ``add`` and ``sub`` round their number, and
+    ``alpha``, to ``dt`` first: those keep ``dt``.)"""
+    if dt not in (torch.float16, torch.bfloat16):
+        return dt
+    exact = all(isinstance(v, TracedTensor) and torch_dtype(v) == dt for v in operands)
+    return dt if exact else opmath_dtype(dt)
+
+
+def _binary(fn: Callable[[Any, Any], TracedTensor], opmath_numbers: bool = False) -> Emit:
     def emit(node: torch.fx.Node, a: Any, b: Any, *, alpha: Any = 1) -> TracedTensor:
         dt = out_dtype(node)
+        if opmath_numbers:
+            ct = compute_dtype(dt, a, b)
+            return to(fn(to(a, ct), to(b, ct)), dt)
         x, y = to(a, dt), to(b, dt)
-        if alpha != 1:
-            y = ops.mul(y, to(alpha, dt))
-        return fn(x, y)
+        if alpha == 1:
+            return fn(x, y)
+        # ``a + alpha * b`` rounded once (in f32 for 16-bit dtypes), ``alpha`` rounded to
+        # ``dt`` as torch's CPU kernels take it
+        ct = opmath_dtype(dt)
+        return to(fn(to(x, ct), ops.mul(to(y, ct), to(to(alpha, dt), ct))), dt)
 
     return emit
 
 
 rule(aten.add.Tensor, aten.add.Scalar)(_binary(ops.add))
 rule(aten.sub.Tensor, aten.sub.Scalar)(_binary(ops.sub))
-rule(aten.mul.Tensor, aten.mul.Scalar)(_binary(ops.mul))
+rule(aten.mul.Tensor, aten.mul.Scalar)(_binary(ops.mul, opmath_numbers=True))
 rule(aten.maximum.default)(_binary(ops.maximum))
 rule(aten.minimum.default)(_binary(ops.minimum))
 
@@ -68,7 +88,32 @@ def _div_check(node: torch.fx.Node) -> str | None:
 @rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.true_divide.Tensor, check=_div_check)
 def _div(node: torch.fx.Node, a: Any, b: Any, rounding_mode: Any = None) -> TracedTensor:
     dt = out_dtype(node)
-    return ops.div(to(a, dt), to(b, dt))
+    ct = compute_dtype(dt, a, b)
+    return to(ops.div(to(a, ct), to(b, ct)), dt)
+
+
+@rule(aten.addcdiv.default, check=float_only)
+def _addcdiv(node: torch.fx.Node, x: Any, a: Any, b: Any, *, value: Any = 1) -> TracedTensor:
+    """``x + value * a / b`` as torch's kernels compute it: ``(value * a) / b`` in f32 for
+    16-bit and f32 tensors, rounded once (torch's decomposition rounds a 16-bit result
+    three times). Dynamo itself splits ``torch.addcdiv(..., value=v)`` into three ops;
+    the op comes whole from other callers (optimizers, ``Tensor.addcdiv_``)."""
+    dt = out_dtype(node)
+    ct = torch.float64 if dt == torch.float64 else torch.float32
+    q = ops.div(ops.mul(to(value, ct), to(a, ct)), to(b, ct))
+    return to(ops.add(to(x, ct), q), dt)
+
+
+@rule(aten.addcmul.default, check=float_only)
+def _addcmul(node: torch.fx.Node, x: Any, a: Any, b: Any, *, value: Any = 1) -> TracedTensor:
+    """``x + value * a * b`` as torch's kernels compute it, ``fma(value * a, b, x)``: in
+    f32 for 16-bit tensors and in f64 for f32 ones (the product of two f32 numbers is
+    exact there), rounded once; f64 tensors round twice, as torch's decomposition."""
+    dt = out_dtype(node)
+    mt = opmath_dtype(dt)
+    ct = torch.float64 if dt == torch.float32 else mt  # the fma's exact product
+    p = ops.mul(to(ops.mul(to(value, mt), to(a, mt)), ct), to(b, ct))
+    return to(ops.add(to(x, ct), p), dt)
 
 
 @rule(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar, check=float_only)

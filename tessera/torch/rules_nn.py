@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,9 +62,18 @@ def _softmax_check(node: torch.fx.Node) -> str | None:
     return float_only(node)
 
 
+def _rowwise(fn: Callable[..., TracedTensor], *xs: Any, dim: int) -> TracedTensor:
+    """``fn(*xs, dim)``; torch takes a 0-d tensor as one row of one element (dim 0 or
+    -1), so 0-d operands are viewed as ``[1]`` and the result as 0-d again."""
+    if any(isinstance(x, TracedTensor) and x.ndim == 0 for x in xs):
+        ys = [ops.reshape(x, [1]) if isinstance(x, TracedTensor) else x for x in xs]
+        return ops.reshape(fn(*ys, 0), [])
+    return fn(*xs, int(dim))
+
+
 @rule(aten._softmax.default, check=_softmax_check)
 def _softmax(node: torch.fx.Node, a: Any, dim: int, half_to_float: bool) -> TracedTensor:
-    return ops.softmax(a, axis=int(dim))
+    return _rowwise(lambda x, d: ops.softmax(x, axis=d), a, dim=dim)
 
 
 @rule(aten._log_softmax.default, check=_softmax_check)
@@ -72,8 +81,12 @@ def _log_softmax(node: torch.fx.Node, a: Any, dim: int, half_to_float: bool) -> 
     """``x - logsumexp(x)``: one pass for the log-sum-exp (f32 from 16-bit ``x``, one
     streaming kernel over long last-axis rows), one fused pass for the difference."""
     dt = torch_dtype(a)
-    lse = ops.logsumexp(a, int(dim), keepdim=True, wide=True)
-    return to(ops.sub(to(a, torch_dtype(lse)), lse), dt)
+
+    def log_softmax(x: TracedTensor, d: int) -> TracedTensor:
+        lse = ops.logsumexp(x, d, keepdim=True, wide=True)
+        return to(ops.sub(to(x, torch_dtype(lse)), lse), dt)
+
+    return _rowwise(log_softmax, a, dim=dim)
 
 
 @rule(aten._softmax_backward_data.default)
@@ -81,9 +94,12 @@ def _softmax_backward(
     node: torch.fx.Node, grad: Any, out: Any, dim: int, input_dtype: Any
 ) -> TracedTensor:
     dt = out_dtype(node)
-    g, y = to(grad, dt), to(out, dt)
-    gy = ops.mul(g, y)
-    return ops.sub(gy, ops.mul(y, ops.sum(gy, axis=int(dim), keepdims=True)))
+
+    def backward(g: TracedTensor, y: TracedTensor, d: int) -> TracedTensor:
+        gy = ops.mul(g, y)
+        return ops.sub(gy, ops.mul(y, ops.sum(gy, axis=d, keepdims=True)))
+
+    return _rowwise(backward, to(grad, dt), to(out, dt), dim=dim)
 
 
 @rule(aten._log_softmax_backward_data.default)
@@ -91,8 +107,11 @@ def _log_softmax_backward(
     node: torch.fx.Node, grad: Any, out: Any, dim: int, input_dtype: Any
 ) -> TracedTensor:
     dt = out_dtype(node)
-    g, y = to(grad, dt), to(out, dt)
-    return ops.sub(g, ops.mul(ops.exp(y), ops.sum(g, axis=int(dim), keepdims=True)))
+
+    def backward(g: TracedTensor, y: TracedTensor, d: int) -> TracedTensor:
+        return ops.sub(g, ops.mul(ops.exp(y), ops.sum(g, axis=d, keepdims=True)))
+
+    return _rowwise(backward, to(grad, dt), to(out, dt), dim=dim)
 
 
 @rule(aten.native_layer_norm.default, check=lambda n: float_only_index(n, 0))

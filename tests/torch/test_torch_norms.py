@@ -53,3 +53,23 @@ def test_sign_of_integers():
     x = torch.tensor([-7, -1, 0, 1, 9, 0, -(2**40)])
     assert torch.equal(tt.compile(f)(x), f(x))
     assert not tt.last_report().fallback_ops
+
+
+@pytest.mark.parametrize("fn", [lambda x: torch.softmax(x, 0), lambda x: torch.log_softmax(x, -1),
+                                lambda x: torch.nn.functional.softmin(x, 0)])
+@pytest.mark.parametrize("value", [2.5, float("nan"), float("-inf")])
+def test_softmax_of_a_0d_tensor(fn, value):
+    """torch takes a 0-d tensor as one row of one element (the translation raised a
+    ShapeError for axis 0 of rank 0); forward and gradient as eager, NaN included."""
+    torch._dynamo.reset()
+    x = torch.tensor(value, dtype=torch.float64, requires_grad=True)
+    out = tt.compile(fn)(x)
+    out.backward()
+    got = out.detach(), x.grad.clone()
+    x.grad = None
+    ref = fn(x)
+    ref.backward()
+    assert out.shape == ()
+    torch.testing.assert_close(got[0], ref.detach(), equal_nan=True)
+    torch.testing.assert_close(got[1], x.grad, equal_nan=True)
+    assert tt.last_report().tessera_ops > 0

@@ -380,12 +380,16 @@ def _any(node: torch.fx.Node, a: Any, dims: Any = None, keepdim: bool = False) -
 
 
 def _var(x: TracedTensor, axes: list[int], correction: float, keepdim: bool) -> TracedTensor:
+    """Two passes (mean, then the squared deviations), in f32 for 16-bit ``x`` and
+    rounded once, as torch's kernels (rounding the mean and each deviation to 16 bits
+    moved results by a step)."""
     dt = torch_dtype(x)
+    x = to(x, opmath_dtype(dt))
     mean = ops.mean(x, axis=tuple(axes), keepdims=True)
     d = ops.sub(x, mean)
     n = math.prod(x.shape[a] for a in axes)
     s = ops.sum(ops.mul(d, d), axis=tuple(axes), keepdims=keepdim)
-    return ops.div(s, to(max(n - correction, 0), dt))
+    return to(ops.div(s, to(max(n - correction, 0), opmath_dtype(dt))), dt)
 
 
 def _correction(correction: Any, unbiased: Any) -> float:

@@ -218,12 +218,9 @@ MOMENTS = [
 ]
 
 
-@pytest.mark.parametrize("shape, elem, dims", MOMENTS)
-@pytest.mark.parametrize("offset", [0.0, 1000.0])
-def test_row_moments_match_float64(shape, elem, dims, offset):
-    """``tgraph.row_moments`` as one row kernel and on the Graph IR interpreter: each row's
-    mean and sum of squared deviations against float64, also for data far from 0 (the
-    deviations are taken from the row's own mean)."""
+def _check_row_moments(shape: tuple[int, ...], elem: str, dims: int, offset: float) -> None:
+    """``tgraph.row_moments`` lowered (on the Tile IR interpreter) and on the Graph IR
+    interpreter: each row's mean and sum of squared deviations against float64."""
     from tessera.runtime.graph_interpreter import run_function
 
     kept = shape[: len(shape) - dims]
@@ -251,27 +248,16 @@ def test_row_moments_match_float64(shape, elem, dims, offset):
         assert np.abs(gq - m2).max() <= 1e-5 * (m2.max() + 1)
 
 
+@pytest.mark.parametrize("shape, elem, dims", MOMENTS)
+@pytest.mark.parametrize("offset", [0.0, 1000.0])
+def test_row_moments_match_float64(shape, elem, dims, offset):
+    """``tgraph.row_moments`` as one row kernel and on the Graph IR interpreter: each row's
+    mean and sum of squared deviations against float64, also for data far from 0 (the
+    deviations are taken from the row's own mean)."""
+    _check_row_moments(shape, elem, dims, offset)
+
+
 def test_row_moments_long_rows_take_the_strided_kernel():
     """Rows past the register kernel (65537 elements; 2^16 and up are too long for it)
     take the strided two-pass kernel: the same results against float64."""
-    from tessera.runtime.graph_interpreter import run_function
-
-    shape, n = (2, 65537), 65537
-    src = f"""func.func @f(%x: {ty(shape, 'bf16')}) -> (tensor<2xf32>, tensor<2xf32>) {{
-  %m, %q = tgraph.row_moments %x dims = 1 : {ty(shape, 'bf16')} -> (tensor<2xf32>, tensor<2xf32>)
-  func.return %m, %q : tensor<2xf32>, tensor<2xf32>
-}}"""
-    ctx = default_context()
-    m = Parser(ctx, src).parse_module()
-    x = (RNG.normal(size=shape) * 3 + 40).astype(NP["bf16"])
-    rows = x.astype(np.float64)
-    mean = rows.mean(axis=-1)
-    m2 = ((rows - mean[..., None]) ** 2).sum(axis=-1)
-    interp = run_function(m, "f", [x])
-    LowerGraphToTile().apply(ctx, m)
-    m.verify()
-    got = run_host(m, "f", [x])
-    for res in (got, interp):
-        gm, gq = (np.asarray(r, np.float64) for r in res)
-        assert np.abs(gm - mean).max() <= 4e-7 * 50 * n ** 0.5
-        assert np.abs(gq - m2).max() <= 1e-5 * (m2.max() + 1)
+    _check_row_moments((2, 65537), "bf16", 1, 40.0)

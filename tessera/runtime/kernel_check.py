@@ -24,6 +24,7 @@ nest: both take the runtime's launch hook (:data:`tessera.runtime.cuda.LAUNCH_HO
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from tessera.errors import TesseraError
+from tessera.runtime.convert import is_torch_tensor, to_numpy
 
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float64": (1e-9, 1e-12),
@@ -59,7 +61,11 @@ class KernelChecker:
         self.spec: Any = None
         self.checked = 0
         self.unchecked: Counter[str] = Counter()
-        self._kernels: dict[int, dict[str, Any]] = {}
+        self._kernels: weakref.WeakKeyDictionary[Any, dict[str, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        """Each Tile IR module's kernels by name (keyed by the module itself: the id of a
+        freed specialization can be reused by the next one)."""
 
     # the launch hook's interface (tessera.runtime.cuda.HostPlan._step)
 
@@ -79,7 +85,7 @@ class KernelChecker:
             return
         before = [_host_copy(v) for v in values]
         run()
-        after = [_host_copy(v) if _is_tensor(v) else None for v in values]
+        after = [_host_copy(v) if is_torch_tensor(v) else None for v in values]
         from tessera.runtime.tile_interpreter.host import run_kernel
 
         try:
@@ -110,9 +116,9 @@ class KernelChecker:
         if self.spec is None:
             return None, "no compiled specialization was announced"
         module = self.spec.ir("tile")
-        table = self._kernels.get(id(self.spec))
+        table = self._kernels.get(module)
         if table is None:
-            table = self._kernels[id(self.spec)] = {
+            table = self._kernels[module] = {
                 op.sym_name.data: op for op in module.walk() if op.name == "ttile.kernel"
             }
         k = table.get(name)
@@ -144,27 +150,21 @@ class KernelChecker:
         )
 
 
-def _is_tensor(v: Any) -> bool:
-    return hasattr(v, "data_ptr") and hasattr(v, "detach")
-
-
 def _aliased(values: Sequence[Any]) -> bool:
     """True when two tensor arguments share memory (the interpreter's copies would not)."""
-    ptrs = [v.data_ptr() for v in values if _is_tensor(v) and v.numel()]
+    ptrs = [v.data_ptr() for v in values if is_torch_tensor(v) and v.numel()]
     return len(set(ptrs)) != len(ptrs)
 
 
 def _host_copy(v: Any) -> Any:
     """A numpy copy of a tensor argument (bf16/fp8 as ml_dtypes); scalars as they are."""
-    if not _is_tensor(v):
+    if not is_torch_tensor(v):
         return v
-    from tessera.runtime import convert
-
     if v.device.type == "cuda":
         import torch
 
         torch.cuda.synchronize(v.device)
-    return np.array(convert.to_numpy(v.detach().cpu()), copy=True)
+    return np.array(to_numpy(v.detach().cpu()), copy=True)
 
 
 def check_process() -> KernelChecker:

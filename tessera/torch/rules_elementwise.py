@@ -35,7 +35,7 @@ prims = torch.ops.prims
 # --------------------------------------------------------------------------- elementwise
 
 
-def compute_dtype(dt: torch.dtype, *operands: Any) -> torch.dtype:
+def _mul_div_dtype(dt: torch.dtype, *operands: Any) -> torch.dtype:
     """The dtype ``mul`` or ``div`` of 16-bit result ``dt`` computes in. torch computes
     one in f32 with a Python-number operand taken as f32, and rounds once; so does the
     translation (rounding the number to ``dt`` first differs: ``3.7`` is ``3.703`` in
@@ -53,7 +53,7 @@ def _binary(fn: Callable[[Any, Any], TracedTensor], opmath_numbers: bool = False
     def emit(node: torch.fx.Node, a: Any, b: Any, *, alpha: Any = 1) -> TracedTensor:
         dt = out_dtype(node)
         if opmath_numbers:
-            ct = compute_dtype(dt, a, b)
+            ct = _mul_div_dtype(dt, a, b)
             return to(fn(to(a, ct), to(b, ct)), dt)
         x, y = to(a, dt), to(b, dt)
         if alpha == 1:
@@ -88,7 +88,7 @@ def _div_check(node: torch.fx.Node) -> str | None:
 @rule(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.true_divide.Tensor, check=_div_check)
 def _div(node: torch.fx.Node, a: Any, b: Any, rounding_mode: Any = None) -> TracedTensor:
     dt = out_dtype(node)
-    ct = compute_dtype(dt, a, b)
+    ct = _mul_div_dtype(dt, a, b)
     return to(ops.div(to(a, ct), to(b, ct)), dt)
 
 
@@ -384,12 +384,13 @@ def _var(x: TracedTensor, axes: list[int], correction: float, keepdim: bool) -> 
     rounded once, as torch's kernels (rounding the mean and each deviation to 16 bits
     moved results by a step)."""
     dt = torch_dtype(x)
-    x = to(x, opmath_dtype(dt))
+    ct = opmath_dtype(dt)
+    x = to(x, ct)
     mean = ops.mean(x, axis=tuple(axes), keepdims=True)
     d = ops.sub(x, mean)
     n = math.prod(x.shape[a] for a in axes)
     s = ops.sum(ops.mul(d, d), axis=tuple(axes), keepdims=keepdim)
-    return to(ops.div(s, to(max(n - correction, 0), opmath_dtype(dt))), dt)
+    return to(ops.div(s, to(max(n - correction, 0), ct)), dt)
 
 
 def _correction(correction: Any, unbiased: Any) -> float:

@@ -6,9 +6,10 @@ twice: on the GPU, and on the Tile IR interpreter
 just before the launch. The kernel's tensor arguments after both runs must agree (to the
 dtype's tolerance: the GPU's approximate ``exp``/``rsqrt`` differ from numpy's by a few
 ulps); the first that does not raises :class:`KernelMismatch`, naming the kernel, its
-host function, the argument and the largest difference. So a wrong result is traced to
-the one kernel, and the one lowering below Tile IR, that produced it: if every launch
-agrees, a wrong answer comes from the Tile IR (or the graph above it), not from the PTX.
+host function, the argument, how many elements differ and the first of them. So a wrong
+result is traced to the one kernel, and the one lowering below Tile IR, that produced it:
+if every launch was checked (:meth:`KernelChecker.summary` counts those that were not)
+and agrees, a wrong answer comes from the Tile IR (or the graph above it), not the PTX.
 
     with tessera.runtime.kernel_check.checking() as check:
         f(x_cuda)

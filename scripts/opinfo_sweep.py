@@ -1,13 +1,15 @@
 """PyTorch's own OpInfo samples through ``torch.compile(backend="tessera")`` against eager
 torch on the CPU reference, one JSON line per sample.
 
-    python scripts/opinfo_sweep.py [--samples 0:3] [--mode fwd|grad] [--shard 0/2] [OP ...]
+    python scripts/opinfo_sweep.py [--samples 0:3] [--mode fwd|grad] [--shard 0/2]
+                                   [--device cpu|cuda] [OP ...]
 
 Each OpInfo of ``torch.testing._internal.common_methods_invocations.op_db`` (or only the
 named ones) runs its sample inputs ``--samples`` (a slice of each dtype's samples) for
 every dtype of ``--dtypes`` it supports. ``fwd`` compares the outputs; ``grad`` (float
 dtypes of differentiable ops) also runs the backward of a random projection of the
-outputs and compares every input's gradient. The ``empty`` factories (uninitialized
+outputs and compares every input's gradient. ``--device cuda`` draws the samples on the
+GPU, so eager CUDA is the reference and Tessera runs its PTX kernels. The ``empty`` factories (uninitialized
 memory) are left out, and a sample whose eager result differs between two eager runs
 (random draws) is skipped.
 
@@ -111,7 +113,8 @@ def run_sample(op: Any, sample: Any, mode: str) -> dict[str, Any]:
         if not outs:
             raise ValueError("no differentiable result")
         g = torch.Generator().manual_seed(1)
-        sum((o * torch.randn(o.shape, generator=g, dtype=o.dtype)).sum() for o in outs).backward()
+        sum((o * torch.randn(o.shape, generator=g, dtype=o.dtype).to(o.device)).sum()
+            for o in outs).backward()
         return [out, [t.grad for t in ins if t.requires_grad]]
 
     row: dict[str, Any] = {"shapes": [list(flat[j].shape) for j in where]}
@@ -148,6 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mode", choices=("fwd", "grad"), default="fwd")
     ap.add_argument("--dtypes", default=",".join(DTYPES))
     ap.add_argument("--shard", default="0/1", help="k/n: every n-th OpInfo from the k-th")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = ap.parse_args(argv)
     from torch.testing._internal.common_methods_invocations import op_db
 
@@ -165,10 +169,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.mode == "grad" and not op.supports_autograd:
             continue
         for dtype in dtypes:
-            if dtype not in op.supported_dtypes("cpu"):
+            if dtype not in op.supported_dtypes(args.device):
                 continue
             try:
-                samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[lo:hi]
+                samples = list(op.sample_inputs(args.device, dtype, requires_grad=False))[lo:hi]
             except Exception:  # noqa: BLE001, S112 - an OpInfo without CPU samples
                 continue
             for i, sample in enumerate(samples, lo):

@@ -19,6 +19,9 @@ reference interpreter), and each can be switched off by a pass option:
 * ``fold-constants``: a tgraph op whose operands are all constants becomes a
   constant, computed by the reference interpreter (the semantics of record),
   when the result has at most ``max-fold-elements`` elements and is finite.
+* ``fold-empty``: an op with an operand of no elements and a non-empty result: a
+  ``concat`` drops the empty operands; a ``sum`` over an empty axis or a ``matmul``
+  whose contracted dim is 0 (other operands constant) becomes its constant result.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from tessera.passes.algebra_utils import (
     has_encoding,
     is_last_two_swap,
     is_zero,
+    np_dtype_of,
     reference_interpreter,
     splat_value,
 )
@@ -265,6 +269,80 @@ class FoldConstantOp(RewritePattern):
         rewriter.replace(op, g.ConstantOp(attr, rt))
 
 
+def _is_empty(v: SSAValue) -> bool:
+    return isinstance(v.type, TensorType) and 0 in v.type.get_shape()
+
+
+class FoldEmptyOperands(RewritePattern):
+    """An op with an operand of no elements and a result of some:
+
+    * ``concat`` drops its empty operands (the one left is the result);
+    * an op of :data:`FOLDABLE_OPS` whose other operands are constants (``sum`` over an
+      empty axis, a ``matmul`` whose contracted dim is 0) becomes the reference
+      interpreter's result, a constant that depends on the shapes alone; splats of any
+      size, other values up to ``max_elements``. A non-finite splat (``mean`` of nothing
+      is NaN, ``logsumexp`` of nothing ``-inf``) becomes ``0/0`` or ``±1/0``, which the
+      printed IR carries; a ``max`` of nothing stays (the lowering names it)."""
+
+    def __init__(self, max_elements: int = 4096):
+        self.max_elements = max_elements
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if not isinstance(op, (*FOLDABLE_OPS, g.LogSumExpOp)) or len(op.results) != 1:
+            return
+        rt = op.results[0].type
+        if not isinstance(rt, TensorType) or has_encoding(rt) or _is_empty(op.results[0]):
+            return
+        if not any(_is_empty(v) for v in op.operands):
+            return
+        if isinstance(op, g.ConcatOp):
+            kept = [v for v in op.operands if not _is_empty(v)]
+            if len(kept) == 1 and kept[0].type == rt:
+                rewriter.replace(op, [], [kept[0]])
+            else:
+                rewriter.replace(op, g.ConcatOp.create(
+                    operands=kept, result_types=[rt], properties={"axis": op.axis}))
+            return
+        interp = reference_interpreter()
+        args = []
+        for v in op.operands:
+            c = constant_op(v)
+            if _is_empty(v):
+                t = v.type
+                assert isinstance(t, TensorType)
+                dt = np_dtype_of(t.element_type)
+                if dt is None or has_encoding(t):
+                    return
+                args.append(np.empty(t.get_shape(), dt))
+            elif c is None or has_encoding(c.result.type):
+                return
+            else:
+                try:
+                    args.append(interp.run_op(c, ())[0])
+                except Exception:
+                    return
+        try:
+            out = np.asarray(interp.run_op(op, tuple(args))[0])
+        except Exception:
+            return
+        flat = out.reshape(-1) if out.dtype.kind in "biu" else out.reshape(-1).astype(np.float64)
+        nan = flat != flat
+        splat = bool(nan.all()) or (not nan.any() and bool(np.all(flat == flat[0])))
+        if not np.all(np.isfinite(flat)):
+            if splat:  # NaN = 0/0, ±inf = ±1/0: finite constants in the printed IR
+                x = float(flat[0])
+                num = 0.0 if x != x else (1.0 if x > 0 else -1.0)
+                n, d = (g.ConstantOp(array_to_attr(np.full((), c), rt), rt) for c in (num, 0.0))
+                rewriter.replace(op, [n, d, g.DivOp(n.result, d.result, rt)])
+            return
+        if out.size > self.max_elements and not splat:
+            return
+        attr = array_to_attr(out, rt)
+        if attr is None:
+            return
+        rewriter.replace(op, g.ConstantOp(attr, rt))
+
+
 @dataclass(frozen=True)
 class AlgebraicSimplifyPass(ModulePass):
     """Exact algebraic simplification of Graph IR; every rewrite has an on/off option."""
@@ -278,6 +356,7 @@ class AlgebraicSimplifyPass(ModulePass):
     fold_reshapes: bool = True
     fold_casts: bool = True
     fold_constants: bool = True
+    fold_empty: bool = True
     max_fold_elements: int = 4096
 
     def patterns(self) -> Sequence[RewritePattern]:
@@ -294,6 +373,8 @@ class AlgebraicSimplifyPass(ModulePass):
             ps.append(FoldCastChain())
         if self.fold_constants:
             ps.append(FoldConstantOp(self.max_fold_elements))
+        if self.fold_empty:
+            ps.append(FoldEmptyOperands(self.max_fold_elements))
         return ps
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from xdsl.context import Context
+from xdsl.dialects import func as host_func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 from xdsl.utils.exceptions import VerifyException
@@ -89,14 +90,24 @@ def emit_function(func: FuncOp) -> list[str]:
     return lines
 
 
+NO_KERNELS_PTX = "// no kernels: the program only allocates its results and takes views\n"
+"""The PTX text of a host program without kernels."""
+
+
 def emit_ptx(module: Operation, verify: bool = True) -> str:
-    """PTX text for every ``ttarget.func`` in ``module`` (host-side ops are ignored).
+    """PTX text for every ``ttarget.func`` in ``module`` (host-side ops are ignored);
+    :data:`NO_KERNELS_PTX` for a host program that launches nothing.
 
     Raises :class:`PtxEmissionError` naming the kernel when the IR is invalid,
-    when there is no kernel, or when kernels ask for different ``.target``s.
+    when there is neither a kernel nor a host function, or when kernels ask for
+    different ``.target``s.
     """
     funcs = kernels(module)
     if not funcs:
+        if any(isinstance(o, host_func.FuncOp) for o in module.walk()):
+            # a program of views and allocations only (every result empty, or reshapes):
+            # nothing to launch, and the runtime loads no module for it
+            return NO_KERNELS_PTX
         raise PtxEmissionError("emit-ptx: the module has no ttarget.func kernel")
     if verify:
         for f in funcs:

@@ -209,6 +209,14 @@ def _producer_key(v: SSAValue) -> Hashable:
             tuple(r.type for r in o.results), v.index if isinstance(v, OpResult) else -1)
 
 
+def _all_results_empty(op: Operation) -> bool:
+    """Whether ``op`` has results and every one is a tensor of no elements (Graph IR ops
+    have no effects besides their results)."""
+    return bool(op.results) and all(
+        isinstance(r.type, TensorType) and 0 in r.type.get_shape() for r in op.results
+    )
+
+
 def _op_key(op: Operation) -> Hashable:
     """The kernels an op lowers to are a function of this key: the op's structure without
     value identities (:func:`~tessera.passes.dedupe_kernels.kernel_fingerprint`), its
@@ -431,6 +439,16 @@ class _FunctionLowering:
                     outs.append(m)
                 self.hb.add_op(func.ReturnOp(*outs))
                 continue
+            if _all_results_empty(op):
+                # nothing to compute: the results are buffers of no elements
+                for r in op.results:
+                    self.env[r] = self.alloc(r.type)
+                continue
+            if any(isinstance(v.type, TensorType) and 0 in v.type.get_shape()
+                   for v in op.operands):
+                # algebraic-simplify's fold-empty turns the ones with a defined result
+                # (a sum over an empty axis, a matmul contracting 0 terms) into constants
+                raise not_lowered(op, "an operand has no elements, the result has some")
             self._op_key, self._op_seq = _op_key(op), 0
             if tile_complex.handles(op):
                 tile_complex.lower(self, op)
@@ -1391,6 +1409,8 @@ def _neg(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
 
 @UNARY_SCALARS.register(g.AbsOp)
 def _abs(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
+    if isinstance(x.type, IntegerType) and x.type.width.data == 1:
+        return x  # a bool is its own magnitude
     return e.op(math.AbsFOp(x) if is_float(x.type) else math.AbsIOp(x))
 
 

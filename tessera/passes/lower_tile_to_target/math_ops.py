@@ -13,7 +13,7 @@ from xdsl.ir import Operation, SSAValue
 
 from tessera.ir import target as tt
 from tessera.passes.lower_tile_to_target.kernel import TARGET_LOWERINGS, KernelLowering
-from tessera.passes.lower_tile_to_target.types import float_type
+from tessera.passes.lower_tile_to_target.types import float_type, int_type, is_i1
 
 LOG2E = 1.4426950408889634
 
@@ -518,6 +518,17 @@ def _sqrt_abs(lw: KernelLowering, op: Operation) -> None:
         s = lw.reg(ty)
         lw.emit(tt.SqrtOp(f"rn.{ty}", s, x))
         lw.emit(tt.RcpOp(f"rn.{ty}", d, s))
+
+
+@TARGET_LOWERINGS.register(mathd.AbsIOp)
+def _absi(lw: KernelLowering, op: Operation) -> None:
+    """``|x|`` of a signed integer, wrapping as two's complement (``abs`` of the most
+    negative value is itself); i8 values are held sign-extended in 16-bit registers."""
+    t = op.results[0].type
+    if is_i1(t):
+        raise lw.fail(op, "abs of i1 is not lowered (it is the value itself)")
+    d = lw.define(op.results[0])
+    lw.emit(tt.AbsOp(int_type(t), d, lw.one(op.operands[0])))
 
 
 @TARGET_LOWERINGS.register(mathd.FmaOp)

@@ -91,12 +91,14 @@ DEFAULT_GRAPH_PASSES: tuple[str, ...] = (
     "fuse-attention",
     "fuse-matmul-epilogue",
     "fuse-elementwise",
+    "fused-f32-intermediates",
     "merge-sibling-reductions",
     "dce",
 )
 """The graph pipeline, in order (pass names of ``tessera-opt``): the one definition of
 it. Attention and epilogue fusion run before elementwise fusion so that the scale, mask,
-bias and activation ops they absorb are still standalone; sibling reductions merge once
+bias and activation ops they absorb are still standalone; fused bodies of functions that
+ask for it compute their 16-bit intermediates in f32; sibling reductions merge once
 their bodies are fused."""
 
 TileConfig = tuple[int, int, int, int, int]

@@ -61,6 +61,8 @@ class Trace:
         self.mesh = dict(mesh) if mesh is not None else None
         self.locations: dict[int, str] = {}
         self._seed_counter = 0
+        self.attributes: dict[str, Attribute] = {}
+        """Attributes of the traced ``func.func`` (set by whoever builds the trace)."""
         self.captures: dict[SSAValue, tuple[SSAValue, TracedTensor]] = {}
         """Tensors of enclosing traces used here (a closure inside a nested ``ts.grad`` /
         ``ts.jvp`` function): their value there -> (the argument added for it here, the
@@ -134,6 +136,7 @@ class Trace:
         )
         if self.mesh:
             fn.attributes["tessera.mesh"] = MeshAttr.get(self.mesh)
+        fn.attributes.update(self.attributes)
         module = ModuleOp([fn])
         try:
             module.verify()

@@ -55,6 +55,12 @@ def _merge_sibling_reductions() -> type[ModulePass]:
     return MergeSiblingReductionsPass
 
 
+def _fused_f32_intermediates() -> type[ModulePass]:
+    from tessera.passes.fused_f32_intermediates import FusedF32IntermediatesPass
+
+    return FusedF32IntermediatesPass
+
+
 def _fuse_matmul_epilogue() -> type[ModulePass]:
     from tessera.passes.fuse_matmul_epilogue import FuseMatmulEpiloguePass
 
@@ -82,6 +88,7 @@ def _graph_optimize() -> type[ModulePass]:
 ALL_PASSES["algebraic-simplify"] = _algebraic_simplify
 ALL_PASSES["spectral-rewrite"] = _spectral_rewrite
 ALL_PASSES["fuse-elementwise"] = _fuse_elementwise
+ALL_PASSES["fused-f32-intermediates"] = _fused_f32_intermediates
 ALL_PASSES["merge-sibling-reductions"] = _merge_sibling_reductions
 ALL_PASSES["fuse-matmul-epilogue"] = _fuse_matmul_epilogue
 ALL_PASSES["fuse-attention"] = _fuse_attention

@@ -3,7 +3,7 @@
 The steps are those of :data:`tessera.options.DEFAULT_GRAPH_PASSES` after
 ``canonicalize``, in the same order: ``algebraic-simplify``, ``spectral-rewrite``, ``cse``,
 ``fuse-attention``, ``fuse-matmul-epilogue``, ``fuse-elementwise``,
-``merge-sibling-reductions``, ``dce``.
+``fused-f32-intermediates``, ``merge-sibling-reductions``, ``dce``.
 ``graph_optimize_passes()`` returns the steps that are switched on as separate
 passes.
 """
@@ -30,6 +30,7 @@ def graph_optimize_passes(
     fuse_attention: bool = True,
     fuse_matmul_epilogue: bool = True,
     fuse_elementwise: bool = True,
+    fused_f32_intermediates: bool = True,
     merge_sibling_reductions: bool = True,
     dce: bool = True,
 ) -> list[ModulePass]:
@@ -43,6 +44,7 @@ def graph_optimize_passes(
         "fuse-attention": fuse_attention,
         "fuse-matmul-epilogue": fuse_matmul_epilogue,
         "fuse-elementwise": fuse_elementwise,
+        "fused-f32-intermediates": fused_f32_intermediates,
         "merge-sibling-reductions": merge_sibling_reductions,
         "dce": dce,
     }
@@ -61,6 +63,7 @@ class GraphOptimizePass(ModulePass):
     fuse_attention: bool = True
     fuse_matmul_epilogue: bool = True
     fuse_elementwise: bool = True
+    fused_f32_intermediates: bool = True
     merge_sibling_reductions: bool = True
     dce: bool = True
 
@@ -72,6 +75,7 @@ class GraphOptimizePass(ModulePass):
             fuse_attention=self.fuse_attention,
             fuse_matmul_epilogue=self.fuse_matmul_epilogue,
             fuse_elementwise=self.fuse_elementwise,
+            fused_f32_intermediates=self.fused_f32_intermediates,
             merge_sibling_reductions=self.merge_sibling_reductions,
             dce=self.dce,
         )

@@ -25,10 +25,12 @@ import torch
 import torch.fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
+from xdsl.dialects.builtin import UnitAttr
 
 from tessera.frontend.errors import TesseraError
 from tessera.frontend.jit import CompiledFunction
-from tessera.frontend.tracing import TracedTensor
+from tessera.frontend.tracing import TracedTensor, active_trace
+from tessera.passes.fused_f32_intermediates import ATTR as F32_INTERMEDIATES
 from tessera.runtime import convert
 from tessera.torch import aten_ops
 from tessera.torch.dropout import RANDOM_DRAWS
@@ -419,6 +421,10 @@ class TesseraPartition(torch.nn.Module):
     def _body(self, *args: Any) -> tuple[TracedTensor, ...]:
         """The partition's sub-graph on traced values (run by the tracer): its results,
         then the count of each run-time check."""
+        trace = active_trace()
+        assert trace is not None
+        # torch.compile's numerics: a fused kernel keeps 16-bit intermediates in f32
+        trace.attributes[F32_INTERMEDIATES] = UnitAttr()
         env: dict[torch.fx.Node, Any] = {}
         it = iter(args)
         checks: list[tuple[TracedTensor, str]] = []

@@ -12,8 +12,11 @@ from typing import Any
 
 import torch
 import torch.fx
+from xdsl.dialects.builtin import UnitAttr
 
 from tessera.frontend import ops
+from tessera.ir import graph as g
+from tessera.passes.fused_f32_intermediates import ROUNDS_ATTR
 from tessera.torch.aten_ops import (
     Emit,
     TracedTensor,
@@ -296,7 +299,12 @@ def _threshold_backward(node: torch.fx.Node, grad: Any, a: Any, threshold: Any) 
 
 @rule(aten._to_copy.default, prims.convert_element_type.default, compute=False)
 def _to_copy(node: torch.fx.Node, a: Any, dtype: Any = None, **_: Any) -> TracedTensor:
-    return to(a, out_dtype(node))
+    """An explicit conversion: its rounding stays in fused kernels that keep other 16-bit
+    intermediates in f32 (``fused-f32-intermediates``)."""
+    r = to(a, out_dtype(node))
+    if r is not a and isinstance(r.value.owner, g.CastOp):
+        r.value.owner.attributes[ROUNDS_ATTR] = UnitAttr()
+    return r
 
 
 @rule(

@@ -365,17 +365,21 @@ def _mm(node: torch.fx.Node, a: Any, b: Any) -> TracedTensor:
 def _addmm(
     node: torch.fx.Node, bias: Any, a: Any, b: Any, *, beta: Any = 1, alpha: Any = 1
 ) -> TracedTensor:
+    """``beta * bias + alpha * (a @ b)``: for 16-bit operands the product stays f32 and
+    the bias is added in f32, one rounding at the end, as cuBLAS' epilogue does (the
+    matmul epilogue fusion takes the add and the cast, so the GEMM writes 16 bits)."""
     dt = out_dtype(node)
+    wide = opmath_dtype(dt)
     x, y = _same(a, b, dt)
-    p = ops.matmul(x, y)
+    p = ops.matmul(x, y, out_dtype=wide) if wide != dt else ops.matmul(x, y)
     if alpha != 1:
-        p = ops.mul(p, to(alpha, dt))
+        p = ops.mul(p, to(alpha, wide))
     if beta == 0:
-        return p
-    c = to(bias, dt)
+        return to(p, dt)
+    c = to(bias, wide)
     if beta != 1:
-        c = ops.mul(c, to(beta, dt))
-    return ops.add(p, c)
+        c = ops.mul(c, to(beta, wide))
+    return to(ops.add(p, c), dt)
 
 
 def _conv_check(node: torch.fx.Node) -> str | None:

@@ -22,6 +22,7 @@ func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> tensor<4x8xf32> {
 // GRAPH-NEXT: Pass fuse-attention took {{[0-9.e-]+}} seconds
 // GRAPH-NEXT: Pass fuse-matmul-epilogue took {{[0-9.e-]+}} seconds
 // GRAPH-NEXT: Pass fuse-elementwise took {{[0-9.e-]+}} seconds
+// GRAPH-NEXT: Pass fused-f32-intermediates took {{[0-9.e-]+}} seconds
 // GRAPH-NEXT: Pass merge-sibling-reductions took {{[0-9.e-]+}} seconds
 // GRAPH-NEXT: Pass dce took {{[0-9.e-]+}} seconds
 // GRAPH-NEXT: builtin.module {
@@ -34,6 +35,7 @@ func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>) -> tensor<4x8xf32> {
 // OPT-NEXT:   Pass cse took {{[0-9.e-]+}} seconds
 // OPT-NEXT:   Pass fuse-matmul-epilogue took {{[0-9.e-]+}} seconds
 // OPT-NEXT:   Pass fuse-elementwise took {{[0-9.e-]+}} seconds
+// OPT-NEXT:   Pass fused-f32-intermediates took {{[0-9.e-]+}} seconds
 // OPT-NEXT:   Pass merge-sibling-reductions took {{[0-9.e-]+}} seconds
 // OPT-NEXT:   Pass dce took {{[0-9.e-]+}} seconds
 // OPT-NEXT:   builtin.module {

@@ -296,7 +296,12 @@ def _full_like(node: torch.fx.Node, a: Any, value: Any, **kwargs: Any) -> Traced
 
 @rule(aten.arange.start_step, aten.arange.default, aten.arange.start)
 def _arange(node: torch.fx.Node, *args: Any, **kwargs: Any) -> TracedTensor:
+    """torch's own ``arange`` of the same numbers: its length rule differs from numpy's
+    (an int64 range truncates the bounds first: ``arange(0., -8.000001, -4.)`` has two
+    elements, not three)."""
     dt = out_dtype(node)
     nums = [a for a in args if isinstance(a, int | float)]
-    values = np.arange(*nums).astype(ts_dtype(dt).np_dtype)
-    return ops.constant(values, ts_dtype(dt))
+    values = torch.arange(*nums, dtype=dt)
+    if values.is_floating_point():
+        values = values.float()  # exact, for numpy (bf16 has no numpy dtype)
+    return ops.constant(values.numpy().astype(ts_dtype(dt).np_dtype), ts_dtype(dt))

@@ -32,3 +32,19 @@ def test_found_defects_stay_fixed(mode):
     ran = {r["op"] for r in rows if r.get("tessera_ops", 0) > 0}
     # masked.argmax has no gradient: its grad samples are skipped
     assert ran == set(OPS) - ({"masked.argmax"} if mode == "grad" else set()), ran
+
+
+def test_reference_input_defects_stay_fixed():
+    """The reference inputs that found defects: an int64 ``arange`` whose float bounds
+    torch truncates first (``arange(0., -8.000001, -4.)`` has two elements; numpy's rule
+    gave three), and ``F.conv2d(..., stride=2, padding="valid")``, which reaches aten with
+    one-number lists (``padding=[0]``)."""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        opinfo_sweep.main(["arange", "nn.functional.conv2d", "--inputs", "reference",
+                           "--samples", "10:12", "--dtypes", "int64,float32"])
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    bad = [r for r in rows if r["res"] not in ("ok", "skip")]
+    assert not bad, bad[:3]
+    assert {r["op"] for r in rows if r.get("tessera_ops", 0) > 0} == {
+        "arange", "nn.functional.conv2d"}

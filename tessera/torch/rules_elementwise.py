@@ -61,9 +61,10 @@ def _binary(fn: Callable[[Any, Any], TracedTensor], opmath_numbers: bool = False
         x, y = to(a, dt), to(b, dt)
         if alpha == 1:
             return fn(x, y)
-        # ``a + alpha * b`` rounded once (in f32 for 16-bit dtypes), ``alpha`` rounded to
-        # ``dt`` as torch's CPU kernels take it
-        ct = opmath_dtype(dt)
+        # ``a + alpha * b`` rounded once (in f32 for 16-bit dtypes; in f64 for f32, where
+        # the product of two f32 numbers is exact, as torch's fused multiply-add), with
+        # ``alpha`` rounded to ``dt`` as torch's CPU kernels take it
+        ct = torch.float64 if dt == torch.float32 else opmath_dtype(dt)
         return to(fn(to(x, ct), ops.mul(to(y, ct), to(to(alpha, dt), ct))), dt)
 
     return emit
@@ -78,9 +79,8 @@ rule(aten.minimum.default)(_binary(ops.minimum))
 
 @rule(aten.rsub.Scalar, aten.rsub.Tensor)
 def _rsub(node: torch.fx.Node, a: Any, b: Any, *, alpha: Any = 1) -> TracedTensor:
-    dt = out_dtype(node)
-    x, y = to(a, dt), to(b, dt)
-    return ops.sub(y, ops.mul(x, to(alpha, dt)) if alpha != 1 else x)
+    """``b - alpha * a``, rounded as ``sub`` with ``alpha``."""
+    return _binary(ops.sub)(node, b, a, alpha=alpha)
 
 
 def _div_check(node: torch.fx.Node) -> str | None:

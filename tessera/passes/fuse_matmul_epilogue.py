@@ -17,6 +17,10 @@ residual add). The chain is then matched on the reshaped values: addends of the
 reshaped shape are reshaped to ``[M, N]`` (the same row-major elements, no copy) and
 row biases to ``[N]``, the epilogue computes on ``[M, N]``, and its result is
 reshaped back.
+
+A bias that is a bf16/f16 value widened to an f32 product (``cast(b) : f32``, torch's
+``addmm`` in 16 bits) is taken before the cast: the epilogue reads it in 16 bits and
+widens it exactly, so no kernel widens it first.
 """
 
 from __future__ import annotations
@@ -176,11 +180,17 @@ class _Chain:
             rewriter.insert(r, at)
             return r.result
 
+        bias = self.bias
+        narrow = _widened_from(bias, op.result.type)
+        if narrow is not None:  # the epilogue reads a 16-bit bias and widens it
+            if bias in shapes:
+                shapes[narrow] = shapes.pop(bias)
+            bias = narrow
         new = g.MatmulEpilogueOp(
             op.lhs,
             op.rhs,
             _with_shape(self.cur.type, shape_of(op.result)),
-            bias=flat(self.bias),
+            bias=flat(bias),
             residual=flat(self.residual),
             transpose_lhs=op.transpose_lhs is not None,
             transpose_rhs=op.transpose_rhs is not None,
@@ -196,6 +206,27 @@ class _Chain:
                 operands=[new.result], result_types=[self.cur.type]))
         for d in reversed([op, *self.ops[:-1]]):  # users first
             rewriter.erase(d)
+
+
+def _widened_from(v: SSAValue | None, product: Attribute) -> SSAValue | None:
+    """The bf16/f16 value that ``v`` widens to an f32 ``product``'s type (``v`` a
+    ``tgraph.cast`` of it), else None."""
+    cast = v.owner if v is not None else None
+    if not isinstance(cast, g.CastOp):
+        return None
+    src = cast.input
+    if not isinstance(src.type, builtin.TensorType) or not isinstance(
+        product, builtin.TensorType
+    ):
+        return None
+    if cast.result.type.element_type != product.element_type:
+        return None
+    ok = isinstance(src.type.element_type, builtin.BFloat16Type | builtin.Float16Type) and (
+        isinstance(product.element_type, builtin.Float32Type)
+        and isinstance(src.type.encoding, builtin.NoneAttr)
+        and isinstance(cast.result.type.encoding, builtin.NoneAttr)
+    )
+    return src if ok else None
 
 
 def _with_shape(ty: Attribute, shape: tuple[int, ...]) -> builtin.TensorType:

@@ -121,6 +121,8 @@ def test_tiny_transformers_padded_training_step_on_the_gpu(name):
     torch.manual_seed(0)
     build = MODELS.get(name) or MORE_MODELS[name]
     model, inputs = build("tiny", device="cuda")
+    if "input_ids" not in inputs:
+        pytest.skip(f"{name} takes no token ids to pad")
     model = model.cuda().train()
     mask = torch.ones_like(inputs["input_ids"])
     mask[0, :3] = 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from xdsl.dialects.builtin import BFloat16Type
 
 import tessera as ts
 from tessera.ir import target as tt
@@ -227,24 +228,28 @@ def test_eligibility_of_layouts() -> None:
 @pytest.mark.parametrize(
     ("bias_shape", "dtype", "fused"),
     [((72,), "bf16", True), ((96, 72), "bf16", True), ((72,), "f32cast", True),
-     ((96, 1), "bf16", False)],
+     ((72,), "f32cast16", True), ((96, 72), "f32cast16", True), ((96, 1), "bf16", False)],
 )
 def test_epilogue_matmul_takes_the_sm90_kernel(
     monkeypatch: pytest.MonkeyPatch, act, bias_shape, dtype, fused
 ) -> None:
     """``act(x @ w.T + bias)`` (nn.Linear's form, fused into ``tgraph.matmul_epilogue``):
     a row-vector or full bias and the activation run in the wgmma kernel's epilogue; a
-    column bias splits into the wgmma product and one elementwise kernel."""
+    column bias splits into the wgmma product and one elementwise kernel. ``f32cast16``:
+    a bf16 bias of an f32 product (torch's ``addmm`` rule, one rounding at the end) is
+    read as bf16 and widened in the epilogue, with no kernel to widen it first."""
     monkeypatch.setenv("TESSERA_SM90_MATMUL", "1")
     bf = ml_dtypes.bfloat16
 
     def linear(x, w, bias):
         if dtype == "f32cast":  # f32 product, bias and activation, then a cast to bf16
             y = ts.matmul(x, w, transpose_b=True, out_dtype=ts.f32) + bias
+        elif dtype == "f32cast16":
+            y = ts.matmul(x, w, transpose_b=True, out_dtype=ts.f32) + ts.cast(bias, ts.f32)
         else:
             y = x @ w.T + bias
         y = getattr(ts, act)(y) if act else y
-        return ts.cast(y, ts.bf16) if dtype == "f32cast" else y
+        return ts.cast(y, ts.bf16) if dtype.startswith("f32cast") else y
 
     fn = ts.jit(linear)
     bias = np.zeros(bias_shape, np.float32 if dtype == "f32cast" else bf)
@@ -257,6 +262,9 @@ def test_epilogue_matmul_takes_the_sm90_kernel(
     assert len([o for o in target.walk() if isinstance(o, tt.LaunchOp)]) == (0 if fused else 1)
     ptx = spec.ir("ptx")
     assert "wgmma.mma_async" in ptx
+    if dtype == "f32cast16":
+        (epi,) = [o for o in spec.ir("graph").walk() if isinstance(o, g.MatmulEpilogueOp)]
+        assert isinstance(g.elem_of(epi.bias), BFloat16Type) and "cvt.f32.bf16" in ptx
     ptxas.check(ptx)
 
 

@@ -8,7 +8,11 @@ from collections.abc import Sequence
 
 from xdsl.dialects.builtin import (
     I64,
+    BFloat16Type,
     DenseArrayBase,
+    Float16Type,
+    Float32Type,
+    NoneAttr,
     StringAttr,
     TensorType,
     UnitAttr,
@@ -327,6 +331,17 @@ class FusedReductionsOp(_FusedBodyOp):
 ACTIVATIONS = ("relu", "gelu", "silu")
 
 
+def _narrow_bias(bias: SSAValue, product: Attribute) -> bool:
+    """A bf16/f16 bias of an f32 product (widened exactly where it is added)."""
+    bt, pt = bias.type, product
+    return (
+        isinstance(bt, TensorType) and isinstance(pt, TensorType)
+        and isinstance(bt.element_type, BFloat16Type | Float16Type)
+        and isinstance(pt.element_type, Float32Type)
+        and isinstance(bt.encoding, NoneAttr) and isinstance(pt.encoding, NoneAttr)
+    )
+
+
 @irdl_op_definition
 class MatmulEpilogueOp(IRDLOperation):
     """A matmul with its epilogue fused:
@@ -339,7 +354,8 @@ class MatmulEpilogueOp(IRDLOperation):
     ``tgraph`` ops of those names) is applied, ``residual`` (of the product's
     shape) is added, and when ``compute_type`` is given the value is cast to the
     result type as ``tgraph.cast`` does. Each step rounds to ``compute_type`` as
-    its ``tgraph`` op would.
+    its ``tgraph`` op would. The bias has the product's element type, or is bf16/f16
+    for an f32 product (widened exactly: cuBLASLt's bias of the output type).
     """
 
     name = "tgraph.matmul_epilogue"
@@ -494,7 +510,8 @@ class MatmulEpilogueOp(IRDLOperation):
         pt = self.product_type
         _check_shape(self, "compute_type", shape_of(pt), r)
         if self.bias is not None:
-            _check_same_elem(self, self.bias, pt)
+            if not _narrow_bias(self.bias, pt):
+                _check_same_elem(self, self.bias, pt)
             b = shape_of(self.bias)
             if broadcast_shapes(b, r) != tuple(r):
                 raise VerifyException(

@@ -9,7 +9,8 @@ store, for each pair of accumulators ``(row, col)``, ``(row, col + 1)`` a thread
 * ``v = round(acc)`` to the product type (a no-op for f32 products);
 * ``v = round(v + bias[...])`` where the bias is a row vector (``[N]``, broadcast over
   the rows) or a full ``[M, N]`` tensor (a residual), read from global memory with
-  predicated loads at ragged edges;
+  predicated loads at ragged edges (a bf16/f16 bias of an f32 product is widened as it
+  is read: ``Sm90Epilogue.bias_type``);
 * ``v = round(act(v))`` for ``relu`` (``x < 0 ? 0 : x``), ``silu`` and ``gelu``
   (tanh form), with the same instruction sequences as ``lower-tile-to-target``'s
   lowering of those ops in f32;
@@ -27,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
 from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
@@ -38,6 +40,7 @@ LOG2E = 1.4426950408889634
 ACTIVATIONS = ("relu", "gelu", "silu")
 _ELEM_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
 """Bytes of an element of each product type the epilogue takes."""
+_TYPE_NAMES = {BFloat16Type: "bf16", Float16Type: "f16", Float32Type: "f32"}
 
 
 @dataclass(frozen=True)
@@ -52,10 +55,19 @@ class Sm90Epilogue:
     """``"relu"``, ``"gelu"``, ``"silu"`` or None."""
     residual: bool = False
     """Whether a full ``[M, N]`` residual is added after the activation."""
+    bias_type: str | None = None
+    """The bias's element type when it is narrower than an f32 product (a bf16/f16 bias
+    widened exactly as it is read, cuBLASLt's bias of the output type); None: the
+    product's type."""
 
     def __post_init__(self) -> None:
         if self.prod_type not in _ELEM_BYTES:
             raise ValueError(f"sm90 epilogue: product type {self.prod_type!r}")
+        if self.bias_type is not None and (
+            self.bias_type not in _ELEM_BYTES or self.prod_type != "f32"
+        ):
+            raise ValueError(f"sm90 epilogue: a {self.bias_type} bias of a "
+                             f"{self.prod_type} product")
         if self.bias not in (None, "row", "full"):
             raise ValueError(f"sm90 epilogue: bias kind {self.bias!r}")
         if self.act is not None and self.act not in ACTIVATIONS:
@@ -67,8 +79,18 @@ class Sm90Epilogue:
         return int(self.bias is not None) + int(self.residual)
 
     @property
+    def bias_elem(self) -> str:
+        """The bias's element type."""
+        return self.bias_type or self.prod_type
+
+    @property
     def bias_bytes(self) -> int:
-        """Bytes of one bias element (the bias has the product's type)."""
+        """Bytes of one bias element."""
+        return _ELEM_BYTES[self.bias_elem]
+
+    @property
+    def elem_bytes(self) -> int:
+        """Bytes of one element of the product's type (a residual's)."""
         return _ELEM_BYTES[self.prod_type]
 
     @staticmethod
@@ -85,7 +107,12 @@ class Sm90Epilogue:
             else:
                 return f"bias of shape {list(bsh)} is neither [N] nor the result's shape"
         act = op.activation.data if op.activation is not None else None
-        return Sm90Epilogue(prod_type, bias, act, op.residual is not None)
+        bias_type = None
+        if op.bias is not None and g.elem_of(op.bias) != g.elem_of(op.product_type):
+            bias_type = _TYPE_NAMES.get(type(g.elem_of(op.bias)))
+            if bias_type is None:
+                return f"bias of element type {g.elem_of(op.bias)}"
+        return Sm90Epilogue(prod_type, bias, act, op.residual is not None, bias_type)
 
 
 class EpilogueEmitter:
@@ -115,25 +142,31 @@ class EpilogueEmitter:
         e, ep = self.e, self.ep
         self._row_bias = {}
         self.row0, self.col0 = row0, col0
-        full = None
+        lin = None
         if ep.bias == "full" or ep.residual:
-            lin = e.reg("b64")
+            lin = e.reg("b64")  # the element index of (row0, col0) in [M, N]
             e.add(tt.MulOp("wide.u32", lin, row0, e.imm(self.n)))
             c64 = e.reg("b64")
             e.add(tt.CvtOp("u64.u32", c64, [col0]))
             e.add(tt.AddOp("u64", lin, lin, c64))
-            full = e.reg("b64")
-            e.add(tt.MulOp("lo.u64", full, lin, e.imm(ep.bias_bytes)))
+
+        def full(nbytes: int) -> SSAValue:
+            assert lin is not None
+            off = e.reg("b64")
+            e.add(tt.MulOp("lo.u64", off, lin, e.imm(nbytes)))
+            return off
+
         if self.base is not None:
-            off = full
             if ep.bias == "row":
                 off = e.reg("b64")
                 e.add(tt.MulOp("wide.u32", off, col0, e.imm(ep.bias_bytes)))
+            else:
+                off = full(ep.bias_bytes)
             self.ptr = e.reg("b64")
             e.add(tt.AddOp("u64", self.ptr, self.base, off))
         if self.res_base is not None:
             self.res_ptr = e.reg("b64")
-            e.add(tt.AddOp("u64", self.res_ptr, self.res_base, full))
+            e.add(tt.AddOp("u64", self.res_ptr, self.res_base, full(ep.elem_bytes)))
 
     def _guard(
         self, j: int, h: int, second: bool = False, full: bool | None = None,
@@ -158,15 +191,16 @@ class EpilogueEmitter:
         ptr: SSAValue | None = None,
     ) -> tuple[SSAValue, SSAValue]:
         """Two consecutive elements at byte ``offset`` from the thread's bias pointer (or
-        ``ptr``), as f32 (with N odd, two element loads: ``hi`` under ``guard_hi``, 0 where
-        masked)."""
-        e, ty = self.e, self.ep.prod_type
+        ``ptr``, the residual's: elements of the product's type), as f32 (with N odd, two
+        element loads: ``hi`` under ``guard_hi``, 0 where masked)."""
+        e = self.e
+        ty = self.ep.bias_elem if ptr is None else self.ep.prod_type
         ptr = self.ptr if ptr is None else ptr
         lo, hi = e.reg("f32"), e.reg("f32")
         if self.n % 2:  # rows of odd length: a pair is only element-aligned
             for i, (v, gd) in enumerate(((lo, guard), (hi, guard_hi))):
                 e.add(tt.MovOp("f32", v, e.fimm(0.0)))
-                off = offset + i * self.ep.bias_bytes
+                off = offset + i * _ELEM_BYTES[ty]
                 if ty == "f32":
                     e.add(tt.LdOp("global.f32", [v], ptr, off, gd))
                     continue
@@ -215,7 +249,7 @@ class EpilogueEmitter:
         if ep.act is not None:
             vals = [self._round(activation(e, ep.act, v)) for v in vals]
         if ep.residual:
-            r = self._load_pair((8 * h * self.n + 8 * j) * ep.bias_bytes,
+            r = self._load_pair((8 * h * self.n + 8 * j) * ep.elem_bytes,
                                 self._guard(j, h, full=True),
                                 self._guard(j, h, True, True) if self.n % 2 else None,
                                 self.res_ptr)

@@ -59,3 +59,16 @@ func.func @seeded(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>) -> tensor<4x16xbf16
 // CHECK-LABEL: func.func @seeded
 // CHECK-NEXT:    %m = tgraph.matmul %x, %w
 // CHECK-NEXT:    %c = tgraph.cast %m seed = 5
+
+// A bf16 bias widened to an f32 product (torch's addmm: one rounding, at the cast) is
+// read by the epilogue as bf16; the widening cast is left to dce. A cast that is not an
+// exact widening (f32 -> bf16 -> f32 of an f32 value) is not a bias of this kind.
+func.func @narrow_bias(%x: tensor<4x8xbf16>, %w: tensor<16x8xbf16>, %b: tensor<16xbf16>) -> tensor<4x16xbf16> {
+  %m = tgraph.matmul %x, %w transpose_rhs : (tensor<4x8xbf16>, tensor<16x8xbf16>) -> tensor<4x16xf32>
+  %b32 = tgraph.cast %b : (tensor<16xbf16>) -> tensor<16xf32>
+  %y = tgraph.add %m, %b32 : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  %c = tgraph.cast %y : (tensor<4x16xf32>) -> tensor<4x16xbf16>
+  func.return %c : tensor<4x16xbf16>
+}
+// CHECK-LABEL: func.func @narrow_bias
+// CHECK:         tgraph.matmul_epilogue %x, %w bias %b transpose_rhs compute_type = tensor<4x16xf32> : (tensor<4x8xbf16>, tensor<16x8xbf16>, tensor<16xbf16>) -> tensor<4x16xbf16>

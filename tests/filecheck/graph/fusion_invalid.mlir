@@ -96,9 +96,18 @@ func.func @epi_bias(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %c: tensor<8xf32>
 
 // -----
 
-func.func @epi_bias_type(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %c: tensor<16xf16>) {
-  // expected-error @+1 {{tgraph.matmul_epilogue: element types differ: f16, f32}}
-  %r = tgraph.matmul_epilogue %a, %b bias %c : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf16>) -> tensor<4x16xf32>
+func.func @epi_bias_type(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %c: tensor<16xf64>) {
+  // expected-error @+1 {{tgraph.matmul_epilogue: element types differ: f64, f32}}
+  %r = tgraph.matmul_epilogue %a, %b bias %c : (tensor<4x8xf32>, tensor<8x16xf32>, tensor<16xf64>) -> tensor<4x16xf32>
+  func.return
+}
+
+// -----
+
+// a bias wider than a 16-bit product (only a 16-bit bias of an f32 product widens)
+func.func @epi_bias_wider(%a: tensor<4x8xbf16>, %b: tensor<8x16xbf16>, %c: tensor<16xf32>) {
+  // expected-error @+1 {{tgraph.matmul_epilogue: element types differ: f32, bf16}}
+  %r = tgraph.matmul_epilogue %a, %b bias %c : (tensor<4x8xbf16>, tensor<8x16xbf16>, tensor<16xf32>) -> tensor<4x16xbf16>
   func.return
 }
 

@@ -38,6 +38,7 @@ func.func @epilogue(%a: tensor<2x4x8xbf16>, %w: tensor<16x8xbf16>, %v: tensor<8x
   %2 = tgraph.matmul_epilogue %v, %w transpose_lhs transpose_rhs activation = "silu" : (tensor<8x4xbf16>, tensor<16x8xbf16>) -> tensor<4x16xbf16>
   %3 = tgraph.matmul_epilogue %a, %w bias %bb residual %1 transpose_rhs activation = "relu" : (tensor<2x4x8xbf16>, tensor<16x8xbf16>, tensor<16xbf16>, tensor<2x4x16xbf16>) -> tensor<2x4x16xbf16>
   %4 = tgraph.matmul_epilogue %v, %w residual %2 transpose_lhs transpose_rhs : (tensor<8x4xbf16>, tensor<16x8xbf16>, tensor<4x16xbf16>) -> tensor<4x16xbf16>
+  %5 = tgraph.matmul_epilogue %a, %w bias %bb transpose_rhs compute_type = tensor<2x4x16xf32> : (tensor<2x4x8xbf16>, tensor<16x8xbf16>, tensor<16xbf16>) -> tensor<2x4x16xbf16>
   func.return
 }
 // CHECK-LABEL: func.func @epilogue
@@ -46,6 +47,7 @@ func.func @epilogue(%a: tensor<2x4x8xbf16>, %w: tensor<16x8xbf16>, %v: tensor<8x
 // CHECK-NEXT: %2 = tgraph.matmul_epilogue %v, %w transpose_lhs transpose_rhs activation = "silu" : (tensor<8x4xbf16>, tensor<16x8xbf16>) -> tensor<4x16xbf16>
 // CHECK-NEXT: %3 = tgraph.matmul_epilogue %a, %w bias %bb residual %1 transpose_rhs activation = "relu" : (tensor<2x4x8xbf16>, tensor<16x8xbf16>, tensor<16xbf16>, tensor<2x4x16xbf16>) -> tensor<2x4x16xbf16>
 // CHECK-NEXT: %4 = tgraph.matmul_epilogue %v, %w residual %2 transpose_lhs transpose_rhs : (tensor<8x4xbf16>, tensor<16x8xbf16>, tensor<4x16xbf16>) -> tensor<4x16xbf16>
+// CHECK-NEXT: %5 = tgraph.matmul_epilogue %a, %w bias %bb transpose_rhs compute_type = tensor<2x4x16xf32> : (tensor<2x4x8xbf16>, tensor<16x8xbf16>, tensor<16xbf16>) -> tensor<2x4x16xbf16>
 // GENERIC-LABEL: "func.func"() <{sym_name = "epilogue"
 // GENERIC: "tgraph.matmul_epilogue"(%a, %w, %b) <{transpose_rhs, activation = "gelu", compute_type = tensor<2x4x16xf32>, tile_shape = array<i64: 64, 64, 32>, operandSegmentSizes = array<i32: 1, 1, 1, 0>}>
 // GENERIC: "tgraph.matmul_epilogue"(%v, %w, %2) <{transpose_lhs, transpose_rhs, operandSegmentSizes = array<i32: 1, 1, 0, 1>}>

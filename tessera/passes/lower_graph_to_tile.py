@@ -209,6 +209,10 @@ def _producer_key(v: SSAValue) -> Hashable:
             tuple(r.type for r in o.results), v.index if isinstance(v, OpResult) else -1)
 
 
+_EMPTY_OPERANDS_LOWERED: tuple[type[Operation], ...] = (g.SpMMOp, g.SpMMTransposeOp, g.SDDMMOp)
+"""Ops whose lowerings take operands of no elements (a sparse matrix without nonzeros)."""
+
+
 def _all_results_empty(op: Operation) -> bool:
     """Whether ``op`` has results and every one is a tensor of no elements (Graph IR ops
     have no effects besides their results)."""
@@ -275,10 +279,15 @@ class _FunctionLowering:
         self._kernels: dict[Hashable, str] = {}
         """Kernel memo: (op key, sequence number, tag, argument types, group) -> name."""
         donate = fn.attributes.get("tessera.donate")
-        self.donatable: set[SSAValue] = (
-            {fn.body.block.args[i] for i in donate.get_values()}
-            if isinstance(donate, DenseArrayBase) else set()
-        )
+        args = fn.body.block.args
+        indices = list(donate.get_values()) if isinstance(donate, DenseArrayBase) else []
+        bad = [i for i in indices if not 0 <= i < len(args)]
+        if bad:
+            raise ValueError(
+                f"lower-graph-to-tile: @{fn.sym_name.data}: tessera.donate index {bad[0]} is "
+                f"not an argument (the function has {len(args)})"
+            )
+        self.donatable: set[SSAValue] = {args[i] for i in indices}
         """Arguments whose buffers the caller gives up (the function attribute
         ``tessera.donate = array<i64: ...>``, argument indices): a lowering may write a
         result into one (:meth:`donated`), and the function returns it uncopied."""
@@ -444,8 +453,9 @@ class _FunctionLowering:
                 for r in op.results:
                     self.env[r] = self.alloc(r.type)
                 continue
-            if any(isinstance(v.type, TensorType) and 0 in v.type.get_shape()
-                   for v in op.operands):
+            if not isinstance(op, _EMPTY_OPERANDS_LOWERED) and any(
+                isinstance(v.type, TensorType) and 0 in v.type.get_shape() for v in op.operands
+            ):
                 # algebraic-simplify's fold-empty turns the ones with a defined result
                 # (a sum over an empty axis, a matmul contracting 0 terms) into constants
                 raise not_lowered(op, "an operand has no elements, the result has some")

@@ -328,16 +328,20 @@ class FoldEmptyOperands(RewritePattern):
         flat = out.reshape(-1) if out.dtype.kind in "biu" else out.reshape(-1).astype(np.float64)
         nan = flat != flat
         splat = bool(nan.all()) or (not nan.any() and bool(np.all(flat == flat[0])))
+        # a splat is one 0-d value (filled by a kernel), not a buffer of the result's size
+        scalar = TensorType(rt.element_type, [])
         if not np.all(np.isfinite(flat)):
             if splat:  # NaN = 0/0, ±inf = ±1/0: finite constants in the printed IR
                 x = float(flat[0])
                 num = 0.0 if x != x else (1.0 if x > 0 else -1.0)
-                n, d = (g.ConstantOp(array_to_attr(np.full((), c), rt), rt) for c in (num, 0.0))
+                n, d = (g.ConstantOp(array_to_attr(np.full((), c), scalar), rt)
+                        for c in (num, 0.0))
                 rewriter.replace(op, [n, d, g.DivOp(n.result, d.result, rt)])
             return
         if out.size > self.max_elements and not splat:
             return
-        attr = array_to_attr(out, rt)
+        attr = array_to_attr(out.reshape(-1)[:1].reshape(()), scalar) if splat else array_to_attr(
+            out, rt)
         if attr is None:
             return
         rewriter.replace(op, g.ConstantOp(attr, rt))

@@ -1419,7 +1419,7 @@ def _neg(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
 
 @UNARY_SCALARS.register(g.AbsOp)
 def _abs(e: KernelEmitter, op: Operation, x: SSAValue) -> SSAValue:
-    if isinstance(x.type, IntegerType) and x.type.width.data == 1:
+    if x.type == i1:
         return x  # a bool is its own magnitude
     return e.op(math.AbsFOp(x) if is_float(x.type) else math.AbsIOp(x))
 

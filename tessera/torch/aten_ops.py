@@ -154,6 +154,18 @@ def int_list(sizes: Sequence[Any]) -> list[int]:
     return [int(s) for s in sizes]
 
 
+def pair(v: Any, default: list[int] | None = None) -> list[int]:
+    """A 2-D window's size, stride, padding or dilation: one number (or a one-number
+    list: ``F.conv2d(..., padding="valid")`` reaches aten as ``padding=[0]``) for both
+    dims; an empty list is ``default``."""
+    if isinstance(v, int | torch.SymInt):
+        return [int(v), int(v)]
+    out = int_list(v)
+    if not out and default is not None:
+        return list(default)
+    return out * 2 if len(out) == 1 else out
+
+
 def float_only(node: torch.fx.Node) -> str | None:
     dt = out_dtype(node)
     return None if dt in FLOAT_DTYPES else f"{dt} result"

@@ -39,6 +39,7 @@ from tessera.torch.aten_ops import (
     only_outputs,
     opmath_dtype,
     out_dtype,
+    pair,
     rule,
     take,
     to,
@@ -397,13 +398,6 @@ def _as_2d(x: TracedTensor) -> TracedTensor:
     return ops.reshape(x, [x.shape[0], x.shape[1], 1, x.shape[2]])
 
 
-def _pair(v: Any) -> list[int]:
-    """A 2-D convolution's stride, padding or dilation: torch also takes one number for
-    both dims (``F.conv2d(..., padding="valid")`` reaches aten as ``padding=[0]``)."""
-    out = int_list(v)
-    return out * 2 if len(out) == 1 else out
-
-
 def _row(v: Any, fill: int) -> list[int]:
     """A 1-D convolution's stride, padding or dilation for its 2-D row form."""
     return [fill, *int_list(v)]
@@ -422,7 +416,7 @@ def _convolution(
         return ops.reshape(y, [y.shape[0], y.shape[1], y.shape[3]])
     return ops.conv2d(
         to(x, dt), to(w, dt), to(b, dt) if b is not None else None,
-        stride=_pair(stride), padding=_pair(padding), dilation=_pair(dilation),
+        stride=pair(stride), padding=pair(padding), dilation=pair(dilation),
         groups=int(groups),
     )
 
@@ -586,7 +580,7 @@ def _convolution_backward(
                 None if gw is None else ops.reshape(gw, list(w.shape)), gb)
     dt = torch_dtype(x)
     g = to(grad, dt)
-    st, pd, dl = _pair(stride), _pair(padding), _pair(dilation)
+    st, pd, dl = pair(stride), pair(padding), pair(dilation)
     gr = int(groups)
     _, _, h, wd = x.shape
     kh, kw = w.shape[2], w.shape[3]

@@ -28,6 +28,7 @@ from tessera.torch.aten_ops import (
     int_list,
     opmath_dtype,
     out_dtype,
+    pair,
     rule,
     take,
     to,
@@ -41,18 +42,9 @@ from tessera.torch.rules_nn import _pad_zeros
 aten = torch.ops.aten
 
 
-def _pair(v: Any, default: list[int] | None = None) -> list[int]:
-    if isinstance(v, int | torch.SymInt):
-        return [int(v), int(v)]
-    v = int_list(v)
-    if not v and default is not None:
-        return list(default)
-    return v if len(v) == 2 else v * 2
-
-
 def _pool_params(kernel: Any, stride: Any, padding: Any) -> tuple[list[int], list[int], list[int]]:
-    k = _pair(kernel)
-    return k, _pair(stride, k), _pair(padding)
+    k = pair(kernel)
+    return k, pair(stride, k), pair(padding)
 
 
 def out_size(n: int, k: int, s: int, p: int, ceil_mode: bool) -> int:

@@ -26,3 +26,14 @@ def _isolated_cache_root() -> Iterator[str]:
     """The session's cache root (removed at the end)."""
     yield _ROOT
     shutil.rmtree(_ROOT, ignore_errors=True)
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    """Dynamo's caches cleared before and after the test (the ``torch.compile`` tests:
+    one test's graphs, guards and recompile counts never reach the next)."""
+    import torch
+
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.usefixtures("fresh_dynamo"),
 ]
 
 import tessera as ts  # noqa: E402
@@ -39,12 +40,6 @@ TORCH_CASES = {
     "vecdot of nothing": (lambda a, b: torch.linalg.vecdot(a, b), [(0,), (0,)]),
 }
 
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("name", list(TORCH_CASES))

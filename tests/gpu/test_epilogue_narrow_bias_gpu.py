@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.usefixtures("fresh_dynamo"),
 ]
 
 import tessera as ts  # noqa: E402
@@ -25,12 +26,6 @@ def _check(got: torch.Tensor, exact: torch.Tensor, share: float = 0.95) -> None:
     assert ((got.float() - want).abs() <= step).all()
     assert (got.float() == want).float().mean() > share
 
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

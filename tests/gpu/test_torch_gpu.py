@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.usefixtures("fresh_dynamo"),
 ]
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -33,13 +34,6 @@ from tests.torch.torch_models import (  # noqa: E402
     compare_training_step,
     errors_against_float64,
 )
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def test_mlp_training_step_on_the_gpu():

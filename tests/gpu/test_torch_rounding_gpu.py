@@ -11,25 +11,17 @@ torch = pytest.importorskip("torch")
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.usefixtures("fresh_dynamo"),
 ]
 
 import tessera.torch as tt  # noqa: E402
-from tests.torch.test_torch_rounding import CASES, DTYPES  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+from tests.torch.test_torch_rounding import CASES, DTYPES, case_inputs  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", list(CASES))
 def test_gpu_kernel_rounds_as_the_cpu_reference(case, dtype):
-    g = torch.Generator().manual_seed(11)
-    x, a = (torch.randn(96, 80, generator=g).to(dtype) for _ in range(2))
-    b = (torch.rand(96, 80, generator=g) + 0.1).to(dtype)
+    x, a, b = case_inputs(dtype, seed=11)
     f = CASES[case]
     cpu = tt.compile(f)(x, a, b)
     torch._dynamo.reset()

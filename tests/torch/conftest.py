@@ -4,15 +4,9 @@ next."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 
 @pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Iterator[None]:
-    import torch
-
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+def _fresh_dynamo(fresh_dynamo: None) -> None:
+    """Every test here: :func:`tests.conftest.fresh_dynamo`."""

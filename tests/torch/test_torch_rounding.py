@@ -41,19 +41,18 @@ dynamo splits ``addcdiv(value=)``), which ``torch.compile`` computes in f32 with
 kernel and rounds once: the expected bits are those."""
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+
+def case_inputs(dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
+    """``x`` and ``a`` normal, ``b`` in [0.1, 1.1) (a divisor), 96 x 80 of ``dtype``."""
+    g = torch.Generator().manual_seed(seed)
+    x, a = (torch.randn(96, 80, generator=g).to(dtype) for _ in range(2))
+    return x, a, (torch.rand(96, 80, generator=g) + 0.1).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", list(CASES))
 def test_rounds_as_torch(case, dtype):
-    g = torch.Generator().manual_seed(7)
-    x, a = (torch.randn(96, 80, generator=g).to(dtype) for _ in range(2))
-    b = (torch.rand(96, 80, generator=g) + 0.1).to(dtype)
+    x, a, b = case_inputs(dtype, seed=7)
     f = CASES[case]
     got, want = tt.compile(f)(x, a, b), f(x, a, b)
     if case in COMPILED:

@@ -187,15 +187,13 @@ class EpilogueEmitter:
         return p
 
     def _load_pair(
-        self, offset: int, guard: SSAValue | None, guard_hi: SSAValue | None = None,
-        ptr: SSAValue | None = None,
+        self, ptr: SSAValue, ty: str, offset: int, guard: SSAValue | None,
+        guard_hi: SSAValue | None = None,
     ) -> tuple[SSAValue, SSAValue]:
-        """Two consecutive elements at byte ``offset`` from the thread's bias pointer (or
-        ``ptr``, the residual's: elements of the product's type), as f32 (with N odd, two
-        element loads: ``hi`` under ``guard_hi``, 0 where masked)."""
+        """Two consecutive ``ty`` elements at byte ``offset`` from ``ptr`` (the thread's
+        bias or residual pointer), as f32 (with N odd, two element loads: ``hi`` under
+        ``guard_hi``, 0 where masked)."""
         e = self.e
-        ty = self.ep.bias_elem if ptr is None else self.ep.prod_type
-        ptr = self.ptr if ptr is None else ptr
         lo, hi = e.reg("f32"), e.reg("f32")
         if self.n % 2:  # rows of odd length: a pair is only element-aligned
             for i, (v, gd) in enumerate(((lo, guard), (hi, guard_hi))):
@@ -239,20 +237,21 @@ class EpilogueEmitter:
             if ep.bias == "row":
                 if j not in self._row_bias:
                     self._row_bias[j] = self._load_pair(
-                        8 * j * ep.bias_bytes, self._guard(j, 0),
+                        self.ptr, ep.bias_elem, 8 * j * ep.bias_bytes, self._guard(j, 0),
                         self._guard(j, 0, True) if self.n % 2 else None)
                 b = self._row_bias[j]
             else:
-                b = self._load_pair((8 * h * self.n + 8 * j) * ep.bias_bytes, self._guard(j, h),
+                b = self._load_pair(self.ptr, ep.bias_elem,
+                                    (8 * h * self.n + 8 * j) * ep.bias_bytes, self._guard(j, h),
                                     self._guard(j, h, True) if self.n % 2 else None)
             vals = [self._round(e.fbin(tt.AddOp, v, bv, "rn.f32")) for v, bv in zip(vals, b)]
         if ep.act is not None:
             vals = [self._round(activation(e, ep.act, v)) for v in vals]
         if ep.residual:
-            r = self._load_pair((8 * h * self.n + 8 * j) * ep.elem_bytes,
+            r = self._load_pair(self.res_ptr, ep.prod_type,
+                                (8 * h * self.n + 8 * j) * ep.elem_bytes,
                                 self._guard(j, h, full=True),
-                                self._guard(j, h, True, True) if self.n % 2 else None,
-                                self.res_ptr)
+                                self._guard(j, h, True, True) if self.n % 2 else None)
             vals = [self._round(e.fbin(tt.AddOp, v, rv, "rn.f32")) for v, rv in zip(vals, r)]
         return vals[0], vals[1]
 

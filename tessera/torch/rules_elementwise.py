@@ -121,17 +121,28 @@ def _addcmul(node: torch.fx.Node, x: Any, a: Any, b: Any, *, value: Any = 1) -> 
 
 @rule(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar, check=float_only)
 def _pow(node: torch.fx.Node, a: Any, b: Any) -> TracedTensor:
+    """``a ** b``. A tensor to a scalar power takes torch's own special cases (its CPU
+    and CUDA kernels compute ``x ** 3`` as ``x * x * x``, ``x ** -2`` as ``1 / (x * x)``,
+    ``x ** -0.5`` as ``rsqrt``): the same values, and a few multiplications where the
+    general power (computed in f64 for f32) costs a double-double ``log`` and ``exp``
+    (``gelu_new``'s cube in every GPT-2 MLP)."""
     dt = out_dtype(node)
     if isinstance(a, TracedTensor) and not isinstance(b, TracedTensor):
-        if b == 2:
-            x = to(a, dt)
-            return ops.mul(x, x)
+        x = to(a, dt)
         if b == 1:
-            return to(a, dt)
+            return x
+        if b == 2:
+            return ops.mul(x, x)
+        if b == 3:
+            return ops.mul(ops.mul(x, x), x)
         if b == 0.5:
-            return ops.sqrt(to(a, dt))
+            return ops.sqrt(x)
+        if b == -0.5:
+            return ops.rsqrt(x)
         if b == -1:
-            return ops.div(to(1.0, dt), to(a, dt))
+            return ops.div(to(1.0, dt), x)
+        if b == -2:
+            return ops.div(to(1.0, dt), ops.mul(x, x))
     return ops.pow(to(a, dt), to(b, dt))
 
 

@@ -30,14 +30,29 @@ CASES = {
     "addcmul": lambda x, a, b: torch.addcmul(x, a, b, value=3.7),
     # dynamo spells this one as div, mul and add; in one fused kernel they round once
     "addcdiv_split": lambda x, a, b: torch.addcdiv(x, a, b, value=3.7),
+    # torch's special exponents: multiplications, sqrt, rsqrt, reciprocals
+    "pow3": lambda x, a, b: x ** 3,
+    "pow3_float": lambda x, a, b: torch.pow(x, 3.0),
+    "pow_m2": lambda x, a, b: b ** -2,
+    "pow_half": lambda x, a, b: b ** 0.5,
+    "pow_m_half": lambda x, a, b: b ** -0.5,
+    "pow_m1": lambda x, a, b: b ** -1,
 }
 
 COMPILED = {
     "rdiv": lambda x, a, b: (b.float().reciprocal() * 0.7).to(b.dtype),
     "addcdiv_split": lambda x, a, b: (x.float() + (a.float() / b.float()) * 3.7).to(x.dtype),
+    # eager's bfloat16 cube rounds x * x to bfloat16 first
+    "pow3": lambda x, a, b: (x.float() * x.float() * x.float()).to(x.dtype),
+    "pow3_float": lambda x, a, b: (x.float() * x.float() * x.float()).to(x.dtype),
+    "pow_m2": lambda x, a, b: (1 / (b.float() * b.float())).to(b.dtype),
+    # the correctly rounded square root (eager's f32 sqrt on the CPU is not, on a
+    # fifth of these inputs; torch's CUDA sqrt is)
+    "pow_half": lambda x, a, b: b.double().sqrt().to(b.dtype),
 }
 """Cases that reach the backend as several ops (``0.7 / b`` is ``b.reciprocal() * 0.7``;
-dynamo splits ``addcdiv(value=)``), which ``torch.compile`` computes in f32 within one
+dynamo splits ``addcdiv(value=)``; torch's special powers are multiplications), which
+``torch.compile`` computes in f32 within one
 kernel and rounds once: the expected bits are those."""
 
 

@@ -103,7 +103,7 @@ def _producer_of(op: Operation, v: SSAValue, kind: type | tuple[type, ...]) -> O
     fused body and neither op rounds by a policy: what a rewrite of the pair may move."""
     p = v.owner
     if (
-        isinstance(op.parent_op(), g.FusedOp)
+        _in_fusion_body(op)
         or not isinstance(p, kind)
         or p.parent is not op.parent
         or _rounds(p) or _rounds(op)
@@ -232,6 +232,12 @@ def clone_into(
     return new.results[0]
 
 
+def _in_fusion_body(op: Operation) -> bool:
+    """Whether ``op`` is in the body of a fusion op (``tgraph.fused``,
+    ``tgraph.fused_reductions``): its kernel is already formed."""
+    return isinstance(op.parent_op(), g.FusedOp | g.FusedReductionsOp)
+
+
 def merge(producer: Operation, consumer: Operation, value: SSAValue) -> g.FusedOp:
     """One fused op computing ``consumer`` with ``producer`` (whose result ``value`` is used
     only by ``consumer``) inlined into it."""
@@ -265,7 +271,7 @@ class FuseProducerIntoConsumer(RewritePattern):
         if (
             not is_consumer(op)
             or len(op.results) != 1
-            or isinstance(op.parent_op(), g.FusedOp)
+            or _in_fusion_body(op)
         ):
             return
         if not self.fuse_reductions and isinstance(op, g.FUSIBLE_REDUCTION_OPS):
@@ -351,7 +357,7 @@ class MergeReductionChain(RewritePattern):
     def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
         if (
             not isinstance(op, g.FUSIBLE_REDUCTION_OPS)
-            or isinstance(op.parent_op(), g.FusedOp)
+            or _in_fusion_body(op)
             or _rounds(op)
         ):
             return
@@ -547,7 +553,7 @@ class ConcatBeforeMerge(RewritePattern):
 
     @op_type_rewrite_pattern
     def match_and_rewrite(self, op: g.ConcatOp, rewriter: PatternRewriter) -> None:
-        if isinstance(op.parent_op(), g.FusedOp) or _rounds(op) or len(op.inputs) < 2:
+        if _in_fusion_body(op) or _rounds(op) or len(op.inputs) < 2:
             return
         a = op.axis.value.data % len(g.shape_of(op.result))
         ys: list[SSAValue] = []

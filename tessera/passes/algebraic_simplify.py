@@ -19,6 +19,11 @@ reference interpreter), and each can be switched off by a pass option:
 * ``fold-constants``: a tgraph op whose operands are all constants becomes a
   constant, computed by the reference interpreter (the semantics of record),
   when the result has at most ``max-fold-elements`` elements and is finite.
+* ``fold-broadcasts``: an operand of an elementwise binary op or a ``select`` that is
+  a ``broadcast`` of ``x`` is ``x`` when the op's result keeps its shape (the op
+  broadcasts by itself); a ``reshape`` of a broadcast one-element value is a broadcast
+  of it. torch's ``grad.expand(n).view(n, 1)`` then no longer makes a fused kernel
+  index its elements through maps.
 * ``fold-empty``: an op with an operand of no elements and a non-empty result: a
   ``concat`` drops the empty operands; a ``sum`` over an empty axis or a ``matmul``
   whose contracted dim is 0 (other operands constant) becomes its constant result.
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import prod
 
 import numpy as np
 from xdsl.context import Context
@@ -225,6 +231,41 @@ class FoldCastChain(RewritePattern):
         rewriter.replace(op, g.CastOp(inner.input, op.result.type, seed))
 
 
+class FoldBroadcastIntoElementwise(RewritePattern):
+    """An operand ``broadcast(x)`` of an elementwise binary op or ``select`` -> ``x``
+    when the result's shape does not change (the op broadcasts ``x`` itself);
+    ``reshape(broadcast(x))`` with one element in ``x`` -> ``broadcast(x)`` to the
+    reshape's shape."""
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter) -> None:
+        if isinstance(op, g.ReshapeOp):
+            inner = op.input.owner
+            if (
+                isinstance(inner, g.BroadcastOp)
+                and prod(g.shape_of(inner.input)) == 1
+                and len(g.shape_of(inner.input)) <= len(g.shape_of(op.result))
+            ):
+                rewriter.replace(op, g.BroadcastOp.create(
+                    operands=[inner.input], result_types=[op.result.type]))
+            return
+        if not isinstance(op, g.ElementwiseBinaryOp | g.SelectOp):
+            return
+        out = tuple(g.shape_of(op.results[0]))
+        operands = list(op.operands)
+        for k, v in enumerate(operands):
+            inner = v.owner
+            if not isinstance(inner, g.BroadcastOp):
+                continue
+            trial = [*operands[:k], inner.input, *operands[k + 1:]]
+            shape: tuple[int, ...] | None = ()
+            for t in trial:
+                shape = None if shape is None else g.broadcast_shapes(shape, g.shape_of(t))
+            if shape is not None and tuple(shape) == out:
+                op.operands[k] = inner.input
+                rewriter.notify_op_modified(op)
+                return
+
+
 FOLDABLE_OPS: tuple[type[Operation], ...] = (
     *g.FUSIBLE_ELEMENTWISE_OPS, *g.FUSIBLE_REDUCTION_OPS,
     g.SoftmaxOp, g.MatmulOp, g.TransposeOp, g.ReshapeOp, g.BroadcastOp, g.SliceOp, g.ConcatOp,
@@ -361,6 +402,7 @@ class AlgebraicSimplifyPass(ModulePass):
     fold_casts: bool = True
     fold_constants: bool = True
     fold_empty: bool = True
+    fold_broadcasts: bool = True
     max_fold_elements: int = 4096
 
     def patterns(self) -> Sequence[RewritePattern]:
@@ -379,6 +421,8 @@ class AlgebraicSimplifyPass(ModulePass):
             ps.append(FoldConstantOp(self.max_fold_elements))
         if self.fold_empty:
             ps.append(FoldEmptyOperands(self.max_fold_elements))
+        if self.fold_broadcasts:
+            ps.append(FoldBroadcastIntoElementwise())
         return ps
 
     def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:

@@ -38,15 +38,17 @@ Work per sweep is ``O(K^2 max(m, n))``; each step reads and writes each column o
 from __future__ import annotations
 
 import math as pymath
+from collections.abc import Callable
 from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import Float64Type, IndexType, MemRefType, f32, f64, i32
+from xdsl.dialects.builtin import Float32Type, Float64Type, IndexType, MemRefType, f32, f64, i32
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
+from tessera.passes import tile_svd_blocked
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 
 if TYPE_CHECKING:
@@ -105,9 +107,14 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
     shape = g.shape_of(op.input)
     *batch, m, n = shape
     k, r, trans = min(m, n), max(m, n), m < n
-    kk = k + (k % 2)
+    # f32: the blocked steps of tile_svd_blocked (columns padded to an even number of
+    # blocks); f64: one column pair per tile (columns padded to an even count)
+    blocked = isinstance(et, Float32Type)
+    bw = tile_svd_blocked.block_cols(k)
+    kk = tile_svd_blocked.padded_cols(k) if blocked else k + (k % 2)
     nb = prod(batch)
     half = kk // 2
+    nflags = kk // bw // 2 if blocked else half
     u_out, s_out, vh_out = (lw.alloc(v.type) for v in (op.u, op.s, op.vh))
     wt = lw.alloc(MemRefType(et, [nb, kk, r]))
     # V accumulates about K * sweeps rotations per column: kept in f64 (rotations
@@ -115,7 +122,7 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
     vet = f64
     vt = lw.alloc(MemRefType(vet, [nb, kk, kk]))
     sn = lw.alloc(MemRefType(et, [nb, kk]))
-    flags = lw.alloc(MemRefType(f32, [nb, half]))
+    flags = lw.alloc(MemRefType(f32, [nb, nflags]))
     done = lw.alloc(MemRefType(f32, [nb]))
     a_ref = lw.mem(op.input)
     gr, gk = _lanes(r), _lanes(kk)
@@ -147,7 +154,8 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
         _strided(e, lid, r, gr, w)
         _strided(e, lid, kk, gr, v)
         lane0 = e.eq(lid, 0)
-        e.store(e.const(0.0, f32), fref, [b, e.rem(j, half)], mask=e.and_(lane0, e.lt(j, half)))
+        e.store(e.const(0.0, f32), fref, [b, e.rem(j, nflags)],
+                mask=e.and_(lane0, e.lt(j, nflags)))
         e.store(e.const(0.0, f32), dref, [b], mask=e.and_(lane0, e.eq(j, 0)))
 
     lw.kernel("svd_init", [wt, vt, flags, done, a_ref], gr, [nb * kk, 1, 1], build_init)
@@ -216,26 +224,26 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
 
         def acc(c: KernelEmitter, base: SSAValue, a: list[SSAValue]) -> list[SSAValue]:
             i = c.index(c.add(base, lid))
-            ok = c.lt(i, half)
+            ok = c.lt(i, nflags)
             f = c.load(fref, [b, i], mask=ok, other=c.const(0.0, f32))
             c.store(c.const(0.0, f32), fref, [b, i], mask=ok)
             return [c.fmax(a[0], f)]
 
-        (mine,) = e.for_(0, half, gk, [e.const(0.0, f32)], acc)
+        (mine,) = e.for_(0, nflags, gk, [e.const(0.0, f32)], acc)
         anyrot = e.op(tt.ReduceOp(mine, "max", "group"))
         quiet = e.op(arith.CmpfOp(anyrot, e.const(0.0, f32), "oeq"))
         e.store(e.const(1.0, f32), dref, [b], mask=e.and_(e.eq(lid, 0), quiet))
 
-    step_name: str | None = None
+    if blocked:
+        nsteps, launch_step = tile_svd_blocked.block_step_launcher(
+            lw, wt, vt, flags, done, nb, kk, r, et, bw)
+    else:
+        nsteps, launch_step = kk - 1, _pair_step_launcher(lw, build_step, wt, vt, flags, done,
+                                                         nb * half, gr)
     check_name: str | None = None
-    steps = [lw.host_index(s) for s in range(kk - 1)]
     for _ in range(PARALLEL_MAX_SWEEPS):
-        for s in range(kk - 1):
-            step_args = [wt, vt, flags, done, steps[s]]
-            if step_name is None:
-                step_name = lw.kernel("svd_step", step_args, gr, [nb * half, 1, 1], build_step)
-            else:
-                lw.launch(step_name, step_args, [nb * half, 1, 1])
+        for s in range(nsteps):
+            launch_step(s)
         if check_name is None:
             check_name = lw.kernel("svd_check", [flags, done], gk, [nb, 1, 1], build_check)
         else:
@@ -299,3 +307,20 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
     lw.kernel("svd_place", [u_out, s_out, vh_out, wt, vt, sn], gr, [nb * k, 1, 1], build_place)
     lw.env[op.u], lw.env[op.s], lw.env[op.vh] = u_out, s_out, vh_out
 
+
+
+def _pair_step_launcher(
+    lw: _FunctionLowering, build: Callable[[KernelEmitter, list[SSAValue]], None],
+    wt: SSAValue, vt: SSAValue, flags: SSAValue, done: SSAValue, tiles: int, group: int,
+) -> Callable[[int], None]:
+    """``launch(s)``: step ``s`` of a sweep of the pair kernel ``build``."""
+    name: list[str] = []
+
+    def launch(s: int) -> None:
+        args = [wt, vt, flags, done, lw.host_index(s)]
+        if not name:
+            name.append(lw.kernel("svd_step", args, group, [tiles, 1, 1], build))
+        else:
+            lw.launch(name[0], args, [tiles, 1, 1])
+
+    return launch

@@ -173,6 +173,8 @@ def _svd(a):
     ((5, 3), torch.float32), ((3, 5), torch.float32), ((2, 17, 9), torch.float32),
     ((33, 20), torch.float32), ((4, 100, 7), torch.float32), ((48, 30), torch.float32),
     ((6, 40), torch.float64), ((1, 1), torch.float32),
+    # past 48 columns: the blocked kernels (f32) and the pair kernels (f64)
+    ((130, 97), torch.float32), ((2, 64, 150), torch.float32), ((100, 60), torch.float64),
 ])
 def test_svd_matches_torch(shape, dtype):
     a = _rand(*shape, dtype=dtype)

@@ -289,17 +289,23 @@ def test_svd_invariants_and_numpy(shape, elem):
 @pytest.mark.parametrize("shape,elem", [((6, 4), "f64"), ((3, 5), "f64"), ((2, 9, 7), "f32"),
                                         ((40, 33), "f32"), ((2, 5, 12), "f32")])
 def test_svd_parallel_kernels(shape, elem, monkeypatch):
-    """The tile-per-pair kernels (tile_svd_parallel), taken here for small matrices."""
-    from tessera.passes import tile_svd_parallel, tile_svd_shared
+    """The parallel kernels (tile_svd_parallel), taken here for small matrices: f64 rotates
+    a column pair per tile, f32 a pair of column blocks (tile_svd_blocked)."""
+    from tessera.passes import tile_svd_blocked, tile_svd_parallel, tile_svd_shared
 
     monkeypatch.setattr(tile_svd_parallel, "PARALLEL_MIN_K", 1)
     monkeypatch.setattr(tile_svd_shared, "SHARED_MAX_K", 0)
     m = lower(svd_text(shape, elem))
     names = {o.sym_name.data for o in m.walk() if isinstance(o, tt.KernelOp)}
-    assert names == {f"f_svd_{x}_0" for x in ("init", "step", "check", "norm", "place")}
+    step = "block_step" if elem == "f32" else "step"
+    assert names == {f"f_svd_{x}_0" for x in ("init", step, "check", "norm", "place")}
     k = min(shape[-2:])
     launches = [o for o in m.walk() if isinstance(o, tt.LaunchOp)]
-    steps = (k + k % 2 - 1 + 1) * tile_svd_parallel.PARALLEL_MAX_SWEEPS
+    if elem == "f32":
+        per_sweep = tile_svd_blocked.padded_cols(k) // tile_svd_blocked.block_cols(k) - 1
+    else:
+        per_sweep = k + k % 2 - 1
+    steps = (per_sweep + 1) * tile_svd_parallel.PARALLEL_MAX_SWEEPS
     assert len(launches) == 3 + steps  # init, (steps + check) per sweep, norm, place
     _check_svd(shape, elem)
 

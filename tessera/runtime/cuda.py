@@ -838,12 +838,14 @@ class HostPlan:
 
     def _graphs(self) -> Any:
         """The CUDA graphs of :meth:`runner` (:mod:`tessera.runtime.cuda_graphs`), or None
-        where they are off: without ``TESSERA_CUDA_GRAPHS=1``, under
+        where they are off: without ``TESSERA_CUDA_GRAPHS=1`` or a first run inside
+        ``cuda_graphs.requested_here()``, under
         ``TESSERA_CUDA_SYNC=1``, or with a stand-in driver (no ``libcuda`` launch)."""
+        from tessera.runtime.cuda_graphs import GraphCache, requested
+
         opts = RuntimeOptions.from_env()
-        if not opts.cuda_graphs or opts.cuda_sync or raw_launch() is None:
+        if not (opts.cuda_graphs or requested()) or opts.cuda_sync or raw_launch() is None:
             return None
-        from tessera.runtime.cuda_graphs import GraphCache
 
         graphs = GraphCache(_driver(), self.name)
         weakref.finalize(self, graphs.close).atexit = False  # the driver may be gone then

@@ -27,9 +27,11 @@ is destroyed) and a plan stops capturing after :data:`MAX_CAPTURES` captures, so
 that never repeat cost a dictionary lookup per call. A capture the driver refuses turns
 graphs off for that plan with a warning; its calls launch kernel by kernel as before.
 
-On with ``TESSERA_CUDA_GRAPHS=1`` (as torch.compile's ``mode="reduce-overhead"``, it
-trades memory for launch overhead); never under ``TESSERA_CUDA_SYNC=1`` (which
-synchronizes after each launch) or with a stand-in driver (no ``libcuda``).
+On with ``TESSERA_CUDA_GRAPHS=1``, or for the plans first run inside
+:func:`requested_here` (``torch.compile(..., backend="tessera", mode="reduce-overhead")``
+runs its partitions so: as Inductor's mode of that name, it trades memory for launch
+overhead); never under ``TESSERA_CUDA_SYNC=1`` (which synchronizes after each launch) or
+with a stand-in driver (no ``libcuda``).
 
 Measured (H100, GPT-2 124M through ``torch.compile(backend="tessera")``, bf16, batch
 8 x 1024, docs/PERFORMANCE.md): inference 8.89 -> 8.25 ms a step (225 kernels);
@@ -42,10 +44,12 @@ repeats a key and replays nothing.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 GRAPHS_PER_PLAN = 4
@@ -53,6 +57,26 @@ GRAPHS_PER_PLAN = 4
 
 MAX_CAPTURES = 16
 """Captures a host plan makes before it only replays the graphs it has."""
+
+
+_REQUESTED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "tessera_cuda_graphs_requested", default=False)
+
+
+@contextlib.contextmanager
+def requested_here() -> Iterator[None]:
+    """Host plans first run inside this context use CUDA graphs (as with
+    ``TESSERA_CUDA_GRAPHS=1``); a plan decides when it is first run and keeps to it."""
+    token = _REQUESTED.set(True)
+    try:
+        yield
+    finally:
+        _REQUESTED.reset(token)
+
+
+def requested() -> bool:
+    """Whether the caller is inside :func:`requested_here`."""
+    return _REQUESTED.get()
 
 
 class GraphCache:

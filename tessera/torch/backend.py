@@ -22,6 +22,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import _has_tag_is_forward, _is_primal, default_partition
 
+from tessera.runtime.cuda_graphs import requested_here
 from tessera.torch import report as _report
 from tessera.torch.attention import ATTENTION_BACKWARDS, static_masks
 from tessera.torch.cross_entropy import fuse_cross_entropy
@@ -83,12 +84,39 @@ and dropout and Bernoulli masks as a draw and elementwise ops
 _GRAPH_IDS = itertools.count()
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, kind: str, name: str) -> Any:
-    """Partition one AOTAutograd graph into Tessera partitions and eager torch."""
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, kind: str, name: str,
+                  cuda_graphs: bool = False) -> Any:
+    """Partition one AOTAutograd graph into Tessera partitions and eager torch; with
+    ``cuda_graphs``, the partitions' host plans replay their launches as CUDA graphs
+    (:mod:`tessera.runtime.cuda_graphs`)."""
     rep = _report.GraphReport(name=f"{name}_{kind}", kind=kind)
     fused = partition(gm, rep.name, rep)
     _report.record(rep)
-    return make_boxed_func(fused.forward)
+    run = fused.forward
+    if cuda_graphs:
+        def run(*args: Any, _forward: Any = fused.forward) -> Any:
+            with requested_here():
+                return _forward(*args)
+    return make_boxed_func(run)
+
+
+MODES = ("default", "reduce-overhead")
+"""``torch.compile`` modes the backend takes: ``"reduce-overhead"`` replays each
+partition's launches as CUDA graphs (memory for launch overhead, as Inductor's mode)."""
+
+
+def _check_mode(mode: str | None, options: Any) -> bool:
+    """Whether ``mode`` asks for CUDA graphs; a mode or options the backend does not have
+    is an error, not ignored."""
+    if options:
+        raise ValueError(
+            f"torch.compile(backend='tessera'): options {sorted(options)} are not supported "
+            "(Tessera's compile options come from TESSERA_* environment variables)")
+    if mode is not None and mode not in MODES:
+        raise ValueError(
+            f"torch.compile(backend='tessera'): mode {mode!r} is not supported; the modes "
+            f"are {', '.join(repr(m) for m in MODES)} (autotuning: TESSERA_AUTOTUNE=1)")
+    return mode == "reduce-overhead"
 
 
 VIEW_OPS = frozenset({
@@ -156,17 +184,21 @@ def partition_joint(joint: torch.fx.GraphModule, joint_inputs: Any, **kw: Any) -
     return default_partition(joint, joint_inputs, **kw)
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs: Any, **options: Any) -> Any:
-    """``torch.compile`` backend ``"tessera"`` (options are not used yet). Cross-entropy
-    calls become :func:`tessera.torch.cross_entropy.cross_entropy` and RMS norms
+def backend(gm: torch.fx.GraphModule, example_inputs: Any, mode: str | None = None,
+            options: Any = None) -> Any:
+    """``torch.compile`` backend ``"tessera"``; ``mode`` is one of :data:`MODES`
+    (``torch.compile(..., mode=...)`` passes it). Cross-entropy calls become
+    :func:`tessera.torch.cross_entropy.cross_entropy` and RMS norms
     :func:`tessera.torch.rms_norm.rms_norm` first."""
+    graphs = _check_mode(mode, options)
     name = f"graph{next(_GRAPH_IDS)}"
     fuse_cross_entropy(gm)
     fuse_rms_norm(gm)
+    compile_kind = functools.partial(compile_graph, name=name, cuda_graphs=graphs)
     aot = aot_autograd(
-        fw_compiler=functools.partial(compile_graph, kind="forward", name=name),
-        bw_compiler=functools.partial(compile_graph, kind="backward", name=name),
-        inference_compiler=functools.partial(compile_graph, kind="inference", name=name),
+        fw_compiler=functools.partial(compile_kind, kind="forward"),
+        bw_compiler=functools.partial(compile_kind, kind="backward"),
+        inference_compiler=functools.partial(compile_kind, kind="inference"),
         decompositions=DECOMPOSITIONS,
         partition_fn=partition_joint,
     )

@@ -672,3 +672,47 @@ def test_views_of_one_result_are_made_by_torch():
     assert torch.equal(got[1], got[0].reshape(-1)) and torch.equal(got[2], x.reshape(-1))
     assert got[1].data_ptr() == got[0].data_ptr()  # a view of the partition's result
     assert got[2].data_ptr() == x.data_ptr()  # a view of the input
+
+
+def test_mode_reduce_overhead_runs_partitions_with_cuda_graphs_requested(monkeypatch):
+    """``mode="reduce-overhead"`` (torch.compile passes it to the backend) runs every
+    partition inside ``cuda_graphs.requested_here()``, forward and backward; the default
+    mode does not. On the CPU reference nothing else changes."""
+    from tessera.runtime import cuda_graphs
+    from tessera.torch.partition import TesseraPartition
+
+    seen: list[bool] = []
+    forward = TesseraPartition.forward
+
+    def spy(self, *args):
+        seen.append(cuda_graphs.requested())
+        return forward(self, *args)
+
+    monkeypatch.setattr(TesseraPartition, "forward", spy)
+    model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+    x = torch.randn(4, 6)
+    ref = copy.deepcopy(model)
+    out = torch.compile(model, backend="tessera", mode="reduce-overhead")(x)
+    out.pow(2).sum().backward()
+    ref(x).pow(2).sum().backward()
+    assert len(seen) >= 2 and all(seen)  # forward and backward partitions
+    torch.testing.assert_close(out, ref(x), rtol=1e-5, atol=1e-6)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    seen.clear()
+    torch._dynamo.reset()
+    torch.compile(model, backend="tessera")(x)
+    assert seen and not any(seen)
+    assert not cuda_graphs.requested()
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"mode": "max-autotune"}, "mode 'max-autotune' is not supported"),
+    ({"options": {"shape_padding": True}}, r"options \['shape_padding'\] are not supported"),
+])
+def test_modes_and_options_the_backend_lacks_are_errors(kw, match):
+    """A mode or options the backend does not have fail the compile, naming them, instead
+    of being ignored."""
+    f = torch.compile(lambda x: x.sin() * 2, backend="tessera", **kw)
+    with pytest.raises(Exception, match=match):
+        f(torch.randn(5))

@@ -171,7 +171,8 @@ def run_row(name: str, mode: str, args: argparse.Namespace) -> Row:
     for which in args.peers.split(","):
         torch._dynamo.reset()
         model = copy.deepcopy(base)
-        compiled = torch.compile(model) if which == "inductor" else tt.compile(model)
+        kw = {"mode": args.compile_mode} if args.compile_mode else {}
+        compiled = torch.compile(model, **kw) if which == "inductor" else tt.compile(model, **kw)
         step = step_fn(compiled)
         try:
             t0 = time.perf_counter()
@@ -327,6 +328,9 @@ def main() -> None:
                     help="GPT-2 with its configuration's dropouts (0.1); the training "
                     "step is then timed but not compared with eager")
     ap.add_argument("--limit", type=int, default=300, help="seconds per row")
+    ap.add_argument("--compile-mode", default=None,
+                    help="torch.compile's mode for both compiled runs (reduce-overhead: "
+                         "CUDA graphs for Inductor and for Tessera)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--peers", default="inductor,tessera",
                     help="compiled runs beside eager: inductor and/or tessera")

@@ -783,13 +783,29 @@ class HostPlan:
             # back to torch's cache, reused after these kernels on this stream)
             block = empty((arena_total,), dtype=uint8, device=dev) if arena_total else None
             at = block.data_ptr() if block is not None else 0
-            for launch, arg_slots, allocs, placed, frees in launches_ex:
-                place(env, at, placed, allocs)
+            # the arena's buffers at this address, made once: torch's caching allocator
+            # mostly hands a plan's arena the same block call after call
+            cached = arena_buffers
+            if cached[0] != at:
+                cached = (at, [tuple((s, spec.at(at)) for s, spec in placed)
+                               for _, _, _, placed, _ in launches_ex])
+                set_arena_buffers(cached)
+            for (launch, arg_slots, allocs, _, frees), bufs in zip(launches_ex, cached[1]):
+                for s, buf in bufs:
+                    env[s] = buf
+                if allocs:
+                    place(env, at, (), allocs)
                 launch([env[s] for s in arg_slots], stream)
                 for s in frees:
                     env[s] = None
             place(env, at, (), tail)
             return [env[s] for s in results]
+
+        arena_buffers: tuple[int | None, list[tuple[tuple[int, Any], ...]]] = (None, [])
+
+        def set_arena_buffers(value: tuple[int | None, list[tuple[tuple[int, Any], ...]]]) -> None:
+            nonlocal arena_buffers
+            arena_buffers = value
 
         def place(env: list[Any], at: int, placed: Sequence[tuple[int, Any]],
                   allocs: Sequence[tuple[int, Any, Any, int]]) -> None:

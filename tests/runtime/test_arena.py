@@ -87,3 +87,48 @@ def test_runner_passes_intermediates_inside_one_block(gpu, monkeypatch):
     for r in (out, s):  # results are tensors of their own, outside it
         assert isinstance(r, torch.Tensor) and not lo <= r.data_ptr() < hi
     assert out.shape == (48, 64) and s.shape == (64,)
+
+
+def test_runner_follows_the_arena_when_it_moves(gpu, monkeypatch):
+    """The buffers of an arena address are made once and reused while the arena block
+    comes back at that address; a call whose block is elsewhere passes addresses inside
+    its own block."""
+    import tessera as ts
+
+    @ts.jit
+    def f(x, w):
+        h = ts.tanh(x @ w)
+        return ts.exp(ts.transpose(h, [1, 0])) * 2.0, ts.sum(h, axis=1)
+
+    launches: list[list[int]] = []
+    real = gpu.cuLaunchKernel
+
+    def record(*args):
+        out = real(*args)
+        launches.append(gpu.last[4])
+        return out
+
+    gpu.cuLaunchKernel = record
+    x, w = torch.randn(64, 32), torch.randn(32, 48)
+    spec = f.specialize(x, w)
+    plan = cuda.host_plan(spec.launch_module(), spec.name, spec.ir("ptx"))
+    blocks: list[torch.Tensor] = []
+    real_empty = torch.empty
+
+    def empty(*a, **k):
+        t = real_empty(*a, **k)
+        if k.get("dtype") is torch.uint8:
+            blocks.append(t)  # kept alive: the next call's block is elsewhere
+        return t
+
+    monkeypatch.setattr(torch, "empty", empty)
+    run = plan.runner()
+    for call in range(3):
+        launches.clear()
+        run([x, w])
+        lo, hi = blocks[-1].data_ptr(), blocks[-1].data_ptr() + blocks[-1].numel()
+        pointers = {p for values in launches for p in values if isinstance(p, int)}
+        others = [(b.data_ptr(), b.data_ptr() + b.numel()) for b in blocks[:-1]]
+        assert any(lo <= p < hi for p in pointers), call
+        assert not any(a <= p < b for p in pointers for a, b in others), call
+    assert len({b.data_ptr() for b in blocks}) == 3

@@ -4,9 +4,11 @@ against float64 (``|U S Vh - A| / |A|``, ``max |U^T U - I|``, ``max |Vh Vh^T - I
 singular values against ``torch.linalg.svdvals``; all under 1e-5), then both are timed
 (CUDA events, median). ``--inner`` and ``--sweeps`` set the blocked kernels' inner Jacobi
 sweeps per visit and the most outer sweeps (module constants of
-``tessera/passes/tile_svd_blocked.py`` and ``tile_svd_parallel.py``) for comparing them.
+``tessera/passes/tile_svd_blocked.py`` and ``tile_svd_parallel.py``) and ``--block-cols``
+the columns per block, for comparing them.
 
     python bench/svd.py [--shapes 16x128x96,1024x1024,4096x4096] [--inner 1] [--sweeps 18]
+                        [--block-cols 8]
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def main() -> None:
                                         "2048x2048,4096x4096")
     ap.add_argument("--inner", type=int, default=None)
     ap.add_argument("--sweeps", type=int, default=None)
+    ap.add_argument("--block-cols", type=int, default=None,
+                    help="columns per block of the blocked kernels (a multiple of 8)")
     args = ap.parse_args()
 
     import torch
@@ -47,6 +51,8 @@ def main() -> None:
         tile_svd_blocked.INNER_MAX_SWEEPS = args.inner
     if args.sweeps is not None:
         tile_svd_parallel.PARALLEL_MAX_SWEEPS = args.sweeps
+    if args.block_cols is not None:
+        tile_svd_blocked.block_cols = lambda k: args.block_cols
 
     @ts.jit
     def svd(a):

@@ -115,6 +115,7 @@ def block_step_launcher(
     assert p_ * p_ % GROUP == 0 and p_ * ch % GROUP == 0, p_
     tol = pymath.sqrt(r) * 2.0**-23
     name: list[str] = []
+    steps: dict[int, SSAValue] = {}  # one host constant per step index, reused by sweeps
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         wref, vref, fref, dref, s = args
@@ -266,7 +267,9 @@ def block_step_launcher(
         e.if_(active, work)
 
     def launch(s: int) -> None:
-        args = [wt, vt, flags, done, lw.host_index(s)]
+        if s not in steps:
+            steps[s] = lw.host_index(s)
+        args = [wt, vt, flags, done, steps[s]]
         if not name:
             name.append(lw.kernel("svd_block_step", args, GROUP, [nbat * npair, 1, 1], build))
         else:

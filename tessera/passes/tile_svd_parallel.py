@@ -315,9 +315,12 @@ def _pair_step_launcher(
 ) -> Callable[[int], None]:
     """``launch(s)``: step ``s`` of a sweep of the pair kernel ``build``."""
     name: list[str] = []
+    steps: dict[int, SSAValue] = {}  # one host constant per step index, reused by sweeps
 
     def launch(s: int) -> None:
-        args = [wt, vt, flags, done, lw.host_index(s)]
+        if s not in steps:
+            steps[s] = lw.host_index(s)
+        args = [wt, vt, flags, done, steps[s]]
         if not name:
             name.append(lw.kernel("svd_step", args, group, [tiles, 1, 1], build))
         else:

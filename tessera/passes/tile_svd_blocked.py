@@ -141,7 +141,7 @@ def block_step_launcher(
             be = c.op(tt.AllocSharedOp([p_], f64))
             pa = c.op(tt.AllocSharedOp([p_], i32))
             zero64, one64 = c.const(0.0, f64), c.const(1.0, f64)
-            owned = None  # every lane owns P * P / GROUP entries of G and Vb
+            # every lane owns P * P / GROUP entries of G and Vb
             entries = [c.add(lid, GROUP * u) for u in range(per)]
             rc = [(c.div(q, p_), c.rem(q, p_)) for q in entries]
 
@@ -159,16 +159,16 @@ def block_step_launcher(
                 out = list(acc)
                 for i in range(ch):
                     for u, (a, bb) in enumerate(rc):
-                        x = d.load(ws, [a, i], mask=owned)
-                        y = d.load(ws, [bb, i], mask=owned)
+                        x = d.load(ws, [a, i])
+                        y = d.load(ws, [bb, i])
                         out[u] = d.op(math.FmaOp(x, y, out[u]))
                 d.barrier()
                 return out
 
             acc = c.for_(0, r, ch, [zero64] * per, chunk)
             for (a, bb), g in zip(rc, acc):
-                c.store(g, gs, [0, a, bb], mask=owned)
-                c.store(c.vselect(c.eq(a, bb), one64, zero64), vs, [0, a, bb], mask=owned)
+                c.store(g, gs, [0, a, bb])
+                c.store(c.vselect(c.eq(a, bb), one64, zero64), vs, [0, a, bb])
             c.barrier()
 
             # 2. Jacobi sweeps over G, the rotations accumulated in Vb
@@ -203,22 +203,20 @@ def block_step_launcher(
                 d.store(d.convert(d.index(p), i32), pa, [q], mask=half_lane)
                 d.barrier()
                 for a, bb in rc:
-                    ai, bi = d.load(al, [a], mask=owned), d.load(be, [a], mask=owned)
-                    aj, bj = d.load(al, [bb], mask=owned), d.load(be, [bb], mask=owned)
-                    pi = d.convert(d.load(pa, [a], mask=owned), IndexType())
-                    pj = d.convert(d.load(pa, [bb], mask=owned), IndexType())
-                    g_ij = d.load(gs, [par, a, bb], mask=owned)
-                    g_ipj = d.load(gs, [par, a, pj], mask=owned)
-                    g_pij = d.load(gs, [par, pi, bb], mask=owned)
-                    g_pipj = d.load(gs, [par, pi, pj], mask=owned)
+                    ai, bi = d.load(al, [a]), d.load(be, [a])
+                    aj, bj = d.load(al, [bb]), d.load(be, [bb])
+                    pi = d.convert(d.load(pa, [a]), IndexType())
+                    pj = d.convert(d.load(pa, [bb]), IndexType())
+                    g_ij = d.load(gs, [par, a, bb])
+                    g_ipj = d.load(gs, [par, a, pj])
+                    g_pij = d.load(gs, [par, pi, bb])
+                    g_pipj = d.load(gs, [par, pi, pj])
                     row_i = d.fadd(d.fmul(aj, g_ij), d.fmul(bj, g_ipj))
                     row_p = d.fadd(d.fmul(aj, g_pij), d.fmul(bj, g_pipj))
-                    d.store(d.fadd(d.fmul(ai, row_i), d.fmul(bi, row_p)), gs, [nxt, a, bb],
-                            mask=owned)
-                    v_ij = d.load(vs, [par, a, bb], mask=owned)
-                    v_ipj = d.load(vs, [par, a, pj], mask=owned)
-                    d.store(d.fadd(d.fmul(aj, v_ij), d.fmul(bj, v_ipj)), vs, [nxt, a, bb],
-                            mask=owned)
+                    d.store(d.fadd(d.fmul(ai, row_i), d.fmul(bi, row_p)), gs, [nxt, a, bb])
+                    v_ij = d.load(vs, [par, a, bb])
+                    v_ipj = d.load(vs, [par, a, pj])
+                    d.store(d.fadd(d.fmul(aj, v_ij), d.fmul(bj, v_ipj)), vs, [nxt, a, bb])
                 d.barrier()
                 return [nxt, d.fmax(mine, d.convert(rot, f32))]
 

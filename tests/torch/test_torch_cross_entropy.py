@@ -99,9 +99,9 @@ def test_backward_saves_the_row_log_sum_exp_not_log_probabilities(monkeypatch):
     graphs = {}
     orig = backend_module.compile_graph
 
-    def spy(gm, example_inputs, *, kind, name):
+    def spy(gm, example_inputs, *, kind, name, **kw):
         graphs[kind] = [(nd.op, str(nd.target), nd.meta.get("val")) for nd in gm.graph.nodes]
-        return orig(gm, example_inputs, kind=kind, name=name)
+        return orig(gm, example_inputs, kind=kind, name=name, **kw)
 
     monkeypatch.setattr(backend_module, "compile_graph", spy)
     n, c = 8, 301

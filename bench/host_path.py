@@ -42,7 +42,8 @@ N = 1024
 class FakeDriver:
     """Stands in for ``cuda.bindings.driver``: launches succeed and are counted. With
     ``read`` set, each launch also reads back its first ``read`` parameters as 64-bit
-    values (the driver copies them during the call) into ``last``."""
+    values (the driver copies them during the call) into ``last``, and appends them to
+    ``params``."""
 
     CUresult = SimpleNamespace(CUDA_SUCCESS=0)
 
@@ -50,6 +51,7 @@ class FakeDriver:
         self.launches = 0
         self.read = read
         self.last: tuple[Any, ...] | None = None
+        self.params: list[list[int]] = []
 
     @staticmethod
     def CUstream(handle: int) -> int:  # noqa: N802 - the driver's name
@@ -62,6 +64,7 @@ class FakeDriver:
             ptrs = (ctypes.c_void_p * self.read).from_address(params)
             values = [ctypes.c_uint64.from_address(p).value for p in ptrs]
             self.last = (fn, (gx, gy, gz), (bx, by, bz), stream, values)
+            self.params.append(values)
         return (0,)
 
     def cuStreamSynchronize(self, stream: Any) -> tuple[int]:  # noqa: N802

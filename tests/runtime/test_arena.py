@@ -47,27 +47,9 @@ def gpu(tmp_path, monkeypatch):
         yield fake
 
 
-def test_runner_passes_intermediates_inside_one_block(gpu, monkeypatch):
-    import tessera as ts
-
-    @ts.jit
-    def f(x, w):
-        h = ts.tanh(x @ w)
-        return ts.exp(ts.transpose(h, [1, 0])) * 2.0, ts.sum(h, axis=1)
-
-    launches: list[list[int]] = []
-    real = gpu.cuLaunchKernel
-
-    def record(*args):
-        out = real(*args)
-        launches.append(gpu.last[4])
-        return out
-
-    gpu.cuLaunchKernel = record
-    x, w = torch.randn(64, 32), torch.randn(32, 48)
-    spec = f.specialize(x, w)
-    plan = cuda.host_plan(spec.launch_module(), spec.name, spec.ir("ptx"))
-    blocks = []
+def _arena_blocks(monkeypatch) -> list[torch.Tensor]:
+    """The arena blocks (``torch.empty`` of uint8) allocated from now on, kept alive."""
+    blocks: list[torch.Tensor] = []
     real_empty = torch.empty
 
     def empty(*a, **k):
@@ -77,6 +59,22 @@ def test_runner_passes_intermediates_inside_one_block(gpu, monkeypatch):
         return t
 
     monkeypatch.setattr(torch, "empty", empty)
+    return blocks
+
+
+def test_runner_passes_intermediates_inside_one_block(gpu, monkeypatch):
+    import tessera as ts
+
+    @ts.jit
+    def f(x, w):
+        h = ts.tanh(x @ w)
+        return ts.exp(ts.transpose(h, [1, 0])) * 2.0, ts.sum(h, axis=1)
+
+    launches = gpu.params  # each launch's first parameters
+    x, w = torch.randn(64, 32), torch.randn(32, 48)
+    spec = f.specialize(x, w)
+    plan = cuda.host_plan(spec.launch_module(), spec.name, spec.ir("ptx"))
+    blocks = _arena_blocks(monkeypatch)
     run = plan.runner()
     out, s = run([x, w])
     assert len(blocks) == 1, "one arena per call"
@@ -100,28 +98,11 @@ def test_runner_follows_the_arena_when_it_moves(gpu, monkeypatch):
         h = ts.tanh(x @ w)
         return ts.exp(ts.transpose(h, [1, 0])) * 2.0, ts.sum(h, axis=1)
 
-    launches: list[list[int]] = []
-    real = gpu.cuLaunchKernel
-
-    def record(*args):
-        out = real(*args)
-        launches.append(gpu.last[4])
-        return out
-
-    gpu.cuLaunchKernel = record
+    launches = gpu.params  # each launch's first parameters
     x, w = torch.randn(64, 32), torch.randn(32, 48)
     spec = f.specialize(x, w)
     plan = cuda.host_plan(spec.launch_module(), spec.name, spec.ir("ptx"))
-    blocks: list[torch.Tensor] = []
-    real_empty = torch.empty
-
-    def empty(*a, **k):
-        t = real_empty(*a, **k)
-        if k.get("dtype") is torch.uint8:
-            blocks.append(t)  # kept alive: the next call's block is elsewhere
-        return t
-
-    monkeypatch.setattr(torch, "empty", empty)
+    blocks = _arena_blocks(monkeypatch)  # kept alive: the next call's block is elsewhere
     run = plan.runner()
     for call in range(3):
         launches.clear()

@@ -316,6 +316,14 @@ class KernelEmitter:
     def fmax(self, a: SSAValue, b: SSAValue) -> SSAValue:
         return self.op(arith.MaximumfOp(a, b))
 
+    def fgt(self, a: SSAValue, b: SSAValue) -> SSAValue:
+        """``a > b`` (ordered: false where either is NaN)."""
+        return self.op(arith.CmpfOp(a, b, "ogt"))
+
+    def sqrt(self, a: SSAValue) -> SSAValue:
+        """The correctly rounded square root."""
+        return self.op(math.SqrtOp(a))
+
     def exp(self, a: SSAValue, *, approx: bool = True) -> SSAValue:
         """``e^a``. ``approx`` (the default, for the kernels' own arithmetic: softmax's
         ``exp(x - max)``, attention's scores) marks it ``fastmath<afn>``, which lowers to

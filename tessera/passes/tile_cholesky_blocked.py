@@ -58,10 +58,6 @@ PANEL_LANES = 128
 COPY_LANES = 256
 
 
-def _gt(e: KernelEmitter, a: SSAValue, b: SSAValue) -> SSAValue:
-    return e.op(arith.CmpfOp(a, b, "ogt"))
-
-
 def _divmod(e: KernelEmitter, a: Idx, b: SSAValue) -> tuple[SSAValue, SSAValue]:
     """``(a / b, a % b)`` for a runtime ``b``."""
     ai = e.index(a)
@@ -129,7 +125,7 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
 
         def column(c: KernelEmitter, k: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
             d = c.load(s, [k, k])
-            piv = c.vselect(_gt(c, d, zero), c.op(math.SqrtOp(d)), nan)
+            piv = c.vselect(c.fgt(d, zero), c.op(math.SqrtOp(d)), nan)
             inv = c.fdiv(one, piv)
             c.barrier()  # every lane has read the pivot
             for i, j, *_ in cells:

@@ -45,12 +45,13 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import Float64Type, MemRefType, i1
-from xdsl.ir import Attribute, SSAValue
+from xdsl.dialects.builtin import MemRefType, i1
+from xdsl.ir import SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv, f32_or_f64
+from tessera.passes.tile_svd_parallel import unit_roundoff
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -100,14 +101,6 @@ def _rem(e: KernelEmitter, a: SSAValue, b: SSAValue) -> SSAValue:
     return e.op(arith.RemUIOp(a, b))
 
 
-def _sqrt(e: KernelEmitter, x: SSAValue) -> SSAValue:
-    return e.op(math.SqrtOp(x))
-
-
-def _gt(e: KernelEmitter, a: SSAValue, b: SSAValue) -> SSAValue:
-    return e.op(arith.CmpfOp(a, b, "ogt"))
-
-
 def _batch_index(e: KernelEmitter, batch: list[int]) -> list[Idx]:
     return e.unravel(e.tile_id(), batch) if batch else []
 
@@ -148,7 +141,7 @@ def lower_cholesky(lw: _FunctionLowering, op: g.CholeskyOp) -> None:
 
         def column(c: KernelEmitter, k: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
             d = c.load(lref, at(k, k))
-            piv = c.vselect(_gt(c, d, zero), _sqrt(c, d), nan)
+            piv = c.vselect(c.fgt(d, zero), c.sqrt(d), nan)
             inv = c.fdiv(c.const(1.0, et), piv)
             c.barrier()  # every lane has read L[k, k]
             c.store(piv, lref, at(k, k), mask=c.eq(lid, 0))
@@ -182,10 +175,6 @@ def lower_cholesky(lw: _FunctionLowering, op: g.CholeskyOp) -> None:
 
 
 # --------------------------------------------------------------------------- svd
-
-
-def _eps(et: Attribute) -> float:
-    return 2.0**-52 if isinstance(et, Float64Type) else 2.0**-23
 
 
 def lower_svd(lw: _FunctionLowering, op: g.SVDOp) -> None:
@@ -259,18 +248,18 @@ def lower_svd(lw: _FunctionLowering, op: g.SVDOp) -> None:
 
             _strided(b, lid, 0, rows, group, body)
 
-        tol = e.const(_eps(et), et)
+        tol = e.const(unit_roundoff(et), et)
         two = e.const(2.0, et)
 
         def pair(c: KernelEmitter, p: SSAValue, q: SSAValue, rot: SSAValue) -> SSAValue:
             alpha, beta, gamma = dots(c, [(p, p), (q, q), (p, q)])
             agamma = c.op(math.AbsFOp(gamma))
-            do = _gt(c, agamma, c.fmul(tol, _sqrt(c, c.fmul(alpha, beta))))
+            do = c.fgt(agamma, c.fmul(tol, c.sqrt(c.fmul(alpha, beta))))
             z = c.fdiv(c.fsub(beta, alpha), c.fmul(two, gamma))
             sign = c.vselect(c.op(arith.CmpfOp(z, zero, "oge")), one, c.const(-1.0, et))
             az = c.op(math.AbsFOp(z))
-            t = c.fdiv(sign, c.fadd(az, _sqrt(c, c.fadd(one, c.fmul(z, z)))))
-            cs = c.fdiv(one, _sqrt(c, c.fadd(one, c.fmul(t, t))))
+            t = c.fdiv(sign, c.fadd(az, c.sqrt(c.fadd(one, c.fmul(z, z)))))
+            cs = c.fdiv(one, c.sqrt(c.fadd(one, c.fmul(t, t))))
             sn_ = c.fmul(cs, t)
             cs = c.vselect(do, cs, one)
             sn_ = c.vselect(do, sn_, zero)
@@ -296,7 +285,7 @@ def lower_svd(lw: _FunctionLowering, op: g.SVDOp) -> None:
         # S_j = |w_j| into scratch, then columns in order of descending S
         def norm(c: KernelEmitter, j: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
             (s2,) = dots(c, [(j, j)])
-            c.store(_sqrt(c, s2), snref, [*bi, j], mask=c.eq(lid, 0))
+            c.store(c.sqrt(s2), snref, [*bi, j], mask=c.eq(lid, 0))
             return []
 
         e.for_(0, k, 1, [], norm)
@@ -308,11 +297,11 @@ def lower_svd(lw: _FunctionLowering, op: g.SVDOp) -> None:
             def count(b: KernelEmitter, i: SSAValue, s: list[SSAValue]) -> list[SSAValue]:
                 si = b.load(snref, [*bi, i])
                 before = b.op(arith.OrIOp(
-                    _gt(b, si, sj), b.and_(b.feq(si, sj), b.lt(i, j))))
+                    b.fgt(si, sj), b.and_(b.feq(si, sj), b.lt(i, j))))
                 return [b.add(s[0], b.select(before, 1, 0))]
 
             rank = c.for_(0, k, 1, [c.index(0)], count)[0]
-            inv = c.vselect(_gt(c, sj, zero), c.fdiv(one, sj), zero)
+            inv = c.vselect(c.fgt(sj, zero), c.fdiv(one, sj), zero)
             c.store(sj, sref, [*bi, rank], mask=c.eq(lid, 0))
 
             def left(b: KernelEmitter, i: SSAValue, ok: SSAValue | None) -> None:

@@ -43,6 +43,7 @@ from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import tile as tt
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
+from tessera.passes.tile_svd_parallel import round_robin_pair, unit_roundoff
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -74,26 +75,6 @@ def padded_cols(k: int) -> int:
     return (nb + nb % 2) * bw
 
 
-def _sqrt(e: KernelEmitter, x: SSAValue) -> SSAValue:
-    return e.op(math.SqrtOp(x))
-
-
-def _gt(e: KernelEmitter, a: SSAValue, b: SSAValue) -> SSAValue:
-    return e.op(arith.CmpfOp(a, b, "ogt"))
-
-
-def _pos(e: KernelEmitter, i: Idx, s: Idx, n: int) -> Idx:
-    """Round-robin position ``i >= 1`` (of ``n``) at step ``s``; position 0 stays."""
-    return e.add(e.rem(e.add(e.sub(i, 1), s), n - 1), 1)
-
-
-def _pair(e: KernelEmitter, m: Idx, s: Idx, n: int) -> tuple[Idx, Idx]:
-    """The two members (lower first) of pair ``m`` of ``n`` at round-robin step ``s``."""
-    x = e.select(e.eq(m, 0), 0, _pos(e, e.max(m, 1), s, n))
-    y = _pos(e, e.sub(n - 1, m), s, n)
-    return e.min(x, y), e.max(x, y)
-
-
 def block_step_launcher(
     lw: _FunctionLowering, wt: SSAValue, vt: SSAValue, flags: SSAValue, done: SSAValue,
     nbat: int, kp: int, r: int, et: Attribute, bw: int,
@@ -113,7 +94,7 @@ def block_step_launcher(
     # that the P x chunk tile is whole lanes' loads)
     ch = min(CHUNK, cdiv(r, 16) * 16)
     assert p_ * p_ % GROUP == 0 and p_ * ch % GROUP == 0, p_
-    tol = pymath.sqrt(r) * 2.0**-23
+    tol = pymath.sqrt(r) * unit_roundoff(et)
     name: list[str] = []
     steps: dict[int, SSAValue] = {}  # one host constant per step index, reused by sweeps
 
@@ -125,7 +106,7 @@ def block_step_launcher(
         active = e.op(arith.CmpfOp(e.load(dref, [b]), e.const(0.0, f32), "oeq"))
 
         def work(c: KernelEmitter) -> list[SSAValue]:
-            bp, bq = _pair(c, j, s, nblk)
+            bp, bq = round_robin_pair(c, j, s, nblk)
             p0, q0 = c.mul(bp, bw), c.mul(bq, bw)
 
             def col(d: KernelEmitter, cc: Idx) -> Idx:
@@ -178,20 +159,20 @@ def block_step_launcher(
             def step(d: KernelEmitter, st: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
                 par, mine = carried
                 nxt = d.sub(1, par)
-                p, q = _pair(d, d.min(lid, bw - 1), st, p_)
+                p, q = round_robin_pair(d, d.min(lid, bw - 1), st, p_)
                 gpp = d.load(gs, [par, p, p])
                 gqq = d.load(gs, [par, q, q])
                 gpq = d.load(gs, [par, p, q])
                 # |G_pq| > tol sqrt(G_pp G_qq), squared (no square root on the way)
-                rot = d.and_(half_lane, _gt(d, d.fmul(gpq, gpq),
+                rot = d.and_(half_lane, d.fgt(d.fmul(gpq, gpq),
                                              d.fmul(tol64, d.fmul(gpp, gqq))))
                 g = d.vselect(rot, gpq, one64)  # keeps z finite where nothing rotates
                 z = d.fdiv(d.fsub(gqq, gpp), d.fmul(d.const(2.0, f64), g))
                 sign = d.vselect(d.op(arith.CmpfOp(z, zero64, "oge")), one64,
                                  d.const(-1.0, f64))
                 tn = d.fdiv(sign, d.fadd(d.op(math.AbsFOp(z)),
-                                         _sqrt(d, d.fadd(one64, d.fmul(z, z)))))
-                cs = d.vselect(rot, d.fdiv(one64, _sqrt(d, d.fadd(one64, d.fmul(tn, tn)))),
+                                         d.sqrt(d.fadd(one64, d.fmul(z, z)))))
+                cs = d.vselect(rot, d.fdiv(one64, d.sqrt(d.fadd(one64, d.fmul(tn, tn)))),
                                one64)
                 sn = d.vselect(rot, d.fmul(cs, tn), zero64)
                 # w_p' = c w_p - s w_q, w_q' = s w_p + c w_q: w_i' = al_i w_i + be_i w_pa_i
@@ -259,7 +240,7 @@ def block_step_launcher(
                 d.store(d.const(1.0, f32), fref, [b, j], mask=d.eq(lid, 0))
                 return []
 
-            c.if_(_gt(c, seen, c.const(0.0, f32)), update)
+            c.if_(c.fgt(seen, c.const(0.0, f32)), update)
             return []
 
         e.if_(active, work)

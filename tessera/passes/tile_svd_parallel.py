@@ -48,7 +48,6 @@ from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
-from tessera.passes import tile_svd_blocked
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 
 if TYPE_CHECKING:
@@ -66,7 +65,8 @@ GROUP = 256
 """Most lanes per tile (fewer for short columns)."""
 
 
-def _eps(et: Attribute) -> float:
+def unit_roundoff(et: Attribute) -> float:
+    """The unit roundoff of f32 or f64 (``2^-23`` / ``2^-52``, as the rotation tests use)."""
     return 2.0**-52 if isinstance(et, Float64Type) else 2.0**-23
 
 
@@ -74,7 +74,7 @@ def _lanes(n: int) -> int:
     return min(GROUP, max(32, cdiv(n, 32) * 32))
 
 
-def _strided(e: KernelEmitter, lid: SSAValue, n: int, group: int, body) -> None:
+def strided_lanes(e: KernelEmitter, lid: SSAValue, n: int, group: int, body) -> None:
     """``body(e, i, mask)`` for ``i = lid + group * t < n``."""
     if n <= group:
         body(e, lid, None if n == group else e.lt(lid, n))
@@ -88,18 +88,19 @@ def _strided(e: KernelEmitter, lid: SSAValue, n: int, group: int, body) -> None:
     e.for_(0, n, group, [], step)
 
 
-def _sqrt(e: KernelEmitter, x: SSAValue) -> SSAValue:
-    return e.op(math.SqrtOp(x))
-
-
-def _gt(e: KernelEmitter, a: SSAValue, b: SSAValue) -> SSAValue:
-    return e.op(arith.CmpfOp(a, b, "ogt"))
-
-
-def _pos(e: KernelEmitter, i: Idx, s: SSAValue, kk: int) -> Idx:
-    """Round-robin position ``i >= 1`` (of ``kk``) at step ``s``: positions 1..kk-1
+def _pos(e: KernelEmitter, i: Idx, s: Idx, n: int) -> Idx:
+    """Round-robin position ``i >= 1`` (of ``n``) at step ``s``: positions 1..n-1
     rotate (position 0 stays where it is)."""
-    return e.add(e.rem(e.add(e.sub(i, 1), s), kk - 1), 1)
+    return e.add(e.rem(e.add(e.sub(i, 1), s), n - 1), 1)
+
+
+def round_robin_pair(e: KernelEmitter, m: Idx, s: Idx, n: int) -> tuple[Idx, Idx]:
+    """The members (lower first) of pair ``m`` of ``n`` (even) at step ``s`` of the
+    round-robin (chess tournament) ordering: the ``n - 1`` steps of a sweep pair every
+    member with every other once, in ``n / 2`` disjoint pairs per step."""
+    x = e.select(e.eq(m, 0), 0, _pos(e, e.max(m, 1), s, n))
+    y = _pos(e, e.sub(n - 1, m), s, n)
+    return e.min(x, y), e.max(x, y)
 
 
 def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> None:
@@ -107,6 +108,8 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
     shape = g.shape_of(op.input)
     *batch, m, n = shape
     k, r, trans = min(m, n), max(m, n), m < n
+    from tessera.passes import tile_svd_blocked
+
     # f32: the blocked steps of tile_svd_blocked (columns padded to an even number of
     # blocks); f64: one column pair per tile (columns padded to an even count)
     blocked = isinstance(et, Float32Type)
@@ -126,7 +129,7 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
     done = lw.alloc(MemRefType(f32, [nb]))
     a_ref = lw.mem(op.input)
     gr, gk = _lanes(r), _lanes(kk)
-    tol = pymath.sqrt(r) * _eps(et)
+    tol = pymath.sqrt(r) * unit_roundoff(et)
 
     def mat(e: KernelEmitter, b: Idx) -> list[Idx]:
         """The batch index of matrix ``b`` in the input and outputs."""
@@ -151,8 +154,8 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
             c.store(c.vselect(c.eq(i, j), c.const(1.0, vet), c.const(0.0, vet)), vref,
                     [b, j, i], mask=ok)
 
-        _strided(e, lid, r, gr, w)
-        _strided(e, lid, kk, gr, v)
+        strided_lanes(e, lid, r, gr, w)
+        strided_lanes(e, lid, kk, gr, v)
         lane0 = e.eq(lid, 0)
         e.store(e.const(0.0, f32), fref, [b, e.rem(j, nflags)],
                 mask=e.and_(lane0, e.lt(j, nflags)))
@@ -167,9 +170,7 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
         b, j = e.div(t, half), e.rem(t, half)
         lid = e.local_id()
         zero = e.const(0.0, et)
-        x = e.select(e.eq(j, 0), 0, _pos(e, e.max(j, 1), s, kk))
-        y = _pos(e, e.sub(kk - 1, j), s, kk)
-        p, q = e.min(x, y), e.max(x, y)
+        p, q = round_robin_pair(e, j, s, kk)
         active = e.op(arith.CmpfOp(e.load(dref, [b]), e.const(0.0, f32), "oeq"))
 
         def work(c: KernelEmitter) -> list[SSAValue]:
@@ -184,7 +185,7 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
             parts = c.for_(0, r, gr, [zero, zero, zero], dot)
             alpha, beta, gamma = (c.op(tt.ReduceOp(v, "sum", "group")) for v in parts)
             agamma = c.op(math.AbsFOp(gamma))
-            rot = _gt(c, agamma, c.fmul(c.const(tol, et), _sqrt(c, c.fmul(alpha, beta))))
+            rot = c.fgt(agamma, c.fmul(c.const(tol, et), c.sqrt(c.fmul(alpha, beta))))
             # the rotation in f64 (for f32 input, one computed in f32 is not orthogonal
             # to f32 roundoff and its bias grows with every rotation), rounded to the
             # element type for W
@@ -193,8 +194,8 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
             z = c.fdiv(c.fsub(b64, a64), c.fmul(c.const(2.0, vet), g64))
             sign = c.vselect(c.op(arith.CmpfOp(z, zero64, "oge")), one64, c.const(-1.0, vet))
             az = c.op(math.AbsFOp(z))
-            t64 = c.fdiv(sign, c.fadd(az, _sqrt(c, c.fadd(one64, c.fmul(z, z)))))
-            cs64 = c.fdiv(one64, _sqrt(c, c.fadd(one64, c.fmul(t64, t64))))
+            t64 = c.fdiv(sign, c.fadd(az, c.sqrt(c.fadd(one64, c.fmul(z, z)))))
+            cs64 = c.fdiv(one64, c.sqrt(c.fadd(one64, c.fmul(t64, t64))))
             sn64 = c.fmul(cs64, t64)
             cs, sn_ = c.convert(cs64, et), c.convert(sn64, et)
 
@@ -207,7 +208,7 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
                         h.store(h.fsub(h.fmul(cc, a), h.fmul(ss, bb)), ref, [b, p, i], mask=ok)
                         h.store(h.fadd(h.fmul(ss, a), h.fmul(cc, bb)), ref, [b, q, i], mask=ok)
 
-                    _strided(d, lid, length, gr, body)
+                    strided_lanes(d, lid, length, gr, body)
                 d.store(d.const(1.0, f32), fref, [b, j], mask=d.eq(lid, 0))
                 return []
 
@@ -264,7 +265,7 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
 
         (part,) = e.for_(0, r, gr, [e.const(0.0, et)], acc)
         tot = e.op(tt.ReduceOp(part, "sum", "group"))
-        e.store(_sqrt(e, tot), snref, [b, j], mask=e.eq(lid, 0))
+        e.store(e.sqrt(tot), snref, [b, j], mask=e.eq(lid, 0))
 
     lw.kernel("svd_norm", [wt, sn], gr, [nb * kk, 1, 1], build_norm)
 
@@ -281,14 +282,14 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
             i = c.index(c.add(base, lid))
             ok = c.lt(i, k)
             si = c.load(snref, [b, i], mask=ok)
-            before = c.op(arith.OrIOp(_gt(c, si, sj), c.and_(c.feq(si, sj), c.lt(i, j))))
+            before = c.op(arith.OrIOp(c.fgt(si, sj), c.and_(c.feq(si, sj), c.lt(i, j))))
             before = c.and_(ok, before)
             return [c.fadd(a[0], c.convert(before, f32))]
 
         (mine,) = e.for_(0, k, gr, [e.const(0.0, f32)], count)
         # a count below 2^24: exact in f32
         rank = e.convert(e.convert(e.op(tt.ReduceOp(mine, "sum", "group")), i32), IndexType())
-        inv = e.vselect(_gt(e, sj, zero), e.fdiv(one, sj), zero)
+        inv = e.vselect(e.fgt(sj, zero), e.fdiv(one, sj), zero)
         e.store(sj, sref, [*bi, rank], mask=e.eq(lid, 0))
 
         def left(c: KernelEmitter, i: SSAValue, ok: SSAValue | None) -> None:
@@ -301,8 +302,8 @@ def lower_svd_parallel(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> Non
             c.store(x, uref if trans else vhref, [*bi, i, rank] if trans else [*bi, rank, i],
                     mask=ok)
 
-        _strided(e, lid, r, gr, left)
-        _strided(e, lid, k, gr, right)
+        strided_lanes(e, lid, r, gr, left)
+        strided_lanes(e, lid, k, gr, right)
 
     lw.kernel("svd_place", [u_out, s_out, vh_out, wt, vt, sn], gr, [nb * k, 1, 1], build_place)
     lw.env[op.u], lw.env[op.s], lw.env[op.vh] = u_out, s_out, vh_out

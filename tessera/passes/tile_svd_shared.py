@@ -28,7 +28,8 @@ from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
-from tessera.passes.tile_builder import Idx, KernelEmitter
+from tessera.passes.tile_builder import KernelEmitter
+from tessera.passes.tile_svd_parallel import round_robin_pair, strided_lanes, unit_roundoff
 
 if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
@@ -43,38 +44,12 @@ SHARED_MAX_SWEEPS = 30
 """Most sweeps."""
 
 
-def _eps(et: Attribute) -> float:
-    return 2.0**-52 if isinstance(et, Float64Type) else 2.0**-23
-
-
 def fits(m: int, n: int, et: Attribute) -> bool:
     """Whether an ``m x n`` matrix of ``et`` takes the shared-memory kernel."""
     k, r = min(m, n), max(m, n)
     kk = k + k % 2
     eb = 8 if isinstance(et, Float64Type) else 4
     return k <= SHARED_MAX_K and kk * r * eb + kk * kk * 8 + 2 * kk * 8 <= SHARED_BYTES
-
-
-def _sqrt(e: KernelEmitter, x: SSAValue) -> SSAValue:
-    return e.op(math.SqrtOp(x))
-
-
-def _gt(e: KernelEmitter, a: SSAValue, b: SSAValue) -> SSAValue:
-    return e.op(arith.CmpfOp(a, b, "ogt"))
-
-
-def _strided(e: KernelEmitter, lid: SSAValue, n: int, group: int, body) -> None:
-    """``body(e, i, mask)`` for ``i = lid + group * t < n``."""
-    if n <= group:
-        body(e, lid, None if n == group else e.lt(lid, n))
-        return
-
-    def step(b: KernelEmitter, base: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-        i = b.index(b.add(base, lid))
-        body(b, i, None if n % group == 0 else b.lt(i, n))
-        return []
-
-    e.for_(0, n, group, [], step)
 
 
 def lower_svd_shared(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> None:
@@ -86,7 +61,7 @@ def lower_svd_shared(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> None:
     half = kk // 2
     group = 32 * half
     u_out, s_out, vh_out = (lw.alloc(v.type) for v in (op.u, op.s, op.vh))
-    tol = pymath.sqrt(r) * _eps(et)
+    tol = pymath.sqrt(r) * unit_roundoff(et)
 
     def build(e: KernelEmitter, args: list[SSAValue]) -> None:
         uref, sref, vhref, aref = args
@@ -112,17 +87,12 @@ def lower_svd_shared(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> None:
             c.store(c.vselect(c.eq(i, j), c.const(1.0, f64), c.const(0.0, f64)), v_s, [j, i],
                     mask=ok)
 
-        _strided(e, lid, kk * r, group, load_w)
-        _strided(e, lid, kk * kk, group, load_v)
+        strided_lanes(e, lid, kk * r, group, load_w)
+        strided_lanes(e, lid, kk * kk, group, load_v)
         e.barrier()
 
-        def pos(c: KernelEmitter, i: Idx, s: SSAValue) -> Idx:
-            return c.add(c.rem(c.add(c.sub(i, 1), s), kk - 1), 1)
-
         def step(c: KernelEmitter, s: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
-            x = c.select(c.eq(warp, 0), 0, pos(c, c.max(warp, 1), s))
-            y = pos(c, c.sub(kk - 1, warp), s)
-            p, q = c.min(x, y), c.max(x, y)
+            p, q = round_robin_pair(c, warp, s, kk)
             z0 = c.const(0.0, et)
 
             def dot(d: KernelEmitter, base: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
@@ -135,8 +105,8 @@ def lower_svd_shared(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> None:
 
             parts = c.for_(0, r, 32, [z0, z0, z0], dot)
             alpha, beta, gamma = (c.op(tt.ReduceOp(v, "sum", "warp")) for v in parts)
-            rot = _gt(c, c.op(math.AbsFOp(gamma)),
-                      c.fmul(c.const(tol, et), _sqrt(c, c.fmul(alpha, beta))))
+            rot = c.fgt(c.op(math.AbsFOp(gamma)),
+                      c.fmul(c.const(tol, et), c.sqrt(c.fmul(alpha, beta))))
             a64, b64, g64 = (c.convert(v, f64) for v in (alpha, beta, gamma))
             one64, zero64 = c.const(1.0, f64), c.const(0.0, f64)
             # gamma = 0 when not rotating: keep z finite
@@ -144,8 +114,8 @@ def lower_svd_shared(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> None:
             zz = c.fdiv(c.fsub(b64, a64), c.fmul(c.const(2.0, f64), g64))
             sign = c.vselect(c.op(arith.CmpfOp(zz, zero64, "oge")), one64, c.const(-1.0, f64))
             t64 = c.fdiv(sign, c.fadd(c.op(math.AbsFOp(zz)),
-                                      _sqrt(c, c.fadd(one64, c.fmul(zz, zz)))))
-            cs64 = c.vselect(rot, c.fdiv(one64, _sqrt(c, c.fadd(one64, c.fmul(t64, t64)))),
+                                      c.sqrt(c.fadd(one64, c.fmul(zz, zz)))))
+            cs64 = c.vselect(rot, c.fdiv(one64, c.sqrt(c.fadd(one64, c.fmul(t64, t64)))),
                              one64)
             sn64 = c.vselect(rot, c.fmul(cs64, t64), zero64)
             cs, sn_ = c.convert(cs64, et), c.convert(sn64, et)
@@ -182,13 +152,13 @@ def lower_svd_shared(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> None:
             return [c.fadd(acc[0], c.fmul(w, w))]
 
         (ss,) = e.for_(0, r, 1, [zero], norm)
-        sj = _sqrt(e, ss)
+        sj = e.sqrt(ss)
         e.store(sj, sn_s, [lid], mask=is_col)
         e.barrier()
 
         def count(c: KernelEmitter, i: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
             si = c.load(sn_s, [i])
-            before = c.op(arith.OrIOp(_gt(c, si, sj), c.and_(c.feq(si, sj), c.lt(i, lid))))
+            before = c.op(arith.OrIOp(c.fgt(si, sj), c.and_(c.feq(si, sj), c.lt(i, lid))))
             return [c.add(acc[0], c.select(before, 1, 0))]
 
         (rank,) = e.for_(0, k, 1, [e.index(0)], count)
@@ -200,7 +170,7 @@ def lower_svd_shared(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> None:
             j, i = c.div(t, r), c.rem(t, r)
             rk = c.convert(c.load(rank_s, [j], mask=ok), IndexType())
             s_j = c.load(sn_s, [j], mask=ok)
-            inv = c.vselect(_gt(c, s_j, zero), c.fdiv(one, s_j), zero)
+            inv = c.vselect(c.fgt(s_j, zero), c.fdiv(one, s_j), zero)
             x = c.fmul(c.load(w_s, [j, i], mask=ok), inv)
             c.store(x, vhref if trans else uref, [*bi, rk, i] if trans else [*bi, i, rk],
                     mask=ok)
@@ -212,8 +182,8 @@ def lower_svd_shared(lw: _FunctionLowering, op: g.SVDOp, et: Attribute) -> None:
             c.store(x, uref if trans else vhref, [*bi, i, rk] if trans else [*bi, rk, i],
                     mask=ok)
 
-        _strided(e, lid, k * r, group, write_w)
-        _strided(e, lid, k * k, group, write_v)
+        strided_lanes(e, lid, k * r, group, write_w)
+        strided_lanes(e, lid, k * k, group, write_v)
 
     args = [u_out, s_out, vh_out, lw.mem(op.input)]
     lw.kernel("svd", args, group, [prod(batch), 1, 1], build)

@@ -1,4 +1,6 @@
-"""Parallel one-sided Jacobi SVD for larger matrices: one tile per column pair.
+"""Parallel one-sided Jacobi SVD for larger matrices: one tile per column pair (f64), or
+per pair of column blocks (f32, the steps of :mod:`tile_svd_blocked`; the init, check,
+norm and place kernels below are shared).
 
 Used by :func:`tile_linalg.lower_svd` when ``k = min(m, n)`` exceeds
 :data:`PARALLEL_MIN_K` (smaller matrices keep the one-tile-per-matrix kernel). Same

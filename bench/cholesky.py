@@ -1,9 +1,9 @@
 """Cholesky factors of f32 SPD matrices on the GPU: Tessera's blocked kernels
 (``tessera/passes/tile_cholesky_blocked.py``) against ``torch.linalg.cholesky``
-(cuSOLVER), for each block width given, with the time of each kernel kind from
+(cuSOLVER), for each block and panel width given, with the time of each kernel kind from
 ``torch.profiler``. Each result is checked against float64 first.
 
-    python bench/cholesky.py [--blocks 32,64] [--sizes 1x4096,64x256,64x512,1x8192]
+    python bench/cholesky.py [--blocks 32] [--panels 128,256] [--sizes 1x4096,64x256,1x8192]
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -57,8 +58,9 @@ def main() -> None:
     from tessera.passes import tile_cholesky_blocked as blocked
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--blocks", default="32,64")
-    p.add_argument("--sizes", default="1x4096,64x256,64x512")
+    p.add_argument("--blocks", default="32")
+    p.add_argument("--panels", default=str(blocked.PANEL))
+    p.add_argument("--sizes", default="1x1024,1x2048,1x4096,1x8192,8x1024,64x256,64x512")
     args = p.parse_args()
     rows = []
     for spec in args.sizes.split(","):
@@ -66,8 +68,11 @@ def main() -> None:
         a = _spd(b, n)
         ref = torch.linalg.cholesky(a.double())
         peer = _time_ms(lambda a=a: torch.linalg.cholesky(a), 20)
-        for block in (int(x) for x in args.blocks.split(",")):
-            blocked.BLOCK = block
+        variants = [(int(b_), int(p_)) for b_ in args.blocks.split(",")
+                    for p_ in args.panels.split(",")]
+        for block, panel in variants:
+            blocked.BLOCK, blocked.PANEL = block, panel
+            label = f"{block}/{panel}"
 
             @ts.jit
             def chol(a):
@@ -77,16 +82,23 @@ def main() -> None:
             torch.cuda.synchronize()
             err = float((out.double() - ref).norm() / ref.norm())
             if not err < 1e-5:
-                rows.append((spec, block, peer, float("nan"), err, "MISMATCH"))
+                rows.append((spec, label, peer, float("nan"), err, "MISMATCH"))
                 continue
             ms = _time_ms(lambda a=a, chol=chol: chol(a), 20)
+            # the host's time to issue one call (no synchronization): above ``ms``, the
+            # call is host-bound
+            t0 = time.perf_counter()
+            for _ in range(5):
+                chol(a)
+            host = (time.perf_counter() - t0) / 5 * 1e3
+            torch.cuda.synchronize()
             kinds = _kernel_times(chol, a)
-            detail = ", ".join(f"{k} {v:.3f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
-            rows.append((spec, block, peer, ms, err, detail))
-            print(spec, block, f"{ms:.3f} ms", detail, flush=True)
-    print(f"\n{'size':>10} {'block':>5} {'cuSOLVER ms':>11} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}  kernels (ms)")
+            detail = f"host {host:.3f}; " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+            rows.append((spec, label, peer, ms, err, detail))
+            print(spec, label, f"{ms:.3f} ms", detail, flush=True)
+    print(f"\n{'size':>10} {'blk/pnl':>7} {'cuSOLVER ms':>11} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}  kernels (ms)")
     for spec, block, peer, ms, err, detail in rows:
-        print(f"{spec:>10} {block:>5} {peer:11.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
+        print(f"{spec:>10} {block:>7} {peer:11.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
 
 
 if __name__ == "__main__":

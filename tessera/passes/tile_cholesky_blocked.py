@@ -4,25 +4,36 @@ Used by :func:`tile_linalg.lower_cholesky` when ``n`` exceeds :data:`BLOCKED_MIN
 (smaller matrices keep the one-tile-per-matrix kernel). Same result as that kernel
 (the lower factor ``L``, ``A = L L^T``, upper triangle 0, the upper triangle of ``A``
 not read; a pivot that is not positive gives NaN in its column and every later one),
-computed in blocks of :data:`BLOCK` columns:
+computed in block columns of :data:`BLOCK` grouped into panels of :data:`PANEL`
+columns:
 
 * a *copy kernel* writes the lower triangle of ``A`` into ``L`` (upper triangle 0);
-* for each block column ``K`` (``nb = ceil(n / BLOCK)`` of them), three launches:
+* for each block column ``K`` (``nb = ceil(n / BLOCK)`` of them):
 
-  1. *diag*: one tile per matrix factors the diagonal block ``L[K, K]`` in shared
-     memory (column by column, as the small kernel does; entries past ``n`` act as
-     the identity) and writes it back;
-  2. *panel* (not for the last block): the rows below, ``L[I, K] = A[I, K]
-     L[K, K]^-T``, one lane per row, forward substitution in registers with
-     ``L[K, K]`` in shared memory;
-  3. *update* (not for the last block): the trailing lower triangle, ``A[I, J] -=
-     L[I, K] L[J, K]^T`` for ``J <= I``, a GEMM with a :data:`UPDATE_TILE`-square
-     output block per tile (``UPDATE_LANES`` lanes of 4x4 FMA micro-tiles over the two
-     ``L[., K]`` panels staged transposed in shared memory); tiles above the block
-     diagonal do nothing, and on diagonal blocks only ``j <= i`` is written.
+  1. *factor*: ``L[I, K] = A[I, K] L[K, K]^-T`` for the rows ``I`` below the diagonal
+     block, :data:`FACTOR_ROWS` rows per tile. Every tile factors the diagonal block
+     ``A[K, K]`` in shared memory itself (column by column, as the small kernel does;
+     entries past ``n`` act as the identity), so the block and its panel take one
+     launch; tile 0 also writes ``L[K, K]`` to a scratch buffer (the diagonal block of
+     ``L`` is still read by the other tiles). A tile stages its rows in shared memory
+     (coalesced reads and writes) and solves one row per lane by forward substitution.
+  2. *inner update* (when the panel has columns right of ``K``): ``A[I, J] -= L[I, K]
+     L[J, K]^T`` for the panel's columns ``J`` right of ``K`` and ``J <= I``;
 
-Every element is updated by one lane in order of ``K``, so the result is
-deterministic. ``3 nb + 1`` launches per call, a bounded count whatever the input.
+* after each panel but the last, the *trailing update* ``A[I, J] -= L[I, P] L[J, P]^T``
+  of the lower triangle right of the panel ``P``, a GEMM over the panel's
+  :data:`PANEL` columns (rather than one pass over the trailing matrix per block
+  column);
+* a *scatter kernel* writes the diagonal blocks from the scratch buffer into ``L``.
+
+Both updates are one kernel, an FMA GEMM with a :data:`UPDATE_TILE`-square output
+block per tile: ``UPDATE_LANES`` lanes of 4x4 micro-tiles, the two ``L`` panels staged
+transposed in shared memory :data:`BLOCK` columns at a time and read as vectors; tiles
+above the block diagonal do nothing, and on diagonal blocks only ``j <= i`` is written.
+
+Every element is updated by one lane in a fixed order, so the result is deterministic.
+``2 + nb + (inner updates) + (panels - 1)`` launches per call, a bounded count whatever
+the input (:func:`launch_count`).
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, math
+from xdsl.dialects.builtin import TensorType, f64
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
@@ -46,14 +58,17 @@ BLOCKED_MIN_N = 64
 BLOCK = 32
 """Columns per block column."""
 
+PANEL = 256
+"""Columns per panel (a multiple of :data:`BLOCK`): the depth of the trailing update."""
+
 UPDATE_TILE = 64
-"""Rows and columns of the trailing-update block of one tile."""
+"""Rows and columns of the update block of one tile."""
 
 UPDATE_LANES = 256
 """Lanes of an update tile (16 x 16, each a 4 x 4 micro-tile)."""
 
-PANEL_LANES = 128
-"""Rows (lanes) per panel tile."""
+FACTOR_ROWS = 128
+"""Rows below the diagonal block per factor tile (one lane each)."""
 
 COPY_LANES = 256
 
@@ -64,16 +79,36 @@ def _divmod(e: KernelEmitter, a: Idx, b: SSAValue) -> tuple[SSAValue, SSAValue]:
     return e.op(arith.DivUIOp(ai, b)), e.op(arith.RemUIOp(ai, b))
 
 
+def _panel(block: int, panel: int) -> int:
+    """The panel width in use: a multiple of ``block``, at least one block."""
+    return max(block, panel // block * block)
+
+
+def launch_count(n: int, block: int | None = None, panel: int | None = None) -> int:
+    """Launches of the blocked kernels for an ``n x n`` matrix (any batch)."""
+    b = BLOCK if block is None else block
+    p = _panel(b, PANEL if panel is None else panel)
+    nb = cdiv(n, b)
+    inner = sum(1 for k in range(nb) if (k + 1) * b < min(n, ((k * b) // p + 1) * p))
+    return 2 + nb + inner + (cdiv(n, p) - 1)
+
+
 def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribute) -> None:
     """``tgraph.cholesky`` with the kernels of the module docstring."""
     shape = g.shape_of(op.input)
     *batch, n, _ = shape
     nbat = prod(batch)
-    nb = cdiv(n, BLOCK)
-    out = lw.alloc(op.result.type)
-    a_ref = lw.mem(op.input)
     b_ = BLOCK
+    pw = _panel(b_, PANEL)
+    nb = cdiv(n, b_)
     ut = UPDATE_TILE
+    fr = FACTOR_ROWS
+    out = lw.alloc(op.result.type)
+    diag = lw.alloc(TensorType(et, [*batch, nb, b_, b_]))
+    a_ref = lw.mem(op.input)
+    ebytes = 8 if et == f64 else 4
+    vw = 16 // ebytes  # elements per 16-byte shared-memory vector
+    sstride = ut + vw  # staged panel rows: 16-byte aligned, not a multiple of 32 banks
 
     def mat(e: KernelEmitter, b: Idx) -> list[Idx]:
         return e.unravel(b, batch) if batch else []
@@ -97,10 +132,10 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
 
     lw.kernel("cholesky_copy", [out, a_ref], COPY_LANES, [nbat * row_tiles, 1, 1], build_copy)
 
-    # ---- 1. the diagonal block
-    def build_diag(e: KernelEmitter, args: list[SSAValue]) -> None:
-        lref, kblk, _ = args
-        b = e.tile_id()
+    # ---- 1. the diagonal block and the rows below it
+    def build_factor(e: KernelEmitter, args: list[SSAValue]) -> None:
+        lref, dref, kblk, ftiles = args
+        b, c = _divmod(e, e.tile_id(), ftiles)
         bi = mat(e, b)
         lid = e.local_id()
         k0 = e.mul(kblk, b_)
@@ -108,119 +143,144 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
         nan = e.const(float("nan"), et)
         # rows padded by one element: lanes reading a column ``s[j, k]`` hit distinct banks
         s = e.op(tt.AllocSharedOp([b_, b_ + 1], et))
-        # lanes cover the b x b block, BLOCK * BLOCK / lanes elements each: adjacent lanes
-        # on adjacent elements of a row (a warp reads a row of ``s`` without conflicts)
-        per = b_ * b_ // 256
+        st = e.op(tt.AllocSharedOp([fr, b_ + 1], et))
+        # the diagonal block: adjacent lanes on adjacent elements of a row
         cells = []
-        for u in range(per):
-            q = e.add(e.mul(u, 256), lid)
+        for u in range(b_ * b_ // fr):
+            q = e.add(e.mul(u, fr), lid)
             i, j = e.div(q, b_), e.rem(q, b_)
             gi, gj = e.add(k0, i), e.add(k0, j)
             inside = e.and_(e.lt(gi, n), e.lt(gj, n))
             v = e.load(lref, [*bi, gi, gj], mask=inside)
             ident = e.vselect(e.eq(i, j), one, zero)
             e.store(e.vselect(inside, v, ident), s, [i, j])
-            cells.append((i, j, gi, gj, inside))
+            cells.append((i, j))
+        # this tile's rows, read along the row (coalesced) into ``st``
+        r0 = e.add(e.add(k0, b_), e.mul(c, fr))
+        for u in range(b_):
+            q = e.add(e.mul(u, fr), lid)
+            r, j = e.div(q, b_), e.rem(q, b_)
+            gr = e.add(r0, r)
+            e.store(e.load(lref, [*bi, gr, e.add(k0, j)], mask=e.lt(gr, n)), st, [r, j])
         e.barrier()
 
-        def column(c: KernelEmitter, k: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-            d = c.load(s, [k, k])
-            piv = c.vselect(c.fgt(d, zero), c.op(math.SqrtOp(d)), nan)
-            inv = c.fdiv(one, piv)
-            c.barrier()  # every lane has read the pivot
-            for i, j, *_ in cells:
+        def column(f: KernelEmitter, k: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+            d = f.load(s, [k, k])
+            piv = f.vselect(f.fgt(d, zero), f.sqrt(d), nan)
+            inv = f.fdiv(one, piv)
+            f.barrier()  # every lane has read the pivot
+            for i, j in cells:
                 # column k below the pivot: scaled; the pivot itself: its root
-                below = c.and_(c.eq(j, k), c.lt(k, i))
-                x = c.load(s, [i, j])
-                c.store(c.vselect(c.eq(i, j), piv, c.fmul(x, inv)), s, [i, j],
-                        mask=c.op(arith.OrIOp(below, c.and_(c.eq(j, k), c.eq(i, k)))))
-            c.barrier()
-            for i, j, *_ in cells:
-                upd = c.and_(c.lt(k, j), c.le(j, i))
-                lik = c.load(s, [i, k])
-                ljk = c.load(s, [j, k])
-                x = c.load(s, [i, j])
-                c.store(c.fsub(x, c.fmul(lik, ljk)), s, [i, j], mask=upd)
-            c.barrier()
+                below = f.and_(f.eq(j, k), f.lt(k, i))
+                x = f.load(s, [i, j])
+                f.store(f.vselect(f.eq(i, j), piv, f.fmul(x, inv)), s, [i, j],
+                        mask=f.op(arith.OrIOp(below, f.and_(f.eq(j, k), f.eq(i, k)))))
+            f.barrier()
+            for i, j in cells:
+                upd = f.and_(f.lt(k, j), f.le(j, i))
+                lik = f.load(s, [i, k])
+                ljk = f.load(s, [j, k])
+                x = f.load(s, [i, j])
+                f.store(f.fsub(x, f.fmul(lik, ljk)), s, [i, j], mask=upd)
+            f.barrier()
             return []
 
         e.for_(0, b_, 1, [], column)
-        for i, j, gi, gj, inside in cells:
-            e.store(e.load(s, [i, j]), lref, [*bi, gi, gj], mask=e.and_(inside, e.le(j, i)))
 
-    # ---- 2. the panel below the diagonal block
-    def build_panel(e: KernelEmitter, args: list[SSAValue]) -> None:
-        lref, kblk, ptiles = args
-        b, c = _divmod(e, e.tile_id(), ptiles)
-        bi = mat(e, b)
-        lid = e.local_id()
-        k0 = e.mul(kblk, b_)
-        s = e.op(tt.AllocSharedOp([b_, b_], et))
-        for u in range(b_ * b_ // PANEL_LANES):
-            q = e.add(e.mul(lid, b_ * b_ // PANEL_LANES), u)
-            i, j = e.div(q, b_), e.rem(q, b_)
-            e.store(e.load(lref, [*bi, e.add(k0, i), e.add(k0, j)]), s, [i, j])
-        e.barrier()
-        row = e.add(e.add(k0, b_), e.add(e.mul(c, PANEL_LANES), lid))
-        ok = e.lt(row, n)
+        def write_diag(w: KernelEmitter) -> list[SSAValue]:
+            for i, j in cells:
+                w.store(w.load(s, [i, j]), dref, [*bi, kblk, i, j])
+            return []
+
+        e.if_(e.eq(c, 0), write_diag)
+        # forward substitution, one row per lane: x L[K, K]^T = a
         xs: list[SSAValue] = []
         for j in range(b_):
-            acc = e.load(lref, [*bi, row, e.add(k0, j)], mask=ok)
+            acc = e.load(st, [lid, j])
             for t_ in range(j):
                 acc = e.fsub(acc, e.fmul(xs[t_], e.load(s, [j, t_])))
             xs.append(e.fdiv(acc, e.load(s, [j, j])))
         for j in range(b_):
-            e.store(xs[j], lref, [*bi, row, e.add(k0, j)], mask=ok)
+            e.store(xs[j], st, [lid, j])
+        e.barrier()
+        for u in range(b_):
+            q = e.add(e.mul(u, fr), lid)
+            r, j = e.div(q, b_), e.rem(q, b_)
+            gr = e.add(r0, r)
+            e.store(e.load(st, [r, j]), lref, [*bi, gr, e.add(k0, j)], mask=e.lt(gr, n))
 
-    # ---- 3. the trailing update
+    # ---- 2. the updates: A[I, J] -= L[I, k0:k0+kw] L[J, k0:k0+kw]^T over a region
     def build_update(e: KernelEmitter, args: list[SSAValue]) -> None:
-        lref, kblk, tb = args
-        b, rest = _divmod(e, e.tile_id(), e.op(arith.MuliOp(tb, tb)))
-        bi_, bj_ = _divmod(e, rest, tb)
+        lref, k0, chunks, base, cend, tr, tc = args
+        b, rest = _divmod(e, e.tile_id(), e.op(arith.MuliOp(tr, tc)))
+        bi_, bj_ = _divmod(e, rest, tc)
+        bi = mat(e, b)
+        lid = e.local_id()
+        r0, c0 = e.add(base, e.mul(bi_, ut)), e.add(base, e.mul(bj_, ut))
+        si = e.op(tt.AllocSharedOp([b_, sstride], et))
+        sj = e.op(tt.AllocSharedOp([b_, sstride], et))
+        ty, tx = e.div(lid, 16), e.rem(lid, 16)
+        zero = e.const(0.0, et)
+
+        def quad(d: KernelEmitter, ref: SSAValue, k: SSAValue, at: Idx) -> list[SSAValue]:
+            vals = []
+            for h in range(4 // vw):
+                v = d.op(tt.LoadVectorOp(ref, [k, d.index(d.add(at, h * vw))], vw))
+                vals += [d.extract(v, x) for x in range(vw)]
+            return vals
+
+        def work(w: KernelEmitter) -> list[SSAValue]:
+            def chunk(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+                kc = c.add(k0, c.mul(ch, b_))
+                # L[r0 + r, kc + k] -> si[k, r]: lanes read along k (coalesced)
+                for u in range(ut * b_ // UPDATE_LANES):
+                    q = c.add(c.mul(u, UPDATE_LANES), lid)
+                    r, k = c.div(q, b_), c.rem(q, b_)
+                    for sref, g0 in ((si, r0), (sj, c0)):
+                        gr = c.add(g0, r)
+                        v = c.load(lref, [*bi, gr, c.add(kc, k)], mask=c.lt(gr, n))
+                        c.store(v, sref, [k, r])
+                c.barrier()
+
+                def kstep(d: KernelEmitter, k: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+                    a = quad(d, si, k, d.mul(ty, 4))
+                    bb = quad(d, sj, k, d.mul(tx, 4))
+                    return [d.op(math.FmaOp(a[x], bb[y], acc[4 * x + y]))
+                            for x in range(4) for y in range(4)]
+
+                acc = c.for_(0, b_, 1, acc, kstep)
+                c.barrier()  # the next chunk overwrites si and sj
+                return acc
+
+            acc = w.for_(0, chunks, 1, [zero] * 16, chunk)
+            for x in range(4):
+                gi = w.add(r0, w.add(w.mul(ty, 4), x))
+                for y in range(4):
+                    gj = w.add(c0, w.add(w.mul(tx, 4), y))
+                    ok = w.and_(w.and_(w.lt(gi, n), w.lt(gj, cend)), w.le(gj, gi))
+                    v = w.load(lref, [*bi, gi, gj], mask=ok)
+                    w.store(w.fsub(v, acc[4 * x + y]), lref, [*bi, gi, gj], mask=ok)
+            return []
+
+        e.if_(e.le(bj_, bi_), work)
+
+    # ---- 3. the diagonal blocks into L
+    def build_scatter(e: KernelEmitter, args: list[SSAValue]) -> None:
+        lref, dref = args
+        b, kblk = e.div(e.tile_id(), nb), e.rem(e.tile_id(), nb)
         bi = mat(e, b)
         lid = e.local_id()
         k0 = e.mul(kblk, b_)
-        base = e.add(k0, b_)
-        r0, c0 = e.add(base, e.mul(bi_, ut)), e.add(base, e.mul(bj_, ut))
-        lower_blk = e.le(bj_, bi_)
-        si = e.op(tt.AllocSharedOp([b_, ut + 1], et))
-        sj = e.op(tt.AllocSharedOp([b_, ut + 1], et))
-
-        def work(c: KernelEmitter) -> list[SSAValue]:
-            # L[r0 + r, k0 + k] -> si[k, r]: lanes read along k (coalesced)
-            for u in range(ut * b_ // UPDATE_LANES):
-                q = c.add(c.mul(u, UPDATE_LANES), lid)
-                r, k = c.div(q, b_), c.rem(q, b_)
-                for sref, g0 in ((si, r0), (sj, c0)):
-                    gr = c.add(g0, r)
-                    v = c.load(lref, [*bi, gr, c.add(k0, k)], mask=c.lt(gr, n))
-                    c.store(v, sref, [k, r])
-            c.barrier()
-            ty, tx = c.div(lid, 16), c.rem(lid, 16)
-            zero = c.const(0.0, et)
-
-            def kstep(d: KernelEmitter, k: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-                a = [d.load(si, [k, d.add(ty, 16 * x)]) for x in range(4)]
-                bb = [d.load(sj, [k, d.add(tx, 16 * y)]) for y in range(4)]
-                return [d.op(math.FmaOp(a[x], bb[y], acc[4 * x + y]))
-                        for x in range(4) for y in range(4)]
-
-            acc = c.for_(0, b_, 1, [zero] * 16, kstep)
-            for x in range(4):
-                gi = c.add(r0, c.add(ty, 16 * x))
-                for y in range(4):
-                    gj = c.add(c0, c.add(tx, 16 * y))
-                    ok = c.and_(c.lt(gi, n), c.le(gj, gi))
-                    v = c.load(lref, [*bi, gi, gj], mask=ok)
-                    c.store(c.fsub(v, acc[4 * x + y]), lref, [*bi, gi, gj], mask=ok)
-            return []
-
-        e.if_(lower_blk, work)
+        for u in range(cdiv(b_ * b_, COPY_LANES)):
+            q = e.add(e.mul(u, COPY_LANES), lid)
+            i, j = e.div(q, b_), e.rem(q, b_)
+            gi, gj = e.add(k0, i), e.add(k0, j)
+            ok = e.and_(e.and_(e.lt(q, b_ * b_), e.lt(gi, n)), e.le(j, i))
+            e.store(e.load(dref, [*bi, kblk, i, j], mask=ok), lref, [*bi, gi, gj], mask=ok)
 
     names: dict[str, str] = {}
 
-    def launch(tag: str, lanes: int, grid: int, build, k: int, tiles: int) -> None:
-        args = [out, lw.host_index(k), lw.host_index(tiles)]
+    def launch(tag: str, lanes: int, grid: int, build, args: list[SSAValue]) -> None:
         if tag in names:
             lw.launch(names[tag], args, [grid, 1, 1])
             return
@@ -228,13 +288,20 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
         assert name is not None
         names[tag] = name
 
-    for k in range(nb):
-        launch("cholesky_diag", 256, nbat, build_diag, k, 1)
-        rows_below = n - (k + 1) * b_
-        if rows_below <= 0:
-            continue
-        ptiles = cdiv(rows_below, PANEL_LANES)
-        launch("cholesky_panel", PANEL_LANES, nbat * ptiles, build_panel, k, ptiles)
-        tb = cdiv(rows_below, ut)
-        launch("cholesky_update", UPDATE_LANES, nbat * tb * tb, build_update, k, tb)
+    def update(k0: int, chunks: int, base: int, cend: int) -> None:
+        tr, tc = cdiv(n - base, ut), cdiv(cend - base, ut)
+        args = [out, *(lw.host_index(v) for v in (k0, chunks, base, cend, tr, tc))]
+        launch("cholesky_update", UPDATE_LANES, nbat * tr * tc, build_update, args)
+
+    for p0 in range(0, n, pw):
+        pend = min(n, p0 + pw)
+        for k in range(p0 // b_, cdiv(pend, b_)):
+            ftiles = max(1, cdiv(n - (k + 1) * b_, fr))
+            args = [out, diag, lw.host_index(k), lw.host_index(ftiles)]
+            launch("cholesky_factor", fr, nbat * ftiles, build_factor, args)
+            if (k + 1) * b_ < pend:
+                update(k * b_, 1, (k + 1) * b_, pend)
+        if pend < n:
+            update(p0, cdiv(pend - p0, b_), pend, n)
+    lw.kernel("cholesky_scatter", [out, diag], COPY_LANES, [nbat * nb, 1, 1], build_scatter)
     lw.env[op.result] = out

@@ -139,6 +139,8 @@ def _spd(*shape: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
 @pytest.mark.parametrize("shape,dtype", [
     ((1, 1), torch.float32), ((7, 7), torch.float32), ((3, 33, 33), torch.float32),
     ((64, 64), torch.float32), ((2, 100, 100), torch.float32), ((5, 31, 31), torch.float64),
+    # several panels of 256: trailing updates, a partial last block and panel
+    ((600, 600), torch.float32), ((2, 513, 513), torch.float64), ((3, 257, 257), torch.float32),
 ])
 def test_cholesky_matches_torch(shape, dtype):
     a = _spd(*shape, dtype=dtype)

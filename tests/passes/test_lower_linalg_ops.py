@@ -201,18 +201,28 @@ def test_cholesky_not_positive_definite_gives_nan():
         graph_reference(chol_text((6, 6), "f64"), [a])
 
 
-@pytest.mark.parametrize("shape,elem", [((70, 70), "f64"), ((2, 100, 100), "f32"),
-                                        ((129, 129), "f64")])
-def test_cholesky_blocked_matches_numpy(shape, elem):
-    """n > 64: the blocked kernels (diagonal block, panel, trailing-update GEMM)."""
+@pytest.mark.parametrize("shape,elem,panel", [((70, 70), "f64", 256), ((2, 100, 100), "f32", 256),
+                                              ((129, 129), "f64", 256), ((150, 150), "f64", 64),
+                                              ((2, 161, 161), "f32", 96)])
+def test_cholesky_blocked_matches_numpy(shape, elem, panel, monkeypatch):
+    """n > 64: the blocked kernels (factor, inner updates, trailing-update GEMMs over the
+    panels, the diagonal blocks scattered last). The narrow panels give several trailing
+    updates, with a partial last block and panel."""
     from tessera.passes import tile_cholesky_blocked as cb
 
+    monkeypatch.setattr(cb, "PANEL", panel)
     m = lower(chol_text(shape, elem))
     names = {o.sym_name.data for o in m.walk() if isinstance(o, tt.KernelOp)}
-    assert names == {f"f_cholesky_{x}_0" for x in ("copy", "diag", "panel", "update")}
+    assert names == {f"f_cholesky_{x}_0" for x in ("copy", "factor", "update", "scatter")}
     n = shape[-1]
-    nb = -(-n // cb.BLOCK)
-    assert len([o for o in m.walk() if isinstance(o, tt.LaunchOp)]) == 1 + nb + 2 * (nb - 1)
+    nb, npanels = -(-n // cb.BLOCK), -(-n // panel)
+    per_panel = panel // cb.BLOCK
+    # an inner update after every block column of a panel but its last one
+    inner = nb - npanels
+    launches = [o for o in m.walk() if isinstance(o, tt.LaunchOp)]
+    assert len(launches) == cb.launch_count(n) == 2 + nb + inner + (npanels - 1)
+    assert sum(1 for o in launches if o.callee.root_reference.data.endswith("factor_0")) == nb
+    assert per_panel >= 2
     a = spd(shape, elem)
     (got,) = run_host(m, "f", [a + np.triu(rand(shape, elem), 1)])
     want = np.linalg.cholesky(a.astype(np.float64))

@@ -1,43 +1,71 @@
 // RUN: tessera-opt %s -p lower-graph-to-tile | filecheck %s
 
-// cholesky with n > 64: blocked right-looking. A copy of the lower triangle, then per
-// block column of 32 (the block index a host constant): the diagonal block factored
-// in shared memory (rows padded by one) by one tile per matrix, the panel below by forward substitution
-// (one lane per row), and the trailing lower triangle updated by an FMA GEMM of
-// 64x64 output blocks (4x4 micro-tiles from panels staged in shared memory; tiles
-// above the block diagonal skip the work). The last block column has no panel or
-// update.
+// cholesky with n > 64: blocked right-looking, block columns of 32 in panels of 256.
+// A copy of the lower triangle, then per block column (the block index a host
+// constant) one factor launch: every tile factors the diagonal block in shared memory
+// (rows padded by one), tile 0 writes it to a scratch buffer, and each tile solves its
+// 128 rows below by forward substitution (one lane per row, staged in shared memory).
+// Inside a panel an inner update (K = 32) follows each block column but the last; after
+// each panel but the last, one trailing update over the panel's 256 columns (8 chunks of
+// 32). Both updates are one FMA GEMM kernel of 64x64 output blocks (4x4 micro-tiles,
+// panels staged in shared memory in rows of 68, read as vectors of 4; tiles above the
+// block diagonal skip the work). The diagonal blocks are scattered into L last.
 
 func.func @f(%a: tensor<2x100x100xf32>) -> tensor<2x100x100xf32> {
   %0 = tgraph.cholesky %a : (tensor<2x100x100xf32>) -> tensor<2x100x100xf32>
   func.return %0 : tensor<2x100x100xf32>
 }
 // CHECK:      ttile.kernel @f_cholesky_copy_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: memref<2x100x100xf32>) group_size = 256 {
-// CHECK:      ttile.kernel @f_cholesky_diag_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: index, %{{.*}}: index) group_size = 256 {
+// CHECK:      ttile.kernel @f_cholesky_factor_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: memref<2x4x32x32xf32>, %{{.*}}: index, %{{.*}}: index) group_size = 128 {
 // CHECK:        ttile.alloc_shared : memref<32x33xf32, #tessera.smem>
+// CHECK:        ttile.alloc_shared : memref<128x33xf32, #tessera.smem>
+// CHECK:        ttile.barrier
 // CHECK:        scf.for
 // CHECK:          math.sqrt
 // CHECK:          ttile.barrier
-// CHECK:      ttile.kernel @f_cholesky_panel_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: index, %{{.*}}: index) group_size = 128 {
-// CHECK:        ttile.alloc_shared : memref<32x32xf32, #tessera.smem>
-// CHECK:        ttile.barrier
-// CHECK:        arith.divf
-// CHECK:      ttile.kernel @f_cholesky_update_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: index, %{{.*}}: index) group_size = 256 {
-// CHECK:        ttile.alloc_shared : memref<32x65xf32, #tessera.smem>
 // CHECK:        scf.if
-// CHECK:          ttile.barrier
+// CHECK:          memref<2x4x32x32xf32>
+// CHECK:        arith.divf
+// CHECK:      ttile.kernel @f_cholesky_update_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index) group_size = 256 {
+// CHECK:        ttile.alloc_shared : memref<32x68xf32, #tessera.smem>
+// CHECK:        scf.if
 // CHECK:          scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
-// CHECK-COUNT-16:   math.fma
+// CHECK:            ttile.barrier
+// CHECK:            scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+// CHECK:              ttile.load_vector {{.*}} -> vector<4xf32>
+// CHECK:              ttile.load_vector {{.*}} -> vector<4xf32>
+// CHECK-COUNT-16:     math.fma
+// CHECK:      ttile.kernel @f_cholesky_scatter_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: memref<2x4x32x32xf32>) group_size = 256 {
 // CHECK:      func.func @f(
+// CHECK:        memref.alloc() : memref<2x4x32x32xf32>
 // CHECK:        ttile.launch @f_cholesky_copy_0({{.*}}) grid = [10, 1, 1]
-// CHECK:        ttile.launch @f_cholesky_diag_0({{.*}}) grid = [2, 1, 1]
-// CHECK:        ttile.launch @f_cholesky_panel_0({{.*}}) grid = [2, 1, 1]
+// CHECK:        ttile.launch @f_cholesky_factor_0({{.*}}) grid = [2, 1, 1]
 // CHECK:        ttile.launch @f_cholesky_update_0({{.*}}) grid = [8, 1, 1]
-// CHECK:        ttile.launch @f_cholesky_diag_0(
-// CHECK:        ttile.launch @f_cholesky_panel_0(
+// CHECK:        ttile.launch @f_cholesky_factor_0(
 // CHECK:        ttile.launch @f_cholesky_update_0({{.*}}) grid = [2, 1, 1]
-// CHECK:        ttile.launch @f_cholesky_diag_0(
-// CHECK:        ttile.launch @f_cholesky_panel_0(
+// CHECK:        ttile.launch @f_cholesky_factor_0(
 // CHECK:        ttile.launch @f_cholesky_update_0({{.*}}) grid = [2, 1, 1]
-// CHECK:        ttile.launch @f_cholesky_diag_0(
+// CHECK:        ttile.launch @f_cholesky_factor_0(
+// CHECK-NEXT:   ttile.launch @f_cholesky_scatter_0({{.*}}) grid = [8, 1, 1]
 // CHECK-NEXT:   func.return
+
+// Two panels: inner updates end at column 256; the trailing update over columns 256..299
+// reads the first panel's 256 columns (8 chunks) from column 0.
+func.func @g(%a: tensor<300x300xf64>) -> tensor<300x300xf64> {
+  %0 = tgraph.cholesky %a : (tensor<300x300xf64>) -> tensor<300x300xf64>
+  func.return %0 : tensor<300x300xf64>
+}
+// CHECK:      ttile.kernel @g_cholesky_update_0(
+// CHECK:        ttile.alloc_shared : memref<32x66xf64, #tessera.smem>
+// CHECK:              ttile.load_vector {{.*}} -> vector<2xf64>
+// CHECK:      func.func @g(
+// CHECK:        %[[CH:.*]] = arith.constant 8 : index
+// CHECK-NEXT:   %[[PE:.*]] = arith.constant 256 : index
+// CHECK-NEXT:   %[[N:.*]] = arith.constant 300 : index
+// CHECK-NEXT:   %[[T:.*]] = arith.constant 1 : index
+// CHECK-NEXT:   %{{.*}} = arith.constant 1 : index
+// CHECK-NEXT:   ttile.launch @g_cholesky_update_0(%{{.*}}, %{{.*}}, %[[CH]], %[[PE]], %[[N]], %[[T]], %{{.*}}) grid = [1, 1, 1]
+// CHECK-NEXT:   %{{.*}} = arith.constant 8 : index
+// CHECK:        ttile.launch @g_cholesky_factor_0(
+// CHECK:        ttile.launch @g_cholesky_factor_0(
+// CHECK-NEXT:   ttile.launch @g_cholesky_scatter_0({{.*}}) grid = [10, 1, 1]

@@ -56,8 +56,8 @@ def located(msg: str, loc: str | None = None) -> str:
 
 class DataError(TesseraError, ValueError):
     """Argument values that an operator cannot compute with, found while running
-    (a matrix that is not positive definite, malformed sparse indices, an index out
-    of range in a kernel)."""
+    (malformed sparse indices, a singular triangular matrix, an index out of range in
+    a kernel)."""
 
 
 RUNTIME_ERRORS: tuple[type[Exception], ...] = (

@@ -827,13 +827,39 @@ def run_fft2d(interp: Interpreter, op: g.FFT2dOp, args: tuple[Any, ...]):
     return _fft(op, args, True)
 
 
+def _cholesky_columns(a: np.ndarray) -> np.ndarray:
+    """The lower factor of one matrix column by column, as the GPU kernels compute it
+    where LAPACK stops: a pivot that is not positive (or NaN) makes its column and every
+    later one NaN (the lower triangle; the upper is 0)."""
+    n = a.shape[-1]
+    w = np.tril(a).copy()
+    for k in range(n):
+        d = w[k, k]
+        piv = np.sqrt(d) if d > 0 else np.nan
+        w[k, k] = piv
+        w[k + 1:, k] /= piv
+        col = w[k + 1:, k]
+        w[k + 1:, k + 1:] -= np.tril(np.outer(col, col))
+    return w
+
+
 @SEMANTICS.register(g.CholeskyOp)
 def run_cholesky(interp: Interpreter, op: g.CholeskyOp, args: tuple[Any, ...]):
     t = op.input.type
+    a = load(args[0], t)
     try:
-        r = np.linalg.cholesky(load(args[0], t))
-    except np.linalg.LinAlgError as e:
-        raise DataError(f"tgraph.cholesky: matrix is not positive definite ({e})") from None
+        r = np.linalg.cholesky(a)
+    except np.linalg.LinAlgError:
+        # some matrix is not positive definite: NaN from its failing pivot on, as on
+        # the GPU (callers read the first NaN pivot: torch's ``info``)
+        flat = a.reshape(-1, *a.shape[-2:])
+        out = np.empty_like(flat)
+        for i, m in enumerate(flat):
+            try:
+                out[i] = np.linalg.cholesky(m)
+            except np.linalg.LinAlgError:
+                out[i] = _cholesky_columns(m)
+        r = out.reshape(a.shape)
     return (store(r, op.result.type),)
 
 

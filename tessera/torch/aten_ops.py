@@ -268,8 +268,8 @@ def collect_run_checks(checks: list[tuple[TracedTensor, str]] | None) -> None:
 
 # the rule modules register their rules in RULES on import
 from tessera.torch import (  # noqa: E402, F401, I001
-    rules_activations, rules_elementwise, rules_index, rules_loss, rules_nn, rules_pool,
-    rules_shapes, rules_views,
+    rules_activations, rules_elementwise, rules_index, rules_linalg, rules_loss, rules_nn,
+    rules_pool, rules_shapes, rules_views,
 )
 
 __all__ = [

@@ -197,8 +197,10 @@ def test_cholesky_not_positive_definite_gives_nan():
     assert np.all(np.isnan(got[later]))  # column 3 and all later ones
     assert np.all(got[~lower_tri] == 0)
     assert np.all(np.isfinite(got[:, :3]))
-    with pytest.raises(ValueError, match="not positive definite"):
-        graph_reference(chol_text((6, 6), "f64"), [a])
+    # the CPU reference gives the same NaN columns
+    (ref,) = graph_reference(chol_text((6, 6), "f64"), [a])
+    assert np.array_equal(np.isnan(ref), np.isnan(got))
+    assert np.abs(ref[:, :3] - got[:, :3]).max() < 1e-13
 
 
 @pytest.mark.parametrize("shape,elem,panel", [((70, 70), "f64", 256), ((2, 100, 100), "f32", 256),

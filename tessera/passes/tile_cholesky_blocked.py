@@ -41,12 +41,13 @@ from __future__ import annotations
 from math import prod
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import TensorType, f64
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
+from tessera.passes import tile_fma_gemm as fg
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 
 if TYPE_CHECKING:
@@ -61,11 +62,10 @@ BLOCK = 32
 PANEL = 256
 """Columns per panel (a multiple of :data:`BLOCK`): the depth of the trailing update."""
 
-UPDATE_TILE = 64
-"""Rows and columns of the update block of one tile."""
+UPDATE_TILE = fg.TILE
+"""Rows and columns of the update block of one tile (``tile_fma_gemm``)."""
 
-UPDATE_LANES = 256
-"""Lanes of an update tile (16 x 16, each a 4 x 4 micro-tile)."""
+UPDATE_LANES = fg.LANES
 
 FACTOR_ROWS = 128
 """Rows below the diagonal block per factor tile (one lane each)."""
@@ -106,9 +106,6 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
     out = lw.alloc(op.result.type)
     diag = lw.alloc(TensorType(et, [*batch, nb, b_, b_]))
     a_ref = lw.mem(op.input)
-    ebytes = 8 if et == f64 else 4
-    vw = 16 // ebytes  # elements per 16-byte shared-memory vector
-    sstride = ut + vw  # staged panel rows: 16-byte aligned, not a multiple of 32 banks
 
     def mat(e: KernelEmitter, b: Idx) -> list[Idx]:
         return e.unravel(b, batch) if batch else []
@@ -217,46 +214,20 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
         bi = mat(e, b)
         lid = e.local_id()
         r0, c0 = e.add(base, e.mul(bi_, ut)), e.add(base, e.mul(bj_, ut))
-        si = e.op(tt.AllocSharedOp([b_, sstride], et))
-        sj = e.op(tt.AllocSharedOp([b_, sstride], et))
-        ty, tx = e.div(lid, 16), e.rem(lid, 16)
-        zero = e.const(0.0, et)
 
-        def quad(d: KernelEmitter, ref: SSAValue, k: SSAValue, at: Idx) -> list[SSAValue]:
-            vals = []
-            for h in range(4 // vw):
-                v = d.op(tt.LoadVectorOp(ref, [k, d.index(d.add(at, h * vw))], vw))
-                vals += [d.extract(v, x) for x in range(vw)]
-            return vals
+        def panel(g0: Idx) -> fg.Stage:
+            def stage(c: KernelEmitter, kc: Idx, r: Idx, k: Idx) -> SSAValue:
+                gr = c.add(g0, r)
+                return c.load(lref, [*bi, gr, c.add(kc, k)], mask=c.lt(gr, n))
+            return stage
 
         def work(w: KernelEmitter) -> list[SSAValue]:
-            def chunk(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-                kc = c.add(k0, c.mul(ch, b_))
-                # L[r0 + r, kc + k] -> si[k, r]: lanes read along k (coalesced)
-                for u in range(ut * b_ // UPDATE_LANES):
-                    q = c.add(c.mul(u, UPDATE_LANES), lid)
-                    r, k = c.div(q, b_), c.rem(q, b_)
-                    for sref, g0 in ((si, r0), (sj, c0)):
-                        gr = c.add(g0, r)
-                        v = c.load(lref, [*bi, gr, c.add(kc, k)], mask=c.lt(gr, n))
-                        c.store(v, sref, [k, r])
-                c.barrier()
-
-                def kstep(d: KernelEmitter, k: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-                    a = quad(d, si, k, d.mul(ty, 4))
-                    bb = quad(d, sj, k, d.mul(tx, 4))
-                    return [d.op(math.FmaOp(a[x], bb[y], acc[4 * x + y]))
-                            for x in range(4) for y in range(4)]
-
-                acc = c.for_(0, b_, 1, acc, kstep)
-                c.barrier()  # the next chunk overwrites si and sj
-                return acc
-
-            acc = w.for_(0, chunks, 1, [zero] * 16, chunk)
+            acc = fg.fma_tile(w, et, lid, b_, k0, chunks, panel(r0), panel(c0))
+            ty4, tx4 = fg.micro(w, lid)
             for x in range(4):
-                gi = w.add(r0, w.add(w.mul(ty, 4), x))
+                gi = w.add(r0, w.add(ty4, x))
                 for y in range(4):
-                    gj = w.add(c0, w.add(w.mul(tx, 4), y))
+                    gj = w.add(c0, w.add(tx4, y))
                     ok = w.and_(w.and_(w.lt(gi, n), w.lt(gj, cend)), w.le(gj, gi))
                     v = w.load(lref, [*bi, gi, gj], mask=ok)
                     w.store(w.fsub(v, acc[4 * x + y]), lref, [*bi, gi, gj], mask=ok)

@@ -19,7 +19,8 @@ order, so results are deterministic (no atomics).
   ``i = n-1`` down (``j > i``). ``T_ij`` is ``A_ij``, or ``A_ji`` with ``transpose_a``;
   only the triangle of ``A`` the options name is read. ``x`` is kept in the output
   buffer. ``n^2 / 2`` multiply-adds per column. A zero on the diagonal gives inf/NaN
-  (the CPU reference raises ``ValueError``).
+  (the CPU reference raises ``ValueError``). Triangles of more than 64 rows take the
+  blocked kernels of ``tile_triangular_blocked`` (block rows, GEMM updates).
 
 The two sparse ops of spmm's adjoint, ``tgraph.spmm_transpose`` and ``tgraph.sddmm``,
 lower in ``tile_sparse`` with spmm itself.
@@ -105,9 +106,18 @@ def lower_complex(lw: _FunctionLowering, op: g.ComplexOp) -> None:
 
 
 def lower_triangular_solve(lw: _FunctionLowering, op: g.TriangularSolveOp) -> None:
-    """``tgraph.triangular_solve``: one lane per column of B; see the module docstring."""
-    f32_or_f64(op, g.elem_of(op.a))
+    """``tgraph.triangular_solve``: one lane per column of B; see the module docstring.
+    Triangles past ``BLOCKED_MIN_N`` rows take ``tile_triangular_blocked``."""
+    from tessera.passes.tile_triangular_blocked import (
+        BLOCKED_MIN_N,
+        lower_triangular_solve_blocked,
+    )
+
+    et = f32_or_f64(op, g.elem_of(op.a))
     *batch, n, k = g.shape_of(op.b)
+    if n > BLOCKED_MIN_N and k > 0 and prod(batch) > 0:
+        lower_triangular_solve_blocked(lw, op, et)
+        return
     upper, trans = op.upper is not None, op.transpose_a is not None
     forward = upper == trans  # op(A) is lower triangular
     out = lw.alloc(op.result.type)

@@ -42,8 +42,8 @@ CHOLESKY_MAX_N = 512
 rows, 0.29x for one of 4096."""
 
 SOLVE_MAX_N = 128
-"""Larger triangles stay with torch (cuBLAS ``trsm``): Tessera's triangular solve is
-one lane per column of B, its ``n^2`` steps in sequence."""
+"""Larger triangles stay with torch (cuBLAS ``trsm``) until Tessera's blocked solve
+(``tile_triangular_blocked``) is timed against it on the GPU."""
 
 
 def _linalg_only(node: torch.fx.Node, max_n: int | None = None, arg: int = 0) -> str | None:

@@ -27,8 +27,8 @@ func.func @f(%a: tensor<2x100x100xf32>) -> tensor<2x100x100xf32> {
 // CHECK:          memref<2x4x32x32xf32>
 // CHECK:        arith.divf
 // CHECK:      ttile.kernel @f_cholesky_update_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index) group_size = 256 {
-// CHECK:        ttile.alloc_shared : memref<32x68xf32, #tessera.smem>
 // CHECK:        scf.if
+// CHECK:          ttile.alloc_shared : memref<32x68xf32, #tessera.smem>
 // CHECK:          scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
 // CHECK:            ttile.barrier
 // CHECK:            scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {

@@ -1,0 +1,85 @@
+"""One tile of an FMA GEMM over operands staged in shared memory, for the blocked
+factorizations' updates (``tile_cholesky_blocked``, ``tile_triangular_blocked``).
+
+A tile of :data:`LANES` lanes computes a :data:`TILE`-square block of ``C = A B`` as 16 x
+16 lanes of 4 x 4 micro-tiles: lane ``(ty, tx)`` holds rows ``4 ty .. 4 ty + 3`` and
+columns ``4 tx .. 4 tx + 3``. The reduction runs in chunks of ``chunk`` indices: each
+chunk stages ``A[r, k]`` and ``B[k, c]`` transposed into two ``[chunk, TILE + w]``
+shared-memory buffers (rows 16-byte aligned, ``w`` elements of padding), then every lane
+reads its four rows and four columns of each ``k`` as 16-byte vectors and accumulates 16
+FMAs, in order of ``k``: deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.dialects import math
+from xdsl.dialects.builtin import f64
+from xdsl.ir import Attribute, SSAValue
+
+from tessera.ir import tile as tt
+from tessera.passes.tile_builder import Idx, KernelEmitter
+
+TILE = 64
+"""Rows and columns of a tile's output block."""
+
+LANES = 256
+"""Lanes of a tile (16 x 16)."""
+
+Stage = Callable[[KernelEmitter, Idx, Idx, Idx], SSAValue]
+"""``stage(c, kc, i, k)``: the operand's element for output row (or column) ``i`` of the
+block and reduction index ``kc + k``."""
+
+
+def micro(e: KernelEmitter, lid: Idx) -> tuple[Idx, Idx]:
+    """The first row and column of lane ``lid``'s micro-tile within the block."""
+    return e.mul(e.div(lid, 16), 4), e.mul(e.rem(lid, 16), 4)
+
+
+def fma_tile(
+    e: KernelEmitter, et: Attribute, lid: Idx, chunk: int, k0: Idx, chunks: Idx,
+    stage_a: Stage, stage_b: Stage, *, a_along_k: bool = True, b_along_k: bool = True,
+) -> list[SSAValue]:
+    """The 16 sums ``acc[4 x + y] = sum_k A[r + x, k] B[k, c + y]`` of this lane's
+    micro-tile at ``micro(e, lid)``, over ``k`` in ``[k0, k0 + chunk * chunks)``.
+
+    ``*_along_k``: adjacent lanes stage adjacent ``k`` (an operand contiguous along the
+    reduction reads coalesced), else adjacent rows/columns of the block."""
+    assert (TILE * chunk) % LANES == 0
+    vw = 16 // (8 if et == f64 else 4)  # elements per 16-byte vector
+    sa = e.op(tt.AllocSharedOp([chunk, TILE + vw], et))
+    sb = e.op(tt.AllocSharedOp([chunk, TILE + vw], et))
+    r0, c0 = micro(e, lid)
+    zero = e.const(0.0, et)
+
+    def quad(d: KernelEmitter, ref: SSAValue, k: SSAValue, at: Idx) -> list[SSAValue]:
+        vals = []
+        for h in range(4 // vw):
+            v = d.op(tt.LoadVectorOp(ref, [k, d.index(d.add(at, h * vw))], vw))
+            vals += [d.extract(v, x) for x in range(vw)]
+        return vals
+
+    def step(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+        kc = c.add(k0, c.mul(ch, chunk))
+        for u in range(TILE * chunk // LANES):
+            q = c.add(c.mul(u, LANES), lid)
+            for sref, stage, along in ((sa, stage_a, a_along_k), (sb, stage_b, b_along_k)):
+                if along:
+                    i, k = c.div(q, chunk), c.rem(q, chunk)
+                else:
+                    i, k = c.rem(q, TILE), c.div(q, TILE)
+                c.store(stage(c, kc, i, k), sref, [k, i])
+        c.barrier()
+
+        def kstep(d: KernelEmitter, k: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+            a = quad(d, sa, k, r0)
+            b = quad(d, sb, k, c0)
+            return [d.op(math.FmaOp(a[x], b[y], acc[4 * x + y]))
+                    for x in range(4) for y in range(4)]
+
+        acc = c.for_(0, chunk, 1, acc, kstep)
+        c.barrier()  # the next chunk overwrites the staged operands
+        return acc
+
+    return e.for_(0, chunks, 1, [zero] * 16, step)

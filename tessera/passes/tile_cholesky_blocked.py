@@ -79,18 +79,10 @@ def _divmod(e: KernelEmitter, a: Idx, b: SSAValue) -> tuple[SSAValue, SSAValue]:
     return e.op(arith.DivUIOp(ai, b)), e.op(arith.RemUIOp(ai, b))
 
 
-def _panel(block: int, panel: int) -> int:
-    """The panel width in use: a multiple of ``block``, at least one block."""
-    return max(block, panel // block * block)
-
-
 def launch_count(n: int, block: int | None = None, panel: int | None = None) -> int:
     """Launches of the blocked kernels for an ``n x n`` matrix (any batch)."""
     b = BLOCK if block is None else block
-    p = _panel(b, PANEL if panel is None else panel)
-    nb = cdiv(n, b)
-    inner = sum(1 for k in range(nb) if (k + 1) * b < min(n, ((k * b) // p + 1) * p))
-    return 2 + nb + inner + (cdiv(n, p) - 1)
+    return 2 + len(fg.panel_schedule(n, b, PANEL if panel is None else panel))
 
 
 def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribute) -> None:
@@ -99,7 +91,7 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
     *batch, n, _ = shape
     nbat = prod(batch)
     b_ = BLOCK
-    pw = _panel(b_, PANEL)
+    pw = PANEL
     nb = cdiv(n, b_)
     ut = UPDATE_TILE
     fr = FACTOR_ROWS
@@ -249,30 +241,17 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
             ok = e.and_(e.and_(e.lt(q, b_ * b_), e.lt(gi, n)), e.le(j, i))
             e.store(e.load(dref, [*bi, kblk, i, j], mask=ok), lref, [*bi, gi, gj], mask=ok)
 
-    names: dict[str, str] = {}
-
-    def launch(tag: str, lanes: int, grid: int, build, args: list[SSAValue]) -> None:
-        if tag in names:
-            lw.launch(names[tag], args, [grid, 1, 1])
-            return
-        name = lw.kernel(tag, args, lanes, [grid, 1, 1], build)
-        assert name is not None
-        names[tag] = name
-
-    def update(k0: int, chunks: int, base: int, cend: int) -> None:
-        tr, tc = cdiv(n - base, ut), cdiv(cend - base, ut)
-        args = [out, *(lw.host_index(v) for v in (k0, chunks, base, cend, tr, tc))]
-        launch("cholesky_update", UPDATE_LANES, nbat * tr * tc, build_update, args)
-
-    for p0 in range(0, n, pw):
-        pend = min(n, p0 + pw)
-        for k in range(p0 // b_, cdiv(pend, b_)):
+    launch = fg.Launches(lw)
+    for step in fg.panel_schedule(n, b_, pw):
+        if len(step) == 1:
+            (k,) = step
             ftiles = max(1, cdiv(n - (k + 1) * b_, fr))
             args = [out, diag, lw.host_index(k), lw.host_index(ftiles)]
             launch("cholesky_factor", fr, nbat * ftiles, build_factor, args)
-            if (k + 1) * b_ < pend:
-                update(k * b_, 1, (k + 1) * b_, pend)
-        if pend < n:
-            update(p0, cdiv(pend - p0, b_), pend, n)
+            continue
+        k0, chunks, base, cend = step
+        tr, tc = cdiv(n - base, ut), cdiv(cend - base, ut)
+        args = [out, *(lw.host_index(v) for v in (k0, chunks, base, cend, tr, tc))]
+        launch("cholesky_update", UPDATE_LANES, nbat * tr * tc, build_update, args)
     lw.kernel("cholesky_scatter", [out, diag], COPY_LANES, [nbat * nb, 1, 1], build_scatter)
     lw.env[op.result] = out

@@ -1,5 +1,5 @@
-"""One tile of an FMA GEMM over operands staged in shared memory, for the blocked
-factorizations' updates (``tile_cholesky_blocked``, ``tile_triangular_blocked``).
+"""One tile of an FMA GEMM over operands staged in shared memory, and the launch schedule,
+for the blocked factorizations' updates (``tile_cholesky_blocked``, ``tile_triangular_blocked``).
 
 A tile of :data:`LANES` lanes computes a :data:`TILE`-square block of ``C = A B`` as 16 x
 16 lanes of 4 x 4 micro-tiles: lane ``(ty, tx)`` holds rows ``4 ty .. 4 ty + 3`` and
@@ -13,6 +13,7 @@ FMAs, in order of ``k``: deterministic.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from xdsl.dialects import math
 from xdsl.dialects.builtin import f64
@@ -20,6 +21,9 @@ from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import tile as tt
 from tessera.passes.tile_builder import Idx, KernelEmitter
+
+if TYPE_CHECKING:
+    from tessera.passes.lower_graph_to_tile import _FunctionLowering
 
 TILE = 64
 """Rows and columns of a tile's output block."""
@@ -30,6 +34,8 @@ LANES = 256
 Stage = Callable[[KernelEmitter, Idx, Idx, Idx], SSAValue]
 """``stage(c, kc, i, k)``: the operand's element for output row (or column) ``i`` of the
 block and reduction index ``kc + k``."""
+
+Build = Callable[[KernelEmitter, list[SSAValue]], None]
 
 
 def micro(e: KernelEmitter, lid: Idx) -> tuple[Idx, Idx]:
@@ -83,3 +89,45 @@ def fma_tile(
         return acc
 
     return e.for_(0, chunks, 1, [zero] * 16, step)
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def panel_schedule(n: int, block: int, panel: int) -> list[tuple[int, ...]]:
+    """The steps of a right-looking blocked algorithm over ``n`` rows (or columns) in
+    blocks of ``block`` grouped into panels of ``panel`` (rounded to a multiple of
+    ``block``, at least one block): ``(k,)`` for block ``k``, then ``(k0, chunks, base,
+    end)`` for an update of ``[base, end)`` by the ``chunks * block`` indices from
+    ``k0``: the panel's rows after each block but its last (an inner update, one chunk),
+    and everything after each panel but the last (the trailing update, the panel's
+    chunks)."""
+    pw = max(block, panel // block * block)
+    steps: list[tuple[int, ...]] = []
+    for p0 in range(0, n, pw):
+        pend = min(n, p0 + pw)
+        for k in range(p0 // block, -(-pend // block)):
+            steps.append((k,))
+            if (k + 1) * block < pend:
+                steps.append((k * block, 1, (k + 1) * block, pend))
+        if pend < n:
+            steps.append((p0, (pend - p0) // block, pend, n))
+    return steps
+
+
+class Launches:
+    """Kernels by tag: the first launch of a tag creates its kernel, later ones launch
+    it again with other host arguments."""
+
+    def __init__(self, lw: _FunctionLowering):
+        self.lw = lw
+        self.names: dict[str, str] = {}
+
+    def __call__(self, tag: str, lanes: int, grid: int, build: Build,
+                 args: list[SSAValue]) -> None:
+        if tag in self.names:
+            self.lw.launch(self.names[tag], args, [grid, 1, 1])
+            return
+        name = self.lw.kernel(tag, args, lanes, [grid, 1, 1], build)
+        assert name is not None, f"{tag}: an empty grid"
+        self.names[tag] = name

@@ -55,9 +55,7 @@ COPY_LANES = 256
 def launch_count(n: int, block: int | None = None, panel: int | None = None) -> int:
     """Launches of the blocked kernels for an ``n x n`` triangle (any batch and k)."""
     b = BLOCK if block is None else block
-    p = max(b, (PANEL if panel is None else panel) // b * b)
-    nb, npanels = cdiv(n, b), cdiv(n, p)
-    return 1 + nb + (nb - npanels) + (npanels - 1)
+    return 1 + len(fg.panel_schedule(n, b, PANEL if panel is None else panel))
 
 
 def lower_triangular_solve_blocked(
@@ -69,7 +67,6 @@ def lower_triangular_solve_blocked(
     upper, trans = op.upper is not None, op.transpose_a is not None
     forward = upper == trans  # T = op(A) is lower triangular
     b_ = BLOCK
-    pw = max(b_, PANEL // b_ * b_)
     out = lw.alloc(op.result.type)
     a_ref, b_ref = lw.mem(op.a), lw.mem(op.b)
 
@@ -173,28 +170,14 @@ def lower_triangular_solve_blocked(
                 at = [*bi, row(e, gi), gc]
                 e.store(e.fsub(e.load(xref, at, mask=ok), acc[4 * x + y]), xref, at, mask=ok)
 
-    names: dict[str, str] = {}
-
-    def launch(tag: str, lanes: int, grid: int, build, args: list[SSAValue]) -> None:
-        if tag in names:
-            lw.launch(names[tag], args, [grid, 1, 1])
-            return
-        name = lw.kernel(tag, args, lanes, [grid, 1, 1], build)
-        assert name is not None
-        names[tag] = name
-
-    def update(k0: int, chunks: int, base: int, rend: int) -> None:
+    launch = fg.Launches(lw)
+    for step in fg.panel_schedule(n, b_, PANEL):
+        if len(step) == 1:
+            launch("trsm_diag", DIAG_COLUMNS, nbat * ctiles, build_diag,
+                   [out, a_ref, lw.host_index(step[0])])
+            continue
+        k0, chunks, base, rend = step
         tr = cdiv(rend - base, fg.TILE)
         args = [out, a_ref, *(lw.host_index(v) for v in (k0, chunks, base, rend, tr))]
         launch("trsm_update", fg.LANES, nbat * tr * cdiv(k, fg.TILE), build_update, args)
-
-    for p0 in range(0, n, pw):
-        pend = min(n, p0 + pw)
-        for kb in range(p0 // b_, cdiv(pend, b_)):
-            launch("trsm_diag", DIAG_COLUMNS, nbat * ctiles, build_diag,
-                   [out, a_ref, lw.host_index(kb)])
-            if (kb + 1) * b_ < pend:
-                update(kb * b_, 1, (kb + 1) * b_, pend)
-        if pend < n:
-            update(p0, cdiv(pend - p0, b_), pend, n)
     lw.env[op.result] = out

@@ -98,6 +98,19 @@ TRISOLVE = [
 ]
 
 
+def _check_solve(got, a, b, elem, upper: bool, trans: bool) -> float:
+    """``got`` solves ``op(A) X = B`` within ``8 n eps cond max|X|`` of float64; that
+    tolerance."""
+    assert got.dtype == NP[elem] and got.shape == b.shape
+    t = np.triu(a.astype(np.float64)) if upper else np.tril(a.astype(np.float64))
+    if trans:
+        t = np.swapaxes(t, -1, -2)
+    want = np.linalg.solve(t, b.astype(np.float64))
+    tol = 8 * a.shape[-1] * EPS[elem] * np.linalg.cond(t).max() * np.abs(want).max()
+    assert np.abs(got - want).max() <= tol
+    return tol
+
+
 @pytest.mark.parametrize("an,bn,elem,upper,trans", TRISOLVE)
 def test_triangular_solve_matches_numpy(an, bn, elem, upper, trans):
     n = an[-1]
@@ -105,13 +118,7 @@ def test_triangular_solve_matches_numpy(an, bn, elem, upper, trans):
     b = rand(bn, elem)
     text = trisolve_text(an, bn, elem, upper, trans)
     (got,) = run_host(lower(text), "f", [a, b])
-    assert got.dtype == NP[elem] and got.shape == tuple(bn)
-    t = np.triu(a.astype(np.float64)) if upper else np.tril(a.astype(np.float64))
-    if trans:
-        t = np.swapaxes(t, -1, -2)
-    want = np.linalg.solve(t, b.astype(np.float64))
-    tol = 8 * n * EPS[elem] * np.linalg.cond(t).max() * np.abs(want).max()
-    assert np.abs(got - want).max() <= tol
+    tol = _check_solve(got, a, b, elem, upper, trans)
     # only the named triangle is read: garbage in the other one must not matter
     other = np.tril(rand(an, elem), -1) if upper else np.triu(rand(an, elem), 1)
     (got2,) = run_host(lower(text), "f", [a + 100 * other, b])
@@ -146,13 +153,7 @@ def test_triangular_solve_blocked_matches_numpy(an, bn, elem, upper, trans, pane
     launches = [o for o in m.walk() if isinstance(o, tt.LaunchOp)]
     assert len(launches) == tb.launch_count(n)
     (got,) = run_host(m, "f", [a, b])
-    assert got.dtype == NP[elem] and got.shape == tuple(bn)
-    t = np.triu(a.astype(np.float64)) if upper else np.tril(a.astype(np.float64))
-    if trans:
-        t = np.swapaxes(t, -1, -2)
-    want = np.linalg.solve(t, b.astype(np.float64))
-    tol = 8 * n * EPS[elem] * np.linalg.cond(t).max() * np.abs(want).max()
-    assert np.abs(got - want).max() <= tol
+    _check_solve(got, a, b, elem, upper, trans)
     other = np.tril(rand(an, elem), -1) if upper else np.triu(rand(an, elem), 1)
     (got2,) = run_host(m, "f", [a + 100 * other, b])
     assert np.array_equal(got, got2)

@@ -42,7 +42,7 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import TensorType
+from xdsl.dialects.builtin import TensorType, f64
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
@@ -95,6 +95,10 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
     nb = cdiv(n, b_)
     ut = UPDATE_TILE
     fr = FACTOR_ROWS
+    smem = (b_ * (b_ + 1) + fr * (b_ + 1)) * (8 if et == f64 else 4)
+    if smem > 48 * 1024:
+        raise ValueError(f"tgraph.cholesky: BLOCK {b_} needs {smem} bytes of static shared "
+                         "memory per factor tile (48 KiB at most)")
     out = lw.alloc(op.result.type)
     diag = lw.alloc(TensorType(et, [*batch, nb, b_, b_]))
     a_ref = lw.mem(op.input)

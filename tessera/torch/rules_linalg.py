@@ -46,6 +46,11 @@ SOLVE_MAX_N = 128
 (``tile_triangular_blocked``) is timed against it on the GPU."""
 
 
+SVD_MAX_N = 256
+"""Larger matrices stay with torch (cuSOLVER): Tessera's Jacobi SVD is faster for
+batches of matrices up to 256 x 256, slower from 700 x 1024 on (docs/PERFORMANCE.md)."""
+
+
 def _linalg_only(node: torch.fx.Node, max_n: int | None = None, arg: int = 0) -> str | None:
     """f32/f64 matrices (the dtype of input ``arg``) of at most ``max_n`` rows."""
     x = node.args[arg]
@@ -57,20 +62,8 @@ def _linalg_only(node: torch.fx.Node, max_n: int | None = None, arg: int = 0) ->
     return None
 
 
-SVD_MAX_N = 256
-"""Larger matrices stay with torch (cuSOLVER): Tessera's Jacobi SVD is faster for
-batches of matrices up to 256 x 256, slower from 700 x 1024 on (docs/PERFORMANCE.md)."""
-
-
 def _cholesky_check(node: torch.fx.Node) -> str | None:
     return _linalg_only(node, CHOLESKY_MAX_N)
-
-
-def _mT(x: TracedTensor) -> TracedTensor:
-    """The transpose of the last two dims."""
-    perm = list(range(x.ndim))
-    perm[-2], perm[-1] = perm[-1], perm[-2]
-    return ops.transpose(x, perm)
 
 
 def _eye(n: int) -> TracedTensor:
@@ -82,7 +75,7 @@ def _factor(a: TracedTensor, upper: bool) -> TracedTensor:
     triangle and returns ``U = L^T``."""
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise Unsupported(f"cholesky of a {list(a.shape)} tensor (square matrices only)")
-    return _mT(ops.cholesky(_mT(a))) if upper else ops.cholesky(a)
+    return ops.transpose(ops.cholesky(ops.transpose(a))) if upper else ops.cholesky(a)
 
 
 def _info(f: TracedTensor) -> TracedTensor:
@@ -138,7 +131,7 @@ def _solve(a: TracedTensor, b: TracedTensor, *, upper: bool, left: bool,
     if left:
         return ops.triangular_solve(a, b, upper=upper)
     # X A = B  <=>  A^T X^T = B^T
-    return _mT(ops.triangular_solve(a, _mT(b), upper=upper, transpose_a=True))
+    return ops.transpose(ops.triangular_solve(a, ops.transpose(b), upper=upper, transpose_a=True))
 
 
 def _solve_check(node: torch.fx.Node) -> str | None:
@@ -172,7 +165,7 @@ def _triangular_solve(
 ) -> tuple[TracedTensor, TracedTensor]:
     """The deprecated ``torch.triangular_solve``: ``(X, A)`` with ``op(A) X = B``."""
     if transpose:
-        x = _mT(_solve(a, _mT(b), upper=bool(upper), left=False, unitriangular=bool(unitriangular)))
+        x = ops.transpose(_solve(a, ops.transpose(b), upper=bool(upper), left=False, unitriangular=bool(unitriangular)))
     else:
         x = _solve(a, b, upper=bool(upper), left=True, unitriangular=bool(unitriangular))
     ca = a

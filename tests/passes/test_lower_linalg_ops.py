@@ -233,6 +233,16 @@ def test_cholesky_blocked_matches_numpy(shape, elem, panel, monkeypatch):
     assert np.all(np.triu(got, 1) == 0)
 
 
+def test_cholesky_block_past_static_shared_memory_is_refused(monkeypatch):
+    """A block width whose factor tile needs more than 48 KiB of static shared memory is
+    a located error at lowering, not a kernel that fails to load on the GPU."""
+    from tessera.passes import tile_cholesky_blocked as cb
+
+    monkeypatch.setattr(cb, "BLOCK", 64)
+    with pytest.raises(ValueError, match=r"BLOCK 64 needs 99840 bytes of static shared"):
+        lower(chol_text((100, 100), "f64"))
+
+
 def test_cholesky_blocked_not_positive_definite_gives_nan():
     n, bad = 100, 40  # the pivot of column 40 (in the second block column) is negative
     a = spd((n, n), "f64")

@@ -110,12 +110,15 @@ def _linalg_cholesky_ex(
     return f, info
 
 
-@rule(aten.cholesky.default, check=_cholesky_check)
 def _cholesky(node: torch.fx.Node, a: Any, upper: bool = False) -> TracedTensor:
     """The deprecated ``torch.cholesky``: raises where the matrix is not positive definite."""
     f = _factor(a, bool(upper))
     fail_at_run_time_if(ops.ne(_info(f), to(0, torch.int32)), _not_pd_message("cholesky"))
     return f
+
+
+if hasattr(aten, "cholesky"):  # removed in torch 2.14, with torch.cholesky
+    rule(aten.cholesky.default, check=_cholesky_check)(_cholesky)
 
 
 def _solve(a: TracedTensor, b: TracedTensor, *, upper: bool, left: bool,

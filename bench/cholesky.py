@@ -4,6 +4,11 @@
 ``torch.profiler``. Each result is checked against float64 first.
 
     python bench/cholesky.py [--blocks 32] [--panels 128,256] [--sizes 1x4096,64x256,1x8192]
+    python bench/cholesky.py --solve 1,64,512 [--sizes ...]
+
+``--solve K,...`` times the blocked triangular solve (``tile_triangular_blocked``) of the
+lower factor against ``torch.linalg.solve_triangular`` instead, for each right-hand side
+width K.
 """
 
 from __future__ import annotations
@@ -56,23 +61,34 @@ def main() -> None:
     import tessera as ts
     from tessera import op
     from tessera.passes import tile_cholesky_blocked as blocked
+    from tessera.passes import tile_fma_gemm
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--blocks", default="32")
     p.add_argument("--panels", default=str(blocked.PANEL))
     p.add_argument("--sizes", default="1x1024,1x2048,1x4096,1x8192,8x1024,64x256,64x512")
+    p.add_argument("--prefetch", default="1", help="0,1: the update kernels' register prefetch")
+    p.add_argument("--solve", default="", help="right-hand side widths: time the solves")
     args = p.parse_args()
+    if args.solve:
+        _solves(args)
+        return
     rows = []
     for spec in args.sizes.split(","):
         b, n = (int(x) for x in spec.split("x"))
         a = _spd(b, n)
         ref = torch.linalg.cholesky(a.double())
         peer = _time_ms(lambda a=a: torch.linalg.cholesky(a), 20)
-        variants = [(int(b_), int(p_)) for b_ in args.blocks.split(",")
-                    for p_ in args.panels.split(",")]
-        for block, panel in variants:
+        variants = [
+            (int(b_), int(p_), int(f_))
+            for b_ in args.blocks.split(",")
+            for p_ in args.panels.split(",")
+            for f_ in args.prefetch.split(",")
+        ]
+        for block, panel, pre in variants:
             blocked.BLOCK, blocked.PANEL = block, panel
-            label = f"{block}/{panel}"
+            tile_fma_gemm.PREFETCH = bool(pre)
+            label = f"{block}/{panel}" + ("" if pre else "/np")
 
             @ts.jit
             def chol(a):
@@ -96,9 +112,52 @@ def main() -> None:
             detail = f"host {host:.3f}; " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
             rows.append((spec, label, peer, ms, err, detail))
             print(spec, label, f"{ms:.3f} ms", detail, flush=True)
-    print(f"\n{'size':>10} {'blk/pnl':>7} {'cuSOLVER ms':>11} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}  kernels (ms)")
+    print(f"\n{'size':>10} {'blk/pnl':>10} {'cuSOLVER ms':>11} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}  kernels (ms)")
     for spec, block, peer, ms, err, detail in rows:
-        print(f"{spec:>10} {block:>7} {peer:11.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
+        print(f"{spec:>10} {block:>10} {peer:11.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
+
+
+def _solves(args) -> None:
+    import torch
+
+    import tessera as ts
+    from tessera.passes import tile_fma_gemm
+
+    rows = []
+    for spec in args.sizes.split(","):
+        b, n = (int(x) for x in spec.split("x"))
+        ell = torch.linalg.cholesky(_spd(b, n).double())
+        for k, pre in ((int(x), int(f)) for x in args.solve.split(",")
+                       for f in args.prefetch.split(",")):
+            tile_fma_gemm.PREFETCH = bool(pre)
+            g = torch.randn(*([b] if b > 1 else []), n, k, device="cuda", dtype=torch.float64)
+            a, rhs = ell.float(), g.float()
+            ref = torch.linalg.solve_triangular(ell, g, upper=False)
+            peer = _time_ms(
+                lambda a=a, rhs=rhs: torch.linalg.solve_triangular(a, rhs, upper=False), 20
+            )
+
+            @ts.jit
+            def solve(u, v):
+                return ts.triangular_solve(u, v)
+
+            out = solve(a, rhs)
+            torch.cuda.synchronize()
+            err = float((out.double() - ref).norm() / ref.norm())
+            if not err < 1e-4:
+                rows.append((spec, f"{k}" + ("" if pre else "/np"), peer, float("nan"), err, "MISMATCH"))
+                continue
+            ms = _time_ms(lambda a=a, rhs=rhs, solve=solve: solve(a, rhs), 20)
+            t0 = time.perf_counter()
+            for _ in range(5):
+                solve(a, rhs)
+            host = (time.perf_counter() - t0) / 5 * 1e3
+            torch.cuda.synchronize()
+            rows.append((spec, f"{k}" + ("" if pre else "/np"), peer, ms, err, f"host {host:.3f}"))
+            print(spec, k, f"{ms:.3f} ms", flush=True)
+    print(f"\n{'size':>10} {'k':>6} {'torch ms':>9} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}")
+    for spec, k, peer, ms, err, detail in rows:
+        print(f"{spec:>10} {k:>6} {peer:9.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
 
 
 if __name__ == "__main__":

@@ -10,13 +10,16 @@ columns:
 * a *copy kernel* writes the lower triangle of ``A`` into ``L`` (upper triangle 0);
 * for each block column ``K`` (``nb = ceil(n / BLOCK)`` of them):
 
-  1. *factor*: ``L[I, K] = A[I, K] L[K, K]^-T`` for the rows ``I`` below the diagonal
-     block, :data:`FACTOR_ROWS` rows per tile. Every tile factors the diagonal block
-     ``A[K, K]`` in shared memory itself (column by column, as the small kernel does;
-     entries past ``n`` act as the identity), so the block and its panel take one
-     launch; tile 0 also writes ``L[K, K]`` to a scratch buffer (the diagonal block of
-     ``L`` is still read by the other tiles). A tile stages its rows in shared memory
-     (coalesced reads and writes) and solves one row per lane by forward substitution.
+  1. *factor*: ``L[K, K]`` and ``L[I, K] = A[I, K] L[K, K]^-T`` for the rows ``I``
+     below the diagonal block, :data:`FACTOR_ROWS` of them per tile, in one launch. A
+     tile's lanes each hold one row, the block's :data:`BLOCK` rows first (entries past
+     ``n`` act as the identity), staged through shared memory so that reads and writes
+     are coalesced. Every tile factors the block itself, left-looking, one barrier per
+     column ``k``: lane ``k`` takes the pivot from its own row, then every lane below
+     it takes its entry of column ``k``, ``(a_k - sum_t x_t L[k, t]) / L[k, k]``, with
+     the block's row ``k`` read from shared memory as vectors. Tile 0 also writes
+     ``L[K, K]`` to a scratch buffer (the diagonal block of ``L`` is still read by the
+     other tiles).
   2. *inner update* (when the panel has columns right of ``K``): ``A[I, J] -= L[I, K]
      L[J, K]^T`` for the panel's columns ``J`` right of ``K`` and ``J <= I``;
 
@@ -41,8 +44,8 @@ from __future__ import annotations
 from math import prod
 from typing import TYPE_CHECKING
 
-from xdsl.dialects import arith
-from xdsl.dialects.builtin import TensorType, f64
+from xdsl.dialects import arith, math
+from xdsl.dialects.builtin import TensorType, f64, i1
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
@@ -68,7 +71,10 @@ UPDATE_TILE = fg.TILE
 UPDATE_LANES = fg.LANES
 
 FACTOR_ROWS = 128
-"""Rows below the diagonal block per factor tile (one lane each)."""
+"""Rows below the diagonal block per factor tile (one lane each); f64 tiles take
+:data:`FACTOR_ROWS_F64`, so that the tile's shared memory stays within 48 KiB."""
+
+FACTOR_ROWS_F64 = 96
 
 COPY_LANES = 256
 
@@ -94,8 +100,9 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
     pw = PANEL
     nb = cdiv(n, b_)
     ut = UPDATE_TILE
-    fr = FACTOR_ROWS
-    smem = (b_ * (b_ + 1) + fr * (b_ + 1)) * (8 if et == f64 else 4)
+    fr = FACTOR_ROWS_F64 if et == f64 else FACTOR_ROWS
+    vwid = 16 // (8 if et == f64 else 4)
+    smem = ((b_ + fr) * (b_ + 1) + b_ * (b_ + vwid) + b_) * (8 if et == f64 else 4)
     if smem > 48 * 1024:
         raise ValueError(f"tgraph.cholesky: BLOCK {b_} needs {smem} bytes of static shared "
                          "memory per factor tile (48 KiB at most)")
@@ -125,7 +132,10 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
 
     lw.kernel("cholesky_copy", [out, a_ref], COPY_LANES, [nbat * row_tiles, 1, 1], build_copy)
 
-    # ---- 1. the diagonal block and the rows below it
+    # ---- 1. the diagonal block and the rows below it, one row per lane
+    fl = b_ + fr  # lanes: the block's rows, then this tile's rows below it
+    vw = 16 // (8 if et == f64 else 4)
+
     def build_factor(e: KernelEmitter, args: list[SSAValue]) -> None:
         lref, dref, kblk, ftiles = args
         b, c = _divmod(e, e.tile_id(), ftiles)
@@ -134,73 +144,74 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
         k0 = e.mul(kblk, b_)
         zero, one = e.const(0.0, et), e.const(1.0, et)
         nan = e.const(float("nan"), et)
-        # rows padded by one element: lanes reading a column ``s[j, k]`` hit distinct banks
-        s = e.op(tt.AllocSharedOp([b_, b_ + 1], et))
-        st = e.op(tt.AllocSharedOp([fr, b_ + 1], et))
-        # the diagonal block: adjacent lanes on adjacent elements of a row
-        cells = []
-        for u in range(b_ * b_ // fr):
-            q = e.add(e.mul(u, fr), lid)
-            i, j = e.div(q, b_), e.rem(q, b_)
-            gi, gj = e.add(k0, i), e.add(k0, j)
-            inside = e.and_(e.lt(gi, n), e.lt(gj, n))
-            v = e.load(lref, [*bi, gi, gj], mask=inside)
-            ident = e.vselect(e.eq(i, j), one, zero)
-            e.store(e.vselect(inside, v, ident), s, [i, j])
-            cells.append((i, j))
-        # this tile's rows, read along the row (coalesced) into ``st``
-        r0 = e.add(e.add(k0, b_), e.mul(c, fr))
+        # staging: row r of the block (r < b_) or of the tile's rows (r >= b_), padded by
+        # one element so that lanes reading along their own rows hit distinct banks
+        st = e.op(tt.AllocSharedOp([fl, b_ + 1], et))
+        # the factored rows of the block, rows 16-byte aligned (read as vectors), and the
+        # reciprocal of each pivot
+        srow = e.op(tt.AllocSharedOp([b_, b_ + vw], et))
+        sinv = e.op(tt.AllocSharedOp([b_], et))
+
+        def grow(f: KernelEmitter, r: Idx) -> Idx:
+            return f.add(f.add(k0, r), f.select(f.lt(r, b_), 0, f.mul(c, fr)))
+
         for u in range(b_):
-            q = e.add(e.mul(u, fr), lid)
+            q = e.add(e.mul(u, fl), lid)
             r, j = e.div(q, b_), e.rem(q, b_)
-            gr = e.add(r0, r)
-            e.store(e.load(lref, [*bi, gr, e.add(k0, j)], mask=e.lt(gr, n)), st, [r, j])
+            gr, gj = grow(e, r), e.add(k0, j)
+            inside = e.and_(e.lt(gr, n), e.lt(gj, n))
+            v = e.load(lref, [*bi, gr, gj], mask=inside)
+            # entries of the block past n act as the identity, rows past n as zeros
+            ident = e.vselect(e.and_(e.lt(r, b_), e.eq(r, j)), one, zero)
+            e.store(e.vselect(inside, v, ident), st, [r, j])
         e.barrier()
-
-        def column(f: KernelEmitter, k: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-            d = f.load(s, [k, k])
-            piv = f.vselect(f.fgt(d, zero), f.sqrt(d), nan)
-            inv = f.fdiv(one, piv)
-            f.barrier()  # every lane has read the pivot
-            for i, j in cells:
-                # column k below the pivot: scaled; the pivot itself: its root
-                below = f.and_(f.eq(j, k), f.lt(k, i))
-                x = f.load(s, [i, j])
-                f.store(f.vselect(f.eq(i, j), piv, f.fmul(x, inv)), s, [i, j],
-                        mask=f.op(arith.OrIOp(below, f.and_(f.eq(j, k), f.eq(i, k)))))
-            f.barrier()
-            for i, j in cells:
-                upd = f.and_(f.lt(k, j), f.le(j, i))
-                lik = f.load(s, [i, k])
-                ljk = f.load(s, [j, k])
-                x = f.load(s, [i, j])
-                f.store(f.fsub(x, f.fmul(lik, ljk)), s, [i, j], mask=upd)
-            f.barrier()
-            return []
-
-        e.for_(0, b_, 1, [], column)
-
-        def write_diag(w: KernelEmitter) -> list[SSAValue]:
-            for i, j in cells:
-                w.store(w.load(s, [i, j]), dref, [*bi, kblk, i, j])
-            return []
-
-        e.if_(e.eq(c, 0), write_diag)
-        # forward substitution, one row per lane: x L[K, K]^T = a
+        a = [e.load(st, [lid, j]) for j in range(b_)]
+        # left-looking, column by column: lane k (its row's earlier entries in registers)
+        # takes the pivot; after one barrier every lane below it takes its entry of
+        # column k from the block's row k, x_k = (a_k - sum_t x_t L[k, t]) / L[k, k]
         xs: list[SSAValue] = []
-        for j in range(b_):
-            acc = e.load(st, [lid, j])
-            for t_ in range(j):
-                acc = e.fsub(acc, e.fmul(xs[t_], e.load(s, [j, t_])))
-            xs.append(e.fdiv(acc, e.load(s, [j, j])))
+        sq = zero  # sum of the squares of this row's entries so far
+        for k in range(b_):
+
+            def pivot(f: KernelEmitter, k: int = k, sq: SSAValue = sq) -> list[SSAValue]:
+                d = f.fsub(a[k], sq)
+                piv = f.vselect(f.fgt(d, zero), f.sqrt(d), nan)
+                f.store(piv, srow, [k, k])
+                f.store(f.fdiv(one, piv), sinv, [k])
+                return []
+
+            e.if_(e.eq(lid, k), pivot)
+            e.barrier()
+            acc = a[k]
+            if k:
+                row = []
+                for h in range(0, k, vw):
+                    v = e.op(tt.LoadVectorOp(srow, [e.index(k), e.index(h)], vw))
+                    row += [e.extract(v, x) for x in range(vw)]
+                for t in range(k):
+                    acc = e.op(math.FmaOp(e.op(arith.NegfOp(xs[t])), row[t], acc))
+            below = e.lt(k, lid)
+            x = e.vselect(
+                below,
+                e.fmul(acc, e.load(sinv, [k])),
+                e.vselect(e.eq(lid, k), e.load(srow, [k, k]), zero),
+            )
+            e.store(x, srow, [lid, k], mask=e.and_(below, e.lt(lid, b_)))
+            sq = e.op(math.FmaOp(x, x, sq))
+            xs.append(x)
         for j in range(b_):
             e.store(xs[j], st, [lid, j])
         e.barrier()
         for u in range(b_):
-            q = e.add(e.mul(u, fr), lid)
+            q = e.add(e.mul(u, fl), lid)
             r, j = e.div(q, b_), e.rem(q, b_)
-            gr = e.add(r0, r)
-            e.store(e.load(st, [r, j]), lref, [*bi, gr, e.add(k0, j)], mask=e.lt(gr, n))
+            gr, gj = grow(e, r), e.add(k0, j)
+            blk = e.lt(r, b_)
+            v = e.load(st, [r, j])
+            # the block into the scratch buffer (tile 0), the rows below into L
+            e.store(v, dref, [*bi, kblk, r, j], mask=e.and_(blk, e.eq(c, 0)))
+            rest = e.and_(e.op(arith.XOrIOp(blk, e.const(1, i1))), e.lt(gr, n))
+            e.store(v, lref, [*bi, gr, gj], mask=rest)
 
     # ---- 2. the updates: A[I, J] -= L[I, k0:k0+kw] L[J, k0:k0+kw]^T over a region
     def build_update(e: KernelEmitter, args: list[SSAValue]) -> None:
@@ -251,7 +262,7 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
             (k,) = step
             ftiles = max(1, cdiv(n - (k + 1) * b_, fr))
             args = [out, diag, lw.host_index(k), lw.host_index(ftiles)]
-            launch("cholesky_factor", fr, nbat * ftiles, build_factor, args)
+            launch("cholesky_factor", fl, nbat * ftiles, build_factor, args)
             continue
         k0, chunks, base, cend = step
         tr, tc = cdiv(n - base, ut), cdiv(cend - base, ut)

@@ -31,6 +31,11 @@ TILE = 64
 LANES = 256
 """Lanes of a tile (16 x 16)."""
 
+PREFETCH = True
+"""Load the next chunk's operands into registers before the current chunk's products,
+so that their global latency overlaps the arithmetic (the last chunk loads itself
+again rather than reading past the operands)."""
+
 Stage = Callable[[KernelEmitter, Idx, Idx, Idx], SSAValue]
 """``stage(c, kc, i, k)``: the operand's element for output row (or column) ``i`` of the
 block and reduction index ``kc + k``."""
@@ -66,29 +71,56 @@ def fma_tile(
             vals += [d.extract(v, x) for x in range(vw)]
         return vals
 
-    def step(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-        kc = c.add(k0, c.mul(ch, chunk))
-        for u in range(TILE * chunk // LANES):
+    per = TILE * chunk // LANES
+
+    def fetch(c: KernelEmitter, kc: Idx) -> list[SSAValue]:
+        """This lane's operand elements of the chunk from ``kc``, in :func:`place` order."""
+        vals = []
+        for u in range(per):
             q = c.add(c.mul(u, LANES), lid)
-            for sref, stage, along in ((sa, stage_a, a_along_k), (sb, stage_b, b_along_k)):
-                if along:
-                    i, k = c.div(q, chunk), c.rem(q, chunk)
-                else:
-                    i, k = c.rem(q, TILE), c.div(q, TILE)
-                c.store(stage(c, kc, i, k), sref, [k, i])
+            for stage, along in ((stage_a, a_along_k), (stage_b, b_along_k)):
+                i, k = (c.div(q, chunk), c.rem(q, chunk)) if along else (c.rem(q, TILE), c.div(q, TILE))
+                vals.append(stage(c, kc, i, k))
+        return vals
+
+    def place(c: KernelEmitter, vals: list[SSAValue]) -> None:
+        """Store :func:`fetch`'s elements into the staging buffers, transposed."""
+        it = iter(vals)
+        for u in range(per):
+            q = c.add(c.mul(u, LANES), lid)
+            for sref, along in ((sa, a_along_k), (sb, b_along_k)):
+                i, k = (c.div(q, chunk), c.rem(q, chunk)) if along else (c.rem(q, TILE), c.div(q, TILE))
+                c.store(next(it), sref, [k, i])
+
+    def kstep(d: KernelEmitter, k: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+        a = quad(d, sa, k, r0)
+        b = quad(d, sb, k, c0)
+        return [d.op(math.FmaOp(a[x], b[y], acc[4 * x + y])) for x in range(4) for y in range(4)]
+
+    if not PREFETCH:
+
+        def step(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+            place(c, fetch(c, c.add(k0, c.mul(ch, chunk))))
+            c.barrier()
+            acc = c.for_(0, chunk, 1, acc, kstep)
+            c.barrier()  # the next chunk overwrites the staged operands
+            return acc
+
+        return e.for_(0, chunks, 1, [zero] * 16, step)
+
+    last = e.sub(chunks, 1)
+
+    def pstep(c: KernelEmitter, ch: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+        acc, vals = carried[:16], carried[16:]
+        place(c, vals)
         c.barrier()
-
-        def kstep(d: KernelEmitter, k: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-            a = quad(d, sa, k, r0)
-            b = quad(d, sb, k, c0)
-            return [d.op(math.FmaOp(a[x], b[y], acc[4 * x + y]))
-                    for x in range(4) for y in range(4)]
-
+        nxt = fetch(c, c.add(k0, c.mul(c.min(c.add(ch, 1), last), chunk)))
         acc = c.for_(0, chunk, 1, acc, kstep)
         c.barrier()  # the next chunk overwrites the staged operands
-        return acc
+        return acc + nxt
 
-    return e.for_(0, chunks, 1, [zero] * 16, step)
+    out = e.for_(0, chunks, 1, [zero] * 16 + fetch(e, k0), pstep)
+    return out[:16]
 
 
 # --------------------------------------------------------------------------- schedules

@@ -2,9 +2,11 @@
 
 // cholesky with n > 64: blocked right-looking, block columns of 32 in panels of 256.
 // A copy of the lower triangle, then per block column (the block index a host
-// constant) one factor launch: every tile factors the diagonal block in shared memory
-// (rows padded by one), tile 0 writes it to a scratch buffer, and each tile solves its
-// 128 rows below by forward substitution (one lane per row, staged in shared memory).
+// constant) one factor launch of 32 + 128 lanes, one row each (staged in shared memory,
+// rows padded by one): every tile factors the diagonal block itself, left-looking, one
+// barrier per column (the pivot by its row's lane, the block's rows in rows of 36 read
+// as vectors), and takes its 128 rows below in the same steps; tile 0 writes the block
+// to a scratch buffer.
 // Inside a panel an inner update (K = 32) follows each block column but the last; after
 // each panel but the last, one trailing update over the panel's 256 columns (8 chunks of
 // 32). Both updates are one FMA GEMM kernel of 64x64 output blocks (4x4 micro-tiles,
@@ -16,20 +18,27 @@ func.func @f(%a: tensor<2x100x100xf32>) -> tensor<2x100x100xf32> {
   func.return %0 : tensor<2x100x100xf32>
 }
 // CHECK:      ttile.kernel @f_cholesky_copy_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: memref<2x100x100xf32>) group_size = 256 {
-// CHECK:      ttile.kernel @f_cholesky_factor_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: memref<2x4x32x32xf32>, %{{.*}}: index, %{{.*}}: index) group_size = 128 {
-// CHECK:        ttile.alloc_shared : memref<32x33xf32, #tessera.smem>
-// CHECK:        ttile.alloc_shared : memref<128x33xf32, #tessera.smem>
+// CHECK:      ttile.kernel @f_cholesky_factor_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: memref<2x4x32x32xf32>, %{{.*}}: index, %{{.*}}: index) group_size = 160 {
+// CHECK:        ttile.alloc_shared : memref<160x33xf32, #tessera.smem>
+// CHECK:        ttile.alloc_shared : memref<32x36xf32, #tessera.smem>
+// CHECK:        ttile.alloc_shared : memref<32xf32, #tessera.smem>
 // CHECK:        ttile.barrier
-// CHECK:        scf.for
-// CHECK:          math.sqrt
-// CHECK:          ttile.barrier
 // CHECK:        scf.if
-// CHECK:          memref<2x4x32x32xf32>
-// CHECK:        arith.divf
+// CHECK:          math.sqrt
+// CHECK:          arith.divf
+// CHECK:        ttile.barrier
+// CHECK-NOT:    ttile.barrier
+// CHECK:        scf.if
+// CHECK:          math.sqrt
+// CHECK:        ttile.barrier
+// CHECK:        ttile.load_vector {{.*}} -> vector<4xf32>
+// CHECK:        math.fma
+// CHECK:        ttile.store {{.*}} memref<2x4x32x32xf32>
 // CHECK:      ttile.kernel @f_cholesky_update_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index) group_size = 256 {
 // CHECK:        scf.if
 // CHECK:          ttile.alloc_shared : memref<32x68xf32, #tessera.smem>
-// CHECK:          scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+// the 16 sums and the next chunk's 16 operand elements, loaded before the products
+// CHECK:          scf.for {{.*}} -> ({{(f32, ){31}f32}}) {
 // CHECK:            ttile.barrier
 // CHECK:            scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
 // CHECK:              ttile.load_vector {{.*}} -> vector<4xf32>

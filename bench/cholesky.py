@@ -67,6 +67,7 @@ def main() -> None:
     p.add_argument("--blocks", default="32")
     p.add_argument("--panels", default=str(blocked.PANEL))
     p.add_argument("--sizes", default="1x1024,1x2048,1x4096,1x8192,8x1024,64x256,64x512")
+    p.add_argument("--tiles", default=str(blocked.UPDATE_TILE), help="64,128: update blocks")
     p.add_argument("--prefetch", default="1", help="0,1: the update kernels' register prefetch")
     p.add_argument("--solve", default="", help="right-hand side widths: time the solves")
     args = p.parse_args()
@@ -80,15 +81,16 @@ def main() -> None:
         ref = torch.linalg.cholesky(a.double())
         peer = _time_ms(lambda a=a: torch.linalg.cholesky(a), 20)
         variants = [
-            (int(b_), int(p_), int(f_))
+            (int(b_), int(p_), int(f_), int(t_))
             for b_ in args.blocks.split(",")
             for p_ in args.panels.split(",")
             for f_ in args.prefetch.split(",")
+            for t_ in args.tiles.split(",")
         ]
-        for block, panel, pre in variants:
-            blocked.BLOCK, blocked.PANEL = block, panel
+        for block, panel, pre, tile in variants:
+            blocked.BLOCK, blocked.PANEL, blocked.UPDATE_TILE = block, panel, tile
             tile_fma_gemm.PREFETCH = bool(pre)
-            label = f"{block}/{panel}" + ("" if pre else "/np")
+            label = f"{block}/{panel}/{tile}" + ("" if pre else "/np")
 
             @ts.jit
             def chol(a):
@@ -112,24 +114,26 @@ def main() -> None:
             detail = f"host {host:.3f}; " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
             rows.append((spec, label, peer, ms, err, detail))
             print(spec, label, f"{ms:.3f} ms", detail, flush=True)
-    print(f"\n{'size':>10} {'blk/pnl':>10} {'cuSOLVER ms':>11} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}  kernels (ms)")
+    print(f"\n{'size':>10} {'blk/pnl/t':>13} {'cuSOLVER ms':>11} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}  kernels (ms)")
     for spec, block, peer, ms, err, detail in rows:
-        print(f"{spec:>10} {block:>10} {peer:11.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
+        print(f"{spec:>10} {block:>13} {peer:11.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
 
 
 def _solves(args) -> None:
     import torch
 
     import tessera as ts
-    from tessera.passes import tile_fma_gemm
+    from tessera.passes import tile_fma_gemm, tile_triangular_blocked
 
     rows = []
     for spec in args.sizes.split(","):
         b, n = (int(x) for x in spec.split("x"))
         ell = torch.linalg.cholesky(_spd(b, n).double())
-        for k, pre in ((int(x), int(f)) for x in args.solve.split(",")
-                       for f in args.prefetch.split(",")):
+        for k, pre, tile in ((int(x), int(f), int(t)) for x in args.solve.split(",")
+                             for f in args.prefetch.split(",") for t in args.tiles.split(",")):
             tile_fma_gemm.PREFETCH = bool(pre)
+            tile_triangular_blocked.UPDATE_TILE = tile
+            label = f"{k}/{tile}" + ("" if pre else "/np")
             g = torch.randn(*([b] if b > 1 else []), n, k, device="cuda", dtype=torch.float64)
             a, rhs = ell.float(), g.float()
             ref = torch.linalg.solve_triangular(ell, g, upper=False)
@@ -145,7 +149,7 @@ def _solves(args) -> None:
             torch.cuda.synchronize()
             err = float((out.double() - ref).norm() / ref.norm())
             if not err < 1e-4:
-                rows.append((spec, f"{k}" + ("" if pre else "/np"), peer, float("nan"), err, "MISMATCH"))
+                rows.append((spec, label, peer, float("nan"), err, "MISMATCH"))
                 continue
             ms = _time_ms(lambda a=a, rhs=rhs, solve=solve: solve(a, rhs), 20)
             t0 = time.perf_counter()
@@ -153,11 +157,11 @@ def _solves(args) -> None:
                 solve(a, rhs)
             host = (time.perf_counter() - t0) / 5 * 1e3
             torch.cuda.synchronize()
-            rows.append((spec, f"{k}" + ("" if pre else "/np"), peer, ms, err, f"host {host:.3f}"))
-            print(spec, k, f"{ms:.3f} ms", flush=True)
-    print(f"\n{'size':>10} {'k':>6} {'torch ms':>9} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}")
+            rows.append((spec, label, peer, ms, err, f"host {host:.3f}"))
+            print(spec, label, f"{ms:.3f} ms", flush=True)
+    print(f"\n{'size':>10} {'k/tile':>10} {'torch ms':>9} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}")
     for spec, k, peer, ms, err, detail in rows:
-        print(f"{spec:>10} {k:>6} {peer:9.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
+        print(f"{spec:>10} {k:>10} {peer:9.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
 
 
 if __name__ == "__main__":

@@ -65,8 +65,8 @@ BLOCK = 32
 PANEL = 256
 """Columns per panel (a multiple of :data:`BLOCK`): the depth of the trailing update."""
 
-UPDATE_TILE = fg.TILE
-"""Rows and columns of the update block of one tile (``tile_fma_gemm``)."""
+UPDATE_TILE = 64
+"""Rows and columns of the update block of one tile (``tile_fma_gemm``: 64 or 128)."""
 
 UPDATE_LANES = fg.LANES
 
@@ -229,15 +229,12 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
             return stage
 
         def work(w: KernelEmitter) -> list[SSAValue]:
-            acc = fg.fma_tile(w, et, lid, b_, k0, chunks, panel(r0), panel(c0))
-            ty4, tx4 = fg.micro(w, lid)
-            for x in range(4):
-                gi = w.add(r0, w.add(ty4, x))
-                for y in range(4):
-                    gj = w.add(c0, w.add(tx4, y))
-                    ok = w.and_(w.and_(w.lt(gi, n), w.lt(gj, cend)), w.le(gj, gi))
-                    v = w.load(lref, [*bi, gi, gj], mask=ok)
-                    w.store(w.fsub(v, acc[4 * x + y]), lref, [*bi, gi, gj], mask=ok)
+            sums = fg.fma_tile(w, et, lid, b_, k0, chunks, panel(r0), panel(c0), tile=ut)
+            for ri, cj, acc in sums:
+                gi, gj = w.add(r0, ri), w.add(c0, cj)
+                ok = w.and_(w.and_(w.lt(gi, n), w.lt(gj, cend)), w.le(gj, gi))
+                v = w.load(lref, [*bi, gi, gj], mask=ok)
+                w.store(w.fsub(v, acc), lref, [*bi, gi, gj], mask=ok)
             return []
 
         e.if_(e.le(bj_, bi_), work)

@@ -1,13 +1,14 @@
 """One tile of an FMA GEMM over operands staged in shared memory, and the launch schedule,
 for the blocked factorizations' updates (``tile_cholesky_blocked``, ``tile_triangular_blocked``).
 
-A tile of :data:`LANES` lanes computes a :data:`TILE`-square block of ``C = A B`` as 16 x
-16 lanes of 4 x 4 micro-tiles: lane ``(ty, tx)`` holds rows ``4 ty .. 4 ty + 3`` and
-columns ``4 tx .. 4 tx + 3``. The reduction runs in chunks of ``chunk`` indices: each
-chunk stages ``A[r, k]`` and ``B[k, c]`` transposed into two ``[chunk, TILE + w]``
-shared-memory buffers (rows 16-byte aligned, ``w`` elements of padding), then every lane
-reads its four rows and four columns of each ``k`` as 16-byte vectors and accumulates 16
-FMAs, in order of ``k``: deterministic.
+A tile of :data:`LANES` lanes (16 x 16) computes a ``tile``-square block of ``C = A B``
+(``tile`` 64 or 128): lane ``(ty, tx)`` holds the rows ``4 ty + x`` and the columns
+``4 tx + y`` (``x, y < 4``) of each 64 x 64 quarter of the block, 16 or 64 sums. The
+reduction runs in chunks of ``chunk`` indices: each chunk stages ``A[r, k]`` and
+``B[k, c]`` transposed into two ``[chunk, tile + w]`` shared-memory buffers (rows 16-byte
+aligned, ``w`` elements of padding), then every lane reads its rows and columns of each
+``k`` as 16-byte vectors (sixteen lanes read 256 contiguous bytes) and accumulates its
+sums, in order of ``k``: deterministic.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from tessera.passes.lower_graph_to_tile import _FunctionLowering
 
 TILE = 64
-"""Rows and columns of a tile's output block."""
+"""Rows and columns of a tile's output block, unless a caller asks for 128."""
 
 LANES = 256
 """Lanes of a tile (16 x 16)."""
@@ -43,43 +44,53 @@ block and reduction index ``kc + k``."""
 Build = Callable[[KernelEmitter, list[SSAValue]], None]
 
 
-def micro(e: KernelEmitter, lid: Idx) -> tuple[Idx, Idx]:
-    """The first row and column of lane ``lid``'s micro-tile within the block."""
-    return e.mul(e.div(lid, 16), 4), e.mul(e.rem(lid, 16), 4)
+def micro(e: KernelEmitter, lid: Idx, tile: int = TILE) -> tuple[list[Idx], list[Idx]]:
+    """The rows and the columns of the block that lane ``lid`` holds sums of."""
+    assert tile in (64, 128), tile
+    ty4, tx4 = e.mul(e.div(lid, 16), 4), e.mul(e.rem(lid, 16), 4)
+    rows = [e.add(ty4, q + x) for q in range(0, tile, 64) for x in range(4)]
+    cols = [e.add(tx4, q + y) for q in range(0, tile, 64) for y in range(4)]
+    return rows, cols
 
 
 def fma_tile(
     e: KernelEmitter, et: Attribute, lid: Idx, chunk: int, k0: Idx, chunks: Idx,
-    stage_a: Stage, stage_b: Stage, *, a_along_k: bool = True, b_along_k: bool = True,
-) -> list[SSAValue]:
-    """The 16 sums ``acc[4 x + y] = sum_k A[r + x, k] B[k, c + y]`` of this lane's
-    micro-tile at ``micro(e, lid)``, over ``k`` in ``[k0, k0 + chunk * chunks)``.
+    stage_a: Stage, stage_b: Stage, *, tile: int = TILE, a_along_k: bool = True,
+    b_along_k: bool = True,
+) -> list[tuple[Idx, Idx, SSAValue]]:
+    """``(i, j, sum_k A[i, k] B[k, j])`` for each row ``i`` and column ``j`` of the block
+    that lane ``lid`` holds (:func:`micro`), over ``k`` in ``[k0, k0 + chunk * chunks)``.
 
     ``*_along_k``: adjacent lanes stage adjacent ``k`` (an operand contiguous along the
     reduction reads coalesced), else adjacent rows/columns of the block."""
-    assert (TILE * chunk) % LANES == 0
+    assert (tile * chunk) % LANES == 0
     vw = 16 // (8 if et == f64 else 4)  # elements per 16-byte vector
-    sa = e.op(tt.AllocSharedOp([chunk, TILE + vw], et))
-    sb = e.op(tt.AllocSharedOp([chunk, TILE + vw], et))
-    r0, c0 = micro(e, lid)
+    sa = e.op(tt.AllocSharedOp([chunk, tile + vw], et))
+    sb = e.op(tt.AllocSharedOp([chunk, tile + vw], et))
+    rows, cols = micro(e, lid, tile)
+    nr = len(rows)
     zero = e.const(0.0, et)
 
-    def quad(d: KernelEmitter, ref: SSAValue, k: SSAValue, at: Idx) -> list[SSAValue]:
+    def quads(d: KernelEmitter, ref: SSAValue, k: SSAValue, at: list[Idx]) -> list[SSAValue]:
         vals = []
-        for h in range(4 // vw):
-            v = d.op(tt.LoadVectorOp(ref, [k, d.index(d.add(at, h * vw))], vw))
-            vals += [d.extract(v, x) for x in range(vw)]
+        for first in at[::4]:
+            for h in range(4 // vw):
+                v = d.op(tt.LoadVectorOp(ref, [k, d.index(d.add(first, h * vw))], vw))
+                vals += [d.extract(v, x) for x in range(vw)]
         return vals
 
-    per = TILE * chunk // LANES
+    per = tile * chunk // LANES
+
+    def coords(c: KernelEmitter, u: int, along: bool) -> tuple[Idx, Idx]:
+        q = c.add(c.mul(u, LANES), lid)
+        return (c.div(q, chunk), c.rem(q, chunk)) if along else (c.rem(q, tile), c.div(q, tile))
 
     def fetch(c: KernelEmitter, kc: Idx) -> list[SSAValue]:
         """This lane's operand elements of the chunk from ``kc``, in :func:`place` order."""
         vals = []
         for u in range(per):
-            q = c.add(c.mul(u, LANES), lid)
             for stage, along in ((stage_a, a_along_k), (stage_b, b_along_k)):
-                i, k = (c.div(q, chunk), c.rem(q, chunk)) if along else (c.rem(q, TILE), c.div(q, TILE))
+                i, k = coords(c, u, along)
                 vals.append(stage(c, kc, i, k))
         return vals
 
@@ -87,16 +98,17 @@ def fma_tile(
         """Store :func:`fetch`'s elements into the staging buffers, transposed."""
         it = iter(vals)
         for u in range(per):
-            q = c.add(c.mul(u, LANES), lid)
             for sref, along in ((sa, a_along_k), (sb, b_along_k)):
-                i, k = (c.div(q, chunk), c.rem(q, chunk)) if along else (c.rem(q, TILE), c.div(q, TILE))
+                i, k = coords(c, u, along)
                 c.store(next(it), sref, [k, i])
 
     def kstep(d: KernelEmitter, k: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-        a = quad(d, sa, k, r0)
-        b = quad(d, sb, k, c0)
-        return [d.op(math.FmaOp(a[x], b[y], acc[4 * x + y])) for x in range(4) for y in range(4)]
+        a = quads(d, sa, k, rows)
+        b = quads(d, sb, k, cols)
+        return [d.op(math.FmaOp(a[x], b[y], acc[nr * x + y]))
+                for x in range(nr) for y in range(nr)]
 
+    nacc = nr * nr
     if not PREFETCH:
 
         def step(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
@@ -106,21 +118,21 @@ def fma_tile(
             c.barrier()  # the next chunk overwrites the staged operands
             return acc
 
-        return e.for_(0, chunks, 1, [zero] * 16, step)
+        sums = e.for_(0, chunks, 1, [zero] * nacc, step)
+    else:
+        last = e.sub(chunks, 1)
 
-    last = e.sub(chunks, 1)
+        def pstep(c: KernelEmitter, ch: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+            acc, vals = carried[:nacc], carried[nacc:]
+            place(c, vals)
+            c.barrier()
+            nxt = fetch(c, c.add(k0, c.mul(c.min(c.add(ch, 1), last), chunk)))
+            acc = c.for_(0, chunk, 1, acc, kstep)
+            c.barrier()  # the next chunk overwrites the staged operands
+            return acc + nxt
 
-    def pstep(c: KernelEmitter, ch: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
-        acc, vals = carried[:16], carried[16:]
-        place(c, vals)
-        c.barrier()
-        nxt = fetch(c, c.add(k0, c.mul(c.min(c.add(ch, 1), last), chunk)))
-        acc = c.for_(0, chunk, 1, acc, kstep)
-        c.barrier()  # the next chunk overwrites the staged operands
-        return acc + nxt
-
-    out = e.for_(0, chunks, 1, [zero] * 16 + fetch(e, k0), pstep)
-    return out[:16]
+        sums = e.for_(0, chunks, 1, [zero] * nacc + fetch(e, k0), pstep)[:nacc]
+    return [(rows[x], cols[y], sums[nr * x + y]) for x in range(nr) for y in range(nr)]
 
 
 # --------------------------------------------------------------------------- schedules

@@ -17,7 +17,7 @@ triangle of A the options name, in block rows of :data:`BLOCK` grouped into pane
 * after each panel but the last, the *trailing update* ``X[I] -= T[I, P] X[P]`` of every
   row below it, a GEMM over the panel's :data:`PANEL` rows of ``X``.
 
-Both updates are ``tile_fma_gemm`` tiles of 64 x 64 outputs. Every element is updated
+Both updates are ``tile_fma_gemm`` tiles of :data:`UPDATE_TILE`-square outputs. Every element is updated
 by one lane in a fixed order: deterministic. A zero on the diagonal gives inf/NaN.
 """
 
@@ -46,6 +46,9 @@ BLOCK = 32
 PANEL = 256
 """Rows per panel (a multiple of :data:`BLOCK`): the depth of the trailing update."""
 
+UPDATE_TILE = 64
+"""Rows and columns of X per update tile (``tile_fma_gemm``: 64 or 128)."""
+
 DIAG_COLUMNS = 128
 """Columns of X per diag tile (one lane each)."""
 
@@ -67,6 +70,7 @@ def lower_triangular_solve_blocked(
     upper, trans = op.upper is not None, op.transpose_a is not None
     forward = upper == trans  # T = op(A) is lower triangular
     b_ = BLOCK
+    ut = UPDATE_TILE
     out = lw.alloc(op.result.type)
     a_ref, b_ref = lw.mem(op.a), lw.mem(op.b)
 
@@ -141,14 +145,14 @@ def lower_triangular_solve_blocked(
     # ---- 2. the updates: X[base:rend] -= T[base:rend, k0:k0+kw] X[k0:k0+kw]
     def build_update(e: KernelEmitter, args: list[SSAValue]) -> None:
         xref, aref, k0, chunks, base, rend, tr = args
-        tc = cdiv(k, fg.TILE)
+        tc = cdiv(k, ut)
         # tile = (matrix * tr + row tile) * tc + column tile
         mr, ctile = e.div(e.tile_id(), tc), e.rem(e.tile_id(), tc)
         mi = e.op(arith.DivUIOp(e.index(mr), tr))
         rtile = e.op(arith.RemUIOp(e.index(mr), tr))
         bi = mat(e, mi)
         lid = e.local_id()
-        r0, c0 = e.add(base, e.mul(rtile, fg.TILE)), e.mul(ctile, fg.TILE)
+        r0, c0 = e.add(base, e.mul(rtile, ut)), e.mul(ctile, ut)
 
         def stage_t(c: KernelEmitter, kc: Idx, i: Idx, j: Idx) -> SSAValue:
             gi, gj = c.add(r0, i), c.add(kc, j)
@@ -159,16 +163,13 @@ def lower_triangular_solve_blocked(
             return c.load(xref, [*bi, row(c, gj), gc], mask=c.and_(c.lt(gj, n), c.lt(gc, k)))
 
         # lanes along A's rows: T's rows (k) unless transposed; X along its columns
-        acc = fg.fma_tile(e, et, lid, b_, k0, chunks, stage_t, stage_x,
-                          a_along_k=not trans, b_along_k=False)
-        ty4, tx4 = fg.micro(e, lid)
-        for x in range(4):
-            gi = e.add(r0, e.add(ty4, x))
-            for y in range(4):
-                gc = e.add(c0, e.add(tx4, y))
-                ok = e.and_(e.lt(gi, rend), e.lt(gc, k))
-                at = [*bi, row(e, gi), gc]
-                e.store(e.fsub(e.load(xref, at, mask=ok), acc[4 * x + y]), xref, at, mask=ok)
+        sums = fg.fma_tile(e, et, lid, b_, k0, chunks, stage_t, stage_x, tile=ut,
+                           a_along_k=not trans, b_along_k=False)
+        for ri, cj, acc in sums:
+            gi, gc = e.add(r0, ri), e.add(c0, cj)
+            ok = e.and_(e.lt(gi, rend), e.lt(gc, k))
+            at = [*bi, row(e, gi), gc]
+            e.store(e.fsub(e.load(xref, at, mask=ok), acc), xref, at, mask=ok)
 
     launch = fg.Launches(lw)
     for step in fg.panel_schedule(n, b_, PANEL):
@@ -177,7 +178,7 @@ def lower_triangular_solve_blocked(
                    [out, a_ref, lw.host_index(step[0])])
             continue
         k0, chunks, base, rend = step
-        tr = cdiv(rend - base, fg.TILE)
+        tr = cdiv(rend - base, ut)
         args = [out, a_ref, *(lw.host_index(v) for v in (k0, chunks, base, rend, tr))]
-        launch("trsm_update", fg.LANES, nbat * tr * cdiv(k, fg.TILE), build_update, args)
+        launch("trsm_update", fg.LANES, nbat * tr * cdiv(k, ut), build_update, args)
     lw.env[op.result] = out

@@ -203,16 +203,19 @@ def test_cholesky_not_positive_definite_gives_nan():
     assert np.abs(ref[:, :3] - got[:, :3]).max() < 1e-13
 
 
-@pytest.mark.parametrize("shape,elem,panel", [((70, 70), "f64", 256), ((2, 100, 100), "f32", 256),
-                                              ((129, 129), "f64", 256), ((150, 150), "f64", 64),
-                                              ((2, 161, 161), "f32", 96)])
-def test_cholesky_blocked_matches_numpy(shape, elem, panel, monkeypatch):
+@pytest.mark.parametrize("shape,elem,panel,tile", [
+    ((70, 70), "f64", 256, 64), ((2, 100, 100), "f32", 256, 64), ((129, 129), "f64", 256, 64),
+    ((150, 150), "f64", 64, 64), ((2, 161, 161), "f32", 96, 64), ((2, 161, 161), "f32", 64, 128),
+])
+def test_cholesky_blocked_matches_numpy(shape, elem, panel, tile, monkeypatch):
     """n > 64: the blocked kernels (factor, inner updates, trailing-update GEMMs over the
     panels, the diagonal blocks scattered last). The narrow panels give several trailing
-    updates, with a partial last block and panel."""
+    updates, with a partial last block and panel; ``tile`` 128 the update's 128-square
+    blocks (two row and column blocks at 161)."""
     from tessera.passes import tile_cholesky_blocked as cb
 
     monkeypatch.setattr(cb, "PANEL", panel)
+    monkeypatch.setattr(cb, "UPDATE_TILE", tile)
     m = lower(chol_text(shape, elem))
     names = {o.sym_name.data for o in m.walk() if isinstance(o, tt.KernelOp)}
     assert names == {f"f_cholesky_{x}_0" for x in ("copy", "factor", "update", "scatter")}

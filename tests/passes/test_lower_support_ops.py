@@ -128,21 +128,25 @@ def test_triangular_solve_matches_numpy(an, bn, elem, upper, trans):
 
 
 TRISOLVE_BLOCKED = [
-    ((100, 100), (100, 7), "f64", False, False, 256),
-    ((100, 100), (100, 7), "f64", True, False, 64),
-    ((2, 150, 150), (2, 150, 70), "f32", False, True, 64),  # 70 columns: two tiles
-    ((130, 130), (130, 1), "f64", True, True, 64),
-    ((2, 1, 97, 97), (2, 1, 97, 3), "f64", False, False, 32),  # a panel per block row
+    ((100, 100), (100, 7), "f64", False, False, 256, 64),
+    ((100, 100), (100, 7), "f64", True, False, 64, 64),
+    ((2, 150, 150), (2, 150, 70), "f32", False, True, 64, 64),  # 70 columns: two tiles
+    ((130, 130), (130, 1), "f64", True, True, 64, 64),
+    ((2, 1, 97, 97), (2, 1, 97, 3), "f64", False, False, 32, 64),  # a panel per block row
+    ((2, 200, 200), (2, 200, 130), "f32", True, False, 64, 128),  # 128-square update blocks
 ]
 
 
-@pytest.mark.parametrize("an,bn,elem,upper,trans,panel", TRISOLVE_BLOCKED)
-def test_triangular_solve_blocked_matches_numpy(an, bn, elem, upper, trans, panel, monkeypatch):
+@pytest.mark.parametrize("an,bn,elem,upper,trans,panel,tile", TRISOLVE_BLOCKED)
+def test_triangular_solve_blocked_matches_numpy(an, bn, elem, upper, trans, panel, tile,
+                                                monkeypatch):
     """n > 64: block rows (a diagonal solve each), inner updates inside a panel and a
-    trailing-update GEMM after it; upper triangles from the bottom row up."""
+    trailing-update GEMM after it (``tile``-square output blocks); upper triangles from
+    the bottom row up."""
     from tessera.passes import tile_triangular_blocked as tb
 
     monkeypatch.setattr(tb, "PANEL", panel)
+    monkeypatch.setattr(tb, "UPDATE_TILE", tile)
     n = an[-1]
     a = (rand(an, "f64") / np.sqrt(n) + 2.0 * np.eye(n)).astype(NP[elem])
     b = rand(bn, elem)

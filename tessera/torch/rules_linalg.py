@@ -67,7 +67,11 @@ def _cholesky_check(node: torch.fx.Node) -> str | None:
 
 
 def _eye(n: int) -> TracedTensor:
-    return ops.constant(np.eye(n, dtype=bool), ts_dtype(torch.bool))
+    """The ``n x n`` identity as a mask, from two ``n``-element index constants (not an
+    ``n * n`` one)."""
+    i32 = ts_dtype(torch.int32)
+    idx = np.arange(n, dtype=np.int32)
+    return ops.eq(ops.constant(idx.reshape(n, 1), i32), ops.constant(idx.reshape(1, n), i32))
 
 
 def _factor(a: TracedTensor, upper: bool) -> TracedTensor:

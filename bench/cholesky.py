@@ -68,6 +68,7 @@ def main() -> None:
     p.add_argument("--panels", default=str(blocked.PANEL))
     p.add_argument("--sizes", default="1x1024,1x2048,1x4096,1x8192,8x1024,64x256,64x512")
     p.add_argument("--tiles", default=str(blocked.UPDATE_TILE), help="64,128: update blocks")
+    p.add_argument("--unroll", default="1", help="0,1: the update kernels' unrolled chunks")
     p.add_argument("--prefetch", default="1", help="0,1: the update kernels' register prefetch")
     p.add_argument("--solve", default="", help="right-hand side widths: time the solves")
     args = p.parse_args()
@@ -81,16 +82,17 @@ def main() -> None:
         ref = torch.linalg.cholesky(a.double())
         peer = _time_ms(lambda a=a: torch.linalg.cholesky(a), 20)
         variants = [
-            (int(b_), int(p_), int(f_), int(t_))
+            (int(b_), int(p_), int(f_), int(t_), int(u_))
             for b_ in args.blocks.split(",")
             for p_ in args.panels.split(",")
             for f_ in args.prefetch.split(",")
             for t_ in args.tiles.split(",")
+            for u_ in args.unroll.split(",")
         ]
-        for block, panel, pre, tile in variants:
+        for block, panel, pre, tile, unroll in variants:
             blocked.BLOCK, blocked.PANEL, blocked.UPDATE_TILE = block, panel, tile
-            tile_fma_gemm.PREFETCH = bool(pre)
-            label = f"{block}/{panel}/{tile}" + ("" if pre else "/np")
+            tile_fma_gemm.PREFETCH, tile_fma_gemm.UNROLL = bool(pre), bool(unroll)
+            label = f"{block}/{panel}/{tile}" + ("" if pre else "/np") + ("" if unroll else "/nu")
 
             @ts.jit
             def chol(a):
@@ -114,9 +116,9 @@ def main() -> None:
             detail = f"host {host:.3f}; " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
             rows.append((spec, label, peer, ms, err, detail))
             print(spec, label, f"{ms:.3f} ms", detail, flush=True)
-    print(f"\n{'size':>10} {'blk/pnl/t':>13} {'cuSOLVER ms':>11} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}  kernels (ms)")
+    print(f"\n{'size':>10} {'blk/pnl/t':>16} {'cuSOLVER ms':>11} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}  kernels (ms)")
     for spec, block, peer, ms, err, detail in rows:
-        print(f"{spec:>10} {block:>13} {peer:11.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
+        print(f"{spec:>10} {block:>16} {peer:11.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
 
 
 def _solves(args) -> None:
@@ -129,11 +131,14 @@ def _solves(args) -> None:
     for spec in args.sizes.split(","):
         b, n = (int(x) for x in spec.split("x"))
         ell = torch.linalg.cholesky(_spd(b, n).double())
-        for k, pre, tile in ((int(x), int(f), int(t)) for x in args.solve.split(",")
-                             for f in args.prefetch.split(",") for t in args.tiles.split(",")):
-            tile_fma_gemm.PREFETCH = bool(pre)
+        for k, pre, tile, unroll in (
+            (int(x), int(f), int(t), int(u)) for x in args.solve.split(",")
+            for f in args.prefetch.split(",") for t in args.tiles.split(",")
+            for u in args.unroll.split(",")
+        ):
+            tile_fma_gemm.PREFETCH, tile_fma_gemm.UNROLL = bool(pre), bool(unroll)
             tile_triangular_blocked.UPDATE_TILE = tile
-            label = f"{k}/{tile}" + ("" if pre else "/np")
+            label = f"{k}/{tile}" + ("" if pre else "/np") + ("" if unroll else "/nu")
             g = torch.randn(*([b] if b > 1 else []), n, k, device="cuda", dtype=torch.float64)
             a, rhs = ell.float(), g.float()
             ref = torch.linalg.solve_triangular(ell, g, upper=False)

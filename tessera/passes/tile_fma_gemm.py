@@ -37,6 +37,11 @@ PREFETCH = True
 so that their global latency overlaps the arithmetic (the last chunk loads itself
 again rather than reading past the operands)."""
 
+UNROLL = True
+"""Unroll each chunk's loop over ``k``: the staged operands are then read at constant
+offsets from one address per lane, with no loop counter or address arithmetic between
+the products."""
+
 Stage = Callable[[KernelEmitter, Idx, Idx, Idx], SSAValue]
 """``stage(c, kc, i, k)``: the operand's element for output row (or column) ``i`` of the
 block and reduction index ``kc + k``."""
@@ -71,11 +76,11 @@ def fma_tile(
     nr = len(rows)
     zero = e.const(0.0, et)
 
-    def quads(d: KernelEmitter, ref: SSAValue, k: SSAValue, at: list[Idx]) -> list[SSAValue]:
+    def quads(d: KernelEmitter, ref: SSAValue, k: Idx, at: list[Idx]) -> list[SSAValue]:
         vals = []
         for first in at[::4]:
             for h in range(4 // vw):
-                v = d.op(tt.LoadVectorOp(ref, [k, d.index(d.add(first, h * vw))], vw))
+                v = d.op(tt.LoadVectorOp(ref, [d.index(k), d.index(d.add(first, h * vw))], vw))
                 vals += [d.extract(v, x) for x in range(vw)]
         return vals
 
@@ -102,19 +107,28 @@ def fma_tile(
                 i, k = coords(c, u, along)
                 c.store(next(it), sref, [k, i])
 
-    def kstep(d: KernelEmitter, k: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+    def kstep(d: KernelEmitter, k: Idx, acc: list[SSAValue]) -> list[SSAValue]:
         a = quads(d, sa, k, rows)
         b = quads(d, sb, k, cols)
         return [d.op(math.FmaOp(a[x], b[y], acc[nr * x + y]))
                 for x in range(nr) for y in range(nr)]
 
     nacc = nr * nr
+
+    def products(c: KernelEmitter, acc: list[SSAValue]) -> list[SSAValue]:
+        """The chunk's products, from the staged operands."""
+        if not UNROLL:
+            return c.for_(0, chunk, 1, acc, kstep)
+        for k in range(chunk):
+            acc = kstep(c, k, acc)
+        return acc
+
     if not PREFETCH:
 
         def step(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
             place(c, fetch(c, c.add(k0, c.mul(ch, chunk))))
             c.barrier()
-            acc = c.for_(0, chunk, 1, acc, kstep)
+            acc = products(c, acc)
             c.barrier()  # the next chunk overwrites the staged operands
             return acc
 
@@ -127,7 +141,7 @@ def fma_tile(
             place(c, vals)
             c.barrier()
             nxt = fetch(c, c.add(k0, c.mul(c.min(c.add(ch, 1), last), chunk)))
-            acc = c.for_(0, chunk, 1, acc, kstep)
+            acc = products(c, acc)
             c.barrier()  # the next chunk overwrites the staged operands
             return acc + nxt
 

@@ -37,13 +37,20 @@ aten = torch.ops.aten
 LINALG_DTYPES = (torch.float32, torch.float64)
 
 CHOLESKY_MAX_N = 512
-"""Larger matrices stay with torch (cuSOLVER). Measured with the earlier blocked kernels
-(docs/PERFORMANCE.md, H100): 1.25x and 1.08x cuSOLVER for 64 matrices of 256 and 512
-rows, 0.29x for one of 4096."""
+"""Larger matrices stay with torch (cuSOLVER), but for batches (below). Measured
+(docs/PERFORMANCE.md, H200, 2026-12-03): 1.44x and 1.66x cuSOLVER for 64 matrices of 256
+and 512 rows, 2.09x for 256 of 128, 0.46x for one of 1024 and 0.51x for one of 4096."""
+
+CHOLESKY_BATCHED_MAX_N = 1024
+"""Batches of at least :data:`CHOLESKY_BATCHED_MIN` matrices up to this size take
+Tessera's factor: 2.04x cuSOLVER for 8 matrices of 1024 rows (same run)."""
+
+CHOLESKY_BATCHED_MIN = 8
 
 SOLVE_MAX_N = 128
-"""Larger triangles stay with torch (cuBLAS ``trsm``) until Tessera's blocked solve
-(``tile_triangular_blocked``) is timed against it on the GPU."""
+"""Larger triangles stay with torch (cuBLAS ``trsm``): Tessera's blocked solve
+(``tile_triangular_blocked``) measured 0.72-0.84x for 16 triangles of 512 rows and
+0.10-0.50x for one of 4096 (docs/PERFORMANCE.md, H200, 2026-12-03)."""
 
 
 SVD_MAX_N = 256
@@ -63,7 +70,15 @@ def _linalg_only(node: torch.fx.Node, max_n: int | None = None, arg: int = 0) ->
 
 
 def _cholesky_check(node: torch.fx.Node) -> str | None:
-    return _linalg_only(node, CHOLESKY_MAX_N)
+    bad = _linalg_only(node)
+    if bad:
+        return bad
+    v = val(node.args[0])
+    n, batch = v.shape[-1], int(np.prod(v.shape[:-2])) if v.ndim > 2 else 1
+    if n <= CHOLESKY_MAX_N or (batch >= CHOLESKY_BATCHED_MIN and n <= CHOLESKY_BATCHED_MAX_N):
+        return None
+    return (f"{batch} matrices of {n} x {n} (more than {CHOLESKY_MAX_N} rows stay with torch, "
+            f"but batches of {CHOLESKY_BATCHED_MIN} up to {CHOLESKY_BATCHED_MAX_N})")
 
 
 def _eye(n: int) -> TracedTensor:

@@ -149,6 +149,18 @@ def test_gradients_through_cholesky_and_solve():
         _close(g_, w, torch.float64)
 
 
+def test_batches_of_larger_matrices_take_tesseras_factor():
+    """Past CHOLESKY_MAX_N rows, a batch of CHOLESKY_BATCHED_MIN matrices is factored by
+    Tessera (the batched blocked kernels beat cuSOLVER there), a smaller batch by torch."""
+    n = rules_linalg.CHOLESKY_MAX_N + 1
+    a = _spd(rules_linalg.CHOLESKY_BATCHED_MIN, n, n)
+    got = tt.compile(lambda x: torch.linalg.cholesky(x) * 1.0)(a)
+    _no_fallback()
+    _close(got, torch.linalg.cholesky(a), torch.float64)
+    tt.compile(lambda x: torch.linalg.cholesky(x) * 1.0)(a[:2])
+    assert "aten.linalg_cholesky_ex.default" in str(tt.last_report())
+
+
 def test_svdvals_matches_torch():
     a = torch.randn(4, 7, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
     got = tt.compile(lambda x: torch.linalg.svdvals(x) * 1.0)(a)
@@ -163,6 +175,10 @@ def test_large_matrices_stay_with_torch_and_are_reported():
     assert torch.equal(got, torch.linalg.cholesky(a))
     rep = tt.last_report()
     assert "aten.linalg_cholesky_ex.default" in str(rep), str(rep)
+    n = rules_linalg.CHOLESKY_BATCHED_MAX_N + 1
+    a = _spd(rules_linalg.CHOLESKY_BATCHED_MIN, n, n)
+    tt.compile(lambda x: torch.linalg.cholesky(x) * 1.0)(a)
+    assert "aten.linalg_cholesky_ex.default" in str(tt.last_report())
     m = rules_linalg.SOLVE_MAX_N + 1
     t = torch.eye(m, dtype=torch.float64) * 2
     tt.compile(lambda x, y: torch.linalg.solve_triangular(x, y, upper=True) * 1.0)(t, t)

@@ -61,15 +61,12 @@ def main() -> None:
     import tessera as ts
     from tessera import op
     from tessera.passes import tile_cholesky_blocked as blocked
-    from tessera.passes import tile_fma_gemm
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--blocks", default="32")
     p.add_argument("--panels", default=str(blocked.PANEL))
     p.add_argument("--sizes", default="1x1024,1x2048,1x4096,1x8192,8x1024,64x256,64x512")
     p.add_argument("--tiles", default=str(blocked.UPDATE_TILE), help="64,128: update blocks")
-    p.add_argument("--unroll", default="1", help="0,1: the update kernels' unrolled chunks")
-    p.add_argument("--prefetch", default="1", help="0,1: the update kernels' register prefetch")
     p.add_argument("--solve", default="", help="right-hand side widths: time the solves")
     args = p.parse_args()
     if args.solve:
@@ -82,17 +79,14 @@ def main() -> None:
         ref = torch.linalg.cholesky(a.double())
         peer = _time_ms(lambda a=a: torch.linalg.cholesky(a), 20)
         variants = [
-            (int(b_), int(p_), int(f_), int(t_), int(u_))
+            (int(b_), int(p_), int(t_))
             for b_ in args.blocks.split(",")
             for p_ in args.panels.split(",")
-            for f_ in args.prefetch.split(",")
             for t_ in args.tiles.split(",")
-            for u_ in args.unroll.split(",")
         ]
-        for block, panel, pre, tile, unroll in variants:
+        for block, panel, tile in variants:
             blocked.BLOCK, blocked.PANEL, blocked.UPDATE_TILE = block, panel, tile
-            tile_fma_gemm.PREFETCH, tile_fma_gemm.UNROLL = bool(pre), bool(unroll)
-            label = f"{block}/{panel}/{tile}" + ("" if pre else "/np") + ("" if unroll else "/nu")
+            label = f"{block}/{panel}/{tile}"
 
             @ts.jit
             def chol(a):
@@ -125,20 +119,16 @@ def _solves(args) -> None:
     import torch
 
     import tessera as ts
-    from tessera.passes import tile_fma_gemm, tile_triangular_blocked
+    from tessera.passes import tile_triangular_blocked
 
     rows = []
     for spec in args.sizes.split(","):
         b, n = (int(x) for x in spec.split("x"))
         ell = torch.linalg.cholesky(_spd(b, n).double())
-        for k, pre, tile, unroll in (
-            (int(x), int(f), int(t), int(u)) for x in args.solve.split(",")
-            for f in args.prefetch.split(",") for t in args.tiles.split(",")
-            for u in args.unroll.split(",")
-        ):
-            tile_fma_gemm.PREFETCH, tile_fma_gemm.UNROLL = bool(pre), bool(unroll)
+        for k, tile in ((int(x), int(t)) for x in args.solve.split(",")
+                        for t in args.tiles.split(",")):
             tile_triangular_blocked.UPDATE_TILE = tile
-            label = f"{k}/{tile}" + ("" if pre else "/np") + ("" if unroll else "/nu")
+            label = f"{k}/{tile}"
             g = torch.randn(*([b] if b > 1 else []), n, k, device="cuda", dtype=torch.float64)
             a, rhs = ell.float(), g.float()
             ref = torch.linalg.solve_triangular(ell, g, upper=False)

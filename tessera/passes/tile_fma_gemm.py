@@ -32,16 +32,6 @@ TILE = 64
 LANES = 256
 """Lanes of a tile (16 x 16)."""
 
-PREFETCH = True
-"""Load the next chunk's operands into registers before the current chunk's products,
-so that their global latency overlaps the arithmetic (the last chunk loads itself
-again rather than reading past the operands)."""
-
-UNROLL = True
-"""Unroll each chunk's loop over ``k``: the staged operands are then read at constant
-offsets from one address per lane, with no loop counter or address arithmetic between
-the products."""
-
 Stage = Callable[[KernelEmitter, Idx, Idx, Idx], SSAValue]
 """``stage(c, kc, i, k)``: the operand's element for output row (or column) ``i`` of the
 block and reduction index ``kc + k``."""
@@ -76,11 +66,11 @@ def fma_tile(
     nr = len(rows)
     zero = e.const(0.0, et)
 
-    def quads(d: KernelEmitter, ref: SSAValue, k: Idx, at: list[Idx]) -> list[SSAValue]:
+    def quads(d: KernelEmitter, ref: SSAValue, k: SSAValue, at: list[Idx]) -> list[SSAValue]:
         vals = []
         for first in at[::4]:
             for h in range(4 // vw):
-                v = d.op(tt.LoadVectorOp(ref, [d.index(k), d.index(d.add(first, h * vw))], vw))
+                v = d.op(tt.LoadVectorOp(ref, [k, d.index(d.add(first, h * vw))], vw))
                 vals += [d.extract(v, x) for x in range(vw)]
         return vals
 
@@ -91,7 +81,9 @@ def fma_tile(
         return (c.div(q, chunk), c.rem(q, chunk)) if along else (c.rem(q, tile), c.div(q, tile))
 
     def fetch(c: KernelEmitter, kc: Idx) -> list[SSAValue]:
-        """This lane's operand elements of the chunk from ``kc``, in :func:`place` order."""
+        """This lane's operand elements of the chunk from ``kc``, in :func:`place` order.
+        (Loading the next chunk into registers before the current chunk's products, and
+        unrolling the loop over ``k``, were measured: neither was faster.)"""
         vals = []
         for u in range(per):
             for stage, along in ((stage_a, a_along_k), (stage_b, b_along_k)):
@@ -107,45 +99,20 @@ def fma_tile(
                 i, k = coords(c, u, along)
                 c.store(next(it), sref, [k, i])
 
-    def kstep(d: KernelEmitter, k: Idx, acc: list[SSAValue]) -> list[SSAValue]:
+    def kstep(d: KernelEmitter, k: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
         a = quads(d, sa, k, rows)
         b = quads(d, sb, k, cols)
         return [d.op(math.FmaOp(a[x], b[y], acc[nr * x + y]))
                 for x in range(nr) for y in range(nr)]
 
-    nacc = nr * nr
-
-    def products(c: KernelEmitter, acc: list[SSAValue]) -> list[SSAValue]:
-        """The chunk's products, from the staged operands."""
-        if not UNROLL:
-            return c.for_(0, chunk, 1, acc, kstep)
-        for k in range(chunk):
-            acc = kstep(c, k, acc)
+    def step(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+        place(c, fetch(c, c.add(k0, c.mul(ch, chunk))))
+        c.barrier()
+        acc = c.for_(0, chunk, 1, acc, kstep)
+        c.barrier()  # the next chunk overwrites the staged operands
         return acc
 
-    if not PREFETCH:
-
-        def step(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-            place(c, fetch(c, c.add(k0, c.mul(ch, chunk))))
-            c.barrier()
-            acc = products(c, acc)
-            c.barrier()  # the next chunk overwrites the staged operands
-            return acc
-
-        sums = e.for_(0, chunks, 1, [zero] * nacc, step)
-    else:
-        last = e.sub(chunks, 1)
-
-        def pstep(c: KernelEmitter, ch: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
-            acc, vals = carried[:nacc], carried[nacc:]
-            place(c, vals)
-            c.barrier()
-            nxt = fetch(c, c.add(k0, c.mul(c.min(c.add(ch, 1), last), chunk)))
-            acc = products(c, acc)
-            c.barrier()  # the next chunk overwrites the staged operands
-            return acc + nxt
-
-        sums = e.for_(0, chunks, 1, [zero] * nacc + fetch(e, k0), pstep)[:nacc]
+    sums = e.for_(0, chunks, 1, [zero] * (nr * nr), step)
     return [(rows[x], cols[y], sums[nr * x + y]) for x in range(nr) for y in range(nr)]
 
 

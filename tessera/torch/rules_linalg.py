@@ -36,16 +36,17 @@ aten = torch.ops.aten
 
 LINALG_DTYPES = (torch.float32, torch.float64)
 
-CHOLESKY_MAX_N = 512
-"""Larger matrices stay with torch (cuSOLVER), but for batches (below). Measured
-(docs/PERFORMANCE.md, H200, 2026-12-03): 1.44x and 1.66x cuSOLVER for 64 matrices of 256
-and 512 rows, 2.09x for 256 of 128, 0.46x for one of 1024 and 0.51x for one of 4096."""
+CHOLESKY_MAX_N = 64
+"""A single matrix larger than this (the one-tile kernel's limit) stays with torch
+(cuSOLVER): Tessera's blocked factor measured 0.51-0.77x cuSOLVER for one matrix of 80
+to 16384 rows (docs/PERFORMANCE.md, H200, 2026-12-03)."""
 
-CHOLESKY_BATCHED_MAX_N = 1024
+CHOLESKY_BATCHED_MAX_N = 2048
 """Batches of at least :data:`CHOLESKY_BATCHED_MIN` matrices up to this size take
-Tessera's factor: 2.04x cuSOLVER for 8 matrices of 1024 rows (same run)."""
+Tessera's factor: 1.6-2.5x cuSOLVER from 2 x 512² to 4 x 2048², 2.09x for 256 x 128²
+(same run; larger batched matrices were not measured)."""
 
-CHOLESKY_BATCHED_MIN = 8
+CHOLESKY_BATCHED_MIN = 2
 
 SOLVE_MAX_N = 128
 """Larger triangles stay with torch (cuBLAS ``trsm``): Tessera's blocked solve
@@ -77,8 +78,9 @@ def _cholesky_check(node: torch.fx.Node) -> str | None:
     n, batch = v.shape[-1], int(np.prod(v.shape[:-2])) if v.ndim > 2 else 1
     if n <= CHOLESKY_MAX_N or (batch >= CHOLESKY_BATCHED_MIN and n <= CHOLESKY_BATCHED_MAX_N):
         return None
-    return (f"{batch} matrices of {n} x {n} (more than {CHOLESKY_MAX_N} rows stay with torch, "
-            f"but batches of {CHOLESKY_BATCHED_MIN} up to {CHOLESKY_BATCHED_MAX_N})")
+    return (f"{batch} matrix of {n} x {n}" if batch == 1 else f"{batch} matrices of {n} x {n}") + (
+        f" (a single matrix of more than {CHOLESKY_MAX_N} rows, or batched ones of more than "
+        f"{CHOLESKY_BATCHED_MAX_N}, stay with torch)")
 
 
 def _eye(n: int) -> TracedTensor:

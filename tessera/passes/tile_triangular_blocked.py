@@ -10,12 +10,15 @@ triangle of A the options name, in block rows of :data:`BLOCK` grouped into pane
   kernels is row ``n - 1 - i`` of ``T``, ``X`` and ``B`` (and column ``j`` of ``T``
   column ``n - 1 - j``), so that ``T`` is lower triangular in the kernels' order.
 * a *copy kernel* writes ``B`` into ``X``;
-* for each block row ``K``: *diag*, ``X[K] = T[K, K]^-1 X[K]``: each tile stages
-  ``T[K, K]`` in shared memory and runs forward substitution on 128 columns of ``X``
-  (one lane per column, the block's rows in registers); then, inside the panel, an
-  *inner update* ``X[I] -= T[I, K] X[K]`` of the panel's rows below ``K``;
+* for each panel, one *panel kernel*: a tile per :data:`PANEL_COLUMNS` columns of ``X``
+  (the columns are independent) runs the panel's block rows ``K`` in order, with
+  barriers between the steps: ``X[K] = T[K, K]^-1 X[K]`` (``T[K, K]`` staged in shared
+  memory, forward substitution, one lane per column, the block's rows in registers),
+  then the *inner update* ``X[I] -= T[I, K] X[K]`` of the panel's rows below ``K``, in
+  64-row blocks;
 * after each panel but the last, the *trailing update* ``X[I] -= T[I, P] X[P]`` of every
-  row below it, a GEMM over the panel's :data:`PANEL` rows of ``X``.
+  row below it, a GEMM over the panel's :data:`PANEL` rows of ``X``: ``2 * panels``
+  launches in all (32 at n = 4096; one per block row and update before).
 
 Both updates are ``tile_fma_gemm`` tiles of :data:`UPDATE_TILE`-square outputs. Every element is updated
 by one lane in a fixed order: deterministic. A zero on the diagonal gives inf/NaN.
@@ -49,8 +52,11 @@ PANEL = 256
 UPDATE_TILE = 64
 """Rows and columns of X per update tile (``tile_fma_gemm``: 64 or 128)."""
 
-DIAG_COLUMNS = 128
-"""Columns of X per diag tile (one lane each)."""
+PANEL_COLUMNS = fg.TILE
+"""Columns of X per panel tile (one lane each in the diagonal solves, one
+``tile_fma_gemm`` block wide in the inner updates)."""
+
+PANEL_LANES = fg.LANES
 
 COPY_LANES = 256
 
@@ -58,7 +64,9 @@ COPY_LANES = 256
 def launch_count(n: int, block: int | None = None, panel: int | None = None) -> int:
     """Launches of the blocked kernels for an ``n x n`` triangle (any batch and k)."""
     b = BLOCK if block is None else block
-    return 1 + len(fg.panel_schedule(n, b, PANEL if panel is None else panel))
+    p = PANEL if panel is None else panel
+    npanels = -(-n // max(b, p // b * b))
+    return 1 + 2 * npanels - 1
 
 
 def lower_triangular_solve_blocked(
@@ -105,42 +113,82 @@ def lower_triangular_solve_blocked(
 
     lw.kernel("trsm_copy", [out, b_ref], COPY_LANES, [nbat * copy_tiles, 1, 1], build_copy)
 
-    # ---- 1. a block row: X[K] = T[K, K]^-1 X[K]
-    ctiles = cdiv(k, DIAG_COLUMNS)
+    # ---- 1. a panel: for each block row K in it, X[K] = T[K, K]^-1 X[K], then
+    # X[I] -= T[I, K] X[K] for the panel's rows I below K; one tile per PANEL_COLUMNS
+    # columns of X runs the whole panel (the columns are independent), barriers between
+    ctiles = cdiv(k, PANEL_COLUMNS)
 
-    def build_diag(e: KernelEmitter, args: list[SSAValue]) -> None:
-        xref, aref, kblk = args
+    def build_panel(e: KernelEmitter, args: list[SSAValue]) -> None:
+        xref, aref, pblk, pend = args
         t = e.tile_id()
         b, ct = e.div(t, ctiles), e.rem(t, ctiles)
         bi = mat(e, b)
         lid = e.local_id()
-        r0 = e.mul(kblk, b_)
         zero, one = e.const(0.0, et), e.const(1.0, et)
         s = e.op(tt.AllocSharedOp([b_, b_ + 1], et))
-        for u in range(b_ * b_ // DIAG_COLUMNS):
-            q = e.add(e.mul(u, DIAG_COLUMNS), lid)
-            i, j = e.div(q, b_), e.rem(q, b_)
-            gi, gj = e.add(r0, i), e.add(r0, j)
-            inside = e.and_(e.lt(gi, n), e.le(j, i))
-            v = tri(e, aref, bi, gi, gj, inside)
-            # rows past n solve the identity; the upper triangle is not read
-            pad = e.vselect(e.eq(i, j), one, zero)
-            e.store(e.vselect(inside, v, pad), s, [i, j])
-        e.barrier()
-        col = e.add(e.mul(ct, DIAG_COLUMNS), lid)
-        okc = e.lt(col, k)
-        xs: list[SSAValue] = []
-        oks = []
-        for i in range(b_):
-            gi = e.add(r0, i)
-            ok = e.and_(okc, e.lt(gi, n))
-            acc = e.load(xref, [*bi, row(e, gi), col], mask=ok)
-            for j in range(i):
-                acc = e.fsub(acc, e.fmul(e.load(s, [i, j]), xs[j]))
-            xs.append(e.fdiv(acc, e.load(s, [i, i])))
-            oks.append((gi, ok))
-        for (gi, ok), x in zip(oks, xs, strict=True):
-            e.store(x, xref, [*bi, row(e, gi), col], mask=ok)
+        c0 = e.mul(ct, PANEL_COLUMNS)
+        col = e.add(c0, lid)
+        okc = e.and_(e.lt(lid, PANEL_COLUMNS), e.lt(col, k))
+        nblk = e.op(arith.DivUIOp(e.index(e.add(e.sub(pend, e.mul(pblk, b_)), b_ - 1)),
+                                  e.index(b_)))
+
+        def block(f: KernelEmitter, kb: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+            kblk = f.add(pblk, kb)
+            r0 = f.mul(kblk, b_)
+            for u in range(b_ * b_ // PANEL_LANES):
+                q = f.add(f.mul(u, PANEL_LANES), lid)
+                i, j = f.div(q, b_), f.rem(q, b_)
+                gi, gj = f.add(r0, i), f.add(r0, j)
+                inside = f.and_(f.lt(gi, n), f.le(j, i))
+                v = tri(f, aref, bi, gi, gj, inside)
+                # rows past n solve the identity; the upper triangle is not read
+                pad = f.vselect(f.eq(i, j), one, zero)
+                f.store(f.vselect(inside, v, pad), s, [i, j])
+            f.barrier()
+            # forward substitution, one lane per column, the block's rows in registers
+            xs: list[SSAValue] = []
+            oks = []
+            for i in range(b_):
+                gi = f.add(r0, i)
+                ok = f.and_(okc, f.lt(gi, n))
+                acc = f.load(xref, [*bi, row(f, gi), col], mask=ok)
+                for j in range(i):
+                    acc = f.fsub(acc, f.fmul(f.load(s, [i, j]), xs[j]))
+                xs.append(f.fdiv(acc, f.load(s, [i, i])))
+                oks.append((gi, ok))
+            for (gi, ok), x in zip(oks, xs, strict=True):
+                f.store(x, xref, [*bi, row(f, gi), col], mask=ok)
+            f.barrier()  # X[K] is read below; T[K, K] is staged again next block
+            base = f.add(r0, b_)
+            nrows = f.op(arith.DivUIOp(
+                f.index(f.add(f.sub(f.max(pend, base), base), fg.TILE - 1)), f.index(fg.TILE)))
+
+            def rows(h: KernelEmitter, rb: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
+                g0 = h.add(base, h.mul(rb, fg.TILE))
+
+                def stage_t(c: KernelEmitter, kc: Idx, i: Idx, j: Idx) -> SSAValue:
+                    gi, gj = c.add(g0, i), c.add(kc, j)
+                    return tri(c, aref, bi, gi, gj, c.and_(c.lt(gi, pend), c.lt(gj, n)))
+
+                def stage_x(c: KernelEmitter, kc: Idx, cc: Idx, j: Idx) -> SSAValue:
+                    gj, gc = c.add(kc, j), c.add(c0, cc)
+                    return c.load(xref, [*bi, row(c, gj), gc],
+                                  mask=c.and_(c.lt(gj, n), c.lt(gc, k)))
+
+                sums = fg.fma_tile(h, et, lid, b_, r0, 1, stage_t, stage_x,
+                                   a_along_k=not trans, b_along_k=False)
+                for ri, cj, acc in sums:
+                    gi, gc = h.add(g0, ri), h.add(c0, cj)
+                    ok = h.and_(h.lt(gi, pend), h.lt(gc, k))
+                    at = [*bi, row(h, gi), gc]
+                    h.store(h.fsub(h.load(xref, at, mask=ok), acc), xref, at, mask=ok)
+                return []
+
+            f.for_(0, nrows, 1, [], rows)
+            f.barrier()  # the rows below are the next block's right-hand sides
+            return []
+
+        e.for_(0, nblk, 1, [], block)
 
     # ---- 2. the updates: X[base:rend] -= T[base:rend, k0:k0+kw] X[k0:k0+kw]
     def build_update(e: KernelEmitter, args: list[SSAValue]) -> None:
@@ -172,13 +220,13 @@ def lower_triangular_solve_blocked(
             e.store(e.fsub(e.load(xref, at, mask=ok), acc), xref, at, mask=ok)
 
     launch = fg.Launches(lw)
-    for step in fg.panel_schedule(n, b_, PANEL):
-        if len(step) == 1:
-            launch("trsm_diag", DIAG_COLUMNS, nbat * ctiles, build_diag,
-                   [out, a_ref, lw.host_index(step[0])])
-            continue
-        k0, chunks, base, rend = step
-        tr = cdiv(rend - base, ut)
-        args = [out, a_ref, *(lw.host_index(v) for v in (k0, chunks, base, rend, tr))]
-        launch("trsm_update", fg.LANES, nbat * tr * cdiv(k, ut), build_update, args)
+    pw = max(b_, PANEL // b_ * b_)
+    for p0 in range(0, n, pw):
+        pend = min(n, p0 + pw)
+        launch("trsm_panel", PANEL_LANES, nbat * ctiles, build_panel,
+               [out, a_ref, lw.host_index(p0 // b_), lw.host_index(pend)])
+        if pend < n:
+            tr = cdiv(n - pend, ut)
+            args = [out, a_ref, *(lw.host_index(v) for v in (p0, (pend - p0) // b_, pend, n, tr))]
+            launch("trsm_update", fg.LANES, nbat * tr * cdiv(k, ut), build_update, args)
     lw.env[op.result] = out

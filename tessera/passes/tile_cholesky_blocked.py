@@ -76,7 +76,7 @@ FACTOR_ROWS = 128
 
 FACTOR_ROWS_F64 = 96
 
-COPY_LANES = 256
+COPY_LANES = fg.COPY_LANES
 
 
 def _divmod(e: KernelEmitter, a: Idx, b: SSAValue) -> tuple[SSAValue, SSAValue]:
@@ -101,8 +101,8 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
     nb = cdiv(n, b_)
     ut = UPDATE_TILE
     fr = FACTOR_ROWS_F64 if et == f64 else FACTOR_ROWS
-    vwid = 16 // (8 if et == f64 else 4)
-    smem = ((b_ + fr) * (b_ + 1) + b_ * (b_ + vwid) + b_) * (8 if et == f64 else 4)
+    vw = 16 // (8 if et == f64 else 4)  # elements per 16-byte vector
+    smem = ((b_ + fr) * (b_ + 1) + b_ * (b_ + vw) + b_) * (8 if et == f64 else 4)
     if smem > 48 * 1024:
         raise ValueError(f"tgraph.cholesky: BLOCK {b_} needs {smem} bytes of static shared "
                          "memory per factor tile (48 KiB at most)")
@@ -114,17 +114,14 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
         return e.unravel(b, batch) if batch else []
 
     # ---- copy the lower triangle
-    row_tiles = cdiv(n * n, COPY_LANES * 8)
+    row_tiles = fg.copy_tiles(n * n)
 
     def build_copy(e: KernelEmitter, args: list[SSAValue]) -> None:
         lref, aref = args
-        t = e.tile_id()
-        b, c = e.div(t, row_tiles), e.rem(t, row_tiles)
+        b, qs = fg.copy_positions(e, row_tiles)
         bi = mat(e, b)
-        lid = e.local_id()
         zero = e.const(0.0, et)
-        for u in range(8):
-            q = e.add(e.mul(e.add(e.mul(c, 8), u), COPY_LANES), lid)
+        for q in qs:
             ok = e.lt(q, n * n)
             i, j = e.div(q, n), e.rem(q, n)
             v = e.load(aref, [*bi, i, j], mask=e.and_(ok, e.le(j, i)))
@@ -134,7 +131,6 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
 
     # ---- 1. the diagonal block and the rows below it, one row per lane
     fl = b_ + fr  # lanes: the block's rows, then this tile's rows below it
-    vw = 16 // (8 if et == f64 else 4)
 
     def build_factor(e: KernelEmitter, args: list[SSAValue]) -> None:
         lref, dref, kblk, ftiles = args

@@ -119,6 +119,32 @@ def fma_tile(
 # --------------------------------------------------------------------------- schedules
 
 
+COPY_LANES = 256
+"""Lanes of a copy tile; each copies :data:`COPY_PER_LANE` elements."""
+
+COPY_PER_LANE = 8
+
+
+def copy_tiles(total: int) -> int:
+    """Copy tiles for ``total`` elements of one matrix."""
+    return -(-total // (COPY_LANES * COPY_PER_LANE))
+
+
+def copy_positions(e: KernelEmitter, tiles: int) -> tuple[Idx, list[Idx]]:
+    """The matrix of this copy tile and the flat positions of its lane's elements (of
+    ``tiles`` tiles per matrix; positions past the matrix are the caller's to mask)."""
+    t = e.tile_id()
+    b, c = e.div(t, tiles), e.rem(t, tiles)
+    lid = e.local_id()
+    return b, [e.add(e.mul(e.add(e.mul(c, COPY_PER_LANE), u), COPY_LANES), lid)
+               for u in range(COPY_PER_LANE)]
+
+
+def panel_width(block: int, panel: int) -> int:
+    """``panel`` rounded down to a multiple of ``block``, at least one block."""
+    return max(block, panel // block * block)
+
+
 def panel_schedule(n: int, block: int, panel: int) -> list[tuple[int, ...]]:
     """The steps of a right-looking blocked algorithm over ``n`` rows (or columns) in
     blocks of ``block`` grouped into panels of ``panel`` (rounded to a multiple of
@@ -127,7 +153,7 @@ def panel_schedule(n: int, block: int, panel: int) -> list[tuple[int, ...]]:
     ``k0``: the panel's rows after each block but its last (an inner update, one chunk),
     and everything after each panel but the last (the trailing update, the panel's
     chunks)."""
-    pw = max(block, panel // block * block)
+    pw = panel_width(block, panel)
     steps: list[tuple[int, ...]] = []
     for p0 in range(0, n, pw):
         pend = min(n, p0 + pw)

@@ -58,14 +58,13 @@ PANEL_COLUMNS = fg.TILE
 
 PANEL_LANES = fg.LANES
 
-COPY_LANES = 256
 
 
 def launch_count(n: int, block: int | None = None, panel: int | None = None) -> int:
     """Launches of the blocked kernels for an ``n x n`` triangle (any batch and k)."""
     b = BLOCK if block is None else block
     p = PANEL if panel is None else panel
-    npanels = -(-n // max(b, p // b * b))
+    npanels = -(-n // fg.panel_width(b, p))
     return 1 + 2 * npanels - 1
 
 
@@ -95,23 +94,45 @@ def lower_triangular_solve_blocked(
         ri, rj = row(e, i), row(e, j)
         return e.load(aref, [*bi, rj, ri] if trans else [*bi, ri, rj], mask=mask)
 
+    def subtract_product(e: KernelEmitter, xref: SSAValue, aref: SSAValue, bi: list[Idx],
+                         lid: Idx, k0: Idx, chunks: Idx, r0: Idx, rend: Idx, c0: Idx,
+                         tile: int) -> None:
+        """``X[I, C] -= T[I, k0:k0 + kw] X[k0:k0 + kw, C]`` for the ``tile``-square block of
+        rows ``I`` from ``r0`` (below ``rend``) and columns ``C`` from ``c0``, ``kw =
+        chunks * BLOCK``: one ``tile_fma_gemm`` tile."""
+
+        def stage_t(c: KernelEmitter, kc: Idx, i: Idx, j: Idx) -> SSAValue:
+            gi, gj = c.add(r0, i), c.add(kc, j)
+            return tri(c, aref, bi, gi, gj, c.and_(c.lt(gi, rend), c.lt(gj, n)))
+
+        def stage_x(c: KernelEmitter, kc: Idx, col: Idx, j: Idx) -> SSAValue:
+            gj, gc = c.add(kc, j), c.add(c0, col)
+            return c.load(xref, [*bi, row(c, gj), gc],
+                          mask=c.and_(c.lt(gj, n), c.lt(gc, k)))
+
+        # lanes along A's rows: T's rows (k) unless transposed; X along its columns
+        sums = fg.fma_tile(e, et, lid, b_, k0, chunks, stage_t, stage_x, tile=tile,
+                           a_along_k=not trans, b_along_k=False)
+        for ri, cj, acc in sums:
+            gi, gc = e.add(r0, ri), e.add(c0, cj)
+            ok = e.and_(e.lt(gi, rend), e.lt(gc, k))
+            at = [*bi, row(e, gi), gc]
+            e.store(e.fsub(e.load(xref, at, mask=ok), acc), xref, at, mask=ok)
+
     # ---- X = B
     total = n * k
-    copy_tiles = cdiv(total, COPY_LANES * 8)
+    copy_tiles = fg.copy_tiles(total)
 
     def build_copy(e: KernelEmitter, args: list[SSAValue]) -> None:
         xref, bref = args
-        t = e.tile_id()
-        b, c = e.div(t, copy_tiles), e.rem(t, copy_tiles)
+        b, qs = fg.copy_positions(e, copy_tiles)
         bi = mat(e, b)
-        lid = e.local_id()
-        for u in range(8):
-            q = e.add(e.mul(e.add(e.mul(c, 8), u), COPY_LANES), lid)
+        for q in qs:
             ok = e.lt(q, total)
             i, j = e.div(q, k), e.rem(q, k)
             e.store(e.load(bref, [*bi, i, j], mask=ok), xref, [*bi, i, j], mask=ok)
 
-    lw.kernel("trsm_copy", [out, b_ref], COPY_LANES, [nbat * copy_tiles, 1, 1], build_copy)
+    lw.kernel("trsm_copy", [out, b_ref], fg.COPY_LANES, [nbat * copy_tiles, 1, 1], build_copy)
 
     # ---- 1. a panel: for each block row K in it, X[K] = T[K, K]^-1 X[K], then
     # X[I] -= T[I, K] X[K] for the panel's rows I below K; one tile per PANEL_COLUMNS
@@ -164,24 +185,8 @@ def lower_triangular_solve_blocked(
                 f.index(f.add(f.sub(f.max(pend, base), base), fg.TILE - 1)), f.index(fg.TILE)))
 
             def rows(h: KernelEmitter, rb: SSAValue, _: list[SSAValue]) -> list[SSAValue]:
-                g0 = h.add(base, h.mul(rb, fg.TILE))
-
-                def stage_t(c: KernelEmitter, kc: Idx, i: Idx, j: Idx) -> SSAValue:
-                    gi, gj = c.add(g0, i), c.add(kc, j)
-                    return tri(c, aref, bi, gi, gj, c.and_(c.lt(gi, pend), c.lt(gj, n)))
-
-                def stage_x(c: KernelEmitter, kc: Idx, cc: Idx, j: Idx) -> SSAValue:
-                    gj, gc = c.add(kc, j), c.add(c0, cc)
-                    return c.load(xref, [*bi, row(c, gj), gc],
-                                  mask=c.and_(c.lt(gj, n), c.lt(gc, k)))
-
-                sums = fg.fma_tile(h, et, lid, b_, r0, 1, stage_t, stage_x,
-                                   a_along_k=not trans, b_along_k=False)
-                for ri, cj, acc in sums:
-                    gi, gc = h.add(g0, ri), h.add(c0, cj)
-                    ok = h.and_(h.lt(gi, pend), h.lt(gc, k))
-                    at = [*bi, row(h, gi), gc]
-                    h.store(h.fsub(h.load(xref, at, mask=ok), acc), xref, at, mask=ok)
+                subtract_product(h, xref, aref, bi, lid, r0, 1, h.add(base, h.mul(rb, fg.TILE)),
+                                 pend, c0, fg.TILE)
                 return []
 
             f.for_(0, nrows, 1, [], rows)
@@ -202,25 +207,10 @@ def lower_triangular_solve_blocked(
         lid = e.local_id()
         r0, c0 = e.add(base, e.mul(rtile, ut)), e.mul(ctile, ut)
 
-        def stage_t(c: KernelEmitter, kc: Idx, i: Idx, j: Idx) -> SSAValue:
-            gi, gj = c.add(r0, i), c.add(kc, j)
-            return tri(c, aref, bi, gi, gj, c.and_(c.lt(gi, rend), c.lt(gj, n)))
-
-        def stage_x(c: KernelEmitter, kc: Idx, col: Idx, j: Idx) -> SSAValue:
-            gj, gc = c.add(kc, j), c.add(c0, col)
-            return c.load(xref, [*bi, row(c, gj), gc], mask=c.and_(c.lt(gj, n), c.lt(gc, k)))
-
-        # lanes along A's rows: T's rows (k) unless transposed; X along its columns
-        sums = fg.fma_tile(e, et, lid, b_, k0, chunks, stage_t, stage_x, tile=ut,
-                           a_along_k=not trans, b_along_k=False)
-        for ri, cj, acc in sums:
-            gi, gc = e.add(r0, ri), e.add(c0, cj)
-            ok = e.and_(e.lt(gi, rend), e.lt(gc, k))
-            at = [*bi, row(e, gi), gc]
-            e.store(e.fsub(e.load(xref, at, mask=ok), acc), xref, at, mask=ok)
+        subtract_product(e, xref, aref, bi, lid, k0, chunks, r0, rend, c0, ut)
 
     launch = fg.Launches(lw)
-    pw = max(b_, PANEL // b_ * b_)
+    pw = fg.panel_width(b_, PANEL)
     for p0 in range(0, n, pw):
         pend = min(n, p0 + pw)
         launch("trsm_panel", PANEL_LANES, nbat * ctiles, build_panel,

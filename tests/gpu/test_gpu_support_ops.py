@@ -67,16 +67,20 @@ def test_complex_parts_match_torch(shape, dtype):
 def test_triangular_solve_matches_torch(an, bn, dtype, upper, trans):
     n = an[-1]
     a = (_rand(*an) + 3.0 * torch.eye(n, device="cuda", dtype=torch.float64)).to(dtype)
-    b = _rand(*bn, dtype=dtype, seed=2)
+    _solve_and_check(a, _rand(*bn, dtype=dtype, seed=2), upper, trans)
+
+
+def _solve_and_check(a, b, upper: bool, trans: bool) -> None:
+    """``ts.triangular_solve`` through ``ts.jit`` on CUDA tensors, against float64."""
 
     @ts.jit
     def solve(u, v):
         return ts.triangular_solve(u, v, upper=upper, transpose_a=trans)
 
-    got = solve(a, b)
+    x = solve(a, b)
     torch.cuda.synchronize()
-    assert got.is_cuda and got.dtype == dtype
-    _check_solve(got, a, b, upper, trans)
+    assert x.is_cuda and x.dtype == b.dtype and x.shape == b.shape
+    _check_solve(x, a, b, upper, trans)
 
 
 def _check_solve(got, a, b, upper: bool, trans: bool) -> None:
@@ -99,16 +103,7 @@ def test_blocked_triangular_solve_matches_torch(an, bn, dtype, upper, trans):
     triangles (off-diagonal entries of size 1 / sqrt(n))."""
     n = an[-1]
     a = (_rand(*an) / n ** 0.5 + 2.0 * torch.eye(n, device="cuda", dtype=torch.float64)).to(dtype)
-    b = _rand(*bn, dtype=dtype, seed=3)
-
-    @ts.jit
-    def solve(u, v):
-        return ts.triangular_solve(u, v, upper=upper, transpose_a=trans)
-
-    x = solve(a, b)
-    torch.cuda.synchronize()
-    assert x.is_cuda and x.dtype == dtype and x.shape == b.shape
-    _check_solve(x, a, b, upper, trans)
+    _solve_and_check(a, _rand(*bn, dtype=dtype, seed=3), upper, trans)
 
 
 # --------------------------------------------------------------------------- gradients

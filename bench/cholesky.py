@@ -4,6 +4,7 @@
 ``torch.profiler``. Each result is checked against float64 first.
 
     python bench/cholesky.py [--blocks 32] [--panels 128,256] [--sizes 1x4096,64x256,1x8192]
+        [--updates mma,fma]
     python bench/cholesky.py --solve 1,64,512 [--sizes ...]
 
 ``--solve K,...`` times the blocked triangular solve (``tile_triangular_blocked``) of the
@@ -68,6 +69,8 @@ def main() -> None:
     p.add_argument("--sizes", default="1x1024,1x2048,1x4096,1x8192,8x1024,64x256,64x512")
     p.add_argument("--tiles", default=str(blocked.UPDATE_TILE), help="64,128: update blocks")
     p.add_argument("--solve", default="", help="right-hand side widths: time the solves")
+    p.add_argument("--updates", default="mma,fma",
+                   help="f32 update kernels to compare: mma (3xTF32 tensor cores), fma")
     args = p.parse_args()
     if args.solve:
         _solves(args)
@@ -79,14 +82,16 @@ def main() -> None:
         ref = torch.linalg.cholesky(a.double())
         peer = _time_ms(lambda a=a: torch.linalg.cholesky(a), 20)
         variants = [
-            (int(b_), int(p_), int(t_))
+            (int(b_), int(p_), int(t_), u_)
             for b_ in args.blocks.split(",")
             for p_ in args.panels.split(",")
             for t_ in args.tiles.split(",")
+            for u_ in args.updates.split(",")
         ]
-        for block, panel, tile in variants:
+        for block, panel, tile, upd in variants:
             blocked.BLOCK, blocked.PANEL, blocked.UPDATE_TILE = block, panel, tile
-            label = f"{block}/{panel}/{tile}"
+            blocked.UPDATE_MMA = upd == "mma"
+            label = f"{block}/{panel}/{tile if upd == 'fma' else 'mma'}"
 
             @ts.jit
             def chol(a):

@@ -983,6 +983,7 @@ class ReduceOp(IRDLOperation):
 
 MMA_M, MMA_N, MMA_K = 16, 8, 16
 MMA_K_FP8 = 32
+MMA_K_TF32 = 8
 
 
 def _is_fp8(t: Attribute) -> bool:
@@ -990,8 +991,11 @@ def _is_fp8(t: Attribute) -> bool:
 
 
 def mma_k(element_type: Attribute) -> int:
-    """K of the ``ttile.mma`` shape for operands of ``element_type``: 16 (bf16/f16), 32 (fp8)."""
-    return MMA_K_FP8 if _is_fp8(element_type) else MMA_K
+    """K of the ``ttile.mma`` shape for operands of ``element_type``: 16 (bf16/f16), 32
+    (fp8), 8 (f32 read as tf32)."""
+    if _is_fp8(element_type):
+        return MMA_K_FP8
+    return MMA_K_TF32 if isinstance(element_type, Float32Type) else MMA_K
 
 
 @irdl_op_definition
@@ -1005,6 +1009,11 @@ class MmaOp(IRDLOperation):
       ``b: vector<8xf8E4M3FN|f8E5M2>`` (B is 32x8), as PTX
       ``mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32`` (or ``e5m2``; sm_89+,
       PTX ISA 8.4).
+    * tf32, m16n8k8: ``a: vector<4xf32>`` (A is 16x8), ``b: vector<2xf32>`` (B is 8x8), as
+      PTX ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``. The tensor cores read
+      each operand as tf32: the low 13 bits of its f32 mantissa are not read (the
+      product of a value and its truncation to 10 mantissa bits). Exact f32 products
+      take three of these on a split of each operand (``tile_mma_gemm``, 3xTF32).
 
     ``c``/result are ``vector<4xf32>`` (C/D are 16x8), ``accum = f32``. The lane-to-element
     mapping is PTX's (see docs/TILE_IR.md and :func:`mma_a_coords` / :func:`mma_b_coords` /
@@ -1030,7 +1039,7 @@ class MmaOp(IRDLOperation):
 
     @property
     def k(self) -> int:
-        """K of the instruction shape (16 or 32)."""
+        """K of the instruction shape (16, 32 or 8)."""
         at = self.a.type
         assert isinstance(at, VectorType)
         return mma_k(at.element_type)
@@ -1045,10 +1054,12 @@ class MmaOp(IRDLOperation):
             nb = 8
         elif isinstance(et, BFloat16Type | Float16Type) and at.get_shape() == (8,):
             nb = 4
+        elif isinstance(et, Float32Type) and at.get_shape() == (4,):
+            nb = 2
         else:
             raise VerifyException(
-                f"{self.name}: a must be vector<8xbf16>, vector<8xf16>, vector<16xf8E4M3FN> "
-                f"or vector<16xf8E5M2>, got {at}"
+                f"{self.name}: a must be vector<8xbf16>, vector<8xf16>, vector<16xf8E4M3FN>, "
+                f"vector<16xf8E5M2> or vector<4xf32> (tf32), got {at}"
             )
         if bt != VectorType(et, [nb]):
             raise VerifyException(f"{self.name}: b must be vector<{nb}x{et}>, got {bt}")
@@ -1066,9 +1077,12 @@ def mma_a_coords(lane: int, i: int, k: int = MMA_K) -> tuple[int, int]:
     """(row, col) of A (16 x k) held in element ``i`` of lane ``lane``'s a fragment.
 
     k = 16: elements 0..7, two per ``.b32`` register; k = 32 (fp8): elements 0..15, four
-    per register (element ``4j`` in the low byte of register ``j``).
+    per register (element ``4j`` in the low byte of register ``j``); k = 8 (tf32):
+    elements 0..3, one per register.
     """
     g, t = lane >> 2, lane & 3
+    if k == MMA_K_TF32:
+        return g + 8 * (i & 1), t + 4 * (i >> 1)
     if k == MMA_K_FP8:
         return g + 8 * ((i >> 2) & 1), 4 * t + (i & 3) + 16 * (i >> 3)
     return g + 8 * ((i >> 1) & 1), 2 * t + (i & 1) + 8 * (i >> 2)
@@ -1076,8 +1090,10 @@ def mma_a_coords(lane: int, i: int, k: int = MMA_K) -> tuple[int, int]:
 
 def mma_b_coords(lane: int, i: int, k: int = MMA_K) -> tuple[int, int]:
     """(row k, col n) of B (k x 8) held in element ``i`` of lane ``lane``'s b fragment
-    (0..3 for k = 16, 0..7 for k = 32)."""
+    (0..3 for k = 16, 0..7 for k = 32, 0..1 for k = 8)."""
     g, t = lane >> 2, lane & 3
+    if k == MMA_K_TF32:
+        return t + 4 * i, g
     if k == MMA_K_FP8:
         return 4 * t + (i & 3) + 16 * (i >> 2), g
     return 2 * t + (i & 1) + 8 * (i >> 1), g

@@ -29,10 +29,12 @@ columns:
   column);
 * a *scatter kernel* writes the diagonal blocks from the scratch buffer into ``L``.
 
-Both updates are one kernel, an FMA GEMM with a :data:`UPDATE_TILE`-square output
-block per tile: ``UPDATE_LANES`` lanes of 4x4 micro-tiles, the two ``L`` panels staged
-transposed in shared memory :data:`BLOCK` columns at a time and read as vectors; tiles
-above the block diagonal do nothing, and on diagonal blocks only ``j <= i`` is written.
+Both updates are one kernel, a GEMM tile per 64-square output block: in f32 on the
+tensor cores (``tile_mma_gemm``: 3xTF32, f32 accuracy, 128 lanes), in f64 an FMA GEMM
+(``tile_fma_gemm``: ``UPDATE_LANES`` lanes of 4x4 micro-tiles, :data:`UPDATE_TILE`
+square). Either stages the two ``L`` panels in shared memory :data:`BLOCK` columns at a
+time; tiles above the block diagonal do nothing, and on diagonal blocks only ``j <= i``
+is written.
 
 Every element is updated by one lane in a fixed order, so the result is deterministic.
 ``2 + nb + (inner updates) + (panels - 1)`` launches per call, a bounded count whatever
@@ -45,12 +47,13 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from xdsl.dialects import arith, math
-from xdsl.dialects.builtin import TensorType, f64, i1
+from xdsl.dialects.builtin import TensorType, f32, f64, i1
 from xdsl.ir import Attribute, SSAValue
 
 from tessera.ir import graph as g
 from tessera.ir import tile as tt
 from tessera.passes import tile_fma_gemm as fg
+from tessera.passes import tile_mma_gemm as mg
 from tessera.passes.tile_builder import Idx, KernelEmitter, cdiv
 
 if TYPE_CHECKING:
@@ -69,6 +72,10 @@ UPDATE_TILE = 64
 """Rows and columns of the update block of one tile (``tile_fma_gemm``: 64 or 128)."""
 
 UPDATE_LANES = fg.LANES
+
+UPDATE_MMA = True
+"""f32 updates on the tensor cores at f32 accuracy (``tile_mma_gemm``, 3xTF32, 64-square
+blocks); f64 updates, and f32 ones with this off, are FMA tiles of :data:`UPDATE_TILE`."""
 
 FACTOR_ROWS = 128
 """Rows below the diagonal block per factor tile (one lane each); f64 tiles take
@@ -99,7 +106,8 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
     b_ = BLOCK
     pw = PANEL
     nb = cdiv(n, b_)
-    ut = UPDATE_TILE
+    mma = UPDATE_MMA and et == f32
+    ut, ul = (mg.TILE, mg.LANES) if mma else (UPDATE_TILE, UPDATE_LANES)
     fr = FACTOR_ROWS_F64 if et == f64 else FACTOR_ROWS
     vw = 16 // (8 if et == f64 else 4)  # elements per 16-byte vector
     smem = ((b_ + fr) * (b_ + 1) + b_ * (b_ + vw) + b_) * (8 if et == f64 else 4)
@@ -225,7 +233,10 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
             return stage
 
         def work(w: KernelEmitter) -> list[SSAValue]:
-            sums = fg.fma_tile(w, et, lid, b_, k0, chunks, panel(r0), panel(c0), tile=ut)
+            if mma:
+                sums = mg.mma_tile(w, lid, b_, k0, chunks, panel(r0), panel(c0), lanes=ul)
+            else:
+                sums = fg.fma_tile(w, et, lid, b_, k0, chunks, panel(r0), panel(c0), tile=ut)
             for ri, cj, acc in sums:
                 gi, gj = w.add(r0, ri), w.add(c0, cj)
                 ok = w.and_(w.and_(w.lt(gi, n), w.lt(gj, cend)), w.le(gj, gi))
@@ -260,6 +271,6 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
         k0, chunks, base, cend = step
         tr, tc = cdiv(n - base, ut), cdiv(cend - base, ut)
         args = [out, *(lw.host_index(v) for v in (k0, chunks, base, cend, tr, tc))]
-        launch("cholesky_update", UPDATE_LANES, nbat * tr * tc, build_update, args)
+        launch("cholesky_update", ul, nbat * tr * tc, build_update, args)
     lw.kernel("cholesky_scatter", [out, diag], COPY_LANES, [nbat * nb, 1, 1], build_scatter)
     lw.env[op.result] = out

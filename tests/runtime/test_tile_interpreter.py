@@ -66,6 +66,42 @@ def test_mma_fragments_match_ptx_layout():
     assert len({mma_c_coords(ln, i) for ln in range(32) for i in range(4)}) == 128
 
 
+def test_tf32_mma_fragments_match_ptx_layout_and_read_tf32():
+    m = parse("""
+    ttile.kernel @k(%a: memref<32x4xf32>, %b: memref<32x2xf32>, %c: memref<32x4xf32>, %d: memref<32x4xf32>) group_size = 32 {
+      %l = ttile.local_id
+      %z = arith.constant 0 : index
+      %av = ttile.load_vector %a[%l, %z] : memref<32x4xf32> -> vector<4xf32>
+      %bv = ttile.load_vector %b[%l, %z] : memref<32x2xf32> -> vector<2xf32>
+      %cv = ttile.load_vector %c[%l, %z] : memref<32x4xf32> -> vector<4xf32>
+      %dv = ttile.mma %av, %bv, %cv accum = f32 : vector<4xf32>, vector<2xf32>, vector<4xf32> -> vector<4xf32>
+      ttile.store_vector %dv, %d[%l, %z] : vector<4xf32>, memref<32x4xf32>
+      ttile.return
+    }""")
+    A = RNG.uniform(-1, 1, (16, 8)).astype(np.float32)
+    B = RNG.uniform(-1, 1, (8, 8)).astype(np.float32)
+    C = RNG.uniform(-1, 1, (16, 8)).astype(np.float32)
+    af = np.array([[A[mma_a_coords(ln, i, 8)] for i in range(4)] for ln in range(32)], np.float32)
+    bf = np.array([[B[mma_b_coords(ln, i, 8)] for i in range(2)] for ln in range(32)], np.float32)
+    cf = np.array([[C[mma_c_coords(ln, i)] for i in range(4)] for ln in range(32)], np.float32)
+    df = np.full((32, 4), np.nan, np.float32)
+    run_kernel(m, "k", [af, bf, cf, df], grid=[1])
+    D = np.zeros((16, 8))
+    for ln in range(32):
+        for i in range(4):
+            D[mma_c_coords(ln, i)] = df[ln, i]
+
+    def tf32(x: np.ndarray) -> np.ndarray:
+        return (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+
+    want = tf32(A) @ tf32(B) + C
+    np.testing.assert_allclose(D, want, rtol=1e-6, atol=1e-6)
+    # the operands' low mantissa bits are not read: f32 products differ by far more
+    assert np.abs(D - (A.astype(np.float64) @ B + C)).max() > 1e-5
+    assert len({mma_a_coords(ln, i, 8) for ln in range(32) for i in range(4)}) == 128
+    assert len({mma_b_coords(ln, i, 8) for ln in range(32) for i in range(2)}) == 64
+
+
 def test_reduce_and_shuffle():
     m = parse("""
     ttile.kernel @k(%x: memref<192xf32>, %s: memref<192xf32>, %w: memref<192xf32>, %h: memref<192xf32>, %n: memref<192xi32>) group_size = 64 grid = [3, 1, 1] {

@@ -30,8 +30,9 @@ class MmaOp(PtxOp):
 
     ``bf16`` / ``f16`` inputs use the m16n8k16 shape (2 packed 16-bit values per
     ``b32`` register); ``e4m3`` / ``e5m2`` inputs the m16n8k32 shape (4 packed 8-bit
-    values per register; sm_89+, PTX ISA 8.4). Either way A fragments are 4 ``b32``
-    registers, B 2 ``b32``, C and D 4 ``f32``.
+    values per register; sm_89+, PTX ISA 8.4); ``tf32`` inputs the m16n8k8 shape (one
+    value per register). Either way A fragments are 4 ``b32`` registers, B 2 ``b32``, C
+    and D 4 ``f32``.
     """
 
     name = "ttarget.mma"
@@ -69,14 +70,16 @@ class MmaOp(PtxOp):
         return self.FP8_NEEDS if self.is_fp8 else super().requirement()
 
     def ptx_fields(self) -> dict[str, str]:
-        return {"shape": "m16n8k32" if self.is_fp8 else "m16n8k16"}
+        if self.is_fp8:
+            return {"shape": "m16n8k32"}
+        return {"shape": "m16n8k8" if self.mods.data == "tf32" else "m16n8k16"}
 
     def verify_(self) -> None:
         ty = self.mods.data
-        if ty not in self.FP8:
+        if ty not in self.FP8 and ty != "tf32":
             _, (ty,) = self._mods(self.mods)
             if ty not in ("bf16", "f16"):
-                self._fail(f"mma inputs must be .bf16, .f16, .e4m3 or .e5m2, got .{ty}")
+                self._fail(f"mma inputs must be .bf16, .f16, .tf32, .e4m3 or .e5m2, got .{ty}")
         for vs, n, cls, what in (
             (self.d, 4, "f32", "D"), (self.a, 4, "b32", "A"), (self.b, 2, "b32", "B"),
             (self.c, 4, "f32", "C"),

@@ -320,7 +320,9 @@ def _mma(lw: KernelLowering, op: Operation) -> None:
     at = op.a.type
     assert isinstance(at, VectorType)
     ab = float_name(at.element_type)
-    per = 4 if op.k == tile.MMA_K_FP8 else 2
+    per = {tile.MMA_K_FP8: 4, tile.MMA_K_TF32: 1}.get(op.k, 2)
+    if op.k == tile.MMA_K_TF32:
+        ab = "tf32"  # the f32 registers as they are: the tensor cores read their tf32 bits
 
     def pack(v: SSAValue) -> list[SSAValue]:
         # Reuse the packing of an earlier mma in the same block (it ran before this one).
@@ -332,7 +334,9 @@ def _mma(lw: KernelLowering, op: Operation) -> None:
         out = []
         for k in range(0, len(elems), per):
             w = lw.reg("b32")
-            if per == 2:
+            if per == 1:
+                lw.emit(tt.MovOp("b32", w, elems[k]))
+            elif per == 2:
                 lw.emit(tt.PackOp("b32", w, elems[k: k + 2]))
             else:
                 _pack_bytes(lw, w, elems[k: k + 4])

@@ -264,9 +264,12 @@ class TileFunctions(InterpreterFunctions):
         st = _state(interpreter)
         _check_convergent(st, op, "warp")
         k = op.k
-        na, nb = k // 2, k // 4
-        a = st.lanes(np.asarray(args[0])).astype(np.float64)
-        b = st.lanes(np.asarray(args[1])).astype(np.float64)
+        na, nb = {tt.MMA_K_TF32: (4, 2)}.get(k, (k // 2, k // 4))
+        a = st.lanes(np.asarray(args[0]))
+        b = st.lanes(np.asarray(args[1]))
+        if k == tt.MMA_K_TF32:  # the tensor cores read tf32: the low 13 mantissa bits go
+            a, b = _tf32(a), _tf32(b)
+        a, b = a.astype(np.float64), b.astype(np.float64)
         c = st.lanes(np.asarray(args[2])).astype(np.float64)
         nw = st.num_lanes // WARP_SIZE
         a = a.reshape(nw, WARP_SIZE, na)
@@ -283,6 +286,12 @@ class TileFunctions(InterpreterFunctions):
         return (D[:, cr, cc].reshape(st.num_lanes, 4),)
 
 
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """f32 values with the low 13 bits of the mantissa cleared (as tf32 reads them)."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
+    return bits.view(np.float32)
+
+
 _MMA_MAPS: dict[int, tuple[np.ndarray, ...]] = {}
 
 
@@ -290,8 +299,9 @@ def _mma_maps(k: int) -> tuple[np.ndarray, ...]:
     """Fragment coordinates of the m16n8k``k`` mma: (A rows, A cols, B rows, B cols, C rows, C cols)."""
     if k not in _MMA_MAPS:
         lanes = range(WARP_SIZE)
-        a = np.array([[tt.mma_a_coords(ln, i, k) for i in range(k // 2)] for ln in lanes])
-        b = np.array([[tt.mma_b_coords(ln, i, k) for i in range(k // 4)] for ln in lanes])
+        na, nb = {tt.MMA_K_TF32: (4, 2)}.get(k, (k // 2, k // 4))
+        a = np.array([[tt.mma_a_coords(ln, i, k) for i in range(na)] for ln in lanes])
+        b = np.array([[tt.mma_b_coords(ln, i, k) for i in range(nb)] for ln in lanes])
         c = np.array([[tt.mma_c_coords(ln, i) for i in range(4)] for ln in lanes])
         _MMA_MAPS[k] = (a[..., 0], a[..., 1], b[..., 0], b[..., 1], c[..., 0], c[..., 1])
     return _MMA_MAPS[k]

@@ -194,7 +194,7 @@ ttarget.func @k() maxntid = 32 {
 
 ttarget.func @k() maxntid = 32 {
   %f = ttarget.reg "f32"
-  // expected-error @+1 {{ttarget.mma: mma inputs must be .bf16, .f16, .e4m3 or .e5m2, got .f32}}
+  // expected-error @+1 {{ttarget.mma: mma inputs must be .bf16, .f16, .tf32, .e4m3 or .e5m2, got .f32}}
   ttarget.mma "f32" (%f, %f, %f, %f), (%f, %f, %f, %f), (%f, %f), (%f, %f, %f, %f)
   ttarget.ret
 }

@@ -119,10 +119,12 @@ ttarget.func @tensor_core() maxntid = 32 target = "sm_80" {
   %c2 = ttarget.reg "f32"
   %c3 = ttarget.reg "f32"
   ttarget.mma "bf16" (%c0, %c1, %c2, %c3), (%a0, %a1, %a2, %a3), (%b0, %b1), (%c0, %c1, %c2, %c3)
+  ttarget.mma "tf32" (%c0, %c1, %c2, %c3), (%a0, %a1, %a2, %a3), (%b0, %b1), (%c0, %c1, %c2, %c3)
   ttarget.ret
 }
 // CHECK-LABEL: ttarget.func @tensor_core() maxntid = 32 target = "sm_80" {
 // CHECK: ttarget.mma "bf16" (%c0, %c1, %c2, %c3), (%a0, %a1, %a2, %a3), (%b0, %b1), (%c0, %c1, %c2, %c3)
+// CHECK: ttarget.mma "tf32" (%c0, %c1, %c2, %c3), (%a0, %a1, %a2, %a3), (%b0, %b1), (%c0, %c1, %c2, %c3)
 
 func.func @host(%x: memref<64xf32>, %n: index) {
   ttarget.launch @k(%x, %n) grid = [2, 1, 1] : (memref<64xf32>, index)

@@ -144,8 +144,19 @@ ttile.kernel @k() group_size = 32 {
   %a = arith.constant dense<1.0> : vector<8xf32>
   %b = arith.constant dense<1.0> : vector<4xbf16>
   %c = arith.constant dense<0.0> : vector<4xf32>
-  // expected-error @+1 {{ttile.mma: a must be vector<8xbf16>, vector<8xf16>, vector<16xf8E4M3FN> or vector<16xf8E5M2>, got vector<8xf32>}}
+  // expected-error @+1 {{ttile.mma: a must be vector<8xbf16>, vector<8xf16>, vector<16xf8E4M3FN>, vector<16xf8E5M2> or vector<4xf32> (tf32), got vector<8xf32>}}
   %d = ttile.mma %a, %b, %c accum = f32 : vector<8xf32>, vector<4xbf16>, vector<4xf32> -> vector<4xf32>
+  ttile.return
+}
+
+// -----
+
+ttile.kernel @k() group_size = 32 {
+  %a = arith.constant dense<1.0> : vector<4xf32>
+  %b = arith.constant dense<1.0> : vector<4xf32>
+  %c = arith.constant dense<0.0> : vector<4xf32>
+  // expected-error @+1 {{ttile.mma: b must be vector<2xf32>, got vector<4xf32>}}
+  %d = ttile.mma %a, %b, %c accum = f32 : vector<4xf32>, vector<4xf32>, vector<4xf32> -> vector<4xf32>
   ttile.return
 }
 

@@ -35,6 +35,9 @@ ttile.kernel @all_ops(%x: memref<100xf32>, %y: memref<100xf32>, %h: memref<?x64x
   %b = arith.constant dense<1.000000e+00> : vector<4xbf16>
   %c = arith.constant dense<0.000000e+00> : vector<4xf32>
   %d = ttile.mma %a, %b, %c accum = f32 : vector<8xbf16>, vector<4xbf16>, vector<4xf32> -> vector<4xf32>
+  %ta = arith.constant dense<1.000000e+00> : vector<4xf32>
+  %tb = arith.constant dense<1.000000e+00> : vector<2xf32>
+  %td = ttile.mma %ta, %tb, %c accum = f32 : vector<4xf32>, vector<2xf32>, vector<4xf32> -> vector<4xf32>
   ttile.return
 }
 // CHECK:      ttile.kernel @all_ops(%x: memref<100xf32>, %y: memref<100xf32>, %h: memref<?x64xbf16>, %k: index) group_size = 128 grid = [4, 1, 1] {
@@ -62,6 +65,7 @@ ttile.kernel @all_ops(%x: memref<100xf32>, %y: memref<100xf32>, %h: memref<?x64x
 // CHECK-NEXT:   %r = ttile.reduce %v kind = sum scope = group : f32
 // CHECK-NEXT:   %r2 = ttile.reduce %l kind = max scope = warp : index
 // CHECK:        %d = ttile.mma %a, %b, %c accum = f32 : vector<8xbf16>, vector<4xbf16>, vector<4xf32> -> vector<4xf32>
+// CHECK:        %td = ttile.mma %ta, %tb, %c accum = f32 : vector<4xf32>, vector<2xf32>, vector<4xf32> -> vector<4xf32>
 // CHECK-NEXT:   ttile.return
 // CHECK-NEXT: }
 
@@ -81,4 +85,5 @@ func.func @host(%x: memref<100xf32>) -> memref<100xf32> {
 // GENERIC: "ttile.load"(%x, %i, %m, %z) <{operandSegmentSizes = array<i32: 1, 1, 1, 1>}> : (memref<100xf32>, index, i1, f32) -> f32
 // GENERIC: "ttile.reduce"(%v) <{kind = "sum", scope = "group"}> : (f32) -> f32
 // GENERIC: "ttile.mma"(%a, %b, %c) <{accum = f32}> : (vector<8xbf16>, vector<4xbf16>, vector<4xf32>) -> vector<4xf32>
+// GENERIC: "ttile.mma"(%ta, %tb, %c) <{accum = f32}> : (vector<4xf32>, vector<2xf32>, vector<4xf32>) -> vector<4xf32>
 // GENERIC: "ttile.launch"(%x, %y, %hc, %k) <{callee = @all_ops, grid = array<i64: 4, 1, 1>}>

@@ -1,0 +1,157 @@
+"""One tile of an f32 GEMM on the tensor cores at f32 accuracy (3xTF32), for the blocked
+factorizations' updates (``tile_cholesky_blocked``, ``tile_triangular_blocked``).
+
+Same contract as :func:`tile_fma_gemm.fma_tile` (a :data:`TILE`-square block of ``C =
+A B`` over operands the caller stages element by element, returned as ``(row, col,
+sum)`` triples), computed with the m16n8k8 tf32 ``ttile.mma``:
+
+* Each operand ``x`` is split into ``hi = tf32(x)`` and ``lo = tf32(x - hi)``
+  (:func:`split`, round to nearest on the bits), and each product is ``a_lo b_hi + a_hi
+  b_lo + a_hi b_hi``, the small terms first: three tensor-core products, an error of
+  about ``2^-22`` of ``|a| |b|`` per term (``a_lo b_lo`` and the rounding of ``lo`` are
+  what is left out), against ``2^-24`` for an f32 FMA. That is the 3xTF32 method.
+* A chunk of ``chunk`` reduction indices of each operand is staged as ``[TILE, chunk +
+  PAD]`` in shared memory (row ``i`` of the block, then ``k``): the warps of a tile
+  split the block 2x2 (128 lanes, 32x32 each) or 4x2 (256 lanes, 16x32 each).
+* Within 16 indices, the mma's ``k`` of lane ``(g, t)`` (``t = lane % 4``) is permuted
+  so that a lane's four indices are adjacent: logical ``t + 4h`` of step ``s`` is
+  physical ``4t + 2s + h`` (the same for A and B, so the sum is unchanged). Each lane
+  then reads its fragments of two steps as one 16-byte vector per row; with rows
+  :data:`PAD` elements apart, the 8 lanes of each vector phase hit distinct banks.
+
+Every sum runs in a fixed order (chunks, then steps, then the three products):
+deterministic.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import VectorType, f32, i32
+from xdsl.ir import SSAValue
+
+from tessera.ir import tile as tt
+from tessera.passes.tile_builder import Idx, KernelEmitter
+from tessera.passes.tile_fma_gemm import Stage
+
+TILE = 64
+"""Rows and columns of a tile's output block."""
+
+LANES = 128
+"""Lanes of a tile unless a caller asks for 256 (the warps then take 16 rows each)."""
+
+PAD = 16
+"""Elements of padding per staged row: rows ``chunk + PAD`` apart, ``= 16 (mod 32)``
+words, so two rows' 16-byte vectors fall in opposite halves of the banks."""
+
+_ROUND = 0x1000
+_MASK = -0x2000  # 0xFFFFE000: sign, exponent and the 10 mantissa bits of tf32
+
+
+def tf32(e: KernelEmitter, x: SSAValue) -> SSAValue:
+    """``x`` rounded to the nearest tf32 (ties away from zero), as an f32."""
+    bits = e.op(arith.BitcastOp(x, i32))
+    r = e.op(arith.AndIOp(e.op(arith.AddiOp(bits, e.const(_ROUND, i32))), e.const(_MASK, i32)))
+    return e.op(arith.BitcastOp(r, f32))
+
+
+def split(e: KernelEmitter, x: SSAValue) -> tuple[SSAValue, SSAValue]:
+    """``(hi, lo)``: ``hi = tf32(x)``, ``lo = tf32(x - hi)`` (``x - hi`` is exact)."""
+    hi = tf32(e, x)
+    return hi, tf32(e, e.fsub(x, hi))
+
+
+def mma_tile(
+    e: KernelEmitter, lid: Idx, chunk: int, k0: Idx, chunks: Idx, stage_a: Stage,
+    stage_b: Stage, *, lanes: int = LANES, a_along_k: bool = True, b_along_k: bool = True,
+) -> list[tuple[Idx, Idx, SSAValue]]:
+    """``(i, j, sum_k A[i, k] B[k, j])`` for the block entries lane ``lid`` holds, over
+    ``k`` in ``[k0, k0 + chunk * chunks)``, f32 operands (see the module docstring).
+
+    ``stage_*(c, kc, i, k)`` returns the operand's element for row (column of B) ``i`` of
+    the block and reduction index ``kc + k``; ``*_along_k``: adjacent lanes stage adjacent
+    ``k`` (an operand contiguous along the reduction reads coalesced), else adjacent
+    rows. All ``lanes`` lanes must call it together (it has barriers and warp-wide mmas).
+    """
+    assert lanes in (128, 256), lanes
+    assert chunk % 16 == 0 and (TILE * chunk) % lanes == 0, chunk
+    warps_m = lanes // 64  # 2 or 4 warps down the block, 2 across
+    wrows = TILE // warps_m
+    mi_n, ni_n = wrows // 16, 4  # m16 fragments per warp, n8 fragments per warp
+    sa = e.op(tt.AllocSharedOp([TILE, chunk + PAD], f32, alignment=16))
+    sb = e.op(tt.AllocSharedOp([TILE, chunk + PAD], f32, alignment=16))
+    warp, lane = e.div(lid, 32), e.rem(lid, 32)
+    g, t4 = e.div(lane, 4), e.mul(e.rem(lane, 4), 4)
+    wr, wc = e.mul(e.div(warp, 2), wrows), e.mul(e.rem(warp, 2), 32)
+    per = TILE * chunk // lanes
+
+    def coords(c: KernelEmitter, u: int, along: bool) -> tuple[Idx, Idx]:
+        q = c.add(c.mul(u, lanes), lid)
+        return (c.div(q, chunk), c.rem(q, chunk)) if along else (c.rem(q, TILE), c.div(q, TILE))
+
+    def stage(c: KernelEmitter, kc: Idx) -> None:
+        """This lane's elements of the chunk from ``kc``: all loads first, then the stores."""
+        vals = []
+        for u in range(per):
+            for fn, along in ((stage_a, a_along_k), (stage_b, b_along_k)):
+                i, k = coords(c, u, along)
+                vals.append((i, k, fn(c, kc, i, k)))
+        it = iter(vals)
+        for _ in range(per):
+            for sref in (sa, sb):
+                i, k, v = next(it)
+                c.store(v, sref, [i, k])
+
+    def quad(c: KernelEmitter, ref: SSAValue, r: Idx, p: int) -> list[tuple[SSAValue, ...]]:
+        """Row ``r``'s four physical indices of this lane at ``p + 4t``, split."""
+        v = c.op(tt.LoadVectorOp(ref, [c.index(r), c.index(c.add(t4, p))], 4))
+        return [split(c, c.extract(v, x)) for x in range(4)]
+
+    def frag(c: KernelEmitter, parts: list[SSAValue]) -> SSAValue:
+        vec = c.const(0.0, VectorType(f32, [len(parts)]))
+        for x, p in enumerate(parts):
+            vec = c.insert(p, vec, x)
+        return vec
+
+    def group(c: KernelEmitter, p: int, acc: list[SSAValue]) -> list[SSAValue]:
+        """The two k8 steps of the 16 indices from ``p``."""
+        acc = list(acc)
+        a_rows = []
+        for mi in range(mi_n):
+            r = c.add(wr, c.add(g, 16 * mi))
+            a_rows.append((quad(c, sa, r, p), quad(c, sa, c.add(r, 8), p)))
+        b_cols = [quad(c, sb, c.add(wc, c.add(g, 8 * ni)), p) for ni in range(ni_n)]
+        for s in range(2):
+            # logical k = t + 4h of step s is physical 4t + 2s + h
+            afr = [[frag(c, [top[2 * s][w], bot[2 * s][w], top[2 * s + 1][w], bot[2 * s + 1][w]])
+                    for w in (0, 1)] for top, bot in a_rows]
+            bfr = [[frag(c, [col[2 * s][w], col[2 * s + 1][w]]) for w in (0, 1)]
+                   for col in b_cols]
+            for mi in range(mi_n):
+                (ahi, alo) = afr[mi]
+                for ni in range(ni_n):
+                    (bhi, blo) = bfr[ni]
+                    j = mi * ni_n + ni
+                    for x, y in ((alo, bhi), (ahi, blo), (ahi, bhi)):
+                        acc[j] = c.op(tt.MmaOp(x, y, acc[j]))
+        return acc
+
+    def step(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+        stage(c, c.add(k0, c.mul(ch, chunk)))
+        c.barrier()
+        for p in range(0, chunk, 16):
+            acc = group(c, p, acc)
+        c.barrier()  # the next chunk overwrites the staged operands
+        return acc
+
+    zero = e.const(0.0, VectorType(f32, [4]))
+    accs = e.for_(0, chunks, 1, [zero] * (mi_n * ni_n), step)
+    out = []
+    for mi in range(mi_n):
+        for ni in range(ni_n):
+            acc = accs[mi * ni_n + ni]
+            for x in range(4):
+                dr, dc = tt.mma_c_coords(0, x)  # lane (g, t): (g + dr, 2t + dc)
+                row = e.add(wr, e.add(g, 16 * mi + dr))
+                col = e.add(wc, e.add(e.div(t4, 2), 8 * ni + dc))
+                out.append((row, col, e.extract(acc, x)))
+    return out

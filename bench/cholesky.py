@@ -70,7 +70,8 @@ def main() -> None:
     p.add_argument("--tiles", default=str(blocked.UPDATE_TILE), help="64,128: update blocks")
     p.add_argument("--solve", default="", help="right-hand side widths: time the solves")
     p.add_argument("--updates", default="mma,fma",
-                   help="f32 update kernels to compare: mma (3xTF32 tensor cores), fma")
+                   help="f32 update kernels to compare: fma, mma (3xTF32 tensor cores, the "
+                        "module's tile and lanes) or mma<tile>x<lanes>[p] (p: prefetch)")
     args = p.parse_args()
     if args.solve:
         _solves(args)
@@ -90,8 +91,12 @@ def main() -> None:
         ]
         for block, panel, tile, upd in variants:
             blocked.BLOCK, blocked.PANEL, blocked.UPDATE_TILE = block, panel, tile
-            blocked.UPDATE_MMA = upd == "mma"
-            label = f"{block}/{panel}/{tile if upd == 'fma' else 'mma'}"
+            blocked.UPDATE_MMA = upd.startswith("mma")
+            if upd.startswith("mma") and upd != "mma":
+                mt, ml = upd[3:].rstrip("p").split("x")
+                blocked.MMA_TILE, blocked.MMA_LANES = int(mt), int(ml)
+                blocked.MMA_PREFETCH = upd.endswith("p")
+            label = f"{block}/{panel}/{tile if upd == 'fma' else upd}"
 
             @ts.jit
             def chol(a):

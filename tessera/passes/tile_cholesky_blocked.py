@@ -77,6 +77,15 @@ UPDATE_MMA = True
 """f32 updates on the tensor cores at f32 accuracy (``tile_mma_gemm``, 3xTF32, 64-square
 blocks); f64 updates, and f32 ones with this off, are FMA tiles of :data:`UPDATE_TILE`."""
 
+MMA_TILE = mg.TILE
+"""Rows and columns of a tensor-core update tile's output block (64 or 128)."""
+
+MMA_LANES = mg.LANES
+"""Lanes of a tensor-core update tile (128 or 256)."""
+
+MMA_PREFETCH = False
+"""Tensor-core updates issue each chunk's loads before the previous chunk's products."""
+
 FACTOR_ROWS = 128
 """Rows below the diagonal block per factor tile (one lane each); f64 tiles take
 :data:`FACTOR_ROWS_F64`, so that the tile's shared memory stays within 48 KiB."""
@@ -107,7 +116,7 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
     pw = PANEL
     nb = cdiv(n, b_)
     mma = UPDATE_MMA and et == f32
-    ut, ul = (mg.TILE, mg.LANES) if mma else (UPDATE_TILE, UPDATE_LANES)
+    ut, ul = (MMA_TILE, MMA_LANES) if mma else (UPDATE_TILE, UPDATE_LANES)
     fr = FACTOR_ROWS_F64 if et == f64 else FACTOR_ROWS
     vw = 16 // (8 if et == f64 else 4)  # elements per 16-byte vector
     smem = ((b_ + fr) * (b_ + 1) + b_ * (b_ + vw) + b_) * (8 if et == f64 else 4)
@@ -234,7 +243,8 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
 
         def work(w: KernelEmitter) -> list[SSAValue]:
             if mma:
-                sums = mg.mma_tile(w, lid, b_, k0, chunks, panel(r0), panel(c0), lanes=ul)
+                sums = mg.mma_tile(w, lid, b_, k0, chunks, panel(r0), panel(c0), lanes=ul,
+                                   tile=ut, prefetch=MMA_PREFETCH)
             else:
                 sums = fg.fma_tile(w, et, lid, b_, k0, chunks, panel(r0), panel(c0), tile=ut)
             for ri, cj, acc in sums:

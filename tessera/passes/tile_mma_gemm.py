@@ -62,42 +62,64 @@ def split(e: KernelEmitter, x: SSAValue) -> tuple[SSAValue, SSAValue]:
 
 def mma_tile(
     e: KernelEmitter, lid: Idx, chunk: int, k0: Idx, chunks: Idx, stage_a: Stage,
-    stage_b: Stage, *, lanes: int = LANES, a_along_k: bool = True, b_along_k: bool = True,
+    stage_b: Stage, *, lanes: int = LANES, tile: int = TILE, prefetch: bool = False,
+    a_along_k: bool = True, b_along_k: bool = True,
 ) -> list[tuple[Idx, Idx, SSAValue]]:
-    """``(i, j, sum_k A[i, k] B[k, j])`` for the block entries lane ``lid`` holds, over
-    ``k`` in ``[k0, k0 + chunk * chunks)``, f32 operands (see the module docstring).
+    """``(i, j, sum_k A[i, k] B[k, j])`` for the entries of a ``tile``-square block lane
+    ``lid`` holds, over ``k`` in ``[k0, k0 + chunk * chunks)``, f32 operands (see the
+    module docstring).
 
     ``stage_*(c, kc, i, k)`` returns the operand's element for row (column of B) ``i`` of
     the block and reduction index ``kc + k``; ``*_along_k``: adjacent lanes stage adjacent
     ``k`` (an operand contiguous along the reduction reads coalesced), else adjacent
-    rows. All ``lanes`` lanes must call it together (it has barriers and warp-wide mmas).
+    rows. The ``lanes // 32`` warps split the block ``lanes // 64`` down and 2 across.
+    ``prefetch``: each chunk's loads are issued before the previous chunk's products
+    (held in registers meanwhile), so their latency overlaps the tensor cores. All
+    ``lanes`` lanes must call it together (it has barriers and warp-wide mmas).
     """
-    assert lanes in (128, 256), lanes
-    assert chunk % 16 == 0 and (TILE * chunk) % lanes == 0, chunk
+    assert lanes in (128, 256) and tile in (64, 128), (lanes, tile)
+    assert chunk % 16 == 0 and (tile * chunk) % lanes == 0, chunk
     warps_m = lanes // 64  # 2 or 4 warps down the block, 2 across
-    wrows = TILE // warps_m
-    mi_n, ni_n = wrows // 16, 4  # m16 fragments per warp, n8 fragments per warp
-    sa = e.op(tt.AllocSharedOp([TILE, chunk + PAD], f32, alignment=16))
-    sb = e.op(tt.AllocSharedOp([TILE, chunk + PAD], f32, alignment=16))
+    wrows, wcols = tile // warps_m, tile // 2
+    mi_n, ni_n = wrows // 16, wcols // 8  # m16 and n8 fragments per warp
+    sa = e.op(tt.AllocSharedOp([tile, chunk + PAD], f32, alignment=16))
+    sb = e.op(tt.AllocSharedOp([tile, chunk + PAD], f32, alignment=16))
     warp, lane = e.div(lid, 32), e.rem(lid, 32)
     g, t4 = e.div(lane, 4), e.mul(e.rem(lane, 4), 4)
-    wr, wc = e.mul(e.div(warp, 2), wrows), e.mul(e.rem(warp, 2), 32)
-    per = TILE * chunk // lanes
+    wr, wc = e.mul(e.div(warp, 2), wrows), e.mul(e.rem(warp, 2), wcols)
+    per = tile * chunk // lanes
+
+    # element u of a lane is q = u * lanes + lid of the chunk, at (q / chunk, q % chunk)
+    # along k, else (q % tile, q / tile); lanes is a multiple of both, so u only adds a
+    # constant to the lane's own position
+    assert lanes % chunk == 0 and lanes % tile == 0, (lanes, chunk, tile)
+    along_at = (e.div(lid, chunk), e.rem(lid, chunk))
+    across_at = (e.rem(lid, tile), e.div(lid, tile))
 
     def coords(c: KernelEmitter, u: int, along: bool) -> tuple[Idx, Idx]:
-        q = c.add(c.mul(u, lanes), lid)
-        return (c.div(q, chunk), c.rem(q, chunk)) if along else (c.rem(q, TILE), c.div(q, TILE))
+        if along:
+            return c.add(along_at[0], u * (lanes // chunk)), along_at[1]
+        return across_at[0], c.add(across_at[1], u * (lanes // tile))
+
+    operands = ((stage_a, a_along_k, sa), (stage_b, b_along_k, sb))
+
+    def loads(c: KernelEmitter, kc: Idx) -> list[SSAValue]:
+        """This lane's elements of the chunk from ``kc``."""
+        return [fn(c, kc, *coords(c, u, along)) for u in range(per) for fn, along, _ in operands]
+
+    def stores(c: KernelEmitter, vals: list[SSAValue]) -> None:
+        it = iter(vals)
+        for u in range(per):
+            for _, along, sref in operands:
+                c.store(next(it), sref, [*coords(c, u, along)])
 
     def stage(c: KernelEmitter, kc: Idx) -> None:
-        """This lane's elements of the chunk from ``kc``: all loads first, then the stores."""
-        vals = []
-        for u in range(per):
-            for fn, along in ((stage_a, a_along_k), (stage_b, b_along_k)):
-                i, k = coords(c, u, along)
-                vals.append((i, k, fn(c, kc, i, k)))
+        """All loads first, then the stores (each element's position computed once)."""
+        vals = [(i, k, fn(c, kc, i, k)) for u in range(per) for fn, along, _ in operands
+                for i, k in [coords(c, u, along)]]
         it = iter(vals)
         for _ in range(per):
-            for sref in (sa, sb):
+            for _, _, sref in operands:
                 i, k, v = next(it)
                 c.store(v, sref, [i, k])
 
@@ -135,16 +157,31 @@ def mma_tile(
                         acc[j] = c.op(tt.MmaOp(x, y, acc[j]))
         return acc
 
-    def step(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
-        stage(c, c.add(k0, c.mul(ch, chunk)))
+    nacc = mi_n * ni_n
+
+    def products(c: KernelEmitter, acc: list[SSAValue]) -> list[SSAValue]:
         c.barrier()
         for p in range(0, chunk, 16):
             acc = group(c, p, acc)
         c.barrier()  # the next chunk overwrites the staged operands
         return acc
 
+    def step(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+        stage(c, c.add(k0, c.mul(ch, chunk)))
+        return products(c, acc)
+
+    def step_prefetched(c: KernelEmitter, ch: SSAValue, carried: list[SSAValue]) -> list[SSAValue]:
+        acc, vals = carried[:nacc], carried[nacc:]
+        stores(c, vals)
+        # the next chunk's loads (the last chunk again on the last step: no masks)
+        nxt = loads(c, c.add(k0, c.mul(c.min(c.add(ch, 1), c.sub(chunks, 1)), chunk)))
+        return [*products(c, acc), *nxt]
+
     zero = e.const(0.0, VectorType(f32, [4]))
-    accs = e.for_(0, chunks, 1, [zero] * (mi_n * ni_n), step)
+    if prefetch:
+        accs = e.for_(0, chunks, 1, [zero] * nacc + loads(e, k0), step_prefetched)[:nacc]
+    else:
+        accs = e.for_(0, chunks, 1, [zero] * nacc, step)
     out = []
     for mi in range(mi_n):
         for ni in range(ni_n):

@@ -4,7 +4,7 @@
 ``torch.profiler``. Each result is checked against float64 first.
 
     python bench/cholesky.py [--blocks 32] [--panels 128,256] [--sizes 1x4096,64x256,1x8192]
-        [--updates mma,fma]
+        [--updates mma,fma,mma64x128a]
     python bench/cholesky.py --solve 1,64,512 [--sizes ...]
 
 ``--solve K,...`` times the blocked triangular solve (``tile_triangular_blocked``) of the
@@ -71,7 +71,8 @@ def main() -> None:
     p.add_argument("--solve", default="", help="right-hand side widths: time the solves")
     p.add_argument("--updates", default="mma,fma",
                    help="f32 update kernels to compare: fma, mma (3xTF32 tensor cores, the "
-                        "module's tile and lanes) or mma<tile>x<lanes>[p] (p: prefetch)")
+                        "module's settings) or mma<tile>x<lanes>[p|a] (p: register prefetch, a: "
+                        "double-buffered copy_async, neither: loads and stores)")
     args = p.parse_args()
     if args.solve:
         _solves(args)
@@ -93,9 +94,10 @@ def main() -> None:
             blocked.BLOCK, blocked.PANEL, blocked.UPDATE_TILE = block, panel, tile
             blocked.UPDATE_MMA = upd.startswith("mma")
             if upd.startswith("mma") and upd != "mma":
-                mt, ml = upd[3:].rstrip("p").split("x")
+                mt, ml = upd[3:].rstrip("pa").split("x")
                 blocked.MMA_TILE, blocked.MMA_LANES = int(mt), int(ml)
                 blocked.MMA_PREFETCH = upd.endswith("p")
+                blocked.MMA_ASYNC = upd.endswith("a")
             label = f"{block}/{panel}/{tile if upd == 'fma' else upd}"
 
             @ts.jit

@@ -33,7 +33,8 @@ Both updates are one kernel, a GEMM tile per 64-square output block: in f32 on t
 tensor cores (``tile_mma_gemm``: 3xTF32, f32 accuracy, 128 lanes), in f64 an FMA GEMM
 (``tile_fma_gemm``: ``UPDATE_LANES`` lanes of 4x4 micro-tiles, :data:`UPDATE_TILE`
 square). Either stages the two ``L`` panels in shared memory :data:`BLOCK` columns at a
-time; tiles above the block diagonal do nothing, and on diagonal blocks only ``j <= i``
+time (the tensor-core tile with double-buffered ``copy_async`` when rows are 16-byte
+aligned, :data:`MMA_ASYNC`); tiles above the block diagonal do nothing, and on diagonal blocks only ``j <= i``
 is written.
 
 Every element is updated by one lane in a fixed order, so the result is deterministic.
@@ -85,6 +86,12 @@ MMA_LANES = mg.LANES
 
 MMA_PREFETCH = False
 """Tensor-core updates issue each chunk's loads before the previous chunk's products."""
+
+MMA_ASYNC = True
+"""Tensor-core updates with ``n % 4 == 0`` copy the panels with 16-byte
+``ttile.copy_async`` ops into two buffers, the next chunk in flight during this one's
+products (at other ``n`` a row is not 16-byte aligned, and 4-byte copies measured slower
+than loads and stores, which those take)."""
 
 FACTOR_ROWS = 128
 """Rows below the diagonal block per factor tile (one lane each); f64 tiles take
@@ -241,10 +248,23 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
                 return c.load(lref, [*bi, gr, c.add(kc, k)], mask=c.lt(gr, n))
             return stage
 
+        vec = 4
+
+        def panel_copy(g0: Idx) -> mg.Copy:
+            def copy(c: KernelEmitter, sref: SSAValue, dst: list[Idx], kc: Idx, r: Idx,
+                     k: Idx) -> None:
+                gr = c.add(g0, r)
+                inside = c.lt(gr, n)
+                at = [*bi, c.select(inside, gr, 0), c.add(kc, k)]
+                c.emit(tt.CopyAsyncOp(sref, [c.index(x) for x in dst], lref,
+                                      [c.index(x) for x in at], vec, c.select(inside, vec, 0)))
+            return copy
+
         def work(w: KernelEmitter) -> list[SSAValue]:
             if mma:
+                copies = (panel_copy(r0), panel_copy(c0)) if MMA_ASYNC and n % 4 == 0 else None
                 sums = mg.mma_tile(w, lid, b_, k0, chunks, panel(r0), panel(c0), lanes=ul,
-                                   tile=ut, prefetch=MMA_PREFETCH)
+                                   tile=ut, prefetch=MMA_PREFETCH, copies=copies, vec=vec)
             else:
                 sums = fg.fma_tile(w, et, lid, b_, k0, chunks, panel(r0), panel(c0), tile=ut)
             for ri, cj, acc in sums:

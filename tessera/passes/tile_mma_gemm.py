@@ -25,6 +25,8 @@ deterministic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import VectorType, f32, i32
 from xdsl.ir import SSAValue
@@ -32,6 +34,9 @@ from xdsl.ir import SSAValue
 from tessera.ir import tile as tt
 from tessera.passes.tile_builder import Idx, KernelEmitter
 from tessera.passes.tile_fma_gemm import Stage
+
+Copy = Callable[[KernelEmitter, SSAValue, list[Idx], Idx, Idx, Idx], None]
+"""``copy(c, sref, dst, kc, i, k)``: start copying an operand's elements (see mma_tile)."""
 
 TILE = 64
 """Rows and columns of a tile's output block."""
@@ -64,6 +69,7 @@ def mma_tile(
     e: KernelEmitter, lid: Idx, chunk: int, k0: Idx, chunks: Idx, stage_a: Stage,
     stage_b: Stage, *, lanes: int = LANES, tile: int = TILE, prefetch: bool = False,
     a_along_k: bool = True, b_along_k: bool = True,
+    copies: tuple[Copy, Copy] | None = None, vec: int = 4,
 ) -> list[tuple[Idx, Idx, SSAValue]]:
     """``(i, j, sum_k A[i, k] B[k, j])`` for the entries of a ``tile``-square block lane
     ``lid`` holds, over ``k`` in ``[k0, k0 + chunk * chunks)``, f32 operands (see the
@@ -76,14 +82,20 @@ def mma_tile(
     ``prefetch``: each chunk's loads are issued before the previous chunk's products
     (held in registers meanwhile), so their latency overlaps the tensor cores. All
     ``lanes`` lanes must call it together (it has barriers and warp-wide mmas).
+
+    ``copies`` (both operands contiguous along ``k``; ``stage_*`` are then unused): each
+    ``copy(c, sref, dst, kc, i, k)`` starts a ``ttile.copy_async`` of the operand's ``vec``
+    elements from ``(i, kc + k)`` to ``sref[*dst]``; the chunks are double-buffered in
+    shared memory, the next one copied while the tensor cores work on this one.
     """
     assert lanes in (128, 256) and tile in (64, 128), (lanes, tile)
     assert chunk % 16 == 0 and (tile * chunk) % lanes == 0, chunk
     warps_m = lanes // 64  # 2 or 4 warps down the block, 2 across
     wrows, wcols = tile // warps_m, tile // 2
     mi_n, ni_n = wrows // 16, wcols // 8  # m16 and n8 fragments per warp
-    sa = e.op(tt.AllocSharedOp([tile, chunk + PAD], f32, alignment=16))
-    sb = e.op(tt.AllocSharedOp([tile, chunk + PAD], f32, alignment=16))
+    bufs = [2] if copies else []
+    sa = e.op(tt.AllocSharedOp([*bufs, tile, chunk + PAD], f32, alignment=16))
+    sb = e.op(tt.AllocSharedOp([*bufs, tile, chunk + PAD], f32, alignment=16))
     warp, lane = e.div(lid, 32), e.rem(lid, 32)
     g, t4 = e.div(lane, 4), e.mul(e.rem(lane, 4), 4)
     wr, wc = e.mul(e.div(warp, 2), wrows), e.mul(e.rem(warp, 2), wcols)
@@ -123,9 +135,11 @@ def mma_tile(
                 i, k, v = next(it)
                 c.store(v, sref, [i, k])
 
-    def quad(c: KernelEmitter, ref: SSAValue, r: Idx, p: int) -> list[tuple[SSAValue, ...]]:
+    def quad(c: KernelEmitter, ref: SSAValue, r: Idx, p: int,
+             buf: list[Idx]) -> list[tuple[SSAValue, ...]]:
         """Row ``r``'s four physical indices of this lane at ``p + 4t``, split."""
-        v = c.op(tt.LoadVectorOp(ref, [c.index(r), c.index(c.add(t4, p))], 4))
+        at = [c.index(x) for x in (*buf, r, c.add(t4, p))]
+        v = c.op(tt.LoadVectorOp(ref, at, 4))
         return [split(c, c.extract(v, x)) for x in range(4)]
 
     def frag(c: KernelEmitter, parts: list[SSAValue]) -> SSAValue:
@@ -134,14 +148,15 @@ def mma_tile(
             vec = c.insert(p, vec, x)
         return vec
 
-    def group(c: KernelEmitter, p: int, acc: list[SSAValue]) -> list[SSAValue]:
+    def group(c: KernelEmitter, p: int, acc: list[SSAValue],
+              buf: list[Idx]) -> list[SSAValue]:
         """The two k8 steps of the 16 indices from ``p``."""
         acc = list(acc)
         a_rows = []
         for mi in range(mi_n):
             r = c.add(wr, c.add(g, 16 * mi))
-            a_rows.append((quad(c, sa, r, p), quad(c, sa, c.add(r, 8), p)))
-        b_cols = [quad(c, sb, c.add(wc, c.add(g, 8 * ni)), p) for ni in range(ni_n)]
+            a_rows.append((quad(c, sa, r, p, buf), quad(c, sa, c.add(r, 8), p, buf)))
+        b_cols = [quad(c, sb, c.add(wc, c.add(g, 8 * ni)), p, buf) for ni in range(ni_n)]
         for s in range(2):
             # logical k = t + 4h of step s is physical 4t + 2s + h
             afr = [[frag(c, [top[2 * s][w], bot[2 * s][w], top[2 * s + 1][w], bot[2 * s + 1][w]])
@@ -159,12 +174,34 @@ def mma_tile(
 
     nacc = mi_n * ni_n
 
-    def products(c: KernelEmitter, acc: list[SSAValue]) -> list[SSAValue]:
+    def products(c: KernelEmitter, acc: list[SSAValue], buf: list[Idx] = ()) -> list[SSAValue]:
         c.barrier()
         for p in range(0, chunk, 16):
-            acc = group(c, p, acc)
+            acc = group(c, p, acc, list(buf))
         c.barrier()  # the next chunk overwrites the staged operands
         return acc
+
+    cv = chunk // vec  # copies per staged row
+    assert vec in (1, 2, 4) and chunk % vec == 0 and lanes % cv == 0, (vec, chunk)
+    per_copy = tile * cv // lanes
+    copy_at = (e.div(lid, cv), e.mul(e.rem(lid, cv), vec))
+
+    def start(c: KernelEmitter, kc: Idx, buf: Idx) -> None:
+        """Start this lane's copies of the chunk from ``kc`` into buffer ``buf``."""
+        assert copies is not None
+        for u in range(per_copy):
+            i, k = c.add(copy_at[0], u * (lanes // cv)), copy_at[1]
+            for fn, sref in zip(copies, (sa, sb), strict=True):
+                fn(c, sref, [buf, i, k], kc, i, k)
+        c.emit(tt.CommitGroupOp())
+
+    def step_async(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
+        # the next chunk (the last one again on the last step) into the other buffer,
+        # then wait for this one: at most the group just started still in flight
+        nxt = c.min(c.add(ch, 1), c.sub(chunks, 1))
+        start(c, c.add(k0, c.mul(nxt, chunk)), c.rem(c.add(ch, 1), 2))
+        c.emit(tt.WaitGroupOp(1))
+        return products(c, acc, [c.rem(ch, 2)])
 
     def step(c: KernelEmitter, ch: SSAValue, acc: list[SSAValue]) -> list[SSAValue]:
         stage(c, c.add(k0, c.mul(ch, chunk)))
@@ -178,7 +215,11 @@ def mma_tile(
         return [*products(c, acc), *nxt]
 
     zero = e.const(0.0, VectorType(f32, [4]))
-    if prefetch:
+    if copies:
+        start(e, k0, 0)
+        accs = e.for_(0, chunks, 1, [zero] * nacc, step_async)
+        e.emit(tt.WaitGroupOp(0))
+    elif prefetch:
         accs = e.for_(0, chunks, 1, [zero] * nacc + loads(e, k0), step_prefetched)[:nacc]
     else:
         accs = e.for_(0, chunks, 1, [zero] * nacc, step)

@@ -203,27 +203,31 @@ def test_cholesky_not_positive_definite_gives_nan():
     assert np.abs(ref[:, :3] - got[:, :3]).max() < 1e-13
 
 
-@pytest.mark.parametrize("shape,elem,panel,tile,lanes,prefetch", [
-    ((70, 70), "f64", 256, 64, 128, False), ((2, 100, 100), "f32", 256, 64, 128, False),
-    ((129, 129), "f64", 256, 64, 128, False), ((150, 150), "f64", 64, 64, 128, False),
-    ((2, 161, 161), "f32", 96, 64, 128, False), ((2, 161, 161), "f32", 64, 128, 256, False),
-    ((2, 161, 161), "f32", 64, 64, 256, True), ((161, 161), "f32", 64, 128, 256, True),
-    ((150, 150), "f64", 64, 128, 128, False),
+@pytest.mark.parametrize("shape,elem,panel,tile,lanes,staging", [
+    ((70, 70), "f64", 256, 64, 128, "async"), ((2, 100, 100), "f32", 256, 64, 128, "async"),
+    ((129, 129), "f64", 256, 64, 128, "async"), ((150, 150), "f64", 64, 64, 128, "async"),
+    ((2, 161, 161), "f32", 96, 64, 128, "async"), ((2, 161, 161), "f32", 64, 128, 256, "sync"),
+    ((2, 161, 161), "f32", 64, 64, 256, "prefetch"), ((161, 161), "f32", 64, 128, 256, "async"),
+    ((150, 150), "f64", 64, 128, 128, "sync"), ((2, 100, 100), "f32", 64, 64, 128, "sync"),
+    ((164, 164), "f32", 64, 64, 128, "async"),
 ])
-def test_cholesky_blocked_matches_numpy(shape, elem, panel, tile, lanes, prefetch, monkeypatch):
+def test_cholesky_blocked_matches_numpy(shape, elem, panel, tile, lanes, staging, monkeypatch):
     """n > 64: the blocked kernels (factor, inner updates, trailing-update GEMMs over the
     panels, the diagonal blocks scattered last). The narrow panels give several trailing
     updates, with a partial last block and panel; ``tile`` 128 the update's 128-square
     blocks (two row and column blocks at 161). f32 updates run on the tensor cores
-    (3xTF32) with ``lanes`` per tile and the next chunk's loads ``prefetch``ed, f64 ones
-    as FMA tiles."""
+    (3xTF32) with ``lanes`` per tile, the panels staged by loads and stores ("sync"),
+    with the next chunk's loads in registers ("prefetch") or by double-buffered 16-byte
+    ``copy_async`` ops ("async", which odd ``n`` stage as "sync");
+    f64 ones as FMA tiles."""
     from tessera.passes import tile_cholesky_blocked as cb
 
     monkeypatch.setattr(cb, "PANEL", panel)
     monkeypatch.setattr(cb, "UPDATE_TILE", tile)
     monkeypatch.setattr(cb, "MMA_TILE", tile)
     monkeypatch.setattr(cb, "MMA_LANES", lanes)
-    monkeypatch.setattr(cb, "MMA_PREFETCH", prefetch)
+    monkeypatch.setattr(cb, "MMA_PREFETCH", staging == "prefetch")
+    monkeypatch.setattr(cb, "MMA_ASYNC", staging == "async")
     m = lower(chol_text(shape, elem))
     names = {o.sym_name.data for o in m.walk() if isinstance(o, tt.KernelOp)}
     assert names == {f"f_cholesky_{x}_0" for x in ("copy", "factor", "update", "scatter")}

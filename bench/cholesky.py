@@ -5,11 +5,11 @@
 
     python bench/cholesky.py [--blocks 32] [--panels 128,256] [--sizes 1x4096,64x256,1x8192]
         [--updates mma,fma,mma64x128a]
-    python bench/cholesky.py --solve 1,64,512 [--sizes ...]
+    python bench/cholesky.py --solve 1,64,512 [--sizes ...] [--solve-panels 64,256]
 
 ``--solve K,...`` times the blocked triangular solve (``tile_triangular_blocked``) of the
 lower factor against ``torch.linalg.solve_triangular`` instead, for each right-hand side
-width K.
+width K (and each panel height given).
 """
 
 from __future__ import annotations
@@ -51,7 +51,10 @@ def _kernel_times(fn, a) -> dict[str, float]:
     kinds: dict[str, float] = defaultdict(float)
     for ev in prof.key_averages():
         if ev.device_type.name == "CUDA":
-            name = ev.key.split("cholesky_")[-1].split("_")[0] if "cholesky_" in ev.key else ev.key
+            name = ev.key
+            for pre in ("cholesky_", "trsm_"):
+                if pre in name:
+                    name = name.split(pre)[-1].split("_")[0]
             kinds[name[:24]] += ev.device_time_total / 1000.0
     return dict(kinds)
 
@@ -69,6 +72,8 @@ def main() -> None:
     p.add_argument("--sizes", default="1x1024,1x2048,1x4096,1x8192,8x1024,64x256,64x512")
     p.add_argument("--tiles", default=str(blocked.UPDATE_TILE), help="64,128: update blocks")
     p.add_argument("--solve", default="", help="right-hand side widths: time the solves")
+    p.add_argument("--solve-panels", default="", help="rows per panel of the solves "
+                   "(default: the module's PANEL)")
     p.add_argument("--updates", default="mma,fma",
                    help="f32 update kernels to compare: fma, mma (3xTF32 tensor cores, the "
                         "module's settings) or mma<tile>x<lanes>[p|a] (p: register prefetch, a: "
@@ -137,10 +142,12 @@ def _solves(args) -> None:
     for spec in args.sizes.split(","):
         b, n = (int(x) for x in spec.split("x"))
         ell = torch.linalg.cholesky(_spd(b, n).double())
-        for k, tile in ((int(x), int(t)) for x in args.solve.split(",")
-                        for t in args.tiles.split(",")):
+        panels = args.solve_panels or str(tile_triangular_blocked.PANEL)
+        for k, tile, panel in ((int(x), int(t), int(p)) for x in args.solve.split(",")
+                               for t in args.tiles.split(",") for p in panels.split(",")):
             tile_triangular_blocked.UPDATE_TILE = tile
-            label = f"{k}/{tile}"
+            tile_triangular_blocked.PANEL = panel
+            label = f"{k}/{tile}/{panel}"
             g = torch.randn(*([b] if b > 1 else []), n, k, device="cuda", dtype=torch.float64)
             a, rhs = ell.float(), g.float()
             ref = torch.linalg.solve_triangular(ell, g, upper=False)
@@ -164,11 +171,14 @@ def _solves(args) -> None:
                 solve(a, rhs)
             host = (time.perf_counter() - t0) / 5 * 1e3
             torch.cuda.synchronize()
-            rows.append((spec, label, peer, ms, err, f"host {host:.3f}"))
+            kinds = _kernel_times(lambda a, solve=solve, rhs=rhs: solve(a, rhs), a)
+            detail = f"host {host:.3f}; " + ", ".join(
+                f"{k_} {v:.3f}" for k_, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+            rows.append((spec, label, peer, ms, err, detail))
             print(spec, label, f"{ms:.3f} ms", flush=True)
-    print(f"\n{'size':>10} {'k/tile':>10} {'torch ms':>9} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}")
+    print(f"\n{'size':>10} {'k/tile/pnl':>12} {'torch ms':>9} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}")
     for spec, k, peer, ms, err, detail in rows:
-        print(f"{spec:>10} {k:>10} {peer:9.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
+        print(f"{spec:>10} {k:>12} {peer:9.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
 
 
 if __name__ == "__main__":

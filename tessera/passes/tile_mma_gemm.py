@@ -1,5 +1,5 @@
 """One tile of an f32 GEMM on the tensor cores at f32 accuracy (3xTF32), for the blocked
-factorizations' updates (``tile_cholesky_blocked``, ``tile_triangular_blocked``).
+Cholesky factor's updates (``tile_cholesky_blocked``).
 
 Same contract as :func:`tile_fma_gemm.fma_tile` (a :data:`TILE`-square block of ``C =
 A B`` over operands the caller stages element by element, returned as ``(row, col,

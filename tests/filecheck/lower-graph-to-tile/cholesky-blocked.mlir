@@ -9,9 +9,12 @@
 // to a scratch buffer.
 // Inside a panel an inner update (K = 32) follows each block column but the last; after
 // each panel but the last, one trailing update over the panel's 256 columns (8 chunks of
-// 32). Both updates are one FMA GEMM kernel of 64x64 output blocks (4x4 micro-tiles,
-// panels staged in shared memory in rows of 68, read as vectors of 4; tiles above the
-// block diagonal skip the work). The diagonal blocks are scattered into L last.
+// 32). Both updates are one GEMM kernel of 64x64 output blocks (tiles above the block
+// diagonal skip the work). In f32 (n % 4 == 0 here) it runs on the tensor cores: 128
+// lanes, the two panels staged by 16-byte copy_async into double-buffered rows of 48,
+// the next chunk in flight while 3xTF32 m16n8k8 products (three per product, 8
+// accumulators of vector<4xf32> per lane) run on this one. The diagonal blocks are
+// scattered into L last.
 
 func.func @f(%a: tensor<2x100x100xf32>) -> tensor<2x100x100xf32> {
   %0 = tgraph.cholesky %a : (tensor<2x100x100xf32>) -> tensor<2x100x100xf32>
@@ -34,15 +37,22 @@ func.func @f(%a: tensor<2x100x100xf32>) -> tensor<2x100x100xf32> {
 // CHECK:        ttile.load_vector {{.*}} -> vector<4xf32>
 // CHECK:        math.fma
 // CHECK:        ttile.store {{.*}} memref<2x4x32x32xf32>
-// CHECK:      ttile.kernel @f_cholesky_update_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index) group_size = 256 {
+// CHECK:      ttile.kernel @f_cholesky_update_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index, %{{.*}}: index) group_size = 128 {
 // CHECK:        scf.if
-// CHECK:          ttile.alloc_shared : memref<32x68xf32, #tessera.smem>
-// CHECK:          scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
+// CHECK:          ttile.alloc_shared alignment = 16 : memref<2x64x48xf32, #tessera.smem>
+// CHECK-NEXT:     ttile.alloc_shared alignment = 16 : memref<2x64x48xf32, #tessera.smem>
+// CHECK:          ttile.copy_async {{.*}} elems = 4 valid {{.*}} : memref<2x64x48xf32, #tessera.smem>, memref<2x100x100xf32>
+// CHECK:          ttile.commit_group
+// CHECK:          scf.for {{.*}} -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>) {
+// CHECK:            ttile.copy_async
+// CHECK:            ttile.commit_group
+// CHECK-NEXT:       ttile.wait_group 1
 // CHECK:            ttile.barrier
-// CHECK:            scf.for {{.*}} -> (f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32, f32) {
-// CHECK:              ttile.load_vector {{.*}} -> vector<4xf32>
-// CHECK:              ttile.load_vector {{.*}} -> vector<4xf32>
-// CHECK-COUNT-16:     math.fma
+// CHECK-COUNT-48:   ttile.mma {{.*}} accum = f32 : vector<4xf32>, vector<2xf32>, vector<4xf32> -> vector<4xf32>
+// CHECK:            ttile.barrier
+// CHECK:          ttile.wait_group 0
+// CHECK-NOT:      ttile.mma
+// CHECK:          ttile.store
 // CHECK:      ttile.kernel @f_cholesky_scatter_0(%{{.*}}: memref<2x100x100xf32>, %{{.*}}: memref<2x4x32x32xf32>) group_size = 256 {
 // CHECK:      func.func @f(
 // CHECK:        memref.alloc() : memref<2x4x32x32xf32>

@@ -107,20 +107,40 @@ def raw_launch() -> Any:
     cuda-python loaded), or None while the driver is a stand-in (tests) or the symbol
     cannot be had. A launch through it costs a foreign call instead of cuda-python's
     argument conversion and result enum: microseconds per kernel, two thousand kernels
-    a training step."""
+    a training step.
+
+    The function has no ``argtypes``: ctypes then passes a Python int as a C ``int``
+    without converting it through a ctypes object per argument (the grid, block and
+    shared-memory sizes, all below 2^31, which the ABI passes as the ``unsigned int``
+    the driver declares), so the caller passes the pointers (function handle, stream,
+    parameter array) as ``ctypes.c_void_p`` objects made once (:func:`void_p`) and the
+    ``extra`` argument as None. Without ``argtypes`` a launch costs about a microsecond
+    less than with them."""
     if getattr(_driver(), "__name__", None) != "cuda.bindings.driver":
         return None
     if not _RAW_LAUNCH:
         try:
             lib = ctypes.CDLL("libcuda.so.1")
-            fn = lib.cuLaunchKernel
-            fn.argtypes = [ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p,
-                           ctypes.c_void_p, ctypes.c_void_p]
+            fn = lib["cuLaunchKernel"]  # a function object of its own (no shared argtypes)
             fn.restype = ctypes.c_int
         except (OSError, AttributeError):
             fn = None
         _RAW_LAUNCH.append(fn)
     return _RAW_LAUNCH[0]
+
+
+_VOID_P: dict[int, ctypes.c_void_p] = {}
+
+
+def void_p(address: int) -> ctypes.c_void_p:
+    """A ``ctypes.c_void_p`` of ``address``, made once per address (the raw launch's
+    stream argument: a handful of streams, one object each)."""
+    found = _VOID_P.get(address)
+    if found is None:
+        if len(_VOID_P) > 4096:  # streams made and dropped by the thousand: start over
+            _VOID_P.clear()
+        found = _VOID_P[address] = ctypes.c_void_p(address)
+    return found
 
 
 def function_handle(function: Any) -> int | None:
@@ -434,7 +454,10 @@ class KernelLaunch:
         self._what = f"cuLaunchKernel({self.name})"
         self._sync = RuntimeOptions.from_env().cuda_sync
         raw, handle = raw_launch(), function_handle(function)
-        self._raw = (raw, handle) if raw is not None and handle is not None else None
+        self._raw = (
+            (raw, ctypes.c_void_p(handle), ctypes.c_void_p(self._params))
+            if raw is not None and handle is not None else None
+        )
 
     def __call__(self, values: Sequence[Any], stream: int | None = None) -> None:
         """Launch on ``stream`` (a raw ``CUstream`` handle; default: torch's current stream)."""
@@ -456,11 +479,14 @@ class KernelLaunch:
             raise LaunchError(f"{self.name}: takes {len(self._slots)} arguments, got {len(values)}")
         gx, gy, gz = self.grid
         if self._raw is not None and self._tensors is not None and not self._sync:
-            raw, handle = self._raw
+            raw, handle, params = self._raw
+            cu_stream = _VOID_P.get(stream)
+            if cu_stream is None:
+                cu_stream = void_p(stream)
             with self._lock:
                 for slot, is_tensor, v in zip(self._slots, self._tensors, values):
                     slot.value = v.data_ptr() if is_tensor else (int(v) if isinstance(v, bool) else v)
-                code = raw(handle, gx, gy, gz, self.block, 1, 1, 0, stream, self._params, None)
+                code = raw(handle, gx, gy, gz, self.block, 1, 1, 0, cu_stream, params, None)
             if code:
                 check_raw(code, self._what)
             return

@@ -189,7 +189,10 @@ class LaunchExPlan:
         self._streams: dict[int, Any] = {}
         self._sync = RuntimeOptions.from_env().cuda_sync
         raw, handle = cuda.raw_launch(), cuda.function_handle(function)
-        self._raw = (raw, handle) if raw is not None and handle is not None else None
+        self._raw = (
+            (raw, ctypes.c_void_p(handle), ctypes.c_void_p(self._params))
+            if raw is not None and handle is not None else None
+        )
         if self.smem > SMEM_DEFAULT_LIMIT:
             d = cuda._driver()
             cuda.check(
@@ -251,8 +254,11 @@ class LaunchExPlan:
                 else:
                     self._slots[i].value = int(v) if isinstance(v, bool) else v
             if raw is not None and not self._sync:
-                code = raw[0](raw[1], gx, gy, gz, self.block, 1, 1, self.smem, stream,
-                              self._params, None)
+                cu_stream = cuda._VOID_P.get(stream)
+                if cu_stream is None:
+                    cu_stream = cuda.void_p(stream)
+                code = raw[0](raw[1], gx, gy, gz, self.block, 1, 1, self.smem, cu_stream,
+                              raw[2], None)
                 if code:
                     cuda.check_raw(code, f"cuLaunchKernel({self.name})")
                 return

@@ -66,3 +66,70 @@ def test_kernel_launch_packs_parameters(monkeypatch):
     assert (fn, grid, block, stream) == ("fn", (5, 1, 1), (kernel.maxntid.data, 1, 1), 7)
     assert values == [t.data_ptr() for t in tensors]
     assert fake.launches[1] == fake.launches[0]
+
+
+class RawLaunch:
+    """Stands in for the ctypes ``cuLaunchKernel`` (no ``argtypes``): records what a call
+    would hand the C function, reading the parameter array during the call."""
+
+    def __init__(self, nparams: int, code: int = 0) -> None:
+        self.nparams, self.code = nparams, code
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        # pointers arrive as c_void_p objects (an int would be passed as a 32-bit int)
+        assert all(isinstance(p, ctypes.c_void_p) for p in (fn, stream, params))
+        assert all(type(v) is int and 0 <= v < 2**31 for v in (gx, gy, gz, bx, by, bz, smem))
+        assert extra is None
+        ptrs = (ctypes.c_void_p * self.nparams).from_address(params.value)
+        values = [ctypes.c_uint64.from_address(p).value for p in ptrs]
+        self.calls.append((fn.value, (gx, gy, gz), (bx, by, bz), smem, stream.value, values))
+        return self.code
+
+
+def test_raw_launch_passes_pointers_as_void_p(monkeypatch):
+    from tessera.ir import target as tt
+
+    module = _target_module()
+    kernel = next(op for op in module.body.block.ops if isinstance(op, tt.FuncOp))
+    nparams = len(kernel.block.args)
+    raw = RawLaunch(nparams)
+    monkeypatch.setattr(cuda, "_driver", lambda: FakeDriver(nparams))
+    monkeypatch.setattr(cuda, "raw_launch", lambda: raw)
+    monkeypatch.setattr(cuda, "function_handle", lambda fn: 0x7F00_0000_1234)
+    tensors = [torch.empty(37, 45) for _ in range(nparams)]
+    run = cuda.KernelLaunch("fn", kernel, [5], tensors=[True] * nparams)
+    stream = 0x7F12_3456_7890  # a 64-bit handle: would be cut to 32 bits as an int
+    run.launch(tensors, stream)
+    run.launch(tensors[::-1], stream)
+    first, second = raw.calls
+    assert first[:5] == (0x7F00_0000_1234, (5, 1, 1), (kernel.maxntid.data, 1, 1), 0, stream)
+    assert first[5] == [t.data_ptr() for t in tensors]
+    assert second[5] == [t.data_ptr() for t in tensors[::-1]]
+
+
+def test_raw_launch_failure_is_a_cuda_error(monkeypatch):
+    from tessera.ir import target as tt
+
+    module = _target_module()
+    kernel = next(op for op in module.body.block.ops if isinstance(op, tt.FuncOp))
+    nparams = len(kernel.block.args)
+
+    class Driver(FakeDriver):
+        class CUresult(int):  # noqa: N801 - the driver's name
+            CUDA_SUCCESS = 0
+
+        @staticmethod
+        def cuGetErrorName(code):  # noqa: N802
+            return 0, b"CUDA_ERROR_ILLEGAL_ADDRESS" if code == 700 else b"?"
+
+        @staticmethod
+        def cuGetErrorString(code):  # noqa: N802
+            return 0, b"an illegal memory access was encountered"
+
+    monkeypatch.setattr(cuda, "_driver", lambda: Driver(nparams))
+    monkeypatch.setattr(cuda, "raw_launch", lambda: RawLaunch(nparams, code=700))
+    monkeypatch.setattr(cuda, "function_handle", lambda fn: 1)
+    run = cuda.KernelLaunch("fn", kernel, [5], tensors=[True] * nparams)
+    with pytest.raises(cuda.CudaError, match=f"{kernel.sym_name.data}.*ILLEGAL_ADDRESS"):
+        run.launch([torch.empty(37, 45) for _ in range(nparams)], 0)

@@ -432,6 +432,14 @@ class CompiledFunction:
 
     # ------------------------------------------------------------ calling
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # the prepared GPU calls first: each takes only plain CUDA tensors of its
+        # signature that do not require grad (so never traced values, nor a call that
+        # autograd must see), and returns None for anything else
+        if self._hot and not kwargs and (self.mesh is not None or context_mesh() is None):
+            for hot in self._hot:
+                out = hot(args)
+                if out is not None:
+                    return out
         if _traced_call(args, kwargs):
             from tessera.frontend.inline import inline_call
 
@@ -440,11 +448,6 @@ class CompiledFunction:
             from tessera.frontend.torch_autograd import call_differentiable
 
             return call_differentiable(self, args, kwargs)
-        if not kwargs and (self.mesh is not None or context_mesh() is None):
-            for hot in self._hot:
-                out = hot(args)
-                if out is not None:
-                    return out
         from tessera.runtime import convert, dispatch
         from tessera.runtime.graph_interpreter import run_function
 

@@ -693,7 +693,8 @@ class HostPlan:
 
         ``run(args)`` returns the results, or None without doing anything when an argument
         is not what the plan was built for (not a plain torch tensor, another device,
-        dtype or shape; one not contiguous or not 16-byte aligned is copied, as on the
+        dtype or shape, or one that requires grad while grad mode is on: autograd must
+        see that call; one not contiguous or not 16-byte aligned is copied, as on the
         checked path), when the current
         device is not the plan's, or while ``ts.profiler`` watches launches: the caller
         then takes :meth:`run`, which checks, copies or raises as usual. Constants are
@@ -764,7 +765,7 @@ class HostPlan:
         uint8 = torch.uint8
         nparams = len(checks)
         dev, device, index = self.dev, self.device, torch.empty(0, device=self.dev).get_device()
-        tensor_type, empty = torch.Tensor, torch.empty
+        tensor_type, empty, grad_enabled = torch.Tensor, torch.empty, torch.is_grad_enabled
         current_device, current_stream = device_getter(), stream_getter()
         module = sys.modules[__name__]
         graphs = self.graphs = self._graphs()
@@ -792,6 +793,8 @@ class HostPlan:
                         or a.dtype is not dtype
                         or a.shape != shape
                         or a.get_device() != index
+                        # a call that autograd must record takes jit's autograd path
+                        or (a.requires_grad and grad_enabled())
                     ):
                         return None
                     # as the checked path: a contiguous, 16-byte aligned copy if needed

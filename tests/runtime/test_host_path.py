@@ -96,6 +96,25 @@ def test_runner_declines_what_needs_checks(gpu, bad):
     assert gpu.launches == before, "a declined call launches nothing"
 
 
+def test_requires_grad_takes_the_prepared_call_only_without_grad_mode(gpu, checked):
+    """A tensor that requires grad leaves the prepared call to jit's autograd path while
+    grad mode is on (its result must carry a ``grad_fn``); under ``torch.no_grad`` (how
+    AOTAutograd runs a compiled forward or backward) the prepared call takes it."""
+    pick = host_path.where_function()
+    c, a, b = host_path.where_args()
+    pick(c, a, b)
+    assert len(checked) == 1
+    w = a.clone().requires_grad_()
+    with torch.no_grad():
+        out = pick(c, w, b)
+    assert len(checked) == 1, "no checked path under no_grad"
+    assert gpu.last[4][2] == w.data_ptr() and not out.requires_grad
+    before = gpu.launches
+    out = pick(c, w, b)
+    assert out.requires_grad and out.grad_fn is not None
+    assert gpu.launches == before + 1
+
+
 def test_runner_declines_another_device_and_the_profiler(gpu, monkeypatch):
     pick = host_path.where_function()
     args = host_path.where_args()

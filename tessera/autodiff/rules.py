@@ -35,7 +35,7 @@ from xdsl.dialects.builtin import (
     TensorType,
     f32,
 )
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.irdl import IRDLOperation
 from xdsl.utils.exceptions import PassFailedException
 
@@ -402,10 +402,14 @@ def attention_scale(op: g.FlashAttentionOp | g.FlashAttentionFwdOp | g.FlashAtte
 
 
 def attention_scores(
-    e: GraphEmitter, op: g.FlashAttentionOp | g.FlashAttentionFwdOp | g.FlashAttentionBwdOp
+    e: GraphEmitter, op: g.FlashAttentionOp | g.FlashAttentionFwdOp | g.FlashAttentionBwdOp,
+    dtype: Attribute | None = None,
 ) -> SSAValue:
-    """``scale * q kᵀ``, with ``-inf`` above the diagonal when the op is causal."""
+    """``scale * q kᵀ``, with ``-inf`` above the diagonal when the op is causal; computed
+    in ``dtype`` (q and k cast to it first) when given, else in q's element type."""
     q, k = op.q, op.k
+    if dtype is not None and elem_of(q) != dtype:
+        q, k = e.cast(q, dtype), e.cast(k, dtype)
     s = e.mul(e.matmul(q, k, transpose_rhs=True), attention_scale(op))
     if op.causal is not None:
         sq, sk = shape_of(q)[-2], shape_of(k)[-2]
@@ -437,7 +441,9 @@ def expand_attention_fwd(e: GraphEmitter, op: g.FlashAttentionFwdOp) -> list[SSA
     ))
     lt = op.lse.type
     assert isinstance(lt, TensorType)
-    s = e.cast(attention_scores(e, op), lt.element_type)
+    # the scores in the log-sum-exp's type (f32 for 16-bit operands), as the fused kernels
+    # accumulate them: a 16-bit product would round them before the log-sum-exp
+    s = attention_scores(e, op, lt.element_type)
     m = e.max(s, [-1], keepdims=True)
     total = e.sum(e.exp(e.sub(s, m)), [-1], keepdims=True)
     lse = e.reshape(e.add(m, e.log(total)), shape_of(op.lse))
@@ -450,7 +456,7 @@ def expand_attention_bwd(e: GraphEmitter, op: g.FlashAttentionBwdOp) -> list[SSA
     et = elem_of(op.q)
     lt = op.lse.type
     assert isinstance(lt, TensorType)
-    s = e.cast(attention_scores(e, op), lt.element_type)
+    s = attention_scores(e, op, lt.element_type)  # (as in expand_attention_fwd)
     lse = e.reshape(op.lse, [*shape_of(op.lse), 1])
     p = e.cast(e.exp(e.sub(s, lse)), et)
     dv = e.matmul(p, op.do, transpose_lhs=True)

@@ -4,7 +4,7 @@
 ``torch.profiler``. Each result is checked against float64 first.
 
     python bench/cholesky.py [--blocks 32] [--panels 128,256] [--sizes 1x4096,64x256,1x8192]
-        [--updates mma,fma,mma64x128a]
+        [--updates mma,fma,mma64x128a] [--factors every,lane]
     python bench/cholesky.py --solve 1,64,512 [--sizes ...] [--solve-panels 64,256]
 
 ``--solve K,...`` times the blocked triangular solve (``tile_triangular_blocked``) of the
@@ -78,6 +78,9 @@ def main() -> None:
                    help="f32 update kernels to compare: fma, mma (3xTF32 tensor cores, the "
                         "module's settings) or mma<tile>x<lanes>[p|a] (p: register prefetch, a: "
                         "double-buffered copy_async, neither: loads and stores)")
+    p.add_argument("--factors", default="every" if blocked.FACTOR_EVERY_PIVOT else "lane",
+                   help="factor kernels to compare: every (each lane takes the pivot from "
+                        "the block's row) or lane (lane k publishes it)")
     args = p.parse_args()
     if args.solve:
         _solves(args)
@@ -89,21 +92,23 @@ def main() -> None:
         ref = torch.linalg.cholesky(a.double())
         peer = _time_ms(lambda a=a: torch.linalg.cholesky(a), 20)
         variants = [
-            (int(b_), int(p_), int(t_), u_)
+            (int(b_), int(p_), int(t_), u_, f_)
             for b_ in args.blocks.split(",")
             for p_ in args.panels.split(",")
             for t_ in args.tiles.split(",")
             for u_ in args.updates.split(",")
+            for f_ in args.factors.split(",")
         ]
-        for block, panel, tile, upd in variants:
+        for block, panel, tile, upd, fac in variants:
             blocked.BLOCK, blocked.PANEL, blocked.UPDATE_TILE = block, panel, tile
+            blocked.FACTOR_EVERY_PIVOT = fac == "every"
             blocked.UPDATE_MMA = upd.startswith("mma")
             if upd.startswith("mma") and upd != "mma":
                 mt, ml = upd[3:].rstrip("pa").split("x")
                 blocked.MMA_TILE, blocked.MMA_LANES = int(mt), int(ml)
                 blocked.MMA_PREFETCH = upd.endswith("p")
                 blocked.MMA_ASYNC = upd.endswith("a")
-            label = f"{block}/{panel}/{tile if upd == 'fma' else upd}"
+            label = f"{block}/{panel}/{tile if upd == 'fma' else upd}/{fac}"
 
             @ts.jit
             def chol(a):
@@ -127,9 +132,9 @@ def main() -> None:
             detail = f"host {host:.3f}; " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
             rows.append((spec, label, peer, ms, err, detail))
             print(spec, label, f"{ms:.3f} ms", detail, flush=True)
-    print(f"\n{'size':>10} {'blk/pnl/t':>16} {'cuSOLVER ms':>11} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}  kernels (ms)")
+    print(f"\n{'size':>10} {'blk/pnl/t/pivot':>24} {'cuSOLVER ms':>11} {'tessera ms':>10} {'ratio':>6} {'rel err':>8}  kernels (ms)")
     for spec, block, peer, ms, err, detail in rows:
-        print(f"{spec:>10} {block:>16} {peer:11.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
+        print(f"{spec:>10} {block:>24} {peer:11.3f} {ms:10.3f} {peer / ms:6.2f} {err:8.1e}  {detail}")
 
 
 def _solves(args) -> None:

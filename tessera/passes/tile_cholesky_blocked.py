@@ -15,9 +15,9 @@ columns:
      tile's lanes each hold one row, the block's :data:`BLOCK` rows first (entries past
      ``n`` act as the identity), staged through shared memory so that reads and writes
      are coalesced. Every tile factors the block itself, left-looking, one barrier per
-     column ``k``: lane ``k`` takes the pivot from its own row, then every lane below
-     it takes its entry of column ``k``, ``(a_k - sum_t x_t L[k, t]) / L[k, k]``, with
-     the block's row ``k`` read from shared memory as vectors. Tile 0 also writes
+     column ``k``: every lane reads the block's row ``k`` from shared memory as vectors,
+     takes the pivot ``L[k, k]`` from it (:data:`FACTOR_EVERY_PIVOT`) and, below the
+     diagonal, its entry of column ``k``, ``(a_k - sum_t x_t L[k, t]) / L[k, k]``. Tile 0 also writes
      ``L[K, K]`` to a scratch buffer (the diagonal block of ``L`` is still read by the
      other tiles).
   2. *inner update* (when the panel has columns right of ``K``): ``A[I, J] -= L[I, K]
@@ -99,6 +99,12 @@ FACTOR_ROWS = 128
 
 FACTOR_ROWS_F64 = 96
 
+FACTOR_EVERY_PIVOT = True
+"""Every lane of a factor tile takes column ``k``'s pivot itself, from the block's row
+``k`` in shared memory (the same products in the same order as lane ``k``'s running sum
+of squares: the same bits), so that no lane waits for lane ``k`` to publish it; off,
+lane ``k`` computes it and the others read it after a barrier."""
+
 COPY_LANES = fg.COPY_LANES
 
 
@@ -168,9 +174,10 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
         # one element so that lanes reading along their own rows hit distinct banks
         st = e.op(tt.AllocSharedOp([fl, b_ + 1], et))
         # the factored rows of the block, rows 16-byte aligned (read as vectors), and the
-        # reciprocal of each pivot
+        # reciprocal of each pivot (when lane k publishes it)
+        every = FACTOR_EVERY_PIVOT
         srow = e.op(tt.AllocSharedOp([b_, b_ + vw], et))
-        sinv = e.op(tt.AllocSharedOp([b_], et))
+        sinv = None if every else e.op(tt.AllocSharedOp([b_], et))
 
         def grow(f: KernelEmitter, r: Idx) -> Idx:
             return f.add(f.add(k0, r), f.select(f.lt(r, b_), 0, f.mul(c, fr)))
@@ -196,29 +203,41 @@ def lower_cholesky_blocked(lw: _FunctionLowering, op: g.CholeskyOp, et: Attribut
             def pivot(f: KernelEmitter, k: int = k, sq: SSAValue = sq) -> list[SSAValue]:
                 d = f.fsub(a[k], sq)
                 piv = f.vselect(f.fgt(d, zero), f.sqrt(d), nan)
+                assert sinv is not None
                 f.store(piv, srow, [k, k])
                 f.store(f.fdiv(one, piv), sinv, [k])
                 return []
 
-            e.if_(e.eq(lid, k), pivot)
-            e.barrier()
+            if not every:
+                e.if_(e.eq(lid, k), pivot)
+            if k or not every:
+                e.barrier()  # row k of the block (and, without every, its pivot) written
             acc = a[k]
-            if k:
-                row = []
-                for h in range(0, k, vw):
-                    v = e.op(tt.LoadVectorOp(srow, [e.index(k), e.index(h)], vw))
-                    row += [e.extract(v, x) for x in range(vw)]
+            row = []
+            for h in range(0, k, vw):
+                v = e.op(tt.LoadVectorOp(srow, [e.index(k), e.index(h)], vw))
+                row += [e.extract(v, x) for x in range(vw)]
+            for t in range(k):
+                acc = e.op(math.FmaOp(e.op(arith.NegfOp(xs[t])), row[t], acc))
+            if every:
+                # lane k's sum of squares, from its entries in row k, in its order
+                sk = zero
                 for t in range(k):
-                    acc = e.op(math.FmaOp(e.op(arith.NegfOp(xs[t])), row[t], acc))
+                    sk = e.op(math.FmaOp(row[t], row[t], sk))
+                d = e.fsub(e.load(st, [k, k]), sk)
+                piv = e.vselect(e.fgt(d, zero), e.sqrt(d), nan)
+                inv = e.fdiv(one, piv)
+            else:
+                assert sinv is not None
+                piv, inv = e.load(srow, [k, k]), e.load(sinv, [k])
             below = e.lt(k, lid)
-            x = e.vselect(
-                below,
-                e.fmul(acc, e.load(sinv, [k])),
-                e.vselect(e.eq(lid, k), e.load(srow, [k, k]), zero),
-            )
+            x = e.vselect(below, e.fmul(acc, inv), e.vselect(e.eq(lid, k), piv, zero))
             e.store(x, srow, [lid, k], mask=e.and_(below, e.lt(lid, b_)))
-            sq = e.op(math.FmaOp(x, x, sq))
+            if not every:
+                sq = e.op(math.FmaOp(x, x, sq))
             xs.append(x)
+        if every:
+            e.barrier()  # every lane has read the diagonal of the staged block
         for j in range(b_):
             e.store(xs[j], st, [lid, j])
         e.barrier()

@@ -248,6 +248,27 @@ def test_cholesky_blocked_matches_numpy(shape, elem, panel, tile, lanes, staging
     assert np.all(np.triu(got, 1) == 0)
 
 
+@pytest.mark.parametrize("shape,elem", [((2, 100, 100), "f32"), ((150, 150), "f64"),
+                                        ((77, 77), "f32")])
+def test_cholesky_factor_pivot_by_every_lane_is_bitwise_lane_ks(shape, elem, monkeypatch):
+    """Every lane of a factor tile taking column k's pivot from the block's row k in
+    shared memory gives the same bits as lane k computing it and publishing it, also
+    for a pivot that is not positive (NaN from that column on)."""
+    from tessera.passes import tile_cholesky_blocked as cb
+
+    a = spd(shape, elem)
+    bad = a.copy()
+    bad[..., 70, 70] = -1.0
+    got = {}
+    for every in (True, False):
+        monkeypatch.setattr(cb, "FACTOR_EVERY_PIVOT", every)
+        m = lower(chol_text(shape, elem))
+        got[every] = [run_host(m, "f", [x])[0] for x in (a, bad)]
+    for x, y in zip(got[True], got[False]):
+        assert np.array_equal(x, y, equal_nan=True)
+    assert np.isnan(got[True][1][..., 70:, 70]).all() and np.isfinite(got[True][0]).all()
+
+
 def test_cholesky_block_past_static_shared_memory_is_refused(monkeypatch):
     """A block width whose factor tile needs more than 48 KiB of static shared memory is
     a located error at lowering, not a kernel that fails to load on the GPU."""

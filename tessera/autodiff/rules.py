@@ -405,17 +405,32 @@ def attention_scores(
     e: GraphEmitter, op: g.FlashAttentionOp | g.FlashAttentionFwdOp | g.FlashAttentionBwdOp,
     dtype: Attribute | None = None,
 ) -> SSAValue:
-    """``scale * q kᵀ``, with ``-inf`` above the diagonal when the op is causal; computed
-    in ``dtype`` (q and k cast to it first) when given, else in q's element type."""
-    q, k = op.q, op.k
-    if dtype is not None and elem_of(q) != dtype:
-        q, k = e.cast(q, dtype), e.cast(k, dtype)
-    s = e.mul(e.matmul(q, k, transpose_rhs=True), attention_scale(op))
+    """``scale * q kᵀ``, with ``-inf`` above the diagonal when the op is causal; the
+    product's result in ``dtype`` when given (16-bit q and k accumulated and stored in
+    f32), else in q's element type."""
+    s = e.mul(_matmul_to(e, op.q, op.k, dtype, transpose_rhs=True), attention_scale(op))
     if op.causal is not None:
-        sq, sk = shape_of(q)[-2], shape_of(k)[-2]
+        sq, sk = shape_of(op.q)[-2], shape_of(op.k)[-2]
         keep = e.bool_const(np.tri(sq, sk, dtype=bool), [sq, sk])
         s = e.select(keep, s, -math.inf)
     return s
+
+
+def _matmul_to(
+    e: GraphEmitter, a: SSAValue, b: SSAValue, dtype: Attribute | None, **transposes: bool
+) -> SSAValue:
+    """``a @ b`` (``transpose_lhs`` / ``transpose_rhs`` as for ``e.matmul``) with its
+    result in ``dtype`` (None: the operands' type): the operands as they are, the
+    products accumulated and stored in the wider type."""
+    if dtype is None or elem_of(a) == dtype:
+        return e.matmul(a, e.cast(b, elem_of(a)), **transposes)
+    b = e.cast(b, elem_of(a))
+    shape = g.MatmulOp.infer_shape(
+        shape_of(a), shape_of(b), transposes.get("transpose_lhs", False),
+        transposes.get("transpose_rhs", False),
+    )
+    assert not isinstance(shape, str), shape
+    return e.insert(g.MatmulOp(a, b, TensorType(dtype, shape), **transposes))
 
 
 def attention_probs(e: GraphEmitter, op: g.FlashAttentionOp) -> tuple[SSAValue, float]:
@@ -452,18 +467,27 @@ def expand_attention_fwd(e: GraphEmitter, op: g.FlashAttentionFwdOp) -> list[SSA
 
 def expand_attention_bwd(e: GraphEmitter, op: g.FlashAttentionBwdOp) -> list[SSAValue]:
     """``flash_attention_bwd`` as Graph IR matmuls and elementwise ops (materializes
-    ``P = exp(scale q kᵀ - lse)``, ``Sq x Sk`` per batch element)."""
+    ``P = exp(scale q kᵀ - lse)``, ``Sq x Sk`` per batch element).
+
+    As the fused kernels (and torch's) compute it: every product of 16-bit operands
+    accumulated and kept in the log-sum-exp's type (f32), ``P`` and ``dS`` rounded to the
+    operands' type only as the operands of their products, ``dP - D`` in f32; the
+    gradients are f32 until the caller casts them to the operands' type."""
     et = elem_of(op.q)
     lt = op.lse.type
     assert isinstance(lt, TensorType)
-    s = attention_scores(e, op, lt.element_type)  # (as in expand_attention_fwd)
+    w = lt.element_type
+    s = attention_scores(e, op, w)  # (as in expand_attention_fwd)
     lse = e.reshape(op.lse, [*shape_of(op.lse), 1])
-    p = e.cast(e.exp(e.sub(s, lse)), et)
-    dv = e.matmul(p, op.do, transpose_lhs=True)
-    dp = e.matmul(op.do, op.v, transpose_rhs=True)
-    di = e.sum(e.mul(op.do, op.o), [-1], keepdims=True)
-    ds = e.mul(e.mul(p, e.sub(dp, di)), attention_scale(op))
-    return [e.matmul(ds, op.k), e.matmul(ds, op.q, transpose_lhs=True), dv]
+    p = e.exp(e.sub(s, lse))
+    p16 = e.cast(p, et)
+    dv = _matmul_to(e, p16, op.do, w, transpose_lhs=True)
+    dp = _matmul_to(e, op.do, op.v, w, transpose_rhs=True)
+    di = e.sum(e.mul(e.cast(op.do, w), e.cast(op.o, w)), [-1], keepdims=True)
+    ds = e.cast(e.mul(e.mul(p, e.sub(dp, di)), attention_scale(op)), et)
+    dq = _matmul_to(e, ds, op.k, w)
+    dk = _matmul_to(e, ds, op.q, w, transpose_lhs=True)
+    return [dq, dk, dv]
 
 
 def vjp_by_expansion(

@@ -111,8 +111,9 @@ def test_scale_and_interpreter_in_float64():
 
 def test_without_kernel_the_lowering_expands():
     """f32 and head sizes 8, 16 and 32: expanded into matmuls and rowwise ops, still
-    correct; the log-sum-exp of 16-bit operands is that of their f32 scores, as the fused
-    kernels compute it (a 16-bit product of q and k would round the scores first)."""
+    correct; with 16-bit operands the log-sum-exp is that of their f32 scores and the
+    backward's products are kept in f32, as the fused kernels compute them (16-bit
+    products would round the scores, dP and the gradients first)."""
     cases = (((1, 20, 32), (1, 24, 32), "bf16"), ((4, 4, 3, 8), (4, 4, 6, 8), "bf16"),
              ((1, 20, 16), (1, 9, 16), "f32"))
     for qs, ks, elem in cases:
@@ -124,7 +125,9 @@ def test_without_kernel_the_lowering_expands():
         got = run_host(m, "f", args)
         want = reference(*args, 1 / math.sqrt(qs[-1]), True)
         for name, x, w in zip(("o", "lse", "dq", "dk", "dv"), got, want):
-            tol = 1e-5 if name == "lse" else 3e-2 if elem == "bf16" else 1e-4
+            # bf16: the products accumulated in f32, P and dS rounded only as operands
+            # (dq and dk 0.0044-0.0072 here; 0.008-0.016 with every product in bf16)
+            tol = 1e-5 if name == "lse" else 1e-2 if elem == "bf16" else 1e-4
             assert rel_err(x, w) < tol, (qs, elem, name, rel_err(x, w))
 
 

@@ -120,10 +120,16 @@ def tensor_map(x: Any, box: tuple[int, int]) -> ctypes.Array[ctypes.c_char]:
     return buf
 
 
+_GENERATION = [0]
+"""Bumped by :func:`clear_tensor_maps`: a launch plan's last map per parameter
+(``LaunchExPlan``) counts only within one generation."""
+
+
 def clear_tensor_maps() -> None:
-    """Forget every cached tensor map."""
+    """Forget every cached tensor map (also each launch plan's last ones)."""
     with _MAPS_LOCK:
         _MAPS.clear()
+        _GENERATION[0] += 1
 
 
 def _aligned(size: int, align: int) -> Any:
@@ -173,6 +179,10 @@ class LaunchExPlan:
         self._slots: list[Any] = []
         self._array = (ctypes.c_void_p * max(1, len(params)))()
         self._keep: list[Any] = [None] * len(params)
+        # per tensor-map parameter, the last tensor's (address, shape, dtype, generation)
+        # and its map: a launch on the same buffer (a training step's, call after call)
+        # reuses it without building the cache key
+        self._last: list[tuple[Any, ...] | None] = [None] * len(params)
         for i, (p, box) in enumerate(zip(params, boxes)):
             assert isinstance(p.type, tt.ParamType)
             ty = p.type.ty.data
@@ -244,9 +254,16 @@ class LaunchExPlan:
         gx, gy, gz = self.grid
         raw = self._raw
         with self._lock:
+            gen = _GENERATION[0]
             for i, ((kind, box), v) in enumerate(zip(self.kinds, values)):
                 if kind == _TMAP:
+                    last = self._last[i]
+                    ptr = v.data_ptr()
+                    if (last is not None and last[0] == ptr and last[1] == v.shape
+                            and last[2] is v.dtype and last[3] == gen and v.is_contiguous()):
+                        continue  # the parameter array still points at this map
                     buf = tensor_map(v, box)
+                    self._last[i] = (ptr, v.shape, v.dtype, gen)
                     self._keep[i] = buf
                     self._array[i] = ctypes.addressof(buf)
                 elif kind == _PTR:

@@ -139,3 +139,36 @@ def test_a_training_steps_maps_stay_cached(driver: FakeDriver) -> None:
     for a in inputs:  # the next step finds them all
         plan.launch([c, a, b], stream=0)
     assert driver.calls.count("encode") == 3002
+
+
+def test_a_launch_on_the_same_buffers_reuses_its_maps(driver: FakeDriver, monkeypatch) -> None:
+    """Each tensor-map parameter remembers its last tensor: a launch on the same buffers
+    builds no cache key; another buffer, a transposed view at the same address and shape
+    (not contiguous: no map), or ``clear_tensor_maps`` go through the cache again."""
+    plan, _ = _plan(128, 128, 128)
+    looked_up = []
+    real = tma.tensor_map
+
+    def counting(x, box):
+        looked_up.append(x.data_ptr())
+        return real(x, box)
+
+    monkeypatch.setattr(tma, "tensor_map", counting)
+    a, b, c = (torch.zeros(128, 128, dtype=torch.bfloat16) for _ in range(3))
+    plan.launch([c, a, b], stream=0)
+    assert len(looked_up) == 3
+    for _ in range(3):
+        plan.launch([c, a, b], stream=0)
+    assert len(looked_up) == 3
+    a2 = torch.ones(128, 128, dtype=torch.bfloat16)
+    plan.launch([c, a2, b], stream=0)
+    assert looked_up[3:] == [a2.data_ptr()]
+    assert driver.launches[-1][4][1][0] == a2.data_ptr()
+    with pytest.raises(cuda.LaunchError):
+        plan.launch([c, a2.t(), b], stream=0)  # same address and shape, not contiguous
+    plan.launch([c, a, b], stream=0)
+    assert driver.launches[-1][4][1][0] == a.data_ptr()
+    n = len(looked_up)
+    tma.clear_tensor_maps()
+    plan.launch([c, a, b], stream=0)
+    assert len(looked_up) == n + 3

@@ -2,7 +2,8 @@
 torch on the CPU reference, one JSON line per sample.
 
     python scripts/opinfo_sweep.py [--samples 0:3] [--mode fwd|grad] [--shard 0/2]
-                                   [--device cpu|cuda] [--inputs sample|reference] [OP ...]
+                                   [--device cpu|cuda] [--inputs sample|reference]
+                                   [--lowering graph|tile] [OP ...]
 
 Each OpInfo of ``torch.testing._internal.common_methods_invocations.op_db`` (or only the
 named ones) runs its sample inputs ``--samples`` (a slice of each dtype's samples) for
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import warnings
@@ -185,10 +187,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dtypes", default=",".join(DTYPES))
     ap.add_argument("--shard", default="0/1", help="k/n: every n-th OpInfo from the k-th")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--lowering", choices=("graph", "tile"), default="graph",
+                    help="CPU runs on the Graph IR interpreter, or (tile) the GPU "
+                    "lowering's Tile IR on the Tile IR interpreter (TESSERA_INTERPRET_TILE)")
     ap.add_argument("--inputs", choices=("sample", "reference"), default="sample",
                     help="the OpInfo's sample inputs, or its reference inputs (larger, "
                     "broadcasting and non-contiguous cases as well)")
     args = ap.parse_args(argv)
+    before = os.environ.get("TESSERA_INTERPRET_TILE")
+    if args.lowering == "tile":
+        os.environ["TESSERA_INTERPRET_TILE"] = "1"
+    try:
+        _sweep(args)
+    finally:
+        if before is None:
+            os.environ.pop("TESSERA_INTERPRET_TILE", None)
+        else:
+            os.environ["TESSERA_INTERPRET_TILE"] = before
+
+
+def _sweep(args: argparse.Namespace) -> None:
     from torch.testing._internal.common_methods_invocations import op_db
 
     warnings.filterwarnings("ignore")

@@ -57,6 +57,10 @@ Environment variables (read only here):
 ``TESSERA_CHECK_KERNELS``      ``1``: run every GPU kernel launch on the Tile IR
                                interpreter too and raise where they differ
                                (:mod:`tessera.runtime.kernel_check`)
+``TESSERA_INTERPRET_TILE``     ``1``: a compiled function called on CPU arrays runs its
+                               GPU lowering's Tile IR on the Tile IR interpreter
+                               instead of its Graph IR on the Graph IR interpreter
+                               (:func:`tessera.runtime.dispatch.run_on_cpu`)
 ``TESSERA_PROGRESS``           ``0``: no progress bars
 ``TESSERA_PROGRESS_MIN_STEPS`` fewest passes a compile stage needs to get a bar
 =============================  ====================================================
@@ -308,6 +312,10 @@ class RuntimeOptions:
     check_kernels: bool = False
     """Check every kernel launch against the Tile IR interpreter
     (:mod:`tessera.runtime.kernel_check`)."""
+    interpret_tile: bool = False
+    """Run CPU calls of compiled functions on their Tile IR (the GPU lowering, kernels
+    and host function) in the Tile IR interpreter rather than on the Graph IR
+    interpreter (:func:`tessera.runtime.dispatch.run_on_cpu`)."""
     progress: bool = True
     """Draw progress bars (on a terminal only)."""
     progress_min_steps: int | None = None
@@ -329,6 +337,7 @@ class RuntimeOptions:
             cuda_sync=bool(_flag(e, "TESSERA_CUDA_SYNC")),
             cuda_graphs=bool(_flag(e, "TESSERA_CUDA_GRAPHS")),
             check_kernels=bool(_flag(e, "TESSERA_CHECK_KERNELS")),
+            interpret_tile=bool(_flag(e, "TESSERA_INTERPRET_TILE")),
             progress=e.get("TESSERA_PROGRESS", "") != "0",
             progress_min_steps=min_steps,
         )

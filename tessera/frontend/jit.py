@@ -449,7 +449,6 @@ class CompiledFunction:
 
             return call_differentiable(self, args, kwargs)
         from tessera.runtime import convert, dispatch
-        from tessera.runtime.graph_interpreter import run_function
 
         fast = (
             _fast_key(args)
@@ -475,7 +474,7 @@ class CompiledFunction:
             return out
         arrays = _arrays_of(bound, self.name)
         spec = self._specialize(self._arg_infos(bound, arrays))
-        results = run_function(spec.ir("graph"), spec.name, [arrays[p] for p in spec.tensor_params])
+        results = dispatch.run_on_cpu(spec, [arrays[p] for p in spec.tensor_params])
         if any(convert.is_torch_tensor(v) for v in values):
             results = [convert.to_torch(r) for r in results]
         return tuple(results) if spec.returns_tuple else results[0]

@@ -92,13 +92,12 @@ def _vjp_spec(call: _Call) -> Specialization:
 def _run_spec(spec: Specialization, args: list[Any]) -> list[Any]:
     """Run ``spec`` on torch tensors: the GPU for CUDA tensors, else the numpy interpreter."""
     from tessera.runtime import dispatch
-    from tessera.runtime.graph_interpreter import run_function
 
     if any(convert.is_cuda_tensor(a) for a in args):
         out = dispatch.run_on_gpu(spec, [a.contiguous() for a in args])
         return list(out) if isinstance(out, tuple | list) else [out]
     arrays = [convert.to_numpy(a, where=f"{spec.name} argument {i}") for i, a in enumerate(args)]
-    return [convert.to_torch(r) for r in run_function(spec.ir("graph"), spec.name, arrays)]
+    return [convert.to_torch(r) for r in dispatch.run_on_cpu(spec, arrays)]
 
 
 class JitFunction(torch.autograd.Function):

@@ -1,4 +1,4 @@
-"""Where a compiled call runs: the CPU reference interpreter or a GPU backend.
+"""Where a compiled call runs: a CPU interpreter or a GPU backend.
 
 The GPU path is installed by the lowering/runtime code as :data:`GPU_BACKEND`;
 until then a CUDA tensor argument raises ``NotImplementedError``.
@@ -38,3 +38,19 @@ def run_on_gpu(spec: Any, args: list[Any]) -> Any:
             "reference interpreter"
         )
     return GPU_BACKEND(spec, args)
+
+
+def run_on_cpu(spec: Any, arrays: list[Any]) -> list[Any]:
+    """Run ``spec`` on numpy ``arrays`` (one per tensor parameter): its Graph IR on the
+    Graph IR interpreter, or with ``TESSERA_INTERPRET_TILE=1`` its Tile IR -- the GPU
+    lowering's kernels and host function, as lowered without a device (no sm90
+    kernels) -- on the Tile IR interpreter, to check that lowering without a GPU."""
+    from tessera.options import RuntimeOptions
+
+    if RuntimeOptions.from_env().interpret_tile:
+        from tessera.runtime.tile_interpreter import run_host
+
+        return run_host(spec.ir("tile"), spec.name, arrays)
+    from tessera.runtime.graph_interpreter import run_function
+
+    return run_function(spec.ir("graph"), spec.name, arrays)

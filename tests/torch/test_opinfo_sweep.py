@@ -48,3 +48,25 @@ def test_reference_input_defects_stay_fixed():
     assert not bad, bad[:3]
     assert {r["op"] for r in rows if r.get("tessera_ops", 0) > 0} == {
         "arange", "nn.functional.conv2d"}
+
+
+def test_through_the_tile_lowering(monkeypatch):
+    """``--lowering tile``: the samples run the GPU lowering's Tile IR on the Tile IR
+    interpreter (and the switch is off again afterwards)."""
+    from tessera.runtime import tile_interpreter
+
+    calls = []
+    real = tile_interpreter.run_host
+    monkeypatch.setattr(tile_interpreter, "run_host",
+                        lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        opinfo_sweep.main(["nn.functional.rms_norm", "index_select", "--samples", "0:2",
+                           "--dtypes", "float32,bfloat16", "--lowering", "tile"])
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    bad = [r for r in rows if r["res"] not in ("ok", "skip")]
+    assert not bad, bad[:3]
+    assert calls and any(r.get("tessera_ops", 0) > 0 for r in rows)
+    import os
+
+    assert "TESSERA_INTERPRET_TILE" not in os.environ

@@ -57,10 +57,14 @@ Environment variables (read only here):
 ``TESSERA_CHECK_KERNELS``      ``1``: run every GPU kernel launch on the Tile IR
                                interpreter too and raise where they differ
                                (:mod:`tessera.runtime.kernel_check`)
-``TESSERA_INTERPRET_TILE``     ``1``: a compiled function called on CPU arrays runs its
-                               GPU lowering's Tile IR on the Tile IR interpreter
-                               instead of its Graph IR on the Graph IR interpreter
-                               (:func:`tessera.runtime.dispatch.run_on_cpu`)
+``TESSERA_INTERPRET_TILE``     ``1``: a compiled function called on CPU arrays (``ts.jit``,
+                               its torch autograd backward, ``torch.compile``
+                               partitions, sharded segments) runs its GPU lowering's
+                               Tile IR on the Tile IR interpreter instead of its Graph
+                               IR on the Graph IR interpreter
+                               (:func:`tessera.runtime.dispatch.run_on_cpu`); fused
+                               optimizer steps and forward-mode ``jvp`` keep the Graph
+                               IR interpreter
 ``TESSERA_PROGRESS``           ``0``: no progress bars
 ``TESSERA_PROGRESS_MIN_STEPS`` fewest passes a compile stage needs to get a bar
 =============================  ====================================================

@@ -269,7 +269,11 @@ class GraphEmitter:
         *,
         transpose_lhs: bool = False,
         transpose_rhs: bool = False,
+        result: Attribute | None = None,
     ) -> SSAValue:
+        """``a @ b`` (``b`` cast to ``a``'s element type first), its result in element
+        type ``result`` (default: the operands'): 16-bit operands with an f32 result are
+        accumulated and stored in f32."""
         if elem_of(b) != elem_of(a):
             b = self.cast(b, elem_of(a))
         shape = g.MatmulOp.infer_shape(shape_of(a), shape_of(b), transpose_lhs, transpose_rhs)
@@ -278,7 +282,7 @@ class GraphEmitter:
             g.MatmulOp(
                 a,
                 b,
-                tensor(shape, elem_of(a)),
+                tensor(shape, result if result is not None else elem_of(a)),
                 transpose_lhs=transpose_lhs,
                 transpose_rhs=transpose_rhs,
             )

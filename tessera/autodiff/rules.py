@@ -408,29 +408,12 @@ def attention_scores(
     """``scale * q kᵀ``, with ``-inf`` above the diagonal when the op is causal; the
     product's result in ``dtype`` when given (16-bit q and k accumulated and stored in
     f32), else in q's element type."""
-    s = e.mul(_matmul_to(e, op.q, op.k, dtype, transpose_rhs=True), attention_scale(op))
+    s = e.mul(e.matmul(op.q, op.k, transpose_rhs=True, result=dtype), attention_scale(op))
     if op.causal is not None:
         sq, sk = shape_of(op.q)[-2], shape_of(op.k)[-2]
         keep = e.bool_const(np.tri(sq, sk, dtype=bool), [sq, sk])
         s = e.select(keep, s, -math.inf)
     return s
-
-
-def _matmul_to(
-    e: GraphEmitter, a: SSAValue, b: SSAValue, dtype: Attribute | None, **transposes: bool
-) -> SSAValue:
-    """``a @ b`` (``transpose_lhs`` / ``transpose_rhs`` as for ``e.matmul``) with its
-    result in ``dtype`` (None: the operands' type): the operands as they are, the
-    products accumulated and stored in the wider type."""
-    if dtype is None or elem_of(a) == dtype:
-        return e.matmul(a, e.cast(b, elem_of(a)), **transposes)
-    b = e.cast(b, elem_of(a))
-    shape = g.MatmulOp.infer_shape(
-        shape_of(a), shape_of(b), transposes.get("transpose_lhs", False),
-        transposes.get("transpose_rhs", False),
-    )
-    assert not isinstance(shape, str), shape
-    return e.insert(g.MatmulOp(a, b, TensorType(dtype, shape), **transposes))
 
 
 def attention_probs(e: GraphEmitter, op: g.FlashAttentionOp) -> tuple[SSAValue, float]:
@@ -481,12 +464,12 @@ def expand_attention_bwd(e: GraphEmitter, op: g.FlashAttentionBwdOp) -> list[SSA
     lse = e.reshape(op.lse, [*shape_of(op.lse), 1])
     p = e.exp(e.sub(s, lse))
     p16 = e.cast(p, et)
-    dv = _matmul_to(e, p16, op.do, w, transpose_lhs=True)
-    dp = _matmul_to(e, op.do, op.v, w, transpose_rhs=True)
+    dv = e.matmul(p16, op.do, transpose_lhs=True, result=w)
+    dp = e.matmul(op.do, op.v, transpose_rhs=True, result=w)
     di = e.sum(e.mul(e.cast(op.do, w), e.cast(op.o, w)), [-1], keepdims=True)
     ds = e.cast(e.mul(e.mul(p, e.sub(dp, di)), attention_scale(op)), et)
-    dq = _matmul_to(e, ds, op.k, w)
-    dk = _matmul_to(e, ds, op.q, w, transpose_lhs=True)
+    dq = e.matmul(ds, op.k, result=w)
+    dk = e.matmul(ds, op.q, transpose_lhs=True, result=w)
     return [dq, dk, dv]
 
 

@@ -263,9 +263,9 @@ class SegmentedProgram:
 
             out = dispatch.run_on_gpu(seg.spec, ins)
             return list(out)
-        from tessera.runtime.graph_interpreter import run_function
+        from tessera.runtime import dispatch
 
-        return run_function(seg.spec.ir("graph"), seg.name, ins)
+        return dispatch.run_on_cpu(seg.spec, ins)
 
     def _collective(
         self, colls: Any, op: Operation, env: dict[SSAValue, Any], device: str

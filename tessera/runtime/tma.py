@@ -271,11 +271,8 @@ class LaunchExPlan:
                 else:
                     self._slots[i].value = int(v) if isinstance(v, bool) else v
             if raw is not None and not self._sync:
-                cu_stream = cuda._VOID_P.get(stream)
-                if cu_stream is None:
-                    cu_stream = cuda.void_p(stream)
-                code = raw[0](raw[1], gx, gy, gz, self.block, 1, 1, self.smem, cu_stream,
-                              raw[2], None)
+                code = raw[0](raw[1], gx, gy, gz, self.block, 1, 1, self.smem,
+                              cuda.void_p(stream), raw[2], None)
                 if code:
                     cuda.check_raw(code, f"cuLaunchKernel({self.name})")
                 return

@@ -20,13 +20,18 @@ from scripts import opinfo_sweep  # noqa: E402
 OPS = ["index_select", "native_dropout_backward", "masked.argmax", "nn.functional.rms_norm"]
 
 
-@pytest.mark.parametrize("mode", ["fwd", "grad"])
-def test_found_defects_stay_fixed(mode):
+def _sweep(argv: list[str]) -> list[dict]:
+    """The JSON rows ``scripts/opinfo_sweep.py`` prints for ``argv``."""
     out = io.StringIO()
     with redirect_stdout(out):
-        opinfo_sweep.main([*OPS, "--samples", "0:3", "--mode", mode,
-                           "--dtypes", "float32,float64,int64,bool"])
-    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+        opinfo_sweep.main(argv)
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+@pytest.mark.parametrize("mode", ["fwd", "grad"])
+def test_found_defects_stay_fixed(mode):
+    rows = _sweep([*OPS, "--samples", "0:3", "--mode", mode,
+                   "--dtypes", "float32,float64,int64,bool"])
     bad = [r for r in rows if r["res"] not in ("ok", "skip")]
     assert not bad, bad[:3]
     ran = {r["op"] for r in rows if r.get("tessera_ops", 0) > 0}
@@ -39,11 +44,8 @@ def test_reference_input_defects_stay_fixed():
     torch truncates first (``arange(0., -8.000001, -4.)`` has two elements; numpy's rule
     gave three), and ``F.conv2d(..., stride=2, padding="valid")``, which reaches aten with
     one-number lists (``padding=[0]``)."""
-    out = io.StringIO()
-    with redirect_stdout(out):
-        opinfo_sweep.main(["arange", "nn.functional.conv2d", "--inputs", "reference",
-                           "--samples", "10:12", "--dtypes", "int64,float32"])
-    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    rows = _sweep(["arange", "nn.functional.conv2d", "--inputs", "reference",
+                   "--samples", "10:12", "--dtypes", "int64,float32"])
     bad = [r for r in rows if r["res"] not in ("ok", "skip")]
     assert not bad, bad[:3]
     assert {r["op"] for r in rows if r.get("tessera_ops", 0) > 0} == {
@@ -59,11 +61,8 @@ def test_through_the_tile_lowering(monkeypatch):
     real = tile_interpreter.run_host
     monkeypatch.setattr(tile_interpreter, "run_host",
                         lambda *a, **k: calls.append(a[1]) or real(*a, **k))
-    out = io.StringIO()
-    with redirect_stdout(out):
-        opinfo_sweep.main(["nn.functional.rms_norm", "index_select", "--samples", "0:2",
-                           "--dtypes", "float32,bfloat16", "--lowering", "tile"])
-    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    rows = _sweep(["nn.functional.rms_norm", "index_select", "--samples", "0:2",
+                   "--dtypes", "float32,bfloat16", "--lowering", "tile"])
     bad = [r for r in rows if r["res"] not in ("ok", "skip")]
     assert not bad, bad[:3]
     assert calls and any(r.get("tessera_ops", 0) > 0 for r in rows)

@@ -30,10 +30,16 @@ def _isolated_cache_root() -> Iterator[str]:
 
 @pytest.fixture
 def fresh_dynamo() -> Iterator[None]:
-    """Dynamo's caches cleared before and after the test (the ``torch.compile`` tests:
-    one test's graphs, guards and recompile counts never reach the next)."""
+    """Dynamo's caches cleared and a new backend report started before and after the
+    test (the ``torch.compile`` tests: one test's graphs, guards, recompile counts and
+    report entries -- what ``tessera.torch.last_report()`` lists -- never reach the
+    next)."""
     import torch
 
+    from tessera.torch import report
+
     torch._dynamo.reset()
+    report.reset()
     yield
     torch._dynamo.reset()
+    report.reset()

@@ -1,6 +1,6 @@
 """Every test of the ``torch.compile`` backend starts and ends with dynamo's caches
-cleared, so one test's compiled graphs, guards and recompile counts never reach the
-next."""
+cleared and a new backend report, so one test's compiled graphs, guards, recompile
+counts and report entries never reach the next."""
 
 from __future__ import annotations
 
